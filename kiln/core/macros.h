@@ -1,0 +1,12 @@
+#pragma once
+// Portability macros shared by host-only and CUDA translation units.
+
+// KILN_HD marks math that must compile for both the CPU and the CUDA backend
+// (DESIGN.md §3.1: "one math, two backends"). Under a host compiler it is empty.
+#if defined(__CUDACC__)
+#define KILN_HD __host__ __device__
+#define KILN_INLINE __host__ __device__ __forceinline__
+#else
+#define KILN_HD
+#define KILN_INLINE inline
+#endif

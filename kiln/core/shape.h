@@ -1,0 +1,38 @@
+#pragma once
+// Shape arithmetic shared by ops and kernels.
+#include <algorithm>
+#include <cstdint>
+
+#include "kiln/core/error.h"
+#include "kiln/core/tensor.h"
+
+namespace kiln {
+
+// Maps a possibly negative dim into [0, ndim); a 0-dim tensor accepts 0 and -1.
+inline int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
+  int64_t n = std::max<int64_t>(ndim, 1);
+  KILN_CHECK(dim >= -n && dim < n, op, ": dimension ", dim, " out of range for a tensor with ",
+             ndim, " dimensions");
+  return dim < 0 ? dim + n : dim;
+}
+
+inline IntList contiguous_strides(const IntList& sizes) {
+  IntList st(sizes.size());
+  int64_t s = 1;
+  for (int64_t i = static_cast<int64_t>(sizes.size()) - 1; i >= 0; --i) {
+    st[i] = s;
+    s *= std::max<int64_t>(sizes[i], 1);
+  }
+  return st;
+}
+
+// NumPy broadcasting of two shapes; `op` names the caller in the error.
+IntList broadcast_shapes(const IntList& a, const IntList& b, const char* op);
+
+// Sums `t` down to `shape` (the inverse of broadcasting; used by backward formulas).
+Tensor sum_to(const Tensor& t, const IntList& shape);
+
+// Sorted, wrapped, de-duplicated reduction dims; empty `dims` means all.
+IntList reduction_dims(const IntList& dims, int64_t ndim, const char* op);
+
+}  // namespace kiln

@@ -1,0 +1,599 @@
+// Tensor metadata, views, conversions and creation. Math ops live in kiln/ops/.
+#include "kiln/core/tensor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "kiln/core/autograd.h"
+#include "kiln/core/cuda.h"
+#include "kiln/core/generator.h"
+#include "kiln/core/shape.h"
+#include "kiln/kernels/kernels.h"
+
+namespace kiln {
+
+TensorImpl::TensorImpl() = default;
+TensorImpl::~TensorImpl() = default;
+
+int64_t TensorImpl::numel() const {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  return n;
+}
+
+namespace {
+
+void check_sizes(const IntList& sizes, const char* op) {
+  for (int64_t s : sizes) KILN_CHECK(s >= 0, op, ": negative size in ", sizes);
+}
+
+Tensor make_view(const Tensor& base, IntList sizes, IntList strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->sizes = std::move(sizes);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  return Tensor(std::move(impl));
+}
+
+// Records a view op: `backward` maps the view's gradient to the base's gradient.
+template <class F>
+Tensor record_view(const char* name, const Tensor& base, Tensor view, F&& backward) {
+  if (autograd::any_requires_grad({&base})) {
+    autograd::record_function(name, {&base}, {&view},
+                              [bw = std::forward<F>(backward)](const autograd::TensorList& g) {
+                                return autograd::TensorList{bw(g[0])};
+                              });
+  }
+  return view;
+}
+
+// Gradient of a strided sub-view: zeros of the base shape with `grad` written into the same
+// sub-view. Differentiable itself (its backward takes the sub-view again) for create_graph.
+template <class MakeView>
+Tensor scatter_into_zeros(const Tensor& grad, const IntList& base_sizes, MakeView make) {
+  Tensor result = zeros(base_sizes, grad.options());
+  {
+    NoGradGuard ng;
+    make(result).copy_(grad);
+  }
+  if (autograd::any_requires_grad({&grad})) {
+    autograd::record_function("SliceBackwardBackward", {&grad}, {&result},
+                              [make](const autograd::TensorList& g) {
+                                return autograd::TensorList{make(g[0])};
+                              });
+  }
+  return result;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- metadata
+
+const IntList& Tensor::sizes() const {
+  KILN_CHECK(defined(), "sizes(): tensor is undefined");
+  return impl_->sizes;
+}
+const IntList& Tensor::strides() const {
+  KILN_CHECK(defined(), "strides(): tensor is undefined");
+  return impl_->strides;
+}
+int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+int64_t Tensor::dim() const { return static_cast<int64_t>(sizes().size()); }
+int64_t Tensor::numel() const { return defined() ? impl_->numel() : 0; }
+int64_t Tensor::storage_offset() const { return impl_->offset; }
+DType Tensor::dtype() const {
+  KILN_CHECK(defined(), "dtype(): tensor is undefined");
+  return impl_->dtype;
+}
+Device Tensor::device() const {
+  KILN_CHECK(defined(), "device(): tensor is undefined");
+  return impl_->storage->device();
+}
+TensorOptions Tensor::options() const { return TensorOptions().dtype(dtype()).device(device()); }
+bool Tensor::is_pinned() const { return defined() && impl_->storage->is_pinned(); }
+const std::shared_ptr<Storage>& Tensor::storage() const {
+  KILN_CHECK(defined(), "storage(): tensor is undefined");
+  return impl_->storage;
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    if (impl_->sizes[i] == 1) continue;
+    if (impl_->strides[i] != expected) return false;
+    expected *= impl_->sizes[i];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  KILN_CHECK(defined(), "data_ptr(): tensor is undefined");
+  auto* base = static_cast<char*>(impl_->storage->data());
+  return base ? base + impl_->offset * static_cast<int64_t>(element_size()) : nullptr;
+}
+
+template <class T>
+T* Tensor::data_ptr() const {
+  KILN_CHECK(dtype() == dtype_of<T>::value, "data_ptr<", dtype_name(dtype_of<T>::value),
+             ">(): tensor has dtype ", dtype_name(dtype()));
+  return static_cast<T*>(data_ptr());
+}
+
+template <class T>
+T Tensor::item() const {
+  KILN_CHECK(numel() == 1, "item(): expected a tensor with one element, got sizes ", sizes());
+  Tensor host = device().is_cpu() ? *this : to(Device::cpu());
+  double v = dispatch_all(dtype(), "item", [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    return static_cast<double>(static_cast<opmath_t<S>>(*static_cast<S*>(host.data_ptr())));
+  });
+  if constexpr (std::is_same_v<T, double>) return v;
+  else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return T(static_cast<float>(v));
+  else return static_cast<T>(v);
+}
+
+#define KILN_INSTANTIATE_ACCESSORS(T) \
+  template T* Tensor::data_ptr<T>() const; \
+  template T Tensor::item<T>() const;
+KILN_INSTANTIATE_ACCESSORS(float)
+KILN_INSTANTIATE_ACCESSORS(double)
+KILN_INSTANTIATE_ACCESSORS(Half)
+KILN_INSTANTIATE_ACCESSORS(BFloat16)
+KILN_INSTANTIATE_ACCESSORS(int64_t)
+KILN_INSTANTIATE_ACCESSORS(int32_t)
+KILN_INSTANTIATE_ACCESSORS(uint8_t)
+KILN_INSTANTIATE_ACCESSORS(bool)
+#undef KILN_INSTANTIATE_ACCESSORS
+
+uint64_t Tensor::version() const { return storage()->version(); }
+
+// ---------------------------------------------------------------- creation
+
+Tensor empty(const IntList& sizes, const TensorOptions& opts) {
+  check_sizes(sizes, "empty");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->sizes = sizes;
+  impl->strides = contiguous_strides(sizes);
+  impl->dtype = opts.dtype_;
+  size_t nbytes = static_cast<size_t>(impl->numel()) * element_size(opts.dtype_);
+  Allocator* alloc = opts.pinned_memory_ ? pinned_allocator() : allocator_for(opts.device_);
+  KILN_CHECK(!opts.pinned_memory_ || opts.device_.is_cpu(),
+             "empty: pinned_memory applies to CPU tensors, got device ", opts.device_);
+  if (opts.device_.is_cuda()) cuda::check_device(opts.device_, "empty");
+  impl->storage = std::make_shared<Storage>(nbytes, opts.device_, alloc);
+  Tensor t(std::move(impl));
+  if (opts.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+
+Tensor full(const IntList& sizes, double value, const TensorOptions& opts) {
+  TensorOptions o = opts;
+  o.requires_grad_ = false;
+  Tensor t = empty(sizes, o);
+  kernels::fill(t, value);
+  if (opts.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+Tensor zeros(const IntList& sizes, const TensorOptions& opts) { return full(sizes, 0.0, opts); }
+Tensor ones(const IntList& sizes, const TensorOptions& opts) { return full(sizes, 1.0, opts); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), t.options()); }
+Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.options()); }
+Tensor empty_like(const Tensor& t) { return empty(t.sizes(), t.options()); }
+Tensor full_like(const Tensor& t, double v) { return full(t.sizes(), v, t.options()); }
+Tensor scalar_tensor(double value, const TensorOptions& opts) { return full({}, value, opts); }
+
+Tensor arange(double end, const TensorOptions& opts) { return arange(0, end, 1, opts); }
+Tensor arange(double start, double end, double step, const TensorOptions& opts) {
+  KILN_CHECK(step != 0, "arange: step must be non-zero");
+  KILN_CHECK((end - start) * step >= 0, "arange: (end - start) and step have different signs: start=",
+             start, " end=", end, " step=", step);
+  auto n = static_cast<int64_t>(std::ceil((end - start) / step));
+  Tensor host = empty({n}, TensorOptions().dtype(DType::F64));
+  auto* p = host.data_ptr<double>();
+  for (int64_t i = 0; i < n; ++i) p[i] = start + static_cast<double>(i) * step;
+  Tensor t = host.to(opts.device_, opts.dtype_);
+  if (opts.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+
+template <class T>
+Tensor tensor(const std::vector<T>& values, const TensorOptions& opts) {
+  auto n = static_cast<int64_t>(values.size());
+  Tensor host = empty({n}, TensorOptions().dtype(dtype_of<T>::value));
+  if constexpr (std::is_same_v<T, bool>) {
+    auto* p = host.data_ptr<bool>();
+    for (int64_t i = 0; i < n; ++i) p[i] = values[i];
+  } else if (n > 0) {
+    std::memcpy(host.data_ptr(), values.data(), n * sizeof(T));
+  }
+  Tensor t = host.to(opts.device_, opts.dtype_);
+  if (opts.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+template Tensor tensor(const std::vector<float>&, const TensorOptions&);
+template Tensor tensor(const std::vector<double>&, const TensorOptions&);
+template Tensor tensor(const std::vector<int64_t>&, const TensorOptions&);
+template Tensor tensor(const std::vector<int32_t>&, const TensorOptions&);
+template Tensor tensor(const std::vector<uint8_t>&, const TensorOptions&);
+template Tensor tensor(const std::vector<bool>&, const TensorOptions&);
+template Tensor tensor(const std::vector<Half>&, const TensorOptions&);
+template Tensor tensor(const std::vector<BFloat16>&, const TensorOptions&);
+
+Tensor from_blob(void* data, const IntList& sizes, std::function<void(void*)> deleter,
+                 const TensorOptions& opts) {
+  return from_blob(data, sizes, contiguous_strides(sizes), std::move(deleter), opts);
+}
+
+Tensor from_blob(void* data, const IntList& sizes, const IntList& strides,
+                 std::function<void(void*)> deleter, const TensorOptions& opts) {
+  check_sizes(sizes, "from_blob");
+  KILN_CHECK(sizes.size() == strides.size(), "from_blob: sizes ", sizes, " and strides ", strides,
+             " differ in length");
+  KILN_CHECK(data != nullptr || std::accumulate(sizes.begin(), sizes.end(), int64_t{1},
+                                                std::multiplies<>()) == 0,
+             "from_blob: null data pointer");
+  int64_t extent = 1;  // elements spanned
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    KILN_CHECK(strides[i] >= 0, "from_blob: negative strides are not supported: ", strides);
+    if (sizes[i] == 0) { extent = 0; break; }
+    extent += (sizes[i] - 1) * strides[i];
+  }
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(data, extent * element_size(opts.dtype_), opts.device_,
+                                            std::move(deleter));
+  impl->sizes = sizes;
+  impl->strides = strides;
+  impl->dtype = opts.dtype_;
+  Tensor t(std::move(impl));
+  if (opts.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+
+// ---------------------------------------------------------------- RNG creation
+
+Tensor rand(const IntList& sizes, const TensorOptions& opts) {
+  KILN_CHECK(is_floating(opts.dtype_), "rand: dtype must be floating point, got ", opts.dtype_);
+  TensorOptions o = opts;
+  o.requires_grad_ = false;
+  Tensor t = empty(sizes, o);
+  auto [seed, offset] = default_generator(opts.device_).reserve(t.numel());
+  kernels::fill_uniform(t, seed, offset);
+  if (opts.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+
+Tensor randn(const IntList& sizes, const TensorOptions& opts) {
+  KILN_CHECK(is_floating(opts.dtype_), "randn: dtype must be floating point, got ", opts.dtype_);
+  TensorOptions o = opts;
+  o.requires_grad_ = false;
+  Tensor t = empty(sizes, o);
+  auto [seed, offset] = default_generator(opts.device_).reserve(t.numel());
+  kernels::fill_normal(t, seed, offset);
+  if (opts.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+
+Tensor randint(int64_t low, int64_t high, const IntList& sizes, const TensorOptions& opts) {
+  KILN_CHECK(high > low, "randint: expected low < high, got low=", low, " high=", high);
+  Tensor t = empty(sizes, opts);
+  auto [seed, offset] = default_generator(opts.device_).reserve(t.numel());
+  kernels::fill_randint(t, low, high, seed, offset);
+  return t;
+}
+
+Tensor rand_like(const Tensor& t) { return rand(t.sizes(), t.options()); }
+Tensor randn_like(const Tensor& t) { return randn(t.sizes(), t.options()); }
+
+// ---------------------------------------------------------------- conversions
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(sizes(), options());
+  kernels::copy(out, *this);
+  if (autograd::any_requires_grad({this})) {
+    autograd::record_function("CloneBackward", {this}, {&out},
+                              [](const autograd::TensorList& g) { return g; });
+  }
+  return out;
+}
+
+Tensor Tensor::to(DType dt) const { return to(device(), dt, false); }
+Tensor Tensor::to(Device dev, bool non_blocking) const { return to(dev, dtype(), non_blocking); }
+
+Tensor Tensor::to(Device dev, DType dt, bool non_blocking) const {
+  if (dev == device() && dt == dtype()) return *this;
+  if (dev.is_cuda()) cuda::check_device(dev, "to");
+  Tensor out = empty(sizes(), TensorOptions().dtype(dt).device(dev));
+  kernels::copy(out, *this, non_blocking);
+  if (autograd::any_requires_grad({this})) {
+    KILN_CHECK(is_floating(dt), "to: cannot convert a tensor that requires grad to ", dt);
+    DType src_dt = dtype();
+    Device src_dev = device();
+    autograd::record_function("ToCopyBackward", {this}, {&out},
+                              [src_dt, src_dev](const autograd::TensorList& g) {
+                                return autograd::TensorList{g[0].to(src_dev, src_dt)};
+                              });
+  }
+  return out;
+}
+
+Tensor Tensor::pin_memory() const {
+  KILN_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned, got ", device());
+  if (is_pinned()) return *this;
+  Tensor out = empty(sizes(), TensorOptions().dtype(dtype()).pinned_memory(true));
+  kernels::copy(out, *this);
+  return out;
+}
+
+// ---------------------------------------------------------------- views
+
+namespace {
+// Infers one -1 and checks the element count.
+IntList infer_sizes(IntList sizes, int64_t numel, const char* op) {
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == -1) {
+      KILN_CHECK(infer < 0, op, ": only one dimension can be -1, got ", sizes);
+      infer = static_cast<int64_t>(i);
+    } else {
+      KILN_CHECK(sizes[i] >= 0, op, ": invalid size ", sizes);
+      known *= sizes[i];
+    }
+  }
+  if (infer >= 0) {
+    KILN_CHECK(known != 0 && numel % known == 0, op, ": shape ", sizes,
+               " is invalid for input of size ", numel);
+    sizes[infer] = numel / known;
+  } else {
+    KILN_CHECK(known == numel, op, ": shape ", sizes, " is invalid for input of size ", numel);
+  }
+  return sizes;
+}
+
+// Strides for viewing (sizes, strides) as new_sizes without a copy, or empty when impossible
+// (same algorithm as PyTorch's computeStride: match chunks of contiguous dimensions).
+bool view_strides(const IntList& sizes, const IntList& strides, const IntList& new_sizes,
+                  IntList& out) {
+  out.assign(new_sizes.size(), 0);
+  int64_t numel = 1;
+  for (int64_t s : sizes) numel *= s;
+  if (numel == 0) {
+    out = contiguous_strides(new_sizes);
+    return true;
+  }
+  int64_t view_d = static_cast<int64_t>(new_sizes.size()) - 1;
+  int64_t chunk_base_stride = strides.empty() ? 1 : strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t td = static_cast<int64_t>(sizes.size()) - 1; td >= 0; --td) {
+    tensor_numel *= sizes[td];
+    if (td == 0 || (sizes[td - 1] != 1 && strides[td - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_sizes[view_d] == 1)) {
+        out[view_d] = view_numel * chunk_base_stride;
+        view_numel *= new_sizes[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return false;
+      if (td > 0) {
+        chunk_base_stride = strides[td - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  return view_d == -1;
+}
+}  // namespace
+
+Tensor Tensor::view(const IntList& new_sizes_in) const {
+  IntList new_sizes = infer_sizes(new_sizes_in, numel(), "view");
+  IntList st;
+  KILN_CHECK(view_strides(sizes(), strides(), new_sizes, st), "view: sizes ", new_sizes,
+             " are not compatible with the input's sizes ", sizes(), " and strides ", strides(),
+             "; use reshape()");
+  IntList old = sizes();
+  return record_view("ViewBackward", *this, make_view(*this, new_sizes, st, storage_offset()),
+                     [old](const Tensor& g) { return g.reshape(old); });
+}
+
+Tensor Tensor::reshape(const IntList& new_sizes_in) const {
+  IntList new_sizes = infer_sizes(new_sizes_in, numel(), "reshape");
+  IntList st;
+  if (view_strides(sizes(), strides(), new_sizes, st)) return view(new_sizes);
+  return contiguous().view(new_sizes);
+}
+
+Tensor Tensor::permute(const IntList& dims) const {
+  int64_t n = dim();
+  KILN_CHECK(static_cast<int64_t>(dims.size()) == n, "permute: expected ", n, " dims, got ", dims);
+  IntList sz(n), st(n), inverse(n);
+  std::vector<bool> seen(n, false);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t d = wrap_dim(dims[i], n, "permute");
+    KILN_CHECK(!seen[d], "permute: repeated dimension in ", dims);
+    seen[d] = true;
+    sz[i] = sizes()[d];
+    st[i] = strides()[d];
+    inverse[d] = i;
+  }
+  return record_view("PermuteBackward", *this, make_view(*this, sz, st, storage_offset()),
+                     [inverse](const Tensor& g) { return g.permute(inverse); });
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  int64_t n = dim();
+  if (n == 0) return *this;
+  d0 = wrap_dim(d0, n, "transpose");
+  d1 = wrap_dim(d1, n, "transpose");
+  IntList perm(n);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[d0], perm[d1]);
+  return permute(perm);
+}
+
+Tensor Tensor::t() const {
+  KILN_CHECK(dim() <= 2, "t(): expects a tensor with <= 2 dimensions, got sizes ", sizes());
+  return dim() < 2 ? *this : transpose(0, 1);
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  d = wrap_dim(d, dim(), "slice");
+  KILN_CHECK(step > 0, "slice: step must be positive, got ", step);
+  int64_t n = sizes()[d];
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  IntList sz = sizes(), st = strides();
+  sz[d] = (end - start + step - 1) / step;
+  st[d] *= step;
+  int64_t off = storage_offset() + start * strides()[d];
+  IntList base = sizes();
+  return record_view("SliceBackward", *this, make_view(*this, sz, st, off),
+                     [base, d, start, end, step](const Tensor& g) {
+                       return scatter_into_zeros(g, base, [=](const Tensor& z) {
+                         return z.slice(d, start, end, step);
+                       });
+                     });
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  d = wrap_dim(d, dim(), "narrow");
+  int64_t n = sizes()[d];
+  if (start < 0) start += n;
+  KILN_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: start ", start,
+             " + length ", length, " exceeds dimension ", d, " of size ", n, " (sizes ", sizes(), ")");
+  return slice(d, start, start + length);
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  KILN_CHECK(dim() > 0, "select: cannot index a 0-dim tensor");
+  d = wrap_dim(d, dim(), "select");
+  int64_t n = sizes()[d];
+  KILN_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dimension ",
+             d, " of size ", n, " (sizes ", sizes(), ")");
+  if (index < 0) index += n;
+  IntList sz = sizes(), st = strides();
+  int64_t off = storage_offset() + index * st[d];
+  sz.erase(sz.begin() + d);
+  st.erase(st.begin() + d);
+  IntList base = sizes();
+  return record_view("SelectBackward", *this, make_view(*this, sz, st, off),
+                     [base, d, index](const Tensor& g) {
+                       return scatter_into_zeros(g, base, [=](const Tensor& z) {
+                         return z.select(d, index);
+                       });
+                     });
+}
+
+Tensor Tensor::squeeze() const {
+  IntList sz, st;
+  for (int64_t i = 0; i < dim(); ++i) {
+    if (sizes()[i] != 1) {
+      sz.push_back(sizes()[i]);
+      st.push_back(strides()[i]);
+    }
+  }
+  IntList old = sizes();
+  return record_view("SqueezeBackward", *this, make_view(*this, sz, st, storage_offset()),
+                     [old](const Tensor& g) { return g.reshape(old); });
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  if (dim() == 0) return *this;
+  d = wrap_dim(d, dim(), "squeeze");
+  if (sizes()[d] != 1) return *this;
+  IntList sz = sizes(), st = strides();
+  sz.erase(sz.begin() + d);
+  st.erase(st.begin() + d);
+  return record_view("SqueezeBackward", *this, make_view(*this, sz, st, storage_offset()),
+                     [d](const Tensor& g) { return g.unsqueeze(d); });
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = wrap_dim(d, dim() + 1, "unsqueeze");
+  IntList sz = sizes(), st = strides();
+  int64_t new_stride = d < dim() ? st[d] * sz[d] : 1;
+  sz.insert(sz.begin() + d, 1);
+  st.insert(st.begin() + d, new_stride);
+  return record_view("UnsqueezeBackward", *this, make_view(*this, sz, st, storage_offset()),
+                     [d](const Tensor& g) { return g.squeeze(d); });
+}
+
+Tensor Tensor::expand(const IntList& new_sizes) const {
+  int64_t n = static_cast<int64_t>(new_sizes.size());
+  KILN_CHECK(n >= dim(), "expand: the number of sizes provided (", n,
+             ") must be at least the number of dimensions (", dim(), ") of sizes ", sizes());
+  IntList sz(n), st(n);
+  for (int64_t i = n - 1; i >= 0; --i) {
+    int64_t j = i - (n - dim());
+    int64_t want = new_sizes[i];
+    if (j >= 0) {
+      int64_t have = sizes()[j];
+      if (want == -1) want = have;
+      KILN_CHECK(have == want || have == 1, "expand: cannot expand sizes ", sizes(), " to ",
+                 new_sizes, " (dimension ", i, ")");
+      sz[i] = want;
+      st[i] = have == want ? strides()[j] : 0;
+    } else {
+      KILN_CHECK(want >= 0, "expand: -1 is not allowed in a new leading dimension: ", new_sizes);
+      sz[i] = want;
+      st[i] = 0;
+    }
+  }
+  IntList old = sizes();
+  return record_view("ExpandBackward", *this, make_view(*this, sz, st, storage_offset()),
+                     [old](const Tensor& g) { return sum_to(g, old); });
+}
+
+Tensor Tensor::flatten(int64_t start, int64_t end) const {
+  if (dim() == 0) return reshape({1});
+  start = wrap_dim(start, dim(), "flatten");
+  end = wrap_dim(end, dim(), "flatten");
+  KILN_CHECK(start <= end, "flatten: start_dim ", start, " must not come after end_dim ", end);
+  IntList sz;
+  for (int64_t i = 0; i < start; ++i) sz.push_back(sizes()[i]);
+  int64_t p = 1;
+  for (int64_t i = start; i <= end; ++i) p *= sizes()[i];
+  sz.push_back(p);
+  for (int64_t i = end + 1; i < dim(); ++i) sz.push_back(sizes()[i]);
+  return reshape(sz);
+}
+
+// ---------------------------------------------------------------- in-place
+
+namespace {
+void check_inplace(const Tensor& t, const char* op) {
+  KILN_CHECK(t.defined(), op, ": tensor is undefined");
+  KILN_CHECK(!(GradMode::is_enabled() && t.requires_grad()), op,
+             ": in-place operation on a tensor that requires grad while grad mode is on; "
+             "wrap it in kiln::NoGradGuard or use the out-of-place op");
+}
+}  // namespace
+
+Tensor& Tensor::zero_() { return fill_(0.0); }
+
+Tensor& Tensor::fill_(double value) {
+  check_inplace(*this, "fill_");
+  kernels::fill(*this, value);
+  storage()->bump_version();
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
+  check_inplace(*this, "copy_");
+  KILN_CHECK(src.defined(), "copy_: source is undefined");
+  kernels::copy(*this, src, non_blocking);
+  storage()->bump_version();
+  return *this;
+}
+
+}  // namespace kiln

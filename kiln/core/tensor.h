@@ -1,0 +1,356 @@
+#pragma once
+// Tensor: a reference-counted handle to a strided view of a Storage, with autograd metadata.
+// Copying a Tensor copies the handle (like PyTorch); clone() copies the data.
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kiln/core/device.h"
+#include "kiln/core/dtype.h"
+#include "kiln/core/storage.h"
+
+namespace kiln {
+
+using IntList = std::vector<int64_t>;
+
+namespace autograd {
+class Node;
+struct AutogradMeta;
+}  // namespace autograd
+
+// Chainable creation options, as in libtorch: TensorOptions().dtype(DType::F64).requires_grad(true)
+struct TensorOptions {
+  DType dtype_ = DType::F32;
+  Device device_ = Device::cpu();
+  bool requires_grad_ = false;
+  bool pinned_memory_ = false;
+
+  TensorOptions() = default;
+  TensorOptions(DType d) : dtype_(d) {}    // NOLINT: implicit, like libtorch
+  TensorOptions(Device d) : device_(d) {}  // NOLINT
+  TensorOptions& dtype(DType d) { dtype_ = d; return *this; }
+  TensorOptions& device(Device d) { device_ = d; return *this; }
+  TensorOptions& requires_grad(bool r = true) { requires_grad_ = r; return *this; }
+  TensorOptions& pinned_memory(bool p = true) { pinned_memory_ = p; return *this; }
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  IntList sizes;
+  IntList strides;  // in elements
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::F32;
+  std::unique_ptr<autograd::AutogradMeta> autograd;  // created on first use
+
+  TensorImpl();
+  ~TensorImpl();
+  int64_t numel() const;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- metadata
+  bool defined() const { return impl_ != nullptr; }
+  const IntList& sizes() const;
+  const IntList& strides() const;
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const;
+  int64_t numel() const;
+  int64_t storage_offset() const;
+  DType dtype() const;
+  Device device() const;
+  TensorOptions options() const;  // dtype and device (not requires_grad)
+  bool is_contiguous() const;
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_floating_point() const { return is_floating(dtype()); }
+  bool is_pinned() const;
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+  size_t element_size() const { return kiln::element_size(dtype()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  const std::shared_ptr<Storage>& storage() const;
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+  // Raw pointer to the first element of this view. T must match dtype().
+  void* data_ptr() const;
+  template <class T> T* data_ptr() const;
+  // Reads a one-element tensor (synchronises with the device if the tensor lives there).
+  template <class T> T item() const;
+  double item() const { return item<double>(); }
+
+  // ---- conversions and copies
+  Tensor to(DType dtype) const;
+  Tensor to(Device device, bool non_blocking = false) const;
+  Tensor to(Device device, DType dtype, bool non_blocking = false) const;
+  Tensor cpu() const { return to(Device::cpu()); }
+  Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor pin_memory() const;
+
+  // ---- views (no copy; share storage and version counter)
+  Tensor view(const IntList& sizes) const;
+  Tensor reshape(const IntList& sizes) const;  // a view when possible, else a copy
+  Tensor permute(const IntList& dims) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const;  // 2-D transpose
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor expand(const IntList& sizes) const;  // -1 keeps a size
+  Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor view_as(const Tensor& other) const { return view(other.sizes()); }
+
+  // ---- autograd
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool r = true);
+  const Tensor& grad() const;  // undefined tensor when there is none
+  Tensor& mutable_grad();      // for optimizers and loss scalers
+  void set_grad(const Tensor& g);
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
+  bool is_leaf() const;
+  uint32_t output_nr() const;
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false,
+                bool create_graph = false) const;
+  Tensor detach() const;
+  Tensor& detach_();
+  void retain_grad() const;
+  // Runs when the gradient for this tensor is computed; may return a replacement gradient
+  // (return an undefined Tensor to keep it). Returns a handle for remove_hook.
+  size_t register_hook(std::function<Tensor(const Tensor&)> hook) const;
+  void remove_hook(size_t handle) const;
+  // Leaves only: runs after the gradient has been accumulated into grad().
+  void register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook) const;
+  uint64_t version() const;
+
+  // ---- in-place (not recorded by autograd; they bump the version counter)
+  Tensor& zero_();
+  Tensor& fill_(double value);
+  Tensor& copy_(const Tensor& src, bool non_blocking = false);
+  Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& add_(double other);
+  Tensor& sub_(const Tensor& other) { return add_(other, -1.0); }
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(double other);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(double other) { return mul_(1.0 / other); }
+  Tensor& clamp_(double min, double max);
+
+  // ---- math (differentiable; defined in kiln/ops)
+  Tensor add(const Tensor& o) const;
+  Tensor sub(const Tensor& o) const;
+  Tensor mul(const Tensor& o) const;
+  Tensor div(const Tensor& o) const;
+  Tensor neg() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor abs() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor gelu(const std::string& approximate = "none") const;
+  Tensor silu() const;
+  Tensor pow(double exponent) const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor square() const;
+  Tensor clamp(double min, double max) const;
+  Tensor clamp_min(double min) const;
+  Tensor clamp_max(double max) const;
+
+  Tensor eq(const Tensor& o) const;
+  Tensor ne(const Tensor& o) const;
+  Tensor lt(const Tensor& o) const;
+  Tensor le(const Tensor& o) const;
+  Tensor gt(const Tensor& o) const;
+  Tensor ge(const Tensor& o) const;
+  Tensor eq(double o) const;
+  Tensor ne(double o) const;
+  Tensor lt(double o) const;
+  Tensor le(double o) const;
+  Tensor gt(double o) const;
+  Tensor ge(double o) const;
+
+  Tensor sum() const;
+  Tensor sum(const IntList& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const IntList& dims, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor min() const;
+  std::tuple<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;  // values, indices
+  std::tuple<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;
+  Tensor amax(const IntList& dims, bool keepdim = false) const;
+  Tensor amin(const IntList& dims, bool keepdim = false) const;
+  Tensor argmax() const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor argmin(int64_t dim, bool keepdim = false) const;
+  // correction = 1 is the unbiased estimate (PyTorch's default), 0 the population variance
+  Tensor var(const IntList& dims, int64_t correction = 1, bool keepdim = false) const;
+  Tensor var(int64_t correction = 1) const;
+  Tensor std(const IntList& dims, int64_t correction = 1, bool keepdim = false) const;
+
+  Tensor matmul(const Tensor& o) const;
+  Tensor mm(const Tensor& o) const;
+  Tensor bmm(const Tensor& o) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+
+  std::string str() const;  // what operator<< prints
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+std::ostream& operator<<(std::ostream& os, const IntList& sizes);
+
+// ---- creation
+Tensor empty(const IntList& sizes, const TensorOptions& opts = {});
+Tensor zeros(const IntList& sizes, const TensorOptions& opts = {});
+Tensor ones(const IntList& sizes, const TensorOptions& opts = {});
+Tensor full(const IntList& sizes, double value, const TensorOptions& opts = {});
+Tensor arange(double end, const TensorOptions& opts = {});
+Tensor arange(double start, double end, double step = 1.0, const TensorOptions& opts = {});
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor empty_like(const Tensor& t);
+Tensor full_like(const Tensor& t, double value);
+// Uniform [0, 1) and standard normal from the device's Philox generator.
+Tensor rand(const IntList& sizes, const TensorOptions& opts = {});
+Tensor randn(const IntList& sizes, const TensorOptions& opts = {});
+Tensor rand_like(const Tensor& t);
+Tensor randn_like(const Tensor& t);
+// Integers uniformly in [low, high).
+Tensor randint(int64_t low, int64_t high, const IntList& sizes, const TensorOptions& opts = DType::I64);
+// Copies host data into a new 1-D tensor (then to opts' device). The dtype follows T unless opts
+// names another.
+template <class T>
+Tensor tensor(const std::vector<T>& values, const TensorOptions& opts);
+template <class T>
+Tensor tensor(const std::vector<T>& values) {
+  return tensor(values, TensorOptions().dtype(dtype_of<T>::value));
+}
+inline Tensor tensor(std::initializer_list<double> values, const TensorOptions& opts = {}) {
+  return tensor(std::vector<double>(values), opts);
+}
+Tensor scalar_tensor(double value, const TensorOptions& opts = {});
+// Zero-copy view of memory the caller owns (torch.from_blob / as_tensor). `deleter` (may be
+// empty) runs when the last tensor viewing the memory is destroyed.
+Tensor from_blob(void* data, const IntList& sizes, std::function<void(void*)> deleter = {},
+                 const TensorOptions& opts = {});
+Tensor from_blob(void* data, const IntList& sizes, const IntList& strides,
+                 std::function<void(void*)> deleter = {}, const TensorOptions& opts = {});
+
+// ---- free-function forms of the ops
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, double b);
+Tensor operator!=(const Tensor& a, double b);
+Tensor operator<(const Tensor& a, double b);
+Tensor operator<=(const Tensor& a, double b);
+Tensor operator>(const Tensor& a, double b);
+Tensor operator>=(const Tensor& a, double b);
+Tensor& operator+=(Tensor& a, const Tensor& b);
+Tensor& operator-=(Tensor& a, const Tensor& b);
+Tensor& operator*=(Tensor& a, const Tensor& b);
+Tensor& operator/=(Tensor& a, const Tensor& b);
+Tensor& operator+=(Tensor& a, double b);
+Tensor& operator-=(Tensor& a, double b);
+Tensor& operator*=(Tensor& a, double b);
+Tensor& operator/=(Tensor& a, double b);
+
+Tensor add(const Tensor& a, const Tensor& b, double alpha = 1.0);
+Tensor sub(const Tensor& a, const Tensor& b, double alpha = 1.0);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor neg(const Tensor& a);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor rsqrt(const Tensor& a);
+Tensor abs(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor erf(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor relu(const Tensor& a);
+Tensor gelu(const Tensor& a, const std::string& approximate = "none");  // "none" (erf) or "tanh"
+Tensor silu(const Tensor& a);
+Tensor pow(const Tensor& a, double exponent);
+Tensor pow(const Tensor& a, const Tensor& exponent);
+Tensor pow(double base, const Tensor& exponent);
+Tensor clamp(const Tensor& a, double min, double max);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& condition, const Tensor& a, double b);
+Tensor where(const Tensor& condition, double a, const Tensor& b);
+Tensor isnan(const Tensor& a);
+Tensor isinf(const Tensor& a);
+Tensor isfinite(const Tensor& a);
+Tensor logical_not(const Tensor& a);
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
+bool equal(const Tensor& a, const Tensor& b);  // same shape and identical values
+
+Tensor sum(const Tensor& a, const IntList& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& a, const IntList& dims = {}, bool keepdim = false);
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor mm(const Tensor& a, const Tensor& b);
+Tensor bmm(const Tensor& a, const Tensor& b);
+Tensor softmax(const Tensor& a, int64_t dim);
+Tensor log_softmax(const Tensor& a, int64_t dim);
+Tensor logsumexp(const Tensor& a, const IntList& dims, bool keepdim = false);
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index);
+Tensor gather(const Tensor& a, int64_t dim, const Tensor& index);
+// out[i..., :] = weight[indices[i...], :]
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+Tensor one_hot(const Tensor& indices, int64_t num_classes = -1);
+
+enum class Reduction { None, Mean, Sum };
+// input: [N, C] or [N, C, d1, ...] logits; target: class indices [N] / [N, d1, ...].
+Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_index = -100,
+                     double label_smoothing = 0.0, Reduction reduction = Reduction::Mean);
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100,
+                Reduction reduction = Reduction::Mean);
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+// ---- RNG
+// Seeds every device's default Philox generator.
+void manual_seed(uint64_t seed);
+
+}  // namespace kiln

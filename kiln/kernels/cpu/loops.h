@@ -1,0 +1,102 @@
+#pragma once
+// CPU launchers for the shared pointwise functors. A PointwiseIter is split into rows along its
+// innermost dimension; rows are spread over OpenMP threads, and a row whose operands are all
+// contiguous runs as a plain typed loop the compiler vectorizes.
+#include <omp.h>
+
+#include <cstdint>
+
+#include "kiln/core/dtype.h"
+#include "kiln/kernels/pointwise_iter.h"
+
+namespace kiln::kernels::cpu {
+
+// Below this many elements a kernel runs on the calling thread (thread start-up costs more).
+constexpr int64_t kParallelGrain = 32768;
+
+// Calls row(ptrs, n, inner_strides) for every contiguous run of the iteration space.
+template <class RowFn>
+void for_each_row(const PointwiseIter& it, RowFn row) {
+  const int nops = it.noperands;
+  if (it.numel == 0) return;
+  if (it.ndim == 0) {
+    int64_t zero[kMaxOperands] = {};
+    char* p[kMaxOperands];
+    for (int k = 0; k < nops; ++k) p[k] = it.data[k];
+    row(p, int64_t{1}, zero);
+    return;
+  }
+  const int64_t inner = it.sizes[it.ndim - 1];
+  int64_t inner_st[kMaxOperands];
+  for (int k = 0; k < nops; ++k) inner_st[k] = it.strides[k][it.ndim - 1];
+  const int64_t rows = it.numel / inner;
+  if (rows == 1) {  // one long row: split it into chunks
+    const int64_t chunks = it.numel >= kParallelGrain ? omp_get_max_threads() : 1;
+    const int64_t per = (inner + chunks - 1) / chunks;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      int64_t begin = c * per, n = std::min(inner, begin + per) - begin;
+      if (n <= 0) continue;
+      char* p[kMaxOperands];
+      for (int k = 0; k < nops; ++k) p[k] = it.data[k] + begin * inner_st[k];
+      row(p, n, inner_st);
+    }
+    return;
+  }
+#pragma omp parallel for schedule(static) if (it.numel >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    char* p[kMaxOperands];
+    for (int k = 0; k < nops; ++k) p[k] = it.data[k];
+    int64_t rem = r;
+    for (int d = it.ndim - 2; d >= 0; --d) {
+      int64_t i = rem % it.sizes[d];
+      rem /= it.sizes[d];
+      for (int k = 0; k < nops; ++k) p[k] += i * it.strides[k][d];
+    }
+    row(p, inner, inner_st);
+  }
+}
+
+// out = f(in...) elementwise. Out and In are storage types; f gets and returns opmath values.
+template <class Out, class In, class F>
+void unary_loop(const PointwiseIter& it, F f) {
+  for_each_row(it, [&](char** p, int64_t n, const int64_t* st) {
+    Out* o = reinterpret_cast<Out*>(p[0]);
+    const In* a = reinterpret_cast<const In*>(p[1]);
+    if (st[0] == sizeof(Out) && st[1] == sizeof(In)) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(f(static_cast<opmath_t<In>>(a[i])));
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        *reinterpret_cast<Out*>(p[0] + i * st[0]) =
+            static_cast<Out>(f(static_cast<opmath_t<In>>(*reinterpret_cast<const In*>(p[1] + i * st[1]))));
+      }
+    }
+  });
+}
+
+template <class Out, class In, class F>
+void binary_loop(const PointwiseIter& it, F f) {
+  for_each_row(it, [&](char** p, int64_t n, const int64_t* st) {
+    using M = opmath_t<In>;
+    Out* o = reinterpret_cast<Out*>(p[0]);
+    const In* a = reinterpret_cast<const In*>(p[1]);
+    const In* b = reinterpret_cast<const In*>(p[2]);
+    if (st[0] == sizeof(Out) && st[1] == sizeof(In) && st[2] == sizeof(In)) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(f(static_cast<M>(a[i]), static_cast<M>(b[i])));
+    } else if (st[0] == sizeof(Out) && st[1] == sizeof(In) && st[2] == 0) {  // tensor op scalar
+      const M bv = static_cast<M>(*b);
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(f(static_cast<M>(a[i]), bv));
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        M x = static_cast<M>(*reinterpret_cast<const In*>(p[1] + i * st[1]));
+        M y = static_cast<M>(*reinterpret_cast<const In*>(p[2] + i * st[2]));
+        *reinterpret_cast<Out*>(p[0] + i * st[0]) = static_cast<Out>(f(x, y));
+      }
+    }
+  });
+}
+
+}  // namespace kiln::kernels::cpu

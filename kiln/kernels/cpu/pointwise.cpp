@@ -1,0 +1,249 @@
+// CPU pointwise kernels: map each op enum to its shared functor and run it through loops.h.
+#include <cstring>
+
+#include "kiln/core/philox.h"
+#include "kiln/kernels/cpu/cpu_kernels.h"
+#include "kiln/kernels/cpu/loops.h"
+#include "kiln/kernels/math/pointwise.h"
+
+namespace kiln::kernels::cpu {
+
+namespace {
+
+template <class F>
+void run_unary_float(const PointwiseIter& it, DType dt, const char* name, F f) {
+  dispatch_floating(dt, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    unary_loop<T, T>(it, f);
+  });
+}
+
+template <class F>
+void run_unary_numeric(const PointwiseIter& it, DType dt, const char* name, F f) {
+  dispatch_numeric(dt, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    unary_loop<T, T>(it, f);
+  });
+}
+
+template <class F>
+void run_predicate(const PointwiseIter& it, DType dt, const char* name, F f) {
+  dispatch_all(dt, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    unary_loop<bool, T>(it, f);
+  });
+}
+
+template <class F>
+void run_binary_float(const PointwiseIter& it, DType dt, const char* name, F f) {
+  dispatch_floating(dt, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    binary_loop<T, T>(it, f);
+  });
+}
+
+template <class F>
+void run_binary_numeric(const PointwiseIter& it, DType dt, const char* name, F f) {
+  dispatch_numeric(dt, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    binary_loop<T, T>(it, f);
+  });
+}
+
+template <class F>
+void run_comparison(const PointwiseIter& it, DType dt, const char* name, F f) {
+  dispatch_all(dt, name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    binary_loop<bool, T>(it, f);
+  });
+}
+
+}  // namespace
+
+void unary(UnaryOp op, const Tensor& out, const Tensor& in, double a, double b) {
+  const char* name = op_name(op);
+  if (is_predicate(op)) {
+    KILN_CHECK(out.dtype() == DType::Bool, name, ": output must be bool, got ", out.dtype());
+  } else {
+    KILN_CHECK(out.dtype() == in.dtype(), name, ": output dtype ", out.dtype(),
+               " differs from input dtype ", in.dtype());
+  }
+  PointwiseIter it = make_pointwise_iter(out, {&in}, name);
+  DType dt = in.dtype();
+  using namespace math;
+  switch (op) {
+    case UnaryOp::Neg: return run_unary_numeric(it, dt, name, Neg{});
+    case UnaryOp::Exp: return run_unary_float(it, dt, name, Exp{});
+    case UnaryOp::Log: return run_unary_float(it, dt, name, Log{});
+    case UnaryOp::Sqrt: return run_unary_float(it, dt, name, Sqrt{});
+    case UnaryOp::Rsqrt: return run_unary_float(it, dt, name, Rsqrt{});
+    case UnaryOp::Abs: return run_unary_numeric(it, dt, name, Abs{});
+    case UnaryOp::Tanh: return run_unary_float(it, dt, name, Tanh{});
+    case UnaryOp::Sigmoid: return run_unary_float(it, dt, name, Sigmoid{});
+    case UnaryOp::Relu: return run_unary_numeric(it, dt, name, Relu{});
+    case UnaryOp::GeluErf: return run_unary_float(it, dt, name, GeluErf{});
+    case UnaryOp::GeluTanh: return run_unary_float(it, dt, name, GeluTanh{});
+    case UnaryOp::Silu: return run_unary_float(it, dt, name, Silu{});
+    case UnaryOp::Square: return run_unary_numeric(it, dt, name, Square{});
+    case UnaryOp::Reciprocal: return run_unary_float(it, dt, name, Reciprocal{});
+    case UnaryOp::Sign: return run_unary_numeric(it, dt, name, Sign{});
+    case UnaryOp::PowScalar: return run_unary_float(it, dt, name, PowScalar{a});
+    case UnaryOp::Clamp: return run_unary_numeric(it, dt, name, Clamp{a, b});
+    case UnaryOp::AddScalar: return run_unary_numeric(it, dt, name, AddScalar{a});
+    case UnaryOp::MulScalar: return run_unary_numeric(it, dt, name, MulScalar{a});
+    case UnaryOp::RSubScalar: return run_unary_numeric(it, dt, name, RSubScalar{a});
+    case UnaryOp::RDivScalar: return run_unary_float(it, dt, name, RDivScalar{a});
+    case UnaryOp::RPowScalar: return run_unary_float(it, dt, name, RPowScalar{a});
+    case UnaryOp::Erf: return run_unary_float(it, dt, name, Erf{});
+    case UnaryOp::IsNan: return run_predicate(it, dt, name, IsNan{});
+    case UnaryOp::IsInf: return run_predicate(it, dt, name, IsInf{});
+    case UnaryOp::IsFinite: return run_predicate(it, dt, name, IsFinite{});
+    case UnaryOp::LogicalNot: return run_predicate(it, dt, name, LogicalNot{});
+  }
+}
+
+void binary(BinaryOp op, const Tensor& out, const Tensor& x, const Tensor& y, double alpha,
+            double beta) {
+  const char* name = op_name(op);
+  KILN_CHECK(x.dtype() == y.dtype(), name, ": operands have different dtypes ", x.dtype(), " and ",
+             y.dtype());
+  if (is_comparison(op)) {
+    KILN_CHECK(out.dtype() == DType::Bool, name, ": output must be bool, got ", out.dtype());
+  } else {
+    KILN_CHECK(out.dtype() == x.dtype(), name, ": output dtype ", out.dtype(),
+               " differs from input dtype ", x.dtype());
+  }
+  PointwiseIter it = make_pointwise_iter(out, {&x, &y}, name);
+  DType dt = x.dtype();
+  using namespace math;
+  switch (op) {
+    case BinaryOp::Add: return run_binary_numeric(it, dt, name, Add{alpha});
+    case BinaryOp::Sub: return run_binary_numeric(it, dt, name, Sub{alpha});
+    case BinaryOp::Mul: return run_binary_numeric(it, dt, name, Mul{});
+    case BinaryOp::Div: return run_binary_float(it, dt, name, Div{});
+    case BinaryOp::Pow: return run_binary_float(it, dt, name, Pow{});
+    case BinaryOp::Maximum: return run_binary_numeric(it, dt, name, Maximum{});
+    case BinaryOp::Minimum: return run_binary_numeric(it, dt, name, Minimum{});
+    case BinaryOp::ReluBackward: return run_binary_float(it, dt, name, ReluBackward{});
+    case BinaryOp::SigmoidBackward: return run_binary_float(it, dt, name, SigmoidBackward{});
+    case BinaryOp::TanhBackward: return run_binary_float(it, dt, name, TanhBackward{});
+    case BinaryOp::GeluErfBackward: return run_binary_float(it, dt, name, GeluErfBackward{});
+    case BinaryOp::GeluTanhBackward: return run_binary_float(it, dt, name, GeluTanhBackward{});
+    case BinaryOp::SiluBackward: return run_binary_float(it, dt, name, SiluBackward{});
+    case BinaryOp::ClampBackward: return run_binary_float(it, dt, name, ClampBackward{alpha, beta});
+    case BinaryOp::Eq: return run_comparison(it, dt, name, Eq{});
+    case BinaryOp::Ne: return run_comparison(it, dt, name, Ne{});
+    case BinaryOp::Lt: return run_comparison(it, dt, name, Lt{});
+    case BinaryOp::Le: return run_comparison(it, dt, name, Le{});
+    case BinaryOp::Gt: return run_comparison(it, dt, name, Gt{});
+    case BinaryOp::Ge: return run_comparison(it, dt, name, Ge{});
+    case BinaryOp::LogicalAnd: return run_comparison(it, dt, name, LogicalAnd{});
+    case BinaryOp::LogicalOr: return run_comparison(it, dt, name, LogicalOr{});
+  }
+}
+
+void where(const Tensor& out, const Tensor& cond, const Tensor& x, const Tensor& y) {
+  KILN_CHECK(cond.dtype() == DType::Bool, "where: condition must be bool, got ", cond.dtype());
+  KILN_CHECK(x.dtype() == y.dtype() && out.dtype() == x.dtype(), "where: dtypes differ: ",
+             x.dtype(), ", ", y.dtype(), " -> ", out.dtype());
+  PointwiseIter it = make_pointwise_iter(out, {&cond, &x, &y}, "where");
+  dispatch_all(x.dtype(), "where", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for_each_row(it, [&](char** p, int64_t n, const int64_t* st) {
+      for (int64_t i = 0; i < n; ++i) {
+        bool c = *reinterpret_cast<const bool*>(p[1] + i * st[1]);
+        *reinterpret_cast<T*>(p[0] + i * st[0]) =
+            *reinterpret_cast<const T*>(p[c ? 2 : 3] + i * st[c ? 2 : 3]);
+      }
+    });
+  });
+}
+
+void copy(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;
+  PointwiseIter it = make_pointwise_iter(dst, {&src}, "copy_");
+  if (dst.dtype() == src.dtype() && it.is_flat_contiguous()) {
+    std::memcpy(it.data[0], it.data[1], dst.nbytes());
+    return;
+  }
+  dispatch_all(dst.dtype(), "copy_", [&](auto out_tag) {
+    using O = typename decltype(out_tag)::type;
+    dispatch_all(src.dtype(), "copy_", [&](auto in_tag) {
+      using I = typename decltype(in_tag)::type;
+      if constexpr (std::is_same_v<O, bool>) {
+        unary_loop<O, I>(it, [](opmath_t<I> v) { return v != opmath_t<I>(0); });
+      } else if constexpr (std::is_same_v<O, Half> || std::is_same_v<O, BFloat16>) {
+        unary_loop<O, I>(it, [](opmath_t<I> v) { return static_cast<float>(v); });
+      } else {
+        unary_loop<O, I>(it, [](opmath_t<I> v) { return static_cast<O>(v); });
+      }
+    });
+  });
+}
+
+void fill(const Tensor& dst, double value) {
+  if (dst.numel() == 0) return;
+  PointwiseIter it = make_pointwise_iter(dst, {}, "fill_");
+  dispatch_all(dst.dtype(), "fill_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T v;
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) v = T(static_cast<float>(value));
+    else v = static_cast<T>(value);
+    for_each_row(it, [&](char** p, int64_t n, const int64_t* st) {
+      if (st[0] == sizeof(T)) {
+        T* o = reinterpret_cast<T*>(p[0]);
+        for (int64_t i = 0; i < n; ++i) o[i] = v;
+      } else {
+        for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * st[0]) = v;
+      }
+    });
+  });
+}
+
+namespace {
+// Random fills address elements by their logical (row-major) index, so the numbers do not
+// depend on the strides of dst or on the thread count.
+template <class Gen>
+void fill_random(const Tensor& dst, const char* name, Gen gen) {
+  Tensor target = dst.is_contiguous() ? dst : empty(dst.sizes(), dst.options());
+  const int64_t n = target.numel();
+  dispatch_numeric(target.dtype(), name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = static_cast<T*>(target.data_ptr());
+#pragma omp parallel for schedule(static) if (n >= 4096)
+    for (int64_t i = 0; i < n; ++i) p[i] = gen(TypeTag<T>{}, static_cast<uint64_t>(i));
+  });
+  if (!target.is_same(dst)) copy(dst, target);
+}
+}  // namespace
+
+void fill_uniform(const Tensor& dst, uint64_t seed, uint64_t offset) {
+  fill_random(dst, "rand", [=](auto tag, uint64_t i) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, double>) return philox::uniform_d(seed, offset, i);
+    else return T(philox::uniform_f(seed, offset, i));
+  });
+}
+
+void fill_normal(const Tensor& dst, uint64_t seed, uint64_t offset) {
+  fill_random(dst, "randn", [=](auto tag, uint64_t i) {
+    using T = typename decltype(tag)::type;
+    double z = philox::normal_d(seed, offset, i);
+    if constexpr (std::is_same_v<T, double>) return z;
+    else return T(static_cast<float>(z));
+  });
+}
+
+void fill_randint(const Tensor& dst, int64_t low, int64_t high, uint64_t seed, uint64_t offset) {
+  const uint64_t range = static_cast<uint64_t>(high - low);
+  fill_random(dst, "randint", [=](auto tag, uint64_t i) {
+    using T = typename decltype(tag)::type;
+    philox::U32x4 blk = philox::element_block(seed, offset, i);
+    uint64_t r = ((static_cast<uint64_t>(blk.v[0]) << 32) | blk.v[1]) % range;
+    int64_t v = low + static_cast<int64_t>(r);
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return T(static_cast<float>(v));
+    else return static_cast<T>(v);
+  });
+}
+
+}  // namespace kiln::kernels::cpu

@@ -1,0 +1,72 @@
+// Softmax / log-softmax over the last dimension of a contiguous tensor, one row per iteration,
+// rows spread across threads. Computed in opmath precision with the max subtracted first.
+#include <cmath>
+
+#include "kiln/kernels/cpu/cpu_kernels.h"
+#include "kiln/kernels/cpu/loops.h"
+
+namespace kiln::kernels::cpu {
+
+void softmax(const Tensor& out, const Tensor& in, bool log) {
+  KILN_CHECK(in.is_contiguous() && out.is_contiguous() && in.dtype() == out.dtype(),
+             "softmax: expects contiguous operands of one dtype");
+  if (in.numel() == 0) return;
+  const int64_t n = in.dim() == 0 ? 1 : in.size(-1);
+  const int64_t rows = in.numel() / n;
+  dispatch_floating(in.dtype(), log ? "log_softmax" : "softmax", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    const T* ip = static_cast<const T*>(in.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+#pragma omp parallel for schedule(static) if (in.numel() >= kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* x = ip + r * n;
+      T* y = op + r * n;
+      M mx = -INFINITY;
+      for (int64_t i = 0; i < n; ++i) mx = std::max(mx, static_cast<M>(x[i]));
+      if (std::isinf(mx) && mx < 0) mx = 0;  // a row of -inf: avoid (-inf) - (-inf)
+      M sum = 0;
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<M>(x[i]) - mx);
+      if (log) {
+        M lse = mx + std::log(sum);
+        for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(static_cast<M>(x[i]) - lse);
+      } else {
+        M inv = M(1) / sum;
+        for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(std::exp(static_cast<M>(x[i]) - mx) * inv);
+      }
+    }
+  });
+}
+
+void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& out, bool log) {
+  KILN_CHECK(grad_in.is_contiguous() && grad_out.is_contiguous() && out.is_contiguous(),
+             "softmax_backward: expects contiguous operands");
+  if (out.numel() == 0) return;
+  const int64_t n = out.dim() == 0 ? 1 : out.size(-1);
+  const int64_t rows = out.numel() / n;
+  dispatch_floating(out.dtype(), "softmax_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using M = opmath_t<T>;
+    const T* g = static_cast<const T*>(grad_out.data_ptr());
+    const T* y = static_cast<const T*>(out.data_ptr());
+    T* gi = static_cast<T*>(grad_in.data_ptr());
+#pragma omp parallel for schedule(static) if (out.numel() >= kParallelGrain)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* gr = g + r * n;
+      const T* yr = y + r * n;
+      T* o = gi + r * n;
+      M dot = 0;
+      if (log) {
+        for (int64_t i = 0; i < n; ++i) dot += static_cast<M>(gr[i]);
+        for (int64_t i = 0; i < n; ++i)
+          o[i] = static_cast<T>(static_cast<M>(gr[i]) - std::exp(static_cast<M>(yr[i])) * dot);
+      } else {
+        for (int64_t i = 0; i < n; ++i) dot += static_cast<M>(gr[i]) * static_cast<M>(yr[i]);
+        for (int64_t i = 0; i < n; ++i)
+          o[i] = static_cast<T>(static_cast<M>(yr[i]) * (static_cast<M>(gr[i]) - dot));
+      }
+    }
+  });
+}
+
+}  // namespace kiln::kernels::cpu

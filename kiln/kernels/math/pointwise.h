@@ -1,0 +1,152 @@
+#pragma once
+// Pointwise math, written once for both backends (DESIGN.md §3.1). Each functor computes in
+// T = opmath type (float for the 16-bit dtypes, else the dtype itself); the CPU loops in
+// kernels/cpu and the CUDA kernels in kernels/cuda only differ in how they launch these.
+#include <cmath>
+
+#include "kiln/core/macros.h"
+
+namespace kiln::math {
+
+#if !defined(__CUDACC__)
+// Host builds: make the float overloads of the <cmath> functions visible unqualified, as the
+// CUDA headers do for device code.
+using std::cos; using std::erf; using std::exp; using std::log; using std::pow;
+using std::sqrt; using std::tanh;
+#endif
+
+// ---- unary
+struct Neg { template <class T> KILN_INLINE T operator()(T x) const { return -x; } };
+struct Exp { template <class T> KILN_INLINE T operator()(T x) const { return exp(x); } };
+struct Log { template <class T> KILN_INLINE T operator()(T x) const { return log(x); } };
+struct Sqrt { template <class T> KILN_INLINE T operator()(T x) const { return sqrt(x); } };
+struct Rsqrt { template <class T> KILN_INLINE T operator()(T x) const { return T(1) / sqrt(x); } };
+struct Abs { template <class T> KILN_INLINE T operator()(T x) const { return x < T(0) ? -x : x; } };
+struct Erf { template <class T> KILN_INLINE T operator()(T x) const { return erf(x); } };
+struct Tanh { template <class T> KILN_INLINE T operator()(T x) const { return tanh(x); } };
+struct Square { template <class T> KILN_INLINE T operator()(T x) const { return x * x; } };
+struct Reciprocal { template <class T> KILN_INLINE T operator()(T x) const { return T(1) / x; } };
+struct Sign {
+  template <class T> KILN_INLINE T operator()(T x) const { return T((T(0) < x) - (x < T(0))); }
+};
+struct Relu { template <class T> KILN_INLINE T operator()(T x) const { return x > T(0) ? x : T(0); } };
+
+struct Sigmoid {
+  template <class T> KILN_INLINE T operator()(T x) const { return T(1) / (T(1) + exp(-x)); }
+};
+
+// x * sigmoid(x)
+struct Silu {
+  template <class T> KILN_INLINE T operator()(T x) const { return x / (T(1) + exp(-x)); }
+};
+
+// GELU, exact form: x * Phi(x) = x * 0.5 * (1 + erf(x / sqrt(2))). This is the fused GELU of
+// GUIDE-TIPS #18: one read, one write instead of five passes.
+struct GeluErf {
+  template <class T> KILN_INLINE T operator()(T x) const {
+    return x * T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+  }
+};
+
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+struct GeluTanh {
+  template <class T> KILN_INLINE T operator()(T x) const {
+    T inner = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+    return T(0.5) * x * (T(1) + tanh(inner));
+  }
+};
+
+// ---- unary with scalar parameters (a, b)
+struct PowScalar {
+  double a;
+  template <class T> KILN_INLINE T operator()(T x) const {
+    if (a == 2.0) return x * x;
+    if (a == 1.0) return x;
+    if (a == 0.5) return sqrt(x);
+    return pow(x, T(a));
+  }
+};
+struct Clamp {
+  double lo, hi;
+  template <class T> KILN_INLINE T operator()(T x) const {
+    T l = T(lo), h = T(hi);
+    return x != x ? x : (x < l ? l : (x > h ? h : x));  // NaN passes through
+  }
+};
+struct AddScalar { double a; template <class T> KILN_INLINE T operator()(T x) const { return x + T(a); } };
+struct MulScalar { double a; template <class T> KILN_INLINE T operator()(T x) const { return x * T(a); } };
+struct RSubScalar { double a; template <class T> KILN_INLINE T operator()(T x) const { return T(a) - x; } };
+struct RDivScalar { double a; template <class T> KILN_INLINE T operator()(T x) const { return T(a) / x; } };
+struct RPowScalar { double a; template <class T> KILN_INLINE T operator()(T x) const { return pow(T(a), x); } };
+
+// ---- predicates (bool result)
+struct IsNan { template <class T> KILN_INLINE bool operator()(T x) const { return x != x; } };
+struct IsInf {
+  template <class T> KILN_INLINE bool operator()(T x) const { return x == x && (x - x) != (x - x); }
+};
+struct IsFinite { template <class T> KILN_INLINE bool operator()(T x) const { return (x - x) == (x - x); } };
+struct LogicalNot { template <class T> KILN_INLINE bool operator()(T x) const { return !(x != T(0)); } };
+
+// ---- binary
+struct Add { double alpha; template <class T> KILN_INLINE T operator()(T x, T y) const { return alpha == 1.0 ? x + y : x + T(alpha) * y; } };
+struct Sub { double alpha; template <class T> KILN_INLINE T operator()(T x, T y) const { return alpha == 1.0 ? x - y : x - T(alpha) * y; } };
+struct Mul { template <class T> KILN_INLINE T operator()(T x, T y) const { return x * y; } };
+struct Div { template <class T> KILN_INLINE T operator()(T x, T y) const { return x / y; } };
+struct Pow { template <class T> KILN_INLINE T operator()(T x, T y) const { return pow(x, y); } };
+struct Maximum {
+  template <class T> KILN_INLINE T operator()(T x, T y) const { return (x != x || x > y) ? x : y; }
+};
+struct Minimum {
+  template <class T> KILN_INLINE T operator()(T x, T y) const { return (x != x || x < y) ? x : y; }
+};
+
+// ---- fused backward formulas: (g, saved) -> dL/dx
+struct ReluBackward {  // saved = y
+  template <class T> KILN_INLINE T operator()(T g, T y) const { return y > T(0) ? g : T(0); }
+};
+struct SigmoidBackward {  // saved = y
+  template <class T> KILN_INLINE T operator()(T g, T y) const { return g * y * (T(1) - y); }
+};
+struct TanhBackward {  // saved = y
+  template <class T> KILN_INLINE T operator()(T g, T y) const { return g * (T(1) - y * y); }
+};
+struct GeluErfBackward {  // saved = x: Phi(x) + x * phi(x)
+  template <class T> KILN_INLINE T operator()(T g, T x) const {
+    T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+    T pdf = T(0.39894228040143267794) * exp(T(-0.5) * x * x);
+    return g * (cdf + x * pdf);
+  }
+};
+struct GeluTanhBackward {  // saved = x
+  template <class T> KILN_INLINE T operator()(T g, T x) const {
+    const T k = T(0.79788456080286535588), c = T(0.044715);
+    T x2 = x * x;
+    T t = tanh(k * (x + c * x2 * x));
+    T dinner = k * (T(1) + T(3) * c * x2);
+    return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * dinner);
+  }
+};
+struct SiluBackward {  // saved = x: s * (1 + x * (1 - s))
+  template <class T> KILN_INLINE T operator()(T g, T x) const {
+    T s = T(1) / (T(1) + exp(-x));
+    return g * s * (T(1) + x * (T(1) - s));
+  }
+};
+struct ClampBackward {  // saved = x; gradient flows where lo <= x <= hi
+  double lo, hi;
+  template <class T> KILN_INLINE T operator()(T g, T x) const {
+    return (x >= T(lo) && x <= T(hi)) ? g : T(0);
+  }
+};
+
+// ---- comparisons (bool result)
+struct Eq { template <class T> KILN_INLINE bool operator()(T x, T y) const { return x == y; } };
+struct Ne { template <class T> KILN_INLINE bool operator()(T x, T y) const { return x != y; } };
+struct Lt { template <class T> KILN_INLINE bool operator()(T x, T y) const { return x < y; } };
+struct Le { template <class T> KILN_INLINE bool operator()(T x, T y) const { return x <= y; } };
+struct Gt { template <class T> KILN_INLINE bool operator()(T x, T y) const { return x > y; } };
+struct Ge { template <class T> KILN_INLINE bool operator()(T x, T y) const { return x >= y; } };
+struct LogicalAnd { template <class T> KILN_INLINE bool operator()(T x, T y) const { return (x != T(0)) && (y != T(0)); } };
+struct LogicalOr { template <class T> KILN_INLINE bool operator()(T x, T y) const { return (x != T(0)) || (y != T(0)); } };
+
+}  // namespace kiln::math

@@ -1,0 +1,515 @@
+// Differentiable pointwise ops: dtype promotion, broadcasting, the forward kernel and the
+// backward formula of each. Backward formulas use fused kernels (one pass) unless a graph of the
+// backward itself is being recorded (create_graph), where they use differentiable ops instead.
+#include <cmath>
+
+#include "kiln/core/autograd.h"
+#include "kiln/core/shape.h"
+#include "kiln/kernels/kernels.h"
+
+namespace kiln {
+
+using autograd::SavedTensor;
+using autograd::TensorList;
+using kernels::BinaryOp;
+using kernels::UnaryOp;
+
+IntList broadcast_shapes(const IntList& a, const IntList& b, const char* op) {
+  size_t n = std::max(a.size(), b.size());
+  IntList out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    KILN_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", a, " and ", b,
+               " cannot be broadcast together (dimension ", i, ": ", da, " vs ", db, ")");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+namespace {
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.defined() && b.defined(), op, ": an operand is undefined");
+  KILN_CHECK(a.device() == b.device(), op, ": expected both tensors on the same device, got ",
+             a.device(), " (sizes ", a.sizes(), ") and ", b.device(), " (sizes ", b.sizes(), ")");
+}
+
+Tensor as_dtype(const Tensor& t, DType d) { return t.dtype() == d ? t : t.to(d); }
+
+// ---------------------------------------------------------------- forward helpers
+
+Tensor unary_raw(UnaryOp op, const Tensor& x, double a = 0, double b = 0) {
+  KILN_CHECK(x.defined(), kernels::op_name(op), ": input is undefined");
+  Tensor out = empty(x.sizes(), TensorOptions()
+                                    .dtype(kernels::is_predicate(op) ? DType::Bool : x.dtype())
+                                    .device(x.device()));
+  kernels::unary(op, out, x, a, b);
+  return out;
+}
+
+Tensor binary_raw(BinaryOp op, const Tensor& x, const Tensor& y, double alpha = 1, double beta = 0) {
+  const char* name = kernels::op_name(op);
+  check_same_device(name, x, y);
+  IntList shape = broadcast_shapes(x.sizes(), y.sizes(), name);
+  DType dt = promote_types(x.dtype(), y.dtype());
+  Tensor out = empty(shape, TensorOptions().dtype(kernels::is_comparison(op) ? DType::Bool : dt)
+                                .device(x.device()));
+  kernels::binary(op, out, as_dtype(x, dt), as_dtype(y, dt), alpha, beta);
+  return out;
+}
+
+// Operations on integer tensors that produce fractions compute in float32 (true division).
+DType float_dtype_for(const Tensor& t) { return is_floating(t.dtype()) ? t.dtype() : DType::F32; }
+
+// A scalar as a 0-dim tensor of the dtype the op computes in.
+Tensor wrap_scalar(double v, const Tensor& like) {
+  DType dt = like.dtype();
+  if (!is_floating(dt) && v != std::floor(v)) dt = DType::F32;
+  if (dt == DType::Bool) dt = DType::I64;
+  return scalar_tensor(v, TensorOptions().dtype(dt).device(like.device()));
+}
+
+bool create_graph_mode() { return GradMode::is_enabled(); }
+
+Tensor unary_with_grad(const char* name, UnaryOp op, const Tensor& x,
+                       std::function<Tensor(const Tensor& g, const SavedTensor& x, const SavedTensor& y)> bw,
+                       bool save_x, bool save_y, double a = 0, double b = 0) {
+  Tensor in = x;
+  if (!is_floating(x.dtype()) && op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Relu &&
+      op != UnaryOp::Square && op != UnaryOp::Sign && op != UnaryOp::Clamp &&
+      op != UnaryOp::AddScalar && op != UnaryOp::MulScalar && op != UnaryOp::RSubScalar)
+    in = x.to(DType::F32);
+  Tensor out = unary_raw(op, in, a, b);
+  if (autograd::any_requires_grad({&x})) {
+    SavedTensor sx = save_x ? SavedTensor(x, name) : SavedTensor();
+    SavedTensor sy;
+    if (save_y) sy = SavedTensor(out, name);
+    autograd::record_function(name, {&x}, {&out}, [bw, sx, sy](const TensorList& g) {
+      return TensorList{bw(g[0], sx, sy)};
+    });
+  }
+  return out;
+}
+
+}  // namespace
+
+// Reduces a broadcast gradient back to the operand's shape.
+Tensor sum_to(const Tensor& t, const IntList& shape) {
+  if (t.sizes() == shape) return t;
+  const int64_t lead = t.dim() - static_cast<int64_t>(shape.size());
+  KILN_CHECK(lead >= 0, "sum_to: cannot reduce sizes ", t.sizes(), " to ", shape);
+  IntList dims;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (d < lead) dims.push_back(d);
+    else if (shape[d - lead] == 1 && t.sizes()[d] != 1) dims.push_back(d);
+  }
+  Tensor r = dims.empty() ? t : t.sum(dims, /*keepdim=*/true);
+  return lead > 0 || r.sizes() != shape ? r.reshape(shape) : r;
+}
+
+// ---------------------------------------------------------------- binary arithmetic
+
+Tensor add(const Tensor& a, const Tensor& b, double alpha) {
+  Tensor out = binary_raw(BinaryOp::Add, a, b, alpha);
+  if (autograd::any_requires_grad({&a, &b})) {
+    IntList sa = a.sizes(), sb = b.sizes();
+    bool ga = a.requires_grad(), gb = b.requires_grad();
+    autograd::record_function("AddBackward", {&a, &b}, {&out}, [=](const TensorList& g) {
+      return TensorList{ga ? sum_to(g[0], sa) : Tensor(),
+                        gb ? sum_to(alpha == 1.0 ? g[0] : g[0] * alpha, sb) : Tensor()};
+    });
+  }
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return add(a, b, -alpha); }
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(BinaryOp::Mul, a, b);
+  if (autograd::any_requires_grad({&a, &b})) {
+    bool ga = a.requires_grad(), gb = b.requires_grad();
+    SavedTensor sa = gb ? SavedTensor(a, "MulBackward") : SavedTensor();
+    SavedTensor sb = ga ? SavedTensor(b, "MulBackward") : SavedTensor();
+    IntList za = a.sizes(), zb = b.sizes();
+    autograd::record_function("MulBackward", {&a, &b}, {&out}, [=](const TensorList& g) {
+      return TensorList{ga ? sum_to(g[0] * sb.get(), za) : Tensor(),
+                        gb ? sum_to(g[0] * sa.get(), zb) : Tensor()};
+    });
+  }
+  return out;
+}
+
+Tensor div(const Tensor& a_in, const Tensor& b_in) {
+  DType dt = promote_types(float_dtype_for(a_in), float_dtype_for(b_in));
+  Tensor a = as_dtype(a_in, dt), b = as_dtype(b_in, dt);
+  Tensor out = binary_raw(BinaryOp::Div, a, b);
+  if (autograd::any_requires_grad({&a_in, &b_in})) {
+    bool ga = a_in.requires_grad(), gb = b_in.requires_grad();
+    SavedTensor sb(b, "DivBackward");
+    SavedTensor sout = gb ? SavedTensor(out, "DivBackward") : SavedTensor();
+    IntList za = a.sizes(), zb = b.sizes();
+    autograd::record_function("DivBackward", {&a_in, &b_in}, {&out}, [=](const TensorList& g) {
+      Tensor gq = g[0] / sb.get();
+      return TensorList{ga ? sum_to(gq, za) : Tensor(), gb ? sum_to(-gq * sout.get(), zb) : Tensor()};
+    });
+  }
+  return out;
+}
+
+Tensor pow(const Tensor& a_in, const Tensor& e_in) {
+  DType dt = promote_types(float_dtype_for(a_in), float_dtype_for(e_in));
+  Tensor a = as_dtype(a_in, dt), e = as_dtype(e_in, dt);
+  Tensor out = binary_raw(BinaryOp::Pow, a, e);
+  if (autograd::any_requires_grad({&a_in, &e_in})) {
+    bool ga = a_in.requires_grad(), ge = e_in.requires_grad();
+    SavedTensor sa(a, "PowBackward"), se(e, "PowBackward"), so(out, "PowBackward");
+    IntList za = a.sizes(), ze = e.sizes();
+    autograd::record_function("PowBackward", {&a_in, &e_in}, {&out}, [=](const TensorList& g) {
+      Tensor base = sa.get(), ex = se.get();
+      Tensor da, de;
+      if (ga) da = sum_to(g[0] * ex * pow(base, ex - 1.0), za);
+      if (ge) {
+        // d/de a^e = a^e log a; defined as 0 where a == 0 (the limit for e > 0), as PyTorch does.
+        Tensor logb = where(base == 0.0, zeros_like(base), log(base));
+        de = sum_to(g[0] * so.get() * logb, ze);
+      }
+      return TensorList{da, de};
+    });
+  }
+  return out;
+}
+
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(BinaryOp::Maximum, a, b);
+  if (autograd::any_requires_grad({&a, &b})) {
+    SavedTensor sa(a, "MaximumBackward"), sb(b, "MaximumBackward");
+    IntList za = a.sizes(), zb = b.sizes();
+    autograd::record_function("MaximumBackward", {&a, &b}, {&out}, [=](const TensorList& g) {
+      // Ties split the gradient evenly, as PyTorch does.
+      Tensor x = sa.get(), y = sb.get();
+      Tensor w = where(x > y, ones_like(g[0]), where(x == y, full_like(g[0], 0.5), zeros_like(g[0])));
+      return TensorList{sum_to(g[0] * w, za), sum_to(g[0] * (1.0 - w), zb)};
+    });
+  }
+  return out;
+}
+
+Tensor minimum(const Tensor& a, const Tensor& b) { return -maximum(-a, -b); }
+
+// ---------------------------------------------------------------- unary
+
+Tensor neg(const Tensor& x) {
+  return unary_with_grad("NegBackward", UnaryOp::Neg, x,
+                         [](const Tensor& g, const SavedTensor&, const SavedTensor&) { return -g; },
+                         false, false);
+}
+
+Tensor exp(const Tensor& x) {
+  return unary_with_grad("ExpBackward", UnaryOp::Exp, x,
+                         [](const Tensor& g, const SavedTensor&, const SavedTensor& y) { return g * y.get(); },
+                         false, true);
+}
+
+Tensor log(const Tensor& x) {
+  return unary_with_grad("LogBackward", UnaryOp::Log, x,
+                         [](const Tensor& g, const SavedTensor& x, const SavedTensor&) { return g / x.get(); },
+                         true, false);
+}
+
+Tensor sqrt(const Tensor& x) {
+  return unary_with_grad("SqrtBackward", UnaryOp::Sqrt, x,
+                         [](const Tensor& g, const SavedTensor&, const SavedTensor& y) { return g / (y.get() * 2.0); },
+                         false, true);
+}
+
+Tensor rsqrt(const Tensor& x) {
+  return unary_with_grad("RsqrtBackward", UnaryOp::Rsqrt, x,
+                         [](const Tensor& g, const SavedTensor&, const SavedTensor& y) {
+                           Tensor yv = y.get();
+                           return g * yv * yv * yv * -0.5;
+                         },
+                         false, true);
+}
+
+Tensor abs(const Tensor& x) {
+  return unary_with_grad("AbsBackward", UnaryOp::Abs, x,
+                         [](const Tensor& g, const SavedTensor& x, const SavedTensor&) {
+                           return g * unary_raw(UnaryOp::Sign, x.get());
+                         },
+                         true, false);
+}
+
+Tensor erf(const Tensor& x) {
+  return unary_with_grad("ErfBackward", UnaryOp::Erf, x,
+                         [](const Tensor& g, const SavedTensor& x, const SavedTensor&) {
+                           return g * exp(x.get() * x.get() * -1.0) * 1.12837916709551257390;
+                         },
+                         true, false);
+}
+
+Tensor tanh(const Tensor& x) {
+  return unary_with_grad("TanhBackward", UnaryOp::Tanh, x,
+                         [](const Tensor& g, const SavedTensor&, const SavedTensor& y) {
+                           if (create_graph_mode()) return g * (1.0 - y.get() * y.get());
+                           return binary_raw(BinaryOp::TanhBackward, g, y.get());
+                         },
+                         false, true);
+}
+
+Tensor sigmoid(const Tensor& x) {
+  return unary_with_grad("SigmoidBackward", UnaryOp::Sigmoid, x,
+                         [](const Tensor& g, const SavedTensor&, const SavedTensor& y) {
+                           if (create_graph_mode()) return g * y.get() * (1.0 - y.get());
+                           return binary_raw(BinaryOp::SigmoidBackward, g, y.get());
+                         },
+                         false, true);
+}
+
+Tensor relu(const Tensor& x) {
+  return unary_with_grad("ReluBackward", UnaryOp::Relu, x,
+                         [](const Tensor& g, const SavedTensor&, const SavedTensor& y) {
+                           if (create_graph_mode()) return g * (y.get() > 0.0).to(g.dtype());
+                           return binary_raw(BinaryOp::ReluBackward, g, y.get());
+                         },
+                         false, true);
+}
+
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  KILN_CHECK(approximate == "none" || approximate == "tanh",
+             "gelu: approximate must be 'none' or 'tanh', got '", approximate, "'");
+  const bool tanh_form = approximate == "tanh";
+  return unary_with_grad(
+      "GeluBackward", tanh_form ? UnaryOp::GeluTanh : UnaryOp::GeluErf, x,
+      [tanh_form](const Tensor& g, const SavedTensor& xs, const SavedTensor&) {
+        Tensor xv = xs.get();
+        if (create_graph_mode()) {
+          if (tanh_form) {
+            const double k = 0.79788456080286535588, c = 0.044715;
+            Tensor t = tanh((xv + xv * xv * xv * c) * k);
+            return g * ((1.0 + t) * 0.5 + xv * 0.5 * (1.0 - t * t) * ((xv * xv * (3.0 * c) + 1.0) * k));
+          }
+          Tensor Phi = (1.0 + erf(xv * 0.70710678118654752440)) * 0.5;
+          Tensor pdf = exp(xv * xv * -0.5) * 0.39894228040143267794;
+          return g * (Phi + xv * pdf);
+        }
+        return binary_raw(tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluErfBackward, g, xv);
+      },
+      true, false);
+}
+
+Tensor silu(const Tensor& x) {
+  return unary_with_grad("SiluBackward", UnaryOp::Silu, x,
+                         [](const Tensor& g, const SavedTensor& xs, const SavedTensor&) {
+                           if (create_graph_mode()) {
+                             Tensor s = sigmoid(xs.get());
+                             return g * s * (1.0 + xs.get() * (1.0 - s));
+                           }
+                           return binary_raw(BinaryOp::SiluBackward, g, xs.get());
+                         },
+                         true, false);
+}
+
+Tensor pow(const Tensor& x, double e) {
+  if (e == 1.0) return x * 1.0;
+  return unary_with_grad("PowBackward", UnaryOp::PowScalar, x,
+                         [e](const Tensor& g, const SavedTensor& xs, const SavedTensor&) {
+                           if (e == 2.0) return g * xs.get() * 2.0;
+                           return g * pow(xs.get(), e - 1.0) * e;
+                         },
+                         true, false, e);
+}
+
+Tensor pow(double base, const Tensor& e) {
+  return unary_with_grad("PowBackward", UnaryOp::RPowScalar, e,
+                         [base](const Tensor& g, const SavedTensor&, const SavedTensor& y) {
+                           return g * y.get() * std::log(base);
+                         },
+                         false, true, base);
+}
+
+Tensor clamp(const Tensor& x, double lo, double hi) {
+  KILN_CHECK(!(lo > hi), "clamp: min ", lo, " is greater than max ", hi);
+  return unary_with_grad("ClampBackward", UnaryOp::Clamp, x,
+                         [lo, hi](const Tensor& g, const SavedTensor& xs, const SavedTensor&) {
+                           if (create_graph_mode())
+                             return g * ((xs.get() >= lo) * (xs.get() <= hi)).to(g.dtype());
+                           return binary_raw(BinaryOp::ClampBackward, g, xs.get(), lo, hi);
+                         },
+                         true, false, lo, hi);
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_same_device("where", cond, a);
+  check_same_device("where", a, b);
+  KILN_CHECK(cond.dtype() == DType::Bool, "where: condition must be a bool tensor, got ", cond.dtype());
+  IntList shape = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
+  DType dt = promote_types(a.dtype(), b.dtype());
+  Tensor out = empty(shape, TensorOptions().dtype(dt).device(a.device()));
+  kernels::where(out, cond, as_dtype(a, dt), as_dtype(b, dt));
+  if (autograd::any_requires_grad({&a, &b})) {
+    SavedTensor sc(cond, "WhereBackward");
+    IntList za = a.sizes(), zb = b.sizes();
+    bool ga = a.requires_grad(), gb = b.requires_grad();
+    autograd::record_function("WhereBackward", {&a, &b}, {&out}, [=](const TensorList& g) {
+      Tensor z = zeros({}, g[0].options());
+      return TensorList{ga ? sum_to(where(sc.get(), g[0], z), za) : Tensor(),
+                        gb ? sum_to(where(sc.get(), z, g[0]), zb) : Tensor()};
+    });
+  }
+  return out;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, double b) { return where(cond, a, wrap_scalar(b, a)); }
+Tensor where(const Tensor& cond, double a, const Tensor& b) { return where(cond, wrap_scalar(a, b), b); }
+
+Tensor isnan(const Tensor& a) { return unary_raw(UnaryOp::IsNan, a); }
+Tensor isinf(const Tensor& a) { return unary_raw(UnaryOp::IsInf, a); }
+Tensor isfinite(const Tensor& a) { return unary_raw(UnaryOp::IsFinite, a); }
+Tensor logical_not(const Tensor& a) { return unary_raw(UnaryOp::LogicalNot, a); }
+
+bool equal(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes()) return false;
+  if (a.numel() == 0) return true;
+  NoGradGuard ng;
+  return logical_not(a == b).to(DType::F64).sum().item<double>() == 0;
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  NoGradGuard ng;
+  Tensor x = a.detach().to(DType::F64), y = b.detach().to(DType::F64);
+  broadcast_shapes(x.sizes(), y.sizes(), "allclose");
+  // |x - y| <= atol + rtol |y|, NaN never close
+  Tensor ok = binary_raw(BinaryOp::Le, abs(x - y), abs(y) * rtol + atol);
+  if (ok.numel() == 0) return true;
+  return logical_not(ok).to(DType::F64).sum().item<double>() == 0;
+}
+
+// ---------------------------------------------------------------- operators and methods
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+
+// Scalar forms run one unary kernel (no broadcast of a 0-dim tensor).
+Tensor operator+(const Tensor& a, double b) {
+  if (!is_floating(a.dtype()) && b != std::floor(b)) return a.to(DType::F32) + b;
+  return unary_with_grad("AddBackward", UnaryOp::AddScalar, a,
+                         [](const Tensor& g, const SavedTensor&, const SavedTensor&) { return g; },
+                         false, false, b);
+}
+Tensor operator-(const Tensor& a, double b) { return a + (-b); }
+Tensor operator*(const Tensor& a, double b) {
+  if (!is_floating(a.dtype()) && b != std::floor(b)) return a.to(DType::F32) * b;
+  return unary_with_grad("MulBackward", UnaryOp::MulScalar, a,
+                         [b](const Tensor& g, const SavedTensor&, const SavedTensor&) { return g * b; },
+                         false, false, b);
+}
+Tensor operator/(const Tensor& a, double b) {
+  if (!is_floating(a.dtype())) return a.to(DType::F32) * (1.0 / b);
+  return a * (1.0 / b);
+}
+Tensor operator+(double a, const Tensor& b) { return b + a; }
+Tensor operator-(double a, const Tensor& b) {
+  if (!is_floating(b.dtype()) && a != std::floor(a)) return a - b.to(DType::F32);
+  return unary_with_grad("RsubBackward", UnaryOp::RSubScalar, b,
+                         [](const Tensor& g, const SavedTensor&, const SavedTensor&) { return -g; },
+                         false, false, a);
+}
+Tensor operator*(double a, const Tensor& b) { return b * a; }
+Tensor operator/(double a, const Tensor& b) {
+  return unary_with_grad("RdivBackward", UnaryOp::RDivScalar, b,
+                         [](const Tensor& g, const SavedTensor& xs, const SavedTensor& y) {
+                           return -g * y.get() / xs.get();
+                         },
+                         true, true, a);
+}
+Tensor operator-(const Tensor& a) { return neg(a); }
+
+#define KILN_COMPARISON(OPNAME, SYM, ENUM)                                                     \
+  Tensor operator SYM(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::ENUM, a, b); } \
+  Tensor operator SYM(const Tensor& a, double b) { return binary_raw(BinaryOp::ENUM, a, wrap_scalar(b, a)); } \
+  Tensor Tensor::OPNAME(const Tensor& o) const { return *this SYM o; }                          \
+  Tensor Tensor::OPNAME(double o) const { return *this SYM o; }
+KILN_COMPARISON(eq, ==, Eq)
+KILN_COMPARISON(ne, !=, Ne)
+KILN_COMPARISON(lt, <, Lt)
+KILN_COMPARISON(le, <=, Le)
+KILN_COMPARISON(gt, >, Gt)
+KILN_COMPARISON(ge, >=, Ge)
+#undef KILN_COMPARISON
+
+Tensor Tensor::add(const Tensor& o) const { return kiln::add(*this, o); }
+Tensor Tensor::sub(const Tensor& o) const { return kiln::sub(*this, o); }
+Tensor Tensor::mul(const Tensor& o) const { return kiln::mul(*this, o); }
+Tensor Tensor::div(const Tensor& o) const { return kiln::div(*this, o); }
+Tensor Tensor::neg() const { return kiln::neg(*this); }
+Tensor Tensor::exp() const { return kiln::exp(*this); }
+Tensor Tensor::log() const { return kiln::log(*this); }
+Tensor Tensor::sqrt() const { return kiln::sqrt(*this); }
+Tensor Tensor::rsqrt() const { return kiln::rsqrt(*this); }
+Tensor Tensor::abs() const { return kiln::abs(*this); }
+Tensor Tensor::tanh() const { return kiln::tanh(*this); }
+Tensor Tensor::sigmoid() const { return kiln::sigmoid(*this); }
+Tensor Tensor::relu() const { return kiln::relu(*this); }
+Tensor Tensor::gelu(const std::string& approximate) const { return kiln::gelu(*this, approximate); }
+Tensor Tensor::silu() const { return kiln::silu(*this); }
+Tensor Tensor::pow(double e) const { return kiln::pow(*this, e); }
+Tensor Tensor::pow(const Tensor& e) const { return kiln::pow(*this, e); }
+Tensor Tensor::square() const { return kiln::pow(*this, 2.0); }
+Tensor Tensor::clamp(double lo, double hi) const { return kiln::clamp(*this, lo, hi); }
+Tensor Tensor::clamp_min(double lo) const { return kiln::clamp(*this, lo, INFINITY); }
+Tensor Tensor::clamp_max(double hi) const { return kiln::clamp(*this, -INFINITY, hi); }
+
+// ---------------------------------------------------------------- in-place (not recorded)
+
+namespace {
+void check_inplace_op(const Tensor& t, const char* op) {
+  KILN_CHECK(t.defined(), op, ": tensor is undefined");
+  KILN_CHECK(!(GradMode::is_enabled() && t.requires_grad()), op,
+             ": in-place operation on a tensor that requires grad while grad mode is on; "
+             "wrap it in kiln::NoGradGuard or use the out-of-place op");
+}
+
+// Runs a binary kernel writing into `self` (which must already have the broadcast shape).
+Tensor& binary_inplace(Tensor& self, BinaryOp op, const Tensor& other, const char* name, double alpha = 1) {
+  check_inplace_op(self, name);
+  check_same_device(name, self, other);
+  IntList shape = broadcast_shapes(self.sizes(), other.sizes(), name);
+  KILN_CHECK(shape == self.sizes(), name, ": the result of sizes ", shape,
+             " does not fit in the in-place target of sizes ", self.sizes());
+  NoGradGuard ng;
+  kernels::binary(op, self, self, as_dtype(other.detach(), self.dtype()), alpha);
+  self.storage()->bump_version();
+  return self;
+}
+
+Tensor& unary_inplace(Tensor& self, UnaryOp op, const char* name, double a, double b = 0) {
+  check_inplace_op(self, name);
+  kernels::unary(op, self, self, a, b);
+  self.storage()->bump_version();
+  return self;
+}
+}  // namespace
+
+Tensor& Tensor::add_(const Tensor& o, double alpha) { return binary_inplace(*this, BinaryOp::Add, o, "add_", alpha); }
+Tensor& Tensor::add_(double o) { return unary_inplace(*this, UnaryOp::AddScalar, "add_", o); }
+Tensor& Tensor::mul_(const Tensor& o) { return binary_inplace(*this, BinaryOp::Mul, o, "mul_"); }
+Tensor& Tensor::mul_(double o) { return unary_inplace(*this, UnaryOp::MulScalar, "mul_", o); }
+Tensor& Tensor::div_(const Tensor& o) {
+  KILN_CHECK(is_floating(dtype()), "div_: in-place true division needs a floating tensor, got ", dtype());
+  return binary_inplace(*this, BinaryOp::Div, o, "div_");
+}
+Tensor& Tensor::clamp_(double lo, double hi) { return unary_inplace(*this, UnaryOp::Clamp, "clamp_", lo, hi); }
+
+Tensor& operator+=(Tensor& a, const Tensor& b) { return a.add_(b); }
+Tensor& operator-=(Tensor& a, const Tensor& b) { return a.sub_(b); }
+Tensor& operator*=(Tensor& a, const Tensor& b) { return a.mul_(b); }
+Tensor& operator/=(Tensor& a, const Tensor& b) { return a.div_(b); }
+Tensor& operator+=(Tensor& a, double b) { return a.add_(b); }
+Tensor& operator-=(Tensor& a, double b) { return a.add_(-b); }
+Tensor& operator*=(Tensor& a, double b) { return a.mul_(b); }
+Tensor& operator/=(Tensor& a, double b) { return a.div_(b); }
+
+}  // namespace kiln

@@ -1,0 +1,168 @@
+// softmax / log_softmax (fused kernels along the last dim, any dim by transposition) and the
+// classification/regression losses built on them.
+#include "kiln/core/autograd.h"
+#include "kiln/core/shape.h"
+#include "kiln/kernels/kernels.h"
+
+namespace kiln {
+
+using autograd::SavedTensor;
+using autograd::TensorList;
+
+namespace {
+
+// Runs `f(in_last) -> out_last` with `dim` moved last and contiguous, then moves it back.
+template <class F>
+Tensor along_last(const Tensor& x, int64_t dim, F f) {
+  if (x.dim() == 0 || dim == x.dim() - 1) return f(x.contiguous());
+  Tensor t = x.transpose(dim, -1).contiguous();
+  return f(t).transpose(dim, -1);
+}
+
+Tensor softmax_impl(const Tensor& x, int64_t dim_in, bool log) {
+  const char* name = log ? "log_softmax" : "softmax";
+  KILN_CHECK(x.defined(), name, ": input is undefined");
+  KILN_CHECK(is_floating(x.dtype()), name, ": expected a floating-point tensor, got ", x.dtype());
+  int64_t dim = wrap_dim(dim_in, x.dim(), name);
+  Tensor out;
+  {
+    NoGradGuard ng;
+    out = along_last(x.detach(), dim, [&](const Tensor& in) {
+      Tensor o = empty(in.sizes(), in.options());
+      kernels::softmax(o, in, log);
+      return o;
+    });
+  }
+  if (autograd::any_requires_grad({&x})) {
+    SavedTensor so(out, log ? "LogSoftmaxBackward" : "SoftmaxBackward");
+    autograd::record_function(log ? "LogSoftmaxBackward" : "SoftmaxBackward", {&x}, {&out},
+                              [=](const TensorList& g) {
+      Tensor y = so.get();
+      if (GradMode::is_enabled()) {  // create_graph: differentiable formula
+        if (log) return TensorList{g[0] - exp(y) * sum(g[0], {dim}, true)};
+        return TensorList{y * (g[0] - sum(g[0] * y, {dim}, true))};
+      }
+      Tensor gy = g[0];
+      Tensor r = along_last(y, dim, [&](const Tensor& yl) {
+        Tensor gl = (dim == y.dim() - 1 || y.dim() == 0) ? gy.contiguous() : gy.transpose(dim, -1).contiguous();
+        Tensor gi = empty(yl.sizes(), yl.options());
+        kernels::softmax_backward(gi, gl, yl, log);
+        return gi;
+      });
+      return TensorList{r};
+    });
+  }
+  return out;
+}
+
+Tensor reduce_loss(const Tensor& per_element, Reduction reduction) {
+  switch (reduction) {
+    case Reduction::None: return per_element;
+    case Reduction::Sum: return per_element.sum();
+    case Reduction::Mean: return per_element.mean();
+  }
+  return per_element;
+}
+
+// Flattens [N, C, d1, ...] logits to [N*d1*..., C] rows and the targets to match.
+void flatten_classes(const char* op, const Tensor& input, const Tensor& target, Tensor& rows,
+                     Tensor& flat_target, IntList& per_sample_shape) {
+  KILN_CHECK(input.defined() && target.defined(), op, ": an operand is undefined");
+  KILN_CHECK(input.device() == target.device(), op, ": input on ", input.device(), " but target on ",
+             target.device());
+  KILN_CHECK(target.dtype() == DType::I64 || target.dtype() == DType::I32, op,
+             ": target must hold class indices as int64 or int32, got ", target.dtype(),
+             " (probability targets are not supported)");
+  KILN_CHECK(input.dim() >= 1, op, ": input must have a class dimension, got sizes ", input.sizes());
+  if (input.dim() == 1) {  // unbatched [C] with a 0-dim target
+    KILN_CHECK(target.dim() == 0, op, ": for input of sizes ", input.sizes(),
+               " the target must be 0-dim, got sizes ", target.sizes());
+    rows = input.unsqueeze(0);
+    flat_target = target.reshape({1});
+    per_sample_shape = {};
+    return;
+  }
+  IntList expected = input.sizes();
+  expected.erase(expected.begin() + 1);
+  KILN_CHECK(target.sizes() == expected, op, ": target sizes ", target.sizes(),
+             " do not match input sizes ", input.sizes(), " (expected ", expected, ")");
+  if (input.dim() == 2) {
+    rows = input;
+  } else {  // [N, C, d...] -> [N, d..., C] -> rows
+    IntList perm{0};
+    for (int64_t d = 2; d < input.dim(); ++d) perm.push_back(d);
+    perm.push_back(1);
+    rows = input.permute(perm).reshape({-1, input.size(1)});
+  }
+  flat_target = target.reshape({-1});
+  per_sample_shape = expected;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& a, int64_t dim) { return softmax_impl(a, dim, false); }
+Tensor log_softmax(const Tensor& a, int64_t dim) { return softmax_impl(a, dim, true); }
+Tensor Tensor::softmax(int64_t dim) const { return kiln::softmax(*this, dim); }
+Tensor Tensor::log_softmax(int64_t dim) const { return kiln::log_softmax(*this, dim); }
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index,
+                Reduction reduction) {
+  Tensor rows, t;
+  IntList sample_shape;
+  flatten_classes("nll_loss", log_probs, target, rows, t, sample_shape);
+  const int64_t C = rows.size(1);
+  Tensor ti = t.to(DType::I64);
+  Tensor valid = ti != static_cast<double>(ignore_index);
+  {
+    NoGradGuard ng;
+    Tensor bad = valid * ((ti < 0.0) + (ti >= static_cast<double>(C)));
+    if (bad.numel() > 0 && bad.to(DType::F64).sum().item<double>() > 0) {
+      Tensor first = (bad.to(DType::I64)).argmax();
+      int64_t i = first.item<int64_t>();
+      KILN_FAIL("nll_loss: target ", ti.cpu().data_ptr<int64_t>()[i], " at position ", i,
+                " is out of range for ", C, " classes (ignore_index is ", ignore_index, ")");
+    }
+  }
+  Tensor safe = where(valid, ti, zeros({}, ti.options()));
+  Tensor picked = -gather(rows, 1, safe.unsqueeze(1)).squeeze(1);
+  Tensor validf = valid.to(rows.dtype());
+  Tensor per = picked * validf;
+  if (reduction == Reduction::Mean) return per.sum() / validf.sum();
+  if (reduction == Reduction::Sum) return per.sum();
+  return per.reshape(sample_shape);
+}
+
+Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_index,
+                     double label_smoothing, Reduction reduction) {
+  KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
+             "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
+  KILN_CHECK(input.defined() && is_floating(input.dtype()),
+             "cross_entropy: input must be floating-point logits");
+  const int64_t class_dim = input.dim() == 1 ? 0 : 1;
+  Tensor logp = log_softmax(input, class_dim);
+  Tensor nll = nll_loss(logp, target, ignore_index, Reduction::None);
+  if (label_smoothing == 0.0) {
+    if (reduction == Reduction::None) return nll;
+    Tensor valid = (target.to(DType::I64) != static_cast<double>(ignore_index)).to(nll.dtype());
+    if (reduction == Reduction::Sum) return nll.sum();
+    return nll.sum() / valid.sum();
+  }
+  // Smoothed target: (1 - e) on the true class plus e/C on every class.
+  const double C = static_cast<double>(input.size(class_dim));
+  Tensor valid = (target.to(DType::I64) != static_cast<double>(ignore_index)).to(nll.dtype());
+  Tensor smooth = -sum(logp, {class_dim}, false) / C * valid;
+  Tensor per = nll * (1.0 - label_smoothing) + smooth * label_smoothing;
+  if (reduction == Reduction::None) return per;
+  if (reduction == Reduction::Sum) return per.sum();
+  return per.sum() / valid.sum();
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  KILN_CHECK(input.defined() && target.defined(), "mse_loss: an operand is undefined");
+  KILN_CHECK(input.sizes() == target.sizes(), "mse_loss: input sizes ", input.sizes(),
+             " and target sizes ", target.sizes(), " differ");
+  Tensor d = input - target;
+  return reduce_loss(d * d, reduction);
+}
+
+}  // namespace kiln

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Usage: scripts/check-package.sh BUILD_DIR
+# Installs an already-built kiln into a temporary prefix, then builds and runs tests/package,
+# a separate CMake project that does find_package(kiln) + target_link_libraries(app kiln::kiln).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [[ $# -lt 1 ]]; then
+  echo "usage: $0 BUILD_DIR" >&2
+  exit 2
+fi
+BUILD_DIR="$1"
+
+if [[ -d /usr/local/cuda/bin ]]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/kiln-package.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+PREFIX="$TMP/prefix"
+CONSUMER_BUILD="$TMP/build"
+
+echo "+ cmake --install $BUILD_DIR --prefix $PREFIX"
+cmake --install "$BUILD_DIR" --prefix "$PREFIX" >"$TMP/install.log" || {
+  cat "$TMP/install.log" >&2
+  echo "check-package: install failed" >&2
+  exit 1
+}
+
+gen=()
+if command -v ninja >/dev/null 2>&1; then
+  gen=(-G Ninja)
+fi
+echo "+ configure + build tests/package against $PREFIX"
+cmake -S "$ROOT/tests/package" -B "$CONSUMER_BUILD" "${gen[@]}" \
+  -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX"
+cmake --build "$CONSUMER_BUILD" -j"$(nproc)"
+
+echo "+ $CONSUMER_BUILD/app"
+"$CONSUMER_BUILD/app"

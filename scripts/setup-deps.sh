@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages kiln needs to build, test and run its examples.
+# Idempotent: when every package is already installed it does nothing (and needs no network).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache
+  libeigen3-dev catch2 zlib1g-dev nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev
+  dataset-fashion-mnist fortunes
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  if [[ "$status" != "install ok installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "setup-deps: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+echo "setup-deps: installing ${missing[*]}"
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+  else
+    echo "setup-deps: not root and sudo is not available; install these packages as root: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
