@@ -83,8 +83,8 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
       m.grad = g.to(leaf.dtype()).contiguous();
       if (m.grad.is_same(g)) m.grad = g.clone().detach();
     }
-  } else if (GradMode::is_enabled()) {
-    m.grad = m.grad + g;  // create_graph: keep the sum differentiable
+  } else if (GradMode::is_enabled() || !m.grad.is_contiguous()) {
+    m.grad = m.grad + g;  // create_graph keeps the sum differentiable; views are not written into
   } else {
     m.grad.add_(g);
   }
@@ -186,7 +186,10 @@ void accumulate_into(Tensor& slot, Tensor g) {
     slot = std::move(g);
   } else if (GradMode::is_enabled()) {
     slot = slot + g;
-  } else if (exclusively_owned(slot) && slot.sizes() == g.sizes() && slot.dtype() == g.dtype()) {
+  } else if (exclusively_owned(slot) && slot.is_contiguous() && slot.sizes() == g.sizes() &&
+             slot.dtype() == g.dtype()) {
+    // (contiguous: an expand()ed gradient aliases one element many times; adding into it in
+    // place would add into every alias)
     slot.add_(g);  // we own this buffer: accumulate in place
   } else {
     slot = slot + g;

@@ -2,34 +2,105 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
 
+#include "kiln/core/cuda.h"
 #include "kiln/core/error.h"
 
 namespace kiln {
 
 namespace {
 
-class AlignedCpuAllocator final : public Allocator {
+// Host memory, 64-byte aligned. Large blocks (>= 1 MiB) are cached after free and handed out
+// again for requests of up to the same size: glibc returns such blocks to the OS (munmap) and
+// every new one page-faults on first touch, which costs more than the kernels that fill them.
+class CachingCpuAllocator final : public Allocator {
  public:
+  static constexpr size_t kCacheMin = size_t{1} << 20;
+  static constexpr size_t kCacheLimit = size_t{1} << 30;  // bytes kept in the cache at most
+
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
     size_t rounded = (nbytes + 63) / 64 * 64;  // aligned_alloc needs a multiple of the alignment
+    if (rounded >= kCacheMin) {
+      rounded = (rounded + 65535) / 65536 * 65536;
+      std::lock_guard<std::mutex> lock(mu_);
+      // Reuse a cached block no more than 25% larger than asked for.
+      auto it = free_.lower_bound(rounded);
+      if (it != free_.end() && it->first <= rounded + rounded / 4) {
+        void* p = it->second;
+        live_[p] = it->first;
+        cached_bytes_ -= it->first;
+        free_.erase(it);
+        return p;
+      }
+    }
     void* p = std::aligned_alloc(64, rounded);
+    if (!p && rounded >= kCacheMin) {  // out of memory: give the cache back and retry once
+      empty_cache();
+      p = std::aligned_alloc(64, rounded);
+    }
     KILN_CHECK(p != nullptr, "CPU allocator: out of memory allocating ", nbytes, " bytes");
+    if (rounded >= kCacheMin) {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_[p] = rounded;
+    }
     return p;
   }
-  void deallocate(void* ptr) override { std::free(ptr); }
+
+  void deallocate(void* ptr) override {
+    if (!ptr) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = live_.find(ptr);
+      if (it != live_.end()) {
+        size_t size = it->second;
+        live_.erase(it);
+        if (cached_bytes_ + size <= kCacheLimit) {
+          free_.emplace(size, ptr);
+          cached_bytes_ += size;
+          return;
+        }
+      }
+    }
+    std::free(ptr);
+  }
+
+  void empty_cache() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [size, p] : free_) std::free(p);
+    free_.clear();
+    cached_bytes_ = 0;
+  }
+
+  size_t cached_bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_bytes_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;
+  std::unordered_map<void*, size_t> live_;
+  size_t cached_bytes_ = 0;
 };
+
+CachingCpuAllocator& cpu_caching_allocator() {
+  static auto* a = new CachingCpuAllocator();  // never destroyed: storages may outlive statics
+  return *a;
+}
 
 Allocator* g_allocators[2] = {nullptr, nullptr};
 Allocator* g_pinned = nullptr;
 
 }  // namespace
 
-Allocator* cpu_allocator() {
-  static AlignedCpuAllocator a;
-  return &a;
-}
+Allocator* cpu_allocator() { return &cpu_caching_allocator(); }
+
+void empty_cpu_cache() { cpu_caching_allocator().empty_cache(); }
+size_t cpu_cached_bytes() { return cpu_caching_allocator().cached_bytes(); }
 
 void register_allocator(DeviceType type, Allocator* a) { g_allocators[static_cast<int>(type)] = a; }
 void register_pinned_allocator(Allocator* a) { g_pinned = a; }
@@ -42,7 +113,10 @@ Allocator* allocator_for(Device device) {
   return a;
 }
 
-Allocator* pinned_allocator() { return g_pinned ? g_pinned : cpu_allocator(); }
+// Page-locked memory needs a working CUDA driver; without a device it is ordinary memory.
+Allocator* pinned_allocator() {
+  return g_pinned && cuda::is_available() ? g_pinned : cpu_allocator();
+}
 
 Storage::Storage(size_t nbytes, Device device, Allocator* alloc)
     : nbytes_(nbytes), device_(device), alloc_(alloc) {

@@ -18,7 +18,9 @@ class Allocator {
   virtual void deallocate(void* ptr) = 0;
 };
 
-Allocator* cpu_allocator();                 // 64-byte aligned host memory
+Allocator* cpu_allocator();                 // 64-byte aligned host memory, large blocks cached
+void empty_cpu_cache();                     // returns cached host blocks to the system
+size_t cpu_cached_bytes();
 Allocator* allocator_for(Device device);    // CPU or the current backend's device allocator
 Allocator* pinned_allocator();              // page-locked host memory; CPU allocator without CUDA
 void register_allocator(DeviceType type, Allocator* a);

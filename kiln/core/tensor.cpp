@@ -102,6 +102,7 @@ const std::shared_ptr<Storage>& Tensor::storage() const {
 }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;
   int64_t expected = 1;
   for (int64_t i = dim() - 1; i >= 0; --i) {
     if (impl_->sizes[i] == 1) continue;
@@ -128,6 +129,14 @@ template <class T>
 T Tensor::item() const {
   KILN_CHECK(numel() == 1, "item(): expected a tensor with one element, got sizes ", sizes());
   Tensor host = device().is_cpu() ? *this : to(Device::cpu());
+  if constexpr (std::is_integral_v<T>) {  // exact for 64-bit integers (no trip through double)
+    if (!is_floating(dtype())) {
+      return dispatch_all(dtype(), "item", [&](auto tag) {
+        using S = typename decltype(tag)::type;
+        return static_cast<T>(*static_cast<S*>(host.data_ptr()));
+      });
+    }
+  }
   double v = dispatch_all(dtype(), "item", [&](auto tag) {
     using S = typename decltype(tag)::type;
     return static_cast<double>(static_cast<opmath_t<S>>(*static_cast<S*>(host.data_ptr())));
@@ -366,7 +375,7 @@ bool view_strides(const IntList& sizes, const IntList& strides, const IntList& n
   out.assign(new_sizes.size(), 0);
   int64_t numel = 1;
   for (int64_t s : sizes) numel *= s;
-  if (numel == 0) {
+  if (numel <= 1) {  // empty or a single element (0-dim included): any layout works
     out = contiguous_strides(new_sizes);
     return true;
   }

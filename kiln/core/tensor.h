@@ -200,7 +200,7 @@ class Tensor {
   Tensor argmin(int64_t dim, bool keepdim = false) const;
   // correction = 1 is the unbiased estimate (PyTorch's default), 0 the population variance
   Tensor var(const IntList& dims, int64_t correction = 1, bool keepdim = false) const;
-  Tensor var(int64_t correction = 1) const;
+  Tensor var() const;  // over all elements, unbiased
   Tensor std(const IntList& dims, int64_t correction = 1, bool keepdim = false) const;
 
   Tensor matmul(const Tensor& o) const;
@@ -321,6 +321,8 @@ Tensor isnan(const Tensor& a);
 Tensor isinf(const Tensor& a);
 Tensor isfinite(const Tensor& a);
 Tensor logical_not(const Tensor& a);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
 bool equal(const Tensor& a, const Tensor& b);  // same shape and identical values
 

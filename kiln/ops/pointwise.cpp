@@ -49,6 +49,11 @@ Tensor unary_raw(UnaryOp op, const Tensor& x, double a = 0, double b = 0) {
 }
 
 Tensor binary_raw(BinaryOp op, const Tensor& x, const Tensor& y, double alpha = 1, double beta = 0) {
+  // bool arithmetic follows PyTorch: + is logical or, * is logical and
+  if (x.dtype() == DType::Bool && y.dtype() == DType::Bool) {
+    if (op == BinaryOp::Add) op = BinaryOp::LogicalOr;
+    else if (op == BinaryOp::Mul) op = BinaryOp::LogicalAnd;
+  }
   const char* name = kernels::op_name(op);
   check_same_device(name, x, y);
   IntList shape = broadcast_shapes(x.sizes(), y.sizes(), name);
@@ -76,9 +81,11 @@ Tensor unary_with_grad(const char* name, UnaryOp op, const Tensor& x,
                        std::function<Tensor(const Tensor& g, const SavedTensor& x, const SavedTensor& y)> bw,
                        bool save_x, bool save_y, double a = 0, double b = 0) {
   Tensor in = x;
+  const bool integer_pow = op == UnaryOp::PowScalar && a >= 0 && a == std::floor(a);
   if (!is_floating(x.dtype()) && op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Relu &&
       op != UnaryOp::Square && op != UnaryOp::Sign && op != UnaryOp::Clamp &&
-      op != UnaryOp::AddScalar && op != UnaryOp::MulScalar && op != UnaryOp::RSubScalar)
+      op != UnaryOp::AddScalar && op != UnaryOp::MulScalar && op != UnaryOp::RSubScalar &&
+      !integer_pow)
     in = x.to(DType::F32);
   Tensor out = unary_raw(op, in, a, b);
   if (autograd::any_requires_grad({&x})) {
@@ -311,7 +318,7 @@ Tensor silu(const Tensor& x) {
 }
 
 Tensor pow(const Tensor& x, double e) {
-  if (e == 1.0) return x * 1.0;
+  if (e == 1.0 && is_floating(x.dtype())) return x * 1.0;
   return unary_with_grad("PowBackward", UnaryOp::PowScalar, x,
                          [e](const Tensor& g, const SavedTensor& xs, const SavedTensor&) {
                            if (e == 2.0) return g * xs.get() * 2.0;
@@ -367,6 +374,8 @@ Tensor isnan(const Tensor& a) { return unary_raw(UnaryOp::IsNan, a); }
 Tensor isinf(const Tensor& a) { return unary_raw(UnaryOp::IsInf, a); }
 Tensor isfinite(const Tensor& a) { return unary_raw(UnaryOp::IsFinite, a); }
 Tensor logical_not(const Tensor& a) { return unary_raw(UnaryOp::LogicalNot, a); }
+Tensor logical_and(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::LogicalAnd, a, b); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::LogicalOr, a, b); }
 
 bool equal(const Tensor& a, const Tensor& b) {
   if (a.sizes() != b.sizes()) return false;
@@ -479,6 +488,10 @@ Tensor& binary_inplace(Tensor& self, BinaryOp op, const Tensor& other, const cha
   IntList shape = broadcast_shapes(self.sizes(), other.sizes(), name);
   KILN_CHECK(shape == self.sizes(), name, ": the result of sizes ", shape,
              " does not fit in the in-place target of sizes ", self.sizes());
+  DType result = promote_types(self.dtype(), other.dtype());
+  KILN_CHECK(!(is_floating(result) && !is_floating(self.dtype())) &&
+             !(result != DType::Bool && self.dtype() == DType::Bool), name,
+             ": result type ", result, " can't be cast to the in-place target's dtype ", self.dtype());
   NoGradGuard ng;
   kernels::binary(op, self, self, as_dtype(other.detach(), self.dtype()), alpha);
   self.storage()->bump_version();

@@ -205,7 +205,7 @@ Tensor Tensor::var(const IntList& dims_in, int64_t correction, bool keepdim) con
   // n - correction <= 0 gives inf/nan, as in PyTorch
   return ss / static_cast<double>(n - correction);
 }
-Tensor Tensor::var(int64_t correction) const { return var({}, correction, false); }
+Tensor Tensor::var() const { return var({}, 1, false); }
 Tensor Tensor::std(const IntList& dims, int64_t correction, bool keepdim) const {
   return kiln::sqrt(var(dims, correction, keepdim));
 }

@@ -115,7 +115,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_in
   Tensor valid = ti != static_cast<double>(ignore_index);
   {
     NoGradGuard ng;
-    Tensor bad = valid * ((ti < 0.0) + (ti >= static_cast<double>(C)));
+    Tensor bad = logical_and(valid, logical_or(ti < 0.0, ti >= static_cast<double>(C)));
     if (bad.numel() > 0 && bad.to(DType::F64).sum().item<double>() > 0) {
       Tensor first = (bad.to(DType::I64)).argmax();
       int64_t i = first.item<int64_t>();

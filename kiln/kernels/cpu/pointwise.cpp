@@ -87,7 +87,7 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& in, double a, double b) 
     case UnaryOp::Square: return run_unary_numeric(it, dt, name, Square{});
     case UnaryOp::Reciprocal: return run_unary_float(it, dt, name, Reciprocal{});
     case UnaryOp::Sign: return run_unary_numeric(it, dt, name, Sign{});
-    case UnaryOp::PowScalar: return run_unary_float(it, dt, name, PowScalar{a});
+    case UnaryOp::PowScalar: return run_unary_numeric(it, dt, name, PowScalar{a});
     case UnaryOp::Clamp: return run_unary_numeric(it, dt, name, Clamp{a, b});
     case UnaryOp::AddScalar: return run_unary_numeric(it, dt, name, AddScalar{a});
     case UnaryOp::MulScalar: return run_unary_numeric(it, dt, name, MulScalar{a});
@@ -159,12 +159,55 @@ void where(const Tensor& out, const Tensor& cond, const Tensor& x, const Tensor&
   });
 }
 
+namespace {
+// Same-dtype copy where the destination is contiguous along the last dim and the source along
+// the second-to-last (a transpose): copy 32x32 tiles so both sides stay in cache.
+template <class E>
+void tiled_transpose_copy(const PointwiseIter& it) {
+  constexpr int64_t kTile = 32;
+  const int nd = it.ndim;
+  const int64_t R = it.sizes[nd - 2], C = it.sizes[nd - 1];
+  const int64_t outer = it.numel / (R * C);
+  const int64_t tiles_r = (R + kTile - 1) / kTile, tiles_c = (C + kTile - 1) / kTile;
+  const int64_t ds0 = it.strides[0][nd - 2], ds1 = it.strides[0][nd - 1];
+  const int64_t ss0 = it.strides[1][nd - 2], ss1 = it.strides[1][nd - 1];
+#pragma omp parallel for schedule(static) if (it.numel >= kParallelGrain)
+  for (int64_t job = 0; job < outer * tiles_r * tiles_c; ++job) {
+    int64_t o = job / (tiles_r * tiles_c), t = job % (tiles_r * tiles_c);
+    int64_t r0 = (t / tiles_c) * kTile, c0 = (t % tiles_c) * kTile;
+    char* d = it.data[0];
+    const char* s = it.data[1];
+    int64_t rem = o;
+    for (int k = nd - 3; k >= 0; --k) {
+      int64_t i = rem % it.sizes[k];
+      rem /= it.sizes[k];
+      d += i * it.strides[0][k];
+      s += i * it.strides[1][k];
+    }
+    const int64_t r1 = std::min(R, r0 + kTile), c1 = std::min(C, c0 + kTile);
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = c0; c < c1; ++c)
+        *reinterpret_cast<E*>(d + r * ds0 + c * ds1) = *reinterpret_cast<const E*>(s + r * ss0 + c * ss1);
+  }
+}
+}  // namespace
+
 void copy(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
   PointwiseIter it = make_pointwise_iter(dst, {&src}, "copy_");
   if (dst.dtype() == src.dtype() && it.is_flat_contiguous()) {
     std::memcpy(it.data[0], it.data[1], dst.nbytes());
     return;
+  }
+  const int64_t es = it.elem_size[0];
+  if (dst.dtype() == src.dtype() && it.ndim >= 2 && it.strides[0][it.ndim - 1] == es &&
+      it.strides[1][it.ndim - 2] == es && it.strides[1][it.ndim - 1] != es) {
+    switch (es) {
+      case 1: return tiled_transpose_copy<uint8_t>(it);
+      case 2: return tiled_transpose_copy<uint16_t>(it);
+      case 4: return tiled_transpose_copy<uint32_t>(it);
+      case 8: return tiled_transpose_copy<uint64_t>(it);
+    }
   }
   dispatch_all(dst.dtype(), "copy_", [&](auto out_tag) {
     using O = typename decltype(out_tag)::type;

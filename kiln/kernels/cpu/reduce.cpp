@@ -113,8 +113,8 @@ void reduce_outer(const T* in, T* out, int64_t R_, int64_t K, R r, bool mean) {
         acc[k - b] = r.combine(acc[k - b], static_cast<A>(static_cast<opmath_t<T>>(row[k])));
     }
     for (int64_t k = b; k < e; ++k) {
-      double v = static_cast<double>(acc[k - b]);
-      out[k] = static_cast<T>(static_cast<opmath_t<T>>(mean ? v / static_cast<double>(R_) : acc[k - b]));
+      if (mean) out[k] = static_cast<T>(static_cast<opmath_t<T>>(static_cast<double>(acc[k - b]) / static_cast<double>(R_)));
+      else out[k] = static_cast<T>(static_cast<opmath_t<T>>(acc[k - b]));
     }
   }
 }

@@ -4,6 +4,7 @@
 
 #include "kiln/kernels/cpu/cpu_kernels.h"
 #include "kiln/kernels/cpu/loops.h"
+#include "kiln/kernels/math/fast_math.h"
 
 namespace kiln::kernels::cpu {
 
@@ -23,16 +24,19 @@ void softmax(const Tensor& out, const Tensor& in, bool log) {
       const T* x = ip + r * n;
       T* y = op + r * n;
       M mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
       for (int64_t i = 0; i < n; ++i) mx = std::max(mx, static_cast<M>(x[i]));
       if (std::isinf(mx) && mx < 0) mx = 0;  // a row of -inf: avoid (-inf) - (-inf)
       M sum = 0;
-      for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<M>(x[i]) - mx);
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = 0; i < n; ++i) sum += math::exp_(static_cast<M>(x[i]) - mx);
       if (log) {
-        M lse = mx + std::log(sum);
-        for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(static_cast<M>(x[i]) - lse);
+        // (x - max) - log(sum): subtracting the max first keeps large logits exact
+        M log_sum = std::log(sum);
+        for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>((static_cast<M>(x[i]) - mx) - log_sum);
       } else {
         M inv = M(1) / sum;
-        for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(std::exp(static_cast<M>(x[i]) - mx) * inv);
+        for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(math::exp_(static_cast<M>(x[i]) - mx) * inv);
       }
     }
   });
@@ -59,7 +63,7 @@ void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tenso
       if (log) {
         for (int64_t i = 0; i < n; ++i) dot += static_cast<M>(gr[i]);
         for (int64_t i = 0; i < n; ++i)
-          o[i] = static_cast<T>(static_cast<M>(gr[i]) - std::exp(static_cast<M>(yr[i])) * dot);
+          o[i] = static_cast<T>(static_cast<M>(gr[i]) - math::exp_(static_cast<M>(yr[i])) * dot);
       } else {
         for (int64_t i = 0; i < n; ++i) dot += static_cast<M>(gr[i]) * static_cast<M>(yr[i]);
         for (int64_t i = 0; i < n; ++i)

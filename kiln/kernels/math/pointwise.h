@@ -3,8 +3,10 @@
 // T = opmath type (float for the 16-bit dtypes, else the dtype itself); the CPU loops in
 // kernels/cpu and the CUDA kernels in kernels/cuda only differ in how they launch these.
 #include <cmath>
+#include <type_traits>
 
 #include "kiln/core/macros.h"
+#include "kiln/kernels/math/fast_math.h"
 
 namespace kiln::math {
 
@@ -17,7 +19,7 @@ using std::sqrt; using std::tanh;
 
 // ---- unary
 struct Neg { template <class T> KILN_INLINE T operator()(T x) const { return -x; } };
-struct Exp { template <class T> KILN_INLINE T operator()(T x) const { return exp(x); } };
+struct Exp { template <class T> KILN_INLINE T operator()(T x) const { return exp_(x); } };
 struct Log { template <class T> KILN_INLINE T operator()(T x) const { return log(x); } };
 struct Sqrt { template <class T> KILN_INLINE T operator()(T x) const { return sqrt(x); } };
 struct Rsqrt { template <class T> KILN_INLINE T operator()(T x) const { return T(1) / sqrt(x); } };
@@ -32,19 +34,19 @@ struct Sign {
 struct Relu { template <class T> KILN_INLINE T operator()(T x) const { return x > T(0) ? x : T(0); } };
 
 struct Sigmoid {
-  template <class T> KILN_INLINE T operator()(T x) const { return T(1) / (T(1) + exp(-x)); }
+  template <class T> KILN_INLINE T operator()(T x) const { return T(1) / (T(1) + exp_(-x)); }
 };
 
 // x * sigmoid(x)
 struct Silu {
-  template <class T> KILN_INLINE T operator()(T x) const { return x / (T(1) + exp(-x)); }
+  template <class T> KILN_INLINE T operator()(T x) const { return x / (T(1) + exp_(-x)); }
 };
 
 // GELU, exact form: x * Phi(x) = x * 0.5 * (1 + erf(x / sqrt(2))). This is the fused GELU of
 // GUIDE-TIPS #18: one read, one write instead of five passes.
 struct GeluErf {
   template <class T> KILN_INLINE T operator()(T x) const {
-    return x * T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+    return x * T(0.5) * (T(1) + gelu_erf_(x * T(0.70710678118654752440)));
   }
 };
 
@@ -60,6 +62,11 @@ struct GeluTanh {
 struct PowScalar {
   double a;
   template <class T> KILN_INLINE T operator()(T x) const {
+    if constexpr (!std::is_floating_point_v<T>) {  // integer base, non-negative integer exponent
+      T r = 1;
+      for (long long e = static_cast<long long>(a); e > 0; --e) r *= x;
+      return r;
+    }
     if (a == 2.0) return x * x;
     if (a == 1.0) return x;
     if (a == 0.5) return sqrt(x);
@@ -112,8 +119,8 @@ struct TanhBackward {  // saved = y
 };
 struct GeluErfBackward {  // saved = x: Phi(x) + x * phi(x)
   template <class T> KILN_INLINE T operator()(T g, T x) const {
-    T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
-    T pdf = T(0.39894228040143267794) * exp(T(-0.5) * x * x);
+    T cdf = T(0.5) * (T(1) + gelu_erf_(x * T(0.70710678118654752440)));
+    T pdf = T(0.39894228040143267794) * exp_(T(-0.5) * x * x);
     return g * (cdf + x * pdf);
   }
 };
@@ -128,7 +135,7 @@ struct GeluTanhBackward {  // saved = x
 };
 struct SiluBackward {  // saved = x: s * (1 + x * (1 - s))
   template <class T> KILN_INLINE T operator()(T g, T x) const {
-    T s = T(1) / (T(1) + exp(-x));
+    T s = T(1) / (T(1) + exp_(-x));
     return g * s * (T(1) + x * (T(1) - s));
   }
 };

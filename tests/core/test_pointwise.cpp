@@ -1,0 +1,947 @@
+// Pointwise ops: forward against std:: formulas computed here, gradients by f64 gradcheck,
+// dtype promotion, broadcasting (with gradients summed back), non-contiguous and empty inputs,
+// 16-bit dtypes within stated tolerances, in-place ops and their autograd guard rails.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+
+namespace {
+
+using kiln::DType;
+using kiln::Tensor;
+using kiln::TensorOptions;
+using TL = std::vector<Tensor>;
+
+TensorOptions f64(bool rg = false) { return TensorOptions().dtype(DType::F64).requires_grad(rg); }
+
+// All values of `t` (any dtype, any strides) as doubles, in row-major logical order.
+std::vector<double> values(const Tensor& t) {
+  kiln::NoGradGuard ng;
+  Tensor c = t.detach().to(DType::F64).contiguous();
+  const double* p = c.data_ptr<double>();
+  return std::vector<double>(p, p + c.numel());
+}
+
+// Checks |got - want| <= atol + rtol |want| elementwise; NaN matches NaN.
+void check_close(const std::vector<double>& got, const std::vector<double>& want, double rtol,
+                 double atol, const std::string& what = "") {
+  INFO(what);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << ": got " << got[i] << " want " << want[i]);
+    if (std::isnan(want[i])) {
+      CHECK(std::isnan(got[i]));
+    } else if (std::isinf(want[i])) {
+      CHECK(got[i] == want[i]);
+    } else {
+      CHECK(std::abs(got[i] - want[i]) <= atol + rtol * std::abs(want[i]));
+    }
+  }
+}
+
+void check_close(const Tensor& got, const std::vector<double>& want, double rtol = 1e-6,
+                 double atol = 1e-6, const std::string& what = "") {
+  check_close(values(got), want, rtol, atol, what);
+}
+
+std::vector<double> map1(const std::vector<double>& x, const std::function<double(double)>& f) {
+  std::vector<double> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = f(x[i]);
+  return out;
+}
+
+std::vector<double> map2(const std::vector<double>& x, const std::vector<double>& y,
+                         const std::function<double(double, double)>& f) {
+  std::vector<double> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = f(x[i], y[i]);
+  return out;
+}
+
+double ref_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double ref_gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double ref_gelu_tanh(double x) {
+  const double k = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+}
+
+// Random values bounded away from 0 (for kinks: relu, abs, clamp at 0).
+Tensor away_from_zero(const kiln::IntList& shape, bool rg) {
+  kiln::NoGradGuard ng;
+  Tensor u = kiln::rand(shape, f64());
+  Tensor sign = kiln::where(kiln::rand(shape, f64()) < 0.5, -1.0, kiln::ones(shape, f64()));
+  Tensor x = ((u + 0.2) * sign).detach();
+  x.requires_grad_(rg);
+  return x;
+}
+
+Tensor positive(const kiln::IntList& shape, bool rg, double lo = 0.5) {
+  Tensor x;
+  {
+    kiln::NoGradGuard ng;
+    x = (kiln::rand(shape, f64()) + lo).detach();
+  }
+  x.requires_grad_(rg);
+  return x;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- binary arithmetic
+
+TEST_CASE("pointwise: add/sub/mul/div tensor-tensor match the formulas", "[pointwise]") {
+  kiln::manual_seed(11);
+  for (DType dt : {DType::F32, DType::F64}) {
+    INFO("dtype " << kiln::dtype_name(dt));
+    Tensor a = kiln::randn({3, 5}, dt);
+    Tensor b = kiln::rand({3, 5}, dt) + 0.5;
+    auto av = values(a), bv = values(b);
+    const double tol = dt == DType::F32 ? 1e-6 : 1e-14;
+    Tensor s = a + b, d = a - b, m = a * b, q = a / b;
+    CHECK(s.dtype() == dt);
+    CHECK(q.dtype() == dt);
+    CHECK(s.sizes() == kiln::IntList{3, 5});
+    check_close(s, map2(av, bv, [](double x, double y) { return x + y; }), tol, tol, "add");
+    check_close(d, map2(av, bv, [](double x, double y) { return x - y; }), tol, tol, "sub");
+    check_close(m, map2(av, bv, [](double x, double y) { return x * y; }), tol, tol, "mul");
+    check_close(q, map2(av, bv, [](double x, double y) { return x / y; }), tol, tol, "div");
+    check_close(kiln::add(a, b, 2.5), map2(av, bv, [](double x, double y) { return x + 2.5 * y; }),
+                tol, tol, "add alpha");
+    check_close(kiln::sub(a, b, 0.5), map2(av, bv, [](double x, double y) { return x - 0.5 * y; }),
+                tol, tol, "sub alpha");
+    check_close(a.add(b), values(s), 0, 0, "method add");
+    check_close(a.sub(b), values(d), 0, 0, "method sub");
+    check_close(a.mul(b), values(m), 0, 0, "method mul");
+    check_close(a.div(b), values(q), 0, 0, "method div");
+  }
+}
+
+TEST_CASE("pointwise: scalar forms, including scalar-on-the-left", "[pointwise]") {
+  kiln::manual_seed(12);
+  Tensor x = positive({4, 3}, false);
+  auto xv = values(x);
+  check_close(x + 2.0, map1(xv, [](double v) { return v + 2.0; }), 1e-14, 1e-14, "x + 2");
+  check_close(x - 2.0, map1(xv, [](double v) { return v - 2.0; }), 1e-14, 1e-14, "x - 2");
+  check_close(x * 3.0, map1(xv, [](double v) { return v * 3.0; }), 1e-14, 1e-14, "x * 3");
+  check_close(x / 4.0, map1(xv, [](double v) { return v / 4.0; }), 1e-14, 1e-14, "x / 4");
+  check_close(2.0 + x, map1(xv, [](double v) { return 2.0 + v; }), 1e-14, 1e-14, "2 + x");
+  check_close(1.0 - x, map1(xv, [](double v) { return 1.0 - v; }), 1e-14, 1e-14, "1 - x");
+  check_close(3.0 * x, map1(xv, [](double v) { return 3.0 * v; }), 1e-14, 1e-14, "3 * x");
+  check_close(2.0 / x, map1(xv, [](double v) { return 2.0 / v; }), 1e-14, 1e-14, "2 / x");
+  check_close(-x, map1(xv, [](double v) { return -v; }), 0, 0, "-x");
+  check_close(kiln::neg(x), map1(xv, [](double v) { return -v; }), 0, 0, "neg");
+  CHECK((1.0 - x).dtype() == DType::F64);
+  CHECK((2.0 / x).dtype() == DType::F64);
+
+  // f32 stays f32 with a double scalar (a Python-style scalar does not promote)
+  Tensor y = kiln::randn({5});
+  CHECK((y * 2.5).dtype() == DType::F32);
+  CHECK((2.5 - y).dtype() == DType::F32);
+  CHECK((1.0 / (y + 10.0)).dtype() == DType::F32);
+}
+
+TEST_CASE("pointwise: gradcheck of binary arithmetic and scalar forms", "[pointwise][gradcheck]") {
+  kiln::manual_seed(13);
+  Tensor a = kiln::randn({3, 4}, f64(true));
+  Tensor b = positive({3, 4}, true);
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0] + in[1]; }, {a, b}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0] - in[1]; }, {a, b}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::add(in[0], in[1], -1.5); }, {a, b}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0] * in[1]; }, {a, b}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0] / in[1]; }, {a, b}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0] * in[0]; }, {a}));  // same tensor twice
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0] / in[0]; }, {b}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0] + 2.0; }, {a}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0] - 2.0; }, {a}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0] * -3.0; }, {a}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0] / 4.0; }, {a}));
+  CHECK(kiln::gradcheck([](const TL& in) { return 1.0 - in[0]; }, {a}));
+  CHECK(kiln::gradcheck([](const TL& in) { return 2.0 / in[0]; }, {b}));
+  CHECK(kiln::gradcheck([](const TL& in) { return 3.0 * in[0]; }, {a}));
+  CHECK(kiln::gradcheck([](const TL& in) { return -in[0]; }, {a}));
+}
+
+TEST_CASE("pointwise: 2 / x backward value is -2 / x^2", "[pointwise]") {
+  Tensor x = kiln::tensor({0.5, 2.0, -4.0}, f64(true));
+  (2.0 / x).sum().backward();
+  check_close(x.grad(), {-8.0, -0.5, -0.125}, 1e-14, 1e-14);
+}
+
+// ---------------------------------------------------------------- unary
+
+TEST_CASE("pointwise: unary forward against std:: formulas (f32 and f64)", "[pointwise]") {
+  kiln::manual_seed(14);
+  for (DType dt : {DType::F64, DType::F32}) {
+    INFO("dtype " << kiln::dtype_name(dt));
+    const double tol = dt == DType::F64 ? 1e-12 : 2e-6;
+    Tensor x = (kiln::randn({4, 7}, dt) * 2.0);
+    Tensor p = kiln::rand({4, 7}, dt) + 0.1;
+    auto xv = values(x), pv = values(p);
+    check_close(kiln::exp(x), map1(xv, [](double v) { return std::exp(v); }), tol, tol, "exp");
+    check_close(kiln::log(p), map1(pv, [](double v) { return std::log(v); }), tol, tol, "log");
+    check_close(kiln::sqrt(p), map1(pv, [](double v) { return std::sqrt(v); }), tol, tol, "sqrt");
+    check_close(kiln::rsqrt(p), map1(pv, [](double v) { return 1.0 / std::sqrt(v); }), tol, tol, "rsqrt");
+    check_close(kiln::abs(x), map1(xv, [](double v) { return std::abs(v); }), tol, tol, "abs");
+    check_close(kiln::tanh(x), map1(xv, [](double v) { return std::tanh(v); }), tol, tol, "tanh");
+    check_close(kiln::sigmoid(x), map1(xv, ref_sigmoid), tol, tol, "sigmoid");
+    check_close(kiln::relu(x), map1(xv, [](double v) { return v > 0 ? v : 0.0; }), tol, tol, "relu");
+    check_close(kiln::gelu(x), map1(xv, ref_gelu), tol, tol, "gelu none");
+    check_close(kiln::gelu(x, "none"), map1(xv, ref_gelu), tol, tol, "gelu none explicit");
+    check_close(kiln::gelu(x, "tanh"), map1(xv, ref_gelu_tanh), tol, tol, "gelu tanh");
+    check_close(kiln::silu(x), map1(xv, [](double v) { return v * ref_sigmoid(v); }), tol, tol, "silu");
+    check_close(kiln::erf(x), map1(xv, [](double v) { return std::erf(v); }), tol, tol, "erf");
+    check_close(x.square(), map1(xv, [](double v) { return v * v; }), tol, tol, "square");
+    // method forms agree with the free functions
+    check_close(x.exp(), values(kiln::exp(x)), 0, 0, "x.exp()");
+    check_close(p.log(), values(kiln::log(p)), 0, 0, "p.log()");
+    check_close(x.gelu("tanh"), values(kiln::gelu(x, "tanh")), 0, 0, "x.gelu(tanh)");
+    check_close(x.silu(), values(kiln::silu(x)), 0, 0, "x.silu()");
+    check_close(x.sigmoid(), values(kiln::sigmoid(x)), 0, 0, "x.sigmoid()");
+    check_close(x.relu(), values(kiln::relu(x)), 0, 0, "x.relu()");
+    check_close(x.tanh(), values(kiln::tanh(x)), 0, 0, "x.tanh()");
+    check_close(x.abs(), values(kiln::abs(x)), 0, 0, "x.abs()");
+    check_close(p.sqrt(), values(kiln::sqrt(p)), 0, 0, "p.sqrt()");
+    check_close(p.rsqrt(), values(kiln::rsqrt(p)), 0, 0, "p.rsqrt()");
+  }
+}
+
+TEST_CASE("pointwise: gelu forms differ and tanh form is the approximation", "[pointwise]") {
+  // At x = 1: exact 0.8413447460685429, tanh approx 0.8411919906082768.
+  Tensor x = kiln::tensor({1.0, -1.0, 3.0}, f64());
+  check_close(kiln::gelu(x, "none"), {0.8413447460685429, -0.15865525393145707, 2.99595030590511},
+              1e-12, 1e-12);
+  check_close(kiln::gelu(x, "tanh"), {0.8411919906082768, -0.15880800939172324, 2.996362607918227},
+              1e-12, 1e-12);
+  REQUIRE_THROWS_AS(kiln::gelu(x, "erf"), kiln::Error);
+  REQUIRE_THROWS_AS(x.gelu("Tanh"), kiln::Error);
+}
+
+TEST_CASE("pointwise: sigmoid and silu stay finite for large |x|", "[pointwise]") {
+  Tensor x = kiln::tensor({-1000.0, -50.0, 50.0, 1000.0});
+  check_close(kiln::sigmoid(x), {0.0, ref_sigmoid(-50.0), 1.0, 1.0}, 1e-6, 1e-30);
+  check_close(kiln::silu(x), {0.0, -50.0 * ref_sigmoid(-50.0), 50.0, 1000.0}, 1e-6, 1e-20);
+  check_close(kiln::tanh(x), {-1.0, -1.0, 1.0, 1.0}, 0, 0);
+  check_close(kiln::gelu(x), {0.0, 0.0, 50.0, 1000.0}, 1e-6, 1e-20);
+  check_close(kiln::gelu(x, "tanh"), {0.0, 0.0, 50.0, 1000.0}, 1e-6, 1e-20);
+}
+
+TEST_CASE("pointwise: special values of log/sqrt/rsqrt/exp", "[pointwise]") {
+  Tensor x = kiln::tensor({0.0, -1.0, INFINITY}, f64());
+  auto l = values(kiln::log(x));
+  CHECK(l[0] == -INFINITY);
+  CHECK(std::isnan(l[1]));
+  CHECK(l[2] == INFINITY);
+  auto s = values(kiln::sqrt(x));
+  CHECK(s[0] == 0.0);
+  CHECK(std::isnan(s[1]));
+  auto r = values(kiln::rsqrt(x));
+  CHECK(r[0] == INFINITY);
+  CHECK(r[2] == 0.0);
+  auto e = values(kiln::exp(kiln::tensor({-INFINITY, 1000.0}, f64())));
+  CHECK(e[0] == 0.0);
+  CHECK(e[1] == INFINITY);
+}
+
+TEST_CASE("pointwise: gradcheck of unary ops", "[pointwise][gradcheck]") {
+  kiln::manual_seed(15);
+  Tensor x = kiln::randn({3, 4}, f64(true));
+  Tensor nz = away_from_zero({3, 4}, true);
+  Tensor p = positive({3, 4}, true);
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::neg(in[0]); }, {x}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::exp(in[0]); }, {x}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::log(in[0]); }, {p}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::sqrt(in[0]); }, {p}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::rsqrt(in[0]); }, {p}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::abs(in[0]); }, {nz}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::tanh(in[0]); }, {x}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::sigmoid(in[0]); }, {x}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::relu(in[0]); }, {nz}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::gelu(in[0]); }, {x}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::gelu(in[0], "tanh"); }, {x}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::silu(in[0]); }, {x}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::erf(in[0]); }, {x}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0].square(); }, {x}));
+}
+
+TEST_CASE("pointwise: relu/abs gradients on each side of the kink", "[pointwise]") {
+  Tensor x = kiln::tensor({-2.0, -0.5, 0.5, 2.0}, f64(true));
+  kiln::relu(x).sum().backward();
+  check_close(x.grad(), {0.0, 0.0, 1.0, 1.0}, 0, 0, "relu");
+  Tensor y = kiln::tensor({-2.0, -0.5, 0.5, 2.0}, f64(true));
+  kiln::abs(y).sum().backward();
+  check_close(y.grad(), {-1.0, -1.0, 1.0, 1.0}, 0, 0, "abs");
+}
+
+TEST_CASE("pointwise: second derivatives (create_graph) of activations", "[pointwise][gradcheck]") {
+  kiln::manual_seed(16);
+  Tensor x = kiln::randn({2, 3}, f64(true));
+  using Fn = std::function<Tensor(const Tensor&)>;
+  std::vector<std::pair<std::string, Fn>> fns = {
+      {"tanh", [](const Tensor& t) { return kiln::tanh(t); }},
+      {"sigmoid", [](const Tensor& t) { return kiln::sigmoid(t); }},
+      {"gelu", [](const Tensor& t) { return kiln::gelu(t); }},
+      {"gelu tanh", [](const Tensor& t) { return kiln::gelu(t, "tanh"); }},
+      {"silu", [](const Tensor& t) { return kiln::silu(t); }},
+      {"exp", [](const Tensor& t) { return kiln::exp(t); }},
+      {"erf", [](const Tensor& t) { return kiln::erf(t); }},
+      {"pow 3", [](const Tensor& t) { return kiln::pow(t, 3.0); }},
+  };
+  for (auto& [name, f] : fns) {
+    INFO(name);
+    // The create_graph backward formula gives the same first derivative as the fused kernel...
+    Tensor g_fused = kiln::autograd::grad({f(x).sum()}, {x})[0];
+    Tensor g_graph = kiln::autograd::grad({f(x).sum()}, {x}, {}, false, true)[0];
+    REQUIRE(g_graph.requires_grad());
+    check_close(g_graph, values(g_fused), 1e-12, 1e-12, "first derivative");
+    // ...and it is itself differentiable correctly.
+    CHECK(kiln::gradcheck(
+        [f](const TL& in) {
+          kiln::EnableGradGuard eg;  // gradcheck evaluates fn under NoGradGuard too
+          return kiln::autograd::grad({f(in[0]).sum()}, {in[0]}, {}, true, true)[0];
+        },
+        {x}));
+  }
+}
+
+// ---------------------------------------------------------------- pow
+
+TEST_CASE("pointwise: pow with scalar exponent, tensor exponent and scalar base", "[pointwise]") {
+  kiln::manual_seed(17);
+  Tensor x = positive({3, 4}, false);
+  Tensor e = kiln::randn({3, 4}, f64());
+  auto xv = values(x), ev = values(e);
+  for (double k : {2.0, 3.0, 0.5, -1.5, 1.0, 0.0}) {
+    INFO("exponent " << k);
+    check_close(kiln::pow(x, k), map1(xv, [k](double v) { return std::pow(v, k); }), 1e-12, 1e-12);
+    check_close(x.pow(k), map1(xv, [k](double v) { return std::pow(v, k); }), 1e-12, 1e-12);
+  }
+  check_close(kiln::pow(x, e), map2(xv, ev, [](double a, double b) { return std::pow(a, b); }), 1e-12, 1e-12);
+  check_close(x.pow(e), map2(xv, ev, [](double a, double b) { return std::pow(a, b); }), 1e-12, 1e-12);
+  check_close(kiln::pow(2.0, e), map1(ev, [](double b) { return std::pow(2.0, b); }), 1e-12, 1e-12);
+  check_close(kiln::pow(0.3, e), map1(ev, [](double b) { return std::pow(0.3, b); }), 1e-12, 1e-12);
+  // negative base with an integral exponent
+  check_close(kiln::pow(kiln::tensor({-2.0, -3.0}, f64()), 3.0), {-8.0, -27.0}, 1e-14, 0);
+  check_close(kiln::pow(kiln::tensor({-2.0, -3.0}, f64()), 2.0), {4.0, 9.0}, 1e-14, 0);
+}
+
+TEST_CASE("pointwise: gradcheck of pow", "[pointwise][gradcheck]") {
+  kiln::manual_seed(18);
+  Tensor x = positive({3, 4}, true);
+  Tensor e = kiln::randn({3, 4}, f64(true));
+  for (double k : {2.0, 3.0, 0.5, -1.5, 1.0}) {
+    INFO("exponent " << k);
+    CHECK(kiln::gradcheck([k](const TL& in) { return kiln::pow(in[0], k); }, {x}));
+  }
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::pow(in[0], in[1]); }, {x, e}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::pow(2.0, in[0]); }, {e}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::pow(0.7, in[0]); }, {e}));
+  // broadcast exponent [4] against base [3,4]
+  Tensor e4 = kiln::randn({4}, f64(true));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::pow(in[0], in[1]); }, {x, e4}));
+}
+
+TEST_CASE("pointwise: pow(0, e) gradient w.r.t. the exponent is 0, not NaN", "[pointwise]") {
+  Tensor base = kiln::tensor({0.0, 2.0}, f64());
+  Tensor e = kiln::tensor({2.0, 3.0}, f64(true));
+  kiln::pow(base, e).sum().backward();
+  check_close(e.grad(), {0.0, 8.0 * std::log(2.0)}, 1e-12, 1e-12);
+}
+
+// ---------------------------------------------------------------- clamp, maximum, minimum, where
+
+TEST_CASE("pointwise: clamp, clamp_min, clamp_max forward and gradients", "[pointwise]") {
+  kiln::manual_seed(19);
+  Tensor x = kiln::randn({5, 6}, f64()) * 2.0;
+  auto xv = values(x);
+  check_close(kiln::clamp(x, -0.5, 0.7), map1(xv, [](double v) { return std::min(std::max(v, -0.5), 0.7); }), 0, 0);
+  check_close(x.clamp(-0.5, 0.7), map1(xv, [](double v) { return std::min(std::max(v, -0.5), 0.7); }), 0, 0);
+  check_close(x.clamp_min(0.3), map1(xv, [](double v) { return std::max(v, 0.3); }), 0, 0);
+  check_close(x.clamp_max(0.3), map1(xv, [](double v) { return std::min(v, 0.3); }), 0, 0);
+  // NaN passes through clamp (PyTorch)
+  CHECK(std::isnan(values(kiln::clamp(kiln::tensor({NAN}), 0.0, 1.0))[0]));
+  REQUIRE_THROWS_AS(kiln::clamp(x, 1.0, -1.0), kiln::Error);
+
+  Tensor g = kiln::tensor({-2.0, -0.3, 0.2, 0.9, 3.0}, f64(true));
+  g.clamp(-0.5, 0.5).sum().backward();
+  check_close(g.grad(), {0.0, 1.0, 1.0, 0.0, 0.0}, 0, 0, "clamp grad");
+  Tensor h = kiln::tensor({-2.0, -0.3, 0.2, 0.9, 3.0}, f64(true));
+  (h.clamp_min(0.0) * 2.0).sum().backward();
+  check_close(h.grad(), {0.0, 0.0, 2.0, 2.0, 2.0}, 0, 0, "clamp_min grad");
+
+  Tensor xs = away_from_zero({3, 4}, true);  // |x| in [0.2, 1.2]; bounds 0.1/0.15 stay clear of them
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::clamp(in[0] * 0.5 + 0.0, -0.15, 0.1 + 0.0); }, {xs}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0].clamp_min(-0.1); }, {xs}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0].clamp_max(0.1); }, {xs}));
+}
+
+TEST_CASE("pointwise: maximum/minimum forward, broadcast and gradients (ties split)", "[pointwise]") {
+  kiln::manual_seed(20);
+  Tensor a = kiln::randn({3, 4}, f64());
+  Tensor b = kiln::randn({3, 4}, f64());
+  auto av = values(a), bv = values(b);
+  check_close(kiln::maximum(a, b), map2(av, bv, [](double x, double y) { return std::max(x, y); }), 0, 0);
+  check_close(kiln::minimum(a, b), map2(av, bv, [](double x, double y) { return std::min(x, y); }), 0, 0);
+  // NaN propagates (PyTorch)
+  auto mn = values(kiln::maximum(kiln::tensor({NAN, 1.0}), kiln::tensor({0.0, NAN})));
+  CHECK(std::isnan(mn[0]));
+  CHECK(std::isnan(mn[1]));
+  auto mm = values(kiln::minimum(kiln::tensor({NAN, 1.0}), kiln::tensor({0.0, NAN})));
+  CHECK(std::isnan(mm[0]));
+  CHECK(std::isnan(mm[1]));
+
+  Tensor x = kiln::tensor({1.0, 2.0, 3.0}, f64(true));
+  Tensor y = kiln::tensor({3.0, 2.0, 1.0}, f64(true));
+  kiln::maximum(x, y).sum().backward();
+  check_close(x.grad(), {0.0, 0.5, 1.0}, 0, 0, "maximum grad x");
+  check_close(y.grad(), {1.0, 0.5, 0.0}, 0, 0, "maximum grad y");
+  Tensor x2 = kiln::tensor({1.0, 2.0, 3.0}, f64(true));
+  Tensor y2 = kiln::tensor({3.0, 2.0, 1.0}, f64(true));
+  kiln::minimum(x2, y2).sum().backward();
+  check_close(x2.grad(), {1.0, 0.5, 0.0}, 0, 0, "minimum grad x");
+  check_close(y2.grad(), {0.0, 0.5, 1.0}, 0, 0, "minimum grad y");
+
+  Tensor ga = kiln::randn({3, 4}, f64(true));
+  Tensor gb = kiln::randn({4}, f64(true));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::maximum(in[0], in[1]); }, {ga, gb}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::minimum(in[0], in[1]); }, {ga, gb}));
+  CHECK(kiln::maximum(ga, gb).sizes() == kiln::IntList{3, 4});
+}
+
+TEST_CASE("pointwise: where forward, scalar forms, broadcasting and gradients", "[pointwise]") {
+  kiln::manual_seed(21);
+  Tensor a = kiln::randn({3, 4}, f64(true));
+  Tensor b = kiln::randn({3, 4}, f64(true));
+  Tensor cond = kiln::rand({3, 4}, f64()) > 0.5;
+  REQUIRE(cond.dtype() == DType::Bool);
+  auto av = values(a), bv = values(b), cv = values(cond);
+  std::vector<double> want(av.size()), want_s(av.size()), want_s2(av.size());
+  for (size_t i = 0; i < av.size(); ++i) {
+    want[i] = cv[i] != 0 ? av[i] : bv[i];
+    want_s[i] = cv[i] != 0 ? av[i] : -7.0;
+    want_s2[i] = cv[i] != 0 ? 2.5 : bv[i];
+  }
+  check_close(kiln::where(cond, a, b), want, 0, 0);
+  check_close(kiln::where(cond, a, -7.0), want_s, 0, 0);
+  check_close(kiln::where(cond, 2.5, b), want_s2, 0, 0);
+
+  kiln::where(cond, a, b).sum().backward();
+  check_close(a.grad(), cv, 0, 0, "grad a = cond");
+  check_close(b.grad(), map1(cv, [](double c) { return 1.0 - c; }), 0, 0, "grad b = !cond");
+
+  // condition [3,1], a [4], b [] broadcast to [3,4]
+  Tensor c31 = kiln::tensor({1.0, 0.0, 1.0}).view({3, 1}) > 0.5;
+  Tensor a4 = kiln::randn({4}, f64(true));
+  Tensor b0 = kiln::scalar_tensor(0.25, f64(true));
+  Tensor w = kiln::where(c31, a4, b0);
+  REQUIRE(w.sizes() == kiln::IntList{3, 4});
+  w.sum().backward();
+  check_close(a4.grad(), {2.0, 2.0, 2.0, 2.0}, 0, 0, "a4 grad summed over 2 true rows");
+  check_close(b0.grad(), {4.0}, 0, 0, "b0 grad summed over the false row");
+  CHECK(kiln::gradcheck([c31](const TL& in) { return kiln::where(c31, in[0], in[1]); }, {a4, b0}));
+
+  REQUIRE_THROWS_AS(kiln::where(kiln::ones({3, 4}), a, b), kiln::Error);  // non-bool condition
+  REQUIRE_THROWS_AS(kiln::where(cond, a, kiln::randn({5}, f64())), kiln::Error);  // bad broadcast
+}
+
+// ---------------------------------------------------------------- comparisons and predicates
+
+TEST_CASE("pointwise: comparisons return bool tensors with the right values", "[pointwise]") {
+  Tensor a = kiln::tensor({1.0, 2.0, 3.0, 4.0});
+  Tensor b = kiln::tensor({4.0, 2.0, 1.0, 4.0});
+  struct Case {
+    const char* name;
+    Tensor got;
+    std::vector<double> want;
+  };
+  std::vector<Case> cases = {
+      {"==", a == b, {0, 1, 0, 1}}, {"!=", a != b, {1, 0, 1, 0}}, {"<", a < b, {1, 0, 0, 0}},
+      {"<=", a <= b, {1, 1, 0, 1}}, {">", a > b, {0, 0, 1, 0}},   {">=", a >= b, {0, 1, 1, 1}},
+      {"eq", a.eq(b), {0, 1, 0, 1}}, {"ne", a.ne(b), {1, 0, 1, 0}}, {"lt", a.lt(b), {1, 0, 0, 0}},
+      {"le", a.le(b), {1, 1, 0, 1}}, {"gt", a.gt(b), {0, 0, 1, 0}}, {"ge", a.ge(b), {0, 1, 1, 1}},
+      {"== 2", a == 2.0, {0, 1, 0, 0}}, {"!= 2", a != 2.0, {1, 0, 1, 1}}, {"< 2.5", a < 2.5, {1, 1, 0, 0}},
+      {"<= 2", a <= 2.0, {1, 1, 0, 0}}, {"> 2", a > 2.0, {0, 0, 1, 1}}, {">= 3", a >= 3.0, {0, 0, 1, 1}},
+      {"ge(3)", a.ge(3.0), {0, 0, 1, 1}}, {"lt(2.5)", a.lt(2.5), {1, 1, 0, 0}},
+  };
+  for (auto& c : cases) {
+    INFO(c.name);
+    CHECK(c.got.dtype() == DType::Bool);
+    CHECK(c.got.requires_grad() == false);
+    check_close(c.got, c.want, 0, 0, c.name);
+  }
+  // NaN compares unequal to everything
+  Tensor n = kiln::tensor({NAN});
+  check_close(n == n, {0}, 0, 0, "nan == nan");
+  check_close(n != n, {1}, 0, 0, "nan != nan");
+  // broadcasting and mixed dtypes: int64 [3,1] vs f32 [2] compares numerically
+  Tensor i = kiln::arange(3, DType::I64).view({3, 1});
+  Tensor f = kiln::tensor({0.5, 1.0});
+  Tensor r = i > f;
+  REQUIRE(r.sizes() == kiln::IntList{3, 2});
+  check_close(r, {0, 0, 1, 0, 1, 1}, 0, 0, "int > float broadcast");
+  // an integer tensor against a fractional scalar is not truncated
+  check_close(kiln::arange(4, DType::I64) < 1.5, {1, 1, 0, 0}, 0, 0, "int < 1.5");
+  check_close(kiln::arange(4, DType::I64) == 1.5, {0, 0, 0, 0}, 0, 0, "int == 1.5");
+  // bool arithmetic follows PyTorch: + is logical or, * is logical and, result stays bool
+  Tensor p = kiln::tensor({1.0, 1.0, 0.0, 0.0}) > 0.5;
+  Tensor q = kiln::tensor({1.0, 0.0, 1.0, 0.0}) > 0.5;
+  CHECK((p + q).dtype() == DType::Bool);
+  check_close(p + q, {1, 1, 1, 0}, 0, 0, "bool + bool");
+  check_close(p * q, {1, 0, 0, 0}, 0, 0, "bool * bool");
+  check_close(kiln::logical_and(p, q), {1, 0, 0, 0}, 0, 0, "logical_and");
+  check_close(kiln::logical_or(p, q), {1, 1, 1, 0}, 0, 0, "logical_or");
+  check_close(kiln::logical_not(p), {0, 0, 1, 1}, 0, 0, "logical_not");
+  // comparisons of a grad-requiring tensor produce no graph
+  Tensor g = kiln::randn({3}, f64(true));
+  CHECK_FALSE((g > 0.0).requires_grad());
+}
+
+TEST_CASE("pointwise: isnan / isinf / isfinite", "[pointwise]") {
+  for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+    INFO("dtype " << kiln::dtype_name(dt));
+    Tensor x = kiln::tensor({1.0, NAN, INFINITY, -INFINITY, 0.0, -2.5}).to(dt);
+    CHECK(kiln::isnan(x).dtype() == DType::Bool);
+    check_close(kiln::isnan(x), {0, 1, 0, 0, 0, 0}, 0, 0, "isnan");
+    check_close(kiln::isinf(x), {0, 0, 1, 1, 0, 0}, 0, 0, "isinf");
+    check_close(kiln::isfinite(x), {1, 0, 0, 0, 1, 1}, 0, 0, "isfinite");
+  }
+  Tensor i = kiln::arange(4, DType::I64);
+  check_close(kiln::isnan(i), {0, 0, 0, 0}, 0, 0, "isnan int");
+  check_close(kiln::isinf(i), {0, 0, 0, 0}, 0, 0, "isinf int");
+  check_close(kiln::isfinite(i), {1, 1, 1, 1}, 0, 0, "isfinite int");
+}
+
+// ---------------------------------------------------------------- dtype promotion
+
+TEST_CASE("pointwise: dtype promotion", "[pointwise]") {
+  Tensor i64 = kiln::tensor(std::vector<int64_t>{1, 2, 3});
+  Tensor i32 = kiln::tensor(std::vector<int32_t>{4, 5, 6});
+  Tensor f32 = kiln::tensor({0.5, 0.25, 2.0});
+  Tensor f64t = kiln::tensor({0.5, 0.25, 2.0}, f64());
+  Tensor f16 = f32.to(DType::F16);
+  Tensor bf16 = f32.to(DType::BF16);
+
+  SECTION("int + float -> float") {
+    Tensor r = i64 + f32;
+    CHECK(r.dtype() == DType::F32);
+    check_close(r, {1.5, 2.25, 5.0}, 0, 0);
+    CHECK((f32 * i64).dtype() == DType::F32);
+    CHECK((i32 + f64t).dtype() == DType::F64);
+    CHECK((i64 + f16).dtype() == DType::F16);
+  }
+  SECTION("f32 + f64 -> f64, 16-bit + f32 -> f32") {
+    Tensor r = f32 + f64t;
+    CHECK(r.dtype() == DType::F64);
+    check_close(r, {1.0, 0.5, 4.0}, 0, 0);
+    CHECK((f16 + f32).dtype() == DType::F32);
+    CHECK((bf16 * f32).dtype() == DType::F32);
+    CHECK((f16 + f64t).dtype() == DType::F64);
+    CHECK((f16 + bf16).dtype() == DType::F32);
+  }
+  SECTION("int op int stays integral; int32 + int64 -> int64") {
+    Tensor r = i64 + i32;
+    CHECK(r.dtype() == DType::I64);
+    check_close(r, {5, 7, 9}, 0, 0);
+    CHECK((i64 * i64).dtype() == DType::I64);
+    CHECK((i64 - i32).dtype() == DType::I64);
+    check_close(i64 * i64, {1, 4, 9}, 0, 0);
+    Tensor k = i64 + 2.0;
+    CHECK(k.dtype() == DType::I64);
+    check_close(k, {3, 4, 5}, 0, 0);
+    CHECK((i64 * 3.0).dtype() == DType::I64);
+    Tensor rs = 10.0 - i64;
+    CHECK(rs.dtype() == DType::I64);
+    check_close(rs, {9, 8, 7}, 0, 0);
+  }
+  SECTION("int / int is true division in float32") {
+    Tensor num = kiln::tensor(std::vector<int64_t>{7, -7, 1});
+    Tensor den = kiln::tensor(std::vector<int64_t>{2, 2, 3});
+    Tensor q = num / den;
+    CHECK(q.dtype() == DType::F32);
+    check_close(q, {3.5, -3.5, 1.0 / 3.0}, 1e-6, 0);
+    Tensor qs = num / 2.0;
+    CHECK(qs.dtype() == DType::F32);
+    check_close(qs, {3.5, -3.5, 0.5}, 1e-7, 0);
+    Tensor rq = 1.0 / den;
+    CHECK(rq.dtype() == DType::F32);
+    check_close(rq, {0.5, 0.5, 1.0 / 3.0}, 1e-6, 0);
+    CHECK((i32 / i32).dtype() == DType::F32);
+  }
+  SECTION("int with a fractional scalar -> float32") {
+    Tensor r = i64 * 0.5;
+    CHECK(r.dtype() == DType::F32);
+    check_close(r, {0.5, 1.0, 1.5}, 0, 0);
+    Tensor s = i64 + 0.5;
+    CHECK(s.dtype() == DType::F32);
+    check_close(s, {1.5, 2.5, 3.5}, 0, 0);
+    Tensor t = 0.5 - i64;
+    CHECK(t.dtype() == DType::F32);
+    check_close(t, {-0.5, -1.5, -2.5}, 0, 0);
+  }
+  SECTION("float math on ints computes in float32") {
+    CHECK(kiln::exp(i64).dtype() == DType::F32);
+    check_close(kiln::sqrt(kiln::tensor(std::vector<int64_t>{4, 9})), {2.0, 3.0}, 1e-7, 0);
+    CHECK(kiln::sigmoid(i64).dtype() == DType::F32);
+    CHECK(kiln::abs(i64).dtype() == DType::I64);
+    CHECK(kiln::neg(i64).dtype() == DType::I64);
+    CHECK(kiln::relu(i64).dtype() == DType::I64);
+  }
+  SECTION("int ** integral scalar stays integral (PyTorch: tensor([1,2,3])**2 is int64)") {
+    Tensor p = kiln::pow(i64, 2.0);
+    CHECK(p.dtype() == DType::I64);
+    check_close(p, {1, 4, 9}, 0, 0);
+    CHECK(i64.square().dtype() == DType::I64);
+    CHECK(kiln::pow(i64, 3.0).dtype() == DType::I64);
+    check_close(kiln::pow(i64, 3.0), {1, 8, 27}, 0, 0);
+  }
+  SECTION("16-bit ops keep their dtype") {
+    CHECK((f16 + f16).dtype() == DType::F16);
+    CHECK((bf16 * bf16).dtype() == DType::BF16);
+    CHECK(kiln::exp(f16).dtype() == DType::F16);
+    CHECK(kiln::gelu(bf16).dtype() == DType::BF16);
+    CHECK((f16 * 2.0).dtype() == DType::F16);
+  }
+}
+
+TEST_CASE("pointwise: gradient dtype matches the input's dtype under promotion", "[pointwise]") {
+  Tensor a = kiln::tensor({1.0, 2.0}, TensorOptions().dtype(DType::F32).requires_grad(true));
+  Tensor b = kiln::tensor({3.0, 4.0}, f64(true));
+  (a * b).sum().backward();
+  REQUIRE(a.grad().defined());
+  CHECK(a.grad().dtype() == DType::F32);
+  CHECK(b.grad().dtype() == DType::F64);
+  check_close(a.grad(), {3.0, 4.0}, 0, 0);
+  check_close(b.grad(), {1.0, 2.0}, 0, 0);
+}
+
+// ---------------------------------------------------------------- 16-bit forward
+
+TEST_CASE("pointwise: f16 and bf16 forward within stated tolerances", "[pointwise][half]") {
+  // Tolerances: bf16 has an 8-bit mantissa (unit roundoff 2^-9 ~ 2e-3), f16 an 11-bit one
+  // (2^-12 ~ 2.4e-4). The reference uses the 16-bit-rounded inputs in double, so only the
+  // rounding of the result (plus float opmath) is tested: rel 1e-2 for bf16, 2e-3 for f16.
+  kiln::manual_seed(22);
+  Tensor x32 = kiln::randn({6, 9}) * 2.0;
+  Tensor y32 = kiln::rand({6, 9}) + 0.5;
+  for (DType dt : {DType::F16, DType::BF16}) {
+    INFO("dtype " << kiln::dtype_name(dt));
+    const double rtol = dt == DType::F16 ? 2e-3 : 1e-2;
+    const double atol = dt == DType::F16 ? 1e-3 : 1e-2;
+    Tensor x = x32.to(dt), y = y32.to(dt);
+    auto xv = values(x), yv = values(y);  // already rounded to dt
+    struct Case {
+      const char* name;
+      Tensor got;
+      std::vector<double> want;
+    };
+    std::vector<Case> cases = {
+        {"add", x + y, map2(xv, yv, [](double a, double b) { return a + b; })},
+        {"sub", x - y, map2(xv, yv, [](double a, double b) { return a - b; })},
+        {"mul", x * y, map2(xv, yv, [](double a, double b) { return a * b; })},
+        {"div", x / y, map2(xv, yv, [](double a, double b) { return a / b; })},
+        {"x*3+1", x * 3.0 + 1.0, map1(xv, [](double a) { return a * 3.0 + 1.0; })},
+        {"1-x", 1.0 - x, map1(xv, [](double a) { return 1.0 - a; })},
+        {"exp", kiln::exp(x), map1(xv, [](double a) { return std::exp(a); })},
+        {"log", kiln::log(y), map1(yv, [](double a) { return std::log(a); })},
+        {"sqrt", kiln::sqrt(y), map1(yv, [](double a) { return std::sqrt(a); })},
+        {"rsqrt", kiln::rsqrt(y), map1(yv, [](double a) { return 1.0 / std::sqrt(a); })},
+        {"tanh", kiln::tanh(x), map1(xv, [](double a) { return std::tanh(a); })},
+        {"sigmoid", kiln::sigmoid(x), map1(xv, ref_sigmoid)},
+        {"relu", kiln::relu(x), map1(xv, [](double a) { return a > 0 ? a : 0.0; })},
+        {"gelu", kiln::gelu(x), map1(xv, ref_gelu)},
+        {"gelu tanh", kiln::gelu(x, "tanh"), map1(xv, ref_gelu_tanh)},
+        {"silu", kiln::silu(x), map1(xv, [](double a) { return a * ref_sigmoid(a); })},
+        {"erf", kiln::erf(x), map1(xv, [](double a) { return std::erf(a); })},
+        {"pow 3", kiln::pow(y, 3.0), map1(yv, [](double a) { return a * a * a; })},
+        {"clamp", x.clamp(-1.0, 1.0), map1(xv, [](double a) { return std::min(std::max(a, -1.0), 1.0); })},
+        {"maximum", kiln::maximum(x, y), map2(xv, yv, [](double a, double b) { return std::max(a, b); })},
+    };
+    for (auto& c : cases) {
+      INFO(c.name);
+      CHECK(c.got.dtype() == dt);
+      check_close(c.got, c.want, rtol, atol, c.name);
+    }
+  }
+}
+
+TEST_CASE("pointwise: f16 overflow becomes inf, like IEEE half", "[pointwise][half]") {
+  Tensor x = kiln::tensor({300.0, 1.0}).to(DType::F16);
+  auto v = values(x * x);  // 90000 > 65504
+  CHECK(v[0] == INFINITY);
+  CHECK(v[1] == 1.0);
+  // bf16 has f32's range
+  auto w = values(kiln::tensor({300.0}).to(DType::BF16) * 300.0);
+  CHECK(std::isfinite(w[0]));
+  CHECK(std::abs(w[0] - 90000.0) <= 1e-2 * 90000.0);
+}
+
+// ---------------------------------------------------------------- in-place
+
+TEST_CASE("pointwise: in-place add_, mul_, div_, clamp_ and compound operators", "[pointwise][inplace]") {
+  kiln::manual_seed(23);
+  Tensor a = kiln::randn({3, 4}, f64());
+  Tensor b = kiln::randn({3, 4}, f64());
+  auto av = values(a), bv = values(b);
+  Tensor t = a.clone();
+  uint64_t v0 = t.version();
+  Tensor& r = t.add_(b);
+  CHECK(&r == &t);
+  CHECK(t.version() > v0);
+  check_close(t, map2(av, bv, [](double x, double y) { return x + y; }), 1e-14, 1e-14, "add_");
+  t = a.clone();
+  t.add_(b, -2.0);
+  check_close(t, map2(av, bv, [](double x, double y) { return x - 2.0 * y; }), 1e-14, 1e-14, "add_ alpha");
+  t = a.clone();
+  t.add_(1.5);
+  check_close(t, map1(av, [](double x) { return x + 1.5; }), 1e-14, 1e-14, "add_ scalar");
+  t = a.clone();
+  t.mul_(b);
+  check_close(t, map2(av, bv, [](double x, double y) { return x * y; }), 1e-14, 1e-14, "mul_");
+  t = a.clone();
+  t.mul_(-3.0);
+  check_close(t, map1(av, [](double x) { return -3.0 * x; }), 1e-14, 1e-14, "mul_ scalar");
+  t = a.clone();
+  t.sub_(b);
+  check_close(t, map2(av, bv, [](double x, double y) { return x - y; }), 1e-14, 1e-14, "sub_");
+  t = a.clone();
+  t.div_(4.0);
+  check_close(t, map1(av, [](double x) { return x / 4.0; }), 1e-14, 1e-14, "div_ scalar");
+  t = a.clone();
+  t.clamp_(-0.5, 0.5);
+  check_close(t, map1(av, [](double x) { return std::min(std::max(x, -0.5), 0.5); }), 0, 0, "clamp_");
+
+  t = a.clone();
+  t += b;
+  t *= 2.0;
+  t -= 1.0;
+  t /= 4.0;
+  check_close(t, map2(av, bv, [](double x, double y) { return ((x + y) * 2.0 - 1.0) / 4.0; }), 1e-14,
+              1e-14, "compound");
+
+  // broadcast other into self: [3,4] += [4]
+  t = a.clone();
+  Tensor row = kiln::tensor({1.0, 2.0, 3.0, 4.0}, f64());
+  t.add_(row);
+  std::vector<double> want(av.size());
+  for (size_t i = 0; i < av.size(); ++i) want[i] = av[i] + (i % 4) + 1.0;
+  check_close(t, want, 1e-14, 1e-14, "add_ broadcast");
+  // the result must fit in self: [4] += [3,4] is an error
+  Tensor small = row.clone();
+  REQUIRE_THROWS_AS(small.add_(a), kiln::Error);
+  REQUIRE_THROWS_AS(small.mul_(a), kiln::Error);
+
+  // other of another dtype is converted
+  Tensor f = kiln::zeros({3}, DType::F32);
+  f.add_(kiln::tensor(std::vector<int64_t>{1, 2, 3}));
+  CHECK(f.dtype() == DType::F32);
+  check_close(f, {1, 2, 3}, 0, 0, "f32 add_ int64");
+  // in-place true division on an int tensor is refused
+  Tensor it = kiln::tensor(std::vector<int64_t>{4, 6});
+  REQUIRE_THROWS_AS(it.div_(kiln::tensor(std::vector<int64_t>{2, 4})), kiln::Error);
+}
+
+TEST_CASE("pointwise: in-place into a float result an int tensor cannot hold throws", "[pointwise][inplace]") {
+  // PyTorch: "result type Float can't be cast to the desired output type Long".
+  Tensor it = kiln::tensor(std::vector<int64_t>{1, 2, 3});
+  REQUIRE_THROWS_AS(it.add_(kiln::tensor({0.5, 0.5, 0.5})), kiln::Error);
+  REQUIRE_THROWS_AS(it.mul_(kiln::tensor({0.5, 0.5, 0.5})), kiln::Error);
+}
+
+TEST_CASE("pointwise: in-place on non-contiguous views writes through to the base", "[pointwise][inplace]") {
+  Tensor base = kiln::arange(12, f64()).view({3, 4});
+  Tensor tv = base.t();  // [4,3], non-contiguous
+  tv.add_(kiln::tensor({100.0, 200.0, 300.0}, f64()));  // adds per row of base
+  check_close(base, {100, 101, 102, 103, 204, 205, 206, 207, 308, 309, 310, 311}, 0, 0, "transpose add_");
+  Tensor b2 = kiln::arange(10, f64());
+  b2.slice(0, 1, 10, 3).mul_(-1.0);  // elements 1, 4, 7
+  check_close(b2, {0, -1, 2, 3, -4, 5, 6, -7, 8, 9}, 0, 0, "strided mul_");
+  Tensor b3 = kiln::arange(6, f64()).view({2, 3});
+  b3.select(1, 1).clamp_(2.0, 3.0);  // column 1: {1, 4} -> {2, 3}
+  check_close(b3, {0, 2, 2, 3, 3, 5}, 0, 0, "column clamp_");
+}
+
+TEST_CASE("pointwise: in-place on a leaf that requires grad throws in grad mode", "[pointwise][inplace]") {
+  Tensor w = kiln::tensor({1.0, 2.0}, f64(true));
+  Tensor o = kiln::tensor({1.0, 1.0}, f64());
+  REQUIRE_THROWS_AS(w.add_(o), kiln::Error);
+  REQUIRE_THROWS_AS(w.add_(1.0), kiln::Error);
+  REQUIRE_THROWS_AS(w.mul_(o), kiln::Error);
+  REQUIRE_THROWS_AS(w.mul_(2.0), kiln::Error);
+  REQUIRE_THROWS_AS(w.clamp_(0.0, 1.0), kiln::Error);
+  REQUIRE_THROWS_AS(w += o, kiln::Error);
+  check_close(w, {1.0, 2.0}, 0, 0, "unchanged after refusals");
+  {
+    kiln::NoGradGuard ng;
+    w.add_(o);
+    w.mul_(2.0);
+    w.clamp_(0.0, 5.0);
+  }
+  check_close(w, {4.0, 5.0}, 0, 0, "updated under NoGradGuard");
+  CHECK(w.requires_grad());
+  CHECK(w.is_leaf());
+  // still usable in a graph afterwards
+  (w * w).sum().backward();
+  check_close(w.grad(), {8.0, 10.0}, 0, 0);
+}
+
+TEST_CASE("pointwise: modifying a tensor saved for backward makes backward throw", "[pointwise][inplace]") {
+  Tensor x = kiln::tensor({0.5, 1.0}, f64(true));
+  Tensor y = kiln::exp(x);  // ExpBackward saves y
+  Tensor z = y * 2.0;
+  {
+    kiln::NoGradGuard ng;
+    y.add_(1.0);
+  }
+  REQUIRE_THROWS_AS(z.sum().backward(), kiln::Error);
+}
+
+// ---------------------------------------------------------------- broadcasting
+
+TEST_CASE("pointwise: broadcasting [3,1] + [4] -> [3,4] and gradients summed back", "[pointwise][broadcast]") {
+  Tensor a = kiln::tensor({1.0, 2.0, 3.0}, f64()).view({3, 1}).detach();
+  a.requires_grad_(true);
+  Tensor b = kiln::tensor({10.0, 20.0, 30.0, 40.0}, f64(true));
+  Tensor s = a + b;
+  REQUIRE(s.sizes() == kiln::IntList{3, 4});
+  check_close(s, {11, 21, 31, 41, 12, 22, 32, 42, 13, 23, 33, 43}, 0, 0, "values");
+  s.sum().backward();
+  REQUIRE(a.grad().sizes() == kiln::IntList{3, 1});
+  REQUIRE(b.grad().sizes() == kiln::IntList{4});
+  check_close(a.grad(), {4, 4, 4}, 0, 0, "a grad = 4 per row");
+  check_close(b.grad(), {3, 3, 3, 3}, 0, 0, "b grad = 3 per column");
+
+  // mul: d/da = sum_j b_j, d/db = sum_i a_i
+  Tensor a2 = kiln::tensor({1.0, 2.0, 3.0}, f64()).view({3, 1}).detach();
+  a2.requires_grad_(true);
+  Tensor b2 = kiln::tensor({10.0, 20.0, 30.0, 40.0}, f64(true));
+  (a2 * b2).sum().backward();
+  check_close(a2.grad(), {100, 100, 100}, 0, 0, "mul a grad");
+  check_close(b2.grad(), {6, 6, 6, 6}, 0, 0, "mul b grad");
+
+  // sub with the broadcast operand on the right, div
+  Tensor a3 = kiln::tensor({1.0, 2.0, 3.0}, f64()).view({3, 1}).detach();
+  a3.requires_grad_(true);
+  Tensor b3 = kiln::tensor({1.0, 2.0, 4.0, 8.0}, f64(true));
+  (b3 - a3).sum().backward();
+  check_close(a3.grad(), {-4, -4, -4}, 0, 0, "sub a grad");
+  check_close(b3.grad(), {3, 3, 3, 3}, 0, 0, "sub b grad");
+}
+
+TEST_CASE("pointwise: broadcasting shapes and gradchecks", "[pointwise][broadcast][gradcheck]") {
+  kiln::manual_seed(24);
+  Tensor a = kiln::randn({2, 1, 4}, f64(true));
+  Tensor b = kiln::rand({3, 1}, f64(true));
+  Tensor c = kiln::scalar_tensor(1.7, f64(true));
+  CHECK((a + b).sizes() == kiln::IntList{2, 3, 4});
+  CHECK((a * c).sizes() == kiln::IntList{2, 1, 4});
+  CHECK((kiln::zeros({5, 1, 3}) + kiln::zeros({4, 1})).sizes() == kiln::IntList{5, 4, 3});
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0] + in[1]; }, {a, b}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0] - in[1]; }, {a, b}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0] * in[1]; }, {a, b}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0] / (in[1] + 0.5); }, {a, b}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0] * in[2] + in[1]; }, {a, b, c}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::add(in[0], in[1], 0.3); }, {a, b}));
+
+  // the broadcast result values
+  auto av = values(a), bv = values(b), sv = values(a * b);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) CHECK(sv[(i * 3 + j) * 4 + k] == av[i * 4 + k] * bv[j]);
+
+  REQUIRE_THROWS_AS(kiln::randn({3, 4}) + kiln::randn({3}), kiln::Error);
+  REQUIRE_THROWS_AS(kiln::randn({2, 3}) * kiln::randn({3, 2}), kiln::Error);
+  REQUIRE_THROWS_AS(kiln::randn({2, 3}) < kiln::randn({4}), kiln::Error);
+}
+
+// ---------------------------------------------------------------- non-contiguous inputs
+
+TEST_CASE("pointwise: non-contiguous inputs (transpose, strided slice, expand)", "[pointwise][strided]") {
+  kiln::manual_seed(25);
+  Tensor base = kiln::randn({4, 6}, f64());
+  Tensor tr = base.t();                    // [6,4]
+  Tensor sl = base.slice(1, 0, 6, 2);      // [4,3] stride 2
+  Tensor sl2 = base.slice(0, 1, 4, 2);     // [2,6] every other row
+  REQUIRE_FALSE(tr.is_contiguous());
+  REQUIRE_FALSE(sl.is_contiguous());
+  auto trv = values(tr), slv = values(sl);
+
+  check_close(kiln::exp(tr), map1(trv, [](double v) { return std::exp(v); }), 1e-14, 1e-14, "exp transpose");
+  check_close(kiln::gelu(sl), map1(slv, ref_gelu), 1e-12, 1e-12, "gelu strided");
+  check_close(kiln::sigmoid(sl2), map1(values(sl2), ref_sigmoid), 1e-14, 1e-14, "sigmoid rows");
+  // transposed + contiguous operands of the same shape
+  Tensor other = kiln::randn({6, 4}, f64());
+  check_close(tr + other, map2(trv, values(other), [](double x, double y) { return x + y; }), 1e-14, 1e-14, "t + c");
+  check_close(other * tr, map2(values(other), trv, [](double x, double y) { return x * y; }), 1e-14, 1e-14, "c * t");
+  // two different non-contiguous operands
+  Tensor tr2 = kiln::randn({4, 6}, f64()).t();
+  check_close(tr - tr2, map2(trv, values(tr2), [](double x, double y) { return x - y; }), 1e-14, 1e-14, "t - t");
+  // expanded (stride 0) operand
+  Tensor ex = kiln::randn({1, 4}, f64()).expand({6, 4});
+  check_close(tr / (ex.abs() + 1.0),
+              map2(trv, values(ex), [](double x, double y) { return x / (std::abs(y) + 1.0); }), 1e-14, 1e-14,
+              "t / expanded");
+  check_close(tr > 0.0, map1(trv, [](double v) { return v > 0 ? 1.0 : 0.0; }), 0, 0, "cmp transpose");
+  check_close(kiln::where(tr > 0.0, tr, other), map2(trv, values(other), [](double x, double y) {
+                return x > 0 ? x : y;
+              }), 0, 0, "where transpose");
+  // 16-bit non-contiguous
+  Tensor h = base.to(DType::F16).t();
+  check_close(kiln::tanh(h), map1(values(h), [](double v) { return std::tanh(v); }), 2e-3, 1e-3, "f16 tanh transpose");
+}
+
+TEST_CASE("pointwise: gradcheck through non-contiguous views", "[pointwise][strided][gradcheck]") {
+  kiln::manual_seed(26);
+  Tensor a = kiln::randn({4, 3}, f64(true));
+  Tensor b = kiln::randn({3, 4}, f64(true));
+  Tensor c = kiln::rand({4, 6}, f64(true));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0].t() * in[1]; }, {a, b}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::tanh(in[0].t()) + in[1]; }, {a, b}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::log(in[0].slice(1, 0, 6, 2) + 0.5); }, {c}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::gelu(in[0].slice(1, 1, 6, 2)) * in[1].t(); }, {c, b}));
+}
+
+// ---------------------------------------------------------------- empty tensors
+
+TEST_CASE("pointwise: empty tensors", "[pointwise][empty]") {
+  Tensor e = kiln::zeros({0, 3});
+  Tensor r = kiln::randn({3});
+  CHECK((e + r).sizes() == kiln::IntList{0, 3});
+  CHECK((e * e).numel() == 0);
+  CHECK(kiln::exp(e).sizes() == kiln::IntList{0, 3});
+  CHECK(kiln::gelu(e).numel() == 0);
+  CHECK((e > 0.0).dtype() == DType::Bool);
+  CHECK((e > 0.0).numel() == 0);
+  CHECK(kiln::where(e > 0.0, e, 1.0).sizes() == kiln::IntList{0, 3});
+  CHECK((1.0 - e).sizes() == kiln::IntList{0, 3});
+  CHECK(kiln::isnan(e).numel() == 0);
+  Tensor ec = e.clone();
+  ec.add_(1.0);
+  ec.mul_(r);
+  CHECK(ec.numel() == 0);
+  // [0,3] broadcast against [1,3] and [2,0,3]
+  CHECK((e + kiln::ones({1, 3})).sizes() == kiln::IntList{0, 3});
+  CHECK((kiln::ones({2, 1, 3}) * e).sizes() == kiln::IntList{2, 0, 3});
+  // autograd through empties gives empty gradients of the right shape
+  Tensor g = kiln::zeros({0, 3}, f64(true));
+  Tensor h = kiln::randn({3}, f64(true));
+  (kiln::exp(g) * h).sum().backward();
+  REQUIRE(g.grad().defined());
+  CHECK(g.grad().sizes() == kiln::IntList{0, 3});
+  REQUIRE(h.grad().defined());
+  check_close(h.grad(), {0, 0, 0}, 0, 0, "grad of broadcast over 0 rows");
+  // [0] vs [2] cannot broadcast
+  REQUIRE_THROWS_AS(kiln::zeros({0}) + kiln::zeros({2}), kiln::Error);
+}
+
+// ---------------------------------------------------------------- errors
+
+TEST_CASE("pointwise: undefined operands give kiln::Error", "[pointwise][errors]") {
+  Tensor u;
+  Tensor x = kiln::randn({2});
+  REQUIRE_THROWS_AS(u + x, kiln::Error);
+  REQUIRE_THROWS_AS(x * u, kiln::Error);
+  REQUIRE_THROWS_AS(kiln::exp(u), kiln::Error);
+}
