@@ -335,6 +335,17 @@ Tensor Tensor::to(Device dev, DType dt, bool non_blocking) const {
   return out;
 }
 
+void Tensor::set_data(const Tensor& src) {
+  KILN_CHECK(defined() && src.defined(), "set_data: tensor is undefined");
+  KILN_CHECK(!requires_grad() || is_floating(src.dtype()), "set_data: a tensor that requires grad "
+             "needs floating-point data, got ", src.dtype());
+  impl_->storage = src.impl_->storage;
+  impl_->sizes = src.impl_->sizes;
+  impl_->strides = src.impl_->strides;
+  impl_->offset = src.impl_->offset;
+  impl_->dtype = src.impl_->dtype;
+}
+
 Tensor Tensor::pin_memory() const {
   KILN_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned, got ", device());
   if (is_pinned()) return *this;

@@ -95,6 +95,10 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor pin_memory() const;
+  // Makes this tensor (every handle to it) use src's data and metadata, keeping its autograd
+  // identity (requires_grad, hooks). What Module::to() uses, so optimizers holding the same
+  // parameters see the moved data.
+  void set_data(const Tensor& src);
 
   // ---- views (no copy; share storage and version counter)
   Tensor view(const IntList& sizes) const;

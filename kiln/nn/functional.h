@@ -1,0 +1,106 @@
+#pragma once
+// kiln::nn::functional: the stateless forms of the layers, each differentiable, with CPU
+// kernels (CUDA kernels arrive with the CUDA backend). Convention: `namespace F =
+// kiln::nn::functional;` as in the design brief's example.
+//
+// Layouts follow PyTorch: images are [N, C, H, W] (a channels-last *strided* tensor is accepted
+// wherever an NCHW one is, and results keep the input's memory format), conv weights
+// [C_out, C_in / groups, kH, kW], sequences for conv1d [N, C, L].
+#include <optional>
+#include <string>
+
+#include "kiln/core/tensor.h"
+
+namespace kiln::nn::functional {
+
+// ---- activations (thin wrappers over the core ops, plus leaky_relu)
+inline Tensor relu(const Tensor& x) { return kiln::relu(x); }
+inline Tensor gelu(const Tensor& x, const std::string& approximate = "none") { return kiln::gelu(x, approximate); }
+inline Tensor silu(const Tensor& x) { return kiln::silu(x); }
+inline Tensor tanh(const Tensor& x) { return kiln::tanh(x); }
+inline Tensor sigmoid(const Tensor& x) { return kiln::sigmoid(x); }
+inline Tensor softmax(const Tensor& x, int64_t dim) { return kiln::softmax(x, dim); }
+inline Tensor log_softmax(const Tensor& x, int64_t dim) { return kiln::log_softmax(x, dim); }
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+
+// ---- linear: x @ weight^T + bias; x [..., in], weight [out, in], bias [out] or undefined
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// ---- convolution
+struct Conv2dParams {
+  IntList stride{1, 1};
+  IntList padding{0, 0};
+  IntList dilation{1, 1};
+  int64_t groups = 1;
+};
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              const Conv2dParams& params = {});
+// [N, C, L] with weight [C_out, C_in / groups, K]; scalars for stride/padding/dilation
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              int64_t stride = 1, int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
+// weight [C_in, C_out / groups, kH, kW]
+struct ConvTranspose2dParams {
+  IntList stride{1, 1};
+  IntList padding{0, 0};
+  IntList output_padding{0, 0};
+  IntList dilation{1, 1};
+  int64_t groups = 1;
+};
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                        const ConvTranspose2dParams& params = {});
+
+// ---- pooling (kernel/stride/padding as {h, w}; an empty stride means stride = kernel)
+Tensor max_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride = {},
+                  const IntList& padding = {0, 0});
+inline Tensor max_pool2d(const Tensor& x, int64_t kernel) { return max_pool2d(x, {kernel, kernel}); }
+Tensor avg_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride = {},
+                  const IntList& padding = {0, 0}, bool count_include_pad = true);
+Tensor adaptive_avg_pool2d(const Tensor& x, const IntList& output_size);
+
+// ---- normalisation
+// x [N, C, *]. In training mode uses batch statistics and, when running_mean/var are defined,
+// updates them in place: running = (1 - momentum) * running + momentum * batch (unbiased var).
+// In eval mode normalises with the running statistics.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
+                  double eps = 1e-5);
+Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
+                double eps = 1e-6);
+
+// ---- regularisation: zeroes with probability p and scales by 1/(1-p) in training; the mask
+// comes from the device's Philox generator (reproducible under manual_seed).
+Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
+
+// ---- embedding
+inline Tensor embedding(const Tensor& indices, const Tensor& weight) { return kiln::embedding(weight, indices); }
+
+// ---- losses (reduction as in PyTorch)
+inline Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_index = -100,
+                            double label_smoothing = 0.0, Reduction reduction = Reduction::Mean) {
+  return kiln::cross_entropy(input, target, ignore_index, label_smoothing, reduction);
+}
+inline Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100,
+                       Reduction reduction = Reduction::Mean) {
+  return kiln::nll_loss(log_probs, target, ignore_index, reduction);
+}
+inline Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean) {
+  return kiln::mse_loss(input, target, reduction);
+}
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
+                      double beta = 1.0);
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
+                                        Reduction reduction = Reduction::Mean,
+                                        const Tensor& pos_weight = Tensor());
+
+// ---- attention: q, k, v [..., T, D] (any leading dims); softmax(q k^T / sqrt(D) [+ causal
+// mask]) v. A blocked implementation on the CPU that never materialises more than one block of
+// scores per row.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool is_causal = false);
+
+}  // namespace kiln::nn::functional
