@@ -33,6 +33,11 @@ class StreamGuard {
   Stream prev_;
 };
 
+// TF32 tensor-core math for f32 matmuls (off by default, like PyTorch's
+// torch.backends.cuda.matmul.allow_tf32): ~10 bits of mantissa in the products, f32 accumulation.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+
 // Byte copy between any two devices (host <-> device, device <-> device). Asynchronous on the
 // current stream when `non_blocking` and the host side is pinned; otherwise it returns once
 // the copy is complete.

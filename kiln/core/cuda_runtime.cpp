@@ -3,6 +3,8 @@
 // Issue #3 replaces the plain allocator with the caching allocator.
 #include "kiln/core/cuda.h"
 
+#include <atomic>
+
 #include "kiln/core/error.h"
 #include "kiln/core/storage.h"
 #include "kiln/config.h"
@@ -16,6 +18,12 @@
 namespace kiln::cuda {
 
 bool built_with_cuda() { return KILN_WITH_CUDA != 0; }
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}
+void set_allow_tf32(bool allow) { g_allow_tf32 = allow; }
+bool allow_tf32() { return g_allow_tf32; }
 
 #if KILN_WITH_CUDA
 

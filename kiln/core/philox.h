@@ -9,7 +9,9 @@
 
 namespace kiln::philox {
 
-#if !defined(__CUDACC__)
+#if defined(__CUDACC__)
+using ::cos; using ::log; using ::sqrt;
+#else
 using std::cos; using std::log; using std::sqrt;
 #endif
 

@@ -6,6 +6,9 @@
 #include "kiln/core/cuda.h"
 #include "kiln/kernels/cpu/cpu_kernels.h"
 #include "kiln/kernels/kernels.h"
+#if KILN_WITH_CUDA
+#include "kiln/kernels/cuda/cuda_kernels.h"
+#endif
 
 namespace kiln::kernels {
 
@@ -26,10 +29,16 @@ Device common_device(const char* op, std::initializer_list<const Tensor*> ts) {
   return first->device();
 }
 
-[[noreturn]] void no_cuda_kernel(const char* op) {
-  KILN_FAIL(op, ": this op has no CUDA kernel in this build yet (the CUDA kernels arrive with the "
-            "CUDA-backend issue); move the tensors to the CPU with .cpu()");
+[[noreturn, maybe_unused]] void no_cuda_kernel(const char* op) {
+  KILN_FAIL(op, ": kiln was built without CUDA support, so this op cannot run on a CUDA tensor");
 }
+
+// KILN_CUDA_KERNEL(name, call): the CUDA backend's version of a kernel, or an error saying why not.
+#if KILN_WITH_CUDA
+#define KILN_CUDA_KERNEL(name, call) return cuda::call
+#else
+#define KILN_CUDA_KERNEL(name, call) no_cuda_kernel(name)
+#endif
 
 }  // namespace
 
@@ -55,19 +64,19 @@ bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
 
 void unary(UnaryOp op, const Tensor& out, const Tensor& in, double a, double b) {
   if (common_device(op_name(op), {&out, &in}).is_cpu()) return cpu::unary(op, out, in, a, b);
-  no_cuda_kernel(op_name(op));
+  KILN_CUDA_KERNEL(op_name(op), unary(op, out, in, a, b));
 }
 
 void binary(BinaryOp op, const Tensor& out, const Tensor& x, const Tensor& y, double alpha,
             double beta) {
   if (common_device(op_name(op), {&out, &x, &y}).is_cpu())
     return cpu::binary(op, out, x, y, alpha, beta);
-  no_cuda_kernel(op_name(op));
+  KILN_CUDA_KERNEL(op_name(op), binary(op, out, x, y, alpha, beta));
 }
 
 void where(const Tensor& out, const Tensor& cond, const Tensor& x, const Tensor& y) {
   if (common_device("where", {&out, &cond, &x, &y}).is_cpu()) return cpu::where(out, cond, x, y);
-  no_cuda_kernel("where");
+  KILN_CUDA_KERNEL("where", where(out, cond, x, y));
 }
 
 void copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
@@ -77,7 +86,7 @@ void copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
   // through a contiguous tensor of the destination's dtype.
   if (dst.dtype() == src.dtype() && dst.sizes() == src.sizes() && dst.is_contiguous() &&
       src.is_contiguous()) {
-    cuda::memcpy(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes(),
+    kiln::cuda::memcpy(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes(),
                  non_blocking);
     return;
   }
@@ -85,65 +94,67 @@ void copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
     Tensor staged = empty(dst.sizes(), TensorOptions().dtype(dst.dtype()));
     cpu::copy(staged, src);
     if (dst.is_contiguous()) {
-      cuda::memcpy(dst.data_ptr(), dst.device(), staged.data_ptr(), Device::cpu(), dst.nbytes(), false);
+      kiln::cuda::memcpy(dst.data_ptr(), dst.device(), staged.data_ptr(), Device::cpu(), dst.nbytes(), false);
       return;
     }
   } else if (dst.device().is_cpu()) {  // device -> host: bring the bytes over, convert here
     Tensor staged = empty(src.sizes(), TensorOptions().dtype(src.dtype()));
     Tensor src_c = src.is_contiguous() ? src : src.contiguous();
-    cuda::memcpy(staged.data_ptr(), Device::cpu(), src_c.data_ptr(), src_c.device(), src_c.nbytes(), false);
+    kiln::cuda::memcpy(staged.data_ptr(), Device::cpu(), src_c.data_ptr(), src_c.device(), src_c.nbytes(), false);
     cpu::copy(dst, staged);
     return;
   }
-  no_cuda_kernel("copy_ (strided or converting, on the device)");
+  KILN_CHECK(src.device() == dst.device(), "copy_: copies between two CUDA devices must be contiguous and "
+             "of one dtype (got ", src.device(), " -> ", dst.device(), ")");
+  KILN_CUDA_KERNEL("copy_", copy(dst, src));
 }
 
 void fill(const Tensor& dst, double value) {
   if (dst.device().is_cpu()) return cpu::fill(dst, value);
-  no_cuda_kernel("fill_");
+  KILN_CUDA_KERNEL("fill_", fill(dst, value));
 }
 
 void fill_uniform(const Tensor& dst, uint64_t seed, uint64_t offset) {
   if (dst.device().is_cpu()) return cpu::fill_uniform(dst, seed, offset);
-  no_cuda_kernel("rand");
+  KILN_CUDA_KERNEL("rand", fill_uniform(dst, seed, offset));
 }
 
 void fill_normal(const Tensor& dst, uint64_t seed, uint64_t offset) {
   if (dst.device().is_cpu()) return cpu::fill_normal(dst, seed, offset);
-  no_cuda_kernel("randn");
+  KILN_CUDA_KERNEL("randn", fill_normal(dst, seed, offset));
 }
 
 void fill_randint(const Tensor& dst, int64_t low, int64_t high, uint64_t seed, uint64_t offset) {
   if (dst.device().is_cpu()) return cpu::fill_randint(dst, low, high, seed, offset);
-  no_cuda_kernel("randint");
+  KILN_CUDA_KERNEL("randint", fill_randint(dst, low, high, seed, offset));
 }
 
 void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dims) {
   if (common_device("reduce", {&out, &in}).is_cpu()) return cpu::reduce(op, out, in, dims);
-  no_cuda_kernel("reduce");
+  KILN_CUDA_KERNEL("reduce", reduce(op, out, in, dims));
 }
 
 void arg_reduce(bool is_max, const Tensor& values, const Tensor& indices, const Tensor& in,
                 int64_t dim) {
   if (common_device(is_max ? "max" : "min", {&values, &indices, &in}).is_cpu())
     return cpu::arg_reduce(is_max, values, indices, in, dim);
-  no_cuda_kernel(is_max ? "max" : "min");
+  KILN_CUDA_KERNEL(is_max ? "max" : "min", arg_reduce(is_max, values, indices, in, dim));
 }
 
 void matmul(const Tensor& c, const Tensor& a, const Tensor& b) {
   if (common_device("matmul", {&c, &a, &b}).is_cpu()) return cpu::matmul(c, a, b);
-  no_cuda_kernel("matmul");
+  KILN_CUDA_KERNEL("matmul", matmul(c, a, b));
 }
 
 void softmax(const Tensor& out, const Tensor& in, bool log) {
   if (common_device("softmax", {&out, &in}).is_cpu()) return cpu::softmax(out, in, log);
-  no_cuda_kernel("softmax");
+  KILN_CUDA_KERNEL("softmax", softmax(out, in, log));
 }
 
 void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& out, bool log) {
   if (common_device("softmax_backward", {&grad_in, &grad_out, &out}).is_cpu())
     return cpu::softmax_backward(grad_in, grad_out, out, log);
-  no_cuda_kernel("softmax_backward");
+  KILN_CUDA_KERNEL("softmax_backward", softmax_backward(grad_in, grad_out, out, log));
 }
 
 }  // namespace kiln::kernels

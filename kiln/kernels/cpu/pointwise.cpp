@@ -9,61 +9,9 @@
 #include "kiln/core/philox.h"
 #include "kiln/kernels/cpu/cpu_kernels.h"
 #include "kiln/kernels/cpu/loops.h"
-#include "kiln/kernels/math/pointwise.h"
+#include "kiln/kernels/op_table.h"
 
 namespace kiln::kernels::cpu {
-
-namespace {
-
-template <class F>
-void run_unary_float(const PointwiseIter& it, DType dt, const char* name, F f) {
-  dispatch_floating(dt, name, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    unary_loop<T, T>(it, f);
-  });
-}
-
-template <class F>
-void run_unary_numeric(const PointwiseIter& it, DType dt, const char* name, F f) {
-  dispatch_numeric(dt, name, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    unary_loop<T, T>(it, f);
-  });
-}
-
-template <class F>
-void run_predicate(const PointwiseIter& it, DType dt, const char* name, F f) {
-  dispatch_all(dt, name, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    unary_loop<bool, T>(it, f);
-  });
-}
-
-template <class F>
-void run_binary_float(const PointwiseIter& it, DType dt, const char* name, F f) {
-  dispatch_floating(dt, name, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    binary_loop<T, T>(it, f);
-  });
-}
-
-template <class F>
-void run_binary_numeric(const PointwiseIter& it, DType dt, const char* name, F f) {
-  dispatch_numeric(dt, name, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    binary_loop<T, T>(it, f);
-  });
-}
-
-template <class F>
-void run_comparison(const PointwiseIter& it, DType dt, const char* name, F f) {
-  dispatch_all(dt, name, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    binary_loop<bool, T>(it, f);
-  });
-}
-
-}  // namespace
 
 void unary(UnaryOp op, const Tensor& out, const Tensor& in, double a, double b) {
   const char* name = op_name(op);
@@ -74,37 +22,13 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& in, double a, double b) 
                " differs from input dtype ", in.dtype());
   }
   PointwiseIter it = make_pointwise_iter(out, {&in}, name);
-  DType dt = in.dtype();
-  using namespace math;
-  switch (op) {
-    case UnaryOp::Neg: return run_unary_numeric(it, dt, name, Neg{});
-    case UnaryOp::Exp: return run_unary_float(it, dt, name, Exp{});
-    case UnaryOp::Log: return run_unary_float(it, dt, name, Log{});
-    case UnaryOp::Sqrt: return run_unary_float(it, dt, name, Sqrt{});
-    case UnaryOp::Rsqrt: return run_unary_float(it, dt, name, Rsqrt{});
-    case UnaryOp::Abs: return run_unary_numeric(it, dt, name, Abs{});
-    case UnaryOp::Tanh: return run_unary_float(it, dt, name, Tanh{});
-    case UnaryOp::Sigmoid: return run_unary_float(it, dt, name, Sigmoid{});
-    case UnaryOp::Relu: return run_unary_numeric(it, dt, name, Relu{});
-    case UnaryOp::GeluErf: return run_unary_float(it, dt, name, GeluErf{});
-    case UnaryOp::GeluTanh: return run_unary_float(it, dt, name, GeluTanh{});
-    case UnaryOp::Silu: return run_unary_float(it, dt, name, Silu{});
-    case UnaryOp::Square: return run_unary_numeric(it, dt, name, Square{});
-    case UnaryOp::Reciprocal: return run_unary_float(it, dt, name, Reciprocal{});
-    case UnaryOp::Sign: return run_unary_numeric(it, dt, name, Sign{});
-    case UnaryOp::PowScalar: return run_unary_numeric(it, dt, name, PowScalar{a});
-    case UnaryOp::Clamp: return run_unary_numeric(it, dt, name, Clamp{a, b});
-    case UnaryOp::AddScalar: return run_unary_numeric(it, dt, name, AddScalar{a});
-    case UnaryOp::MulScalar: return run_unary_numeric(it, dt, name, MulScalar{a});
-    case UnaryOp::RSubScalar: return run_unary_numeric(it, dt, name, RSubScalar{a});
-    case UnaryOp::RDivScalar: return run_unary_float(it, dt, name, RDivScalar{a});
-    case UnaryOp::RPowScalar: return run_unary_float(it, dt, name, RPowScalar{a});
-    case UnaryOp::Erf: return run_unary_float(it, dt, name, Erf{});
-    case UnaryOp::IsNan: return run_predicate(it, dt, name, IsNan{});
-    case UnaryOp::IsInf: return run_predicate(it, dt, name, IsInf{});
-    case UnaryOp::IsFinite: return run_predicate(it, dt, name, IsFinite{});
-    case UnaryOp::LogicalNot: return run_predicate(it, dt, name, LogicalNot{});
-  }
+  visit_unary(op, a, b, [&](auto f, auto types) {
+    dispatch_op_types(types, in.dtype(), name, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (is_predicate_op<decltype(types)>) unary_loop<bool, T>(it, f);
+      else unary_loop<T, T>(it, f);
+    });
+  });
 }
 
 void binary(BinaryOp op, const Tensor& out, const Tensor& x, const Tensor& y, double alpha,
@@ -119,32 +43,13 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& x, const Tensor& y, do
                " differs from input dtype ", x.dtype());
   }
   PointwiseIter it = make_pointwise_iter(out, {&x, &y}, name);
-  DType dt = x.dtype();
-  using namespace math;
-  switch (op) {
-    case BinaryOp::Add: return run_binary_numeric(it, dt, name, Add{alpha});
-    case BinaryOp::Sub: return run_binary_numeric(it, dt, name, Sub{alpha});
-    case BinaryOp::Mul: return run_binary_numeric(it, dt, name, Mul{});
-    case BinaryOp::Div: return run_binary_float(it, dt, name, Div{});
-    case BinaryOp::Pow: return run_binary_float(it, dt, name, Pow{});
-    case BinaryOp::Maximum: return run_binary_numeric(it, dt, name, Maximum{});
-    case BinaryOp::Minimum: return run_binary_numeric(it, dt, name, Minimum{});
-    case BinaryOp::ReluBackward: return run_binary_float(it, dt, name, ReluBackward{});
-    case BinaryOp::SigmoidBackward: return run_binary_float(it, dt, name, SigmoidBackward{});
-    case BinaryOp::TanhBackward: return run_binary_float(it, dt, name, TanhBackward{});
-    case BinaryOp::GeluErfBackward: return run_binary_float(it, dt, name, GeluErfBackward{});
-    case BinaryOp::GeluTanhBackward: return run_binary_float(it, dt, name, GeluTanhBackward{});
-    case BinaryOp::SiluBackward: return run_binary_float(it, dt, name, SiluBackward{});
-    case BinaryOp::ClampBackward: return run_binary_float(it, dt, name, ClampBackward{alpha, beta});
-    case BinaryOp::Eq: return run_comparison(it, dt, name, Eq{});
-    case BinaryOp::Ne: return run_comparison(it, dt, name, Ne{});
-    case BinaryOp::Lt: return run_comparison(it, dt, name, Lt{});
-    case BinaryOp::Le: return run_comparison(it, dt, name, Le{});
-    case BinaryOp::Gt: return run_comparison(it, dt, name, Gt{});
-    case BinaryOp::Ge: return run_comparison(it, dt, name, Ge{});
-    case BinaryOp::LogicalAnd: return run_comparison(it, dt, name, LogicalAnd{});
-    case BinaryOp::LogicalOr: return run_comparison(it, dt, name, LogicalOr{});
-  }
+  visit_binary(op, alpha, beta, [&](auto f, auto types) {
+    dispatch_op_types(types, x.dtype(), name, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (is_predicate_op<decltype(types)>) binary_loop<bool, T>(it, f);
+      else binary_loop<T, T>(it, f);
+    });
+  });
 }
 
 void where(const Tensor& out, const Tensor& cond, const Tensor& x, const Tensor& y) {

@@ -10,9 +10,11 @@
 
 namespace kiln::math {
 
-#if !defined(__CUDACC__)
-// Host builds: make the float overloads of the <cmath> functions visible unqualified, as the
-// CUDA headers do for device code.
+// The float and double overloads of the math functions, visible unqualified here (and ahead of
+// kiln's tensor ops of the same names): <cmath>'s on the host, CUDA's global ones under nvcc.
+#if defined(__CUDACC__)
+using ::cos; using ::erf; using ::exp; using ::log; using ::pow; using ::sqrt; using ::tanh;
+#else
 using std::cos; using std::erf; using std::exp; using std::log; using std::pow;
 using std::sqrt; using std::tanh;
 #endif
@@ -23,13 +25,21 @@ struct Exp { template <class T> KILN_INLINE T operator()(T x) const { return exp
 struct Log { template <class T> KILN_INLINE T operator()(T x) const { return log(x); } };
 struct Sqrt { template <class T> KILN_INLINE T operator()(T x) const { return sqrt(x); } };
 struct Rsqrt { template <class T> KILN_INLINE T operator()(T x) const { return T(1) / sqrt(x); } };
-struct Abs { template <class T> KILN_INLINE T operator()(T x) const { return x < T(0) ? -x : x; } };
+struct Abs {
+  template <class T> KILN_INLINE T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return x;
+    else return x < T(0) ? -x : x;
+  }
+};
 struct Erf { template <class T> KILN_INLINE T operator()(T x) const { return erf(x); } };
 struct Tanh { template <class T> KILN_INLINE T operator()(T x) const { return tanh(x); } };
 struct Square { template <class T> KILN_INLINE T operator()(T x) const { return x * x; } };
 struct Reciprocal { template <class T> KILN_INLINE T operator()(T x) const { return T(1) / x; } };
 struct Sign {
-  template <class T> KILN_INLINE T operator()(T x) const { return T((T(0) < x) - (x < T(0))); }
+  template <class T> KILN_INLINE T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return T(x != T(0));
+    else return T((T(0) < x) - (x < T(0)));
+  }
 };
 struct Relu { template <class T> KILN_INLINE T operator()(T x) const { return x > T(0) ? x : T(0); } };
 

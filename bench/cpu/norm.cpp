@@ -1,0 +1,106 @@
+// Fused batch norm and layer norm (kiln/kernels/cpu/norm.cpp) against the composite of kiln ops
+// (mean, var, sub, div, mul, add) on the same data, forward and forward+backward.
+// Sizes: BatchNorm2d on [128, 32, 28, 28] (the Fashion-MNIST CNN's first conv output at batch
+// 128) and LayerNorm on [4096, 768] (a transformer's activations). GB/s counts the minimal
+// traffic: forward reads x and writes y; backward reads g and x and writes dx.
+// Each fused result is validated against the composite one (exit 1 on a mismatch).
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include <kiln/kiln.h>
+#include <kiln/nn/functional.h>
+
+#include "../bench_util.h"
+
+namespace {
+
+namespace F = kiln::nn::functional;
+using kiln::Tensor;
+
+double max_rel_err(const Tensor& a, const Tensor& b) {
+  kiln::NoGradGuard ng;
+  Tensor d = kiln::abs(a.detach().to(kiln::DType::F64) - b.detach().to(kiln::DType::F64));
+  return (d / (kiln::abs(b.detach().to(kiln::DType::F64)) + 1.0)).max().item<double>();
+}
+
+void row(const char* name, double fused, double composite, double bytes) {
+  std::printf("%-38s fused %8.3f ms %7.2f GB/s | composite %8.3f ms %7.2f GB/s | %5.2fx\n", name,
+              fused * 1e3, bytes / fused / 1e9, composite * 1e3, bytes / composite / 1e9,
+              composite / fused);
+}
+
+Tensor bn_composite(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  Tensor m = x.mean({0, 2, 3}, true);
+  Tensor v = x.var({0, 2, 3}, 0, true);
+  return (x - m) / kiln::sqrt(v + eps) * w.view({1, -1, 1, 1}) + b.view({1, -1, 1, 1});
+}
+
+Tensor ln_composite(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  Tensor m = x.mean({-1}, true);
+  Tensor v = x.var({-1}, 0, true);
+  return (x - m) / kiln::sqrt(v + eps) * w + b;
+}
+
+template <class Fused, class Comp>
+void run(const char* name, const Tensor& x0, const Tensor& w0, const Tensor& b0, Fused fused, Comp comp) {
+  const double nbytes = static_cast<double>(x0.nbytes());
+  // forward, no graph
+  Tensor yf, yc;
+  {
+    kiln::NoGradGuard ng;
+    yf = fused(x0, w0, b0);
+    yc = comp(x0, w0, b0);
+    double e = max_rel_err(yf, yc);
+    kiln::bench::validate(e < 1e-4, name, e);
+    double tf = kiln::bench::time_median([&] { yf = fused(x0, w0, b0); });
+    double tc = kiln::bench::time_median([&] { yc = comp(x0, w0, b0); });
+    std::string n = std::string(name) + " forward";
+    row(n.c_str(), tf, tc, 2 * nbytes);
+  }
+  // forward + backward
+  Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_(), b = b0.detach().requires_grad_();
+  Tensor g = kiln::randn(x0.sizes());
+  auto step = [&](auto f) {
+    x.set_grad(Tensor());
+    w.set_grad(Tensor());
+    b.set_grad(Tensor());
+    f(x, w, b).backward(g);
+  };
+  step(fused);
+  Tensor dxf = x.grad(), dwf = w.grad();
+  step(comp);
+  double e = std::max(max_rel_err(dxf, x.grad()), max_rel_err(dwf, w.grad()) / 100.0);
+  std::string vn = std::string(name) + " backward";
+  kiln::bench::validate(e < 1e-4, vn.c_str(), e);
+  double tf = kiln::bench::time_median([&] { step(fused); });
+  double tc = kiln::bench::time_median([&] { step(comp); });
+  std::string n = std::string(name) + " forward+backward";
+  row(n.c_str(), tf, tc, 5 * nbytes);
+}
+
+}  // namespace
+
+int main() {
+  kiln::manual_seed(0);
+  std::printf("threads: %d (float32)\n", omp_get_max_threads());
+  const double eps = 1e-5;
+  {
+    Tensor x = kiln::randn({128, 32, 28, 28}) * 2.0 + 0.5;
+    Tensor w = kiln::randn({32}), b = kiln::randn({32});
+    run("batch_norm [128,32,28,28]", x, w, b,
+        [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
+          return F::batch_norm(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps);
+        },
+        [&](const Tensor& a, const Tensor& ww, const Tensor& bb) { return bn_composite(a, ww, bb, eps); });
+  }
+  {
+    Tensor x = kiln::randn({4096, 768}) * 2.0 + 0.5;
+    Tensor w = kiln::randn({768}), b = kiln::randn({768});
+    run("layer_norm [4096,768]", x, w, b,
+        [&](const Tensor& a, const Tensor& ww, const Tensor& bb) { return F::layer_norm(a, {768}, ww, bb, eps); },
+        [&](const Tensor& a, const Tensor& ww, const Tensor& bb) { return ln_composite(a, ww, bb, eps); });
+  }
+  return 0;
+}

@@ -1,0 +1,224 @@
+// Blocked scaled-dot-product attention on the CPU (the FlashAttention algorithm, written for
+// caches instead of shared memory).
+//
+// What it computes: out = softmax(q k^T * scale [+ causal mask]) v per batch entry, and
+// lse = log(sum(exp(scores))) per query row.
+//
+// Why it is shaped this way: a [T, T] score matrix per head is O(T^2) memory and, for long T,
+// round-trips through DRAM. Here query rows are processed in blocks of kBlock; for each block the
+// keys are visited block by block, the kBlock x kBlock scores are computed with one small GEMM,
+// and an online softmax keeps a running max m and running sum l per row: when a new block raises
+// the max, the accumulated output and sum are rescaled by exp(m_old - m_new). Only one block of
+// scores per thread exists at a time. Causal blocks entirely above the diagonal are skipped.
+//
+// Backward recomputes each block of probabilities from the saved lse (P = exp(S - lse)), so
+// nothing of size T x T is stored either. With D_i = sum(g_i * out_i):
+//   dV = P^T g,  dP = g V^T,  dS = P * (dP - D),  dQ = dS K * scale,  dK = dS^T Q * scale.
+// dQ is computed in one parallel pass over query blocks and dK, dV in another over key blocks, so
+// no two threads write the same rows (each pass recomputes P; correctness and no atomics first).
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kiln/core/dtype.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/norm_kernels.h"
+
+namespace kiln::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kBlock = 64;
+
+template <class T>
+using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using CMap = Eigen::Map<const Mat<T>>;
+template <class T>
+using MMap = Eigen::Map<Mat<T>>;
+
+template <class F>
+void dispatch_attention(DType t, const char* op, F&& f) {
+  if (t == DType::F32) return f(TypeTag<float>{});
+  if (t == DType::F64) return f(TypeTag<double>{});
+  KILN_FAIL(op, ": the CPU kernel takes float32 or float64 (the op converts 16-bit types), got ",
+            dtype_name(t));
+}
+
+// Sets S(i, j) = -inf where key k0 + j lies after query q0 + i (top-left aligned causal mask).
+template <class T>
+void apply_causal(Mat<T>& S, int64_t q0, int64_t k0) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  for (int64_t i = 0; i < S.rows(); ++i) {
+    int64_t first_masked = std::max<int64_t>(0, q0 + i + 1 - k0);
+    for (int64_t j = first_masked; j < S.cols(); ++j) S(i, j) = ninf;
+  }
+}
+
+struct Dims {
+  int64_t B, Tq, Tk, D, Dv;
+};
+
+Dims dims_of(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return Dims{q.size(0), q.size(1), k.size(1), q.size(2), v.size(2)};
+}
+
+}  // namespace
+
+int64_t attention_block_size() { return kBlock; }
+
+void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                       const Tensor& v, double scale, bool causal) {
+  for (const Tensor* t : {&out, &lse, &q, &k, &v})
+    KILN_CHECK(t->is_contiguous(), "scaled_dot_product_attention: kernel expects contiguous operands");
+  const Dims d = dims_of(q, k, v);
+  const int64_t nqb = (d.Tq + kBlock - 1) / kBlock;
+  dispatch_attention(q.dtype(), "scaled_dot_product_attention", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* qp = static_cast<const T*>(q.data_ptr());
+    const T* kp = static_cast<const T*>(k.data_ptr());
+    const T* vp = static_cast<const T*>(v.data_ptr());
+    T* op = static_cast<T*>(out.data_ptr());
+    T* lp = static_cast<T*>(lse.data_ptr());
+    const T sc = static_cast<T>(scale);
+    const T ninf = -std::numeric_limits<T>::infinity();
+    const bool par = d.B * d.Tq * d.Tk * (d.D + d.Dv) >= 65536;
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (par)
+    for (int64_t b = 0; b < d.B; ++b)
+      for (int64_t qb = 0; qb < nqb; ++qb) {
+        const int64_t q0 = qb * kBlock, nq = std::min(kBlock, d.Tq - q0);
+        CMap<T> Q(qp + (b * d.Tq + q0) * d.D, nq, d.D);
+        Mat<T> acc = Mat<T>::Zero(nq, d.Dv), S, P;
+        std::vector<T> m(nq, ninf), l(nq, T(0));
+        const int64_t kend = causal ? std::min(d.Tk, q0 + nq) : d.Tk;
+        for (int64_t k0 = 0; k0 < kend; k0 += kBlock) {
+          const int64_t nk = std::min(kBlock, kend - k0);
+          CMap<T> K(kp + (b * d.Tk + k0) * d.D, nk, d.D);
+          CMap<T> V(vp + (b * d.Tk + k0) * d.Dv, nk, d.Dv);
+          S.noalias() = (Q * K.transpose()) * sc;
+          if (causal && k0 + nk - 1 > q0) apply_causal(S, q0, k0);
+          P.resize(nq, nk);
+          for (int64_t i = 0; i < nq; ++i) {
+            const T mnew = std::max(m[i], S.row(i).maxCoeff());
+            if (mnew == ninf) {  // every key so far masked for this row
+              P.row(i).setZero();
+              continue;
+            }
+            const T corr = m[i] == ninf ? T(0) : std::exp(m[i] - mnew);
+            P.row(i) = (S.row(i).array() - mnew).exp().matrix();
+            l[i] = l[i] * corr + P.row(i).sum();
+            if (corr != T(1)) acc.row(i) *= corr;
+            m[i] = mnew;
+          }
+          acc.noalias() += P * V;
+        }
+        MMap<T> O(op + (b * d.Tq + q0) * d.Dv, nq, d.Dv);
+        for (int64_t i = 0; i < nq; ++i) {
+          // A row with no visible key (only possible for Tk == 0) gets zeros, lse = -inf.
+          const T inv = l[i] > T(0) ? T(1) / l[i] : T(0);
+          O.row(i) = acc.row(i) * inv;
+          lp[b * d.Tq + q0 + i] = l[i] > T(0) ? m[i] + std::log(l[i]) : ninf;
+        }
+      }
+  });
+}
+
+void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& g,
+                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, double scale, bool causal) {
+  for (const Tensor* t : {&dq, &dk, &dv, &g, &q, &k, &v, &out, &lse})
+    KILN_CHECK(!t->defined() || t->is_contiguous(),
+               "scaled_dot_product_attention_backward: kernel expects contiguous operands");
+  const Dims d = dims_of(q, k, v);
+  const int64_t nqb = (d.Tq + kBlock - 1) / kBlock;
+  const int64_t nkb = (d.Tk + kBlock - 1) / kBlock;
+  dispatch_attention(q.dtype(), "scaled_dot_product_attention_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* qp = static_cast<const T*>(q.data_ptr());
+    const T* kp = static_cast<const T*>(k.data_ptr());
+    const T* vp = static_cast<const T*>(v.data_ptr());
+    const T* gp = static_cast<const T*>(g.data_ptr());
+    const T* op = static_cast<const T*>(out.data_ptr());
+    const T* lp = static_cast<const T*>(lse.data_ptr());
+    T* dqp = dq.defined() ? static_cast<T*>(dq.data_ptr()) : nullptr;
+    T* dkp = dk.defined() ? static_cast<T*>(dk.data_ptr()) : nullptr;
+    T* dvp = dv.defined() ? static_cast<T*>(dv.data_ptr()) : nullptr;
+    const T sc = static_cast<T>(scale);
+    const bool par = d.B * d.Tq * d.Tk * (d.D + d.Dv) >= 65536;
+
+    // D_i = sum_j g_ij * out_ij
+    std::vector<T> Drow(d.B * d.Tq);
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t r = 0; r < d.B * d.Tq; ++r) {
+      T s = 0;
+      for (int64_t j = 0; j < d.Dv; ++j) s += gp[r * d.Dv + j] * op[r * d.Dv + j];
+      Drow[r] = s;
+    }
+
+    // P and dS of one (query block, key block) pair.
+    auto block = [&](int64_t b, int64_t q0, int64_t nq, int64_t k0, int64_t nk, Mat<T>& P,
+                     Mat<T>& dS, bool need_ds) {
+      CMap<T> Q(qp + (b * d.Tq + q0) * d.D, nq, d.D);
+      CMap<T> K(kp + (b * d.Tk + k0) * d.D, nk, d.D);
+      P.noalias() = (Q * K.transpose()) * sc;
+      if (causal && k0 + nk - 1 > q0) apply_causal(P, q0, k0);
+      for (int64_t i = 0; i < nq; ++i) {
+        const T L = lp[b * d.Tq + q0 + i];
+        if (std::isinf(L)) P.row(i).setZero();
+        else P.row(i) = (P.row(i).array() - L).exp().matrix();
+      }
+      if (!need_ds) return;
+      CMap<T> G(gp + (b * d.Tq + q0) * d.Dv, nq, d.Dv);
+      CMap<T> V(vp + (b * d.Tk + k0) * d.Dv, nk, d.Dv);
+      dS.noalias() = G * V.transpose();  // dP
+      for (int64_t i = 0; i < nq; ++i)
+        dS.row(i) = (P.row(i).array() * (dS.row(i).array() - Drow[b * d.Tq + q0 + i])).matrix();
+    };
+
+    if (dqp) {
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (par)
+      for (int64_t b = 0; b < d.B; ++b)
+        for (int64_t qb = 0; qb < nqb; ++qb) {
+          const int64_t q0 = qb * kBlock, nq = std::min(kBlock, d.Tq - q0);
+          MMap<T> dQ(dqp + (b * d.Tq + q0) * d.D, nq, d.D);
+          dQ.setZero();
+          Mat<T> P, dS;
+          const int64_t kend = causal ? std::min(d.Tk, q0 + nq) : d.Tk;
+          for (int64_t k0 = 0; k0 < kend; k0 += kBlock) {
+            const int64_t nk = std::min(kBlock, kend - k0);
+            block(b, q0, nq, k0, nk, P, dS, true);
+            CMap<T> K(kp + (b * d.Tk + k0) * d.D, nk, d.D);
+            dQ.noalias() += (dS * K) * sc;
+          }
+        }
+    }
+    if (dkp || dvp) {
+#pragma omp parallel for collapse(2) schedule(dynamic, 1) if (par)
+      for (int64_t b = 0; b < d.B; ++b)
+        for (int64_t kb = 0; kb < nkb; ++kb) {
+          const int64_t k0 = kb * kBlock, nk = std::min(kBlock, d.Tk - k0);
+          Mat<T> dK = Mat<T>::Zero(nk, d.D), dV = Mat<T>::Zero(nk, d.Dv), P, dS;
+          // Causal: only queries i >= k0 see this block.
+          const int64_t qstart = causal ? (std::min(k0, d.Tq) / kBlock) * kBlock : 0;
+          for (int64_t q0 = qstart; q0 < d.Tq; q0 += kBlock) {
+            const int64_t nq = std::min(kBlock, d.Tq - q0);
+            if (causal && q0 + nq - 1 < k0) continue;
+            block(b, q0, nq, k0, nk, P, dS, dkp != nullptr);
+            CMap<T> G(gp + (b * d.Tq + q0) * d.Dv, nq, d.Dv);
+            if (dvp) dV.noalias() += P.transpose() * G;
+            if (dkp) {
+              CMap<T> Q(qp + (b * d.Tq + q0) * d.D, nq, d.D);
+              dK.noalias() += (dS.transpose() * Q) * sc;
+            }
+          }
+          if (dkp) MMap<T>(dkp + (b * d.Tk + k0) * d.D, nk, d.D) = dK;
+          if (dvp) MMap<T>(dvp + (b * d.Tk + k0) * d.Dv, nk, d.Dv) = dV;
+        }
+    }
+  });
+}
+
+}  // namespace kiln::kernels::cpu

@@ -1,0 +1,329 @@
+// CPU 2-D pooling: max (with argmax indices for backward), average (count_include_pad or not)
+// and adaptive average, forward and backward. Every operand is read and written through its own
+// strides, so NCHW, channels-last and other views need no copy. Work is split over the N*C
+// planes (one plane per task), so backward scatters never race; each window's bounds are clipped
+// once, so the inner loops have no bounds tests.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kiln/core/error.h"
+#include "kiln/kernels/nn_kernels.h"
+
+namespace kiln::kernels::cpu {
+
+namespace {
+
+// Strided [N, C, H, W] access to one operand.
+template <class T>
+struct View4 {
+  T* p;
+  int64_t sn, sc, sh, sw;
+  View4(const Tensor& t)  // NOLINT
+      : p(static_cast<T*>(t.data_ptr())),
+        sn(t.stride(0)), sc(t.stride(1)), sh(t.stride(2)), sw(t.stride(3)) {}
+  T* plane(int64_t n, int64_t c) const { return p + n * sn + c * sc; }
+};
+
+template <class F>
+void for_planes(const PoolGeometry& g, int64_t work_per_plane, F&& f) {
+  const int64_t planes = g.N * g.C;
+  const bool par = planes > 1 && planes * work_per_plane >= 32768;
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t p = 0; p < planes; ++p) f(p / g.C, p % g.C);
+}
+
+// Branch-free "take v if it beats best": strict > keeps the first of equal maxima, and a NaN
+// is always taken (propagates, as in PyTorch). Random data would mispredict a branch half the time.
+template <class T>
+inline void take_max(T v, int32_t i, T& best, int32_t& bi) {
+  const bool take = (v > best) | (v != v);
+  best = take ? v : best;
+  bi = take ? i : bi;
+}
+
+template <class T>
+void max_fwd(const Tensor& out, const Tensor& idx, const Tensor& x, const PoolGeometry& g) {
+  View4<const T> X(x);
+  View4<T> O(out);
+  View4<int32_t> I(idx);
+  if (X.sc == 1 && O.sc == 1 && I.sc == 1 && g.C > 1) {
+    // Channels-last: for each output pixel, run the window with the channels as the contiguous,
+    // vectorised inner loop.
+    const int64_t rows = g.N * g.OH;
+#pragma omp parallel for schedule(static) if (rows > 1 && g.N * g.C * g.OH * g.OW * g.kh * g.kw >= 32768)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t n = r / g.OH, oh = r % g.OH;
+      const int64_t h0 = oh * g.sh - g.ph;
+      const int64_t hs = std::max<int64_t>(h0, 0), he = std::min(h0 + g.kh, g.H);
+      for (int64_t ow = 0; ow < g.OW; ++ow) {
+        const int64_t w0 = ow * g.sw - g.pw;
+        const int64_t ws = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, g.W);
+        T* op = O.plane(n, 0) + oh * O.sh + ow * O.sw;
+        int32_t* ip = I.plane(n, 0) + oh * I.sh + ow * I.sw;
+        const int32_t first = static_cast<int32_t>(hs * g.W + ws);
+#pragma omp simd
+        for (int64_t c = 0; c < g.C; ++c) {
+          op[c] = -std::numeric_limits<T>::infinity();
+          ip[c] = first;
+        }
+        for (int64_t h = hs; h < he; ++h)
+          for (int64_t w = ws; w < we; ++w) {
+            const T* xp = X.plane(n, 0) + h * X.sh + w * X.sw;
+            const int32_t i = static_cast<int32_t>(h * g.W + w);
+#pragma omp simd
+            for (int64_t c = 0; c < g.C; ++c) take_max(xp[c], i, op[c], ip[c]);
+          }
+      }
+    }
+    return;
+  }
+  const bool two_by_two = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0;
+  for_planes(g, g.OH * g.OW * g.kh * g.kw, [&](int64_t n, int64_t c) {
+    const T* xp = X.plane(n, c);
+    T* op = O.plane(n, c);
+    int32_t* ip = I.plane(n, c);
+    if (two_by_two) {  // the common case, unrolled: windows never clip
+      for (int64_t oh = 0; oh < g.OH; ++oh) {
+        const T* r0 = xp + 2 * oh * X.sh;
+        const T* r1 = r0 + X.sh;
+        const int32_t base = static_cast<int32_t>(2 * oh * g.W);
+        const int32_t Wi = static_cast<int32_t>(g.W);
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const int64_t a = 2 * ow * X.sw, b = a + X.sw;
+          const int32_t i0 = base + static_cast<int32_t>(2 * ow);
+          T best = r0[a];
+          int32_t bi = i0;
+          take_max(r0[b], i0 + 1, best, bi);
+          take_max(r1[a], i0 + Wi, best, bi);
+          take_max(r1[b], i0 + Wi + 1, best, bi);
+          op[oh * O.sh + ow * O.sw] = best;
+          ip[oh * I.sh + ow * I.sw] = bi;
+        }
+      }
+      return;
+    }
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      const int64_t h0 = oh * g.sh - g.ph;
+      const int64_t hs = std::max<int64_t>(h0, 0), he = std::min(h0 + g.kh, g.H);
+      for (int64_t ow = 0; ow < g.OW; ++ow) {
+        const int64_t w0 = ow * g.sw - g.pw;
+        const int64_t ws = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, g.W);
+        T best = -std::numeric_limits<T>::infinity();
+        int32_t bi = static_cast<int32_t>(hs * g.W + ws);
+        for (int64_t h = hs; h < he; ++h)
+          for (int64_t w = ws; w < we; ++w)
+            take_max(xp[h * X.sh + w * X.sw], static_cast<int32_t>(h * g.W + w), best, bi);
+        op[oh * O.sh + ow * O.sw] = best;
+        ip[oh * I.sh + ow * I.sw] = bi;
+      }
+    }
+  });
+}
+
+// Zeroes one plane of a strided gradient.
+template <class T>
+void zero_plane(T* p, const View4<T>& V, int64_t H, int64_t W) {
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t w = 0; w < W; ++w) p[h * V.sh + w * V.sw] = T(0);
+}
+
+template <class T>
+void max_bwd(const Tensor& gx, const Tensor& gy, const Tensor& idx, const PoolGeometry& g) {
+  View4<T> GX(gx);
+  View4<const T> GY(gy);
+  View4<const int32_t> I(idx);
+  // The flat index h * W + w maps to the offset index * sw whenever rows are W elements apart.
+  const bool flat = GX.sh == g.W * GX.sw;
+  if (GX.sc == 1 && GY.sc == 1 && I.sc == 1 && flat && g.C > 1) {
+    // Channels-last: per sample, zero it, then scatter with the channels as the inner loop.
+#pragma omp parallel for schedule(static) if (g.N > 1 && g.N * g.C * (g.H * g.W + g.OH * g.OW) >= 32768)
+    for (int64_t n = 0; n < g.N; ++n) {
+      T* gxn = GX.plane(n, 0);
+      for (int64_t hw = 0; hw < g.H * g.W; ++hw) std::fill(gxn + hw * GX.sw, gxn + hw * GX.sw + g.C, T(0));
+      for (int64_t oh = 0; oh < g.OH; ++oh)
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const T* gyp = GY.plane(n, 0) + oh * GY.sh + ow * GY.sw;
+          const int32_t* ip = I.plane(n, 0) + oh * I.sh + ow * I.sw;
+          for (int64_t c = 0; c < g.C; ++c) gxn[ip[c] * GX.sw + c] += gyp[c];
+        }
+    }
+    return;
+  }
+  for_planes(g, g.H * g.W + g.OH * g.OW, [&](int64_t n, int64_t c) {
+    T* gxp = GX.plane(n, c);
+    const T* gyp = GY.plane(n, c);
+    const int32_t* ip = I.plane(n, c);
+    zero_plane(gxp, GX, g.H, g.W);
+    for (int64_t oh = 0; oh < g.OH; ++oh)
+      for (int64_t ow = 0; ow < g.OW; ++ow) {
+        const int64_t i = ip[oh * I.sh + ow * I.sw];
+        const int64_t off = flat ? i * GX.sw : (i / g.W) * GX.sh + (i % g.W) * GX.sw;
+        gxp[off] += gyp[oh * GY.sh + ow * GY.sw];
+      }
+  });
+}
+
+// Divisor of window (oh, ow): kh*kw with count_include_pad (windows never reach past the
+// padding), else the number of in-bounds elements.
+inline int64_t avg_divisor(int64_t hs, int64_t he, int64_t ws, int64_t we, const PoolGeometry& g,
+                           bool include_pad) {
+  return include_pad ? g.kh * g.kw : (he - hs) * (we - ws);
+}
+
+template <class T>
+void avg_fwd(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool include_pad) {
+  View4<const T> X(x);
+  View4<T> O(out);
+  for_planes(g, g.OH * g.OW * g.kh * g.kw, [&](int64_t n, int64_t c) {
+    const T* xp = X.plane(n, c);
+    T* op = O.plane(n, c);
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      const int64_t h0 = oh * g.sh - g.ph;
+      const int64_t hs = std::max<int64_t>(h0, 0), he = std::min(h0 + g.kh, g.H);
+      for (int64_t ow = 0; ow < g.OW; ++ow) {
+        const int64_t w0 = ow * g.sw - g.pw;
+        const int64_t ws = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, g.W);
+        T s = 0;
+        for (int64_t h = hs; h < he; ++h)
+          for (int64_t w = ws; w < we; ++w) s += xp[h * X.sh + w * X.sw];
+        const int64_t d = avg_divisor(hs, he, ws, we, g, include_pad);
+        op[oh * O.sh + ow * O.sw] = d > 0 ? s / T(d) : T(0);
+      }
+    }
+  });
+}
+
+template <class T>
+void avg_bwd(const Tensor& gx, const Tensor& gy, const PoolGeometry& g, bool include_pad) {
+  View4<T> GX(gx);
+  View4<const T> GY(gy);
+  for_planes(g, g.H * g.W + g.OH * g.OW * g.kh * g.kw, [&](int64_t n, int64_t c) {
+    T* gxp = GX.plane(n, c);
+    const T* gyp = GY.plane(n, c);
+    zero_plane(gxp, GX, g.H, g.W);
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      const int64_t h0 = oh * g.sh - g.ph;
+      const int64_t hs = std::max<int64_t>(h0, 0), he = std::min(h0 + g.kh, g.H);
+      for (int64_t ow = 0; ow < g.OW; ++ow) {
+        const int64_t w0 = ow * g.sw - g.pw;
+        const int64_t ws = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, g.W);
+        const int64_t d = avg_divisor(hs, he, ws, we, g, include_pad);
+        if (d == 0) continue;
+        const T v = gyp[oh * GY.sh + ow * GY.sw] / T(d);
+        for (int64_t h = hs; h < he; ++h)
+          for (int64_t w = ws; w < we; ++w) gxp[h * GX.sh + w * GX.sw] += v;
+      }
+    }
+  });
+}
+
+inline int64_t ad_start(int64_t i, int64_t in, int64_t out) { return (i * in) / out; }
+inline int64_t ad_end(int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; }
+
+template <class T>
+void adaptive_fwd(const Tensor& out, const Tensor& x, const PoolGeometry& g) {
+  View4<const T> X(x);
+  View4<T> O(out);
+  for_planes(g, g.H * g.W + g.OH * g.OW, [&](int64_t n, int64_t c) {
+    const T* xp = X.plane(n, c);
+    T* op = O.plane(n, c);
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      const int64_t hs = ad_start(oh, g.H, g.OH), he = ad_end(oh, g.H, g.OH);
+      for (int64_t ow = 0; ow < g.OW; ++ow) {
+        const int64_t ws = ad_start(ow, g.W, g.OW), we = ad_end(ow, g.W, g.OW);
+        T s = 0;
+        for (int64_t h = hs; h < he; ++h)
+          for (int64_t w = ws; w < we; ++w) s += xp[h * X.sh + w * X.sw];
+        op[oh * O.sh + ow * O.sw] = s / T((he - hs) * (we - ws));
+      }
+    }
+  });
+}
+
+template <class T>
+void adaptive_bwd(const Tensor& gx, const Tensor& gy, const PoolGeometry& g) {
+  View4<T> GX(gx);
+  View4<const T> GY(gy);
+  for_planes(g, 2 * g.H * g.W + g.OH * g.OW, [&](int64_t n, int64_t c) {
+    T* gxp = GX.plane(n, c);
+    const T* gyp = GY.plane(n, c);
+    zero_plane(gxp, GX, g.H, g.W);
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      const int64_t hs = ad_start(oh, g.H, g.OH), he = ad_end(oh, g.H, g.OH);
+      for (int64_t ow = 0; ow < g.OW; ++ow) {
+        const int64_t ws = ad_start(ow, g.W, g.OW), we = ad_end(ow, g.W, g.OW);
+        const T v = gyp[oh * GY.sh + ow * GY.sw] / T((he - hs) * (we - ws));
+        for (int64_t h = hs; h < he; ++h)
+          for (int64_t w = ws; w < we; ++w) gxp[h * GX.sh + w * GX.sw] += v;
+      }
+    }
+  });
+}
+
+void check4(const char* op, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    KILN_CHECK(t->dim() == 4, op, ": expected 4-D operands, got sizes ", t->sizes());
+}
+
+}  // namespace
+
+#define KILN_POOL_DISPATCH(op, dt, ...)                                                   \
+  switch (dt) {                                                                           \
+    case DType::F32: { using T = float; __VA_ARGS__; } break;                             \
+    case DType::F64: { using T = double; __VA_ARGS__; } break;                            \
+    default: KILN_FAIL(op, ": dtype ", dt, " is not supported by the CPU kernel");        \
+  }
+
+void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& x,
+                        const PoolGeometry& g) {
+  check4("max_pool2d", {&out, &indices, &x});
+  KILN_CHECK(indices.dtype() == DType::I32, "max_pool2d: indices must be int32");
+  KILN_CHECK(g.H * g.W <= std::numeric_limits<int32_t>::max(),
+             "max_pool2d: planes larger than 2^31 elements are not supported");
+  if (out.numel() == 0) return;
+  KILN_POOL_DISPATCH("max_pool2d", x.dtype(), max_fwd<T>(out, indices, x, g));
+}
+
+void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
+                         const PoolGeometry& g) {
+  check4("max_pool2d_backward", {&grad_x, &grad_out, &indices});
+  if (grad_x.numel() == 0) return;
+  KILN_POOL_DISPATCH("max_pool2d_backward", grad_x.dtype(),
+                     max_bwd<T>(grad_x, grad_out, indices, g));
+}
+
+void avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& g,
+                        bool count_include_pad) {
+  check4("avg_pool2d", {&out, &x});
+  if (out.numel() == 0) return;
+  KILN_POOL_DISPATCH("avg_pool2d", x.dtype(), avg_fwd<T>(out, x, g, count_include_pad));
+}
+
+void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,
+                         bool count_include_pad) {
+  check4("avg_pool2d_backward", {&grad_x, &grad_out});
+  if (grad_x.numel() == 0) return;
+  KILN_POOL_DISPATCH("avg_pool2d_backward", grad_x.dtype(),
+                     avg_bwd<T>(grad_x, grad_out, g, count_include_pad));
+}
+
+void adaptive_avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& g) {
+  check4("adaptive_avg_pool2d", {&out, &x});
+  if (out.numel() == 0) return;
+  KILN_POOL_DISPATCH("adaptive_avg_pool2d", x.dtype(), adaptive_fwd<T>(out, x, g));
+}
+
+void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out,
+                                  const PoolGeometry& g) {
+  check4("adaptive_avg_pool2d_backward", {&grad_x, &grad_out});
+  if (grad_x.numel() == 0) return;
+  KILN_POOL_DISPATCH("adaptive_avg_pool2d_backward", grad_x.dtype(),
+                     adaptive_bwd<T>(grad_x, grad_out, g));
+}
+
+#undef KILN_POOL_DISPATCH
+
+}  // namespace kiln::kernels::cpu

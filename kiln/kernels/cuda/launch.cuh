@@ -1,0 +1,131 @@
+#pragma once
+// Launch helpers for the CUDA backend: the current stream, grid sizes, and the pointwise
+// launcher over a PointwiseIter (the same iteration space the CPU backend uses).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kiln/core/cuda.h"
+#include "kiln/core/cuda_check.h"
+#include "kiln/core/dtype.h"
+#include "kiln/kernels/pointwise_iter.h"
+
+namespace kiln::kernels::cuda {
+
+inline cudaStream_t stream_for(const Tensor& t) {
+  return static_cast<cudaStream_t>(kiln::cuda::current_stream(t.device().index).handle);
+}
+
+// Makes the tensor's device current for the launch (multi-GPU processes).
+struct DeviceGuard {
+  int prev = -1;
+  explicit DeviceGuard(const Tensor& t) {
+    KILN_CUDA_CHECK(cudaGetDevice(&prev));
+    if (prev != t.device().index) KILN_CUDA_CHECK(cudaSetDevice(t.device().index));
+  }
+  ~DeviceGuard() {
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur != prev) cudaSetDevice(prev);
+  }
+};
+
+constexpr int kThreads = 256;
+
+// Enough blocks to fill the GPU several times over; the kernels are grid-stride loops.
+inline unsigned grid_for(int64_t n, int64_t per_thread = 1) {
+  int64_t blocks = (n / per_thread + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, 65535 * 8)));
+}
+
+// Byte offsets of element `linear` for every operand (outermost dimension first).
+template <int N>
+struct Offsets {
+  int64_t v[N];
+};
+
+template <int N>
+__device__ __forceinline__ Offsets<N> offsets_of(const PointwiseIter& it, int64_t linear) {
+  Offsets<N> o;
+#pragma unroll
+  for (int k = 0; k < N; ++k) o.v[k] = 0;
+  for (int d = it.ndim - 1; d >= 0; --d) {
+    int64_t i = linear % it.sizes[d];
+    linear /= it.sizes[d];
+#pragma unroll
+    for (int k = 0; k < N; ++k) o.v[k] += i * it.strides[k][d];
+  }
+  return o;
+}
+
+// out = f(in...) elementwise. N = number of operands including the output (2: unary, 3: binary,
+// 4: ternary). Flat contiguous iteration spaces skip the index arithmetic.
+template <class Out, class In, int N, class F>
+__global__ void pointwise_kernel(PointwiseIter it, F f) {
+  using M = opmath_t<In>;
+  const int64_t n = it.numel;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const bool flat = it.ndim <= 1;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    int64_t off[N];
+    if (flat) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) off[k] = it.ndim == 0 ? 0 : i * it.strides[k][0];
+    } else {
+      Offsets<N> o = offsets_of<N>(it, i);
+#pragma unroll
+      for (int k = 0; k < N; ++k) off[k] = o.v[k];
+    }
+    Out* out = reinterpret_cast<Out*>(it.data[0] + off[0]);
+    if constexpr (N == 2) {
+      *out = static_cast<Out>(f(static_cast<M>(*reinterpret_cast<const In*>(it.data[1] + off[1]))));
+    } else if constexpr (N == 3) {
+      M x = static_cast<M>(*reinterpret_cast<const In*>(it.data[1] + off[1]));
+      M y = static_cast<M>(*reinterpret_cast<const In*>(it.data[2] + off[2]));
+      *out = static_cast<Out>(f(x, y));
+    } else {
+      bool c = *reinterpret_cast<const bool*>(it.data[1] + off[1]);
+      *out = c ? *reinterpret_cast<const In*>(it.data[2] + off[2]) : *reinterpret_cast<const In*>(it.data[3] + off[3]);
+    }
+  }
+}
+
+// Contiguous unary fast path: 16-byte vector loads and stores when both pointers are aligned
+// (the "vectorized grid-stride" kernel of the CUDA-backend issue).
+template <class T, class F>
+__global__ void unary_vec_kernel(T* __restrict__ out, const T* __restrict__ in, int64_t n, F f) {
+  using M = opmath_t<T>;
+  constexpr int V = 16 / sizeof(T);
+  struct alignas(16) Pack { T v[V]; };
+  const int64_t packs = n / V;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) {
+    Pack x = reinterpret_cast<const Pack*>(in)[p];
+    Pack y;
+#pragma unroll
+    for (int j = 0; j < V; ++j) y.v[j] = static_cast<T>(f(static_cast<M>(x.v[j])));
+    reinterpret_cast<Pack*>(out)[p] = y;
+  }
+  for (int64_t i = packs * V + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = static_cast<T>(f(static_cast<M>(in[i])));
+}
+
+template <class Out, class In, int N, class F>
+void launch_pointwise(const PointwiseIter& it, const Tensor& out, F f) {
+  if (it.numel == 0) return;
+  DeviceGuard g(out);
+  if constexpr (N == 2 && std::is_same_v<Out, In>) {
+    const bool aligned = (reinterpret_cast<uintptr_t>(it.data[0]) % 16 == 0) &&
+                         (reinterpret_cast<uintptr_t>(it.data[1]) % 16 == 0);
+    if (it.is_flat_contiguous() && aligned) {
+      unary_vec_kernel<Out><<<grid_for(it.numel, 16 / sizeof(Out)), kThreads, 0, stream_for(out)>>>(
+          reinterpret_cast<Out*>(it.data[0]), reinterpret_cast<const In*>(it.data[1]), it.numel, f);
+      KILN_CUDA_CHECK_LAUNCH("unary_vec_kernel");
+      return;
+    }
+  }
+  pointwise_kernel<Out, In, N><<<grid_for(it.numel), kThreads, 0, stream_for(out)>>>(it, f);
+  KILN_CUDA_CHECK_LAUNCH("pointwise_kernel");
+}
+
+}  // namespace kiln::kernels::cuda

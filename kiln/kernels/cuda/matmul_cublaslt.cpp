@@ -1,0 +1,153 @@
+// Matrix multiply on the GPU through cuBLASLt: f32 (TF32 behind kiln::cuda::set_allow_tf32),
+// f64, and f16/bf16 with f32 accumulation; strided batches in one call. kiln's tensors are
+// row-major and cuBLAS is column-major, so C = A B is computed as C^T = B^T A^T, which needs no
+// copies: a row-major operand is its transpose in column-major terms, and a column-major one
+// (a transposed view) is passed with the transpose op.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+#include "kiln/core/autograd.h"
+#include "kiln/core/cuda.h"
+#include "kiln/core/cuda_check.h"
+#include "kiln/kernels/cuda/cuda_kernels.h"
+
+#define KILN_CUBLAS_CHECK(call)                                                                   \
+  do {                                                                                            \
+    cublasStatus_t kiln_st_ = (call);                                                             \
+    KILN_CHECK(kiln_st_ == CUBLAS_STATUS_SUCCESS, "cuBLASLt error in ", #call, ": ",             \
+               cublasLtGetStatusString(kiln_st_));                                                \
+  } while (0)
+
+namespace kiln::kernels::cuda {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+struct DeviceContext {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+};
+
+DeviceContext& context(int device) {
+  static std::mutex mu;
+  static DeviceContext ctx[16];
+  std::lock_guard<std::mutex> lock(mu);
+  DeviceContext& c = ctx[device];
+  if (!c.handle) {
+    KILN_CUBLAS_CHECK(cublasLtCreate(&c.handle));
+    KILN_CUDA_CHECK(cudaMalloc(&c.workspace, kWorkspaceBytes));
+  }
+  return c;
+}
+
+// One operand as cuBLAS sees it: column-major data, whether it must be transposed, and its
+// leading dimension.
+struct ColMajor {
+  cublasOperation_t op;
+  int64_t ld;
+};
+
+// Row-major [rows, cols] with strides (rs, cs) seen as the column-major transpose ([cols, rows]).
+ColMajor as_transposed(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  if (cs == 1 || cols == 1) return {CUBLAS_OP_N, std::max<int64_t>(rs, std::max<int64_t>(cols, 1))};
+  return {CUBLAS_OP_T, std::max<int64_t>(cs, std::max<int64_t>(rows, 1))};  // rs == 1: a transposed view
+}
+
+Tensor mappable(const Tensor& t) {
+  const int64_t n = t.dim(), rs = t.stride(n - 2), cs = t.stride(n - 1), rows = t.size(n - 2), cols = t.size(n - 1);
+  bool row_major = (cs == 1 || cols == 1) && rs >= std::max<int64_t>(cols, 1);
+  bool col_major = (rs == 1 || rows == 1) && cs >= std::max<int64_t>(rows, 1);
+  bool batch_ok = n == 2 || t.stride(0) > 0 || t.size(0) == 1;
+  return (row_major || col_major) && batch_ok ? t : t.contiguous();
+}
+
+}  // namespace
+
+void matmul(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
+  KILN_CHECK(c.is_contiguous(), "matmul: output must be contiguous");
+  KILN_CHECK(a_in.dtype() == b_in.dtype() && c.dtype() == a_in.dtype(), "matmul: dtype mismatch");
+  if (c.numel() == 0) return;
+  NoGradGuard ng;
+  if (a_in.size(-1) == 0) {
+    fill(c, 0.0);
+    return;
+  }
+  Tensor a = mappable(a_in.detach()), b = mappable(b_in.detach());
+  const bool batched = c.dim() == 3;
+  const int64_t batch = batched ? c.size(0) : 1;
+  const int64_t M = c.size(-2), N = c.size(-1), K = a.size(-1);
+
+  cudaDataType_t dt;
+  cublasComputeType_t compute;
+  cudaDataType_t scale_type;
+  switch (a.dtype()) {
+    case DType::F32:
+      dt = CUDA_R_32F;
+      compute = kiln::cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      scale_type = CUDA_R_32F;
+      break;
+    case DType::F64: dt = CUDA_R_64F; compute = CUBLAS_COMPUTE_64F; scale_type = CUDA_R_64F; break;
+    case DType::F16: dt = CUDA_R_16F; compute = CUBLAS_COMPUTE_32F; scale_type = CUDA_R_32F; break;
+    case DType::BF16: dt = CUDA_R_16BF; compute = CUBLAS_COMPUTE_32F; scale_type = CUDA_R_32F; break;
+    default: KILN_FAIL("matmul: dtype ", a.dtype(), " is not supported on CUDA");
+  }
+
+  // C^T [N, M] = X [N, K] * Y [K, M] with X = B^T, Y = A^T (column-major).
+  ColMajor x = as_transposed(K, N, b.stride(-2), b.stride(-1));
+  ColMajor y = as_transposed(M, K, a.stride(-2), a.stride(-1));
+  const int dev = c.device().index;
+  DeviceContext& ctx = context(dev);
+  cudaStream_t stream = static_cast<cudaStream_t>(kiln::cuda::current_stream(dev).handle);
+
+  cublasLtMatmulDesc_t op_desc = nullptr;
+  cublasLtMatrixLayout_t lx = nullptr, ly = nullptr, lc = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  auto cleanup = [&] {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (ly) cublasLtMatrixLayoutDestroy(ly);
+    if (lx) cublasLtMatrixLayoutDestroy(lx);
+    if (op_desc) cublasLtMatmulDescDestroy(op_desc);
+  };
+  try {
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_desc, compute, scale_type));
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_TRANSA, &x.op, sizeof(x.op)));
+    KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_TRANSB, &y.op, sizeof(y.op)));
+    // Stored shapes (before the op): X is [N, K] or, transposed, [K, N]; likewise Y.
+    const uint64_t xr = x.op == CUBLAS_OP_N ? N : K, xc = x.op == CUBLAS_OP_N ? K : N;
+    const uint64_t yr = y.op == CUBLAS_OP_N ? K : M, yc = y.op == CUBLAS_OP_N ? M : K;
+    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lx, dt, xr, xc, x.ld));
+    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ly, dt, yr, yc, y.ld));
+    KILN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, dt, N, M, N));
+    if (batched) {
+      const int32_t count = static_cast<int32_t>(batch);
+      const int64_t sx = b.stride(0), sy = a.stride(0), sc = M * N;
+      for (auto [layout, stride] : {std::pair{lx, sx}, std::pair{ly, sy}, std::pair{lc, sc}}) {
+        KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+        KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+      }
+    }
+    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = kWorkspaceBytes;
+    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    KILN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.handle, op_desc, lx, ly, lc, lc, pref, 1, &heuristic, &found));
+    KILN_CHECK(found > 0, "matmul: cuBLASLt found no algorithm for [", M, ", ", K, "] @ [", K, ", ", N, "] in ", a.dtype());
+    const double alpha_d = 1.0, beta_d = 0.0;
+    const float alpha_f = 1.0f, beta_f = 0.0f;
+    const void* alpha = scale_type == CUDA_R_64F ? static_cast<const void*>(&alpha_d) : &alpha_f;
+    const void* beta = scale_type == CUDA_R_64F ? static_cast<const void*>(&beta_d) : &beta_f;
+    KILN_CUBLAS_CHECK(cublasLtMatmul(ctx.handle, op_desc, alpha, b.data_ptr(), lx, a.data_ptr(), ly, beta,
+                                     c.data_ptr(), lc, c.data_ptr(), lc, &heuristic.algo, ctx.workspace, ws, stream));
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  cleanup();
+}
+
+}  // namespace kiln::kernels::cuda

@@ -1,0 +1,229 @@
+// CUDA reductions. The input is arranged as rows [K, R] (reduced dims last, copied contiguous
+// only when needed) and each row is reduced by one or more blocks: with few long rows (a full
+// reduction), P blocks per row write partials that a second launch reduces, so every SM works.
+// When only the leading dims of a contiguous tensor are reduced, a column kernel walks [R, K]
+// with consecutive threads on consecutive columns (coalesced) and no copy.
+// Accumulation: float for f32/f16/bf16, double for f64, int64 for integers.
+#include <cfloat>
+#include <cmath>
+#include <limits>
+
+#include "kiln/core/autograd.h"
+#include "kiln/kernels/cuda/block_reduce.cuh"
+#include "kiln/kernels/cuda/cuda_kernels.h"
+#include "kiln/kernels/cuda/launch.cuh"
+
+namespace kiln::kernels::cuda {
+
+namespace {
+
+template <class T> using acc_type = std::conditional_t<std::is_same_v<T, double>, double,
+                                    std::conditional_t<std::is_floating_point_v<opmath_t<T>>, float, int64_t>>;
+
+template <class A>
+__host__ __device__ A identity_of(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Mean: return A(0);
+    case ReduceOp::Prod: return A(1);
+    case ReduceOp::Max:
+      if constexpr (std::is_floating_point_v<A>) return -INFINITY;
+      else return std::numeric_limits<A>::lowest();
+    case ReduceOp::Min:
+      if constexpr (std::is_floating_point_v<A>) return INFINITY;
+      else return std::numeric_limits<A>::max();
+  }
+  return A(0);
+}
+
+template <class A>
+__device__ __forceinline__ A combine(ReduceOp op, A a, A b) {
+  switch (op) {
+    case ReduceOp::Prod: return ProdOp()(a, b);
+    case ReduceOp::Max: return MaxOp()(a, b);
+    case ReduceOp::Min: return MinOp()(a, b);
+    default: return SumOp()(a, b);
+  }
+}
+
+template <class A>
+__device__ A block_combine(ReduceOp op, A v) {
+  switch (op) {
+    case ReduceOp::Prod: return block_reduce(v, ProdOp(), A(1));
+    case ReduceOp::Max: return block_reduce(v, MaxOp(), identity_of<A>(ReduceOp::Max));
+    case ReduceOp::Min: return block_reduce(v, MinOp(), identity_of<A>(ReduceOp::Min));
+    default: return block_reduce(v, SumOp(), A(0));
+  }
+}
+
+// Rows of length R; gridDim = (P, K): block (p, k) reduces slice p of row k.
+// final_pass: write Out (dividing by `count` for Mean); otherwise write A partials.
+template <class In, class A, class Out>
+__global__ void row_reduce_kernel(const In* in, Out* out, int64_t K, int64_t R, ReduceOp op, bool final_pass,
+                                  int64_t count) {
+  const int64_t k = blockIdx.y;
+  const int64_t P = gridDim.x, p = blockIdx.x;
+  const int64_t per = (R + P - 1) / P, begin = p * per, end = min(R, begin + per);
+  const In* row = in + k * R;
+  A acc = identity_of<A>(op);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    acc = combine(op, acc, static_cast<A>(static_cast<opmath_t<In>>(row[i])));
+  acc = block_combine(op, acc);
+  if (threadIdx.x == 0) {
+    if (final_pass) {
+      if (op == ReduceOp::Mean) acc = static_cast<A>(static_cast<double>(acc) / static_cast<double>(count));
+      out[k * P + p] = static_cast<Out>(static_cast<opmath_t<Out>>(acc));
+    } else {
+      reinterpret_cast<A*>(out)[k * P + p] = acc;
+    }
+  }
+}
+
+template <class T, class A>
+__global__ void column_reduce_kernel(const T* in, T* out, int64_t R, int64_t K, ReduceOp op) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < K; k += stride) {
+    A acc = identity_of<A>(op);
+    for (int64_t r = 0; r < R; ++r) acc = combine(op, acc, static_cast<A>(static_cast<opmath_t<T>>(in[r * K + k])));
+    if (op == ReduceOp::Mean) acc = static_cast<A>(static_cast<double>(acc) / static_cast<double>(R));
+    out[k] = static_cast<T>(static_cast<opmath_t<T>>(acc));
+  }
+}
+
+int sm_count(int device) {
+  static int count[16] = {0};
+  if (!count[device]) KILN_CUDA_CHECK(cudaDeviceGetAttribute(&count[device], cudaDevAttrMultiProcessorCount, device));
+  return count[device];
+}
+
+}  // namespace
+
+void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dims) {
+  KILN_CHECK(out.is_contiguous() && out.dtype() == in.dtype(), "reduce: bad output");
+  const int64_t nd = in.dim();
+  std::vector<bool> is_red(nd, false);
+  for (int64_t d : dims) is_red[d] = true;
+  IntList perm;
+  int64_t K = 1, R = 1;
+  for (int64_t d = 0; d < nd; ++d)
+    if (!is_red[d]) { perm.push_back(d); K *= in.sizes()[d]; }
+  for (int64_t d = 0; d < nd; ++d)
+    if (is_red[d]) { perm.push_back(d); R *= in.sizes()[d]; }
+  if (K == 0) return;
+  KILN_CHECK(!(R == 0 && (op == ReduceOp::Max || op == ReduceOp::Min)), "max/min: cannot reduce over an empty "
+             "dimension (sizes ", in.sizes(), ")");
+  DeviceGuard g(in);
+  cudaStream_t stream = stream_for(in);
+  bool leading = in.is_contiguous() && !dims.empty() && K > 1;
+  for (size_t i = 0; i < dims.size(); ++i) leading = leading && dims[i] == static_cast<int64_t>(i);
+  dispatch_numeric(in.dtype(), "reduce", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_type<T>;
+    if (leading && K >= 1024) {
+      column_reduce_kernel<T, A><<<grid_for(K), kThreads, 0, stream>>>(
+          static_cast<const T*>(in.data_ptr()), static_cast<T*>(out.data_ptr()), R, K, op);
+      KILN_CUDA_CHECK_LAUNCH("column_reduce_kernel");
+      return;
+    }
+    Tensor src;
+    {
+      NoGradGuard ng;
+      Tensor p = in.detach().permute(perm);
+      src = p.is_contiguous() ? p : p.contiguous();
+    }
+    // Blocks per row: enough to cover the GPU when there are few rows.
+    const int64_t target_blocks = 4 * sm_count(in.device().index);
+    int64_t P = K >= target_blocks ? 1 : std::min<int64_t>((target_blocks + K - 1) / K, (R + 4095) / 4096);
+    P = std::max<int64_t>(P, 1);
+    const T* ip = static_cast<const T*>(src.data_ptr());
+    if (P == 1) {
+      row_reduce_kernel<T, A, T><<<dim3(1, static_cast<unsigned>(K)), kThreads, 0, stream>>>(
+          ip, static_cast<T*>(out.data_ptr()), K, R, op, true, R);
+      KILN_CUDA_CHECK_LAUNCH("row_reduce_kernel");
+      return;
+    }
+    Tensor partial = empty({K, P}, TensorOptions().dtype(dtype_of<A>::value).device(in.device()));
+    row_reduce_kernel<T, A, A><<<dim3(static_cast<unsigned>(P), static_cast<unsigned>(K)), kThreads, 0, stream>>>(
+        ip, static_cast<A*>(partial.data_ptr()), K, R, op, false, R);
+    KILN_CUDA_CHECK_LAUNCH("row_reduce_kernel (partials)");
+    // Second pass over the partials: Sum/Mean partials are sums, so reduce with Sum then divide.
+    ReduceOp second = op == ReduceOp::Mean ? ReduceOp::Mean : op;
+    row_reduce_kernel<A, A, T><<<dim3(1, static_cast<unsigned>(K)), kThreads, 0, stream>>>(
+        static_cast<const A*>(partial.data_ptr()), static_cast<T*>(out.data_ptr()), K, P, second, true, R);
+    KILN_CUDA_CHECK_LAUNCH("row_reduce_kernel (final)");
+  });
+}
+
+// ---------------------------------------------------------------- arg max / min
+
+namespace {
+// Is (b, ib) a better arg-extreme than (a, ia)? Index -1 means "none"; NaN is the extreme value
+// and ties go to the smaller index, as in PyTorch.
+template <class M>
+__device__ __forceinline__ bool better(M a, int64_t ia, M b, int64_t ib, bool is_max) {
+  if (ib < 0) return false;
+  if (ia < 0) return true;
+  const bool na = a != a, nb = b != b;
+  if (na || nb) return nb && (!na || ib < ia);
+  if (a == b) return ib < ia;
+  return is_max ? b > a : b < a;
+}
+
+template <class T>
+__global__ void arg_reduce_kernel(const T* in, T* values, int64_t* indices, int64_t rows, int64_t n, bool is_max) {
+  using M = opmath_t<T>;
+  __shared__ M sv[kThreads];
+  __shared__ int64_t si[kThreads];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* row = in + r * n;
+    M best = M(0);
+    int64_t bi = -1;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      M v = static_cast<M>(row[i]);
+      if (better(best, bi, v, i, is_max)) { best = v; bi = i; }
+    }
+    sv[threadIdx.x] = best;
+    si[threadIdx.x] = bi;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s && better(sv[threadIdx.x], si[threadIdx.x], sv[threadIdx.x + s], si[threadIdx.x + s], is_max)) {
+        sv[threadIdx.x] = sv[threadIdx.x + s];
+        si[threadIdx.x] = si[threadIdx.x + s];
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      values[r] = static_cast<T>(sv[0]);
+      indices[r] = si[0];
+    }
+    __syncthreads();
+  }
+}
+}  // namespace
+
+void arg_reduce(bool is_max, const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim) {
+  const int64_t n = in.sizes().empty() ? 1 : in.sizes()[dim];
+  KILN_CHECK(n > 0, is_max ? "max" : "min", ": cannot reduce over an empty dimension (sizes ", in.sizes(), ")");
+  Tensor src;
+  {
+    NoGradGuard ng;
+    IntList perm;
+    for (int64_t d = 0; d < in.dim(); ++d)
+      if (d != dim) perm.push_back(d);
+    if (in.dim() > 0) perm.push_back(dim);
+    Tensor p = in.detach().permute(perm);
+    src = p.is_contiguous() ? p : p.contiguous();
+  }
+  const int64_t rows = src.numel() / n;
+  if (rows == 0) return;
+  DeviceGuard g(in);
+  dispatch_numeric(in.dtype(), is_max ? "max" : "min", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    arg_reduce_kernel<T><<<static_cast<unsigned>(std::min<int64_t>(rows, 65535)), kThreads, 0, stream_for(in)>>>(
+        static_cast<const T*>(src.data_ptr()), static_cast<T*>(values.data_ptr()),
+        static_cast<int64_t*>(indices.data_ptr()), rows, n, is_max);
+    KILN_CUDA_CHECK_LAUNCH("arg_reduce_kernel");
+  });
+}
+
+}  // namespace kiln::kernels::cuda

@@ -1,0 +1,105 @@
+#pragma once
+// Stateless layers: activations, dropout, flatten, pooling, as modules for Sequential models.
+#include "kiln/nn/functional.h"
+#include "kiln/nn/module.h"
+#include "kiln/nn/options.h"
+
+namespace kiln::nn {
+
+class ReLU : public Module {
+ public:
+  ReLU() : Module("ReLU") {}
+  Tensor forward(const Tensor& x) override { return kiln::relu(x); }
+};
+
+class GELU : public Module {
+ public:
+  explicit GELU(std::string approximate = "none") : Module("GELU"), approximate(std::move(approximate)) {}
+  Tensor forward(const Tensor& x) override { return kiln::gelu(x, approximate); }
+  std::string extra_repr() const override { return "approximate='" + approximate + "'"; }
+  std::string approximate;
+};
+
+class SiLU : public Module {
+ public:
+  SiLU() : Module("SiLU") {}
+  Tensor forward(const Tensor& x) override { return kiln::silu(x); }
+};
+
+class Tanh : public Module {
+ public:
+  Tanh() : Module("Tanh") {}
+  Tensor forward(const Tensor& x) override { return kiln::tanh(x); }
+};
+
+class Sigmoid : public Module {
+ public:
+  Sigmoid() : Module("Sigmoid") {}
+  Tensor forward(const Tensor& x) override { return kiln::sigmoid(x); }
+};
+
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : Module("LeakyReLU"), negative_slope(negative_slope) {}
+  Tensor forward(const Tensor& x) override { return functional::leaky_relu(x, negative_slope); }
+  std::string extra_repr() const override { return "negative_slope=" + std::to_string(negative_slope); }
+  double negative_slope;
+};
+
+class Softmax : public Module {
+ public:
+  explicit Softmax(int64_t dim) : Module("Softmax"), dim(dim) {}
+  Tensor forward(const Tensor& x) override { return kiln::softmax(x, dim); }
+  std::string extra_repr() const override { return "dim=" + std::to_string(dim); }
+  int64_t dim;
+};
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5);
+  Tensor forward(const Tensor& x) override { return functional::dropout(x, p, is_training()); }
+  std::string extra_repr() const override { return "p=" + std::to_string(p); }
+  double p;
+};
+
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
+      : Module("Flatten"), start_dim(start_dim), end_dim(end_dim) {}
+  Tensor forward(const Tensor& x) override { return x.flatten(start_dim, end_dim); }
+  std::string extra_repr() const override;
+  int64_t start_dim, end_dim;
+};
+
+struct Pool2dOptions {
+  Pool2dOptions(Size2 kernel_size) : kernel_size_(kernel_size), stride_(kernel_size) {}  // NOLINT
+  KILN_OPTION(Size2, kernel_size);
+  KILN_OPTION(Size2, stride);  // defaults to kernel_size
+  KILN_OPTION(Size2, padding) = 0;
+};
+
+class MaxPool2d : public Module {
+ public:
+  MaxPool2d(const Pool2dOptions& options) : Module("MaxPool2d"), options(options) {}  // NOLINT
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Pool2dOptions options;
+};
+
+class AvgPool2d : public Module {
+ public:
+  AvgPool2d(const Pool2dOptions& options) : Module("AvgPool2d"), options(options) {}  // NOLINT
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  Pool2dOptions options;
+};
+
+class AdaptiveAvgPool2d : public Module {
+ public:
+  AdaptiveAvgPool2d(Size2 output_size) : Module("AdaptiveAvgPool2d"), output_size(output_size) {}  // NOLINT
+  Tensor forward(const Tensor& x) override { return functional::adaptive_avg_pool2d(x, output_size.list()); }
+  std::string extra_repr() const override;
+  Size2 output_size;
+};
+
+}  // namespace kiln::nn

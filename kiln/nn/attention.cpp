@@ -1,0 +1,58 @@
+#include "kiln/nn/attention.h"
+
+#include "kiln/nn/functional.h"
+
+namespace kiln::nn {
+
+MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, bool c, bool bias, double dropout)
+    : Module("MultiheadAttention"),
+      embed_dim(e),
+      num_heads(h),
+      causal(c),
+      qkv(LinearOptions(e, 3 * e).bias(bias)),
+      proj(LinearOptions(e, e).bias(bias)),
+      resid_dropout(dropout) {
+  KILN_CHECK(h > 0 && e % h == 0, "MultiheadAttention: embed_dim (", e, ") must be divisible by num_heads (", h, ")");
+  register_module("qkv", qkv);
+  register_module("proj", proj);
+  register_module("resid_dropout", resid_dropout);
+}
+
+Tensor MultiheadAttention::forward(const Tensor& x) {
+  KILN_CHECK(x.dim() == 3 && x.size(2) == embed_dim, "MultiheadAttention: expected [B, T, ", embed_dim,
+             "], got sizes ", x.sizes());
+  const int64_t B = x.size(0), T = x.size(1), D = embed_dim / num_heads;
+  Tensor qkv_out = qkv(x).view({B, T, 3, num_heads, D}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, D]
+  Tensor y = functional::scaled_dot_product_attention(qkv_out[0], qkv_out[1], qkv_out[2], causal);
+  y = y.transpose(1, 2).reshape({B, T, embed_dim});
+  return resid_dropout(proj(y));
+}
+
+std::string MultiheadAttention::extra_repr() const {
+  return "embed_dim=" + std::to_string(embed_dim) + ", num_heads=" + std::to_string(num_heads) +
+         ", causal=" + (causal ? "True" : "False");
+}
+
+TransformerBlock::TransformerBlock(const TransformerBlockOptions& o)
+    : Module("TransformerBlock"),
+      options(o),
+      ln1(o.embed_dim()),
+      ln2(o.embed_dim()),
+      attn(o.embed_dim(), o.num_heads(), /*causal=*/true, o.bias(), o.dropout()),
+      fc(LinearOptions(o.embed_dim(), o.mlp_ratio() * o.embed_dim()).bias(o.bias())),
+      proj(LinearOptions(o.mlp_ratio() * o.embed_dim(), o.embed_dim()).bias(o.bias())),
+      drop(o.dropout()) {
+  register_module("ln1", ln1);
+  register_module("attn", attn);
+  register_module("ln2", ln2);
+  register_module("fc", fc);
+  register_module("proj", proj);
+  register_module("drop", drop);
+}
+
+Tensor TransformerBlock::forward(const Tensor& x) {
+  Tensor h = x + attn(ln1(x));
+  return h + drop(proj(act(fc(ln2(h)))));
+}
+
+}  // namespace kiln::nn

@@ -1,0 +1,82 @@
+#pragma once
+#include "kiln/nn/module.h"
+#include "kiln/nn/options.h"
+
+namespace kiln::nn {
+
+struct Conv2dOptions {
+  Conv2dOptions(int64_t in_channels, int64_t out_channels, Size2 kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  KILN_OPTION(int64_t, in_channels);
+  KILN_OPTION(int64_t, out_channels);
+  KILN_OPTION(Size2, kernel_size);
+  KILN_OPTION(Size2, stride) = 1;
+  KILN_OPTION(Size2, padding) = 0;
+  KILN_OPTION(Size2, dilation) = 1;
+  KILN_OPTION(int64_t, groups) = 1;
+  KILN_OPTION(bool, bias) = true;
+};
+
+// [N, C_in, H, W] -> [N, C_out, H', W']; weight [C_out, C_in / groups, kH, kW].
+class Conv2d : public Module {
+ public:
+  explicit Conv2d(const Conv2dOptions& options);
+  Conv2d(int64_t in, int64_t out, int64_t kernel) : Conv2d(Conv2dOptions(in, out, kernel)) {}
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+  void reset_parameters();
+
+  Conv2dOptions options;
+  Tensor weight, bias;
+};
+
+struct Conv1dOptions {
+  Conv1dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  KILN_OPTION(int64_t, in_channels);
+  KILN_OPTION(int64_t, out_channels);
+  KILN_OPTION(int64_t, kernel_size);
+  KILN_OPTION(int64_t, stride) = 1;
+  KILN_OPTION(int64_t, padding) = 0;
+  KILN_OPTION(int64_t, dilation) = 1;
+  KILN_OPTION(int64_t, groups) = 1;
+  KILN_OPTION(bool, bias) = true;
+};
+
+// [N, C_in, L] -> [N, C_out, L'].
+class Conv1d : public Module {
+ public:
+  explicit Conv1d(const Conv1dOptions& options);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  Conv1dOptions options;
+  Tensor weight, bias;
+};
+
+struct ConvTranspose2dOptions {
+  ConvTranspose2dOptions(int64_t in_channels, int64_t out_channels, Size2 kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  KILN_OPTION(int64_t, in_channels);
+  KILN_OPTION(int64_t, out_channels);
+  KILN_OPTION(Size2, kernel_size);
+  KILN_OPTION(Size2, stride) = 1;
+  KILN_OPTION(Size2, padding) = 0;
+  KILN_OPTION(Size2, output_padding) = 0;
+  KILN_OPTION(Size2, dilation) = 1;
+  KILN_OPTION(int64_t, groups) = 1;
+  KILN_OPTION(bool, bias) = true;
+};
+
+// weight [C_in, C_out / groups, kH, kW]
+class ConvTranspose2d : public Module {
+ public:
+  explicit ConvTranspose2d(const ConvTranspose2dOptions& options);
+  Tensor forward(const Tensor& x) override;
+  std::string extra_repr() const override;
+
+  ConvTranspose2dOptions options;
+  Tensor weight, bias;
+};
+
+}  // namespace kiln::nn

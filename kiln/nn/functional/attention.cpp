@@ -1,0 +1,110 @@
+// scaled_dot_product_attention: q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] with identical
+// leading dims. Forward and backward run the blocked online-softmax kernel
+// (kiln/kernels/cpu/attention.cpp): no [Tq, Tk] score matrix is materialised; the backward
+// recomputes each block of probabilities from the saved per-row logsumexp. 16-bit inputs are
+// computed in float32. Under create_graph the backward is the composite formula of
+// differentiable ops (which does materialise the scores).
+#include <cmath>
+#include <limits>
+
+#include "kiln/core/autograd.h"
+#include "kiln/kernels/norm_kernels.h"
+#include "kiln/nn/functional.h"
+
+namespace kiln::nn::functional {
+
+using autograd::SavedTensor;
+using autograd::TensorList;
+
+namespace {
+
+Tensor to3d(const Tensor& t, int64_t B, DType dt) {
+  Tensor r = t.to(dt).reshape({B, t.size(-2), t.size(-1)});
+  return r.is_contiguous() ? r : r.contiguous();
+}
+
+// [Tq, Tk] bool: true where key j is visible from query i (j <= i).
+Tensor causal_keep(int64_t Tq, int64_t Tk, Device dev) {
+  TensorOptions o = TensorOptions().dtype(DType::I64).device(dev);
+  return arange(static_cast<double>(Tk), o).view({1, Tk}) <= arange(static_cast<double>(Tq), o).view({Tq, 1});
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool is_causal) {
+  const char* op = "scaled_dot_product_attention";
+  KILN_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k and v must be defined");
+  KILN_CHECK(q.device() == k.device() && k.device() == v.device(), op,
+             ": q, k, v must be on one device, got ", q.device(), ", ", k.device(), ", ", v.device());
+  KILN_CHECK(is_floating(q.dtype()) && q.dtype() == k.dtype() && k.dtype() == v.dtype(), op,
+             ": q, k, v must share one floating-point dtype, got ", q.dtype(), ", ", k.dtype(), ", ",
+             v.dtype());
+  KILN_CHECK(q.dim() >= 2 && q.dim() == k.dim() && k.dim() == v.dim(), op,
+             ": q, k, v must be [..., T, D] with the same number of dimensions, got sizes q ",
+             q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
+  const int64_t nd = q.dim();
+  bool lead_ok = true;
+  for (int64_t d = 0; d < nd - 2; ++d) lead_ok = lead_ok && q.size(d) == k.size(d) && k.size(d) == v.size(d);
+  KILN_CHECK(lead_ok && q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), op,
+             ": mismatched sizes q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes(),
+             " (expected q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] with equal leading dims)");
+  const int64_t Tq = q.size(-2), Tk = k.size(-2), D = q.size(-1), Dv = v.size(-1);
+  KILN_CHECK(Tk > 0 || Tq == 0, op, ": k and v have no keys (sizes k ", k.sizes(), ", v ", v.sizes(), ")");
+  int64_t B = 1;
+  for (int64_t d = 0; d < nd - 2; ++d) B *= q.size(d);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const DType cdt = q.dtype() == DType::F64 ? DType::F64 : DType::F32;  // compute dtype
+
+  Tensor out, lse, q3, k3, v3;
+  IntList out_sizes = q.sizes();
+  out_sizes.back() = Dv;
+  {
+    NoGradGuard ng;
+    q3 = to3d(q.detach(), B, cdt);
+    k3 = to3d(k.detach(), B, cdt);
+    v3 = to3d(v.detach(), B, cdt);
+    Tensor o3 = empty({B, Tq, Dv}, TensorOptions().dtype(cdt).device(q.device()));
+    lse = empty({B, Tq}, TensorOptions().dtype(cdt).device(q.device()));
+    if (B * Tq > 0) kernels::attention_forward(o3, lse, q3, k3, v3, scale, is_causal);
+    out = o3.view(out_sizes).to(q.dtype());
+  }
+  if (autograd::any_requires_grad({&q, &k, &v})) {
+    const bool gq = q.requires_grad(), gk = k.requires_grad(), gv = v.requires_grad();
+    SavedTensor sq(q, op), sk(k, op), sv(v, op), so(out, op);
+    const DType dt = q.dtype();
+    autograd::record_function("ScaledDotProductAttentionBackward", {&q, &k, &v}, {&out},
+                              [=](const TensorList& g) {
+      Tensor qs = sq.get(), ks = sk.get(), vs = sv.get();
+      if (GradMode::is_enabled()) {  // create_graph: composite formula
+        Tensor s = matmul(qs, ks.transpose(-2, -1)) * scale;
+        if (is_causal) s = where(causal_keep(Tq, Tk, qs.device()), s, -std::numeric_limits<double>::infinity());
+        Tensor p = kiln::softmax(s, -1);
+        Tensor dp = matmul(g[0], vs.transpose(-2, -1));
+        Tensor ds = p * (dp - sum(dp * p, {-1}, true));
+        return TensorList{gq ? matmul(ds, ks) * scale : Tensor(),
+                          gk ? matmul(ds.transpose(-2, -1), qs) * scale : Tensor(),
+                          gv ? matmul(p.transpose(-2, -1), g[0]) : Tensor()};
+      }
+      Tensor q3b = to3d(qs.detach(), B, cdt), k3b = to3d(ks.detach(), B, cdt),
+             v3b = to3d(vs.detach(), B, cdt);
+      Tensor o3b = to3d(so.get().detach(), B, cdt), g3 = to3d(g[0], B, cdt);
+      TensorOptions o = TensorOptions().dtype(cdt).device(qs.device());
+      Tensor dq = gq ? empty({B, Tq, D}, o) : Tensor();
+      Tensor dk = gk ? empty({B, Tk, D}, o) : Tensor();
+      Tensor dv = gv ? empty({B, Tk, Dv}, o) : Tensor();
+      if (B * Tq > 0) {
+        kernels::attention_backward(dq, dk, dv, g3, q3b, k3b, v3b, o3b, lse, scale, is_causal);
+      } else {
+        if (gk) dk.zero_();
+        if (gv) dv.zero_();
+      }
+      return TensorList{gq ? dq.view(qs.sizes()).to(dt) : Tensor(),
+                        gk ? dk.view(ks.sizes()).to(dt) : Tensor(),
+                        gv ? dv.view(vs.sizes()).to(dt) : Tensor()};
+    });
+  }
+  return out;
+}
+
+}  // namespace kiln::nn::functional

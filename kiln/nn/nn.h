@@ -1,0 +1,15 @@
+#pragma once
+// Everything in kiln::nn.
+#include "kiln/nn/activation.h"
+#include "kiln/nn/attention.h"
+#include "kiln/nn/container.h"
+#include "kiln/nn/conv.h"
+#include "kiln/nn/embedding.h"
+#include "kiln/nn/functional.h"
+#include "kiln/nn/init.h"
+#include "kiln/nn/linear.h"
+#include "kiln/nn/loss.h"
+#include "kiln/nn/models/models.h"
+#include "kiln/nn/module.h"
+#include "kiln/nn/normalization.h"
+#include "kiln/nn/serialize.h"
