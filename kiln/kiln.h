@@ -9,3 +9,6 @@
 #include "kiln/core/generator.h"
 #include "kiln/core/gradcheck.h"
 #include "kiln/core/tensor.h"
+#include "kiln/data/data.h"
+#include "kiln/nn/nn.h"
+#include "kiln/optim/optim.h"

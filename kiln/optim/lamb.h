@@ -1,0 +1,42 @@
+#pragma once
+// LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning"; defaults as NVIDIA apex
+// FusedLAMB). Per parameter tensor:
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+//   r = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + weight_decay * p   (no bias correction
+//       when bias_correction(false))
+//   p -= lr * trust * r,  trust = ||p|| / ||r|| when both are non-zero, else 1
+// Global gradient-norm clipping (apex's max_grad_norm) is left to kiln::optim::clip_grad_norm.
+#include "kiln/optim/adam.h"
+
+namespace kiln::optim {
+
+class LAMBOptions : public OptimizerOptions {
+ public:
+  LAMBOptions(double lr = 1e-3) : lr_(lr) {}  // NOLINT
+  KILN_OPTIM_ARG(double, lr, 1e-3);
+  KILN_OPTIM_ARG(Betas, betas, std::make_tuple(0.9, 0.999));
+  KILN_OPTIM_ARG(double, eps, 1e-6);
+  KILN_OPTIM_ARG(double, weight_decay, 1e-2);
+  KILN_OPTIM_ARG(bool, bias_correction, true);
+  KILN_OPTIM_ARG(bool, maximize, false);
+
+ public:
+  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<LAMBOptions>(*this); }
+  const char* optimizer_name() const override { return "LAMB"; }
+  double get_lr() const override { return lr_; }
+  void set_lr(double lr) override { lr_ = lr; }
+  double get_momentum() const override { return std::get<0>(betas_); }
+  void set_momentum(double m) override { std::get<0>(betas_) = m; }
+  void validate() const override;
+  math::OptimHyper hyper() const override;
+  std::map<std::string, double> to_map() const override;
+  void from_map(const std::map<std::string, double>& values) override;
+};
+
+class LAMB : public Optimizer {
+ public:
+  LAMB(std::vector<Tensor> params, const LAMBOptions& options = {});
+  LAMB(std::vector<ParamGroup> groups, const LAMBOptions& options = {});
+};
+
+}  // namespace kiln::optim

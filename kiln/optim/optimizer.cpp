@@ -1,0 +1,360 @@
+#include "kiln/optim/optimizer.h"
+
+#include <algorithm>
+#include <numeric>
+#include <unordered_set>
+
+#include "kiln/core/autograd.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/optim_kernels.h"
+
+namespace kiln::optim {
+
+// ---------------------------------------------------------------- ParamGroup
+
+ParamGroup::ParamGroup(std::vector<Tensor> params) : params_(std::move(params)) {}
+ParamGroup::ParamGroup(std::vector<Tensor> params, const OptimizerOptions& options)
+    : params_(std::move(params)), options_(options.clone()) {}
+ParamGroup::ParamGroup(const ParamGroup& o)
+    : params_(o.params_), options_(o.options_ ? o.options_->clone() : nullptr) {}
+ParamGroup& ParamGroup::operator=(const ParamGroup& o) {
+  if (this != &o) {
+    params_ = o.params_;
+    options_ = o.options_ ? o.options_->clone() : nullptr;
+    lr_tensor_ = Tensor();
+  }
+  return *this;
+}
+
+OptimizerOptions& ParamGroup::options() {
+  KILN_CHECK(options_, "ParamGroup: this group has no options yet (add it to an optimizer first)");
+  return *options_;
+}
+const OptimizerOptions& ParamGroup::options() const {
+  KILN_CHECK(options_, "ParamGroup: this group has no options yet (add it to an optimizer first)");
+  return *options_;
+}
+
+void ParamGroup::set_lr(double lr) {
+  KILN_CHECK(lr >= 0.0, "ParamGroup::set_lr: invalid learning rate ", lr, " (must be >= 0)");
+  options().set_lr(lr);
+}
+
+void ParamGroup::set_momentum(double momentum) {
+  options().set_momentum(momentum);
+  options().validate();
+}
+
+const Tensor& ParamGroup::lr_tensor() {
+  const double lr = options().get_lr();
+  Device dev = params_.empty() ? Device::cpu() : params_.front().device();
+  if (!lr_tensor_.defined() || lr_tensor_.device() != dev) {
+    lr_tensor_ = full({}, lr, TensorOptions(DType::F64).device(dev));
+    lr_tensor_value_ = lr;
+  } else if (lr_tensor_value_ != lr) {
+    lr_tensor_.fill_(lr);  // on a device: an asynchronous fill, no host sync
+    lr_tensor_value_ = lr;
+  }
+  return lr_tensor_;
+}
+
+// ---------------------------------------------------------------- Optimizer
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults)
+    : defaults_(std::move(defaults)) {
+  KILN_CHECK(defaults_, "Optimizer: no default options");
+  defaults_->validate();
+  size_t total = 0;
+  for (const ParamGroup& g : groups) total += g.params().size();
+  KILN_CHECK(total > 0, defaults_->optimizer_name(), ": got an empty parameter list");
+  for (const ParamGroup& g : groups) add_param_group(g);
+}
+
+void Optimizer::check_options_type(const OptimizerOptions& options) const {
+  KILN_CHECK(std::string(options.optimizer_name()) == defaults_->optimizer_name(),
+             defaults_->optimizer_name(), ": a parameter group has ", options.optimizer_name(),
+             " options");
+}
+
+void Optimizer::add_param_group(const ParamGroup& group) {
+  const char* name = defaults_->optimizer_name();
+  ParamGroup g(group.params_, group.has_options() ? group.options() : *defaults_);
+  check_options_type(g.options());
+  g.options().validate();
+  std::unordered_set<const TensorImpl*> seen;
+  for (const ParamGroup& other : groups_)
+    for (const Tensor& p : other.params()) seen.insert(p.impl());
+  std::unordered_set<const TensorImpl*> mine;
+  for (size_t i = 0; i < g.params().size(); ++i) {
+    const Tensor& p = g.params()[i];
+    KILN_CHECK(p.defined(), name, ": parameter ", i, " of the group is undefined");
+    KILN_CHECK(p.is_floating_point(), name, ": can only optimize floating-point tensors, parameter ",
+               i, " has dtype ", p.dtype());
+    KILN_CHECK(p.is_leaf(), name, ": can't optimize a non-leaf tensor (parameter ", i, ", sizes ",
+               p.sizes(), ", made by ", p.grad_fn() ? p.grad_fn()->name() : "?",
+               "); optimize the leaf it was computed from, or detach() it");
+    KILN_CHECK(!mine.count(p.impl()), name, ": parameter ", i,
+               " appears twice in the parameter group");
+    KILN_CHECK(!seen.count(p.impl()), name, ": parameter ", i, " (sizes ", p.sizes(),
+               ") appears in more than one parameter group");
+    KILN_CHECK(g.params().front().device() == p.device(), name,
+               ": all parameters of a group must be on one device, got ",
+               g.params().front().device(), " and ", p.device());
+    mine.insert(p.impl());
+  }
+  groups_.push_back(std::move(g));
+}
+
+std::vector<Tensor> Optimizer::parameters() const {
+  std::vector<Tensor> out;
+  for (const ParamGroup& g : groups_) out.insert(out.end(), g.params().begin(), g.params().end());
+  return out;
+}
+
+const ParamState* Optimizer::state(const Tensor& param) const {
+  auto it = state_.find(param.impl());
+  return it == state_.end() ? nullptr : &it->second;
+}
+
+namespace {
+// A zero tensor of `dtype` with p's sizes and memory layout (the same strides when p is dense but
+// permuted, e.g. channels_last), so the kernel walks both in the same flat order.
+Tensor zeros_with_layout(const Tensor& p, DType dtype) {
+  TensorOptions opts = TensorOptions(dtype).device(p.device());
+  if (p.is_contiguous() || p.dim() < 2) return zeros(p.sizes(), opts);
+  IntList order(p.dim());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return p.stride(a) > p.stride(b); });
+  IntList sizes(p.dim()), inverse(p.dim());
+  for (int64_t i = 0; i < p.dim(); ++i) {
+    sizes[i] = p.size(order[i]);
+    inverse[order[i]] = i;
+  }
+  return zeros(sizes, opts).permute(inverse);
+}
+
+Tensor copy_with_layout(const Tensor& src, const Tensor& like, DType dtype) {
+  Tensor out = zeros_with_layout(like, dtype);
+  out.copy_(src);
+  return out;
+}
+}  // namespace
+
+ParamState& Optimizer::state_for(const Tensor& p, const math::OptimHyper& h) {
+  ParamState& s = state_[p.impl()];
+  const DType sdt = p.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  const bool half = p.dtype() == DType::F16 || p.dtype() == DType::BF16;
+  s.fresh_momentum = false;
+  if (!s.step.defined()) s.step = zeros({}, TensorOptions(DType::F64).device(p.device()));
+  const bool needs_m = h.algo == math::OptimAlgo::Adam || h.algo == math::OptimAlgo::LAMB ||
+                       h.momentum != 0.0;
+  const bool needs_v = h.algo == math::OptimAlgo::Adam || h.algo == math::OptimAlgo::LAMB;
+  if (needs_m && !s.exp_avg.defined()) {
+    s.exp_avg = zeros_with_layout(p, sdt);
+    s.fresh_momentum = true;
+  }
+  if (needs_v && !s.exp_avg_sq.defined()) s.exp_avg_sq = zeros_with_layout(p, sdt);
+  if (half && !s.master.defined()) s.master = copy_with_layout(p, p, DType::F32);
+  return s;
+}
+
+void Optimizer::step_group(ParamGroup& group, const StepFlags& flags) {
+  NoGradGuard no_grad;
+  const math::OptimHyper h = group.options().hyper();
+  kernels::MultiTensorLists lists;
+  for (const Tensor& p : group.params()) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    ParamState& s = state_for(p, h);
+    // A gradient whose layout differs from the parameter's (e.g. contiguous for a channels_last
+    // weight) is copied once into the parameter's layout; the usual case costs nothing.
+    bool same = g.sizes() == p.sizes() && g.dtype() == p.dtype();
+    for (int64_t d = 0; same && d < p.dim(); ++d) same = p.size(d) == 1 || g.stride(d) == p.stride(d);
+    if (!same) g = copy_with_layout(g, p, p.dtype());
+    lists.params.push_back(p);
+    lists.grads.push_back(g);
+    lists.exp_avgs.push_back(s.exp_avg);
+    lists.exp_avg_sqs.push_back(s.exp_avg_sq);
+    lists.masters.push_back(s.master);
+    lists.steps.push_back(s.step);
+    lists.fresh_momentum.push_back(s.fresh_momentum ? 1 : 0);
+  }
+  if (lists.params.empty()) return;
+  kernels::StepScalars sc{group.lr_tensor(), flags.found_inf, flags.grad_scale};
+  if (fused_) {
+    kernels::fused_optimizer_step(h, lists, sc);
+  } else {
+    for (size_t i = 0; i < lists.params.size(); ++i) {
+      kernels::MultiTensorLists one;
+      one.params = {lists.params[i]};
+      one.grads = {lists.grads[i]};
+      one.exp_avgs = {lists.exp_avgs[i]};
+      one.exp_avg_sqs = {lists.exp_avg_sqs[i]};
+      one.masters = {lists.masters[i]};
+      one.steps = {lists.steps[i]};
+      one.fresh_momentum = {lists.fresh_momentum[i]};
+      kernels::fused_optimizer_step(h, one, sc);
+    }
+  }
+}
+
+void Optimizer::step(const StepFlags& flags) {
+  for (ParamGroup& g : groups_) {
+    g.options().validate();
+    step_group(g, flags);
+  }
+}
+
+Tensor Optimizer::step(const std::function<Tensor()>& closure) {
+  Tensor loss;
+  {
+    EnableGradGuard enable;
+    loss = closure();
+  }
+  step();
+  return loss;
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  for (ParamGroup& g : groups_) {
+    for (Tensor& p : g.params()) {
+      if (!p.grad().defined()) continue;
+      if (set_to_none) {
+        p.set_grad(Tensor());
+      } else {
+        Tensor& gr = p.mutable_grad();
+        if (gr.grad_fn()) gr = gr.detach();
+        gr.zero_();
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- state_dict
+
+OptimizerStateDict Optimizer::state_dict() const {
+  OptimizerStateDict d;
+  d.optimizer = defaults_->optimizer_name();
+  const bool momentum_name = d.optimizer == "SGD" || d.optimizer == "LARS";
+  int64_t index = 0;
+  for (const ParamGroup& g : groups_) {
+    OptimizerStateDict::Group dg;
+    dg.options = g.options().to_map();
+    for (const Tensor& p : g.params()) {
+      dg.params.push_back(index);
+      if (const ParamState* s = state(p)) {
+        auto& e = d.state[index];
+        e["step"] = s->step.clone();
+        if (s->exp_avg.defined()) e[momentum_name ? "momentum_buffer" : "exp_avg"] = s->exp_avg.clone();
+        if (s->exp_avg_sq.defined()) e["exp_avg_sq"] = s->exp_avg_sq.clone();
+        if (s->master.defined()) e["master"] = s->master.clone();
+      }
+      ++index;
+    }
+    d.param_groups.push_back(std::move(dg));
+  }
+  return d;
+}
+
+void Optimizer::load_state_dict(const OptimizerStateDict& d) {
+  const char* name = defaults_->optimizer_name();
+  KILN_CHECK(d.optimizer.empty() || d.optimizer == name, name,
+             "::load_state_dict: the state dict is from a ", d.optimizer, " optimizer");
+  KILN_CHECK(d.param_groups.size() == groups_.size(), name, "::load_state_dict: the state dict has ",
+             d.param_groups.size(), " parameter groups, the optimizer ", groups_.size());
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    KILN_CHECK(d.param_groups[gi].params.size() == groups_[gi].params().size(), name,
+               "::load_state_dict: group ", gi, " has ", d.param_groups[gi].params.size(),
+               " parameters in the state dict, ", groups_[gi].params().size(), " in the optimizer");
+  // Validate everything before changing anything.
+  std::vector<std::unique_ptr<OptimizerOptions>> opts;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto o = groups_[gi].options().clone();
+    o->from_map(d.param_groups[gi].options);
+    o->validate();
+    opts.push_back(std::move(o));
+  }
+  std::unordered_map<const TensorImpl*, ParamState> fresh;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const auto& ids = d.param_groups[gi].params;
+    for (size_t k = 0; k < ids.size(); ++k) {
+      auto it = d.state.find(ids[k]);
+      if (it == d.state.end()) continue;
+      const Tensor& p = groups_[gi].params()[k];
+      const DType sdt = p.dtype() == DType::F64 ? DType::F64 : DType::F32;
+      ParamState s;
+      for (const auto& [key, t] : it->second) {
+        KILN_CHECK(t.defined(), name, "::load_state_dict: state ", ids[k], ".", key, " is undefined");
+        if (key == "step") {
+          KILN_CHECK(t.numel() == 1, name, "::load_state_dict: state ", ids[k], ".step must have one element");
+          s.step = full({}, t.item<double>(), TensorOptions(DType::F64).device(p.device()));
+          continue;
+        }
+        KILN_CHECK(t.sizes() == p.sizes(), name, "::load_state_dict: state ", ids[k], ".", key,
+                   " has sizes ", t.sizes(), ", the parameter ", p.sizes());
+        Tensor c = copy_with_layout(t.to(p.device()), p, key == "master" ? DType::F32 : sdt);
+        if (key == "exp_avg" || key == "momentum_buffer") s.exp_avg = c;
+        else if (key == "exp_avg_sq") s.exp_avg_sq = c;
+        else if (key == "master") s.master = c;
+        else KILN_FAIL(name, "::load_state_dict: unknown state entry '", key, "' for parameter ", ids[k]);
+      }
+      KILN_CHECK(s.step.defined(), name, "::load_state_dict: state ", ids[k], " has no step");
+      fresh[p.impl()] = std::move(s);
+    }
+  }
+  for (size_t gi = 0; gi < groups_.size(); ++gi) groups_[gi].options_ = std::move(opts[gi]);
+  state_ = std::move(fresh);
+}
+
+// ---------------------------------------------------------------- flat form
+
+std::vector<std::pair<std::string, Tensor>> OptimizerStateDict::flatten() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t g = 0; g < param_groups.size(); ++g) {
+    const std::string pre = "param_groups." + std::to_string(g) + ".";
+    for (const auto& [k, v] : param_groups[g].options) out.emplace_back(pre + k, scalar_tensor(v, DType::F64));
+    std::vector<int64_t> ids = param_groups[g].params;
+    out.emplace_back(pre + "params", tensor(ids));
+  }
+  for (const auto& [i, entries] : state)
+    for (const auto& [k, t] : entries) out.emplace_back("state." + std::to_string(i) + "." + k, t);
+  return out;
+}
+
+OptimizerStateDict OptimizerStateDict::unflatten(
+    const std::string& optimizer, const std::vector<std::pair<std::string, Tensor>>& items) {
+  OptimizerStateDict d;
+  d.optimizer = optimizer;
+  for (const auto& [key, t] : items) {
+    auto dot1 = key.find('.');
+    auto dot2 = dot1 == std::string::npos ? std::string::npos : key.find('.', dot1 + 1);
+    KILN_CHECK(dot2 != std::string::npos, "OptimizerStateDict::unflatten: bad key '", key, "'");
+    const std::string head = key.substr(0, dot1), rest = key.substr(dot2 + 1);
+    int64_t idx = 0;
+    try {
+      idx = std::stoll(key.substr(dot1 + 1, dot2 - dot1 - 1));
+    } catch (...) {
+      KILN_FAIL("OptimizerStateDict::unflatten: bad index in key '", key, "'");
+    }
+    if (head == "param_groups") {
+      KILN_CHECK(idx >= 0 && idx < 100000, "OptimizerStateDict::unflatten: bad group in '", key, "'");
+      if (d.param_groups.size() <= static_cast<size_t>(idx)) d.param_groups.resize(idx + 1);
+      auto& g = d.param_groups[idx];
+      if (rest == "params") {
+        Tensor ids = t.to(DType::I64).contiguous();
+        const int64_t* p = ids.data_ptr<int64_t>();
+        g.params.assign(p, p + ids.numel());
+      } else {
+        g.options[rest] = t.item<double>();
+      }
+    } else if (head == "state") {
+      d.state[idx][rest] = t;
+    } else {
+      KILN_FAIL("OptimizerStateDict::unflatten: unknown key '", key, "'");
+    }
+  }
+  return d;
+}
+
+}  // namespace kiln::optim

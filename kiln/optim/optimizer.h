@@ -1,0 +1,187 @@
+#pragma once
+// kiln::optim::Optimizer: parameter groups, per-parameter state, and one fused multi-tensor step
+// per group (kiln/kernels/optim_kernels.h). Follows libtorch's frontend:
+//
+//   kiln::optim::AdamW opt(net.parameters(), kiln::optim::AdamWOptions(3e-3).weight_decay(5e-4));
+//   opt.add_param_group({head.parameters(), kiln::optim::AdamWOptions(1e-4)});  // its own options
+//   loss.backward(); opt.step(); opt.zero_grad();       // zero_grad sets gradients to none
+//   opt.param_groups()[0].set_lr(1e-3);                  // what LR schedules do
+//
+// The learning rate of a group is a host double (what schedules set and read) mirrored into a
+// one-element f64 tensor on the parameters' device that the fused kernel reads, so a step never
+// reads a device value back to the host (DESIGN.md §3.2). Each parameter's state (step count,
+// moments / momentum buffer, and f32 master weights for f16/bf16 parameters) is created on its first
+// step with the parameter's device and layout.
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kiln/core/tensor.h"
+#include "kiln/kernels/math/optim.h"
+
+namespace kiln::optim {
+
+// Declares a chainable option: `Self& name(T v)` sets it, `name()` reads it (libtorch's TORCH_ARG).
+#define KILN_OPTIM_ARG(T, name, init)                     \
+ public:                                                  \
+  auto& name(const T& value) { name##_ = value; return *this; } \
+  const T& name() const { return name##_; }               \
+                                                          \
+ private:                                                 \
+  T name##_ = init
+
+// (beta1, beta2) of the Adam family and LAMB; `.betas({0.9, 0.999})` works.
+using Betas = std::tuple<double, double>;
+
+// The options of one parameter group. Each optimizer has its own subclass (SGDOptions, ...).
+class OptimizerOptions {
+ public:
+  virtual ~OptimizerOptions() = default;
+  virtual std::unique_ptr<OptimizerOptions> clone() const = 0;
+  virtual const char* optimizer_name() const = 0;  // "SGD", "AdamW", ...
+  virtual double get_lr() const = 0;
+  virtual void set_lr(double lr) = 0;
+  // The momentum LR schedules cycle: SGD's and LARS's momentum, the Adam family's beta1.
+  virtual double get_momentum() const = 0;
+  virtual void set_momentum(double momentum) = 0;
+  // Throws kiln::Error naming the bad option (negative lr, betas outside [0, 1), ...).
+  virtual void validate() const = 0;
+  // The kernel's view of these options.
+  virtual math::OptimHyper hyper() const = 0;
+  // Every scalar option by name, for state_dict (booleans as 0/1).
+  virtual std::map<std::string, double> to_map() const = 0;
+  virtual void from_map(const std::map<std::string, double>& values) = 0;
+};
+
+// A list of parameters with their own options. Without options the optimizer's defaults apply.
+class ParamGroup {
+ public:
+  ParamGroup(std::vector<Tensor> params);  // NOLINT: implicit, so a vector is a group
+  ParamGroup(std::vector<Tensor> params, const OptimizerOptions& options);
+  ParamGroup(const ParamGroup& other);
+  ParamGroup& operator=(const ParamGroup& other);
+  ParamGroup(ParamGroup&&) = default;
+  ParamGroup& operator=(ParamGroup&&) = default;
+
+  std::vector<Tensor>& params() { return params_; }
+  const std::vector<Tensor>& params() const { return params_; }
+  bool has_options() const { return options_ != nullptr; }
+  OptimizerOptions& options();
+  const OptimizerOptions& options() const;
+
+  double lr() const { return options().get_lr(); }
+  void set_lr(double lr);
+  double momentum() const { return options().get_momentum(); }  // beta1 for the Adam family
+  void set_momentum(double momentum);
+
+  // The one-element f64 tensor (on the parameters' device) the fused kernel reads the lr from;
+  // refreshed from lr() when they differ.
+  const Tensor& lr_tensor();
+
+ private:
+  friend class Optimizer;
+  std::vector<Tensor> params_;
+  std::unique_ptr<OptimizerOptions> options_;
+  Tensor lr_tensor_;
+  double lr_tensor_value_ = 0;
+};
+
+// Per-parameter state. exp_avg doubles as SGD's / LARS's momentum buffer.
+struct ParamState {
+  Tensor step;        // one-element f64 tensor on the parameter's device
+  Tensor exp_avg;     // first moment / momentum buffer (f32, f64 for f64 params); may be undefined
+  Tensor exp_avg_sq;  // second moment (Adam family, LAMB)
+  Tensor master;      // f32 master weights for f16/bf16 parameters
+  bool fresh_momentum = false;  // buffer created for the coming step (SGD/LARS: buf = d)
+};
+
+// What state_dict() returns and load_state_dict() takes: PyTorch's layout.
+//   optimizer           the optimizer's name ("AdamW", ...); load checks it matches
+//   param_groups[g]     options: every scalar option by name ("lr", "beta1", "beta2", "eps",
+//                       "weight_decay", "momentum", "dampening", "nesterov", ...);
+//                       params: the global indices of the group's parameters (numbered across
+//                       groups in order)
+//   state[i]            per-parameter tensors by name: "step" (one-element f64), "exp_avg" and
+//                       "exp_avg_sq" (Adam family, LAMB), "momentum_buffer" (SGD, LARS),
+//                       "master" (f32 master weights of an f16/bf16 parameter); absent before the
+//                       parameter's first step
+// Tensors are deep copies in both directions, so a saved dict is not changed by later steps.
+// flatten()/unflatten() give a flat name -> tensor form ("param_groups.0.lr" as a 0-dim f64 tensor,
+// "param_groups.0.params" as an i64 tensor, "state.3.exp_avg") for checkpoint files.
+struct OptimizerStateDict {
+  struct Group {
+    std::map<std::string, double> options;
+    std::vector<int64_t> params;
+  };
+  std::string optimizer;
+  std::vector<Group> param_groups;
+  std::map<int64_t, std::map<std::string, Tensor>> state;
+
+  std::vector<std::pair<std::string, Tensor>> flatten() const;
+  static OptimizerStateDict unflatten(const std::string& optimizer,
+                                      const std::vector<std::pair<std::string, Tensor>>& items);
+};
+
+// Scalars for one step that a loss scaler hands over (both optional, one-element tensors on the
+// parameters' device): skip the whole step when found_inf is nonzero; divide gradients by
+// grad_scale inside the fused update.
+struct StepFlags {
+  Tensor found_inf;
+  Tensor grad_scale;
+};
+
+class Optimizer {
+ public:
+  Optimizer(std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Appends a group; its parameters must not already be optimized. A group without options gets
+  // a copy of the defaults; options of another optimizer's type are refused.
+  void add_param_group(const ParamGroup& group);
+
+  // One update of every parameter that has a gradient: one fused multi-tensor call per group.
+  void step() { step(StepFlags{}); }
+  void step(const StepFlags& flags);
+  // Re-evaluates the loss (grad mode on) before stepping; returns it.
+  Tensor step(const std::function<Tensor()>& closure);
+
+  // Gradients to none (default: no memset, backward assigns) or to zero.
+  void zero_grad(bool set_to_none = true);
+
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  const OptimizerOptions& defaults() const { return *defaults_; }
+  std::vector<Tensor> parameters() const;  // every group's, in order
+  // The state of a parameter (nullptr before its first step or for unknown tensors).
+  const ParamState* state(const Tensor& param) const;
+
+  // false: one kernel call per parameter instead of one per group (the per-parameter loop the
+  // fused path is tested and benchmarked against; results are bitwise identical).
+  void set_fused(bool fused) { fused_ = fused; }
+  bool fused() const { return fused_; }
+
+  OptimizerStateDict state_dict() const;
+  // Restores options, step counts and state. The groups must have the same sizes as when saved.
+  void load_state_dict(const OptimizerStateDict& dict);
+
+ protected:
+  void check_options_type(const OptimizerOptions& options) const;
+
+ private:
+  void step_group(ParamGroup& group, const StepFlags& flags);
+  ParamState& state_for(const Tensor& p, const math::OptimHyper& h);
+
+  std::vector<ParamGroup> groups_;
+  std::unique_ptr<OptimizerOptions> defaults_;
+  std::unordered_map<const TensorImpl*, ParamState> state_;
+  bool fused_ = true;
+};
+
+}  // namespace kiln::optim
