@@ -2,6 +2,7 @@
 // Everything in kiln::nn.
 #include "kiln/nn/activation.h"
 #include "kiln/nn/attention.h"
+#include "kiln/nn/checkpoint.h"
 #include "kiln/nn/container.h"
 #include "kiln/nn/conv.h"
 #include "kiln/nn/embedding.h"

@@ -1,0 +1,357 @@
+// kiln-train: the main job. Trains a model-zoo model with every speed-up switchable from the
+// command line, evaluates it each epoch, and writes metrics, TensorBoard events, a plot, the
+// final model and resumable checkpoints. The last line of stdout is a JSON summary.
+#include <sys/resource.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <omp.h>
+
+#include <kiln/kiln.h>
+#include <kiln/utils/utils.h>
+
+#include "options.h"
+#include "tasks.h"
+
+namespace {
+
+using kiln::Tensor;
+using kiln_train::Options;
+namespace optim = kiln::optim;
+namespace fs = std::filesystem;
+
+std::atomic<bool> g_interrupted{false};
+void on_sigint(int) { g_interrupted = true; }
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+double default_lr(const Options& o) {
+  if (o.lr > 0) return o.lr;
+  if (o.optimizer == "sgd" || o.optimizer == "lars") return o.model == "gpt" ? 0.05 : 0.1;
+  return o.model == "gpt" ? 2e-3 : 3e-3;
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const Options& o, const std::vector<Tensor>& params) {
+  const double lr = default_lr(o);
+  auto wd = [&](double d) { return o.weight_decay >= 0 ? o.weight_decay : d; };
+  if (o.optimizer == "adamw") return std::make_unique<optim::AdamW>(params, optim::AdamWOptions(lr).weight_decay(wd(5e-4)));
+  if (o.optimizer == "adam") return std::make_unique<optim::Adam>(params, optim::AdamOptions(lr).weight_decay(wd(0)));
+  if (o.optimizer == "sgd")
+    return std::make_unique<optim::SGD>(params, optim::SGDOptions(lr).momentum(0.9).nesterov(true).weight_decay(wd(5e-4)));
+  if (o.optimizer == "lamb") return std::make_unique<optim::LAMB>(params, optim::LAMBOptions(lr).weight_decay(wd(0.01)));
+  return std::make_unique<optim::LARS>(params, optim::LARSOptions(lr).weight_decay(wd(5e-4)));
+}
+
+std::unique_ptr<optim::LRScheduler> make_schedule(const Options& o, optim::Optimizer& opt, int64_t total_steps) {
+  const double lr = default_lr(o);
+  if (o.schedule == "onecycle") return std::make_unique<optim::OneCycleLR>(opt, lr, total_steps);
+  if (o.schedule == "cyclic")
+    return std::make_unique<optim::CyclicLR>(opt, lr / 10, lr, optim::CyclicLROptions().step_size_up(std::max<int64_t>(1, total_steps / 4)));
+  if (o.schedule == "cosine") return std::make_unique<optim::WarmupCosineLR>(opt, std::max<int64_t>(1, total_steps / 20), total_steps);
+  return nullptr;  // constant
+}
+
+// ---------------------------------------------------------------- checkpoints
+
+struct Position {
+  int64_t epoch = 0;           // the epoch to run next (or in progress)
+  int64_t batch_in_epoch = 0;  // batches of it already trained
+  int64_t step = 0;            // optimizer steps so far
+  double train_seconds = 0;
+  int64_t samples = 0;
+};
+
+nlohmann::json identity(const Options& o) {
+  return {{"model", o.model}, {"optimizer", o.optimizer}, {"batch_size", o.batch_size}, {"schedule", o.schedule},
+          {"epochs", o.epochs}, {"grad_accum", o.grad_accum}, {"ema", o.ema}, {"channels_last", o.channels_last}};
+}
+
+void save_checkpoint(const std::string& path, const Options& o, kiln::nn::Module& model, optim::Optimizer& opt,
+                     optim::LRScheduler* sched, optim::EMA* ema, const Position& pos) {
+  kiln::nn::StateDict d;
+  for (auto& [k, v] : model.state_dict()) d.insert("model." + k, v);
+  for (auto& [k, v] : opt.state_dict().flatten()) d.insert("optim." + k, v);
+  if (ema)
+    for (auto& [k, v] : ema->state_dict()) d.insert(k, v);
+  auto& gen = kiln::default_generator(kiln::Device::cpu());
+  nlohmann::json meta = {{"epoch", pos.epoch}, {"batch_in_epoch", pos.batch_in_epoch}, {"step", pos.step},
+                         {"train_seconds", pos.train_seconds}, {"samples", pos.samples},
+                         {"rng_seed", std::to_string(gen.seed())}, {"rng_offset", std::to_string(gen.offset())},
+                         {"identity", identity(o)}};
+  if (sched) {
+    auto s = sched->state_dict();
+    meta["scheduler"] = {{"last_step", s.last_step}, {"base_lrs", s.base_lrs}, {"last_lrs", s.last_lrs}};
+  }
+  kiln::save(d, path, {{"kiln-train", meta.dump()}});
+}
+
+Position load_checkpoint(const std::string& path, const Options& o, kiln::nn::Module& model, optim::Optimizer& opt,
+                         optim::LRScheduler* sched, optim::EMA* ema) {
+  kiln::Metadata meta_raw;
+  kiln::nn::StateDict d = kiln::load(path, &meta_raw);
+  KILN_CHECK(meta_raw.count("kiln-train"), "--resume: '", path, "' is a safetensors file but not a kiln-train ",
+             "checkpoint (no kiln-train metadata)");
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(meta_raw.at("kiln-train"));
+  } catch (const std::exception& e) {
+    KILN_FAIL("--resume: '", path, "': the checkpoint's metadata is corrupt: ", e.what());
+  }
+  auto want = identity(o), have = meta.value("identity", nlohmann::json::object());
+  for (auto& [k, v] : want.items()) {
+    KILN_CHECK(have.contains(k) && have[k] == v, "--resume: '", path, "' was written with ", k, "=",
+               have.value(k, nlohmann::json("?")).dump(), " but this run has ", k, "=", v.dump(),
+               "; resume with the same settings");
+  }
+  kiln::nn::StateDict model_sd, ema_sd;
+  std::vector<std::pair<std::string, Tensor>> optim_items;
+  for (auto& [k, v] : d) {
+    if (k.rfind("model.", 0) == 0) model_sd.insert(k.substr(6), v);
+    else if (k.rfind("optim.", 0) == 0) optim_items.emplace_back(k.substr(6), v);
+    else if (k.rfind("ema.", 0) == 0) ema_sd.insert(k, v);
+  }
+  try {
+    model.load_state_dict(model_sd, true);
+    opt.load_state_dict(optim::OptimizerStateDict::unflatten(opt.state_dict().optimizer, optim_items));
+    if (ema) ema->load_state_dict(ema_sd);
+  } catch (const kiln::Error& e) {
+    KILN_FAIL("--resume: '", path, "' does not match this model: ", e.what());
+  }
+  if (sched) {
+    KILN_CHECK(meta.contains("scheduler"), "--resume: '", path, "' has no scheduler state");
+    optim::SchedulerStateDict s;
+    s.last_step = meta["scheduler"]["last_step"].get<int64_t>();
+    s.base_lrs = meta["scheduler"]["base_lrs"].get<std::vector<double>>();
+    s.last_lrs = meta["scheduler"]["last_lrs"].get<std::vector<double>>();
+    sched->load_state_dict(s);
+  }
+  kiln::default_generator(kiln::Device::cpu())
+      .set_state(std::stoull(meta["rng_seed"].get<std::string>()), std::stoull(meta["rng_offset"].get<std::string>()));
+  Position p;
+  p.epoch = meta["epoch"].get<int64_t>();
+  p.batch_in_epoch = meta["batch_in_epoch"].get<int64_t>();
+  p.step = meta["step"].get<int64_t>();
+  p.train_seconds = meta.value("train_seconds", 0.0);
+  p.samples = meta.value("samples", int64_t{0});
+  return p;
+}
+
+// ---------------------------------------------------------------- the LR range test
+
+int find_lr(const Options& o, kiln_train::Task& task) {
+  auto& model = task.model();
+  auto opt = make_optimizer(o, model.parameters());
+  auto& loader = task.train_loader();
+  auto it = loader.begin();
+  auto step = [&]() {
+    if (it == loader.end()) it = loader.begin();
+    Tensor loss = task.loss(*it);
+    loss.backward();
+    opt->step();
+    opt->zero_grad();
+    ++it;
+    return loss.item<double>();
+  };
+  auto r = optim::lr_range_test(*opt, step);
+  fs::create_directories(o.out);
+  kiln::utils::CsvWriter csv(o.out + "/lr_find.csv", {"lr", "loss", "smoothed_loss"});
+  for (size_t i = 0; i < r.lrs.size(); ++i) csv.write_row({r.lrs[i], r.losses[i], r.smoothed[i]});
+  kiln::utils::Series s{"smoothed loss", r.lrs, r.smoothed};
+  s.log_x = true;
+  kiln::utils::write_line_plot_png(o.out + "/lr_find.png", "LR range test", {s},
+                                   kiln::utils::PlotOptions().x_label("learning rate"));
+  std::printf("LR range test: %zu steps from %.1e%s; steepest descent at lr = %.3g (try it as --lr, or up to ~10x "
+              "it as the max LR of --schedule onecycle)\n",
+              r.lrs.size(), r.lrs.front(), r.diverged ? ", stopped at divergence" : "", r.suggested_lr);
+  std::printf("wrote %s/lr_find.csv and %s/lr_find.png\n", o.out.c_str(), o.out.c_str());
+  std::printf("%s\n", nlohmann::json{{"model", o.model}, {"suggested_lr", r.suggested_lr}}.dump().c_str());
+  return 0;
+}
+
+std::string speedups_summary(const Options& o) {
+  std::string s;
+  auto add = [&](bool on, const std::string& what) { s += std::string(on ? "  [on]  " : "  [off] ") + what + "\n"; };
+  add(o.schedule == "onecycle" || o.schedule == "cyclic", "1cycle / cyclic LR (--schedule " + o.schedule + ")");
+  add(o.workers > 0, "loader workers (--workers " + std::to_string(o.workers) + ")");
+  add(o.pin_memory && kiln::cuda::is_available(), "pinned memory (--pin-memory; page-locked only with a GPU)");
+  add(o.amp != "off", "mixed precision (--amp " + o.amp + ")");
+  add(o.optimizer == "adamw" || o.optimizer == "lamb" || o.optimizer == "lars", "AdamW/LAMB/LARS, fused multi-tensor step (--optimizer " + o.optimizer + ")");
+  add(o.grad_accum > 1, "gradient accumulation (--grad-accum " + std::to_string(o.grad_accum) + ")");
+  add(o.clip_grad > 0, "gradient clipping (--clip-grad)");
+  add(o.checkpoint_activations, "activation checkpointing (--checkpoint-activations)");
+  add(o.ema > 0, "EMA of weights (--ema)");
+  add(o.channels_last, "channels_last (--channels-last)");
+  add(true, "gradients set to none, no_grad validation, no bias before BatchNorm, input normalisation, fused ops");
+  add(false, "debug APIs (anomaly detection) -- off, as they should be");
+  return s;
+}
+
+int run(Options o) {
+  kiln_train::validate(o, kiln::cuda::is_available());
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  kiln::manual_seed(o.seed);
+  const bool tty = kiln::utils::stdout_is_tty();
+  if (kiln::cuda::is_available()) {
+    std::printf("note: a CUDA device is present, but the nn layers have no CUDA kernels yet; training on the CPU\n");
+  }
+  auto task = kiln_train::make_task(o);
+  if (o.find_lr) return find_lr(o, *task);
+
+  auto& model = task->model();
+  auto& loader = task->train_loader();
+  auto params = model.parameters();
+  auto opt = make_optimizer(o, params);
+  const int64_t batches = loader.size();
+  const int64_t steps_per_epoch = batches / o.grad_accum;
+  KILN_CHECK(steps_per_epoch > 0, "--grad-accum ", o.grad_accum, " exceeds the ", batches, " batches of an epoch");
+  int64_t total_steps = steps_per_epoch * o.epochs;
+  if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
+  auto sched = make_schedule(o, *opt, total_steps);
+  std::unique_ptr<optim::EMA> ema = o.ema > 0 ? std::make_unique<optim::EMA>(model, o.ema) : nullptr;
+  for (const auto& w : kiln::nn::lint(model, false)) std::printf("%s\n", w.c_str());
+
+  Position pos;
+  if (!o.resume.empty()) {
+    pos = load_checkpoint(o.resume, o, model, *opt, sched.get(), ema.get());
+    std::printf("resumed from %s at epoch %lld, batch %lld, step %lld\n", o.resume.c_str(),
+                static_cast<long long>(pos.epoch), static_cast<long long>(pos.batch_in_epoch), static_cast<long long>(pos.step));
+  }
+  fs::create_directories(o.out);
+  const bool appending = !o.resume.empty();
+  kiln::utils::CsvWriter csv(o.out + "/metrics.csv",
+                             {"step", "epoch", "loss", "lr", "grad_norm", "samples_per_second", "test_accuracy"}, appending);
+  kiln::utils::SummaryWriter tb(o.out);
+  std::vector<double> plot_steps, plot_loss, plot_lr, plot_epochs, plot_acc;
+
+  std::printf("kiln-train: %s on %s, %lld parameters, %lld batches/epoch of %lld, %lld epochs, %s + %s\n",
+              o.model.c_str(), o.device.c_str(), static_cast<long long>(model.parameter_count()),
+              static_cast<long long>(batches), static_cast<long long>(o.batch_size), static_cast<long long>(o.epochs),
+              o.optimizer.c_str(), o.schedule.c_str());
+  std::printf("speed-ups:\n%s", speedups_summary(o).c_str());
+  std::signal(SIGINT, on_sigint);
+
+  double test_acc = -1;
+  bool stop = false;
+  const std::string ckpt_path = o.out + "/checkpoint.safetensors";
+  for (int64_t epoch = pos.epoch; epoch < o.epochs && !stop; ++epoch) {
+    loader.set_epoch(epoch);
+    kiln::utils::Progress progress(batches, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
+                                   std::cout, tty);
+    int64_t b = 0, micro = 0, window_samples = 0;
+    double window_start = now_seconds(), epoch_start = now_seconds(), last_loss = 0, sps = 0;
+    Tensor grad_norm;
+    for (auto& batch : loader) {
+      if (b < pos.batch_in_epoch) {  // resuming mid-epoch: these batches were trained already
+        ++b;
+        continue;
+      }
+      Tensor loss = task->loss(batch);
+      (o.grad_accum > 1 ? loss / static_cast<double>(o.grad_accum) : loss).backward();
+      ++micro;
+      ++b;
+      pos.samples += task->samples_per_batch(batch);
+      window_samples += task->samples_per_batch(batch);
+      if (micro % o.grad_accum == 0) {
+        if (o.clip_grad > 0) grad_norm = optim::clip_grad_norm(params, o.clip_grad);
+        opt->step();
+        opt->zero_grad();  // to none
+        if (sched) sched->step();
+        if (ema) ema->update();
+        ++pos.step;
+        if (pos.step % o.log_every == 0 || pos.step == total_steps) {
+          last_loss = loss.item<double>();  // the only host read in the loop, once per log interval
+          const double t = now_seconds();
+          sps = static_cast<double>(window_samples) / (t - window_start);
+          window_start = t;
+          window_samples = 0;
+          const double lr = opt->param_groups()[0].lr();
+          const double gn = grad_norm.defined() ? grad_norm.item<double>() : -1;
+          csv.write_row({pos.step, epoch + 1, last_loss, lr, gn >= 0 ? kiln::utils::CsvCell(gn) : kiln::utils::CsvCell(),
+                         sps, kiln::utils::CsvCell()});
+          std::vector<std::pair<std::string, double>> scalars = {{"train/loss", last_loss}, {"train/lr", lr},
+                                                                 {"train/samples_per_second", sps}};
+          if (gn >= 0) scalars.push_back({"train/grad_norm", gn});
+          tb.add_scalars(scalars, pos.step);
+          plot_steps.push_back(static_cast<double>(pos.step));
+          plot_loss.push_back(last_loss);
+          plot_lr.push_back(lr);
+        }
+      }
+      progress.update(b, {{"loss", last_loss}}, sps);
+      if (g_interrupted) {
+        pos.epoch = epoch;
+        pos.batch_in_epoch = b;
+        pos.train_seconds += now_seconds() - epoch_start;
+        save_checkpoint(ckpt_path, o, model, *opt, sched.get(), ema.get(), pos);
+        progress.finish();
+        std::printf("interrupted: wrote %s; continue with --resume %s\n", ckpt_path.c_str(), ckpt_path.c_str());
+        return 130;
+      }
+      if (o.max_steps > 0 && pos.step >= o.max_steps) {
+        stop = true;
+        break;
+      }
+    }
+    pos.train_seconds += now_seconds() - epoch_start;
+    progress.finish({{"loss", last_loss}});
+    {
+      std::optional<optim::EMA::Swap> swap;
+      if (ema) swap.emplace(*ema);
+      test_acc = task->evaluate();
+    }
+    const auto& st = loader.stats();
+    std::printf("epoch %lld: test accuracy %.2f%%%s, loader wait %.1f%% of the epoch\n", static_cast<long long>(epoch + 1),
+                100 * test_acc, ema ? " (EMA weights)" : "", 100 * st.wait_fraction());
+    csv.write_row({pos.step, epoch + 1, last_loss, opt->param_groups()[0].lr(), kiln::utils::CsvCell(),
+                   kiln::utils::CsvCell(), test_acc});
+    tb.add_scalar("test/accuracy", test_acc, pos.step);
+    tb.flush();
+    plot_epochs.push_back(static_cast<double>(pos.step));
+    plot_acc.push_back(test_acc);
+    pos.epoch = epoch + 1;
+    pos.batch_in_epoch = 0;
+    save_checkpoint(ckpt_path, o, model, *opt, sched.get(), ema.get(), pos);
+  }
+
+  if (ema) ema->copy_to_model();
+  kiln::save(model, o.out + "/model.safetensors", {{"model", o.model}});
+  std::vector<kiln::utils::Series> series = {{"train loss", plot_steps, plot_loss},
+                                             {"test accuracy", plot_epochs, plot_acc},
+                                             {"learning rate", plot_steps, plot_lr}};
+  kiln::utils::write_line_plot_png(o.out + "/plot.png", "kiln-train " + o.model, series);
+  std::string sample = task->sample();
+  if (!sample.empty()) std::printf("--- sample ---\n%s\n--------------\n", sample.c_str());
+  std::printf("wrote %s/{metrics.csv, plot.png, model.safetensors, checkpoint.safetensors} and TensorBoard events\n",
+              o.out.c_str());
+  const double sps_total = pos.train_seconds > 0 ? static_cast<double>(pos.samples) / pos.train_seconds : 0;
+  nlohmann::ordered_json summary = {{"model", o.model}, {"device", o.device}, {"epochs", o.epochs},
+                            {"train_seconds", pos.train_seconds}, {"samples_per_second", sps_total},
+                            {"test_accuracy", test_acc}, {"peak_memory_bytes", peak_rss_bytes()}};
+  std::cout << summary.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = kiln_train::parse(argc, argv);
+  try {
+    return run(o);
+  } catch (const kiln::Error& e) {
+    std::fprintf(stderr, "kiln-train: %s\n", e.what());
+    return 2;
+  }
+}

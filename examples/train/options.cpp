@@ -1,0 +1,70 @@
+#include "options.h"
+
+#include <CLI/CLI.hpp>
+
+#include <kiln/core/error.h>
+
+namespace kiln_train {
+
+Options parse(int argc, char** argv) {
+  Options o;
+  CLI::App app{"kiln-train: train and evaluate a model with kiln, every speed-up switchable"};
+  app.add_option("--model", o.model, "cnn (Fashion-MNIST CNN), mlp, resnet18 (1-channel), gpt (char-level)")
+      ->check(CLI::IsMember({"cnn", "mlp", "resnet18", "gpt"}));
+  app.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--epochs", o.epochs, "passes over the training set")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", o.batch_size, "samples per step (before accumulation)")->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "learning rate (the max LR of onecycle/cyclic); default per optimizer");
+  app.add_option("--weight-decay", o.weight_decay, "weight decay; default per optimizer");
+  app.add_option("--schedule", o.schedule, "onecycle, cyclic, cosine or constant")
+      ->check(CLI::IsMember({"onecycle", "cyclic", "cosine", "constant"}));
+  app.add_option("--optimizer", o.optimizer, "adamw, adam, sgd, lamb or lars")
+      ->check(CLI::IsMember({"adamw", "adam", "sgd", "lamb", "lars"}));
+  app.add_option("--workers", o.workers, "data-loader worker threads (0: load on the training thread)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--pin-memory", o.pin_memory, "page-locked staging buffers (true/false)");
+  app.add_option("--amp", o.amp, "mixed precision: off, fp16 or bf16")->check(CLI::IsMember({"off", "fp16", "bf16"}));
+  app.add_flag("--channels-last", o.channels_last, "NHWC memory format for images and conv weights");
+  app.add_flag("--cudnn-benchmark", o.cudnn_benchmark, "autotune convolution algorithms (CUDA)");
+  app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
+  app.add_option("--clip-grad", o.clip_grad, "clip the global gradient norm to this (0: off)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--checkpoint-activations", o.checkpoint_activations, "recompute activations in backward");
+  app.add_option("--ema", o.ema, "evaluate an exponential moving average of the weights with this decay (0: off)")
+      ->check(CLI::Range(0.0, 0.99999));
+  app.add_flag("--cuda-graphs", o.cuda_graphs, "capture the training step as a CUDA graph");
+  app.add_option("--seed", o.seed, "random seed");
+  app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--data", o.data, "dataset folder (vision) or text file / folder (gpt)");
+  app.add_option("--out", o.out, "output folder: metrics.csv, TensorBoard events, plot.png, model, checkpoints");
+  app.add_option("--resume", o.resume, "continue from a checkpoint.safetensors written by kiln-train");
+  app.add_flag("--find-lr", o.find_lr, "run the LR range test, print and plot the suggestion, and exit");
+  app.add_option("--log-every", o.log_every, "optimizer steps between logged metrics")->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "CPU threads for the kernels (0: all cores)")->check(CLI::NonNegativeNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
+  }
+  return o;
+}
+
+void validate(Options& o, bool cuda_available) {
+  if (o.device == "auto") o.device = "cpu";  // see the note printed by main() when a GPU exists
+  const bool cuda = o.device == "cuda";
+  KILN_CHECK(!cuda || cuda_available, "--device cuda: no CUDA device is available (kiln built ",
+             "with CUDA, or a GPU present, is needed); use --device cpu");
+  KILN_CHECK(!cuda, "--device cuda: the nn layers' CUDA kernels (convolution, normalisation, pooling, ",
+             "indexing, the fused optimizers) are not implemented yet, so kiln-train runs on the CPU ",
+             "for now; use --device cpu");
+  KILN_CHECK(!(o.amp == "fp16" && !cuda), "--amp fp16 needs a CUDA device: fp16 has no fast CPU ",
+             "arithmetic and loss scaling exists for tensor-core training; use --amp off (or bf16 on a GPU)");
+  KILN_CHECK(!(o.amp == "bf16"), "--amp bf16: autocast is not implemented yet (issue: optim/AMP); use --amp off");
+  KILN_CHECK(!(o.cuda_graphs && !cuda), "--cuda-graphs needs a CUDA device (graph capture is a GPU feature)");
+  KILN_CHECK(!(o.channels_last && (o.model == "mlp" || o.model == "gpt")), "--channels-last applies to ",
+             "convolutional models (cnn, resnet18), not --model ", o.model);
+  if (o.model == "gpt" && o.max_steps == 0) o.max_steps = 300;
+  if (o.model == "gpt" && o.batch_size == 128) o.batch_size = 32;
+}
+
+}  // namespace kiln_train

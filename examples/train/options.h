@@ -1,0 +1,42 @@
+#pragma once
+// kiln-train's command line: one flag per speed-up, defaulting to the fast setting.
+#include <cstdint>
+#include <string>
+
+namespace kiln_train {
+
+struct Options {
+  std::string model = "cnn";          // cnn | mlp | resnet18 | gpt
+  std::string device = "auto";        // auto | cpu | cuda
+  int64_t epochs = 2;
+  int64_t batch_size = 128;
+  double lr = -1;                     // <= 0: the optimizer's default max LR
+  double weight_decay = -1;           // < 0: the optimizer's default
+  std::string schedule = "onecycle";  // onecycle | cyclic | cosine | constant
+  std::string optimizer = "adamw";    // adamw | adam | sgd | lamb | lars
+  int workers = 2;
+  bool pin_memory = true;
+  std::string amp = "off";            // off | fp16 | bf16
+  bool channels_last = false;
+  bool cudnn_benchmark = false;
+  int64_t grad_accum = 1;
+  double clip_grad = 0;               // 0: off
+  bool checkpoint_activations = false;
+  double ema = 0;                     // 0: off, else the decay
+  bool cuda_graphs = false;
+  uint64_t seed = 0;
+  int64_t max_steps = 0;              // 0: no limit (gpt defaults to 300)
+  std::string data;                   // dataset folder (vision) or text file/folder (gpt)
+  std::string out = "kiln-train-out";
+  std::string resume;
+  bool find_lr = false;
+  int64_t log_every = 50;             // optimizer steps between metric rows
+  int threads = 0;                    // OpenMP threads for the kernels; 0: all cores
+};
+
+// Parses argv (exits on --help / bad syntax, like every CLI11 program) and validates the
+// combination: an invalid one throws kiln::Error explaining why.
+Options parse(int argc, char** argv);
+void validate(Options& o, bool cuda_available);
+
+}  // namespace kiln_train

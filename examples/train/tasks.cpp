@@ -1,0 +1,212 @@
+#include "tasks.h"
+
+#include <filesystem>
+
+namespace kiln_train {
+
+namespace F = kiln::nn::functional;
+namespace nn = kiln::nn;
+namespace data = kiln::data;
+using kiln::Tensor;
+
+namespace {
+
+// Fashion-MNIST's pixel mean and standard deviation over the training set (input normalisation,
+// GUIDE-TIPS #17).
+constexpr double kMean = 0.2860, kStd = 0.3530;
+
+std::string dataset_root(const Options& o) {
+  std::string root = o.data.empty() ? data::FashionMNIST::kDefaultRoot : o.data;
+  KILN_CHECK(std::filesystem::exists(root), "Fashion-MNIST not found in '", root, "': install Debian's ",
+             "dataset-fashion-mnist package (apt-get install dataset-fashion-mnist; scripts/setup-deps.sh does) ",
+             "or point --data at a folder with train-images-idx3-ubyte(.gz) and friends");
+  return root;
+}
+
+data::Compose vision_transform(const Options& o) {
+  data::Compose t(data::ToFloat(), data::Normalize({kMean}, {kStd}));
+  if (o.channels_last) t.add(std::make_shared<data::ChannelsLast>());
+  return t;
+}
+
+class VisionTask : public Task {
+ public:
+  explicit VisionTask(const Options& o)
+      : o_(o),
+        train_(dataset_root(o), data::Split::Train),
+        test_(dataset_root(o), data::Split::Test),
+        loader_(train_, data::LoaderOptions()
+                            .batch_size(o.batch_size)
+                            .shuffle(true)
+                            .drop_last(true)
+                            .workers(o.workers)
+                            .pin_memory(o.pin_memory)
+                            .seed(o.seed)
+                            .transform(vision_transform(o))) {
+    if (o.model == "cnn") {
+      cnn_ = std::make_unique<nn::models::FashionCNN>();
+      model_ = cnn_.get();
+    } else if (o.model == "mlp") {
+      mlp_ = std::make_unique<nn::models::MLP>(784, std::vector<int64_t>{512, 256}, 10, 0.1);
+      model_ = mlp_.get();
+    } else {
+      resnet_ = nn::models::resnet18(10, 1, nn::models::ResNetStem::CIFAR);
+      model_ = resnet_.get();
+    }
+    if (o.channels_last) model_->to(kiln::MemoryFormat::ChannelsLast);
+  }
+
+  nn::Module& model() override { return *model_; }
+  data::DataLoader& train_loader() override { return loader_; }
+
+  Tensor forward(const Tensor& x) {
+    if (!o_.checkpoint_activations) return (*model_)(x);
+    // Recompute the convolutional blocks in backward (GUIDE-TIPS #8).
+    if (cnn_) {
+      auto& m = *cnn_;
+      auto block1 = [&](const std::vector<Tensor>& in) { return F::max_pool2d(kiln::relu(m.bn1(m.conv1(in[0]))), 2); };
+      auto block2 = [&](const std::vector<Tensor>& in) { return F::max_pool2d(kiln::relu(m.bn2(m.conv2(in[0]))), 2); };
+      Tensor h = kiln::checkpoint(block2, {kiln::checkpoint(block1, {x})});
+      return m.fc2(kiln::relu(m.fc1(h.flatten(1))));
+    }
+    if (mlp_) return kiln::checkpoint_sequential(mlp_->layers, 2, x.flatten(1));
+    auto& r = *resnet_;
+    Tensor h = kiln::relu(r.bn1(r.conv1(x)));
+    for (nn::Sequential* stage : {&r.layer1, &r.layer2, &r.layer3, &r.layer4})
+      h = kiln::checkpoint([stage](const std::vector<Tensor>& in) { return (*stage)(in[0]); }, {h});
+    return r.fc(F::adaptive_avg_pool2d(h, {1, 1}).flatten(1));
+  }
+
+  Tensor loss(const data::Batch& b) override { return F::cross_entropy(forward(b.input), b.target); }
+
+  double evaluate() override {
+    kiln::NoGradGuard no_grad;  // GUIDE-TIPS #16: no graph, no saved activations
+    model_->eval();
+    data::DataLoader test_loader(test_, data::LoaderOptions().batch_size(256).workers(o_.workers)
+                                            .transform(vision_transform(o_)));
+    int64_t correct = 0, total = 0;
+    for (auto& b : test_loader) {
+      Tensor pred = (*model_)(b.input).argmax(1);
+      correct += (pred == b.target).to(kiln::DType::I64).sum().item<int64_t>();
+      total += b.size();
+    }
+    model_->train();
+    return static_cast<double>(correct) / static_cast<double>(total);
+  }
+
+ private:
+  Options o_;
+  data::FashionMNIST train_, test_;
+  data::DataLoader loader_;
+  std::unique_ptr<nn::models::FashionCNN> cnn_;
+  std::unique_ptr<nn::models::MLP> mlp_;
+  std::shared_ptr<nn::models::ResNet> resnet_;
+  nn::Module* model_ = nullptr;
+};
+
+// A contiguous range of another dataset's samples (the train / validation split of one text).
+class Range : public data::Dataset {
+ public:
+  Range(const data::Dataset& base, int64_t begin, int64_t end) : base_(base), begin_(begin), end_(end) {}
+  int64_t size() const override { return end_ - begin_; }
+  data::Example get(int64_t i) const override { return base_.get(begin_ + i); }
+  int64_t length(int64_t i) const override { return base_.length(begin_ + i); }
+
+ private:
+  const data::Dataset& base_;
+  int64_t begin_, end_;
+};
+
+constexpr int64_t kBlock = 128;
+
+data::CharDataset load_text(const Options& o) {
+  if (o.data.empty()) {
+    KILN_CHECK(std::filesystem::exists(data::CharDataset::kFortunesDir), "the default text corpus is Debian's ",
+               "fortunes package (apt-get install fortunes), missing from ", data::CharDataset::kFortunesDir,
+               "; or pass --data FILE");
+    return data::CharDataset::fortunes(kBlock);
+  }
+  if (std::filesystem::is_directory(o.data)) return data::CharDataset::fortunes(kBlock, o.data);
+  return data::CharDataset::from_files({o.data}, kBlock);
+}
+
+class TextTask : public Task {
+ public:
+  explicit TextTask(const Options& o)
+      : o_(o),
+        text_(load_text(o)),
+        split_(text_.size() * 9 / 10),
+        train_(text_, 0, split_),
+        val_(text_, split_ + kBlock, text_.size()),
+        loader_(train_, data::LoaderOptions().batch_size(o.batch_size).shuffle(true).drop_last(true)
+                            .workers(o.workers).pin_memory(o.pin_memory).seed(o.seed)),
+        gpt_([&] {
+          nn::models::GPTConfig c;
+          c.vocab_size = text_.vocab_size();
+          c.block_size = kBlock;
+          c.n_layer = 4;
+          c.n_head = 4;
+          c.n_embd = 128;
+          c.dropout = 0.1;
+          return c;
+        }()) {}
+
+  nn::Module& model() override { return gpt_; }
+  data::DataLoader& train_loader() override { return loader_; }
+
+  Tensor logits(const Tensor& idx) {
+    if (!o_.checkpoint_activations) return gpt_(idx);
+    const int64_t T = idx.size(1);
+    Tensor pos = kiln::arange(static_cast<double>(T), kiln::DType::I64);
+    Tensor x = gpt_.wte(idx) + gpt_.wpe(pos);
+    for (const auto& blk : gpt_.h)
+      x = kiln::checkpoint([b = blk.get()](const std::vector<Tensor>& in) { return b->forward(in[0]); }, {x});
+    return F::linear(gpt_.ln_f(x), gpt_.wte.weight);
+  }
+
+  Tensor loss(const data::Batch& b) override {
+    Tensor l = logits(b.input);
+    return F::cross_entropy(l.reshape({-1, l.size(-1)}), b.target.reshape({-1}));
+  }
+
+  // Next-character accuracy on up to 40 validation batches.
+  double evaluate() override {
+    kiln::NoGradGuard no_grad;
+    gpt_.eval();
+    data::DataLoader val(val_, data::LoaderOptions().batch_size(64).shuffle(true).seed(1234));
+    int64_t correct = 0, total = 0, n = 0;
+    for (auto& b : val) {
+      Tensor pred = gpt_(b.input).argmax(-1);
+      correct += (pred == b.target).to(kiln::DType::I64).sum().item<int64_t>();
+      total += b.target.numel();
+      if (++n == 40) break;
+    }
+    gpt_.train();
+    return static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(total, 1));
+  }
+
+  std::string sample() override {
+    Tensor prompt = kiln::tensor(text_.encode("\n")).view({1, -1});
+    Tensor out = gpt_.generate(prompt, 300, 0.8, 20);
+    return text_.decode(out.reshape({-1}));
+  }
+
+  int64_t samples_per_batch(const data::Batch& b) const override { return b.input.numel(); }  // tokens
+
+ private:
+  Options o_;
+  data::CharDataset text_;
+  int64_t split_;
+  Range train_, val_;
+  data::DataLoader loader_;
+  nn::models::GPT gpt_;
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_task(const Options& o) {
+  if (o.model == "gpt") return std::make_unique<TextTask>(o);
+  return std::make_unique<VisionTask>(o);
+}
+
+}  // namespace kiln_train

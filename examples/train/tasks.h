@@ -1,0 +1,29 @@
+#pragma once
+// What kiln-train trains: the model, its data, how a batch becomes a loss, and how it is
+// evaluated. Vision tasks (cnn, mlp, resnet18) run on Fashion-MNIST; gpt on a text corpus.
+#include <memory>
+#include <string>
+
+#include <kiln/kiln.h>
+
+#include "options.h"
+
+namespace kiln_train {
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual kiln::nn::Module& model() = 0;
+  virtual kiln::data::DataLoader& train_loader() = 0;
+  // The loss of one batch (mean over its samples), recorded for backward.
+  virtual kiln::Tensor loss(const kiln::data::Batch& batch) = 0;
+  // Accuracy on the held-out split, under NoGradGuard and eval mode.
+  virtual double evaluate() = 0;
+  // Something to show at the end (gpt: a generated sample); empty for vision.
+  virtual std::string sample() { return ""; }
+  virtual int64_t samples_per_batch(const kiln::data::Batch& b) const { return b.size(); }
+};
+
+std::unique_ptr<Task> make_task(const Options& o);
+
+}  // namespace kiln_train

@@ -1,0 +1,501 @@
+#include "kiln/utils/plot.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+
+#include "kiln/core/error.h"
+
+// stb_image_write, compiled into this file only, with internal linkage so it cannot clash with
+// another copy in a user's program.
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#define STB_IMAGE_WRITE_STATIC
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wall"
+#pragma GCC diagnostic ignored "-Wextra"
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#endif
+#include <stb/stb_image_write.h>
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+namespace kiln::utils {
+
+namespace {
+
+// ------------------------------------------------------------------------------ 5x7 font
+struct Glyph {
+  char c;
+  const char* rows[7];
+};
+
+// clang-format off
+const Glyph kGlyphs[] = {
+  {'0', {".###.", "#...#", "#..##", "#.#.#", "##..#", "#...#", ".###."}},
+  {'1', {"..#..", ".##..", "..#..", "..#..", "..#..", "..#..", ".###."}},
+  {'2', {".###.", "#...#", "....#", "...#.", "..#..", ".#...", "#####"}},
+  {'3', {"#####", "...#.", "..#..", "...#.", "....#", "#...#", ".###."}},
+  {'4', {"...#.", "..##.", ".#.#.", "#..#.", "#####", "...#.", "...#."}},
+  {'5', {"#####", "#....", "####.", "....#", "....#", "#...#", ".###."}},
+  {'6', {"..##.", ".#...", "#....", "####.", "#...#", "#...#", ".###."}},
+  {'7', {"#####", "....#", "...#.", "..#..", ".#...", ".#...", ".#..."}},
+  {'8', {".###.", "#...#", "#...#", ".###.", "#...#", "#...#", ".###."}},
+  {'9', {".###.", "#...#", "#...#", ".####", "....#", "...#.", ".##.."}},
+  {'A', {".###.", "#...#", "#...#", "#####", "#...#", "#...#", "#...#"}},
+  {'B', {"####.", "#...#", "#...#", "####.", "#...#", "#...#", "####."}},
+  {'C', {".###.", "#...#", "#....", "#....", "#....", "#...#", ".###."}},
+  {'D', {"###..", "#..#.", "#...#", "#...#", "#...#", "#..#.", "###.."}},
+  {'E', {"#####", "#....", "#....", "####.", "#....", "#....", "#####"}},
+  {'F', {"#####", "#....", "#....", "####.", "#....", "#....", "#...."}},
+  {'G', {".###.", "#...#", "#....", "#.###", "#...#", "#...#", ".####"}},
+  {'H', {"#...#", "#...#", "#...#", "#####", "#...#", "#...#", "#...#"}},
+  {'I', {".###.", "..#..", "..#..", "..#..", "..#..", "..#..", ".###."}},
+  {'J', {"..###", "...#.", "...#.", "...#.", "...#.", "#..#.", ".##.."}},
+  {'K', {"#...#", "#..#.", "#.#..", "##...", "#.#..", "#..#.", "#...#"}},
+  {'L', {"#....", "#....", "#....", "#....", "#....", "#....", "#####"}},
+  {'M', {"#...#", "##.##", "#.#.#", "#.#.#", "#...#", "#...#", "#...#"}},
+  {'N', {"#...#", "#...#", "##..#", "#.#.#", "#..##", "#...#", "#...#"}},
+  {'O', {".###.", "#...#", "#...#", "#...#", "#...#", "#...#", ".###."}},
+  {'P', {"####.", "#...#", "#...#", "####.", "#....", "#....", "#...."}},
+  {'Q', {".###.", "#...#", "#...#", "#...#", "#.#.#", "#..#.", ".##.#"}},
+  {'R', {"####.", "#...#", "#...#", "####.", "#.#..", "#..#.", "#...#"}},
+  {'S', {".####", "#....", "#....", ".###.", "....#", "....#", "####."}},
+  {'T', {"#####", "..#..", "..#..", "..#..", "..#..", "..#..", "..#.."}},
+  {'U', {"#...#", "#...#", "#...#", "#...#", "#...#", "#...#", ".###."}},
+  {'V', {"#...#", "#...#", "#...#", "#...#", "#...#", ".#.#.", "..#.."}},
+  {'W', {"#...#", "#...#", "#...#", "#.#.#", "#.#.#", "#.#.#", ".#.#."}},
+  {'X', {"#...#", "#...#", ".#.#.", "..#..", ".#.#.", "#...#", "#...#"}},
+  {'Y', {"#...#", "#...#", ".#.#.", "..#..", "..#..", "..#..", "..#.."}},
+  {'Z', {"#####", "....#", "...#.", "..#..", ".#...", "#....", "#####"}},
+  {'a', {".....", ".....", ".###.", "....#", ".####", "#...#", ".####"}},
+  {'b', {"#....", "#....", "#.##.", "##..#", "#...#", "#...#", "####."}},
+  {'c', {".....", ".....", ".###.", "#....", "#....", "#...#", ".###."}},
+  {'d', {"....#", "....#", ".##.#", "#..##", "#...#", "#...#", ".####"}},
+  {'e', {".....", ".....", ".###.", "#...#", "#####", "#....", ".###."}},
+  {'f', {"..##.", ".#..#", ".#...", "###..", ".#...", ".#...", ".#..."}},
+  {'g', {".####", "#...#", "#...#", "#...#", ".####", "....#", ".###."}},  // descender
+  {'h', {"#....", "#....", "#.##.", "##..#", "#...#", "#...#", "#...#"}},
+  {'i', {"..#..", ".....", ".##..", "..#..", "..#..", "..#..", ".###."}},
+  {'j', {"...#.", ".....", "..##.", "...#.", "...#.", "#..#.", ".##.."}},
+  {'k', {"#....", "#....", "#..#.", "#.#..", "##...", "#.#..", "#..#."}},
+  {'l', {".##..", "..#..", "..#..", "..#..", "..#..", "..#..", ".###."}},
+  {'m', {".....", ".....", "##.#.", "#.#.#", "#.#.#", "#...#", "#...#"}},
+  {'n', {".....", ".....", "#.##.", "##..#", "#...#", "#...#", "#...#"}},
+  {'o', {".....", ".....", ".###.", "#...#", "#...#", "#...#", ".###."}},
+  {'p', {"####.", "#...#", "#...#", "#...#", "####.", "#....", "#...."}},  // descender
+  {'q', {".####", "#...#", "#...#", "#...#", ".####", "....#", "....#"}},  // descender
+  {'r', {".....", ".....", "#.##.", "##..#", "#....", "#....", "#...."}},
+  {'s', {".....", ".....", ".####", "#....", ".###.", "....#", "####."}},
+  {'t', {".#...", ".#...", "###..", ".#...", ".#...", ".#..#", "..##."}},
+  {'u', {".....", ".....", "#...#", "#...#", "#...#", "#..##", ".##.#"}},
+  {'v', {".....", ".....", "#...#", "#...#", "#...#", ".#.#.", "..#.."}},
+  {'w', {".....", ".....", "#...#", "#...#", "#.#.#", "#.#.#", ".#.#."}},
+  {'x', {".....", ".....", "#...#", ".#.#.", "..#..", ".#.#.", "#...#"}},
+  {'y', {"#...#", "#...#", "#...#", "#...#", ".####", "....#", ".###."}},  // descender
+  {'z', {".....", ".....", "#####", "...#.", "..#..", ".#...", "#####"}},
+  {'.', {".....", ".....", ".....", ".....", ".....", ".##..", ".##.."}},
+  {'-', {".....", ".....", ".....", "#####", ".....", ".....", "....."}},
+  {'+', {".....", "..#..", "..#..", "#####", "..#..", "..#..", "....."}},
+  {':', {".....", ".##..", ".##..", ".....", ".##..", ".##..", "....."}},
+  {'/', {".....", "....#", "...#.", "..#..", ".#...", "#....", "....."}},
+  {'(', {"...#.", "..#..", ".#...", ".#...", ".#...", "..#..", "...#."}},
+  {')', {".#...", "..#..", "...#.", "...#.", "...#.", "..#..", ".#..."}},
+  {'%', {"##...", "##..#", "...#.", "..#..", ".#...", "#..##", "...##"}},
+  {',', {".....", ".....", ".....", ".....", ".##..", "..#..", ".#..."}},
+  {'_', {".....", ".....", ".....", ".....", ".....", ".....", "#####"}},
+  {'=', {".....", ".....", "#####", ".....", "#####", ".....", "....."}},
+  {'?', {".###.", "#...#", "....#", "...#.", "..#..", ".....", "..#.."}},
+};
+// clang-format on
+
+constexpr int kGlyphW = 5, kGlyphH = 7, kAdvance = 6;
+// Glyphs drawn two rows lower, so their tails hang below the baseline.
+bool has_descender(unsigned char c) { return c == 'g' || c == 'p' || c == 'q' || c == 'y'; }
+
+using GlyphBits = std::array<uint8_t, kGlyphH>;  // bit 4 = leftmost column
+
+const std::array<GlyphBits, 128>& font() {
+  static const std::array<GlyphBits, 128> table = [] {
+    std::array<GlyphBits, 128> t{};
+    GlyphBits unknown{};
+    for (const Glyph& g : kGlyphs) {
+      GlyphBits b{};
+      for (int r = 0; r < kGlyphH; ++r)
+        for (int c = 0; c < kGlyphW; ++c)
+          if (g.rows[r][c] == '#') b[r] |= static_cast<uint8_t>(1u << (kGlyphW - 1 - c));
+      t[static_cast<unsigned char>(g.c)] = b;
+      if (g.c == '?') unknown = b;
+    }
+    for (int ch = 33; ch < 127; ++ch) {
+      bool empty = true;
+      for (uint8_t row : t[ch]) empty = empty && row == 0;
+      if (empty) t[ch] = unknown;  // characters the font lacks print as '?'
+    }
+    return t;
+  }();
+  return table;
+}
+
+// ------------------------------------------------------------------------------ canvas
+struct Rgb {
+  uint8_t r, g, b;
+};
+Rgb rgb_of(uint32_t c) {
+  return {static_cast<uint8_t>(c >> 16), static_cast<uint8_t>(c >> 8), static_cast<uint8_t>(c)};
+}
+constexpr Rgb kWhite{255, 255, 255}, kGrid{228, 228, 228}, kAxis{70, 70, 70},
+    kText{30, 30, 30}, kMuted{150, 150, 150};
+
+const uint32_t kPalette[] = {0x1f77b4, 0xff7f0e, 0x2ca02c, 0xd62728, 0x9467bd,
+                             0x8c564b, 0xe377c2, 0x7f7f7f, 0xbcbd22, 0x17becf};
+
+struct Canvas {
+  PlotImage& img;
+  void set(int x, int y, Rgb c) {
+    if (x < 0 || y < 0 || x >= img.width || y >= img.height) return;
+    uint8_t* p = &img.rgb[(static_cast<size_t>(y) * img.width + x) * 3];
+    p[0] = c.r, p[1] = c.g, p[2] = c.b;
+  }
+  void fill(int x0, int y0, int x1, int y1, Rgb c) {  // [x0, x1) x [y0, y1)
+    for (int y = y0; y < y1; ++y)
+      for (int x = x0; x < x1; ++x) set(x, y, c);
+  }
+  void hline(int x0, int x1, int y, Rgb c) { fill(std::min(x0, x1), y, std::max(x0, x1) + 1, y + 1, c); }
+  void vline(int x, int y0, int y1, Rgb c) { fill(x, std::min(y0, y1), x + 1, std::max(y0, y1) + 1, c); }
+  // Bresenham, `thick` x `thick` pen, clipped to `clip`.
+  void line(int x0, int y0, int x1, int y1, Rgb c, int thick, const PlotImage::Rect& clip) {
+    const int dx = std::abs(x1 - x0), sx = x0 < x1 ? 1 : -1;
+    const int dy = -std::abs(y1 - y0), sy = y0 < y1 ? 1 : -1;
+    int err = dx + dy;
+    for (;;) {
+      dot(x0, y0, c, thick, clip);
+      if (x0 == x1 && y0 == y1) break;
+      const int e2 = 2 * err;
+      if (e2 >= dy) err += dy, x0 += sx;
+      if (e2 <= dx) err += dx, y0 += sy;
+    }
+  }
+  void dot(int x, int y, Rgb c, int size, const PlotImage::Rect& clip) {
+    const int lo = -(size - 1) / 2, hi = size / 2;
+    for (int yy = y + lo; yy <= y + hi; ++yy)
+      for (int xx = x + lo; xx <= x + hi; ++xx)
+        if (xx >= clip.x0 && xx < clip.x1 && yy >= clip.y0 && yy < clip.y1) set(xx, yy, c);
+  }
+  void text(int x, int y, const std::string& s, Rgb c, int scale) {  // (x, y): top-left
+    const auto& f = font();
+    for (size_t i = 0; i < s.size(); ++i) {
+      const auto ch = static_cast<unsigned char>(s[i]);
+      if (ch >= 128) continue;
+      const GlyphBits& g = f[ch];
+      const int gx = x + static_cast<int>(i) * kAdvance * scale;
+      const int gy = y + (has_descender(ch) ? 2 * scale : 0);
+      for (int r = 0; r < kGlyphH; ++r)
+        for (int col = 0; col < kGlyphW; ++col)
+          if (g[r] & (1u << (kGlyphW - 1 - col)))
+            fill(gx + col * scale, gy + r * scale, gx + (col + 1) * scale, gy + (r + 1) * scale, c);
+    }
+  }
+};
+
+int text_width(const std::string& s, int scale) {
+  return s.empty() ? 0 : (static_cast<int>(s.size()) * kAdvance - 1) * scale;
+}
+
+// ------------------------------------------------------------------------------ axes
+struct Axis {
+  bool log = false;
+  double lo = 0, hi = 1;  // in axis units (log10 of the value on a log axis)
+  bool valid = false;
+  double map(double v) const { return log ? std::log10(v) : v; }
+  bool usable(double v) const { return std::isfinite(v) && (!log || v > 0); }
+};
+
+double nice_num(double x, bool round) {
+  const double e = std::floor(std::log10(x));
+  const double f = x / std::pow(10.0, e);
+  double nf;
+  if (round) nf = f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10;
+  else nf = f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10;
+  return nf * std::pow(10.0, e);
+}
+
+// Ticks of a log axis (lo, hi in log10 units) as values: the powers of ten inside, thinned to
+// at most ~8; when fewer than two fit, the linear ticks of the value range.
+std::vector<double> log_ticks(double lo, double hi) {
+  std::vector<double> t;
+  const int e0 = static_cast<int>(std::ceil(lo - 1e-9)), e1 = static_cast<int>(std::floor(hi + 1e-9));
+  if (e1 - e0 + 1 >= 2) {
+    const int stride = std::max(1, (e1 - e0 + 1 + 7) / 8);
+    for (int e = e0; e <= e1; e += stride) t.push_back(std::pow(10.0, e));
+    return t;
+  }
+  return nice_ticks(std::pow(10.0, lo), std::pow(10.0, hi));
+}
+
+struct PanelSpec {
+  std::vector<const Series*> series;
+  std::vector<Rgb> colors;
+};
+
+}  // namespace
+
+std::vector<double> nice_ticks(double lo, double hi, int target) {
+  std::vector<double> t;
+  if (!std::isfinite(lo) || !std::isfinite(hi) || hi <= lo) return t;
+  const double step = nice_num((hi - lo) / std::max(1, target - 1), true);
+  const double first = std::ceil(lo / step - 1e-9) * step;
+  for (int i = 0; i < 100; ++i) {
+    double v = first + i * step;
+    if (v > hi + step * 1e-9) break;
+    if (std::fabs(v) < step * 1e-9) v = 0;  // no "-0" or "1e-17"
+    t.push_back(v);
+  }
+  return t;
+}
+
+namespace {
+std::string tick_label_impl(double v, double step, bool force_sci) {
+  char buf[48];
+  if (v == 0) return "0";
+  const double av = std::fabs(v);
+  step = std::fabs(step);
+  if (!force_sci && step >= 1e-3 && av < 1e5 && av >= 1e-3) {
+    const int dec = std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9)));
+    std::snprintf(buf, sizeof buf, "%.*f", std::min(dec, 6), v);
+    return buf;
+  }
+  // scientific, compact: 1e-5, 2.5e6
+  int e = static_cast<int>(std::floor(std::log10(av) + 1e-12));
+  double m = v / std::pow(10.0, e);
+  std::snprintf(buf, sizeof buf, "%.3g", m);
+  if (std::string(buf) == "10" || std::string(buf) == "-10") {
+    ++e;
+    std::snprintf(buf, sizeof buf, "%.3g", m / 10);
+  }
+  return std::string(buf) + "e" + std::to_string(e);
+}
+}  // namespace
+
+std::string tick_label(double v, double step) { return tick_label_impl(v, step, false); }
+
+PlotImage render_line_plot(const std::string& title, const std::vector<Series>& series,
+                           const PlotOptions& opt) {
+  KILN_CHECK(opt.width_ >= 200 && opt.width_ <= 16384, "plot: width ", opt.width_,
+             " is outside [200, 16384]");
+  KILN_CHECK(opt.panel_height_ >= 80 && opt.panel_height_ <= 16384, "plot: panel height ",
+             opt.panel_height_, " is outside [80, 16384]");
+  const int s = std::clamp(opt.text_scale_, 1, 8);
+  for (const Series& se : series)
+    KILN_CHECK(se.xs.empty() || se.xs.size() == se.ys.size(), "plot: series '", se.name,
+               "' has ", se.xs.size(), " x values for ", se.ys.size(), " y values");
+
+  // Group the series into panels (in the order of their first appearance).
+  std::vector<PanelSpec> panels;
+  std::vector<std::pair<int, size_t>> shared;  // panel number -> index in panels
+  size_t auto_color = 0;
+  for (const Series& se : series) {
+    size_t pi = panels.size();
+    if (se.panel >= 0) {
+      auto it = std::find_if(shared.begin(), shared.end(),
+                             [&](const auto& p) { return p.first == se.panel; });
+      if (it != shared.end()) pi = it->second;
+      else shared.emplace_back(se.panel, pi);
+    }
+    if (pi == panels.size()) panels.emplace_back();
+    panels[pi].series.push_back(&se);
+    const uint32_t c = se.color == kAutoColor ? kPalette[auto_color++ % 10] : se.color;
+    panels[pi].colors.push_back(rgb_of(c));
+  }
+  if (panels.empty()) panels.emplace_back();  // an empty plot still gets one "no data" panel
+
+  const int line_h = kGlyphH * s;
+  const int title_h = title.empty() ? 8 : line_h + 16;
+  PlotImage img;
+  img.width = opt.width_;
+  img.height = title_h + opt.panel_height_ * static_cast<int>(panels.size()) + 4;
+  img.rgb.assign(static_cast<size_t>(img.width) * img.height * 3, 255);
+  Canvas cv{img};
+  if (!title.empty()) cv.text((img.width - text_width(title, s)) / 2, 8, title, kText, s);
+
+  for (size_t pi = 0; pi < panels.size(); ++pi) {
+    const PanelSpec& P = panels[pi];
+    const int top = title_h + static_cast<int>(pi) * opt.panel_height_;
+    Axis ax, ay;
+    if (!P.series.empty()) ax.log = P.series[0]->log_x, ay.log = P.series[0]->log_y;
+    // data ranges over the usable points
+    double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
+    size_t usable_points = 0;
+    for (const Series* se : P.series)
+      for (size_t i = 0; i < se->ys.size(); ++i) {
+        const double x = se->xs.empty() ? static_cast<double>(i) : se->xs[i], y = se->ys[i];
+        if (!ax.usable(x) || !ay.usable(y)) continue;
+        ++usable_points;
+        xmin = std::min(xmin, ax.map(x)), xmax = std::max(xmax, ax.map(x));
+        ymin = std::min(ymin, ay.map(y)), ymax = std::max(ymax, ay.map(y));
+      }
+    if (usable_points > 0) {
+      if (xmax - xmin <= 1e-12 * std::max(1.0, std::fabs(xmax))) xmin -= 0.5, xmax += 0.5;
+      if (ymax - ymin <= 1e-12 * std::max(1.0, std::fabs(ymax))) {
+        const double pad = ay.log ? 0.5 : (ymax == 0 ? 1.0 : std::fabs(ymax) * 0.1);
+        ymin -= pad, ymax += pad;
+      } else {
+        const double pad = (ymax - ymin) * 0.05;
+        ymin -= pad, ymax += pad;
+      }
+      ax.lo = xmin, ax.hi = xmax, ay.lo = ymin, ay.hi = ymax;
+      ax.valid = ay.valid = true;
+    }
+
+    // ticks and their labels (values, not axis units)
+    auto ticks_of = [](const Axis& a) {
+      return !a.valid ? std::vector<double>{}
+             : a.log  ? log_ticks(a.lo, a.hi)
+                      : nice_ticks(a.lo, a.hi);
+    };
+    const std::vector<double> xt = ticks_of(ax), yt = ticks_of(ay);
+    auto labels_of = [](const std::vector<double>& t, bool log) {
+      // one style per axis: when a label needs the 1e-5 form, all of them take it
+      std::vector<std::string> l;
+      for (bool sci : {false, true}) {
+        l.clear();
+        bool any_sci = false;
+        for (size_t i = 0; i < t.size(); ++i) {
+          const double step = log ? t[i] : (t.size() > 1 ? t[1] - t[0] : std::fabs(t[i]));
+          l.push_back(tick_label_impl(t[i], step, sci));
+          any_sci = any_sci || l.back().find('e') != std::string::npos;
+        }
+        if (!any_sci) break;
+      }
+      return l;
+    };
+    const std::vector<std::string> xl = labels_of(xt, ax.log), yl = labels_of(yt, ay.log);
+    int ylabel_w = text_width("0.0", s);
+    for (const auto& l : yl) ylabel_w = std::max(ylabel_w, text_width(l, s));
+
+    PlotImage::Rect area;
+    area.x0 = 10 + ylabel_w + 10;
+    area.x1 = img.width - 20;
+    area.y0 = top + line_h + 14;
+    area.y1 = top + opt.panel_height_ - (line_h + 10) - (opt.x_label_.empty() ? 0 : line_h + 6) - 6;
+    KILN_CHECK(area.y1 - area.y0 >= 20 && area.x1 - area.x0 >= 40,
+               "plot: panel height ", opt.panel_height_, " / width ", opt.width_,
+               " leave no room for the plot at text scale ", s);
+    img.panels.push_back(area);
+
+    // heading: the series' names in their colours
+    int hx = area.x0;
+    for (size_t k = 0; k < P.series.size(); ++k) {
+      const std::string& name = P.series[k]->name.empty() ? std::string("series") : P.series[k]->name;
+      cv.fill(hx, top + 6 + line_h / 2 - 1, hx + 4 * s + 4, top + 6 + line_h / 2 + 2, P.colors[k]);
+      hx += 4 * s + 10;
+      cv.text(hx, top + 6, name, P.colors[k], s);
+      hx += text_width(name, s) + 6 * s + 8;
+    }
+
+    auto px = [&](double v) {  // axis units -> pixel
+      return area.x0 + (v - ax.lo) / (ax.hi - ax.lo) * (area.x1 - 1 - area.x0);
+    };
+    auto py = [&](double v) {
+      return area.y1 - 1 - (v - ay.lo) / (ay.hi - ay.lo) * (area.y1 - 1 - area.y0);
+    };
+
+    // grid, ticks, labels
+    const int tick = 2 + 2 * s;
+    for (size_t i = 0; i < yt.size(); ++i) {
+      const int y = static_cast<int>(std::lround(py(ay.map(yt[i]))));
+      if (y < area.y0 || y >= area.y1) continue;
+      cv.hline(area.x0, area.x1 - 1, y, kGrid);
+      cv.hline(area.x0 - tick, area.x0 - 1, y, kAxis);
+      cv.text(area.x0 - tick - 3 - text_width(yl[i], s), y - line_h / 2, yl[i], kText, s);
+    }
+    int last_label_end = -1000000;
+    for (size_t i = 0; i < xt.size(); ++i) {
+      const int x = static_cast<int>(std::lround(px(ax.map(xt[i]))));
+      if (x < area.x0 || x >= area.x1) continue;
+      cv.vline(x, area.y0, area.y1 - 1, kGrid);
+      cv.vline(x, area.y1, area.y1 + tick - 1, kAxis);
+      const int w = text_width(xl[i], s);
+      const int lx = std::clamp(x - w / 2, 0, img.width - w);
+      if (lx > last_label_end + 2 * s) {  // skip labels that would overlap
+        cv.text(lx, area.y1 + tick + 4, xl[i], kText, s);
+        last_label_end = lx + w;
+      }
+    }
+    if (!opt.x_label_.empty())
+      cv.text(area.x1 - text_width(opt.x_label_, s), area.y1 + tick + 4 + line_h + 6, opt.x_label_,
+              kMuted, s);
+
+    // box
+    cv.hline(area.x0 - 1, area.x1, area.y0 - 1, kAxis);
+    cv.hline(area.x0 - 1, area.x1, area.y1, kAxis);
+    cv.vline(area.x0 - 1, area.y0 - 1, area.y1, kAxis);
+    cv.vline(area.x1, area.y0 - 1, area.y1, kAxis);
+
+    if (usable_points == 0) {
+      const std::string msg = "no data";
+      cv.text((area.x0 + area.x1 - text_width(msg, s)) / 2, (area.y0 + area.y1 - line_h) / 2, msg,
+              kMuted, s);
+      continue;
+    }
+
+    // the curves
+    const int pen = std::max(2, s);
+    for (size_t k = 0; k < P.series.size(); ++k) {
+      const Series& se = *P.series[k];
+      size_t n_usable = 0;
+      for (size_t i = 0; i < se.ys.size(); ++i)
+        n_usable += ax.usable(se.xs.empty() ? double(i) : se.xs[i]) && ay.usable(se.ys[i]);
+      const bool markers = n_usable <= 40;
+      bool have_prev = false;
+      int x_prev = 0, y_prev = 0;
+      for (size_t i = 0; i < se.ys.size(); ++i) {
+        const double xv = se.xs.empty() ? static_cast<double>(i) : se.xs[i], yv = se.ys[i];
+        if (!ax.usable(xv) || !ay.usable(yv)) {
+          have_prev = false;  // a gap in the line
+          continue;
+        }
+        const int x = static_cast<int>(std::lround(px(ax.map(xv))));
+        const int y = static_cast<int>(std::lround(py(ay.map(yv))));
+        if (have_prev) cv.line(x_prev, y_prev, x, y, P.colors[k], pen, area);
+        if (markers) cv.dot(x, y, P.colors[k], pen + 3, area);
+        x_prev = x, y_prev = y, have_prev = true;
+      }
+    }
+  }
+  return img;
+}
+
+void write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb) {
+  KILN_CHECK(width > 0 && height > 0 &&
+                 rgb.size() == static_cast<size_t>(width) * static_cast<size_t>(height) * 3,
+             "write_png: ", rgb.size(), " bytes for a ", width, "x", height, " RGB image ('",
+             path, "')");
+  namespace fs = std::filesystem;
+  const std::string tmp = path + ".tmp";
+  const int ok = stbi_write_png(tmp.c_str(), width, height, 3, rgb.data(), width * 3);
+  if (!ok) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    KILN_FAIL("write_png: cannot write '", path, "' (does its folder exist?)");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    KILN_FAIL("write_png: cannot rename '", tmp, "' to '", path, "': ", ec.message());
+  }
+}
+
+void write_line_plot_png(const std::string& path, const std::string& title,
+                         const std::vector<Series>& series, const PlotOptions& options) {
+  const PlotImage img = render_line_plot(title, series, options);
+  write_png(path, img.width, img.height, img.rgb);
+}
+
+}  // namespace kiln::utils
