@@ -12,6 +12,7 @@
 #include "kiln/core/autograd.h"
 #include "kiln/kernels/cpu/cpu_kernels.h"
 #include "kiln/kernels/cpu/loops.h"
+#include "kiln/kernels/reduce_layout.h"
 
 namespace kiln::kernels::cpu {
 
@@ -122,33 +123,12 @@ void reduce_outer(const T* in, T* out, int64_t R_, int64_t K, R r, bool mean) {
 }  // namespace
 
 void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dims) {
-  KILN_CHECK(out.is_contiguous() && out.dtype() == in.dtype(), "reduce: bad output");
-  const int64_t nd = in.dim();
-  std::vector<bool> is_red(nd, false);
-  for (int64_t d : dims) is_red[d] = true;
-  IntList perm;
-  int64_t K = 1, R_ = 1;
-  for (int64_t d = 0; d < nd; ++d)
-    if (!is_red[d]) { perm.push_back(d); K *= in.sizes()[d]; }
-  for (int64_t d = 0; d < nd; ++d)
-    if (is_red[d]) { perm.push_back(d); R_ *= in.sizes()[d]; }
-  KILN_CHECK(out.numel() == K, "reduce: output has ", out.numel(), " elements, expected ", K);
+  const ReduceLayout layout = reduce_layout(op, out, in, dims);
+  const int64_t K = layout.K, R_ = layout.R;
   if (K == 0) return;
-
-  bool leading = in.is_contiguous();
-  for (size_t i = 0; i < dims.size(); ++i) leading = leading && dims[i] == static_cast<int64_t>(i);
-  bool outer = leading && !dims.empty() && K > 1;
-  Tensor src;
-  if (!outer) {
-    NoGradGuard ng;
-    Tensor p = in.detach().permute(perm);
-    src = p.is_contiguous() ? p : p.contiguous();
-  } else {
-    src = in;
-  }
+  const bool outer = layout.leading;
+  Tensor src = outer ? in : layout.rows(in);
   const bool mean = op == ReduceOp::Mean;
-  KILN_CHECK(!(R_ == 0 && (op == ReduceOp::Max || op == ReduceOp::Min)), "max/min: cannot reduce ",
-             "over a dimension of size 0 (sizes ", in.sizes(), ")");
   dispatch_numeric(in.dtype(), "reduce", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
@@ -175,16 +155,7 @@ void arg_reduce(bool is_max, const Tensor& values, const Tensor& indices, const 
   KILN_CHECK(n > 0, is_max ? "max" : "min", ": cannot reduce over an empty dimension (sizes ",
              in.sizes(), ")");
   // Move `dim` last, keeping the other dims in order: row r of the result is output element r.
-  Tensor src;
-  {
-    NoGradGuard ng;
-    IntList perm;
-    for (int64_t d = 0; d < in.dim(); ++d)
-      if (d != dim) perm.push_back(d);
-    if (in.dim() > 0) perm.push_back(dim);
-    Tensor p = in.detach().permute(perm);
-    src = p.is_contiguous() ? p : p.contiguous();
-  }
+  Tensor src = dim_last_rows(in, dim);
   const int64_t rows = src.numel() / n;
   KILN_CHECK(values.numel() == rows && indices.numel() == rows, "arg_reduce: output size mismatch");
   dispatch_numeric(in.dtype(), is_max ? "max" : "min", [&](auto tag) {

@@ -12,6 +12,7 @@
 #include "kiln/kernels/cuda/block_reduce.cuh"
 #include "kiln/kernels/cuda/cuda_kernels.h"
 #include "kiln/kernels/cuda/launch.cuh"
+#include "kiln/kernels/reduce_layout.h"
 
 namespace kiln::kernels::cuda {
 
@@ -99,23 +100,12 @@ int sm_count(int device) {
 }  // namespace
 
 void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dims) {
-  KILN_CHECK(out.is_contiguous() && out.dtype() == in.dtype(), "reduce: bad output");
-  const int64_t nd = in.dim();
-  std::vector<bool> is_red(nd, false);
-  for (int64_t d : dims) is_red[d] = true;
-  IntList perm;
-  int64_t K = 1, R = 1;
-  for (int64_t d = 0; d < nd; ++d)
-    if (!is_red[d]) { perm.push_back(d); K *= in.sizes()[d]; }
-  for (int64_t d = 0; d < nd; ++d)
-    if (is_red[d]) { perm.push_back(d); R *= in.sizes()[d]; }
+  const ReduceLayout layout = reduce_layout(op, out, in, dims);
+  const int64_t K = layout.K, R = layout.R;
   if (K == 0) return;
-  KILN_CHECK(!(R == 0 && (op == ReduceOp::Max || op == ReduceOp::Min)), "max/min: cannot reduce over an empty "
-             "dimension (sizes ", in.sizes(), ")");
   DeviceGuard g(in);
   cudaStream_t stream = stream_for(in);
-  bool leading = in.is_contiguous() && !dims.empty() && K > 1;
-  for (size_t i = 0; i < dims.size(); ++i) leading = leading && dims[i] == static_cast<int64_t>(i);
+  const bool leading = layout.leading;
   dispatch_numeric(in.dtype(), "reduce", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_type<T>;
@@ -125,12 +115,7 @@ void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dim
       KILN_CUDA_CHECK_LAUNCH("column_reduce_kernel");
       return;
     }
-    Tensor src;
-    {
-      NoGradGuard ng;
-      Tensor p = in.detach().permute(perm);
-      src = p.is_contiguous() ? p : p.contiguous();
-    }
+    Tensor src = layout.rows(in);
     // Blocks per row: enough to cover the GPU when there are few rows.
     const int64_t target_blocks = 4 * sm_count(in.device().index);
     int64_t P = K >= target_blocks ? 1 : std::min<int64_t>((target_blocks + K - 1) / K, (R + 4095) / 4096);
@@ -204,16 +189,7 @@ __global__ void arg_reduce_kernel(const T* in, T* values, int64_t* indices, int6
 void arg_reduce(bool is_max, const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim) {
   const int64_t n = in.sizes().empty() ? 1 : in.sizes()[dim];
   KILN_CHECK(n > 0, is_max ? "max" : "min", ": cannot reduce over an empty dimension (sizes ", in.sizes(), ")");
-  Tensor src;
-  {
-    NoGradGuard ng;
-    IntList perm;
-    for (int64_t d = 0; d < in.dim(); ++d)
-      if (d != dim) perm.push_back(d);
-    if (in.dim() > 0) perm.push_back(dim);
-    Tensor p = in.detach().permute(perm);
-    src = p.is_contiguous() ? p : p.contiguous();
-  }
+  Tensor src = dim_last_rows(in, dim);
   const int64_t rows = src.numel() / n;
   if (rows == 0) return;
   DeviceGuard g(in);
