@@ -35,4 +35,9 @@ Tensor sum_to(const Tensor& t, const IntList& shape);
 // Sorted, wrapped, de-duplicated reduction dims; empty `dims` means all.
 IntList reduction_dims(const IntList& dims, int64_t ndim, const char* op);
 
+// A new tensor of `like`'s sizes whose strides follow `like`'s dimension order when `like` is
+// dense (a permutation of a contiguous layout, channels-last included), so elementwise results
+// keep the memory format of their input (PyTorch's preserve_format). Contiguous otherwise.
+Tensor empty_preserving_layout(const Tensor& like, const TensorOptions& options);
+
 }  // namespace kiln

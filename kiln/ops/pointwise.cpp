@@ -41,9 +41,9 @@ Tensor as_dtype(const Tensor& t, DType d) { return t.dtype() == d ? t : t.to(d);
 
 Tensor unary_raw(UnaryOp op, const Tensor& x, double a = 0, double b = 0) {
   KILN_CHECK(x.defined(), kernels::op_name(op), ": input is undefined");
-  Tensor out = empty(x.sizes(), TensorOptions()
-                                    .dtype(kernels::is_predicate(op) ? DType::Bool : x.dtype())
-                                    .device(x.device()));
+  Tensor out = empty_preserving_layout(x, TensorOptions()
+                                              .dtype(kernels::is_predicate(op) ? DType::Bool : x.dtype())
+                                              .device(x.device()));
   kernels::unary(op, out, x, a, b);
   return out;
 }
@@ -58,8 +58,11 @@ Tensor binary_raw(BinaryOp op, const Tensor& x, const Tensor& y, double alpha = 
   check_same_device(name, x, y);
   IntList shape = broadcast_shapes(x.sizes(), y.sizes(), name);
   DType dt = promote_types(x.dtype(), y.dtype());
-  Tensor out = empty(shape, TensorOptions().dtype(kernels::is_comparison(op) ? DType::Bool : dt)
-                                .device(x.device()));
+  TensorOptions out_opts = TensorOptions().dtype(kernels::is_comparison(op) ? DType::Bool : dt).device(x.device());
+  // Keep the memory format of a full-size operand (channels-last stays channels-last).
+  Tensor out = x.sizes() == shape ? empty_preserving_layout(x, out_opts)
+             : y.sizes() == shape ? empty_preserving_layout(y, out_opts)
+                                  : empty(shape, out_opts);
   kernels::binary(op, out, as_dtype(x, dt), as_dtype(y, dt), alpha, beta);
   return out;
 }

@@ -6,17 +6,19 @@
 #include <thread>
 
 #include <kiln/kiln.h>
+#include "tests/test_util.h"
 
 using kiln::Tensor;
 using kiln::TensorOptions;
 
+using namespace kiln_test;
+
 namespace {
-TensorOptions f64_grad() { return TensorOptions().dtype(kiln::DType::F64).requires_grad(true); }
 double at(const Tensor& t, int64_t i) { return t.contiguous().reshape({-1})[i].item<double>(); }
 }  // namespace
 
 TEST_CASE("diamond graph accumulates both paths", "[autograd]") {
-  auto x = kiln::tensor({2.0, -1.5}, f64_grad());
+  auto x = kiln::tensor({2.0, -1.5}, f64(true));
   auto a = x * 3.0;       // da/dx = 3
   auto b = a * a;         // path 1: 2a * 3 = 18x
   auto c = a.exp();       // path 2: e^a * 3
@@ -28,14 +30,14 @@ TEST_CASE("diamond graph accumulates both paths", "[autograd]") {
 }
 
 TEST_CASE("fan-out of one tensor into the same op", "[autograd]") {
-  auto x = kiln::tensor({1.5, 2.0, -3.0}, f64_grad());
+  auto x = kiln::tensor({1.5, 2.0, -3.0}, f64(true));
   (x * x * x).sum().backward();  // 3x^2
   REQUIRE(at(x.grad(), 0) == Approx(3 * 1.5 * 1.5));
   REQUIRE(at(x.grad(), 2) == Approx(27.0));
 }
 
 TEST_CASE("gradients accumulate into leaves across backward calls", "[autograd]") {
-  auto x = kiln::tensor({1.0, 2.0}, f64_grad());
+  auto x = kiln::tensor({1.0, 2.0}, f64(true));
   (x * 2.0).sum().backward();
   (x * 5.0).sum().backward();
   REQUIRE(at(x.grad(), 0) == Approx(7.0));
@@ -43,7 +45,7 @@ TEST_CASE("gradients accumulate into leaves across backward calls", "[autograd]"
 }
 
 TEST_CASE("backward twice needs retain_graph", "[autograd]") {
-  auto x = kiln::tensor({1.0, 2.0}, f64_grad());
+  auto x = kiln::tensor({1.0, 2.0}, f64(true));
   auto y = (x * x).sum();
   y.backward(Tensor(), /*retain_graph=*/true);
   y.backward();
@@ -57,7 +59,7 @@ TEST_CASE("backward twice needs retain_graph", "[autograd]") {
 }
 
 TEST_CASE("saved tensors are released after backward", "[autograd]") {
-  auto x = kiln::randn({64, 64}, f64_grad());
+  auto x = kiln::randn({64, 64}, f64(true));
   auto h = x.exp();  // saves its output
   std::weak_ptr<kiln::TensorImpl> saved = h.impl_ptr();
   auto loss = h.sum();
@@ -68,7 +70,7 @@ TEST_CASE("saved tensors are released after backward", "[autograd]") {
 }
 
 TEST_CASE("retain_graph keeps saved tensors alive", "[autograd]") {
-  auto x = kiln::randn({8}, f64_grad());
+  auto x = kiln::randn({8}, f64(true));
   auto h = x.exp();
   std::weak_ptr<kiln::TensorImpl> saved = h.impl_ptr();
   auto loss = h.sum();
@@ -78,7 +80,7 @@ TEST_CASE("retain_graph keeps saved tensors alive", "[autograd]") {
 }
 
 TEST_CASE("backward with an explicit gradient; non-scalar needs one", "[autograd]") {
-  auto x = kiln::tensor({1.0, 2.0, 3.0}, f64_grad());
+  auto x = kiln::tensor({1.0, 2.0, 3.0}, f64(true));
   auto y = x * 2.0;
   REQUIRE_THROWS_AS(y.backward(), kiln::Error);
   y.backward(kiln::tensor({1.0, 10.0, 100.0}, TensorOptions().dtype(kiln::DType::F64)));
@@ -114,7 +116,7 @@ TEST_CASE("grad mode is thread-local", "[autograd]") {
 }
 
 TEST_CASE("tensor hooks run in registration order and can replace the gradient", "[autograd]") {
-  auto x = kiln::tensor({1.0, 2.0}, f64_grad());
+  auto x = kiln::tensor({1.0, 2.0}, f64(true));
   auto y = x * 3.0;
   std::vector<int> order;
   y.register_hook([&](const Tensor& g) {
@@ -132,7 +134,7 @@ TEST_CASE("tensor hooks run in registration order and can replace the gradient",
 }
 
 TEST_CASE("leaf hooks and post-accumulate-grad hooks", "[autograd]") {
-  auto w = kiln::tensor({1.0, 2.0}, f64_grad());
+  auto w = kiln::tensor({1.0, 2.0}, f64(true));
   std::vector<std::string> events;
   w.register_hook([&](const Tensor& g) {
     events.push_back("hook");
@@ -150,7 +152,7 @@ TEST_CASE("leaf hooks and post-accumulate-grad hooks", "[autograd]") {
 }
 
 TEST_CASE("retain_grad keeps a non-leaf's gradient", "[autograd]") {
-  auto x = kiln::tensor({1.0, -2.0}, f64_grad());
+  auto x = kiln::tensor({1.0, -2.0}, f64(true));
   auto y = x * 4.0;
   y.retain_grad();
   (y * y).sum().backward();
@@ -158,7 +160,7 @@ TEST_CASE("retain_grad keeps a non-leaf's gradient", "[autograd]") {
 }
 
 TEST_CASE("anomaly mode names the op whose backward produced NaN", "[autograd]") {
-  auto x = kiln::tensor({0.0, 1.0}, f64_grad());
+  auto x = kiln::tensor({0.0, 1.0}, f64(true));
   auto y = x.sqrt();  // d/dx sqrt at 0 is inf; times 0 -> NaN downstream
   auto loss = (y * 0.0).sum();
   {
@@ -176,7 +178,7 @@ TEST_CASE("anomaly mode names the op whose backward produced NaN", "[autograd]")
 }
 
 TEST_CASE("modifying a saved tensor in place is rejected", "[autograd]") {
-  auto w = kiln::tensor({1.0, 2.0}, f64_grad());
+  auto w = kiln::tensor({1.0, 2.0}, f64(true));
   auto x = kiln::tensor({3.0, 4.0}, TensorOptions().dtype(kiln::DType::F64));
   auto loss = (w * x).sum();  // saves x for dL/dw
   x.add_(1.0);
@@ -211,21 +213,21 @@ TEST_CASE("views share the version counter", "[autograd]") {
 }
 
 TEST_CASE("autograd::grad returns gradients without touching .grad()", "[autograd]") {
-  auto x = kiln::tensor({1.0, 2.0}, f64_grad());
-  auto y = kiln::tensor({3.0, 5.0}, f64_grad());
+  auto x = kiln::tensor({1.0, 2.0}, f64(true));
+  auto y = kiln::tensor({3.0, 5.0}, f64(true));
   auto z = (x * y + x * x).sum();
   auto grads = kiln::autograd::grad({z}, {x, y});
   REQUIRE(at(grads[0], 0) == Approx(3.0 + 2.0));
   REQUIRE(at(grads[1], 1) == Approx(2.0));
   REQUIRE_FALSE(x.grad().defined());
   REQUIRE_FALSE(y.grad().defined());
-  auto unused = kiln::tensor({1.0}, f64_grad());
+  auto unused = kiln::tensor({1.0}, f64(true));
   auto z2 = (x * 2.0).sum();
   REQUIRE_THROWS_AS(kiln::autograd::grad({z2}, {unused}), kiln::Error);
 }
 
 TEST_CASE("create_graph gives second derivatives", "[autograd]") {
-  auto x = kiln::tensor({0.3, -0.7, 1.1}, f64_grad());
+  auto x = kiln::tensor({0.3, -0.7, 1.1}, f64(true));
   auto y = (x * x * x).sum();  // dy/dx = 3x^2, d2y/dx2 = 6x
   auto g = kiln::autograd::grad({y}, {x}, {}, true, true)[0];
   REQUIRE(g.requires_grad());
@@ -240,7 +242,7 @@ TEST_CASE("create_graph gives second derivatives", "[autograd]") {
       return kiln::autograd::grad({a.sum()}, {in[0]}, {}, true, true)[0];
     };
     INFO(op);
-    REQUIRE(kiln::gradcheck(f, {kiln::randn({5}, f64_grad())}));
+    REQUIRE(kiln::gradcheck(f, {kiln::randn({5}, f64(true))}));
   }
 }
 
@@ -251,7 +253,7 @@ TEST_CASE("views are differentiable", "[autograd]") {
            x.select(1, 2).unsqueeze(0).expand({4, 3}).flatten().narrow(0, 2, 4) +
            x.permute({1, 0})[3].squeeze().sum();
   };
-  REQUIRE(kiln::gradcheck(f, {kiln::randn({3, 4}, f64_grad())}));
+  REQUIRE(kiln::gradcheck(f, {kiln::randn({3, 4}, f64(true))}));
 }
 
 TEST_CASE("backward errors on tensors that do not require grad", "[autograd]") {
@@ -267,7 +269,7 @@ TEST_CASE("gradcheck catches a wrong gradient", "[autograd]") {
     y.register_hook([](const Tensor& g) { return g * 2.0; });
     return y;
   };
-  REQUIRE_THROWS_AS(kiln::gradcheck(f, {kiln::randn({3}, f64_grad())}), kiln::Error);
+  REQUIRE_THROWS_AS(kiln::gradcheck(f, {kiln::randn({3}, f64(true))}), kiln::Error);
 }
 
 TEST_CASE("detach shares storage but not history", "[autograd]") {

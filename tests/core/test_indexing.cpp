@@ -13,6 +13,7 @@
 #include "kiln/core/error.h"
 #include "kiln/core/tensor.h"
 #include "kiln/kernels/indexing.h"
+#include "tests/test_util.h"
 
 #if __has_include("kiln/core/gradcheck.h")
 #include "kiln/core/gradcheck.h"
@@ -22,25 +23,16 @@
 using kiln::DType;
 using kiln::Tensor;
 using kiln::TensorOptions;
+using namespace kiln_test;
 
 namespace {
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-std::vector<double> values(const Tensor& t) {
-  Tensor c = t.detach().to(DType::F64).contiguous();
-  std::vector<double> v(static_cast<size_t>(c.numel()));
-  const double* p = c.data_ptr<double>();
-  for (size_t i = 0; i < v.size(); ++i) v[i] = p[i];
-  return v;
-}
-
 Tensor i64(const std::vector<int64_t>& v) { return kiln::tensor(v); }
 Tensor i32(const std::vector<int32_t>& v) { return kiln::tensor(v); }
 
-TensorOptions f64_grad() { return TensorOptions().dtype(DType::F64).requires_grad(true); }
-
-Tensor randn64(const kiln::IntList& sizes) { return kiln::randn(sizes, f64_grad()); }
+Tensor randn64(const kiln::IntList& sizes) { return kiln::randn(sizes, f64(true)); }
 
 // Finite-difference gradient check in f64: kiln::gradcheck when the core provides it, otherwise
 // a central-difference Jacobian-vector check on contiguous leaf inputs.
@@ -150,7 +142,7 @@ TEST_CASE("cat: gradients", "[indexing][cat][grad]") {
                      {t, randn64({1, 3})}));
 
   // exact slices, and an input that needs no grad
-  Tensor p = kiln::arange(4, f64_grad()).reshape({2, 2}).detach().requires_grad_();
+  Tensor p = kiln::arange(4, f64(true)).reshape({2, 2}).detach().requires_grad_();
   Tensor q = kiln::arange(4, 6, 1, TensorOptions().dtype(DType::F64)).reshape({2, 1});
   Tensor y = kiln::cat({p, q}, 1);
   Tensor w = kiln::arange(6, TensorOptions().dtype(DType::F64)).reshape({2, 3}) + 1.0;
@@ -160,7 +152,7 @@ TEST_CASE("cat: gradients", "[indexing][cat][grad]") {
 
   // an f32 input concatenated with f64 gets an f32 gradient
   Tensor h = kiln::ones({2}, TensorOptions().dtype(DType::F32).requires_grad(true));
-  Tensor g = kiln::ones({3}, f64_grad());
+  Tensor g = kiln::ones({3}, f64(true));
   (kiln::cat({h, g}) * 2.0).sum().backward();
   REQUIRE(h.grad().dtype() == DType::F32);
   REQUIRE(values(h.grad()) == std::vector<double>{2, 2});
@@ -248,19 +240,19 @@ TEST_CASE("index_select: forward values", "[indexing][index_select]") {
 }
 
 TEST_CASE("index_select: repeated indices accumulate gradients", "[indexing][index_select][grad]") {
-  Tensor x = kiln::arange(6, f64_grad()).reshape({3, 2}).detach().requires_grad_();
+  Tensor x = kiln::arange(6, f64(true)).reshape({3, 2}).detach().requires_grad_();
   Tensor y = kiln::index_select(x, 0, i64({0, 0, 2}));
   y.sum().backward();
   REQUIRE(values(x.grad()) == std::vector<double>{2, 2, 0, 0, 1, 1});
 
   // weighted upstream gradient: row 0 gets w0 + w1
-  Tensor x2 = kiln::zeros({3, 2}, f64_grad());
+  Tensor x2 = kiln::zeros({3, 2}, f64(true));
   Tensor w = kiln::tensor({1.0, 2.0, 10.0, 20.0, 100.0, 200.0}, DType::F64).reshape({3, 2});
   (kiln::index_select(x2, 0, i32({0, 2, 0})) * w).sum().backward();
   REQUIRE(values(x2.grad()) == std::vector<double>{101, 202, 0, 0, 10, 20});
 
   // along the last dim of a transposed view
-  Tensor x3 = kiln::zeros({2, 3}, f64_grad());
+  Tensor x3 = kiln::zeros({2, 3}, f64(true));
   x3.t().index_select(1, i64({1, 1, 1, 0})).sum().backward();  // x3.t() is [3, 2]
   REQUIRE(values(x3.grad()) == std::vector<double>{1, 1, 1, 3, 3, 3});
 }
@@ -278,7 +270,7 @@ TEST_CASE("index_select: gradcheck", "[indexing][index_select][grad]") {
 
 TEST_CASE("index_select: double backward", "[indexing][index_select][grad]") {
   // f = sum(index_select(x)^2) -> df/dx = 2 x count(row); d/dx sum(df/dx) = 2 count(row)
-  Tensor x = kiln::arange(1, 7, 1, f64_grad()).reshape({3, 2}).detach().requires_grad_();
+  Tensor x = kiln::arange(1, 7, 1, f64(true)).reshape({3, 2}).detach().requires_grad_();
   Tensor y = kiln::index_select(x, 0, i64({0, 0, 2}));
   Tensor g = kiln::autograd::grad({(y * y).sum()}, {x}, {}, true, true)[0];
   REQUIRE(values(g) == std::vector<double>{4, 8, 0, 0, 10, 12});
@@ -353,14 +345,14 @@ TEST_CASE("gather: forward values", "[indexing][gather]") {
 }
 
 TEST_CASE("gather: repeated indices accumulate gradients", "[indexing][gather][grad]") {
-  Tensor x = kiln::zeros({2, 3}, f64_grad());
+  Tensor x = kiln::zeros({2, 3}, f64(true));
   Tensor idx = i64({0, 0, 0, 1, 2, 1}).reshape({2, 3});
   Tensor w = kiln::tensor({1.0, 2.0, 4.0, 10.0, 20.0, 40.0}, DType::F64).reshape({2, 3});
   (x.gather(1, idx) * w).sum().backward();
   REQUIRE(values(x.grad()) == std::vector<double>{7, 0, 0, 0, 50, 20});
 
   // dim 0 with the index taller than the input
-  Tensor y = kiln::zeros({2, 2}, f64_grad());
+  Tensor y = kiln::zeros({2, 2}, f64(true));
   y.gather(0, i32({1, 0, 1, 0, 1, 1}).reshape({3, 2})).sum().backward();
   REQUIRE(values(y.grad()) == std::vector<double>{0, 2, 3, 1});
 }
@@ -485,7 +477,7 @@ TEST_CASE("embedding: forward, repeated-row gradients, gradcheck", "[indexing][e
   REQUIRE(values(kiln::embedding(w, ix.t())) == std::vector<double>{3, 4, 5, 0, 1, 2, 12, 13, 14, 3, 4, 5});
   REQUIRE(kiln::embedding(w, kiln::empty({0}, DType::I64)).sizes() == kiln::IntList{0, 3});
 
-  Tensor wg = kiln::zeros({5, 3}, f64_grad());
+  Tensor wg = kiln::zeros({5, 3}, f64(true));
   kiln::embedding(wg, ix).sum().backward();
   REQUIRE(values(wg.grad()) == std::vector<double>{1, 1, 1, 2, 2, 2, 0, 0, 0, 0, 0, 0, 1, 1, 1});
 

@@ -9,45 +9,15 @@
 #include <vector>
 
 #include <kiln/kiln.h>
+#include "tests/test_util.h"
+
+using namespace kiln_test;
 
 namespace {
 
 using kiln::DType;
 using kiln::Tensor;
 using kiln::TensorOptions;
-using TL = std::vector<Tensor>;
-
-TensorOptions f64(bool rg = false) { return TensorOptions().dtype(DType::F64).requires_grad(rg); }
-
-// All values of `t` (any dtype, any strides) as doubles, in row-major logical order.
-std::vector<double> values(const Tensor& t) {
-  kiln::NoGradGuard ng;
-  Tensor c = t.detach().to(DType::F64).contiguous();
-  const double* p = c.data_ptr<double>();
-  return std::vector<double>(p, p + c.numel());
-}
-
-// Checks |got - want| <= atol + rtol |want| elementwise; NaN matches NaN.
-void check_close(const std::vector<double>& got, const std::vector<double>& want, double rtol,
-                 double atol, const std::string& what = "") {
-  INFO(what);
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO("element " << i << ": got " << got[i] << " want " << want[i]);
-    if (std::isnan(want[i])) {
-      CHECK(std::isnan(got[i]));
-    } else if (std::isinf(want[i])) {
-      CHECK(got[i] == want[i]);
-    } else {
-      CHECK(std::abs(got[i] - want[i]) <= atol + rtol * std::abs(want[i]));
-    }
-  }
-}
-
-void check_close(const Tensor& got, const std::vector<double>& want, double rtol = 1e-6,
-                 double atol = 1e-6, const std::string& what = "") {
-  check_close(values(got), want, rtol, atol, what);
-}
 
 std::vector<double> map1(const std::vector<double>& x, const std::function<double(double)>& f) {
   std::vector<double> out(x.size());

@@ -12,6 +12,9 @@
 #include <vector>
 
 #include <kiln/kiln.h>
+#include "tests/test_util.h"
+
+using namespace kiln_test;
 
 namespace {
 
@@ -19,37 +22,6 @@ using kiln::DType;
 using kiln::IntList;
 using kiln::Tensor;
 using kiln::TensorOptions;
-using TL = std::vector<Tensor>;
-
-TensorOptions f64(bool rg = false) { return TensorOptions().dtype(DType::F64).requires_grad(rg); }
-
-std::vector<double> values(const Tensor& t) {
-  kiln::NoGradGuard ng;
-  Tensor c = t.detach().to(DType::F64).contiguous();
-  const double* p = c.data_ptr<double>();
-  return std::vector<double>(p, p + c.numel());
-}
-
-void check_close(const std::vector<double>& got, const std::vector<double>& want, double rtol,
-                 double atol, const std::string& what = "") {
-  INFO(what);
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO("element " << i << ": got " << got[i] << " want " << want[i]);
-    if (std::isnan(want[i])) {
-      CHECK(std::isnan(got[i]));
-    } else if (std::isinf(want[i])) {
-      CHECK(got[i] == want[i]);
-    } else {
-      CHECK(std::abs(got[i] - want[i]) <= atol + rtol * std::abs(want[i]));
-    }
-  }
-}
-
-void check_close(const Tensor& got, const std::vector<double>& want, double rtol = 1e-12,
-                 double atol = 1e-12, const std::string& what = "") {
-  check_close(values(got), want, rtol, atol, what);
-}
 
 // Reference reduction of row-major data `x` of shape `sizes` over `dims` (non-negative, any
 // order). The result is in row-major order of the kept dims. `f` folds a group of values.

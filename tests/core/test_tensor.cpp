@@ -5,18 +5,12 @@
 #include <sstream>
 
 #include <kiln/kiln.h>
+#include "tests/test_util.h"
 
 using kiln::DType;
 using kiln::Tensor;
 using kiln::TensorOptions;
-
-namespace {
-std::vector<double> values(const Tensor& t) {
-  Tensor c = t.detach().to(DType::F64).contiguous();
-  const double* p = c.data_ptr<double>();
-  return std::vector<double>(p, p + c.numel());
-}
-}  // namespace
+using kiln_test::values;
 
 TEST_CASE("creation functions fill and shape tensors", "[tensor]") {
   auto z = kiln::zeros({2, 3});
@@ -176,4 +170,19 @@ TEST_CASE("pinned host memory falls back to ordinary memory without CUDA", "[ten
   auto x = kiln::arange(10).pin_memory();
   REQUIRE(values(x)[9] == 9.0);
   REQUIRE(x.is_pinned() == kiln::cuda::is_available());
+}
+
+TEST_CASE("elementwise results keep a dense input's memory format", "[tensor]") {
+  auto nchw = kiln::randn({2, 3, 4, 5});
+  auto nhwc = nchw.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});  // channels-last
+  REQUIRE(nhwc.strides() == kiln::IntList{60, 1, 15, 3});
+  auto r = kiln::relu(nhwc);
+  REQUIRE(r.strides() == nhwc.strides());
+  REQUIRE(kiln::equal(r, kiln::relu(nchw)));
+  auto s = nhwc + kiln::randn({3, 1, 1});  // broadcast operand: the full-size one decides
+  REQUIRE(s.strides() == nhwc.strides());
+  auto t = kiln::zeros({3, 4}).t();  // transposed: dense, kept
+  REQUIRE((t * 2.0).strides() == t.strides());
+  auto sliced = kiln::zeros({4, 6}).slice(1, 0, 6, 2);  // not dense: contiguous result
+  REQUIRE((sliced + 1.0).is_contiguous());
 }

@@ -9,6 +9,9 @@
 
 #include <kiln/kiln.h>
 #include <kiln/nn/functional.h>
+#include "tests/test_util.h"
+
+using namespace kiln_test;
 
 namespace {
 
@@ -16,37 +19,6 @@ namespace F = kiln::nn::functional;
 using kiln::DType;
 using kiln::IntList;
 using kiln::Tensor;
-using kiln::TensorOptions;
-using TL = std::vector<Tensor>;
-
-TensorOptions f64(bool rg = false) { return TensorOptions().dtype(DType::F64).requires_grad(rg); }
-
-std::vector<double> vals(const Tensor& t) {
-  kiln::NoGradGuard ng;
-  Tensor c = t.detach().to(DType::F64).contiguous();
-  const double* p = c.data_ptr<double>();
-  return std::vector<double>(p, p + c.numel());
-}
-
-void check_close(const Tensor& got, const std::vector<double>& want, double tol,
-                 const std::string& what) {
-  INFO(what);
-  std::vector<double> g = vals(got);
-  REQUIRE(g.size() == want.size());
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    double e = std::abs(g[i] - want[i]) / (1.0 + std::abs(want[i]));
-    if (e > worst) worst = e, at = i;
-  }
-  INFO("worst element " << at << ": got " << g[at] << " want " << want[at]);
-  CHECK(worst <= tol);
-}
-
-// Channels-last copy of an NCHW tensor (same sizes, NHWC memory); differentiable.
-Tensor channels_last(const Tensor& x) {
-  return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
-}
 
 bool is_channels_last(const Tensor& t) {
   return t.stride(1) == 1 && t.stride(3) == t.size(1) && t.stride(2) == t.size(3) * t.size(1);
@@ -62,8 +34,8 @@ struct Cfg {
 // Direct convolution in double.
 std::vector<double> naive_conv2d(const Tensor& xt, const Tensor& wt, const Tensor& bt, const Cfg& c,
                                  int64_t& OH, int64_t& OW) {
-  auto x = vals(xt), w = vals(wt);
-  std::vector<double> b = bt.defined() ? vals(bt) : std::vector<double>(c.K, 0.0);
+  auto x = values(xt), w = values(wt);
+  std::vector<double> b = bt.defined() ? values(bt) : std::vector<double>(c.K, 0.0);
   OH = (c.H + 2 * c.padding[0] - c.dilation[0] * (c.kh - 1) - 1) / c.stride[0] + 1;
   OW = (c.W + 2 * c.padding[1] - c.dilation[1] * (c.kw - 1) - 1) / c.stride[1] + 1;
   const int64_t Cg = c.C / c.groups, Kg = c.K / c.groups;
@@ -124,11 +96,11 @@ TEST_CASE("conv2d: forward matches direct loops (NCHW, channels-last, f32, f64)"
       Tensor y = F::conv2d(x, w, b, params_of(c));
       REQUIRE(y.sizes() == IntList{c.N, c.K, OH, OW});
       CHECK(y.is_contiguous());
-      check_close(y, want, tol, "config " + std::to_string(ci) + " NCHW");
+      check_close_rel(y, want, tol, "config " + std::to_string(ci) + " NCHW");
       Tensor ycl = F::conv2d(channels_last(x), w, b, params_of(c));
       REQUIRE(ycl.sizes() == IntList{c.N, c.K, OH, OW});
       if (c.C > 1) CHECK(is_channels_last(ycl));
-      check_close(ycl, want, tol, "config " + std::to_string(ci) + " channels-last");
+      check_close_rel(ycl, want, tol, "config " + std::to_string(ci) + " channels-last");
     }
   }
 }
@@ -144,7 +116,7 @@ TEST_CASE("conv2d: non-contiguous inputs and weights", "[conv]") {
     REQUIRE_FALSE(x.is_contiguous());
     int64_t OH, OW;
     auto want = naive_conv2d(x, wt, b, c, OH, OW);
-    check_close(F::conv2d(x, wt, b, params_of(c)), want, 1e-5, "strided input");
+    check_close_rel(F::conv2d(x, wt, b, params_of(c)), want, 1e-5, "strided input");
   }
   // 3-D (unbatched) input
   Tensor x3 = kiln::randn({3, 6, 5});
@@ -153,7 +125,7 @@ TEST_CASE("conv2d: non-contiguous inputs and weights", "[conv]") {
   auto want = naive_conv2d(x3.unsqueeze(0), wt, b, c, OH, OW);
   Tensor y3 = F::conv2d(x3, wt, b, params_of(c));
   CHECK(y3.sizes() == IntList{4, OH, OW});
-  check_close(y3, want, 1e-5, "unbatched");
+  check_close_rel(y3, want, 1e-5, "unbatched");
 }
 
 TEST_CASE("conv2d: gradcheck (f64)", "[conv][gradcheck]") {
@@ -202,8 +174,8 @@ TEST_CASE("conv2d: CNN-sized gradients match a double-precision run", "[conv]") 
     x.requires_grad_();
     Tensor w = w64.to(DType::F32).requires_grad_();
     F::conv2d(x, w, Tensor(), p).backward(gy.to(DType::F32));
-    check_close(x.grad(), vals(xr.grad()), 1e-4, "dx");
-    check_close(w.grad(), vals(wr.grad()), 1e-4, "dw");
+    check_close_rel(x.grad(), values(xr.grad()), 1e-4, "dx");
+    check_close_rel(w.grad(), values(wr.grad()), 1e-4, "dw");
   }
 }
 
@@ -215,7 +187,7 @@ TEST_CASE("conv1d: forward and gradcheck", "[conv]") {
   int64_t OH, OW;
   auto want = naive_conv2d(x.unsqueeze(2), w.unsqueeze(2), b, c, OH, OW);
   REQUIRE(y.sizes() == IntList{3, 6, OW});
-  check_close(y, want, 1e-12, "conv1d");
+  check_close_rel(y, want, 1e-12, "conv1d");
   auto r = [](IntList s) { return kiln::randn(s, f64(true)); };
   CHECK(kiln::gradcheck([](const TL& t) { return F::conv1d(t[0], t[1], t[2], 2, 1, 1, 1); },
                         {r({2, 2, 7}), r({3, 2, 3}), r({3})}));
@@ -228,7 +200,7 @@ namespace {
 // Direct transposed convolution in double (a scatter).
 std::vector<double> naive_conv_transpose2d(const Tensor& xt, const Tensor& wt, const Tensor& bt,
                                            const F::ConvTranspose2dParams& p, int64_t OH, int64_t OW) {
-  auto x = vals(xt), w = vals(wt);
+  auto x = values(xt), w = values(wt);
   const int64_t N = xt.size(0), Cin = xt.size(1), H = xt.size(2), W = xt.size(3);
   const int64_t Coutg = wt.size(1), kh = wt.size(2), kw = wt.size(3), G = p.groups;
   const int64_t Cout = Coutg * G, Cing = Cin / G;
@@ -248,7 +220,7 @@ std::vector<double> naive_conv_transpose2d(const Tensor& xt, const Tensor& wt, c
                     x[((n * Cin + ci) * H + ih) * W + iw] * w[((ci * Coutg + co) * kh + i) * kw + j];
               }
   if (bt.defined()) {
-    auto b = vals(bt);
+    auto b = values(bt);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t oc = 0; oc < Cout; ++oc)
         for (int64_t s = 0; s < OH * OW; ++s) out[(n * Cout + oc) * OH * OW + s] += b[oc];
@@ -281,8 +253,8 @@ TEST_CASE("conv_transpose2d: forward matches a direct scatter, gradcheck", "[con
     auto want = naive_conv_transpose2d(x, w, b, c.p, OH, OW);
     Tensor y = F::conv_transpose2d(x, w, b, c.p);
     REQUIRE(y.sizes() == IntList{c.N, c.Coutg * c.p.groups, OH, OW});
-    check_close(y, want, 1e-12, "NCHW");
-    check_close(F::conv_transpose2d(channels_last(x), w, b, c.p), want, 1e-12, "channels-last");
+    check_close_rel(y, want, 1e-12, "NCHW");
+    check_close_rel(F::conv_transpose2d(channels_last(x), w, b, c.p), want, 1e-12, "channels-last");
     auto p = c.p;
     TL in = {x.detach().requires_grad_(), w.detach().requires_grad_()};
     if (c.bias) in.push_back(b.detach().requires_grad_());
@@ -362,6 +334,6 @@ TEST_CASE("conv2d: f16/bf16 inputs compute in f32", "[conv]") {
     CHECK(y.dtype() == dt);
     int64_t OH, OW;
     auto want = naive_conv2d(xh, wh, Tensor(), c, OH, OW);
-    check_close(y, want, dt == DType::F16 ? 1e-2 : 5e-2, "half");  // output rounding only
+    check_close_rel(y, want, dt == DType::F16 ? 1e-2 : 5e-2, "half");  // output rounding only
   }
 }

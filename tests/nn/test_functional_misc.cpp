@@ -11,6 +11,9 @@
 #include <kiln/kiln.h>
 #include <kiln/kernels/norm_kernels.h>
 #include <kiln/nn/functional.h>
+#include "tests/test_util.h"
+
+using namespace kiln_test;
 
 namespace {
 
@@ -20,16 +23,6 @@ using kiln::IntList;
 using kiln::Reduction;
 using kiln::Tensor;
 using kiln::TensorOptions;
-using TL = std::vector<Tensor>;
-
-TensorOptions f64(bool rg = false) { return TensorOptions().dtype(DType::F64).requires_grad(rg); }
-
-std::vector<double> vals(const Tensor& t) {
-  kiln::NoGradGuard ng;
-  Tensor c = t.detach().to(DType::F64).contiguous();
-  const double* p = c.data_ptr<double>();
-  return std::vector<double>(p, p + c.numel());
-}
 
 double max_err(const std::vector<double>& a, const std::vector<double>& b) {
   REQUIRE(a.size() == b.size());
@@ -57,10 +50,10 @@ Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
 TEST_CASE("leaky_relu: forward and gradcheck", "[linear]") {
   kiln::manual_seed(10);
   Tensor x = kiln::randn({5, 7}, f64(true));
-  std::vector<double> xv = vals(x), want;
+  std::vector<double> xv = values(x), want;
   for (double v : xv) want.push_back(v > 0 ? v : 0.2 * v);
-  CHECK(max_err(vals(F::leaky_relu(x, 0.2)), want) == 0);
-  CHECK(max_err(vals(F::leaky_relu(x.t(), 0.2).t()), want) == 0);
+  CHECK(max_err(values(F::leaky_relu(x, 0.2)), want) == 0);
+  CHECK(max_err(values(F::leaky_relu(x.t(), 0.2).t()), want) == 0);
   CHECK(kiln::gradcheck([](const TL& in) { return F::leaky_relu(in[0], 0.1); }, {x}));
   CHECK(kiln::gradcheck([](const TL& in) { return F::leaky_relu(in[0].t(), 0.3); }, {x}));
 }
@@ -71,7 +64,7 @@ TEST_CASE("linear: x @ w^T + b for any leading dims, gradchecks", "[linear]") {
   kiln::manual_seed(11);
   Tensor x = kiln::randn({2, 3, 4}, f64(true));
   Tensor w = kiln::randn({5, 4}, f64(true)), b = kiln::randn({5}, f64(true));
-  std::vector<double> xv = vals(x), wv = vals(w), bv = vals(b), want(2 * 3 * 5);
+  std::vector<double> xv = values(x), wv = values(w), bv = values(b), want(2 * 3 * 5);
   for (int r = 0; r < 6; ++r)
     for (int o = 0; o < 5; ++o) {
       double s = bv[o];
@@ -80,7 +73,7 @@ TEST_CASE("linear: x @ w^T + b for any leading dims, gradchecks", "[linear]") {
     }
   Tensor y = F::linear(x, w, b);
   CHECK(y.sizes() == IntList{2, 3, 5});
-  CHECK(max_err(vals(y), want) < 1e-12);
+  CHECK(max_err(values(y), want) < 1e-12);
   CHECK(F::linear(x.select(0, 0).select(0, 0), w).sizes() == IntList{5});
   CHECK(kiln::gradcheck([](const TL& in) { return F::linear(in[0], in[1], in[2]); }, {x, w, b}));
   CHECK(kiln::gradcheck([](const TL& in) { return F::linear(in[0], in[1]); }, {x.select(0, 1).detach().requires_grad_(), w}));
@@ -101,7 +94,7 @@ TEST_CASE("dropout: kept fraction, scaling, reproducibility, masked gradient", "
   Tensor y3 = F::dropout(x, p, true);
   CHECK(kiln::equal(y1, y2));
   CHECK_FALSE(kiln::equal(y1, y3));
-  std::vector<double> xv = vals(x), yv = vals(y1);
+  std::vector<double> xv = values(x), yv = values(y1);
   int64_t kept = 0;
   double worst = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -116,7 +109,7 @@ TEST_CASE("dropout: kept fraction, scaling, reproducibility, masked gradient", "
 
   // float32 gives the same mask for the same seed
   kiln::manual_seed(42);
-  std::vector<double> y32 = vals(F::dropout(x.to(DType::F32), p, true));
+  std::vector<double> y32 = values(F::dropout(x.to(DType::F32), p, true));
   bool same_mask = true;
   for (int64_t i = 0; i < n; ++i) same_mask = same_mask && ((y32[i] == 0) == (yv[i] == 0));
   CHECK(same_mask);
@@ -127,7 +120,7 @@ TEST_CASE("dropout: kept fraction, scaling, reproducibility, masked gradient", "
   Tensor ys = F::dropout(xs, 0.5, true);
   Tensor gy = kiln::randn({1000}, f64());
   ys.backward(gy);
-  std::vector<double> yv2 = vals(ys), gv = vals(xs.grad()), gyv = vals(gy), xv2 = vals(xs);
+  std::vector<double> yv2 = values(ys), gv = values(xs.grad()), gyv = values(gy), xv2 = values(xs);
   bool ok = true;
   for (int i = 0; i < 1000; ++i) {
     bool dropped = yv2[i] == 0 && xv2[i] != 0;
@@ -151,9 +144,9 @@ TEST_CASE("dropout: p = 0 and eval return the input, p = 1 gives zeros, bad p th
   CHECK(F::dropout(x, 0.0, true).is_same(x));
   CHECK(F::dropout(x, 0.7, false).is_same(x));
   Tensor z = F::dropout(x, 1.0, true);
-  CHECK(max_err(vals(z), std::vector<double>(100, 0.0)) == 0);
+  CHECK(max_err(values(z), std::vector<double>(100, 0.0)) == 0);
   z.sum().backward();
-  CHECK(max_err(vals(x.grad()), std::vector<double>(100, 0.0)) == 0);
+  CHECK(max_err(values(x.grad()), std::vector<double>(100, 0.0)) == 0);
   CHECK_THROWS_AS(F::dropout(x, -0.1, true), kiln::Error);
   CHECK_THROWS_AS(F::dropout(x, 1.5, true), kiln::Error);
   try {
@@ -171,7 +164,7 @@ TEST_CASE("l1_loss and smooth_l1_loss: values for every reduction, gradchecks", 
   kiln::manual_seed(12);
   Tensor x = (kiln::randn({4, 5}, f64()) * 2.0).requires_grad_();
   Tensor t = kiln::randn({4, 5}, f64());
-  std::vector<double> xv = vals(x), tv = vals(t), l1, sl1;
+  std::vector<double> xv = values(x), tv = values(t), l1, sl1;
   const double beta = 0.7;
   for (size_t i = 0; i < xv.size(); ++i) {
     double d = std::abs(xv[i] - tv[i]);
@@ -180,10 +173,10 @@ TEST_CASE("l1_loss and smooth_l1_loss: values for every reduction, gradchecks", 
   }
   double s1 = 0, s2 = 0;
   for (size_t i = 0; i < l1.size(); ++i) { s1 += l1[i]; s2 += sl1[i]; }
-  CHECK(max_err(vals(F::l1_loss(x, t, Reduction::None)), l1) < 1e-12);
+  CHECK(max_err(values(F::l1_loss(x, t, Reduction::None)), l1) < 1e-12);
   CHECK(F::l1_loss(x, t).item<double>() == Approx(s1 / 20).epsilon(1e-12));
   CHECK(F::l1_loss(x, t, Reduction::Sum).item<double>() == Approx(s1).epsilon(1e-12));
-  CHECK(max_err(vals(F::smooth_l1_loss(x, t, Reduction::None, beta)), sl1) < 1e-12);
+  CHECK(max_err(values(F::smooth_l1_loss(x, t, Reduction::None, beta)), sl1) < 1e-12);
   CHECK(F::smooth_l1_loss(x, t, Reduction::Mean, beta).item<double>() == Approx(s2 / 20).epsilon(1e-12));
   CHECK(F::smooth_l1_loss(x, t, Reduction::Sum, 0.0).item<double>() == Approx(s1).epsilon(1e-12));
   CHECK(kiln::gradcheck([&](const TL& in) { return F::l1_loss(in[0], in[1], Reduction::Sum); },
@@ -199,7 +192,7 @@ TEST_CASE("binary_cross_entropy_with_logits: stable values, pos_weight, gradchec
   Tensor x = kiln::tensor({-800.0, -30.0, -1.5, 0.0, 0.5, 3.0, 40.0, 900.0}, f64()).reshape({2, 4});
   Tensor t = kiln::tensor({0.0, 1.0, 0.3, 1.0, 0.0, 1.0, 0.0, 1.0}, f64()).reshape({2, 4});
   Tensor pw = kiln::tensor({2.0, 0.5, 1.0, 3.0}, f64());
-  std::vector<double> xv = vals(x), tv = vals(t), pwv = vals(pw), want, want_pw;
+  std::vector<double> xv = values(x), tv = values(t), pwv = values(pw), want, want_pw;
   for (size_t i = 0; i < xv.size(); ++i) {
     // softplus(-x) computed in long double as the reference
     long double sp = std::log1p(std::exp(-std::abs(static_cast<long double>(xv[i])))) + std::max(-xv[i], 0.0);
@@ -207,8 +200,8 @@ TEST_CASE("binary_cross_entropy_with_logits: stable values, pos_weight, gradchec
     double lw = 1 + (pwv[i % 4] - 1) * tv[i];
     want_pw.push_back(static_cast<double>((1 - tv[i]) * xv[i] + lw * sp));
   }
-  CHECK(max_err(vals(F::binary_cross_entropy_with_logits(x, t, Reduction::None)), want) < 1e-12);
-  CHECK(max_err(vals(F::binary_cross_entropy_with_logits(x, t, Reduction::None, pw)), want_pw) < 1e-12);
+  CHECK(max_err(values(F::binary_cross_entropy_with_logits(x, t, Reduction::None)), want) < 1e-12);
+  CHECK(max_err(values(F::binary_cross_entropy_with_logits(x, t, Reduction::None, pw)), want_pw) < 1e-12);
   double s = 0;
   for (double v : want) s += v;
   CHECK(F::binary_cross_entropy_with_logits(x, t).item<double>() == Approx(s / 8).epsilon(1e-12));
@@ -241,13 +234,13 @@ TEST_CASE("scaled_dot_product_attention: blocked == naive in f64, causal and not
       Tensor v = kiln::randn({2, 3, t[1], 5}, f64());
       Tensor got = F::scaled_dot_product_attention(q, k, v, causal);
       CHECK(got.sizes() == IntList{2, 3, t[0], 5});
-      CHECK(max_err(vals(got), vals(naive_attention(q, k, v, causal))) < 1e-10);
+      CHECK(max_err(values(got), values(naive_attention(q, k, v, causal))) < 1e-10);
     }
   }
   // float32 against the f64 naive result
   Tensor q = kiln::randn({2, 100, 16}), k = kiln::randn({2, 100, 16}), v = kiln::randn({2, 100, 16});
   Tensor ref = naive_attention(q.to(DType::F64), k.to(DType::F64), v.to(DType::F64), true);
-  CHECK(max_err(vals(F::scaled_dot_product_attention(q, k, v, true)), vals(ref)) < 1e-5);
+  CHECK(max_err(values(F::scaled_dot_product_attention(q, k, v, true)), values(ref)) < 1e-5);
 }
 
 TEST_CASE("scaled_dot_product_attention: backward == naive backward, gradchecks", "[attention]") {
@@ -260,7 +253,7 @@ TEST_CASE("scaled_dot_product_attention: backward == naive backward, gradchecks"
     Tensor gy = kiln::randn({2, blk + 9, 4}, f64());
     TL g1 = kiln::autograd::grad({F::scaled_dot_product_attention(q, k, v, causal)}, {q, k, v}, {gy});
     TL g2 = kiln::autograd::grad({naive_attention(q, k, v, causal)}, {q, k, v}, {gy});
-    for (int i = 0; i < 3; ++i) CHECK(max_err(vals(g1[i]), vals(g2[i])) < 1e-10);
+    for (int i = 0; i < 3; ++i) CHECK(max_err(values(g1[i]), values(g2[i])) < 1e-10);
     // full Jacobian check on a small case that still spans two blocks of queries
     Tensor qs = kiln::randn({1, blk + 3, 2}, f64(true)), ks = kiln::randn({1, blk + 3, 2}, f64(true)),
            vs = kiln::randn({1, blk + 3, 2}, f64(true));

@@ -8,6 +8,9 @@
 
 #include <kiln/kiln.h>
 #include <kiln/nn/functional.h>
+#include "tests/test_util.h"
+
+using namespace kiln_test;
 
 namespace {
 
@@ -15,31 +18,6 @@ namespace F = kiln::nn::functional;
 using kiln::DType;
 using kiln::IntList;
 using kiln::Tensor;
-using kiln::TensorOptions;
-using TL = std::vector<Tensor>;
-
-TensorOptions f64(bool rg = false) { return TensorOptions().dtype(DType::F64).requires_grad(rg); }
-
-std::vector<double> vals(const Tensor& t) {
-  kiln::NoGradGuard ng;
-  Tensor c = t.detach().to(DType::F64).contiguous();
-  const double* p = c.data_ptr<double>();
-  return std::vector<double>(p, p + c.numel());
-}
-
-void close(const std::vector<double>& got, const std::vector<double>& want, double tol,
-           const std::string& what = "") {
-  INFO(what);
-  REQUIRE(got.size() == want.size());
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    double e = std::abs(got[i] - want[i]) / (1.0 + std::abs(want[i]));
-    if (!(e <= worst)) { worst = e; at = i; }
-  }
-  INFO("worst element " << at << ": got " << got[at] << " want " << want[at]);
-  CHECK(worst <= tol);
-}
 
 // Reference batch norm on row-major [N, C, S] data; also returns the batch mean and biased var.
 std::vector<double> ref_bn(const std::vector<double>& x, int64_t N, int64_t C, int64_t S,
@@ -93,14 +71,14 @@ TEST_CASE("batch_norm: forward matches the PyTorch formula, [N, C] and [N, C, H,
     Tensor x = kiln::randn(shape, f64()) * 2.0 + 3.0;
     int64_t N = shape[0], C = shape[1], S = x.numel() / (N * C);
     Tensor w = kiln::randn({C}, f64()), b = kiln::randn({C}, f64());
-    std::vector<double> wv = vals(w), bv = vals(b), m, v;
-    auto want = ref_bn(vals(x), N, C, S, &wv, &bv, 1e-5, m, v);
-    close(vals(F::batch_norm(x, Tensor(), Tensor(), w, b, true)), want, 1e-12, "f64 affine");
-    auto want_plain = ref_bn(vals(x), N, C, S, nullptr, nullptr, 1e-5, m, v);
-    close(vals(F::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true)), want_plain, 1e-12, "no affine");
+    std::vector<double> wv = values(w), bv = values(b), m, v;
+    auto want = ref_bn(values(x), N, C, S, &wv, &bv, 1e-5, m, v);
+    check_close_rel(values(F::batch_norm(x, Tensor(), Tensor(), w, b, true)), want, 1e-12, "f64 affine");
+    auto want_plain = ref_bn(values(x), N, C, S, nullptr, nullptr, 1e-5, m, v);
+    check_close_rel(values(F::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true)), want_plain, 1e-12, "no affine");
     // float32 within float rounding of the double reference
-    close(vals(F::batch_norm(x.to(DType::F32), Tensor(), Tensor(), w.to(DType::F32), b.to(DType::F32), true)),
-          want, 2e-5, "f32");
+    check_close_rel(values(F::batch_norm(x.to(DType::F32), Tensor(), Tensor(), w.to(DType::F32), b.to(DType::F32), true)),
+                    want, 2e-5, "f32");
   }
 }
 
@@ -113,7 +91,7 @@ TEST_CASE("batch_norm: running statistics after two steps, then eval mode uses t
   for (int step = 0; step < 2; ++step) {
     Tensor x = kiln::randn({N, C, 2, 2}, f64()) + static_cast<double>(step);
     std::vector<double> m, v;
-    ref_bn(vals(x), N, C, S, nullptr, nullptr, 1e-5, m, v);
+    ref_bn(values(x), N, C, S, nullptr, nullptr, 1e-5, m, v);
     for (int64_t c = 0; c < C; ++c) {
       em[c] = 0.9 * em[c] + 0.1 * m[c];
       ev[c] = 0.9 * ev[c] + 0.1 * v[c] * (N * S) / (N * S - 1.0);  // unbiased
@@ -121,23 +99,23 @@ TEST_CASE("batch_norm: running statistics after two steps, then eval mode uses t
     F::batch_norm(x, rm, rv, Tensor(), Tensor(), true, 0.1);
     F::batch_norm(x.to(DType::F32), rm32, rv32, Tensor(), Tensor(), true, 0.1);
   }
-  close(vals(rm), em, 1e-12, "running_mean");
-  close(vals(rv), ev, 1e-12, "running_var");
-  close(vals(rm32), em, 1e-6, "running_mean f32");
-  close(vals(rv32), ev, 1e-6, "running_var f32");
+  check_close_rel(values(rm), em, 1e-12, "running_mean");
+  check_close_rel(values(rv), ev, 1e-12, "running_var");
+  check_close_rel(values(rm32), em, 1e-6, "running_mean f32");
+  check_close_rel(values(rv32), ev, 1e-6, "running_var f32");
 
   Tensor x = kiln::randn({N, C, 2, 2}, f64());
   Tensor w = kiln::randn({C}, f64()), b = kiln::randn({C}, f64());
-  std::vector<double> xv = vals(x), wv = vals(w), bv = vals(b), want(xv.size());
+  std::vector<double> xv = values(x), wv = values(w), bv = values(b), want(xv.size());
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c)
       for (int64_t i = 0; i < S; ++i) {
         size_t j = (n * C + c) * S + i;
         want[j] = (xv[j] - em[c]) / std::sqrt(ev[c] + 1e-5) * wv[c] + bv[c];
       }
-  std::vector<double> rm_before = vals(rm);
-  close(vals(F::batch_norm(x, rm, rv, w, b, false)), want, 1e-12, "eval");
-  close(vals(rm), rm_before, 0, "eval leaves running stats alone");
+  std::vector<double> rm_before = values(rm);
+  check_close_rel(values(F::batch_norm(x, rm, rv, w, b, false)), want, 1e-12, "eval");
+  check_close_rel(values(rm), rm_before, 0, "eval leaves running stats alone");
 }
 
 TEST_CASE("batch_norm: a channels-last input gives the same values and keeps its layout", "[norm]") {
@@ -148,7 +126,7 @@ TEST_CASE("batch_norm: a channels-last input gives the same values and keeps its
   Tensor w = kiln::randn({6}, f64()), b = kiln::randn({6}, f64());
   Tensor y = F::batch_norm(x, Tensor(), Tensor(), w, b, true);
   Tensor yref = F::batch_norm(x.contiguous(), Tensor(), Tensor(), w, b, true);
-  close(vals(y), vals(yref), 1e-12);
+  check_close_rel(values(y), values(yref), 1e-12);
   CHECK(y.permute({0, 2, 3, 1}).is_contiguous());
   CHECK(kiln::gradcheck([&](const TL& in) { return F::batch_norm(in[0].permute({0, 3, 1, 2}), Tensor(), Tensor(), in[1], in[2], true); },
                         {kiln::randn({2, 3, 2, 3}, f64(true)), kiln::randn({3}, f64(true)), kiln::randn({3}, f64(true))}));
@@ -188,15 +166,15 @@ TEST_CASE("layer_norm and rms_norm: forward against references, gradchecks", "[n
   kiln::manual_seed(6);
   Tensor x = kiln::randn({3, 4, 5}, f64()) * 3.0 + 1.0;
   Tensor w = kiln::randn({4, 5}, f64()), b = kiln::randn({4, 5}, f64());
-  std::vector<double> wv = vals(w), bv = vals(b);
-  close(vals(F::layer_norm(x, {4, 5}, w, b)), ref_rows(vals(x), 20, &wv, &bv, 1e-5, false), 1e-12, "ln 2-d shape");
-  close(vals(F::layer_norm(x, {5})), ref_rows(vals(x), 5, nullptr, nullptr, 1e-5, false), 1e-12, "ln plain");
-  close(vals(F::rms_norm(x, {4, 5}, w)), ref_rows(vals(x), 20, &wv, nullptr, 1e-6, true), 1e-12, "rms");
-  close(vals(F::layer_norm(x.to(DType::F32), {4, 5}, w.to(DType::F32), b.to(DType::F32))),
-        ref_rows(vals(x), 20, &wv, &bv, 1e-5, false), 2e-5, "ln f32");
+  std::vector<double> wv = values(w), bv = values(b);
+  check_close_rel(values(F::layer_norm(x, {4, 5}, w, b)), ref_rows(values(x), 20, &wv, &bv, 1e-5, false), 1e-12, "ln 2-d shape");
+  check_close_rel(values(F::layer_norm(x, {5})), ref_rows(values(x), 5, nullptr, nullptr, 1e-5, false), 1e-12, "ln plain");
+  check_close_rel(values(F::rms_norm(x, {4, 5}, w)), ref_rows(values(x), 20, &wv, nullptr, 1e-6, true), 1e-12, "rms");
+  check_close_rel(values(F::layer_norm(x.to(DType::F32), {4, 5}, w.to(DType::F32), b.to(DType::F32))),
+                  ref_rows(values(x), 20, &wv, &bv, 1e-5, false), 2e-5, "ln f32");
   // a non-contiguous input
   Tensor xt = x.transpose(0, 1);
-  close(vals(F::layer_norm(xt, {5})), ref_rows(vals(xt.contiguous()), 5, nullptr, nullptr, 1e-5, false), 1e-12, "ln strided");
+  check_close_rel(values(F::layer_norm(xt, {5})), ref_rows(values(xt.contiguous()), 5, nullptr, nullptr, 1e-5, false), 1e-12, "ln strided");
 
   Tensor xs = kiln::randn({3, 2, 4}, f64(true));
   Tensor ws = kiln::randn({2, 4}, f64(true)), bs = kiln::randn({2, 4}, f64(true));
@@ -217,7 +195,7 @@ TEST_CASE("group_norm: forward against a reference, gradchecks", "[norm]") {
   const int64_t N = 2, C = 6, G = 3, S = 5;
   Tensor x = kiln::randn({N, C, S}, f64()) * 2.0 - 1.0;
   Tensor w = kiln::randn({C}, f64()), b = kiln::randn({C}, f64());
-  std::vector<double> xv = vals(x), wv = vals(w), bv = vals(b);
+  std::vector<double> xv = values(x), wv = values(w), bv = values(b);
   std::vector<double> want = ref_rows(xv, C / G * S, nullptr, nullptr, 1e-5, false);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c)
@@ -225,7 +203,7 @@ TEST_CASE("group_norm: forward against a reference, gradchecks", "[norm]") {
         size_t j = (n * C + c) * S + i;
         want[j] = want[j] * wv[c] + bv[c];
       }
-  close(vals(F::group_norm(x, G, w, b)), want, 1e-12);
+  check_close_rel(values(F::group_norm(x, G, w, b)), want, 1e-12);
   Tensor xs = kiln::randn({2, 4, 3}, f64(true));
   Tensor ws = kiln::randn({4}, f64(true)), bs = kiln::randn({4}, f64(true));
   CHECK(kiln::gradcheck([](const TL& in) { return F::group_norm(in[0], 2, in[1], in[2]); }, {xs, ws, bs}));
@@ -274,8 +252,8 @@ TEST_CASE("norms: float16 / bfloat16 inputs compute in float32 (tolerance 1e-2 r
     Tensor ref = F::batch_norm(xh.to(DType::F32), Tensor(), Tensor(), w, b, true);
     Tensor got = F::batch_norm(xh, Tensor(), Tensor(), w.to(dt), b.to(dt), true);
     CHECK(got.dtype() == dt);
-    close(vals(got), vals(ref), 2e-2, "batch_norm");
+    check_close_rel(values(got), values(ref), 2e-2, "batch_norm");
     Tensor lref = F::layer_norm(xh.to(DType::F32), {3, 3});
-    close(vals(F::layer_norm(xh, {3, 3})), vals(lref), 2e-2, "layer_norm");
+    check_close_rel(values(F::layer_norm(xh, {3, 3})), values(lref), 2e-2, "layer_norm");
   }
 }

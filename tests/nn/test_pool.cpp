@@ -11,6 +11,9 @@
 
 #include <kiln/kiln.h>
 #include <kiln/nn/functional.h>
+#include "tests/test_util.h"
+
+using namespace kiln_test;
 
 namespace {
 
@@ -18,21 +21,10 @@ namespace F = kiln::nn::functional;
 using kiln::DType;
 using kiln::IntList;
 using kiln::Tensor;
-using kiln::TensorOptions;
-using TL = std::vector<Tensor>;
-
-TensorOptions f64(bool rg = false) { return TensorOptions().dtype(DType::F64).requires_grad(rg); }
-
-std::vector<double> pvals(const Tensor& t) {
-  kiln::NoGradGuard ng;
-  Tensor c = t.detach().to(DType::F64).contiguous();
-  const double* p = c.data_ptr<double>();
-  return std::vector<double>(p, p + c.numel());
-}
 
 void pcheck(const Tensor& got, const std::vector<double>& want, double tol, const std::string& what) {
   INFO(what);
-  auto g = pvals(got);
+  auto g = values(got);
   REQUIRE(g.size() == want.size());
   for (size_t i = 0; i < g.size(); ++i) {
     INFO("element " << i << ": got " << g[i] << " want " << want[i]);
@@ -40,16 +32,12 @@ void pcheck(const Tensor& got, const std::vector<double>& want, double tol, cons
   }
 }
 
-Tensor to_channels_last(const Tensor& x) {
-  return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
-}
-
 enum class Kind { Max, AvgPad, AvgNoPad };
 
 // Direct pooling in double: window (kh, kw), stride, padding; floor mode.
 std::vector<double> naive_pool(const Tensor& xt, Kind kind, IntList k, IntList s, IntList p,
                                int64_t& OH, int64_t& OW) {
-  auto x = pvals(xt);
+  auto x = values(xt);
   const int64_t N = xt.size(0), C = xt.size(1), H = xt.size(2), W = xt.size(3);
   OH = (H + 2 * p[0] - k[0]) / s[0] + 1;
   OW = (W + 2 * p[1] - k[1]) / s[1] + 1;
@@ -94,7 +82,7 @@ TEST_CASE("max_pool2d / avg_pool2d: forward matches direct loops", "[pool]") {
       IntList s = c.s.empty() ? c.k : c.s;
       int64_t OH, OW;
       for (int layout = 0; layout < 3; ++layout) {
-        Tensor xin = layout == 0 ? x : layout == 1 ? to_channels_last(x)
+        Tensor xin = layout == 0 ? x : layout == 1 ? channels_last(x)
                                                    : x.transpose(2, 3).contiguous().transpose(2, 3);
         auto mx = naive_pool(x, Kind::Max, c.k, s, c.p, OH, OW);
         Tensor y = F::max_pool2d(xin, c.k, c.s, c.p);
@@ -143,10 +131,10 @@ TEST_CASE("pooling: gradcheck (f64)", "[pool][gradcheck]") {
   };
   Tensor x = distinct({2, 2, 5, 4});
   CHECK(kiln::gradcheck([](const TL& t) { return F::max_pool2d(t[0], {3, 2}, {2, 1}, {1, 1}); }, {x}));
-  CHECK(kiln::gradcheck([](const TL& t) { return F::max_pool2d(to_channels_last(t[0]), 2); }, {x}));
+  CHECK(kiln::gradcheck([](const TL& t) { return F::max_pool2d(channels_last(t[0]), 2); }, {x}));
   CHECK(kiln::gradcheck([](const TL& t) { return F::avg_pool2d(t[0], {3, 3}, {2, 2}, {1, 1}, true); }, {x}));
   CHECK(kiln::gradcheck([](const TL& t) { return F::avg_pool2d(t[0], {3, 3}, {2, 1}, {1, 1}, false); }, {x}));
-  CHECK(kiln::gradcheck([](const TL& t) { return F::avg_pool2d(to_channels_last(t[0]), {2, 2}); }, {x}));
+  CHECK(kiln::gradcheck([](const TL& t) { return F::avg_pool2d(channels_last(t[0]), {2, 2}); }, {x}));
   CHECK(kiln::gradcheck([](const TL& t) { return F::adaptive_avg_pool2d(t[0], {3, 3}); }, {x}));
   CHECK(kiln::gradcheck([](const TL& t) { return F::adaptive_avg_pool2d(t[0].transpose(2, 3), {2, 3}); }, {x}));
 }
@@ -154,7 +142,7 @@ TEST_CASE("pooling: gradcheck (f64)", "[pool][gradcheck]") {
 TEST_CASE("adaptive_avg_pool2d: PyTorch's windows", "[pool]") {
   kiln::manual_seed(13);
   Tensor x = kiln::randn({2, 3, 7, 5}, f64());
-  auto xv = pvals(x);
+  auto xv = values(x);
   for (IntList os : {IntList{3, 2}, IntList{1, 1}, IntList{7, 5}, IntList{4, 4}}) {
     std::vector<double> want;
     for (int64_t nc = 0; nc < 6; ++nc)
@@ -170,10 +158,10 @@ TEST_CASE("adaptive_avg_pool2d: PyTorch's windows", "[pool]") {
     Tensor y = F::adaptive_avg_pool2d(x, os);
     REQUIRE(y.sizes() == IntList{2, 3, os[0], os[1]});
     pcheck(y, want, 1e-12, "adaptive");
-    pcheck(F::adaptive_avg_pool2d(to_channels_last(x), os), want, 1e-12, "adaptive channels-last");
+    pcheck(F::adaptive_avg_pool2d(channels_last(x), os), want, 1e-12, "adaptive channels-last");
   }
   // global average pooling equals the mean over H, W
-  pcheck(F::adaptive_avg_pool2d(x, {1, 1}), pvals(x.mean({2, 3})), 1e-12, "global");
+  pcheck(F::adaptive_avg_pool2d(x, {1, 1}), values(x.mean({2, 3})), 1e-12, "global");
 }
 
 TEST_CASE("pooling: errors name the op and the shapes", "[pool]") {

@@ -8,15 +8,12 @@
 #include "kiln/core/tensor.h"
 #include "kiln/kernels/optim_kernels.h"
 #include "kiln/optim/optim.h"
+#include "tests/test_util.h"
 
 using namespace kiln;
+using kiln_test::values;
 
 namespace {
-std::vector<double> values(const Tensor& t) {
-  Tensor c = t.to(DType::F64).contiguous();
-  const double* p = c.data_ptr<double>();
-  return std::vector<double>(p, p + c.numel());
-}
 std::vector<Tensor> two_params() {
   Tensor a = zeros({2}).requires_grad_();
   Tensor b = zeros({2, 1}).requires_grad_();

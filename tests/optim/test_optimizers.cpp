@@ -14,19 +14,15 @@
 #include "kiln/core/error.h"
 #include "kiln/core/tensor.h"
 #include "kiln/optim/optim.h"
+#include "tests/test_util.h"
 
 using namespace kiln;
+using kiln_test::values;
 using Vec = std::vector<double>;
 
 namespace {
 
 Tensor make(const Vec& v, DType dt = DType::F64) { return tensor(v, TensorOptions(dt)); }
-
-Vec values(const Tensor& t) {
-  Tensor c = t.to(DType::F64).contiguous();
-  const double* p = c.data_ptr<double>();
-  return Vec(p, p + c.numel());
-}
 
 // The synthetic gradient at step k: depends on the current parameter so trajectories matter.
 Vec grad_fn(const Vec& p, int k, int which) {

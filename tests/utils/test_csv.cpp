@@ -8,25 +8,12 @@
 #include <sstream>
 
 #include "kiln/utils/csv.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace kiln::utils;
-
-namespace {
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() /
-               ("kiln-test-utils-" + std::to_string(getpid()) + "-" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-}  // namespace
+using kiln_test::fresh_dir;
+using kiln_test::slurp;
 
 TEST_CASE("format_double is short and exact", "[utils]") {
   CHECK(format_double(0.1) == "0.1");

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "kiln/utils/plot.h"
+#include "tests/test_util.h"
 
 #define STB_IMAGE_IMPLEMENTATION
 #define STB_IMAGE_STATIC
@@ -29,15 +30,10 @@
 namespace fs = std::filesystem;
 using namespace kiln::utils;
 
-namespace {
+using kiln_test::fresh_dir;
+using kiln_test::slurp;
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() /
-               ("kiln-test-utils-" + std::to_string(getpid()) + "-" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+namespace {
 
 uint32_t be32(const std::string& s, size_t off) {
   return uint32_t(uint8_t(s[off])) << 24 | uint32_t(uint8_t(s[off + 1])) << 16 |
@@ -101,10 +97,7 @@ TEST_CASE("write_line_plot_png draws stacked panels", "[utils]") {
   write_line_plot_png(path, "kiln-train cnn fashion-mnist", series, opt);
   CHECK_FALSE(fs::exists(path + ".tmp"));
 
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string png = ss.str();
+  const std::string png = slurp(path);
   REQUIRE(png.size() > 33);
   CHECK(png.substr(0, 8) == std::string("\x89PNG\r\n\x1a\n", 8));
   CHECK(be32(png, 8) == 13);  // IHDR length

@@ -13,18 +13,12 @@
 #include <vector>
 
 #include "kiln/utils/tensorboard.h"
+#include "tests/test_util.h"
 
 namespace fs = std::filesystem;
 using namespace kiln::utils;
 
 namespace {
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() /
-               ("kiln-test-utils-" + std::to_string(getpid()) + "-" + name);
-  fs::remove_all(d);
-  return d;
-}
 
 uint64_t le(const std::string& s, size_t off, int bytes) {
   uint64_t v = 0;
@@ -172,7 +166,7 @@ TEST_CASE("protobuf varints", "[utils]") {
 }
 
 TEST_CASE("SummaryWriter writes an event file that decodes back", "[utils]") {
-  const fs::path dir = fresh_dir("tb") / "nested" / "run";  // created by the writer
+  const fs::path dir = kiln_test::fresh_dir("tb", /*create=*/false) / "nested" / "run";  // created by the writer
   std::string path;
   const double t0 = unix_time_now();
   {
@@ -237,7 +231,7 @@ TEST_CASE("SummaryWriter writes an event file that decodes back", "[utils]") {
 
 TEST_CASE("SummaryWriter: two writers in one folder get two files; errors name the path",
           "[utils]") {
-  const fs::path dir = fresh_dir("tb2");
+  const fs::path dir = kiln_test::fresh_dir("tb2", /*create=*/false);
   {
     SummaryWriter a(dir.string()), b(dir.string());
     CHECK(a.path() != b.path());

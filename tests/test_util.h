@@ -1,0 +1,130 @@
+#pragma once
+// Helpers shared by the CPU test binaries: f64 options, reading a tensor back as doubles,
+// element-wise closeness checks, channels-last copies and scratch folders. Header-only; every
+// function is inline so several translation units of one binary can include it.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+
+namespace kiln_test {
+
+// A list of tensors, as gradcheck and multi-input lambdas take it.
+using TL = std::vector<kiln::Tensor>;
+
+// f64 tensor options, optionally requiring grad.
+inline kiln::TensorOptions f64(bool requires_grad = false) {
+  return kiln::TensorOptions().dtype(kiln::DType::F64).requires_grad(requires_grad);
+}
+
+// All values of `t` (any dtype, any strides) as doubles, in row-major logical order.
+inline std::vector<double> values(const kiln::Tensor& t) {
+  kiln::NoGradGuard ng;
+  kiln::Tensor c = t.detach().to(kiln::DType::F64).contiguous();
+  const double* p = c.data_ptr<double>();
+  return std::vector<double>(p, p + c.numel());
+}
+
+// CHECKs |got - want| <= atol + rtol |want| per element; a NaN want needs a NaN, an inf want the same inf.
+inline void check_close(const std::vector<double>& got, const std::vector<double>& want, double rtol,
+                        double atol, const std::string& what = "") {
+  INFO(what);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << ": got " << got[i] << " want " << want[i]);
+    if (std::isnan(want[i])) {
+      CHECK(std::isnan(got[i]));
+    } else if (std::isinf(want[i])) {
+      CHECK(got[i] == want[i]);
+    } else {
+      CHECK(std::abs(got[i] - want[i]) <= atol + rtol * std::abs(want[i]));
+    }
+  }
+}
+
+// check_close on the values of a tensor.
+inline void check_close(const kiln::Tensor& got, const std::vector<double>& want, double rtol,
+                        double atol, const std::string& what = "") {
+  check_close(values(got), want, rtol, atol, what);
+}
+
+// CHECKs |got - want| <= atol + rtol |want| per element with no special cases: any NaN or inf fails.
+inline void check_close_finite(const std::vector<double>& got, const std::vector<double>& want,
+                               double rtol, double atol, const std::string& what = "") {
+  INFO(what);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << ": got " << got[i] << " want " << want[i]);
+    CHECK(std::abs(got[i] - want[i]) <= atol + rtol * std::abs(want[i]));
+  }
+}
+
+// check_close_finite on the values of a tensor.
+inline void check_close_finite(const kiln::Tensor& got, const std::vector<double>& want, double rtol,
+                               double atol, const std::string& what = "") {
+  check_close_finite(values(got), want, rtol, atol, what);
+}
+
+// CHECKs that the worst |got - want| / (1 + |want|) is <= tol (reported with its element); any NaN fails.
+inline void check_close_rel(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                            const std::string& what = "") {
+  INFO(what);
+  REQUIRE(got.size() == want.size());
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double e = std::abs(got[i] - want[i]) / (1.0 + std::abs(want[i]));
+    if (std::isnan(e)) {  // a NaN is the worst possible element: stop at the first one
+      worst = e;
+      at = i;
+      break;
+    }
+    if (e > worst) worst = e, at = i;
+  }
+  if (got.empty()) {
+    CHECK(worst <= tol);
+    return;
+  }
+  INFO("worst element " << at << ": got " << got[at] << " want " << want[at]);
+  CHECK(worst <= tol);
+}
+
+// check_close_rel on the values of a tensor.
+inline void check_close_rel(const kiln::Tensor& got, const std::vector<double>& want, double tol,
+                            const std::string& what = "") {
+  check_close_rel(values(got), want, tol, what);
+}
+
+// Channels-last copy of an NCHW tensor (same sizes, NHWC memory); differentiable.
+inline kiln::Tensor channels_last(const kiln::Tensor& x) {
+  return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+}
+
+// An empty scratch folder <tmp>/kiln-test-utils-<pid>-<name>; with create = false it is only
+// removed, so that the code under test has to create it.
+inline std::filesystem::path fresh_dir(const std::string& name, bool create = true) {
+  std::filesystem::path d = std::filesystem::temp_directory_path() /
+                            ("kiln-test-utils-" + std::to_string(getpid()) + "-" + name);
+  std::filesystem::remove_all(d);
+  if (create) std::filesystem::create_directories(d);
+  return d;
+}
+
+// The whole content of a file as bytes ("" if it cannot be opened).
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace kiln_test
