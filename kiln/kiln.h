@@ -1,6 +1,7 @@
 #pragma once
 // The umbrella header: everything a kiln user needs.
 #include "kiln/config.h"
+#include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
 #include "kiln/core/cuda.h"
 #include "kiln/core/device.h"
@@ -12,3 +13,4 @@
 #include "kiln/data/data.h"
 #include "kiln/nn/nn.h"
 #include "kiln/optim/optim.h"
+#include "kiln/utils/utils.h"

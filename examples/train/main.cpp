@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <omp.h>
 
+#include <optional>
+
 #include <kiln/kiln.h>
 #include <kiln/utils/utils.h>
 
@@ -224,6 +226,8 @@ int run(Options o) {
   if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
   auto sched = make_schedule(o, *opt, total_steps);
   std::unique_ptr<optim::EMA> ema = o.ema > 0 ? std::make_unique<optim::EMA>(model, o.ema) : nullptr;
+  // Loss scaling for f16 only (bf16 has f32's range); a no-op otherwise and on the CPU.
+  kiln::amp::GradScaler scaler(kiln::amp::GradScalerOptions().enabled(o.amp == "fp16" && kiln::cuda::is_available()));
   for (const auto& w : kiln::nn::lint(model, false)) std::printf("%s\n", w.c_str());
 
   Position pos;
@@ -261,15 +265,25 @@ int run(Options o) {
         ++b;
         continue;
       }
-      Tensor loss = task->loss(batch);
-      (o.grad_accum > 1 ? loss / static_cast<double>(o.grad_accum) : loss).backward();
+      Tensor loss;
+      {
+        // Mixed precision (GUIDE-TIPS #4): matmuls/convs in bf16/f16, losses and norms in f32.
+        std::optional<kiln::amp::Autocast> autocast;
+        if (o.amp != "off") autocast.emplace(o.amp == "bf16" ? kiln::DType::BF16 : kiln::DType::F16);
+        loss = task->loss(batch);
+      }
+      scaler.scale(o.grad_accum > 1 ? loss / static_cast<double>(o.grad_accum) : loss).backward();
       ++micro;
       ++b;
       pos.samples += task->samples_per_batch(batch);
       window_samples += task->samples_per_batch(batch);
       if (micro % o.grad_accum == 0) {
-        if (o.clip_grad > 0) grad_norm = optim::clip_grad_norm(params, o.clip_grad);
-        opt->step();
+        if (o.clip_grad > 0) {
+          scaler.unscale(*opt);  // clip the true gradients
+          grad_norm = optim::clip_grad_norm(params, o.clip_grad);
+        }
+        scaler.step(*opt);  // skipped on the device when a gradient overflowed (f16)
+        scaler.update();
         opt->zero_grad();  // to none
         if (sched) sched->step();
         if (ema) ema->update();
@@ -287,6 +301,7 @@ int run(Options o) {
           std::vector<std::pair<std::string, double>> scalars = {{"train/loss", last_loss}, {"train/lr", lr},
                                                                  {"train/samples_per_second", sps}};
           if (gn >= 0) scalars.push_back({"train/grad_norm", gn});
+          if (scaler.is_enabled()) scalars.push_back({"train/loss_scale", scaler.get_scale()});
           tb.add_scalars(scalars, pos.step);
           plot_steps.push_back(static_cast<double>(pos.step));
           plot_loss.push_back(last_loss);

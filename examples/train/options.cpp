@@ -59,7 +59,6 @@ void validate(Options& o, bool cuda_available) {
              "for now; use --device cpu");
   KILN_CHECK(!(o.amp == "fp16" && !cuda), "--amp fp16 needs a CUDA device: fp16 has no fast CPU ",
              "arithmetic and loss scaling exists for tensor-core training; use --amp off (or bf16 on a GPU)");
-  KILN_CHECK(!(o.amp == "bf16"), "--amp bf16: autocast is not implemented yet (issue: optim/AMP); use --amp off");
   KILN_CHECK(!(o.cuda_graphs && !cuda), "--cuda-graphs needs a CUDA device (graph capture is a GPU feature)");
   KILN_CHECK(!(o.channels_last && (o.model == "mlp" || o.model == "gpt")), "--channels-last applies to ",
              "convolutional models (cnn, resnet18), not --model ", o.model);

@@ -1,5 +1,7 @@
 #include "kiln/core/autograd.h"
 
+#include "kiln/core/autocast.h"
+
 #include <algorithm>
 #include <atomic>
 #include <queue>
@@ -294,6 +296,7 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, b
     bool prev;
     ~RestoreGradMode() { GradMode::set_enabled(prev); }
   } restore{GradMode::is_enabled()};
+  amp::NoAutocastGuard no_autocast;  // backward runs in the dtypes the forward chose
   GradMode::set_enabled(create_graph);
 
   std::priority_queue<Node*, std::vector<Node*>, ReadyOrder> ready;

@@ -2,7 +2,10 @@
 // The CUDA runtime as the rest of kiln sees it. Every function exists whether or not kiln was
 // built with CUDA; without it is_available() is false and the others throw a clear Error.
 #include <cstddef>
+#include <cstdint>
+#include <string>
 
+#include "kiln/core/caching_allocator.h"
 #include "kiln/core/device.h"
 
 namespace kiln::cuda {
@@ -43,5 +46,24 @@ bool allow_tf32();
 // the copy is complete.
 void memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
             bool non_blocking);
+
+// The caching device allocator (caching_allocator.h; one per device). `device` -1 is the current
+// device. Without CUDA these throw, except empty_cache(), which has nothing to do.
+void empty_cache();  // returns every fully free cached segment of every device to the driver
+AllocatorStats memory_stats(int device = -1);
+void reset_peak_memory_stats(int device = -1);
+std::string memory_summary(int device = -1);  // multi-line text, also part of OOM errors
+// Records every allocation/free (with MemoryLabel labels) on all devices from now on.
+void record_memory_history(bool enabled);
+void export_memory_timeline(const std::string& path_html, int device = -1);  // self-contained
+void export_memory_trace(const std::string& path_json, int device = -1);     // Chrome trace
+// `data` (the start of a live CUDA allocation) is used on stream `s` too: after it is freed it
+// is not reused until the work queued on `s` up to that point has finished.
+void record_stream(void* data, const Stream& s);
+// Routes this thread's allocations on `device` to private pool `id` (CUDA-graph capture); its
+// memory is reused by nothing else until release_private_pool(id).
+void begin_private_pool(uint64_t id, int device = -1);
+void end_private_pool(int device = -1);
+void release_private_pool(uint64_t id, int device = -1);
 
 }  // namespace kiln::cuda

@@ -1,10 +1,13 @@
 // The CUDA runtime glue: device queries, current streams, a plain device allocator and pinned
 // host memory, byte copies. Compiled by the host compiler against cudart (no kernels here).
-// Issue #3 replaces the plain allocator with the caching allocator.
+// The device allocator is the caching allocator (caching_allocator.h), one per device.
 #include "kiln/core/cuda.h"
 
 #include <atomic>
+#include <mutex>
+#include <string>
 
+#include "kiln/core/caching_allocator.h"
 #include "kiln/core/error.h"
 #include "kiln/core/storage.h"
 #include "kiln/config.h"
@@ -29,24 +32,134 @@ bool allow_tf32() { return g_allow_tf32; }
 
 namespace {
 
+// The caching allocator's view of one device: cudaMalloc/cudaFree and events, each run with
+// that device current.
+class CudaBackend final : public AllocatorBackend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {}
+
+  void* raw_alloc(size_t nbytes) override {
+    DeviceSwitch sw(device_);
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, nbytes);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the error so later calls do not report it
+      return nullptr;
+    }
+    if (e != cudaSuccess) fail("cudaMalloc", e);
+    return p;
+  }
+  // Never throws: it runs from destructors, also after the driver has shut down at exit.
+  void raw_free(void* ptr) override {
+    DeviceSwitch sw(device_, /*nothrow=*/true);
+    if (cudaFree(ptr) != cudaSuccess) cudaGetLastError();
+  }
+  void synchronize_stream(void* stream) override {
+    KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  }
+  bool stream_done(void* stream) override {
+    return query(cudaStreamQuery(static_cast<cudaStream_t>(stream)), "cudaStreamQuery");
+  }
+  void* record_event(void* stream) override {
+    DeviceSwitch sw(device_);
+    cudaEvent_t ev = nullptr;
+    KILN_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    KILN_CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(stream)));
+    return ev;
+  }
+  bool event_done(void* ev) override {
+    return query(cudaEventQuery(static_cast<cudaEvent_t>(ev)), "cudaEventQuery");
+  }
+  void synchronize_event(void* ev) override {
+    KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(ev)));
+  }
+  void release_event(void* ev) override { cudaEventDestroy(static_cast<cudaEvent_t>(ev)); }
+  std::string oom_details() override {
+    DeviceSwitch sw(device_, /*nothrow=*/true);
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+      cudaGetLastError();
+      return {};
+    }
+    return detail::concat("  device cuda:", device_, ": ", free_b, " bytes free of ", total_b);
+  }
+
+ private:
+  // Makes `device` current for the scope.
+  struct DeviceSwitch {
+    DeviceSwitch(int device, bool nothrow = false) {
+      if (cudaGetDevice(&prev) != cudaSuccess) {
+        cudaGetLastError();
+        prev = -1;
+        return;
+      }
+      if (prev != device) {
+        cudaError_t e = cudaSetDevice(device);
+        if (e != cudaSuccess && !nothrow) fail("cudaSetDevice", e);
+        if (e != cudaSuccess) cudaGetLastError();
+      }
+    }
+    ~DeviceSwitch() {
+      if (prev >= 0) cudaSetDevice(prev);
+    }
+    int prev = -1;
+  };
+  [[noreturn]] static void fail(const char* call, cudaError_t e) {
+    cudaGetLastError();
+    KILN_FAIL("CUDA error in ", call, ": ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+  }
+  static bool query(cudaError_t e, const char* call) {
+    if (e == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    if (e != cudaSuccess) fail(call, e);
+    return true;
+  }
+  int device_;
+};
+
+constexpr int kMaxDevices = 16;
+
+// One CachingAllocator per device, created on first use and never destroyed (storages may
+// outlive static destructors).
+CachingAllocator* device_caching_allocator(int device) {
+  static std::atomic<CachingAllocator*> allocs[kMaxDevices] = {};
+  static std::mutex mu;
+  KILN_CHECK(device >= 0 && device < kMaxDevices, "CUDA caching allocator: device index ", device,
+             " out of range");
+  CachingAllocator* a = allocs[device].load(std::memory_order_acquire);
+  if (a) return a;
+  std::lock_guard<std::mutex> lock(mu);
+  a = allocs[device].load(std::memory_order_relaxed);
+  if (!a) {
+    a = new CachingAllocator(new CudaBackend(device), detail::concat("cuda:", device));
+    allocs[device].store(a, std::memory_order_release);
+  }
+  return a;
+}
+
+// The allocator registered for DeviceType::CUDA: routes to the current device's caching
+// allocator, on the current stream.
 class CudaDeviceAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
-    void* p = nullptr;
-    cudaError_t e = cudaMalloc(&p, nbytes);
-    if (e != cudaSuccess) {
-      cudaGetLastError();  // clear the sticky-free error state
-      size_t free_b = 0, total_b = 0;
-      cudaMemGetInfo(&free_b, &total_b);
-      KILN_FAIL("CUDA out of memory: tried to allocate ", nbytes, " bytes on cuda:",
-                current_device(), " (", free_b, " bytes free of ", total_b, "): ",
-                cudaGetErrorString(e));
-    }
-    return p;
+    int dev = current_device();
+    return device_caching_allocator(dev)->allocate(nbytes, current_stream(dev).handle);
   }
-  // Never throws: it runs from destructors, also after the driver has shut down at exit.
-  void deallocate(void* ptr) override { cudaFree(ptr); }
+  // Never throws: it runs from destructors.
+  void deallocate(void* ptr) override {
+    if (!ptr) return;
+    int n = device_count();
+    for (int d = 0; d < n && d < kMaxDevices; ++d) {
+      try {
+        if (device_caching_allocator(d)->try_free(ptr)) return;
+      } catch (...) {
+        return;
+      }
+    }
+  }
 };
 
 class PinnedHostAllocator final : public Allocator {
@@ -136,6 +249,56 @@ void memcpy(void* dst, Device dst_device, const void* src, Device src_device, si
   if (!non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
+// ------------------------------------------------------------------- caching allocator API
+
+namespace {
+std::atomic<bool> g_record_history{false};
+CachingAllocator* allocator_of(int device, const char* op) {
+  if (device < 0) device = current_device();
+  check_device(Device::cuda(device), op);
+  CachingAllocator* a = device_caching_allocator(device);
+  if (g_record_history && !a->recording_history()) a->record_history(true);
+  return a;
+}
+}  // namespace
+
+void empty_cache() {
+  int n = device_count();
+  for (int d = 0; d < n && d < kMaxDevices; ++d) device_caching_allocator(d)->empty_cache();
+}
+AllocatorStats memory_stats(int device) { return allocator_of(device, "cuda::memory_stats")->stats(); }
+void reset_peak_memory_stats(int device) {
+  allocator_of(device, "cuda::reset_peak_memory_stats")->reset_peak_stats();
+}
+std::string memory_summary(int device) {
+  return allocator_of(device, "cuda::memory_summary")->summary();
+}
+void record_memory_history(bool enabled) {
+  KILN_CHECK(is_available(), "cuda::record_memory_history: no CUDA device is available");
+  g_record_history = enabled;
+  int n = device_count();
+  for (int d = 0; d < n && d < kMaxDevices; ++d) device_caching_allocator(d)->record_history(enabled);
+}
+void export_memory_timeline(const std::string& path_html, int device) {
+  allocator_of(device, "cuda::export_memory_timeline")->history_to_html(path_html);
+}
+void export_memory_trace(const std::string& path_json, int device) {
+  allocator_of(device, "cuda::export_memory_trace")->history_to_chrome_trace_json(path_json);
+}
+void record_stream(void* data, const Stream& s) {
+  if (!data) return;
+  allocator_of(s.device.index, "cuda::record_stream")->record_stream(data, s.handle);
+}
+void begin_private_pool(uint64_t id, int device) {
+  allocator_of(device, "cuda::begin_private_pool")->begin_private_pool(id);
+}
+void end_private_pool(int device) {
+  allocator_of(device, "cuda::end_private_pool")->end_private_pool();
+}
+void release_private_pool(uint64_t id, int device) {
+  allocator_of(device, "cuda::release_private_pool")->release_pool(id);
+}
+
 #else  // !KILN_WITH_CUDA
 
 namespace {
@@ -155,6 +318,17 @@ void synchronize(int) { no_cuda("cuda::synchronize"); }
 Stream current_stream(int) { no_cuda("cuda::current_stream"); }
 void set_current_stream(const Stream&) { no_cuda("cuda::set_current_stream"); }
 void memcpy(void*, Device, const void*, Device, size_t, bool) { no_cuda("cuda::memcpy"); }
+void empty_cache() {}  // nothing is cached without CUDA
+AllocatorStats memory_stats(int) { no_cuda("cuda::memory_stats"); }
+void reset_peak_memory_stats(int) { no_cuda("cuda::reset_peak_memory_stats"); }
+std::string memory_summary(int) { no_cuda("cuda::memory_summary"); }
+void record_memory_history(bool) { no_cuda("cuda::record_memory_history"); }
+void export_memory_timeline(const std::string&, int) { no_cuda("cuda::export_memory_timeline"); }
+void export_memory_trace(const std::string&, int) { no_cuda("cuda::export_memory_trace"); }
+void record_stream(void*, const Stream&) { no_cuda("cuda::record_stream"); }
+void begin_private_pool(uint64_t, int) { no_cuda("cuda::begin_private_pool"); }
+void end_private_pool(int) { no_cuda("cuda::end_private_pool"); }
+void release_private_pool(uint64_t, int) { no_cuda("cuda::release_private_pool"); }
 
 #endif
 

@@ -1,5 +1,6 @@
 // Matrix products with autograd: mm (2-D), bmm (3-D batched) and matmul (NumPy rules: vectors,
 // matrices, and batches broadcast over leading dims).
+#include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
 #include "kiln/kernels/kernels.h"
@@ -44,6 +45,13 @@ Tensor product(const char* name, const Tensor& a, const Tensor& b) {
 }  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
+    Tensor a2 = amp::to_autocast_low(a), b2 = amp::to_autocast_low(b);
+    if (!a2.is_same(a) || !b2.is_same(b)) {
+      amp::NoAutocastGuard off;
+      return mm(a2, b2);
+    }
+  }
   check_operands("mm", a, b);
   KILN_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D matrices, got sizes ", a.sizes(),
              " and ", b.sizes());
@@ -53,6 +61,13 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
+    Tensor a2 = amp::to_autocast_low(a), b2 = amp::to_autocast_low(b);
+    if (!a2.is_same(a) || !b2.is_same(b)) {
+      amp::NoAutocastGuard off;
+      return bmm(a2, b2);
+    }
+  }
   check_operands("bmm", a, b);
   KILN_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D batches, got sizes ", a.sizes(),
              " and ", b.sizes());
@@ -63,6 +78,13 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
+    Tensor a2 = amp::to_autocast_low(a), b2 = amp::to_autocast_low(b);
+    if (!a2.is_same(a) || !b2.is_same(b)) {
+      amp::NoAutocastGuard off;
+      return matmul(a2, b2);
+    }
+  }
   check_operands("matmul", a, b);
   const int64_t da = a.dim(), db = b.dim();
   KILN_CHECK(da >= 1 && db >= 1, "matmul: both operands need at least one dimension, got sizes ",

@@ -1,5 +1,6 @@
 // softmax / log_softmax (fused kernels along the last dim, any dim by transposition) and the
 // classification/regression losses built on them.
+#include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
 #include "kiln/kernels/kernels.h"
@@ -19,8 +20,9 @@ Tensor along_last(const Tensor& x, int64_t dim, F f) {
   return f(t).transpose(dim, -1);
 }
 
-Tensor softmax_impl(const Tensor& x, int64_t dim_in, bool log) {
+Tensor softmax_impl(const Tensor& x_in, int64_t dim_in, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
+  const Tensor x = amp::to_autocast_f32(x_in);  // autocast: f32 (kiln/core/autocast.h)
   KILN_CHECK(x.defined(), name, ": input is undefined");
   KILN_CHECK(is_floating(x.dtype()), name, ": expected a floating-point tensor, got ", x.dtype());
   int64_t dim = wrap_dim(dim_in, x.dim(), name);
@@ -161,7 +163,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   KILN_CHECK(input.defined() && target.defined(), "mse_loss: an operand is undefined");
   KILN_CHECK(input.sizes() == target.sizes(), "mse_loss: input sizes ", input.sizes(),
              " and target sizes ", target.sizes(), " differ");
-  Tensor d = input - target;
+  Tensor d = amp::to_autocast_f32(input) - amp::to_autocast_f32(target);  // autocast: f32
   return reduce_loss(d * d, reduction);
 }
 

@@ -4,6 +4,7 @@
 #include "kiln/optim/adamw.h"
 #include "kiln/optim/clip.h"
 #include "kiln/optim/ema.h"
+#include "kiln/optim/grad_scaler.h"
 #include "kiln/optim/lamb.h"
 #include "kiln/optim/lars.h"
 #include "kiln/optim/lr_finder.h"

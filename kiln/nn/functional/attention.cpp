@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
 #include "kiln/kernels/norm_kernels.h"
 #include "kiln/nn/functional.h"
@@ -33,6 +34,13 @@ Tensor causal_keep(int64_t Tq, int64_t Tk, Device dev) {
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal) {
+  if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
+    Tensor q2 = amp::to_autocast_low(q), k2 = amp::to_autocast_low(k), v2 = amp::to_autocast_low(v);
+    if (!q2.is_same(q) || !k2.is_same(k) || !v2.is_same(v)) {
+      amp::NoAutocastGuard off;
+      return scaled_dot_product_attention(q2, k2, v2, is_causal);
+    }
+  }
   const char* op = "scaled_dot_product_attention";
   KILN_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k and v must be defined");
   KILN_CHECK(q.device() == k.device() && k.device() == v.device(), op,

@@ -10,6 +10,7 @@
 // Double backward (create_graph through a convolution) is not implemented and says so.
 #include <string>
 
+#include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
 #include "kiln/kernels/nn_kernels.h"
@@ -72,6 +73,13 @@ Tensor as_format(const Tensor& t, MemoryFormat fmt) {
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
               const Conv2dParams& params) {
+  if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
+    Tensor x2 = amp::to_autocast_low(x_in), w2 = amp::to_autocast_low(weight), b2 = amp::to_autocast_low(bias);
+    if (!x2.is_same(x_in) || !w2.is_same(weight) || (bias.defined() && !b2.is_same(bias))) {
+      amp::NoAutocastGuard off;
+      return conv2d(x2, w2, b2, params);
+    }
+  }
   const char* op = "conv2d";
   check_common(op, x_in, weight, bias);
   KILN_CHECK(x_in.dim() == 4 || x_in.dim() == 3, op,
@@ -192,6 +200,13 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
 
 Tensor conv_transpose2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
                         const ConvTranspose2dParams& params) {
+  if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
+    Tensor x2 = amp::to_autocast_low(x_in), w2 = amp::to_autocast_low(weight), b2 = amp::to_autocast_low(bias);
+    if (!x2.is_same(x_in) || !w2.is_same(weight) || (bias.defined() && !b2.is_same(bias))) {
+      amp::NoAutocastGuard off;
+      return conv_transpose2d(x2, w2, b2, params);
+    }
+  }
   const char* op = "conv_transpose2d";
   check_common(op, x_in, weight, bias);
   KILN_CHECK(x_in.dim() == 4 || x_in.dim() == 3, op,

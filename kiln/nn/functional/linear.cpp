@@ -2,12 +2,20 @@
 // of x into the rows of one GEMM (weight^T is a transposed view, mapped into Eigen without a
 // copy); the bias gradient is the sum of the output gradient over the leading dims (sum_to in the
 // add's backward, a vectorized "reduce leading dims" kernel).
+#include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
 #include "kiln/nn/functional.h"
 
 namespace kiln::nn::functional {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (amp::autocast_dtype()) {  // autocast: low precision, bias included (kiln/core/autocast.h)
+    Tensor x2 = amp::to_autocast_low(x), w2 = amp::to_autocast_low(weight), b2 = amp::to_autocast_low(bias);
+    if (!x2.is_same(x) || !w2.is_same(weight) || (bias.defined() && !b2.is_same(bias))) {
+      amp::NoAutocastGuard off;
+      return linear(x2, w2, b2);
+    }
+  }
   KILN_CHECK(x.defined() && weight.defined(), "linear: input and weight must be defined");
   KILN_CHECK(weight.dim() == 2, "linear: weight must be [out_features, in_features], got sizes ",
              weight.sizes());

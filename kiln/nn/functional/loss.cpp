@@ -5,6 +5,7 @@
 //   loss = (1 - t) x + lw * softplus(-x),  lw = 1 + (pos_weight - 1) t
 //   dloss/dx = (1 - t) - lw * sigmoid(-x),  dloss/dt = -x + (pos_weight - 1) softplus(-x),
 //   dloss/dpos_weight = t * softplus(-x),   softplus(-x) = log(1 + exp(-|x|)) + max(-x, 0).
+#include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
 #include "kiln/nn/functional.h"
@@ -42,11 +43,19 @@ Tensor softplus_neg(const Tensor& x) { return log(exp(-abs(x)) + 1.0) + kiln::re
 }  // namespace
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
+    Tensor i2 = amp::to_autocast_f32(input), t2 = amp::to_autocast_f32(target);
+    if (!i2.is_same(input) || !t2.is_same(target)) return l1_loss(i2, t2, reduction);
+  }
   check_pair("l1_loss", input, target);
   return reduce(abs(input - target), reduction);
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
+  if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
+    Tensor i2 = amp::to_autocast_f32(input), t2 = amp::to_autocast_f32(target);
+    if (!i2.is_same(input) || !t2.is_same(target)) return smooth_l1_loss(i2, t2, reduction, beta);
+  }
   check_pair("smooth_l1_loss", input, target);
   KILN_CHECK(beta >= 0, "smooth_l1_loss: beta must be non-negative, got ", beta);
   if (beta == 0.0) return reduce(abs(input - target), reduction);
@@ -58,6 +67,10 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         Reduction reduction, const Tensor& pos_weight) {
+  if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
+    Tensor i2 = amp::to_autocast_f32(input), t2 = amp::to_autocast_f32(target);
+    if (!i2.is_same(input) || !t2.is_same(target)) return binary_cross_entropy_with_logits(i2, t2, reduction, pos_weight);
+  }
   const char* op = "binary_cross_entropy_with_logits";
   check_pair(op, input, target);
   const bool has_pw = pos_weight.defined();

@@ -5,6 +5,7 @@
 // derivatives work.
 #include <numeric>
 
+#include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
 #include "kiln/kernels/norm_kernels.h"
@@ -102,6 +103,10 @@ BnLayout bn_layout(const Tensor& x) {
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum,
                   double eps) {
+  if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
+    Tensor x2 = amp::to_autocast_f32(x);
+    if (!x2.is_same(x)) return batch_norm(x2, running_mean, running_var, weight, bias, training, momentum, eps);
+  }
   const char* op = "batch_norm";
   check_input(op, x);
   KILN_CHECK(x.dim() >= 2, op, ": expected input of shape [N, C] or [N, C, *], got sizes ", x.sizes());
@@ -271,6 +276,10 @@ int64_t check_normalized_shape(const char* op, const Tensor& x, const IntList& n
 
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
+    Tensor x2 = amp::to_autocast_f32(x);
+    if (!x2.is_same(x)) return layer_norm(x2, normalized_shape, weight, bias, eps);
+  }
   const char* op = "layer_norm";
   check_input(op, x);
   const int64_t K = check_normalized_shape(op, x, normalized_shape);
@@ -280,6 +289,10 @@ Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor
 }
 
 Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight, double eps) {
+  if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
+    Tensor x2 = amp::to_autocast_f32(x);
+    if (!x2.is_same(x)) return rms_norm(x2, normalized_shape, weight, eps);
+  }
   const char* op = "rms_norm";
   check_input(op, x);
   const int64_t K = check_normalized_shape(op, x, normalized_shape);
@@ -289,6 +302,10 @@ Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& 
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
                   double eps) {
+  if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
+    Tensor x2 = amp::to_autocast_f32(x);
+    if (!x2.is_same(x)) return group_norm(x2, num_groups, weight, bias, eps);
+  }
   const char* op = "group_norm";
   check_input(op, x);
   KILN_CHECK(x.dim() >= 2, op, ": expected input of shape [N, C, *], got sizes ", x.sizes());

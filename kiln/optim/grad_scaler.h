@@ -1,0 +1,64 @@
+#pragma once
+// Dynamic loss scaling for f16 training (GUIDE-TIPS #4), with PyTorch's defaults and names:
+//
+//   kiln::amp::GradScaler scaler;                 // enabled only where it is needed (see below)
+//   scaler.scale(loss).backward();
+//   scaler.unscale(opt);                          // optional: before clipping
+//   kiln::optim::clip_grad_norm(params, 1.0);
+//   scaler.step(opt);                             // skipped (on the device) if a gradient is Inf/NaN
+//   scaler.update();                              // backoff x0.5 on overflow, growth x2 every 2000 clean steps
+//
+// The scale, the found-inf flag and the growth tracker are tensors: unscale is one fused kernel
+// over all gradients, and the optimizer reads found-inf itself, so no host read happens in
+// scale/unscale/step. update() computes the next scale from them.
+//
+// bf16 has f32's range and needs no scaling; on the CPU there is no f16 training. So by default
+// the scaler is enabled only when a CUDA device is available; GradScalerOptions().enabled(true)
+// forces it on (tests), and a disabled scaler passes everything through unchanged.
+#include "kiln/optim/optimizer.h"
+
+namespace kiln::amp {
+
+struct GradScalerOptions {
+  double init_scale_ = 65536.0;
+  double growth_factor_ = 2.0;
+  double backoff_factor_ = 0.5;
+  int64_t growth_interval_ = 2000;
+  int enabled_ = -1;  // -1: when a CUDA device is available
+  GradScalerOptions& init_scale(double v) { init_scale_ = v; return *this; }
+  GradScalerOptions& growth_factor(double v) { growth_factor_ = v; return *this; }
+  GradScalerOptions& backoff_factor(double v) { backoff_factor_ = v; return *this; }
+  GradScalerOptions& growth_interval(int64_t v) { growth_interval_ = v; return *this; }
+  GradScalerOptions& enabled(bool v) { enabled_ = v ? 1 : 0; return *this; }
+};
+
+class GradScaler {
+ public:
+  explicit GradScaler(const GradScalerOptions& options = {});
+  bool is_enabled() const { return enabled_; }
+
+  Tensor scale(const Tensor& loss);
+  // Divides the gradients of opt's parameters by the scale (once per step) and records found-inf.
+  void unscale(optim::Optimizer& opt);
+  // Unscales if not done yet, then steps the optimizer unless found-inf is set.
+  void step(optim::Optimizer& opt);
+  // The next scale: x backoff after an overflow, x growth after growth_interval clean steps.
+  void update();
+
+  double get_scale() const;  // reads the scale (a host sync on a device)
+  const Tensor& scale_tensor() const { return scale_; }
+  const Tensor& found_inf() const { return found_inf_; }
+
+  // {"scale", "growth_tracker"} as tensors, for checkpoints.
+  std::vector<std::pair<std::string, Tensor>> state_dict() const;
+  void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& items);
+
+ private:
+  void lazy_init(Device device);
+  GradScalerOptions o_;
+  bool enabled_;
+  Tensor scale_, found_inf_, growth_tracker_;
+  bool unscaled_ = false;
+};
+
+}  // namespace kiln::amp
