@@ -107,14 +107,39 @@ SavedTensor::SavedTensor(const Tensor& t, const char* op) : tensor_(t), op_(op) 
   if (t.defined()) version_ = t.version();
 }
 
-const Tensor& SavedTensor::get() const {
+namespace {
+thread_local Node* t_running_node = nullptr;  // the node whose apply() is on this thread's stack
+}
+
+SavedTensor SavedTensor::output(const Tensor& out, const char* op, uint32_t output_nr) {
+  SavedTensor s;
+  s.op_ = op;
+  if (!out.defined()) return s;
+  s.tensor_ = out.detach();
+  s.output_ = out.impl_ptr();
+  s.is_output_ = true;
+  s.output_nr_ = output_nr;
+  s.version_ = out.version();
+  return s;
+}
+
+Tensor SavedTensor::get() const {
   if (tensor_.defined()) {
     KILN_CHECK(tensor_.version() == version_, op_,
                ": a tensor saved for backward (sizes ", tensor_.sizes(), ", ", tensor_.dtype(),
                ") was modified in place after it was saved (version ", version_, " -> ",
                tensor_.version(), "); backward would use the wrong values");
   }
-  return tensor_;
+  if (!is_output_) return tensor_;
+  if (auto impl = output_.lock()) return Tensor(impl);
+  if (!GradMode::is_enabled() || t_running_node == nullptr) return tensor_;
+  // create_graph and the output is gone: rebuild it as an output of the running node.
+  Tensor t = tensor_.detach();
+  AutogradMeta& m = meta(t);
+  m.requires_grad = true;
+  m.grad_fn = t_running_node->shared_from_this();
+  m.output_nr = output_nr_;
+  return t;
 }
 
 // ---------------------------------------------------------------- recording
@@ -338,7 +363,15 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, b
               grads[s] = zeros(om[s].sizes, TensorOptions().dtype(om[s].dtype).device(om[s].device));
           }
         }
-        out = node->apply(std::move(grads));
+        Node* const outer = t_running_node;
+        t_running_node = node;
+        try {
+          out = node->apply(std::move(grads));
+        } catch (...) {
+          t_running_node = outer;
+          throw;
+        }
+        t_running_node = outer;
         if (anomaly) check_anomaly(*node, out);
       }
       if (!retain_graph) node->release();

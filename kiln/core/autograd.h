@@ -64,7 +64,7 @@ struct OutputMeta {
   Device device;
 };
 
-class Node {
+class Node : public std::enable_shared_from_this<Node> {
  public:
   explicit Node(std::string name);
   virtual ~Node() = default;
@@ -147,15 +147,25 @@ AutogradMeta& meta(const Tensor& t);  // creates it on first use
 
 // A tensor kept for backward, with the version it had when saved. get() refuses to return it
 // if it was modified in place since (the value backward would use is gone).
+//
+// An op that saves its own *output* must say so (SavedTensor::output): holding the output
+// strongly would make a cycle (output -> grad_fn -> saved output) that leaks every graph that is
+// built but never backpropagated. An output is kept as its data plus a weak reference; get()
+// returns the original tensor while it lives, and otherwise rebuilds it on the data with the
+// node being run as its grad_fn (so create_graph still differentiates through it).
 class SavedTensor {
  public:
   SavedTensor() = default;
   SavedTensor(const Tensor& t, const char* op);
-  const Tensor& get() const;
+  static SavedTensor output(const Tensor& out, const char* op, uint32_t output_nr = 0);
+  Tensor get() const;
   bool defined() const { return tensor_.defined(); }
 
  private:
-  Tensor tensor_;
+  Tensor tensor_;  // for an output: a detached view of its data
+  std::weak_ptr<TensorImpl> output_;
+  bool is_output_ = false;
+  uint32_t output_nr_ = 0;
   uint64_t version_ = 0;
   const char* op_ = "";
 };

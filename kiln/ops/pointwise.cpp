@@ -94,7 +94,7 @@ Tensor unary_with_grad(const char* name, UnaryOp op, const Tensor& x,
   if (autograd::any_requires_grad({&x})) {
     SavedTensor sx = save_x ? SavedTensor(x, name) : SavedTensor();
     SavedTensor sy;
-    if (save_y) sy = SavedTensor(out, name);
+    if (save_y) sy = SavedTensor::output(out, name);
     autograd::record_function(name, {&x}, {&out}, [bw, sx, sy](const TensorList& g) {
       return TensorList{bw(g[0], sx, sy)};
     });
@@ -157,7 +157,7 @@ Tensor div(const Tensor& a_in, const Tensor& b_in) {
   if (autograd::any_requires_grad({&a_in, &b_in})) {
     bool ga = a_in.requires_grad(), gb = b_in.requires_grad();
     SavedTensor sb(b, "DivBackward");
-    SavedTensor sout = gb ? SavedTensor(out, "DivBackward") : SavedTensor();
+    SavedTensor sout = gb ? SavedTensor::output(out, "DivBackward") : SavedTensor();
     IntList za = a.sizes(), zb = b.sizes();
     autograd::record_function("DivBackward", {&a_in, &b_in}, {&out}, [=](const TensorList& g) {
       Tensor gq = g[0] / sb.get();
@@ -173,7 +173,7 @@ Tensor pow(const Tensor& a_in, const Tensor& e_in) {
   Tensor out = binary_raw(BinaryOp::Pow, a, e);
   if (autograd::any_requires_grad({&a_in, &e_in})) {
     bool ga = a_in.requires_grad(), ge = e_in.requires_grad();
-    SavedTensor sa(a, "PowBackward"), se(e, "PowBackward"), so(out, "PowBackward");
+    SavedTensor sa(a, "PowBackward"), se(e, "PowBackward"), so = SavedTensor::output(out, "PowBackward");
     IntList za = a.sizes(), ze = e.sizes();
     autograd::record_function("PowBackward", {&a_in, &e_in}, {&out}, [=](const TensorList& g) {
       Tensor base = sa.get(), ex = se.get();

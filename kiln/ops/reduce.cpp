@@ -141,7 +141,7 @@ Tensor minmax_all(const Tensor& x, bool is_max) {
   IntList dims = reduction_dims({}, x.dim(), name);
   Tensor out = reduce_raw(is_max ? ReduceOp::Max : ReduceOp::Min, x, dims, false);
   if (autograd::any_requires_grad({&x})) {
-    SavedTensor sx(x, name), so(out, name);
+    SavedTensor sx(x, name), so = SavedTensor::output(out, name);
     autograd::record_function(is_max ? "MaxBackward" : "MinBackward", {&x}, {&out},
                               [=](const TensorList& g) {
       Tensor mask = (sx.get() == so.get()).to(g[0].dtype());
@@ -157,7 +157,7 @@ Tensor amaxmin(const Tensor& x, const IntList& dims_in, bool keepdim, bool is_ma
   IntList dims = reduction_dims(dims_in, x.dim(), name);
   Tensor out = reduce_raw(is_max ? ReduceOp::Max : ReduceOp::Min, x, dims, keepdim);
   if (autograd::any_requires_grad({&x})) {
-    SavedTensor sx(x, name), so(out, name);
+    SavedTensor sx(x, name), so = SavedTensor::output(out, name);
     IntList in_sizes = x.sizes();
     autograd::record_function(is_max ? "AmaxBackward" : "AminBackward", {&x}, {&out},
                               [=](const TensorList& g) {

@@ -36,7 +36,7 @@ Tensor softmax_impl(const Tensor& x_in, int64_t dim_in, bool log) {
     });
   }
   if (autograd::any_requires_grad({&x})) {
-    SavedTensor so(out, log ? "LogSoftmaxBackward" : "SoftmaxBackward");
+    SavedTensor so = SavedTensor::output(out, log ? "LogSoftmaxBackward" : "SoftmaxBackward");
     autograd::record_function(log ? "LogSoftmaxBackward" : "SoftmaxBackward", {&x}, {&out},
                               [=](const TensorList& g) {
       Tensor y = so.get();

@@ -61,7 +61,7 @@ TEST_CASE("backward twice needs retain_graph", "[autograd]") {
 TEST_CASE("saved tensors are released after backward", "[autograd]") {
   auto x = kiln::randn({64, 64}, f64(true));
   auto h = x.exp();  // saves its output
-  std::weak_ptr<kiln::TensorImpl> saved = h.impl_ptr();
+  std::weak_ptr<kiln::Storage> saved = h.storage();  // the data the graph keeps
   auto loss = h.sum();
   h = Tensor();  // only the graph holds the exp output now
   REQUIRE_FALSE(saved.expired());
@@ -72,7 +72,7 @@ TEST_CASE("saved tensors are released after backward", "[autograd]") {
 TEST_CASE("retain_graph keeps saved tensors alive", "[autograd]") {
   auto x = kiln::randn({8}, f64(true));
   auto h = x.exp();
-  std::weak_ptr<kiln::TensorImpl> saved = h.impl_ptr();
+  std::weak_ptr<kiln::Storage> saved = h.storage();  // the data the graph keeps
   auto loss = h.sum();
   h = Tensor();
   loss.backward(Tensor(), true);
@@ -278,4 +278,28 @@ TEST_CASE("detach shares storage but not history", "[autograd]") {
   auto d = y.detach();
   REQUIRE_FALSE(d.requires_grad());
   REQUIRE(d.data_ptr() == y.data_ptr());
+}
+
+TEST_CASE("a graph that is never backpropagated is freed (no output <-> grad_fn cycle)", "[autograd]") {
+  std::weak_ptr<kiln::Storage> data;
+  std::weak_ptr<kiln::autograd::Node> node;
+  {
+    auto x = kiln::randn({16}, kiln::TensorOptions().requires_grad(true));
+    auto y = x.exp();  // ExpBackward saves its own output
+    data = y.storage();
+    node = y.grad_fn();
+    auto z = y.sigmoid().softmax(0).sum();  // more ops that save outputs
+  }
+  REQUIRE(data.expired());
+  REQUIRE(node.expired());
+}
+
+TEST_CASE("create_graph differentiates through a saved output the caller dropped", "[autograd]") {
+  auto x = kiln::tensor({0.5, -1.0}, kiln_test::f64(true));
+  // exp's output is a temporary: only the graph remembers it, weakly plus its data
+  auto g = kiln::autograd::grad({x.exp().sum()}, {x}, {}, true, true)[0];  // = exp(x)
+  REQUIRE(g.requires_grad());
+  auto gg = kiln::autograd::grad({g.sum()}, {x})[0];  // d/dx exp(x) = exp(x)
+  REQUIRE(gg[0].item<double>() == Approx(std::exp(0.5)));
+  REQUIRE(gg[1].item<double>() == Approx(std::exp(-1.0)));
 }

@@ -69,10 +69,10 @@ TEST_CASE("checkpointing keeps the segment's activations out of memory", "[check
   kiln::manual_seed(3);
   nn::Linear l(32, 32);
   Tensor x = kiln::randn({64, 32}, kiln::TensorOptions().requires_grad(true));
-  std::weak_ptr<kiln::TensorImpl> inner;
+  std::weak_ptr<kiln::Storage> inner;  // the intermediate's data
   auto seg = [&](const std::vector<Tensor>& in) {
     Tensor h = l(in[0]).exp();  // exp saves its output
-    inner = h.impl_ptr();
+    inner = h.storage();
     return h.tanh();
   };
   Tensor y = kiln::checkpoint(seg, {x});

@@ -79,7 +79,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   }
   if (autograd::any_requires_grad({&q, &k, &v})) {
     const bool gq = q.requires_grad(), gk = k.requires_grad(), gv = v.requires_grad();
-    SavedTensor sq(q, op), sk(k, op), sv(v, op), so(out, op);
+    SavedTensor sq(q, op), sk(k, op), sv(v, op), so = SavedTensor::output(out, op);
     const DType dt = q.dtype();
     autograd::record_function("ScaledDotProductAttentionBackward", {&q, &k, &v}, {&out},
                               [=](const TensorList& g) {
