@@ -10,6 +10,7 @@
 #include "kiln/core/caching_allocator.h"
 #include "kiln/core/error.h"
 #include "kiln/core/storage.h"
+#include "kiln/core/sync_debug.h"
 #include "kiln/config.h"
 
 #if KILN_WITH_CUDA
@@ -55,6 +56,7 @@ class CudaBackend final : public AllocatorBackend {
     if (cudaFree(ptr) != cudaSuccess) cudaGetLastError();
   }
   void synchronize_stream(void* stream) override {
+    internal::report_sync("the caching allocator waits for a stream before reusing or releasing memory", false);
     KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
   }
   bool stream_done(void* stream) override {
@@ -71,6 +73,7 @@ class CudaBackend final : public AllocatorBackend {
     return query(cudaEventQuery(static_cast<cudaEvent_t>(ev)), "cudaEventQuery");
   }
   void synchronize_event(void* ev) override {
+    internal::report_sync("the caching allocator waits for a cross-stream use before releasing memory", false);
     KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(ev)));
   }
   void release_event(void* ev) override { cudaEventDestroy(static_cast<cudaEvent_t>(ev)); }
@@ -245,6 +248,19 @@ void memcpy(void* dst, Device dst_device, const void* src, Device src_device, si
   cudaMemcpyKind kind = cudaMemcpyDefault;  // unified addressing tells the direction
   Device dev = dst_device.is_cuda() ? dst_device : src_device;
   cudaStream_t stream = static_cast<cudaStream_t>(current_stream(dev.index).handle);
+  if (!non_blocking) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    KILN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    KILN_CHECK(capture != cudaStreamCaptureStatusActive, "cuda::memcpy: a blocking copy of ", nbytes,
+               " bytes (item(), to(cpu), a pageable host->device copy) inside a CUDA graph capture; "
+               "it would synchronise with the host, which a captured region cannot do");
+  }
+  if (!non_blocking && sync_debug_mode() != SyncDebugMode::Off) {
+    const char* dir = dst_device.is_cuda() && src_device.is_cuda() ? "device-to-device"
+                      : dst_device.is_cuda()                       ? "host-to-device"
+                                                                   : "device-to-host";
+    internal::report_sync(kiln::detail::concat("blocking ", dir, " copy of ", nbytes, " bytes"));
+  }
   KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, kind, stream));
   if (!non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
 }

@@ -5,12 +5,13 @@
 #include <condition_variable>
 #include <exception>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <thread>
 
 #include "kiln/core/cuda.h"
 #include "kiln/core/generator.h"
-#include "kiln/data/cuda_copy.h"
+#include "kiln/core/cuda_stream.h"
 #include "kiln/data/staging.h"
 
 namespace kiln::data {
@@ -25,7 +26,7 @@ double seconds_since(Clock::time_point t) {
 struct Built {
   Batch batch;
   std::exception_ptr error;
-  std::shared_ptr<detail::CudaEvent> copied;  // set once its device copy has been issued
+  std::shared_ptr<cuda::Event> copied;  // set once its device copy has been issued
 };
 }  // namespace
 
@@ -41,7 +42,7 @@ struct DataLoader::Impl {
   int prefetch = 1;
 
   // CUDA path (device().is_cuda() && pin_memory)
-  std::unique_ptr<detail::CudaStream> copy_stream;
+  std::optional<Stream> copy_stream;
 
   // epoch state
   int64_t next_epoch = 0;
@@ -91,7 +92,7 @@ struct DataLoader::Impl {
     prefetch = opt.prefetch_ > 0 ? opt.prefetch_ : std::max(2 * opt.workers_, 1);
     pool = std::make_unique<StagingPool>(opt.pin_memory_);
     if (opt.device_.is_cuda() && opt.pin_memory_)
-      copy_stream = std::make_unique<detail::CudaStream>(opt.device_.index);
+      copy_stream = cuda::get_stream_from_pool(opt.device_.index);
   }
 
   ~Impl() { stop_workers(); }
@@ -228,24 +229,27 @@ struct DataLoader::Impl {
       return;
     }
     Stream compute = cuda::current_stream(dev.index);
-    Stream cs = copy_stream->stream();
-    // The device buffers are allocated for the compute stream: the copy must not start before
-    // work queued there so far (which may still use recycled memory).
-    detail::CudaEvent after_compute(dev.index);
-    after_compute.record(compute);
-    after_compute.block_stream(cs);
-    auto ev = std::make_shared<detail::CudaEvent>(dev.index);
+    Stream cs = *copy_stream;
+    // The device buffers are allocated on the compute stream, which uses and frees them, so the
+    // allocator recycles them in the compute stream's order. The copy must not start before the
+    // work queued there so far, which may still read recycled memory.
     std::vector<Tensor*> fields{&bt.input, &bt.target, &bt.mask};
-    std::vector<Tensor> hosts;
+    std::vector<Tensor> hosts, devices;
+    for (Tensor* t : fields) {
+      if (!t->defined()) continue;
+      auto st = std::make_shared<Storage>(std::max<size_t>(t->nbytes(), 1), dev, allocator_for(dev));
+      devices.push_back(make_tensor(st, t->sizes(), t->strides(), t->dtype()));
+    }
+    cuda::stream_wait(cs, compute);
+    auto ev = std::make_shared<cuda::Event>();
     {
       cuda::StreamGuard guard(cs);
+      size_t k = 0;
       for (Tensor* t : fields) {
         if (!t->defined()) continue;
         const Tensor& h = *t;
-        size_t nbytes = h.nbytes();
-        auto st = std::make_shared<Storage>(std::max<size_t>(nbytes, 1), dev, allocator_for(dev));
-        Tensor d = make_tensor(st, h.sizes(), h.strides(), h.dtype());
-        cuda::memcpy(d.data_ptr(), dev, h.data_ptr(), Device::cpu(), nbytes, /*non_blocking=*/true);
+        Tensor& d = devices[k++];
+        cuda::memcpy(d.data_ptr(), dev, h.data_ptr(), Device::cpu(), h.nbytes(), /*non_blocking=*/true);
         hosts.push_back(h);
         *t = d;
       }
@@ -282,7 +286,7 @@ struct DataLoader::Impl {
     }
     if (opt.device_.is_cuda()) {
       issue_copy(built);
-      if (built.copied) built.copied->block_stream(cuda::current_stream(opt.device_.index));
+      if (built.copied) built.copied->wait(cuda::current_stream(opt.device_.index));
       // Start the next batch's copy now if it is ready, so it overlaps this batch's compute.
       if (copy_stream && deliver < nb && opt.workers_ > 0) {
         Built nxt = take(deliver, false);

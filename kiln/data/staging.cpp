@@ -4,7 +4,6 @@
 #include <atomic>
 
 #include "kiln/core/error.h"
-#include "kiln/data/cuda_copy.h"
 
 namespace kiln::data {
 
@@ -67,7 +66,7 @@ Tensor StagingPool::acquire(const IntList& sizes, const IntList& strides, DType 
   for (auto& b : blocks_) {
     if (b.storage.use_count() != 1 || b.storage->nbytes() < need) continue;
     if (b.pending) {
-      if (!b.pending->done()) continue;
+      if (!b.pending->query()) continue;
       b.pending.reset();
     }
     if (!best || b.storage->nbytes() < best->storage->nbytes()) best = &b;
@@ -83,7 +82,7 @@ Tensor StagingPool::acquire(const IntList& sizes, const IntList& strides, DType 
   return make_tensor(best->storage, sizes, strides, dtype);
 }
 
-void StagingPool::set_pending(const Tensor& t, std::shared_ptr<detail::CudaEvent> ev) {
+void StagingPool::set_pending(const Tensor& t, std::shared_ptr<cuda::Event> ev) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& b : blocks_)
     if (b.storage == t.storage()) {
@@ -96,7 +95,7 @@ void StagingPool::trim(size_t keep) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Block> busy, idle;
   for (auto& b : blocks_) {
-    bool free = b.storage.use_count() == 1 && (!b.pending || b.pending->done());
+    bool free = b.storage.use_count() == 1 && (!b.pending || b.pending->query());
     (free ? idle : busy).push_back(std::move(b));
   }
   std::sort(idle.begin(), idle.end(), [](const Block& a, const Block& b) {

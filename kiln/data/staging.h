@@ -10,13 +10,11 @@
 #include <mutex>
 #include <vector>
 
+#include "kiln/core/cuda_stream.h"
 #include "kiln/core/tensor.h"
 
 namespace kiln::data {
 
-namespace detail {
-class CudaEvent;
-}
 
 class StagingPool {
  public:
@@ -28,7 +26,7 @@ class StagingPool {
   // A tensor with these sizes, strides (in elements; a dense layout) and dtype over a free block.
   Tensor acquire(const IntList& sizes, const IntList& strides, DType dtype);
   // The block under `t` stays busy until `ev` completes (an asynchronous copy reads it).
-  void set_pending(const Tensor& t, std::shared_ptr<detail::CudaEvent> ev);
+  void set_pending(const Tensor& t, std::shared_ptr<cuda::Event> ev);
   // Frees unused blocks beyond the `keep` largest.
   void trim(size_t keep);
 
@@ -40,7 +38,7 @@ class StagingPool {
  private:
   struct Block {
     std::shared_ptr<Storage> storage;
-    std::shared_ptr<detail::CudaEvent> pending;
+    std::shared_ptr<cuda::Event> pending;
   };
   bool pinned_;
   mutable std::mutex mu_;

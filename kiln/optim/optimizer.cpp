@@ -38,6 +38,12 @@ const OptimizerOptions& ParamGroup::options() const {
 void ParamGroup::set_lr(double lr) {
   KILN_CHECK(lr >= 0.0, "ParamGroup::set_lr: invalid learning rate ", lr, " (must be >= 0)");
   options().set_lr(lr);
+  // Refresh the device copy now, outside any captured step: a CUDA graph replays the step's
+  // kernels, which read the lr from this tensor, but never re-runs lr_tensor()'s host-side check.
+  if (lr_tensor_.defined() && lr_tensor_value_ != lr) {
+    lr_tensor_.fill_(lr);
+    lr_tensor_value_ = lr;
+  }
 }
 
 void ParamGroup::set_momentum(double momentum) {

@@ -1,0 +1,27 @@
+#pragma once
+// Sync-debug mode (DESIGN.md §3.6, GUIDE-TIPS "avoid unnecessary CPU-GPU synchronisation"):
+// reports every implicit host<->device synchronisation - a blocking copy such as item() or
+// to(cpu), a blocking host->device copy from pageable memory, a wait forced by the caching
+// allocator - with the call site, so a user can find the syncs hiding in a training step.
+// Off by default; Warn prints one report per call site to stderr; Error throws kiln::Error.
+// Explicit synchronisation (kiln::cuda::synchronize, Event::synchronize) is never reported.
+#include <string>
+
+namespace kiln::cuda {
+
+enum class SyncDebugMode { Off, Warn, Error };
+
+void set_sync_debug_mode(SyncDebugMode mode);
+SyncDebugMode sync_debug_mode();
+
+namespace internal {
+// Called by the runtime right before an implicit synchronisation. `what` says which one
+// ("device-to-host copy of 4 bytes"). Off: nothing; Warn: prints `what` and the call stack once
+// per distinct call site; Error: throws kiln::Error with the same text, unless `may_throw` is
+// false (the caching allocator's waits happen inside its bookkeeping: they are always printed).
+void report_sync(const std::string& what, bool may_throw = true);
+// The call stack of the caller as readable lines (kiln's own runtime frames dropped), for reports.
+std::string call_site(int max_frames = 8);
+}  // namespace internal
+
+}  // namespace kiln::cuda
