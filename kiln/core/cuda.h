@@ -60,6 +60,13 @@ void export_memory_trace(const std::string& path_json, int device = -1);     // 
 // `data` (the start of a live CUDA allocation) is used on stream `s` too: after it is freed it
 // is not reused until the work queued on `s` up to that point has finished.
 void record_stream(void* data, const Stream& s);
+// Pinned host memory (Tensor::pin_memory(), the data loader's staging buffers) is cached too.
+// `data` (the start of a pinned allocation) is read or written by an asynchronous copy queued on
+// `s`: once freed, it is reused only after that copy has finished. Copies through Tensor::copy_
+// and to() call this themselves; a no-op for memory that is not from the pinned cache.
+void record_host_use(void* data, const Stream& s);
+void empty_host_cache();              // returns the cached pinned blocks to the driver
+AllocatorStats host_memory_stats();   // the pinned cache's statistics (all zero without CUDA)
 // Routes this thread's allocations on `device` to private pool `id` (CUDA-graph capture); its
 // memory is reused by nothing else until release_private_pool(id).
 void begin_private_pool(uint64_t id, int device = -1);

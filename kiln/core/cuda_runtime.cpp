@@ -165,15 +165,93 @@ class CudaDeviceAllocator final : public Allocator {
   }
 };
 
+// Pinned (page-locked) host memory for asynchronous copies, cached like device memory: the
+// same CachingAllocator over cudaHostAlloc/cudaFreeHost. Host memory is not stream-ordered - the
+// CPU may write a reused block at once - so blocks belong to a pseudo "host stream" and every
+// asynchronous copy that reads or writes one records its real stream on the block
+// (record_host_use); a freed block is reused only after those copies have finished.
+char g_host_stream_tag;
+void* const kHostStream = &g_host_stream_tag;
+
+class PinnedBackend final : public AllocatorBackend {
+ public:
+  void* raw_alloc(size_t nbytes) override {
+    void* p = nullptr;
+    cudaError_t e = cudaHostAlloc(&p, nbytes, cudaHostAllocDefault);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      KILN_FAIL("CUDA error in cudaHostAlloc(", nbytes, " bytes): ", cudaGetErrorString(e));
+    }
+    return p;
+  }
+  void raw_free(void* ptr) override {
+    if (cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
+  }
+  void synchronize_stream(void* stream) override {
+    if (stream == kHostStream) return;
+    internal::report_sync("the pinned host allocator waits for a copy before reusing memory", false);
+    KILN_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  }
+  bool stream_done(void* stream) override {
+    if (stream == kHostStream) return true;
+    cudaError_t e = cudaStreamQuery(static_cast<cudaStream_t>(stream));
+    if (e == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    KILN_CUDA_CHECK(e);
+    return true;
+  }
+  void* record_event(void* stream) override {
+    if (stream == kHostStream) return stream;
+    // The event must be created on the stream's device.
+    int dev = 0, prev = 0;
+    KILN_CUDA_CHECK(cudaStreamGetDevice(static_cast<cudaStream_t>(stream), &dev));
+    KILN_CUDA_CHECK(cudaGetDevice(&prev));
+    if (dev != prev) KILN_CUDA_CHECK(cudaSetDevice(dev));
+    cudaEvent_t ev = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(ev, static_cast<cudaStream_t>(stream));
+    if (dev != prev) cudaSetDevice(prev);
+    KILN_CUDA_CHECK(e);
+    return ev;
+  }
+  bool event_done(void* ev) override {
+    if (ev == kHostStream) return true;
+    cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(ev));
+    if (e == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    KILN_CUDA_CHECK(e);
+    return true;
+  }
+  void synchronize_event(void* ev) override {
+    if (ev == kHostStream) return;
+    internal::report_sync("the pinned host allocator waits for a copy before releasing memory", false);
+    KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(ev)));
+  }
+  void release_event(void* ev) override {
+    if (ev != kHostStream) cudaEventDestroy(static_cast<cudaEvent_t>(ev));
+  }
+};
+
+CachingAllocator* host_caching_allocator() {
+  static CachingAllocator* a = new CachingAllocator(new PinnedBackend(), "pinned host");  // never destroyed
+  return a;
+}
+
 class PinnedHostAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
-    void* p = nullptr;
-    KILN_CUDA_CHECK(cudaHostAlloc(&p, nbytes, cudaHostAllocDefault));
-    return p;
+    return host_caching_allocator()->allocate(nbytes, kHostStream);
   }
-  void deallocate(void* ptr) override { cudaFreeHost(ptr); }
+  void deallocate(void* ptr) override { host_caching_allocator()->try_free(ptr); }
 };
 
 thread_local Stream t_current[16];
@@ -305,6 +383,13 @@ void record_stream(void* data, const Stream& s) {
   if (!data) return;
   allocator_of(s.device.index, "cuda::record_stream")->record_stream(data, s.handle);
 }
+void record_host_use(void* data, const Stream& s) {
+  if (!data || !s.device.is_cuda()) return;
+  CachingAllocator* a = host_caching_allocator();
+  if (a->owns(data)) a->record_stream(data, s.handle);
+}
+void empty_host_cache() { host_caching_allocator()->empty_cache(); }
+AllocatorStats host_memory_stats() { return host_caching_allocator()->stats(); }
 void begin_private_pool(uint64_t id, int device) {
   allocator_of(device, "cuda::begin_private_pool")->begin_private_pool(id);
 }
@@ -342,6 +427,9 @@ void record_memory_history(bool) { no_cuda("cuda::record_memory_history"); }
 void export_memory_timeline(const std::string&, int) { no_cuda("cuda::export_memory_timeline"); }
 void export_memory_trace(const std::string&, int) { no_cuda("cuda::export_memory_trace"); }
 void record_stream(void*, const Stream&) { no_cuda("cuda::record_stream"); }
+void record_host_use(void*, const Stream&) {}
+void empty_host_cache() {}
+AllocatorStats host_memory_stats() { return {}; }
 void begin_private_pool(uint64_t, int) { no_cuda("cuda::begin_private_pool"); }
 void end_private_pool(int) { no_cuda("cuda::end_private_pool"); }
 void release_private_pool(uint64_t, int) { no_cuda("cuda::release_private_pool"); }

@@ -88,6 +88,13 @@ void copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
       src.is_contiguous()) {
     kiln::cuda::memcpy(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes(),
                  non_blocking);
+    // An asynchronous copy from/to pinned memory is still running: its block must not be reused
+    // by the pinned cache until the copy's stream has passed this point.
+    if (non_blocking && (src.is_pinned() || dst.is_pinned())) {
+      const Tensor& host = src.is_pinned() ? src : dst;
+      const Device dev = src.is_pinned() ? dst.device() : src.device();
+      kiln::cuda::record_host_use(host.storage()->data(), kiln::cuda::current_stream(dev.index));
+    }
     return;
   }
   if (src.device().is_cpu()) {  // host -> device: convert on the host first

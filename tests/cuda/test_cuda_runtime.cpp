@@ -118,3 +118,27 @@ TEST_CASE("sync-debug catches item() and to(cpu)", "[cuda][sync_debug]") {
   kiln::cuda::set_sync_debug_mode(SyncDebugMode::Warn);
   REQUIRE_NOTHROW(x.sum().item<float>());
 }
+
+TEST_CASE("pinned host memory is cached, and not reused under a running copy", "[cuda][pinned]") {
+  const int64_t n = 1 << 22;  // 16 MiB of f32: a copy that takes a while
+  {
+    Tensor warm = kiln::empty({n}, kiln::TensorOptions().pinned_memory(true));
+    REQUIRE(warm.is_pinned());
+  }
+  const auto before = kiln::cuda::host_memory_stats();
+  {
+    Tensor again = kiln::empty({n}, kiln::TensorOptions().pinned_memory(true));
+    REQUIRE(again.is_pinned());
+  }
+  // Same size, no copy in flight: the cached block is reused without a new cudaHostAlloc.
+  REQUIRE(kiln::cuda::host_memory_stats().num_backend_allocs == before.num_backend_allocs);
+
+  Tensor h = kiln::randn({n}).pin_memory();
+  Tensor expected = h.clone();
+  Tensor d = h.to(kGpu, /*non_blocking=*/true);
+  h = Tensor();  // freed while the copy may still read it
+  Tensor h2 = kiln::empty({n}, kiln::TensorOptions().pinned_memory(true));
+  h2.fill_(0.0);  // must not land in the block the copy reads
+  kiln::cuda::synchronize();
+  REQUIRE(kiln::equal(d.cpu(), expected));
+}
