@@ -75,6 +75,23 @@ Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& 
 // comes from the device's Philox generator (reproducible under manual_seed).
 Tensor dropout(const Tensor& x, double p = 0.5, bool training = true);
 
+// ---- fused ops (kiln/nn/functional/fused.cpp): one kernel, forward and backward, where the plain
+// composition runs several; same results and same dropout mask as the composition.
+// gelu(x + bias), bias [K] over the last dimension (undefined: no bias); approximate as in gelu.
+Tensor bias_gelu(const Tensor& x, const Tensor& bias, const std::string& approximate = "none");
+// residual + dropout(x + bias, p, training): the Philox mask of dropout() for the same seed,
+// regenerated (not stored) by the backward. residual has x's sizes; bias [K] or undefined.
+Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, double p = 0.5,
+                        bool training = true);
+// x * 0.5 * (1 + erf(x / sqrt(2))) as a single kernel (GUIDE-TIPS #18; the same as gelu(x)).
+Tensor fused_gelu(const Tensor& x);
+// gelu(linear(x, weight, bias)) with the bias and GELU fused into the GEMM's epilogue (cuBLASLt on
+// CUDA) and the pre-activation saved for the backward. The default is the tanh form, which is
+// what cuBLASLt's epilogue computes (and GPT-2's MLP uses); "none" runs the GEMM + bias epilogue
+// and a separate bias_gelu pass on CUDA.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   const std::string& approximate = "tanh");
+
 // ---- embedding
 inline Tensor embedding(const Tensor& indices, const Tensor& weight) { return kiln::embedding(weight, indices); }
 

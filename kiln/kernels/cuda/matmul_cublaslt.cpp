@@ -12,6 +12,7 @@
 #include "kiln/core/cuda.h"
 #include "kiln/core/cuda_check.h"
 #include "kiln/kernels/cuda/cuda_kernels.h"
+#include "kiln/kernels/fused_kernels.h"
 
 #define KILN_CUBLAS_CHECK(call)                                                                   \
   do {                                                                                            \
@@ -66,16 +67,22 @@ Tensor mappable(const Tensor& t) {
 
 }  // namespace
 
-void matmul(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
-  KILN_CHECK(c.is_contiguous(), "matmul: output must be contiguous");
-  KILN_CHECK(a_in.dtype() == b_in.dtype() && c.dtype() == a_in.dtype(), "matmul: dtype mismatch");
-  if (c.numel() == 0) return;
-  NoGradGuard ng;
-  if (a_in.size(-1) == 0) {
-    fill(c, 0.0);
-    return;
-  }
-  Tensor a = mappable(a_in.detach()), b = mappable(b_in.detach());
+namespace {
+
+// A cuBLASLt epilogue and its operands (DEFAULT: none). `bias` is read (BIAS, GELU_BIAS,
+// GELU_AUX_BIAS) or written (DGELU_BGRAD: the bias gradient); `aux` is the GELU input, written by
+// GELU_AUX_BIAS and read by DGELU(_BGRAD), with leading dimension aux_ld (a multiple of 8).
+struct EpilogueArgs {
+  cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
+  void* bias = nullptr;
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
+};
+
+// c = a @ b (+ epilogue) through one cuBLASLt call; a and b already mappable. Without an
+// epilogue a missing algorithm is an error; with one it returns false so the caller can fall
+// back to separate kernels.
+bool lt_matmul(const Tensor& c, const Tensor& a, const Tensor& b, const EpilogueArgs& ep) {
   const bool batched = c.dim() == 3;
   const int64_t batch = batched ? c.size(0) : 1;
   const int64_t M = c.size(-2), N = c.size(-1), K = a.size(-1);
@@ -112,10 +119,23 @@ void matmul(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
     if (lx) cublasLtMatrixLayoutDestroy(lx);
     if (op_desc) cublasLtMatmulDescDestroy(op_desc);
   };
+  bool ran = false;
   try {
     KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_desc, compute, scale_type));
     KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_TRANSA, &x.op, sizeof(x.op)));
     KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_TRANSB, &y.op, sizeof(y.op)));
+    const bool has_epilogue = ep.kind != CUBLASLT_EPILOGUE_DEFAULT;
+    if (has_epilogue) {
+      // In C^T's column-major terms the bias runs along the N rows of D: one value per output
+      // feature, broadcast over the M columns - and the bias gradient sums over those columns.
+      KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep.kind, sizeof(ep.kind)));
+      if (ep.bias)
+        KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep.bias, sizeof(ep.bias)));
+      if (ep.aux) {
+        KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux, sizeof(ep.aux)));
+        KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ep.aux_ld, sizeof(ep.aux_ld)));
+      }
+    }
     // Stored shapes (before the op): X is [N, K] or, transposed, [K, N]; likewise Y.
     const uint64_t xr = x.op == CUBLAS_OP_N ? N : K, xc = x.op == CUBLAS_OP_N ? K : N;
     const uint64_t yr = y.op == CUBLAS_OP_N ? K : M, yc = y.op == CUBLAS_OP_N ? M : K;
@@ -135,7 +155,17 @@ void matmul(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
     KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
-    KILN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.handle, op_desc, lx, ly, lc, lc, pref, 1, &heuristic, &found));
+    if (has_epilogue) {
+      // "No algorithm for this epilogue" is an answer, not an error: the caller falls back.
+      cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, op_desc, lx, ly, lc, lc, pref, 1, &heuristic, &found);
+      if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
+        cleanup();
+        return false;
+      }
+      KILN_CUBLAS_CHECK(st);
+    } else {
+      KILN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.handle, op_desc, lx, ly, lc, lc, pref, 1, &heuristic, &found));
+    }
     KILN_CHECK(found > 0, "matmul: cuBLASLt found no algorithm for [", M, ", ", K, "] @ [", K, ", ", N, "] in ", a.dtype());
     const double alpha_d = 1.0, beta_d = 0.0;
     const float alpha_f = 1.0f, beta_f = 0.0f;
@@ -143,11 +173,97 @@ void matmul(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
     const void* beta = scale_type == CUDA_R_64F ? static_cast<const void*>(&beta_d) : &beta_f;
     KILN_CUBLAS_CHECK(cublasLtMatmul(ctx.handle, op_desc, alpha, b.data_ptr(), lx, a.data_ptr(), ly, beta,
                                      c.data_ptr(), lc, c.data_ptr(), lc, &heuristic.algo, ctx.workspace, ws, stream));
+    ran = true;
   } catch (...) {
     cleanup();
     throw;
   }
   cleanup();
+  return ran;
+}
+
+thread_local bool t_used_epilogue = false;
+
+}  // namespace
+
+void matmul(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
+  KILN_CHECK(c.is_contiguous(), "matmul: output must be contiguous");
+  KILN_CHECK(a_in.dtype() == b_in.dtype() && c.dtype() == a_in.dtype(), "matmul: dtype mismatch");
+  if (c.numel() == 0) return;
+  NoGradGuard ng;
+  if (a_in.size(-1) == 0) {
+    fill(c, 0.0);
+    return;
+  }
+  Tensor a = mappable(a_in.detach()), b = mappable(b_in.detach());
+  lt_matmul(c, a, b, EpilogueArgs{});
+}
+
+// ---------------------------------------------------------------- fused epilogues
+// (contracts in kiln/kernels/fused_kernels.h; shapes and dtypes checked by fused_dispatch.cpp)
+
+bool last_call_used_epilogue() { return t_used_epilogue; }
+
+void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                     Epilogue epilogue, const Tensor& gelu_aux, GeluApprox approx) {
+  t_used_epilogue = false;
+  if (out.numel() == 0) return;
+  NoGradGuard ng;
+  const int64_t N = out.size(1), K = x.size(1);
+  const bool gelu = epilogue == Epilogue::BiasGelu;
+  Tensor a = mappable(x.detach()), b = mappable(weight.detach().t());
+  EpilogueArgs ep;
+  ep.bias = bias.data_ptr();
+  // cuBLASLt's GELU is the tanh approximation; its aux buffer needs a leading dimension that is
+  // a multiple of 8.
+  if (K > 0 && (!gelu || (approx == GeluApprox::Tanh && (!gelu_aux.defined() || N % 8 == 0)))) {
+    ep.kind = !gelu ? CUBLASLT_EPILOGUE_BIAS
+                    : gelu_aux.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
+    if (gelu && gelu_aux.defined()) {
+      ep.aux = gelu_aux.data_ptr();
+      ep.aux_ld = N;
+    }
+    if (lt_matmul(out, a, b, ep)) {
+      t_used_epilogue = true;
+      return;
+    }
+  }
+  // Fallback: the pre-activation from a GEMM with the bias epilogue (or a GEMM and a bias add),
+  // then one bias_gelu pass.
+  const Tensor& pre = gelu && gelu_aux.defined() ? gelu_aux : out;
+  EpilogueArgs bias_only;
+  bias_only.kind = CUBLASLT_EPILOGUE_BIAS;
+  bias_only.bias = bias.data_ptr();
+  if (K == 0 || !lt_matmul(pre, a, b, bias_only)) {
+    matmul(pre, x, weight.t());
+    cuda::binary(BinaryOp::Add, pre, pre, bias, 1.0, 0.0);
+  }
+  if (gelu) cuda::bias_gelu(out, pre, Tensor(), approx);
+}
+
+void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a_in, const Tensor& b_in,
+                        const Tensor& pre, GeluApprox approx) {
+  t_used_epilogue = false;
+  if (dpre.numel() == 0) {
+    if (dbias.defined()) fill(dbias, 0.0);
+    return;
+  }
+  NoGradGuard ng;
+  const int64_t N = dpre.size(1), K = a_in.size(1);
+  if (approx == GeluApprox::Tanh && K > 0 && N % 8 == 0) {
+    Tensor a = mappable(a_in.detach()), b = mappable(b_in.detach());
+    EpilogueArgs ep;
+    ep.kind = dbias.defined() ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+    ep.bias = dbias.defined() ? dbias.data_ptr() : nullptr;
+    ep.aux = pre.data_ptr();
+    ep.aux_ld = N;
+    if (lt_matmul(dpre, a, b, ep)) {
+      t_used_epilogue = true;
+      return;
+    }
+  }
+  matmul(dpre, a_in, b_in);
+  cuda::bias_gelu_backward(dpre, dbias, dpre, pre, Tensor(), approx);
 }
 
 }  // namespace kiln::kernels::cuda

@@ -1,0 +1,56 @@
+#pragma once
+// Per-element math of the fused pointwise kernels (kiln/kernels/fused_kernels.h), written once
+// for the CPU loops (kernels/cpu/fused.cpp) and the CUDA kernels (kernels/cuda/fused.cu).
+// The GELU math itself is the GeluErf / GeluTanh functors of pointwise.h (and their backward
+// functors), so `bias_gelu` computes exactly what `gelu(x + bias)` computes, minus one pass.
+// The dropout mask is the one of kiln/kernels/cpu/dropout.cpp: element i (row-major) is kept
+// when philox::uniform_f(seed, offset, i) >= p.
+#include <cstdint>
+
+#include "kiln/core/macros.h"
+#include "kiln/core/philox.h"
+#include "kiln/kernels/math/pointwise.h"
+
+namespace kiln::math {
+
+// act(x + b): the forward of bias_gelu with Act = GeluErf or GeluTanh.
+template <class Act>
+struct BiasAct {
+  template <class T> KILN_INLINE T operator()(T x, T b) const { return Act{}(x + b); }
+};
+
+// g * act'(x + b): the backward of bias_gelu with ActBackward = GeluErfBackward or
+// GeluTanhBackward (which take (g, pre-activation)).
+template <class ActBackward>
+struct BiasActBackward {
+  template <class T> KILN_INLINE T operator()(T g, T x, T b) const { return ActBackward{}(g, x + b); }
+};
+
+// The dropout mask and scale shared by the forward and the backward of bias_dropout_add.
+// p == 0 keeps everything without drawing (the kernels skip Philox entirely then); p >= 1 drops
+// everything (scale 0), as dropout(p = 1) does.
+struct DropoutMask {
+  uint64_t seed = 0, offset = 0;
+  float p = 0.0f;
+  KILN_INLINE bool keep(uint64_t i) const {
+    return p <= 0.0f || philox::uniform_f(seed, offset, i) >= p;
+  }
+};
+
+// residual + dropout(x + b) for element i, in opmath T. `scale` is 1 / (1 - p) (0 for p >= 1).
+struct BiasDropoutAdd {
+  DropoutMask mask;
+  template <class T> KILN_INLINE T operator()(T x, T b, T residual, T scale, uint64_t i) const {
+    return mask.keep(i) ? residual + (x + b) * scale : residual;
+  }
+};
+
+// d/dx of BiasDropoutAdd: g * scale where kept, else 0.
+struct DropoutGrad {
+  DropoutMask mask;
+  template <class T> KILN_INLINE T operator()(T g, T scale, uint64_t i) const {
+    return mask.keep(i) ? g * scale : T(0);
+  }
+};
+
+}  // namespace kiln::math
