@@ -4,6 +4,7 @@
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
 #include "kiln/kernels/kernels.h"
+#include "kiln/kernels/xent_kernels.h"
 
 namespace kiln {
 
@@ -134,29 +135,80 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_in
   return per.reshape(sample_shape);
 }
 
+// Cross-entropy on class-index targets, fused (kiln/kernels/xent_kernels.h): one kernel computes
+// per row max, logsumexp and the (label-smoothed) loss and saves lse; the backward writes
+// dx = (softmax(x) - q) * g from x and lse in one pass. Input [N, C] or [C], or [N, C, d...] moved
+// to [N*d..., C] rows like flatten_classes does. The loss is computed in f32 (f64 for f64 logits)
+// and returned in the logits' dtype (f32 under autocast, where 16-bit logits are still read
+// natively instead of being cast first).
+//
+// Targets out of range: on the CPU a kiln::Error naming the target and its position; on CUDA
+// nothing is checked on the host (that would synchronise every step): the row's loss is NaN,
+// so the reduced loss is NaN, and its gradient row is NaN.
+//
+// create_graph (grad mode on during backward): the backward is the differentiable formula
+// (softmax(x) - q) * g built from kiln ops, so second derivatives work.
 Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_index,
                      double label_smoothing, Reduction reduction) {
   KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
              "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
   KILN_CHECK(input.defined() && is_floating(input.dtype()),
              "cross_entropy: input must be floating-point logits");
-  const int64_t class_dim = input.dim() == 1 ? 0 : 1;
-  Tensor logp = log_softmax(input, class_dim);
-  Tensor nll = nll_loss(logp, target, ignore_index, Reduction::None);
-  if (label_smoothing == 0.0) {
-    if (reduction == Reduction::None) return nll;
-    Tensor valid = (target.to(DType::I64) != static_cast<double>(ignore_index)).to(nll.dtype());
-    if (reduction == Reduction::Sum) return nll.sum();
-    return nll.sum() / valid.sum();
+  // autocast runs cross_entropy in f32: the loss is f32, the 16-bit logits are read as they are
+  const bool low = input.dtype() == DType::F16 || input.dtype() == DType::BF16;
+  const DType out_dtype = low && amp::autocast_dtype() ? DType::F32 : input.dtype();
+  Tensor rows, flat_target;
+  IntList sample_shape;
+  flatten_classes("cross_entropy", input, target, rows, flat_target, sample_shape);
+  const Tensor x = rows.contiguous();  // differentiable: its gradient flows back to input
+  const Tensor t = flat_target.contiguous();
+  const int64_t R = x.size(0), C = x.size(1);
+  const DType sd = kernels::xent_stat_dtype(x.dtype());
+  const double e = label_smoothing;
+
+  Tensor loss_rows = empty({R}, x.options().dtype(sd).requires_grad(false));
+  Tensor lse = empty({R}, x.options().dtype(sd).requires_grad(false));
+  Tensor count;  // non-ignored targets (Mean), on the device: nothing is read on the host
+  Tensor out;
+  {
+    NoGradGuard ng;
+    kernels::cross_entropy_forward(loss_rows, lse, x.detach(), t, ignore_index, e);
+    switch (reduction) {
+      case Reduction::None: out = loss_rows.to(out_dtype).reshape(sample_shape); break;
+      case Reduction::Sum: out = loss_rows.sum().to(out_dtype); break;
+      case Reduction::Mean:
+        count = (t != static_cast<double>(ignore_index)).sum().to(sd);
+        out = (loss_rows.sum() / count).to(out_dtype);
+        break;
+    }
   }
-  // Smoothed target: (1 - e) on the true class plus e/C on every class.
-  const double C = static_cast<double>(input.size(class_dim));
-  Tensor valid = (target.to(DType::I64) != static_cast<double>(ignore_index)).to(nll.dtype());
-  Tensor smooth = -sum(logp, {class_dim}, false) / C * valid;
-  Tensor per = nll * (1.0 - label_smoothing) + smooth * label_smoothing;
-  if (reduction == Reduction::None) return per;
-  if (reduction == Reduction::Sum) return per.sum();
-  return per.sum() / valid.sum();
+  if (autograd::any_requires_grad({&x})) {
+    SavedTensor saved_x(x, "CrossEntropyBackward");
+    autograd::record_function("CrossEntropyBackward", {&x}, {&out}, [=](const TensorList& g) {
+      const Tensor xs = saved_x.get();
+      // the loss gradient of every row, [R] (None) or one value for all rows (Sum, Mean)
+      if (GradMode::is_enabled()) {  // create_graph: a differentiable formula
+        Tensor g_rows = reduction == Reduction::None ? g[0].reshape({R})
+                        : reduction == Reduction::Sum ? g[0].reshape({1})
+                                                      : g[0].reshape({1}) / count;
+        Tensor valid = (t != static_cast<double>(ignore_index)).to(g_rows.dtype());
+        Tensor safe = where(t != static_cast<double>(ignore_index), t.to(DType::I64),
+                            zeros({}, t.options().dtype(DType::I64)));
+        Tensor classes = arange(static_cast<double>(C), t.options().dtype(DType::I64)).view({1, C});
+        Tensor q = (classes == safe.view({R, 1})).to(g_rows.dtype()) * (1.0 - e) +
+                   e / static_cast<double>(C);
+        Tensor dx = (softmax(xs, 1) - q) * (g_rows * valid).view({R, 1});
+        return TensorList{dx.to(xs.dtype())};
+      }
+      Tensor g_rows = reduction == Reduction::None ? g[0].reshape({R}).to(sd).contiguous()
+                      : reduction == Reduction::Sum ? g[0].reshape({1}).to(sd)
+                                                    : (g[0].reshape({1}).to(sd) / count);
+      Tensor dx = empty(xs.sizes(), xs.options().requires_grad(false));
+      kernels::cross_entropy_backward(dx, g_rows.contiguous(), xs.detach(), lse, t, ignore_index, e);
+      return TensorList{dx};
+    });
+  }
+  return out;
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
