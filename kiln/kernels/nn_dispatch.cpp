@@ -1,7 +1,13 @@
 // Routes the nn kernels (convolution, pooling) to the backend of their operands' device, after
-// checking that all operands agree on it. There are no CUDA kernels for these yet.
+// checking that all operands agree on it: the CPU kernels (kernels/cpu/{conv,pool}.cpp) or, in
+// builds with CUDA, the CUDA ones (kernels/cuda/conv_cudnn.cpp through cuDNN, kernels/cuda/pool.cu).
+#include "kiln/config.h"
 #include "kiln/core/shape.h"
 #include "kiln/kernels/nn_kernels.h"
+
+#if KILN_WITH_CUDA
+#include "kiln/kernels/cuda/conv_cuda.h"
+#endif
 
 namespace kiln::kernels {
 
@@ -21,10 +27,20 @@ bool on_cpu(const char* op, std::initializer_list<const Tensor*> ts) {
   }
   KILN_CHECK(first, op, ": every operand is undefined");
   if (first->device().is_cpu()) return true;
-  KILN_FAIL(op, ": no CUDA kernel in this build yet for tensors on ", first->device(), " (sizes ",
-            first->sizes(), "); the CUDA kernels arrive with the CUDA-backend issue; move the "
-            "tensors to the CPU with .cpu()");
+#if KILN_WITH_CUDA
+  if (first->device().is_cuda()) return false;
+#endif
+  KILN_FAIL(op, ": no kernel in this build for tensors on ", first->device(), " (sizes ",
+            first->sizes(), "); kiln was built without CUDA; move the tensors to the CPU with "
+            ".cpu()");
 }
+
+// The CUDA kernel when built with CUDA (on_cpu() only returns false then).
+#if KILN_WITH_CUDA
+#define KILN_NN_CUDA(call) cuda::call
+#else
+#define KILN_NN_CUDA(call) KILN_FAIL("unreachable: CUDA tensor in a build without CUDA")
+#endif
 
 }  // namespace
 
@@ -54,51 +70,73 @@ Tensor empty_4d(const IntList& s, const TensorOptions& opts, MemoryFormat fmt) {
 
 void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                     const ConvGeometry& g) {
-  if (on_cpu("conv2d", {&out, &x, &weight, &bias})) cpu::conv2d_forward(out, x, weight, bias, g);
+  if (on_cpu("conv2d", {&out, &x, &weight, &bias}))
+    cpu::conv2d_forward(out, x, weight, bias, g);
+  else
+    KILN_NN_CUDA(conv2d_forward(out, x, weight, bias, g));
 }
 
 void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
                            const ConvGeometry& g) {
   if (on_cpu("conv2d_backward_input", {&grad_x, &grad_out, &weight}))
     cpu::conv2d_backward_input(grad_x, grad_out, weight, g);
+  else
+    KILN_NN_CUDA(conv2d_backward_input(grad_x, grad_out, weight, g));
 }
 
 void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
                             const Tensor& grad_out, const Tensor& x, const ConvGeometry& g) {
   if (on_cpu("conv2d_backward_weight", {&grad_weight, &grad_bias, &grad_out, &x}))
     cpu::conv2d_backward_weight(grad_weight, grad_bias, grad_out, x, g);
+  else
+    KILN_NN_CUDA(conv2d_backward_weight(grad_weight, grad_bias, grad_out, x, g));
 }
 
 void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& x,
                         const PoolGeometry& g) {
-  if (on_cpu("max_pool2d", {&out, &indices, &x})) cpu::max_pool2d_forward(out, indices, x, g);
+  if (on_cpu("max_pool2d", {&out, &indices, &x}))
+    cpu::max_pool2d_forward(out, indices, x, g);
+  else
+    KILN_NN_CUDA(max_pool2d_forward(out, indices, x, g));
 }
 
 void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
                          const PoolGeometry& g) {
   if (on_cpu("max_pool2d_backward", {&grad_x, &grad_out, &indices}))
     cpu::max_pool2d_backward(grad_x, grad_out, indices, g);
+  else
+    KILN_NN_CUDA(max_pool2d_backward(grad_x, grad_out, indices, g));
 }
 
 void avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& g,
                         bool count_include_pad) {
-  if (on_cpu("avg_pool2d", {&out, &x})) cpu::avg_pool2d_forward(out, x, g, count_include_pad);
+  if (on_cpu("avg_pool2d", {&out, &x}))
+    cpu::avg_pool2d_forward(out, x, g, count_include_pad);
+  else
+    KILN_NN_CUDA(avg_pool2d_forward(out, x, g, count_include_pad));
 }
 
 void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,
                          bool count_include_pad) {
   if (on_cpu("avg_pool2d_backward", {&grad_x, &grad_out}))
     cpu::avg_pool2d_backward(grad_x, grad_out, g, count_include_pad);
+  else
+    KILN_NN_CUDA(avg_pool2d_backward(grad_x, grad_out, g, count_include_pad));
 }
 
 void adaptive_avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& g) {
-  if (on_cpu("adaptive_avg_pool2d", {&out, &x})) cpu::adaptive_avg_pool2d_forward(out, x, g);
+  if (on_cpu("adaptive_avg_pool2d", {&out, &x}))
+    cpu::adaptive_avg_pool2d_forward(out, x, g);
+  else
+    KILN_NN_CUDA(adaptive_avg_pool2d_forward(out, x, g));
 }
 
 void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out,
                                   const PoolGeometry& g) {
   if (on_cpu("adaptive_avg_pool2d_backward", {&grad_x, &grad_out}))
     cpu::adaptive_avg_pool2d_backward(grad_x, grad_out, g);
+  else
+    KILN_NN_CUDA(adaptive_avg_pool2d_backward(grad_x, grad_out, g));
 }
 
 }  // namespace kiln::kernels

@@ -6,7 +6,8 @@
 //   conv_transpose2d:  y  = bwd_input(x, w)  dx = fwd(dy, w)         dw = bwd_weight(x, dy)
 // Memory format: an input with channels-last strides runs the NHWC kernels and gives a
 // channels-last output (the same [N, C, H, W] sizes); any other non-contiguous input is made
-// NCHW-contiguous first. f16/bf16 compute in f32 (through differentiable casts).
+// NCHW-contiguous first. f16/bf16 compute in f32 on the CPU (through differentiable casts) and
+// natively on CUDA (cuDNN, f32 accumulation).
 // Double backward (create_graph through a convolution) is not implemented and says so.
 #include <string>
 
@@ -87,7 +88,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
   if (x_in.dim() == 3) return conv2d(x_in.unsqueeze(0), weight, bias, params).squeeze(0);
   KILN_CHECK(weight.dim() == 4, op, ": expected a 4-D weight [C_out, C_in / groups, kH, kW], got sizes ",
              weight.sizes(), " (input sizes ", x_in.sizes(), ")");
-  if (is_half(x_in.dtype())) {
+  if (is_half(x_in.dtype()) && x_in.device().is_cpu()) {  // CUDA: cuDNN takes f16/bf16 natively
     Tensor b = bias.defined() ? bias.to(DType::F32) : Tensor();
     return conv2d(x_in.to(DType::F32), weight.to(DType::F32), b, params).to(x_in.dtype());
   }
@@ -215,7 +216,7 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& weight, const Tensor& 
   KILN_CHECK(weight.dim() == 4, op,
              ": expected a 4-D weight [C_in, C_out / groups, kH, kW], got sizes ", weight.sizes(),
              " (input sizes ", x_in.sizes(), ")");
-  if (is_half(x_in.dtype())) {
+  if (is_half(x_in.dtype()) && x_in.device().is_cpu()) {  // CUDA: cuDNN takes f16/bf16 natively
     Tensor b = bias.defined() ? bias.to(DType::F32) : Tensor();
     return conv_transpose2d(x_in.to(DType::F32), weight.to(DType::F32), b, params)
         .to(x_in.dtype());

@@ -2,7 +2,8 @@
 // h * W + w within each plane), avg_pool2d (count_include_pad) and adaptive_avg_pool2d. The CPU
 // kernels read and write every operand through its strides, so no input is copied; the output
 // (and the input gradient) is channels-last when the input is, NCHW-contiguous otherwise.
-// f16/bf16 compute in f32. Double backward is not implemented and says so.
+// f16/bf16 compute in f32 (widened here on the CPU; inside the kernels on CUDA). Double
+// backward is not implemented and says so.
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
 #include "kiln/kernels/nn_kernels.h"
@@ -70,7 +71,7 @@ Tensor max_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride,
   const char* op = "max_pool2d";
   check_input(op, x);
   if (x.dim() == 3) return max_pool2d(x.unsqueeze(0), kernel, stride, padding).squeeze(0);
-  if (is_half(x.dtype()))
+  if (is_half(x.dtype()) && x.device().is_cpu())  // the CUDA kernels take f16/bf16
     return max_pool2d(x.to(DType::F32), kernel, stride, padding).to(x.dtype());
   const PoolGeometry g = window_geometry(op, x, kernel, stride, padding);
   const MemoryFormat fmt = out_format(x);
@@ -97,7 +98,7 @@ Tensor avg_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride,
   check_input(op, x);
   if (x.dim() == 3)
     return avg_pool2d(x.unsqueeze(0), kernel, stride, padding, count_include_pad).squeeze(0);
-  if (is_half(x.dtype()))
+  if (is_half(x.dtype()) && x.device().is_cpu())  // the CUDA kernels take f16/bf16
     return avg_pool2d(x.to(DType::F32), kernel, stride, padding, count_include_pad).to(x.dtype());
   const PoolGeometry g = window_geometry(op, x, kernel, stride, padding);
   const MemoryFormat fmt = out_format(x);
@@ -120,7 +121,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, const IntList& output_size) {
   const char* op = "adaptive_avg_pool2d";
   check_input(op, x);
   if (x.dim() == 3) return adaptive_avg_pool2d(x.unsqueeze(0), output_size).squeeze(0);
-  if (is_half(x.dtype())) return adaptive_avg_pool2d(x.to(DType::F32), output_size).to(x.dtype());
+  if (is_half(x.dtype()) && x.device().is_cpu()) return adaptive_avg_pool2d(x.to(DType::F32), output_size).to(x.dtype());
   const IntList os = pair_arg(op, "output_size", output_size);
   KILN_CHECK(os[0] > 0 && os[1] > 0, op, ": output_size must be positive, got ", os,
              " (input sizes ", x.sizes(), ")");

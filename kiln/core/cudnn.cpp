@@ -1,0 +1,87 @@
+// cuDNN settings (kiln/core/cudnn.h): two process-wide flags and the autotuner's cache of chosen
+// convolution algorithms. Compiled in every build; only version() talks to cuDNN itself.
+#include "kiln/core/cudnn.h"
+
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+
+#include "kiln/config.h"
+#include "kiln/core/cuda.h"
+
+#if KILN_WITH_CUDNN
+#include <cudnn.h>
+#endif
+
+namespace kiln::cudnn {
+
+namespace {
+
+std::atomic<bool> g_benchmark{false};
+std::atomic<bool> g_deterministic{false};
+
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<std::string, detail::AlgoChoice> map;
+};
+
+Cache& cache() {
+  static Cache* c = new Cache();  // never destroyed: convolutions may run during static teardown
+  return *c;
+}
+
+}  // namespace
+
+void set_benchmark(bool enabled) { g_benchmark = enabled; }
+bool benchmark() { return g_benchmark; }
+void set_deterministic(bool enabled) { g_deterministic = enabled; }
+bool deterministic() { return g_deterministic; }
+
+bool built_with_cudnn() { return KILN_WITH_CUDNN != 0; }
+
+bool is_available() { return built_with_cudnn() && kiln::cuda::is_available() && version() > 0; }
+
+int version() {
+#if KILN_WITH_CUDNN
+  // cudnnGetVersion() is major * 10000 + minor * 100 + patch since cuDNN 9 (and major * 1000 +
+  // minor * 100 + patch before); report the 9.x form for both.
+  const size_t v = cudnnGetVersion();
+  if (v < 90000) return static_cast<int>((v / 1000) * 10000 + (v % 1000));
+  return static_cast<int>(v);
+#else
+  return 0;
+#endif
+}
+
+void clear_autotune_cache() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.map.clear();
+}
+
+size_t autotune_cache_size() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.map.size();
+}
+
+namespace detail {
+
+bool autotune_lookup(const std::string& key, AlgoChoice* out) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.map.find(key);
+  if (it == c.map.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+void autotune_store(const std::string& key, const AlgoChoice& choice) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.map[key] = choice;
+}
+
+}  // namespace detail
+
+}  // namespace kiln::cudnn
