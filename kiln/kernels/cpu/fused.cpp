@@ -158,6 +158,7 @@ void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, cons
           yp[base + j] = static_cast<T>(static_cast<O>(rp[base + j]) + (static_cast<O>(xp[base + j]) + bp[j]));
         continue;
       }
+#pragma omp simd
       for (int64_t j = 0; j < cols; ++j)
         yp[base + j] = static_cast<T>(f(static_cast<O>(xp[base + j]), bp[j], static_cast<O>(rp[base + j]), scale,
                                         static_cast<uint64_t>(base + j)));
@@ -178,6 +179,12 @@ void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tens
     T* dp = static_cast<T*>(dx.data_ptr());
     rows_with_column_sum(dp, dbias, rows, cols, [&](int64_t r) {
       const int64_t base = r * cols;
+      if (p == 0.0) {  // nothing dropped: dx = g
+#pragma omp simd
+        for (int64_t j = 0; j < cols; ++j) dp[base + j] = gp[base + j];
+        return;
+      }
+#pragma omp simd
       for (int64_t j = 0; j < cols; ++j)
         dp[base + j] = static_cast<T>(f(static_cast<O>(gp[base + j]), scale, static_cast<uint64_t>(base + j)));
     });

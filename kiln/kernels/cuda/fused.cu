@@ -83,7 +83,9 @@ __global__ void bias_dropout_add_kernel(T* __restrict__ y, const T* __restrict__
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const M b = bias ? static_cast<M>(bias[i % k]) : M(0);
-    y[i] = static_cast<T>(f(static_cast<M>(x[i]), b, static_cast<M>(residual[i]), scale, static_cast<uint64_t>(i)));
+    const M xb = static_cast<M>(x[i]) + b, r = static_cast<M>(residual[i]);
+    // p == 0 (eval mode): no Philox rounds; the branch is uniform across the grid.
+    y[i] = static_cast<T>(f.mask.p <= 0.0f ? r + xb : f(xb, M(0), r, scale, static_cast<uint64_t>(i)));
   }
 }
 
@@ -115,6 +117,7 @@ struct DropoutGradAt {
   __device__ opmath_t<T> operator()(int64_t r, int64_t j, int64_t k) const {
     using M = opmath_t<T>;
     const int64_t i = r * k + j;
+    if (f.mask.p <= 0.0f) return static_cast<M>(g[i]);  // nothing dropped (uniform branch)
     return f(static_cast<M>(g[i]), scale, static_cast<uint64_t>(i));
   }
 };

@@ -26,15 +26,13 @@ struct BiasActBackward {
   template <class T> KILN_INLINE T operator()(T g, T x, T b) const { return ActBackward{}(g, x + b); }
 };
 
-// The dropout mask and scale shared by the forward and the backward of bias_dropout_add.
-// p == 0 keeps everything without drawing (the kernels skip Philox entirely then); p >= 1 drops
-// everything (scale 0), as dropout(p = 1) does.
+// The dropout mask shared by the forward and the backward of bias_dropout_add. Branch-free (so
+// CPU loops vectorize the Philox rounds); p == 0 keeps everything (u >= 0 always), and the
+// kernels skip drawing then; p >= 1 drops everything (u < 1), as dropout(p = 1) does.
 struct DropoutMask {
   uint64_t seed = 0, offset = 0;
   float p = 0.0f;
-  KILN_INLINE bool keep(uint64_t i) const {
-    return p <= 0.0f || philox::uniform_f(seed, offset, i) >= p;
-  }
+  KILN_INLINE bool keep(uint64_t i) const { return philox::uniform_f(seed, offset, i) >= p; }
 };
 
 // residual + dropout(x + b) for element i, in opmath T. `scale` is 1 / (1 - p) (0 for p >= 1).
