@@ -8,6 +8,7 @@
 #include "kiln/core/cuda_stream.h"
 #include "kiln/core/sync_debug.h"
 #include "kiln/core/cudnn.h"
+#include "kiln/core/determinism.h"
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"

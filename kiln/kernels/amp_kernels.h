@@ -1,18 +1,53 @@
 #pragma once
-// The loss scaler's fused kernel: multiply every gradient by inv_scale in place and set
-// found_inf (a one-element f32 tensor, 0 or 1) if any value is Inf or NaN — one pass over all
-// gradients instead of a check and a scale per tensor. inv_scale and found_inf live on the
-// gradients' device, so nothing is read on the host.
+// The loss scaler's kernels.
+//
+// unscale_and_check_: multiply every gradient by inv_scale in place and set found_inf (a
+// one-element f32 tensor, 0 or 1) if any value is Inf or NaN — one pass over all gradients instead
+// of a check and a scale per tensor. inv_scale and found_inf live on the gradients' device, so
+// nothing is read on the host.
+//
+// amp_update_scale_: GradScaler.update() as a kernel (one thread on a GPU): the next scale and
+// growth tracker from found_inf, all three read and written where they live, so a training step
+// does not synchronise with the host. The rule is math::update_loss_scale below, shared by the CPU
+// and CUDA versions.
+#include <cstdint>
 #include <vector>
 
+#include "kiln/core/macros.h"
 #include "kiln/core/tensor.h"
+
+namespace kiln::math {
+
+// PyTorch's GradScaler update: after an overflow the scale is multiplied by backoff and the
+// tracker reset; otherwise the tracker counts clean steps and every growth_interval of them the
+// scale is multiplied by growth (and the tracker reset). The scale is computed in double and
+// stored by the caller in its tensor's dtype.
+KILN_INLINE void update_loss_scale(double& scale, int64_t& tracker, bool found_inf, double growth_factor,
+                                   double backoff_factor, int64_t growth_interval) {
+  if (found_inf) {
+    scale *= backoff_factor;
+    tracker = 0;
+  } else if (++tracker == growth_interval) {
+    scale *= growth_factor;
+    tracker = 0;
+  }
+}
+
+}  // namespace kiln::math
 
 namespace kiln::kernels {
 
 void unscale_and_check_(const std::vector<Tensor>& grads, const Tensor& inv_scale, const Tensor& found_inf);
 
+// scale: one-element f32 (or f64); growth_tracker: one-element i64; found_inf: one-element f32.
+// All on one device.
+void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                       double growth_factor, double backoff_factor, int64_t growth_interval);
+
 namespace cpu {
 void unscale_and_check_(const std::vector<Tensor>& grads, const Tensor& inv_scale, const Tensor& found_inf);
-}
+void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                       double growth_factor, double backoff_factor, int64_t growth_interval);
+}  // namespace cpu
 
 }  // namespace kiln::kernels

@@ -3,7 +3,11 @@
 // The index *values* are range-checked by the backend, before it writes anything.
 #include "kiln/kernels/indexing.h"
 
+#include "kiln/config.h"
 #include "kiln/core/shape.h"
+#if KILN_WITH_CUDA
+#include "kiln/kernels/cuda/indexing_cuda.h"
+#endif
 
 namespace kiln::kernels {
 
@@ -24,10 +28,16 @@ Device common_device(const char* op, std::initializer_list<const Tensor*> ts) {
   return first->device();
 }
 
-[[noreturn]] void no_cuda_kernel(const char* op) {
-  KILN_FAIL(op, ": this op has no CUDA kernel in this build yet (the CUDA kernels arrive with the "
-            "CUDA-backend issue); move the tensors to the CPU with .cpu()");
+[[noreturn, maybe_unused]] void no_cuda_kernel(const char* op) {
+  KILN_FAIL(op, ": kiln was built without CUDA, so this op cannot run on a CUDA tensor; move the "
+            "tensors to the CPU with .cpu()");
 }
+
+#if KILN_WITH_CUDA
+#define KILN_INDEXING_CUDA(op_name, call) return cuda::call
+#else
+#define KILN_INDEXING_CUDA(op_name, call) no_cuda_kernel(op_name)
+#endif
 
 void check_index_dtype(const Tensor& index, const char* op) {
   KILN_CHECK(index.dtype() == DType::I64 || index.dtype() == DType::I32, op,
@@ -60,7 +70,7 @@ void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor
   IntList want = with_size(in.sizes(), dim, index.numel());
   KILN_CHECK(out.sizes() == want, op, ": out has sizes ", out.sizes(), ", expected ", want);
   if (dev.is_cpu()) return cpu::index_select(out, in, dim, index, op);
-  no_cuda_kernel(op);
+  KILN_INDEXING_CUDA(op, index_select(out, in, dim, index, op));
 }
 
 void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src,
@@ -76,7 +86,7 @@ void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor
   KILN_CHECK(src.sizes() == want, op, ": source has sizes ", src.sizes(), ", expected ", want,
              " (target sizes ", out.sizes(), ", ", index.numel(), " indices along dimension ", dim, ")");
   if (dev.is_cpu()) return cpu::index_add(out, dim, index, src, op);
-  no_cuda_kernel(op);
+  KILN_INDEXING_CUDA(op, index_add(out, dim, index, src, op));
 }
 
 void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op) {
@@ -94,7 +104,7 @@ void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& inde
   KILN_CHECK(out.sizes() == index.sizes(), op, ": out has sizes ", out.sizes(),
              ", expected the index sizes ", index.sizes());
   if (dev.is_cpu()) return cpu::gather(out, in, dim, index, op);
-  no_cuda_kernel(op);
+  KILN_INDEXING_CUDA(op, gather(out, in, dim, index, op));
 }
 
 void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src,
@@ -114,7 +124,7 @@ void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tens
   }
   check_same_dtype(out, "the target", src, "source", op);
   if (dev.is_cpu()) return cpu::scatter_add(out, dim, index, src, op);
-  no_cuda_kernel(op);
+  KILN_INDEXING_CUDA(op, scatter_add(out, dim, index, src, op));
 }
 
 std::pair<int64_t, int64_t> index_min_max(const Tensor& index, const char* op) {
@@ -122,8 +132,8 @@ std::pair<int64_t, int64_t> index_min_max(const Tensor& index, const char* op) {
   check_index_dtype(index, op);
   KILN_CHECK(index.numel() > 0, op, ": index_min_max needs a non-empty index");
   if (index.device().is_cpu()) return cpu::index_min_max(index, op);
-  // One explicit device -> host copy (the caller asked for the values).
-  return cpu::index_min_max(index.cpu(), op);
+  // An explicit synchronisation: one reduction on the device, 16 bytes copied back.
+  KILN_INDEXING_CUDA(op, index_min_max(index, op));
 }
 
 }  // namespace kiln::kernels

@@ -14,6 +14,15 @@
 #include "kiln/core/tensor.h"
 #include "kiln/kernels/math/optim.h"
 
+namespace kiln::math {
+// The per-element lerp of multi_tensor_lerp_, shared by both launchers: x + w (y - x).
+template <class T>
+struct LerpOp {
+  T w;
+  KILN_INLINE T operator()(T x, T y) const { return x + w * (y - x); }
+};
+}  // namespace kiln::math
+
 namespace kiln::kernels {
 
 // The tensors one fused step reads and writes. Entry i of every list belongs to parameter i;
@@ -59,11 +68,18 @@ Tensor multi_tensor_norm(const std::vector<Tensor>& tensors, double norm_type);
 // one multi-tensor pass. The arithmetic is done in each tensor's opmath type.
 void multi_tensor_scale_(const std::vector<Tensor>& tensors, const Tensor& scale);
 
+// dst[i] += weight * (src[i] - dst[i]) for every pair, in one multi-tensor pass (the EMA update:
+// weight = 1 - decay). dst[i] and src[i] share dtype, sizes and device; the arithmetic is done in
+// the opmath type (math::LerpOp). weight is a host value: it changes on the host (EMA warm-up),
+// not on the device.
+void multi_tensor_lerp_(const std::vector<Tensor>& dst, const std::vector<Tensor>& src, double weight);
+
 namespace cpu {
 void fused_optimizer_step(const math::OptimHyper& hyper, const MultiTensorLists& lists,
                           const StepScalars& scalars);
 Tensor multi_tensor_norm(const std::vector<Tensor>& tensors, double norm_type);
 void multi_tensor_scale_(const std::vector<Tensor>& tensors, const Tensor& scale);
+void multi_tensor_lerp_(const std::vector<Tensor>& dst, const std::vector<Tensor>& src, double weight);
 }  // namespace cpu
 
 }  // namespace kiln::kernels

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kiln/core/autograd.h"
+#include "kiln/kernels/optim_kernels.h"
 
 namespace kiln::optim {
 
@@ -21,10 +22,9 @@ void EMA::update() {
   NoGradGuard ng;
   double d = decay_;
   if (warmup_) d = std::min(d, (1.0 + static_cast<double>(updates_)) / (10.0 + static_cast<double>(updates_)));
-  for (size_t i = 0; i < live_.size(); ++i) {
-    // shadow += (1 - d) * (param - shadow): one fused binary kernel (a + alpha * b) after the sub
-    shadow_[i].add_(live_[i] - shadow_[i], 1.0 - d);
-  }
+  // shadow += (1 - d) * (param - shadow) for every tensor, in one multi-tensor pass (a few
+  // launches on a GPU instead of two kernels and a temporary per tensor).
+  kernels::multi_tensor_lerp_(shadow_, live_, 1.0 - d);
   ++updates_;
 }
 

@@ -61,20 +61,10 @@ void GradScaler::update() {
   if (!enabled_) return;
   KILN_CHECK(scale_.defined(), "GradScaler.update: nothing was scaled this step");
   NoGradGuard ng;
-  // Computed on the host here (the CPU is the only backend with the kernel so far); a device
-  // version reads found_inf in a kernel instead.
-  const bool overflow = found_inf_.item<float>() != 0;
-  double s = scale_.item<double>();
-  int64_t t = growth_tracker_.item<int64_t>();
-  if (overflow) {
-    s *= o_.backoff_factor_;
-    t = 0;
-  } else if (++t == o_.growth_interval_) {
-    s *= o_.growth_factor_;
-    t = 0;
-  }
-  scale_.fill_(s);
-  growth_tracker_.fill_(static_cast<double>(t));
+  // Computed where the tensors live: on a GPU a one-thread kernel reads found_inf and writes the
+  // next scale and growth tracker, so the training step does not wait for the host.
+  kernels::amp_update_scale_(scale_, growth_tracker_, found_inf_, o_.growth_factor_, o_.backoff_factor_,
+                             o_.growth_interval_);
   unscaled_ = false;
 }
 

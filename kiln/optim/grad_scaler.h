@@ -10,7 +10,8 @@
 //
 // The scale, the found-inf flag and the growth tracker are tensors: unscale is one fused kernel
 // over all gradients, and the optimizer reads found-inf itself, so no host read happens in
-// scale/unscale/step. update() computes the next scale from them.
+// scale/unscale/step. update() computes the next scale from them in a kernel where they live (one
+// GPU thread on a device), so a whole step - update included - runs without a host sync.
 //
 // bf16 has f32's range and needs no scaling; on the CPU there is no f16 training. So by default
 // the scaler is enabled only when a CUDA device is available; GradScalerOptions().enabled(true)

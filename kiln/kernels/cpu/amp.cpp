@@ -1,5 +1,7 @@
-// CPU version of the loss scaler's unscale + inf check (see kernels/amp_kernels.h): every
-// gradient is walked once, scaled in place, and non-finite values are counted per thread.
+// CPU versions of the loss scaler's kernels (see kernels/amp_kernels.h): the unscale + inf check
+// walks every gradient once, scales it in place and counts non-finite values per thread; the
+// scale update runs math::update_loss_scale on the host values. kernels/optim_dispatch.cpp routes
+// to these or to the CUDA versions.
 #include <omp.h>
 
 #include <cmath>
@@ -39,12 +41,22 @@ void unscale_and_check_(const std::vector<Tensor>& grads, const Tensor& inv_scal
   }
 }
 
-}  // namespace cpu
-
-void unscale_and_check_(const std::vector<Tensor>& grads, const Tensor& inv_scale, const Tensor& found_inf) {
-  KILN_CHECK(found_inf.device().is_cpu(), "unscale_and_check_: the CUDA kernel is not written yet (issue: CUDA "
-             "backend); GradScaler is disabled on the GPU until then");
-  cpu::unscale_and_check_(grads, inv_scale, found_inf);
+void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                       double growth_factor, double backoff_factor, int64_t growth_interval) {
+  KILN_CHECK(scale.numel() == 1 && (scale.dtype() == DType::F32 || scale.dtype() == DType::F64) &&
+                 growth_tracker.numel() == 1 && growth_tracker.dtype() == DType::I64 &&
+                 found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
+             "amp_update_scale_: expected one-element scale (f32/f64), growth_tracker (i64) and found_inf (f32)");
+  double s = scale.item<double>();
+  int64_t t = growth_tracker.item<int64_t>();
+  math::update_loss_scale(s, t, found_inf.item<float>() != 0.0f, growth_factor, backoff_factor, growth_interval);
+  if (scale.dtype() == DType::F32) *scale.data_ptr<float>() = static_cast<float>(s);
+  else *scale.data_ptr<double>() = s;
+  *growth_tracker.data_ptr<int64_t>() = t;
+  scale.storage()->bump_version();
+  growth_tracker.storage()->bump_version();
 }
+
+}  // namespace cpu
 
 }  // namespace kiln::kernels

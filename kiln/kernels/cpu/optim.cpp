@@ -448,4 +448,44 @@ void multi_tensor_scale_(const std::vector<Tensor>& tensors, const Tensor& scale
   for (int32_t i : which) tensors[i].storage()->bump_version();
 }
 
+void multi_tensor_lerp_(const std::vector<Tensor>& dst, const std::vector<Tensor>& src, double weight) {
+  KILN_CHECK(dst.size() == src.size(), "multi_tensor_lerp_: ", dst.size(), " destinations but ",
+             src.size(), " sources");
+  std::vector<int64_t> numels(dst.size(), 0);
+  std::vector<int32_t> which;
+  for (size_t i = 0; i < dst.size(); ++i) {
+    const Tensor& d = dst[i];
+    const Tensor& s = src[i];
+    KILN_CHECK(d.defined() && s.defined(), "multi_tensor_lerp_: pair ", i, " has an undefined tensor");
+    KILN_CHECK(d.device().is_cpu() && s.device().is_cpu(), "multi_tensor_lerp_ (CPU): pair ", i,
+               " is on ", d.device(), " and ", s.device());
+    KILN_CHECK(d.is_floating_point() && d.dtype() == s.dtype() && d.sizes() == s.sizes(),
+               "multi_tensor_lerp_: pair ", i, " must be floating tensors of one dtype and sizes, got ",
+               d.dtype(), " ", d.sizes(), " and ", s.dtype(), " ", s.sizes());
+    if (!is_dense(d) || !same_layout(d, s)) {  // rare: the strided pointwise path
+      const_cast<Tensor&>(d).add_(s - d, weight);
+      continue;
+    }
+    numels[i] = d.numel();
+    if (numels[i] > 0) which.push_back(static_cast<int32_t>(i));
+  }
+  const std::vector<Chunk> chunks = make_chunks(numels, which);
+  const int64_t nchunks = static_cast<int64_t>(chunks.size());
+#pragma omp parallel for schedule(dynamic, 1) if (nchunks > 1)
+  for (int64_t c = 0; c < nchunks; ++c) {
+    const Chunk& ch = chunks[c];
+    dispatch_floating(dst[ch.tensor].dtype(), "multi_tensor_lerp_", [&](auto tag) {
+      using P = typename decltype(tag)::type;
+      using M = opmath_t<P>;
+      P* __restrict x = static_cast<P*>(dst[ch.tensor].data_ptr());
+      const P* __restrict y = static_cast<const P*>(src[ch.tensor].data_ptr());
+      const math::LerpOp<M> f{static_cast<M>(weight)};
+#pragma omp simd
+      for (int64_t i = ch.begin; i < ch.end; ++i)
+        x[i] = static_cast<P>(f(static_cast<M>(x[i]), static_cast<M>(y[i])));
+    });
+  }
+  for (int32_t i : which) dst[i].storage()->bump_version();
+}
+
 }  // namespace kiln::kernels::cpu

@@ -24,7 +24,9 @@
 
 namespace kiln::math {
 
-#if !defined(__CUDACC__)
+#if defined(__CUDACC__)
+using ::pow; using ::sqrt;  // (kiln::pow/sqrt on tensors would hide them otherwise)
+#else
 using std::pow; using std::sqrt;
 #endif
 
