@@ -4,6 +4,10 @@
 
 #include "kiln/core/error.h"
 #include "kiln/kernels/norm_kernels.h"
+#include "kiln/config.h"
+#if KILN_WITH_CUDA
+#include "kiln/kernels/cuda/attention_cuda.h"
+#endif
 
 namespace kiln::kernels {
 
@@ -75,7 +79,11 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
                        const Tensor& v, double scale, bool causal) {
   if (common_device("scaled_dot_product_attention", {&out, &lse, &q, &k, &v}).is_cpu())
     return cpu::attention_forward(out, lse, q, k, v, scale, causal);
+#if KILN_WITH_CUDA
+  cuda::attention_forward(out, lse, q, k, v, scale, causal);
+#else
   no_cuda_kernel("scaled_dot_product_attention");
+#endif
 }
 
 void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& g,
@@ -84,7 +92,11 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   if (common_device("scaled_dot_product_attention_backward",
                     {&dq, &dk, &dv, &g, &q, &k, &v, &out, &lse}).is_cpu())
     return cpu::attention_backward(dq, dk, dv, g, q, k, v, out, lse, scale, causal);
+#if KILN_WITH_CUDA
+  cuda::attention_backward(dq, dk, dv, g, q, k, v, out, lse, scale, causal);
+#else
   no_cuda_kernel("scaled_dot_product_attention_backward");
+#endif
 }
 
 int64_t attention_block_size() { return cpu::attention_block_size(); }

@@ -2,8 +2,10 @@
 // leading dims. Forward and backward run the blocked online-softmax kernel
 // (kiln/kernels/cpu/attention.cpp): no [Tq, Tk] score matrix is materialised; the backward
 // recomputes each block of probabilities from the saved per-row logsumexp. 16-bit inputs are
-// computed in float32. Under create_graph the backward is the composite formula of
-// differentiable ops (which does materialise the scores).
+// widened to float32 for the CPU kernel; the CUDA kernel (kiln/kernels/cuda/attention.cu) reads
+// them natively and accumulates in float32. lse is kept in the stat dtype. Under create_graph
+// the backward is the composite formula of differentiable ops (which does materialise the
+// scores).
 #include <cmath>
 #include <limits>
 
@@ -62,7 +64,9 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   int64_t B = 1;
   for (int64_t d = 0; d < nd - 2; ++d) B *= q.size(d);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  const DType cdt = q.dtype() == DType::F64 ? DType::F64 : DType::F32;  // compute dtype
+  // kernel dtype: f16/bf16 stay native on CUDA; the CPU kernel takes f32 or f64
+  const DType cdt = q.dtype() == DType::F64 || q.is_cuda() ? q.dtype() : DType::F32;
+  const DType sdt = kernels::norm_stat_dtype(q.dtype());  // lse
 
   Tensor out, lse, q3, k3, v3;
   IntList out_sizes = q.sizes();
@@ -73,7 +77,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     k3 = to3d(k.detach(), B, cdt);
     v3 = to3d(v.detach(), B, cdt);
     Tensor o3 = empty({B, Tq, Dv}, TensorOptions().dtype(cdt).device(q.device()));
-    lse = empty({B, Tq}, TensorOptions().dtype(cdt).device(q.device()));
+    lse = empty({B, Tq}, TensorOptions().dtype(sdt).device(q.device()));
     if (B * Tq > 0) kernels::attention_forward(o3, lse, q3, k3, v3, scale, is_causal);
     out = o3.view(out_sizes).to(q.dtype());
   }

@@ -1,0 +1,185 @@
+// The fused CUDA attention (kiln/kernels/cuda/attention.cu) against the CPU kernel
+// (kiln/kernels/cpu/attention.cpp) on random inputs: forward output, lse and the three gradients,
+// causal and not, odd sequence lengths (1, 7, 65, 130, 200: not multiples of the 32/64-row tiles),
+// Tq != Tk both ways, D != Dv, head dims 16/64/80/128 (all three head-dim buckets), f32, f64 and
+// native f16/bf16 (the CPU reference widens 16-bit inputs to f32 and rounds its result once).
+//
+// Tolerances are relative to the tensor's scale: max |gpu - cpu| <= tol * max(1, max |cpu|) with
+// tol = 1e-4 (f32: accumulation order differs), 1e-10 (f64), 5e-3 (f16: ~4 ulps of the rounded
+// result) and 3e-2 (bf16: ~4 ulps). The backward must also be bitwise reproducible.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+
+#include "kiln/kernels/norm_kernels.h"
+
+namespace F = kiln::nn::functional;
+using kiln::DType;
+using kiln::Tensor;
+
+namespace {
+const kiln::Device kGpu = kiln::Device::cuda(0);
+const kiln::Device kCpu = kiln::Device::cpu();
+
+kiln::TensorOptions on_gpu(DType dt = DType::F32) { return kiln::TensorOptions().dtype(dt).device(kGpu); }
+
+void require_near(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
+  INFO(what);
+  REQUIRE(gpu.defined());
+  REQUIRE(cpu.defined());
+  REQUIRE(gpu.device() == kGpu);
+  REQUIRE(gpu.sizes() == cpu.sizes());
+  REQUIRE(gpu.dtype() == cpu.dtype());
+  Tensor a = gpu.cpu().to(DType::F64), b = cpu.to(DType::F64);
+  const double scale = b.numel() ? std::max(1.0, kiln::abs(b).max().item<double>()) : 1.0;
+  const double err = b.numel() ? kiln::abs(a - b).max().item<double>() : 0.0;
+  INFO("max error " << err << ", scale " << scale << ", tol " << tol);  // NaN fails too
+  REQUIRE(err <= tol * scale);
+}
+
+double tol_for(DType dt) {
+  switch (dt) {
+    case DType::F64: return 1e-10;
+    case DType::F16: return 5e-3;
+    case DType::BF16: return 3e-2;
+    default: return 1e-4;
+  }
+}
+
+struct Shape {
+  int64_t B, Tq, Tk, D, Dv;
+};
+
+std::string describe(const Shape& s, bool causal, DType dt) {
+  return kiln::detail::concat("B ", s.B, " Tq ", s.Tq, " Tk ", s.Tk, " D ", s.D, " Dv ", s.Dv,
+                              causal ? " causal " : " ", kiln::dtype_name(dt));
+}
+
+// out, dq, dk, dv of F::scaled_dot_product_attention on `dev` (the gradient of sum(out * g)).
+std::vector<Tensor> run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                        bool causal, kiln::Device dev, bool gq = true, bool gk = true, bool gv = true) {
+  Tensor qq = q.to(dev).detach().requires_grad_(gq), kk = k.to(dev).detach().requires_grad_(gk),
+         vv = v.to(dev).detach().requires_grad_(gv);
+  Tensor out = F::scaled_dot_product_attention(qq, kk, vv, causal);
+  out.backward(g.to(dev));
+  return {out.detach(), qq.grad(), kk.grad(), vv.grad()};
+}
+
+void compare(const Shape& s, bool causal, DType dt) {
+  Tensor q = kiln::randn({s.B, s.Tq, s.D}).to(dt), k = kiln::randn({s.B, s.Tk, s.D}).to(dt);
+  Tensor v = kiln::randn({s.B, s.Tk, s.Dv}).to(dt), g = kiln::randn({s.B, s.Tq, s.Dv}).to(dt);
+  const std::string what = describe(s, causal, dt);
+  std::vector<Tensor> c = run(q, k, v, g, causal, kCpu), d = run(q, k, v, g, causal, kGpu);
+  const double tol = tol_for(dt);
+  require_near(d[0], c[0], tol, what + ": out");
+  require_near(d[1], c[1], tol, what + ": dq");
+  require_near(d[2], c[2], tol, what + ": dk");
+  require_near(d[3], c[3], tol, what + ": dv");
+}
+
+const std::vector<Shape> kShapes = {
+    {2, 1, 1, 16, 16},      // one query, one key
+    {3, 7, 7, 16, 16},      // less than one tile
+    {2, 65, 65, 64, 64},    // one row into the second 64-row tile
+    {2, 200, 200, 80, 80},  // D = 80: the 128 bucket, 32-row tiles
+    {2, 65, 200, 64, 64},   // Tq < Tk (causal: keys after the last query are never seen)
+    {2, 200, 65, 16, 16},   // Tq > Tk (causal: late queries see every key)
+    {1, 1, 200, 64, 64},    // one query against many keys
+    {1, 7, 65, 80, 16},     // D != Dv
+    {2, 130, 130, 128, 128},  // the largest head dim
+};
+}  // namespace
+
+TEST_CASE("attention: CUDA forward and backward match the CPU (f32)", "[cuda][attention]") {
+  kiln::manual_seed(31);
+  for (const Shape& s : kShapes)
+    for (bool causal : {false, true}) compare(s, causal, DType::F32);
+}
+
+TEST_CASE("attention: CUDA f16/bf16 (native) and f64 match the CPU", "[cuda][attention]") {
+  kiln::manual_seed(32);
+  for (DType dt : {DType::BF16, DType::F16, DType::F64})
+    for (const Shape& s : kShapes)
+      for (bool causal : {false, true}) compare(s, causal, dt);
+}
+
+TEST_CASE("attention: CUDA lse and 4-d inputs", "[cuda][attention]") {
+  kiln::manual_seed(33);
+  SECTION("lse from the raw kernels, f32 and bf16 (lse stays f32)") {
+    for (DType dt : {DType::F32, DType::BF16})
+      for (bool causal : {false, true}) {
+        const int64_t B = 3, Tq = 70, Tk = 45, D = 24, Dv = 40;
+        Tensor q = kiln::randn({B, Tq, D}).to(dt), k = kiln::randn({B, Tk, D}).to(dt),
+               v = kiln::randn({B, Tk, Dv}).to(dt);
+        Tensor qf = q.to(DType::F32), kf = k.to(DType::F32), vf = v.to(DType::F32);
+        Tensor out_c = kiln::empty({B, Tq, Dv}), lse_c = kiln::empty({B, Tq});
+        kiln::kernels::attention_forward(out_c, lse_c, qf, kf, vf, 0.3, causal);
+        Tensor out_d = kiln::empty({B, Tq, Dv}, on_gpu(dt)), lse_d = kiln::empty({B, Tq}, on_gpu(DType::F32));
+        kiln::kernels::attention_forward(out_d, lse_d, q.to(kGpu), k.to(kGpu), v.to(kGpu), 0.3, causal);
+        const std::string what = kiln::detail::concat(causal ? "causal " : "", kiln::dtype_name(dt));
+        // lse is computed in f32 on both sides from identical (rounded) inputs
+        require_near(lse_d, lse_c, 1e-5, what + ": lse");
+        require_near(out_d, out_c.to(dt), tol_for(dt), what + ": out");
+      }
+  }
+  SECTION("[batch, heads, T, D] inputs") {
+    Tensor q = kiln::randn({2, 3, 33, 16}), k = kiln::randn({2, 3, 47, 16}), v = kiln::randn({2, 3, 47, 20});
+    Tensor g = kiln::randn({2, 3, 33, 20});
+    for (bool causal : {false, true}) {
+      std::vector<Tensor> c = run(q, k, v, g, causal, kCpu), d = run(q, k, v, g, causal, kGpu);
+      for (int i = 0; i < 4; ++i) require_near(d[i], c[i], 1e-4, "4-d operand " + std::to_string(i));
+    }
+  }
+}
+
+TEST_CASE("attention: CUDA gradients of a subset of the inputs", "[cuda][attention]") {
+  kiln::manual_seed(34);
+  Tensor q = kiln::randn({2, 77, 32}), k = kiln::randn({2, 90, 32}), v = kiln::randn({2, 90, 48});
+  Tensor g = kiln::randn({2, 77, 48});
+  for (bool causal : {false, true}) {
+    // only v, only k, only q
+    for (int which = 0; which < 3; ++which) {
+      const bool gq = which == 2, gk = which == 1, gv = which == 0;
+      std::vector<Tensor> c = run(q, k, v, g, causal, kCpu, gq, gk, gv);
+      std::vector<Tensor> d = run(q, k, v, g, causal, kGpu, gq, gk, gv);
+      for (int i = 1; i < 4; ++i) {
+        const bool wanted = (i == 1 && gq) || (i == 2 && gk) || (i == 3 && gv);
+        REQUIRE(d[i].defined() == wanted);
+        if (wanted) require_near(d[i], c[i], 1e-4, "subset gradient " + std::to_string(i));
+      }
+    }
+  }
+}
+
+TEST_CASE("attention: CUDA backward is bitwise reproducible", "[cuda][attention]") {
+  kiln::manual_seed(35);
+  for (DType dt : {DType::F32, DType::BF16})
+    for (bool causal : {false, true}) {
+      Tensor q = kiln::randn({4, 257, 64}).to(dt), k = kiln::randn({4, 257, 64}).to(dt);
+      Tensor v = kiln::randn({4, 257, 64}).to(dt), g = kiln::randn({4, 257, 64}).to(dt);
+      std::vector<Tensor> a = run(q, k, v, g, causal, kGpu), b = run(q, k, v, g, causal, kGpu);
+      for (int i = 0; i < 4; ++i) {
+        INFO(kiln::dtype_name(dt) << (causal ? " causal" : "") << " result " << i);
+        REQUIRE(kiln::equal(a[i].cpu(), b[i].cpu()));
+      }
+    }
+}
+
+TEST_CASE("attention: CUDA errors", "[cuda][attention]") {
+  SECTION("head dim above 128") {
+    Tensor q = kiln::randn({1, 8, 160}, on_gpu()), k = kiln::randn({1, 8, 160}, on_gpu()),
+           v = kiln::randn({1, 8, 16}, on_gpu());
+    REQUIRE_THROWS_WITH(F::scaled_dot_product_attention(q, k, v, false),
+                        Catch::Contains("head dims up to 128"));
+  }
+  SECTION("lse in the wrong dtype") {
+    Tensor q = kiln::randn({1, 8, 16}, on_gpu(DType::BF16));
+    Tensor out = kiln::empty({1, 8, 16}, on_gpu(DType::BF16)), lse = kiln::empty({1, 8}, on_gpu(DType::BF16));
+    REQUIRE_THROWS_WITH(kiln::kernels::attention_forward(out, lse, q, q, q, 0.25, false),
+                        Catch::Contains("lse"));
+  }
+}
