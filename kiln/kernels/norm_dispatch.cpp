@@ -8,6 +8,10 @@
 #if KILN_WITH_CUDA
 #include "kiln/kernels/cuda/attention_cuda.h"
 #endif
+#include "kiln/config.h"
+#if KILN_WITH_CUDA
+#include "kiln/kernels/cuda/norm_cuda.h"
+#endif
 
 namespace kiln::kernels {
 
@@ -30,7 +34,7 @@ Device common_device(const char* op, std::initializer_list<const Tensor*> ts) {
   return first->device();
 }
 
-[[noreturn]] void no_cuda_kernel(const char* op) {
+[[noreturn, maybe_unused]] void no_cuda_kernel(const char* op) {
   KILN_FAIL(op, ": no CUDA kernel in this build yet (the CUDA kernels arrive with the "
             "CUDA-backend issue); move the tensors to the CPU with .cpu()");
 }
@@ -42,7 +46,11 @@ void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, 
                         double eps) {
   if (common_device("batch_norm", {&y, &x, &weight, &bias, &mean, &invstd, &var}).is_cpu())
     return cpu::batch_norm_forward(y, x, weight, bias, mean, invstd, var, training, eps);
+#if KILN_WITH_CUDA
+  cuda::batch_norm_forward(y, x, weight, bias, mean, invstd, var, training, eps);
+#else
   no_cuda_kernel("batch_norm");
+#endif
 }
 
 void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
@@ -50,7 +58,11 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
                          const Tensor& mean, const Tensor& invstd, bool training) {
   if (common_device("batch_norm_backward", {&dx, &dweight, &dbias, &g, &x, &weight, &mean, &invstd}).is_cpu())
     return cpu::batch_norm_backward(dx, dweight, dbias, g, x, weight, mean, invstd, training);
+#if KILN_WITH_CUDA
+  cuda::batch_norm_backward(dx, dweight, dbias, g, x, weight, mean, invstd, training);
+#else
   no_cuda_kernel("batch_norm_backward");
+#endif
 }
 
 void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
@@ -58,7 +70,11 @@ void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd,
   const char* op = rms ? "rms_norm" : "layer_norm";
   if (common_device(op, {&y, &mean, &invstd, &x, &weight, &bias}).is_cpu())
     return cpu::row_norm_forward(y, mean, invstd, x, weight, bias, rms, eps);
+#if KILN_WITH_CUDA
+  cuda::row_norm_forward(y, mean, invstd, x, weight, bias, rms, eps);
+#else
   no_cuda_kernel(op);
+#endif
 }
 
 void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
@@ -67,12 +83,20 @@ void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& db
   const char* op = rms ? "rms_norm_backward" : "layer_norm_backward";
   if (common_device(op, {&dx, &dweight, &dbias, &g, &x, &weight, &mean, &invstd}).is_cpu())
     return cpu::row_norm_backward(dx, dweight, dbias, g, x, weight, mean, invstd, rms);
+#if KILN_WITH_CUDA
+  cuda::row_norm_backward(dx, dweight, dbias, g, x, weight, mean, invstd, rms);
+#else
   no_cuda_kernel(op);
+#endif
 }
 
 void dropout(const Tensor& out, const Tensor& in, double p, uint64_t seed, uint64_t offset) {
   if (common_device("dropout", {&out, &in}).is_cpu()) return cpu::dropout(out, in, p, seed, offset);
+#if KILN_WITH_CUDA
+  cuda::dropout(out, in, p, seed, offset);
+#else
   no_cuda_kernel("dropout");
+#endif
 }
 
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
@@ -103,13 +127,21 @@ int64_t attention_block_size() { return cpu::attention_block_size(); }
 
 void leaky_relu(const Tensor& y, const Tensor& x, double slope) {
   if (common_device("leaky_relu", {&y, &x}).is_cpu()) return cpu::leaky_relu(y, x, slope);
+#if KILN_WITH_CUDA
+  cuda::leaky_relu(y, x, slope);
+#else
   no_cuda_kernel("leaky_relu");
+#endif
 }
 
 void leaky_relu_backward(const Tensor& dx, const Tensor& g, const Tensor& x, double slope) {
   if (common_device("leaky_relu_backward", {&dx, &g, &x}).is_cpu())
     return cpu::leaky_relu_backward(dx, g, x, slope);
+#if KILN_WITH_CUDA
+  cuda::leaky_relu_backward(dx, g, x, slope);
+#else
   no_cuda_kernel("leaky_relu_backward");
+#endif
 }
 
 }  // namespace kiln::kernels

@@ -1,0 +1,386 @@
+// CUDA vs CPU for the normalisation, dropout and leaky-ReLU kernels (kiln/kernels/norm_kernels.h):
+// batch norm (train and eval, [N, C] and [N, C, S] layouts, channels-last input, running
+// statistics), layer norm and RMS norm (warp-per-row and block-per-row sizes), forward and
+// backward through the functional API and the raw kernels (optional gradients left undefined),
+// dropout masks bit-identical to the CPU's, leaky ReLU, run-to-run determinism of the reductions.
+// Inputs are random (never zeros). Tolerances per dtype are stated in tol_*() below: both backends
+// accumulate in double and compute elementwise in f32 (f64 for f64), so f32 agrees to ~1e-6 and
+// f16/bf16 to about one unit in the last place of the stored result.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+#include <kiln/kernels/norm_kernels.h>
+#include <kiln/nn/functional.h>
+
+namespace F = kiln::nn::functional;
+using kiln::DType;
+using kiln::IntList;
+using kiln::Tensor;
+
+namespace {
+
+const kiln::Device kGpu = kiln::Device::cuda(0);
+
+// Relative / absolute tolerances for values of magnitude ~1 (outputs, input gradients).
+double rtol_of(DType dt) { return dt == DType::BF16 ? 2e-2 : dt == DType::F16 ? 4e-3 : dt == DType::F64 ? 1e-10 : 2e-5; }
+double atol_of(DType dt) { return dt == DType::BF16 ? 3e-2 : dt == DType::F16 ? 4e-3 : dt == DType::F64 ? 1e-10 : 2e-5; }
+
+std::string dname(DType dt) { return kiln::dtype_name(dt); }
+
+void require_close(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
+  INFO(what << " sizes " << kiln::detail::concat(cpu.sizes()) << " dtype " << kiln::dtype_name(cpu.dtype()));
+  REQUIRE(gpu.defined() == cpu.defined());
+  if (!cpu.defined()) return;
+  REQUIRE(gpu.device() == kGpu);
+  REQUIRE(gpu.sizes() == cpu.sizes());
+  REQUIRE(gpu.dtype() == cpu.dtype());
+  Tensor g = gpu.cpu();
+  if (!kiln::allclose(g, cpu, rtol, atol)) {
+    Tensor diff = (g.to(DType::F64) - cpu.to(DType::F64)).abs();
+    INFO("max |gpu - cpu| = " << diff.max().item<double>());
+    REQUIRE(kiln::allclose(g, cpu, rtol, atol));
+  }
+}
+
+Tensor on(const Tensor& t, kiln::Device d) { return t.defined() ? t.to(d) : Tensor(); }
+
+// Leaf copy of t on device d that requires grad (undefined stays undefined).
+Tensor leaf(const Tensor& t, kiln::Device d) {
+  if (!t.defined()) return Tensor();
+  return t.to(d).detach().requires_grad_(true);
+}
+
+// Random values around `center` with spread 1, stored in dt (both backends get the same values).
+Tensor rnd(const IntList& sizes, DType dt, double center = 0.0) { return (kiln::randn(sizes) + center).to(dt); }
+
+// ----------------------------------------------------------------- batch norm
+
+struct BnOut {
+  Tensor y, dx, dw, db, rm, rv;
+};
+
+BnOut run_bn(kiln::Device d, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& g0,
+             const Tensor& rm0, const Tensor& rv0, bool training, bool channels_last) {
+  Tensor x = leaf(x0, d), w = leaf(w0, d), b = leaf(b0, d);
+  Tensor rm = on(rm0, d).clone(), rv = on(rv0, d).clone();
+  Tensor xin = x;
+  if (channels_last) {  // same values, channels-last strides
+    IntList to_cl{0}, from_cl{0, x0.dim() - 1};
+    for (int64_t i = 2; i < x0.dim(); ++i) to_cl.push_back(i);
+    to_cl.push_back(1);
+    for (int64_t i = 1; i < x0.dim() - 1; ++i) from_cl.push_back(i);
+    xin = x.permute(to_cl).contiguous().permute(from_cl);
+    REQUIRE(!xin.is_contiguous());
+  }
+  Tensor y = F::batch_norm(xin, rm, rv, w, b, training, 0.1, 1e-5);
+  y.backward(on(g0, d));
+  BnOut o;
+  o.y = y.contiguous();
+  o.dx = x.grad();
+  o.dw = w.defined() ? w.grad() : Tensor();
+  o.db = b.defined() ? b.grad() : Tensor();
+  o.rm = rm;
+  o.rv = rv;
+  return o;
+}
+
+void check_bn(const IntList& sizes, DType dt, bool affine, bool training, bool channels_last, double center) {
+  const int64_t C = sizes[1];
+  Tensor x = rnd(sizes, dt, center);
+  Tensor g = rnd(sizes, dt);
+  Tensor w = affine ? rnd({C}, dt, 1.0) : Tensor();
+  Tensor b = affine ? rnd({C}, dt) : Tensor();
+  Tensor rm = kiln::randn({C}) * 0.5 + center;
+  Tensor rv = kiln::rand({C}) + 0.5;
+  BnOut c = run_bn(kiln::Device::cpu(), x, w, b, g, rm, rv, training, channels_last);
+  BnOut gg = run_bn(kGpu, x, w, b, g, rm, rv, training, channels_last);
+  const std::string what = std::string("batch_norm ") + (training ? "train " : "eval ") + dname(dt) +
+                           (affine ? " affine" : "") + (channels_last ? " channels-last" : "") +
+                           " center " + std::to_string(center);
+  // With |mean| >> std, y = x * a + b cancels: a one-ulp difference in the f32 mean (the double
+  // sums are added in another order) moves y by ~|mean| * 1e-7; widen atol accordingly.
+  const double rt = rtol_of(dt), at = atol_of(dt) + std::abs(center) * 1e-6;
+  require_close(gg.y, c.y, rt, at, what + " y");
+  // dx sums M terms through the batch statistics: allow 10x the output tolerance.
+  require_close(gg.dx, c.dx, 10 * rt, 10 * at, what + " dx");
+  // dweight/dbias are sums of M products (magnitude ~sqrt(M)): relative tolerance dominates.
+  require_close(gg.dw, c.dw, rt, 10 * at, what + " dweight");
+  require_close(gg.db, c.db, rt, 10 * at, what + " dbias");
+  require_close(gg.rm, c.rm, 1e-5, 1e-6, what + " running_mean");
+  require_close(gg.rv, c.rv, 1e-5, 1e-6, what + " running_var");
+}
+
+// ----------------------------------------------------------------- row norms
+
+struct RowOut {
+  Tensor y, dx, dw, db;
+};
+
+RowOut run_row(kiln::Device d, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& g0, bool rms) {
+  Tensor x = leaf(x0, d), w = leaf(w0, d), b = leaf(b0, d);
+  const IntList shape{x0.size(-1)};
+  Tensor y = rms ? F::rms_norm(x, shape, w, 1e-6) : F::layer_norm(x, shape, w, b, 1e-5);
+  y.backward(on(g0, d));
+  return RowOut{y, x.grad(), w.defined() ? w.grad() : Tensor(), b.defined() ? b.grad() : Tensor()};
+}
+
+void check_row(int64_t R, int64_t K, DType dt, bool rms, bool with_w, bool with_b, double center) {
+  Tensor x = rnd({R, K}, dt, center), g = rnd({R, K}, dt);
+  Tensor w = with_w ? rnd({K}, dt, 1.0) : Tensor();
+  Tensor b = with_b && !rms ? rnd({K}, dt) : Tensor();
+  RowOut c = run_row(kiln::Device::cpu(), x, w, b, g, rms);
+  RowOut gg = run_row(kGpu, x, w, b, g, rms);
+  const std::string what = std::string(rms ? "rms_norm " : "layer_norm ") + dname(dt) + " R=" + std::to_string(R) +
+                           " K=" + std::to_string(K) + (with_w ? " w" : "") + (b.defined() ? " b" : "") +
+                           " center " + std::to_string(center);
+  const double rt = rtol_of(dt), at = atol_of(dt) + std::abs(center) * 1e-6;  // see check_bn
+  require_close(gg.y, c.y, rt, at, what + " y");
+  require_close(gg.dx, c.dx, 10 * rt, 10 * at, what + " dx");
+  require_close(gg.dw, c.dw, rt, 10 * at, what + " dweight");
+  require_close(gg.db, c.db, rt, 10 * at, what + " dbias");
+}
+
+}  // namespace
+
+TEST_CASE("batch norm forward and backward match the CPU", "[cuda][norm][batch_norm]") {
+  kiln::manual_seed(40);
+  const std::vector<IntList> shapes = {
+      {4, 3, 7, 7},     // C = 3, S = 49: the [N, C, S] path with a partly filled warp per row
+      {16, 5},          // [N, C]: the column path
+      {1, 7, 3},        // N = 1, S = 3
+      {2, 3, 4097},     // long planes
+      {1023, 33},       // many rows on the column path (several row partials per channel)
+      {64, 16, 32, 32}, // several partial blocks per channel on the planes path
+  };
+  for (const auto& sizes : shapes)
+    for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16})
+      for (bool training : {true, false})
+        for (bool affine : {true, false}) check_bn(sizes, dt, affine, training, false, 0.0);
+  // |mean| >> std: the shifted sums must not cancel
+  check_bn({8, 4, 5, 5}, DType::F32, true, true, false, 100.0);
+  check_bn({257, 6}, DType::F32, true, true, false, -50.0);
+  // channels-last input runs as [N*S, C] through the column path
+  for (DType dt : {DType::F32, DType::F16})
+    for (bool training : {true, false}) check_bn({3, 5, 4, 6}, dt, true, training, true, 0.0);
+}
+
+TEST_CASE("batch norm statistics match the CPU", "[cuda][norm][batch_norm]") {
+  kiln::manual_seed(41);
+  for (const IntList& sizes : std::vector<IntList>{{4, 3, 7, 7}, {100, 9}, {2, 40, 3000}})
+    for (DType dt : {DType::F32, DType::F64, DType::BF16}) {
+      const int64_t C = sizes[1];
+      Tensor x = rnd(sizes, dt, 3.0);
+      const DType st = kiln::kernels::norm_stat_dtype(dt);
+      auto run = [&](kiln::Device d) {
+        Tensor xd = x.to(d), y = kiln::empty(sizes, kiln::TensorOptions().dtype(dt).device(d));
+        Tensor m = kiln::empty({C}, kiln::TensorOptions().dtype(st).device(d));
+        Tensor is = kiln::empty({C}, kiln::TensorOptions().dtype(st).device(d));
+        Tensor v = kiln::empty({C}, kiln::TensorOptions().dtype(st).device(d));
+        kiln::kernels::batch_norm_forward(y, xd, Tensor(), Tensor(), m, is, v, true, 1e-5);
+        return std::vector<Tensor>{y, m, is, v};
+      };
+      auto c = run(kiln::Device::cpu());
+      auto g = run(kGpu);
+      const double r = dt == DType::F64 ? 1e-12 : 1e-6;
+      require_close(g[1], c[1], r, r, "batch_norm mean " + dname(dt));
+      require_close(g[2], c[2], r, r, "batch_norm invstd " + dname(dt));
+      require_close(g[3], c[3], r, r, "batch_norm var " + dname(dt));
+      require_close(g[0], c[0], rtol_of(dt), atol_of(dt), "batch_norm y " + dname(dt));
+    }
+}
+
+TEST_CASE("batch norm backward with optional gradients left undefined", "[cuda][norm][batch_norm]") {
+  kiln::manual_seed(42);
+  const IntList sizes{6, 4, 5, 3};
+  const int64_t C = 4;
+  Tensor x = kiln::randn(sizes), g = kiln::randn(sizes), w = kiln::randn({C}) + 1.0;
+  Tensor mean = x.mean({0, 2, 3}), invstd = (x.var({0, 2, 3}, 0) + 1e-5).rsqrt();
+  // (want dx, want dw, want db, training)
+  const std::vector<std::tuple<bool, bool, bool, bool>> cases = {
+      {true, false, false, true}, {false, true, false, true}, {false, false, true, true},
+      {true, false, false, false}, {false, true, true, false}, {true, true, true, false}};
+  for (auto [want_dx, want_dw, want_db, training] : cases)
+    for (bool with_w : {true, false}) {
+      auto run = [&](kiln::Device d) {
+        auto mk = [&](bool want, const IntList& s) {
+          return want ? kiln::full(s, 7.0, kiln::TensorOptions().device(d)) : Tensor();
+        };
+        Tensor dx = mk(want_dx, sizes), dw = mk(want_dw, {C}), db = mk(want_db, {C});
+        kiln::kernels::batch_norm_backward(dx, dw, db, g.to(d), x.to(d), with_w ? w.to(d) : Tensor(), mean.to(d),
+                                           invstd.to(d), training);
+        return std::vector<Tensor>{dx, dw, db};
+      };
+      auto c = run(kiln::Device::cpu());
+      auto gg = run(kGpu);
+      const std::string what = std::string("batch_norm_backward ") + (training ? "train" : "eval") +
+                               (with_w ? " w" : "") + " dx/dw/db=" + std::to_string(want_dx) +
+                               std::to_string(want_dw) + std::to_string(want_db);
+      for (int i = 0; i < 3; ++i) require_close(gg[i], c[i], 1e-4, 1e-5, what + " output " + std::to_string(i));
+    }
+}
+
+TEST_CASE("layer norm and RMS norm forward and backward match the CPU", "[cuda][norm][layer_norm]") {
+  kiln::manual_seed(43);
+  // K <= 1024: one warp per row; above: one block per row.
+  for (int64_t K : {1, 7, 33, 1023, 1024, 1025, 4097})
+    for (int64_t R : {1, 5, 300})
+      for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+        if (K == 1 && dt != DType::F32) continue;
+        for (bool rms : {false, true}) check_row(R, K, dt, rms, true, true, 0.0);
+      }
+  // optional weight / bias, and a large mean
+  for (bool rms : {false, true}) {
+    check_row(37, 515, DType::F32, rms, false, false, 0.0);
+    check_row(37, 515, DType::F32, rms, true, false, 0.0);
+    check_row(37, 2000, DType::F32, rms, false, true, 0.0);
+    check_row(9, 700, DType::F32, rms, true, true, 50.0);
+  }
+  // many rows: several row partials per column in the weight-gradient reduction
+  check_row(4099, 64, DType::F32, false, true, true, 0.0);
+  check_row(3000, 768, DType::BF16, false, true, true, 0.0);
+}
+
+TEST_CASE("row norm statistics and optional gradients through the raw kernels", "[cuda][norm][layer_norm]") {
+  kiln::manual_seed(44);
+  for (bool rms : {false, true})
+    for (int64_t K : {100, 3000}) {
+      const int64_t R = 13;
+      Tensor x = kiln::randn({R, K}) + 2.0, g = kiln::randn({R, K}), w = kiln::randn({K}), b = kiln::randn({K});
+      auto fwd = [&](kiln::Device d) {
+        auto o = kiln::TensorOptions().device(d);
+        Tensor y = kiln::empty({R, K}, o), m = rms ? Tensor() : kiln::empty({R}, o), is = kiln::empty({R}, o);
+        kiln::kernels::row_norm_forward(y, m, is, x.to(d), w.to(d), b.to(d), rms, 1e-5);
+        return std::vector<Tensor>{y, m, is};
+      };
+      auto c = fwd(kiln::Device::cpu());
+      auto gg = fwd(kGpu);
+      const std::string what = std::string(rms ? "rms_norm" : "layer_norm") + " K=" + std::to_string(K);
+      require_close(gg[0], c[0], 1e-5, 1e-5, what + " y");
+      require_close(gg[1], c[1], 1e-6, 1e-6, what + " mean");
+      require_close(gg[2], c[2], 1e-6, 1e-6, what + " invstd");
+      // each gradient alone
+      for (int which = 0; which < 3; ++which) {
+        auto bwd = [&](kiln::Device d, const std::vector<Tensor>& st) {
+          auto o = kiln::TensorOptions().device(d);
+          Tensor dx = which == 0 ? kiln::empty({R, K}, o) : Tensor();
+          Tensor dw = which == 1 ? kiln::empty({K}, o) : Tensor();
+          Tensor db = which == 2 ? kiln::full({K}, 7.0, o) : Tensor();
+          kiln::kernels::row_norm_backward(dx, dw, db, g.to(d), x.to(d), w.to(d), st[1], st[2], rms);
+          return std::vector<Tensor>{dx, dw, db};
+        };
+        auto cb = bwd(kiln::Device::cpu(), c);
+        auto gb = bwd(kGpu, gg);
+        const std::string w2 = what + " gradient " + std::to_string(which);
+        if (which == 2 && rms) {  // RMS norm has no bias: the buffer is left as it was
+          require_close(gb[2], cb[2], 0, 0, w2 + " (untouched)");
+          continue;
+        }
+        require_close(gb[which], cb[which], 1e-4, 1e-5, w2);
+      }
+    }
+}
+
+TEST_CASE("norm reductions are deterministic run to run", "[cuda][norm]") {
+  kiln::manual_seed(45);
+  Tensor x = kiln::randn({4096, 512}).to(kGpu), g = kiln::randn({4096, 512}).to(kGpu);
+  Tensor w = kiln::randn({512}).to(kGpu), b = kiln::randn({512}).to(kGpu);
+  auto ln_grads = [&] {
+    Tensor wl = w.detach().requires_grad_(true), bl = b.detach().requires_grad_(true);
+    F::layer_norm(x, {512}, wl, bl).backward(g);
+    return std::vector<Tensor>{wl.grad().cpu(), bl.grad().cpu()};
+  };
+  auto a1 = ln_grads(), a2 = ln_grads();
+  REQUIRE(kiln::equal(a1[0], a2[0]));
+  REQUIRE(kiln::equal(a1[1], a2[1]));
+  Tensor xb = kiln::randn({32, 64, 16, 16}).to(kGpu), gb = kiln::randn({32, 64, 16, 16}).to(kGpu);
+  Tensor wb = kiln::randn({64}).to(kGpu);
+  auto bn_grads = [&] {
+    Tensor xl = xb.detach().requires_grad_(true), wl = wb.detach().requires_grad_(true);
+    F::batch_norm(xl, Tensor(), Tensor(), wl, Tensor(), true).backward(gb);
+    return std::vector<Tensor>{xl.grad().cpu(), wl.grad().cpu()};
+  };
+  auto b1 = bn_grads(), b2 = bn_grads();
+  REQUIRE(kiln::equal(b1[0], b2[0]));
+  REQUIRE(kiln::equal(b1[1], b2[1]));
+}
+
+TEST_CASE("dropout masks are bit-identical to the CPU's", "[cuda][norm][dropout]") {
+  for (int64_t n : {1, 7, 1023, 4097, 1 << 20})
+    for (double p : {0.1, 0.5, 0.9})
+      for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+        kiln::manual_seed(46);
+        Tensor x = (kiln::rand({n}) + 0.5).to(dt);  // never zero: a zero in the output is a drop
+        const uint64_t seed = 1234567, offset = 99 + static_cast<uint64_t>(n);
+        Tensor yc = kiln::empty({n}, dt);
+        Tensor yg = kiln::empty({n}, kiln::TensorOptions().dtype(dt).device(kGpu));
+        kiln::kernels::dropout(yc, x, p, seed, offset);
+        kiln::kernels::dropout(yg, x.to(kGpu), p, seed, offset);
+        INFO("dropout n=" << n << " p=" << p << " " << dname(dt));
+        Tensor ygc = yg.cpu();
+        REQUIRE(kiln::equal(ygc == 0.0, yc == 0.0));  // same zeros
+        REQUIRE(kiln::equal(ygc, yc));                // and the same kept values, bit for bit
+      }
+  // the functional op: same mask from the same generator state on both devices, and the
+  // backward regenerates it
+  kiln::manual_seed(47);
+  Tensor x = kiln::rand({33, 129}) + 0.5, gout = kiln::rand({33, 129}) + 0.5;
+  auto run = [&](kiln::Device d) {
+    kiln::manual_seed(48);
+    Tensor xl = x.to(d).detach().requires_grad_(true);
+    Tensor y = F::dropout(xl, 0.3, true);
+    y.backward(gout.to(d));
+    return std::vector<Tensor>{y.cpu(), xl.grad().cpu()};
+  };
+  auto c = run(kiln::Device::cpu());
+  auto g = run(kGpu);
+  REQUIRE(kiln::equal(g[0], c[0]));
+  REQUIRE(kiln::equal(g[1], c[1]));
+  REQUIRE(kiln::equal(g[0] == 0.0, g[1] == 0.0));  // forward and backward drop the same elements
+}
+
+TEST_CASE("leaky ReLU forward and backward match the CPU", "[cuda][norm][leaky_relu]") {
+  kiln::manual_seed(49);
+  for (int64_t n : {1, 7, 1023, 4097})
+    for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+      Tensor x = kiln::randn({n}).to(dt), g = kiln::randn({n}).to(dt);
+      auto run = [&](kiln::Device d) {
+        Tensor xl = x.to(d).detach().requires_grad_(true);
+        Tensor y = F::leaky_relu(xl, 0.2);
+        y.backward(g.to(d));
+        return std::vector<Tensor>{y, xl.grad()};
+      };
+      auto c = run(kiln::Device::cpu());
+      auto gg = run(kGpu);
+      // one multiply per element, rounded once: identical on both backends
+      require_close(gg[0], c[0], 0, 0, "leaky_relu n=" + std::to_string(n) + " " + dname(dt));
+      require_close(gg[1], c[1], 0, 0, "leaky_relu grad n=" + std::to_string(n) + " " + dname(dt));
+    }
+  // a non-contiguous input (the functional makes it contiguous for the kernel)
+  Tensor x = kiln::randn({64, 48});
+  require_close(F::leaky_relu(x.to(kGpu).t(), 0.01), F::leaky_relu(x.t(), 0.01), 0, 0, "leaky_relu transposed");
+}
+
+TEST_CASE("bad operands to the CUDA norm kernels are clear errors", "[cuda][norm]") {
+  auto o = kiln::TensorOptions().device(kGpu);
+  Tensor x = kiln::randn({4, 8}, o), y = kiln::empty({4, 8}, o), m = kiln::empty({4}, o), is = kiln::empty({4}, o);
+  // weight of the wrong length
+  REQUIRE_THROWS_AS(kiln::kernels::row_norm_forward(y, m, is, x, kiln::randn({7}, o), Tensor(), false, 1e-5),
+                    kiln::Error);
+  // non-contiguous input
+  Tensor xt = kiln::randn({8, 4}, o).t();
+  REQUIRE_THROWS_AS(kiln::kernels::row_norm_forward(y, m, is, xt, Tensor(), Tensor(), false, 1e-5), kiln::Error);
+  // statistics in the wrong dtype
+  Tensor m64 = kiln::empty({4}, kiln::TensorOptions().dtype(DType::F64).device(kGpu));
+  REQUIRE_THROWS_AS(kiln::kernels::row_norm_forward(y, m64, is, x, Tensor(), Tensor(), false, 1e-5), kiln::Error);
+  // batch norm: mean with the wrong number of channels
+  Tensor xb = kiln::randn({2, 3, 5}, o), yb = kiln::empty({2, 3, 5}, o);
+  REQUIRE_THROWS_AS(kiln::kernels::batch_norm_forward(yb, xb, Tensor(), Tensor(), kiln::empty({4}, o),
+                                                      kiln::empty({3}, o), kiln::empty({3}, o), true, 1e-5),
+                    kiln::Error);
+  // dropout with p = 1 (the functional handles p = 1 itself)
+  REQUIRE_THROWS_AS(kiln::kernels::dropout(y, x, 1.0, 1, 0), kiln::Error);
+}
