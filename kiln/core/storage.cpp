@@ -1,5 +1,8 @@
 #include "kiln/core/storage.h"
 
+#include <malloc.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -33,6 +36,7 @@ class CachingCpuAllocator final : public Allocator {
         void* p = it->second;
         live_[p] = it->first;
         cached_bytes_ -= it->first;
+        count_alloc(it->first);
         free_.erase(it);
         return p;
       }
@@ -46,6 +50,9 @@ class CachingCpuAllocator final : public Allocator {
     if (rounded >= kCacheMin) {
       std::lock_guard<std::mutex> lock(mu_);
       live_[p] = rounded;
+      count_alloc(rounded);
+    } else {
+      count_alloc(malloc_usable_size(p));
     }
     return p;
   }
@@ -58,15 +65,23 @@ class CachingCpuAllocator final : public Allocator {
       if (it != live_.end()) {
         size_t size = it->second;
         live_.erase(it);
+        allocated_ -= size;
         if (cached_bytes_ + size <= kCacheLimit) {
           free_.emplace(size, ptr);
           cached_bytes_ += size;
           return;
         }
+        std::free(ptr);
+        return;
       }
     }
+    allocated_ -= malloc_usable_size(ptr);
     std::free(ptr);
   }
+
+  size_t allocated() const { return allocated_.load(); }
+  size_t peak() const { return peak_.load(); }
+  void reset_peak() { peak_ = allocated_.load(); }
 
   void empty_cache() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -81,6 +96,14 @@ class CachingCpuAllocator final : public Allocator {
   }
 
  private:
+  void count_alloc(size_t n) {
+    size_t now = allocated_ += n;
+    size_t p = peak_.load();
+    while (now > p && !peak_.compare_exchange_weak(p, now)) {
+    }
+  }
+
+  std::atomic<size_t> allocated_{0}, peak_{0};
   std::mutex mu_;
   std::multimap<size_t, void*> free_;
   std::unordered_map<void*, size_t> live_;
@@ -98,6 +121,12 @@ Allocator* g_pinned = nullptr;
 }  // namespace
 
 Allocator* cpu_allocator() { return &cpu_caching_allocator(); }
+
+CpuMemoryStats cpu_memory_stats() {
+  auto& a = cpu_caching_allocator();
+  return CpuMemoryStats{a.allocated(), a.peak(), a.cached_bytes()};
+}
+void reset_cpu_peak_memory() { cpu_caching_allocator().reset_peak(); }
 
 void empty_cpu_cache() { cpu_caching_allocator().empty_cache(); }
 size_t cpu_cached_bytes() { return cpu_caching_allocator().cached_bytes(); }
