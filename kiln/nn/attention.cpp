@@ -52,7 +52,12 @@ TransformerBlock::TransformerBlock(const TransformerBlockOptions& o)
 
 Tensor TransformerBlock::forward(const Tensor& x) {
   Tensor h = x + attn(ln1(x));
-  return h + drop(proj(act(fc(ln2(h)))));
+  // The MLP on the fused kernels (GUIDE-TIPS #18): bias + GELU in the first GEMM's epilogue
+  // (cuBLASLt on CUDA), then the projection without its bias, whose bias add, dropout and the
+  // residual add are one pass. Same math, masks and random stream as
+  // h + drop(proj(act(fc(ln2(h))))) with act = tanh GELU.
+  Tensor a = functional::linear_gelu(ln2(h), fc.weight, fc.bias, act.approximate);
+  return functional::bias_dropout_add(functional::linear(a, proj.weight), proj.bias, h, drop.p, is_training());
 }
 
 }  // namespace kiln::nn
