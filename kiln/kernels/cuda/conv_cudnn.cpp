@@ -283,11 +283,10 @@ struct FwdOps {
                                                             &got, p, ws, wsz));
     return got;
   }
-  static size_t workspace(cudnnHandle_t h, const ConvDescs& d, int algo) {
-    size_t s = 0;
-    KILN_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
-        h, d.x.d, d.w.d, d.conv.d, d.y.d, static_cast<cudnnConvolutionFwdAlgo_t>(algo), &s));
-    return s;
+  // Workspace bytes of `algo` under the descriptor's current math type (status, no throw).
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, int algo, size_t* s) {
+    return cudnnGetConvolutionForwardWorkspaceSize(
+        h, d.x.d, d.w.d, d.conv.d, d.y.d, static_cast<cudnnConvolutionFwdAlgo_t>(algo), s);
   }
 };
 
@@ -312,11 +311,10 @@ struct BwdDataOps {
                                                                  &got, p, ws, wsz));
     return got;
   }
-  static size_t workspace(cudnnHandle_t h, const ConvDescs& d, int algo) {
-    size_t s = 0;
-    KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
-        h, d.w.d, d.y.d, d.conv.d, d.x.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), &s));
-    return s;
+  // Workspace bytes of `algo` under the descriptor's current math type (status, no throw).
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, int algo, size_t* s) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(
+        h, d.w.d, d.y.d, d.conv.d, d.x.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), s);
   }
 };
 
@@ -341,11 +339,10 @@ struct BwdFilterOps {
                                                                    &got, p, ws, wsz));
     return got;
   }
-  static size_t workspace(cudnnHandle_t h, const ConvDescs& d, int algo) {
-    size_t s = 0;
-    KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-        h, d.x.d, d.y.d, d.conv.d, d.w.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), &s));
-    return s;
+  // Workspace bytes of `algo` under the descriptor's current math type (status, no throw).
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, int algo, size_t* s) {
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+        h, d.x.d, d.y.d, d.conv.d, d.w.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), s);
   }
 };
 
@@ -397,8 +394,17 @@ std::string geometry_text(const ConvGeometry& g, DType t) {
                         g.channels_last ? "channels-last" : "NCHW", ", ", t);
 }
 
+// Workspace bytes of `algo` when run with math type m (which the descriptor is left set to);
+// false when cuDNN cannot say (the algorithm is then not used).
+template <class Ops>
+bool workspace_for(const Handle& h, const ConvDescs& d, int algo, cudnnMathType_t m, size_t* bytes) {
+  if (cudnnSetConvolutionMathType(d.conv.d, m) != CUDNN_STATUS_SUCCESS) return false;
+  return Ops::workspace(h.h, d, algo, bytes) == CUDNN_STATUS_SUCCESS;
+}
+
 // The algorithm (cached, or searched now) and a workspace for it. `a`, `b`, `c` are the data
 // pointers in the order Ops::find takes them; the written one may be overwritten by the search.
+// On return the convolution descriptor's math type is the choice's.
 template <class Ops>
 kiln::cudnn::detail::AlgoChoice choose(const Handle& h, const ConvDescs& d, const ConvGeometry& g,
                                        Direction dir, const Tensor& ref, void* a, void* b, void* c,
@@ -406,66 +412,70 @@ kiln::cudnn::detail::AlgoChoice choose(const Handle& h, const ConvDescs& d, cons
   using Perf = typename Ops::Perf;
   const std::string key = cache_key(dir, g, d.dtype, h.device, {a, b, c});
   kiln::cudnn::detail::AlgoChoice choice;
-  if (kiln::cudnn::detail::autotune_lookup(key, &choice)) {
+  bool found = kiln::cudnn::detail::autotune_lookup(key, &choice);
+  if (found) {
     ws = workspace_tensor(choice.workspace, ref);
-    return choice;
-  }
-
-  const int max_n = std::max(1, Ops::max_count(h.h));
-  std::vector<Perf> perfs(max_n);
-  const int got = Ops::heuristics(h.h, d, max_n, perfs.data());
-  bool found = false;
-
-  if (!kiln::cudnn::benchmark()) {
-    // Heuristic order; the first eligible algorithm whose workspace can be allocated.
-    for (int i = 0; i < got && !found; ++i) {
-      const Perf& p = perfs[i];
-      if (!eligible(p, d.dtype)) continue;
-      const size_t need = Ops::workspace(h.h, d, p.algo);
-      if (need > kMaxWorkspace) continue;
-      try {
-        ws = workspace_tensor(need, ref);
-      } catch (const kiln::Error&) {  // out of memory: try an algorithm needing less
-        continue;
-      }
-      choice.algo = static_cast<int>(p.algo);
-      choice.math_type = static_cast<int>(run_math_type(d.dtype, p.mathType));
-      choice.workspace = need;
-      found = true;
-    }
   } else {
-    // Time every algorithm: give cudnnFind a workspace as large as the largest eligible
-    // algorithm needs (within kMaxWorkspace), or none when that cannot be allocated.
-    size_t need = 0;
-    for (int i = 0; i < got; ++i)
-      if (eligible(perfs[i], d.dtype)) {
-        const size_t s = Ops::workspace(h.h, d, perfs[i].algo);
-        if (s <= kMaxWorkspace) need = std::max(need, s);
+    const int max_n = std::max(1, Ops::max_count(h.h));
+    std::vector<Perf> perfs(max_n);
+    const int got = Ops::heuristics(h.h, d, max_n, perfs.data());
+
+    if (!kiln::cudnn::benchmark()) {
+      // Heuristic order; the first eligible algorithm whose workspace can be allocated.
+      for (int i = 0; i < got && !found; ++i) {
+        const Perf& p = perfs[i];
+        if (!eligible(p, d.dtype)) continue;
+        const cudnnMathType_t m = run_math_type(d.dtype, p.mathType);
+        size_t need = 0;
+        if (!workspace_for<Ops>(h, d, p.algo, m, &need) || need > kMaxWorkspace) continue;
+        try {
+          ws = workspace_tensor(need, ref);
+        } catch (const kiln::Error&) {  // out of memory: try an algorithm that needs less
+          continue;
+        }
+        choice.algo = static_cast<int>(p.algo);
+        choice.math_type = static_cast<int>(m);
+        choice.workspace = need;
+        found = true;
       }
-    Tensor search_ws;
-    try {
-      search_ws = workspace_tensor(need, ref);
-    } catch (const kiln::Error&) {
-      need = 0;
+    } else {
+      // Time every algorithm: give cudnnFind a workspace as large as the largest eligible
+      // algorithm needs (within kMaxWorkspace), or none when that cannot be allocated.
+      size_t need = 0;
+      for (int i = 0; i < got; ++i) {
+        const Perf& p = perfs[i];
+        size_t s = 0;
+        if (eligible(p, d.dtype) && workspace_for<Ops>(h, d, p.algo, run_math_type(d.dtype, p.mathType), &s) &&
+            s <= kMaxWorkspace)
+          need = std::max(need, std::max(s, std::min(p.memory, kMaxWorkspace)));
+      }
+      Tensor search_ws;
+      try {
+        search_ws = workspace_tensor(need, ref);
+      } catch (const kiln::Error&) {
+        need = 0;
+      }
+      KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, search_math_type(d.dtype)));
+      std::vector<Perf> timed(max_n);
+      const int n = Ops::find(h.h, d, a, b, c, max_n, timed.data(), ptr_of(search_ws), need);
+      for (int i = 0; i < n && !found; ++i) {  // sorted fastest first
+        const Perf& p = timed[i];
+        if (!eligible(p, d.dtype) || p.memory > need) continue;
+        const cudnnMathType_t m = run_math_type(d.dtype, p.mathType);
+        size_t bytes = 0;
+        if (!workspace_for<Ops>(h, d, p.algo, m, &bytes) || bytes > kMaxWorkspace) continue;
+        choice.algo = static_cast<int>(p.algo);
+        choice.math_type = static_cast<int>(m);
+        choice.workspace = bytes;
+        found = true;
+      }
+      if (found) ws = choice.workspace <= need && search_ws.defined() ? search_ws : workspace_tensor(choice.workspace, ref);
     }
-    std::vector<Perf> timed(max_n);
-    const int n = Ops::find(h.h, d, a, b, c, max_n, timed.data(), ptr_of(search_ws), need);
-    for (int i = 0; i < n && !found; ++i) {  // sorted fastest first
-      const Perf& p = timed[i];
-      if (!eligible(p, d.dtype) || p.memory > need) continue;
-      choice.algo = static_cast<int>(p.algo);
-      choice.math_type = static_cast<int>(run_math_type(d.dtype, p.mathType));
-      choice.workspace = Ops::workspace(h.h, d, p.algo);
-      found = true;
-    }
-    if (found) {
-      if (choice.workspace <= need && search_ws.defined()) ws = search_ws;
-      else ws = workspace_tensor(choice.workspace, ref);
-    }
+    KILN_CHECK(found, Ops::name, ": cuDNN offers no ", kiln::cudnn::deterministic() ? "deterministic " : "",
+               "algorithm for ", geometry_text(g, d.dtype), " (", flags_text(), ")");
+    kiln::cudnn::detail::autotune_store(key, choice);
   }
-  KILN_CHECK(found, Ops::name, ": cuDNN offers no ", kiln::cudnn::deterministic() ? "deterministic " : "",
-             "algorithm for ", geometry_text(g, d.dtype), " (", flags_text(), ")");
-  kiln::cudnn::detail::autotune_store(key, choice);
+  KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, static_cast<cudnnMathType_t>(choice.math_type)));
   return choice;
 }
 
@@ -546,7 +556,6 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
     Tensor w = filter_for(weight, g);
     Tensor ws;
     auto c = choose<FwdOps>(h, d, g, Direction::Forward, x, x.data_ptr(), w.data_ptr(), out.data_ptr(), ws);
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, static_cast<cudnnMathType_t>(c.math_type)));
     KILN_CUDNN_CHECK(cudnnConvolutionForward(h.h, s.one(), d.x.d, x.data_ptr(), d.w.d, w.data_ptr(), d.conv.d,
                                              static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ptr_of(ws),
                                              c.workspace, s.zero(), d.y.d, out.data_ptr()));
@@ -583,7 +592,6 @@ void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
     Tensor ws;
     auto c = choose<BwdDataOps>(h, d, g, Direction::BackwardData, grad_x, grad_x.data_ptr(), w.data_ptr(),
                                 grad_out.data_ptr(), ws);
-    KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, static_cast<cudnnMathType_t>(c.math_type)));
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h.h, s.one(), d.w.d, w.data_ptr(), d.y.d, grad_out.data_ptr(),
                                                   d.conv.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
                                                   ptr_of(ws), c.workspace, s.zero(), d.x.d, grad_x.data_ptr()));
@@ -623,7 +631,6 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
       Tensor ws;
       auto c = choose<BwdFilterOps>(h, d, g, Direction::BackwardFilter, ref, x.data_ptr(), dw.data_ptr(),
                                     grad_out.data_ptr(), ws);
-      KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.d, static_cast<cudnnMathType_t>(c.math_type)));
       KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
           h.h, s.one(), d.x.d, x.data_ptr(), d.y.d, grad_out.data_ptr(), d.conv.d,
           static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ptr_of(ws), c.workspace, s.zero(), d.w.d,
