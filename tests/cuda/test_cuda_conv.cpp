@@ -4,7 +4,7 @@
 // channels-last, f32 / f16 / bf16, with the cuDNN autotuner off and on and in deterministic mode.
 //
 // Tolerances (max |gpu - cpu| <= tol * max(1, max |cpu|), the CPU computing in f32 from the same
-// rounded inputs): f32 1e-4 (cuDNN sums in a different order, and its Winograd / FFT algorithms
+// rounded inputs): f32 5e-4 (cuDNN sums in a different order, and its Winograd / FFT algorithms
 // add a little error); f32 with TF32 allowed 5e-3 (10-bit mantissa products); f16 1e-2 and bf16
 // 4e-2 (the output and, for some algorithms, intermediate tiles are rounded to 16 bits). Pooling
 // does the CPU's arithmetic in the CPU's order: f32 max (values and indices) must be equal, the
@@ -83,7 +83,7 @@ Tensor channels_last(const Tensor& x) { return x.permute({0, 2, 3, 1}).contiguou
 double conv_tol(DType dt) {
   if (dt == DType::F16) return 1e-2;
   if (dt == DType::BF16) return 4e-2;
-  return kiln::cuda::allow_tf32() ? 5e-3 : 1e-4;
+  return kiln::cuda::allow_tf32() ? 5e-3 : 5e-4;
 }
 
 struct ConvCase {
@@ -160,9 +160,9 @@ void check_conv_case(const ConvCase& c, const ConvInputs& in, DType dt, bool cl)
   ConvResult r = run_conv(xg.cpu().to(DType::F32), wg.cpu().to(DType::F32),
                           bg.defined() ? bg.cpu().to(DType::F32) : Tensor(), gyg.cpu().to(DType::F32), p);
   REQUIRE(g.y.dtype() == dt);
-  if (cl) {
+  if (cl) {  // has_layout ignores the strides of size-1 dimensions (ambiguous layouts)
     INFO(what << ": a channels-last input gives a channels-last output");
-    REQUIRE(kiln::kernels::memory_format(g.y) == MemoryFormat::ChannelsLast);
+    REQUIRE(kiln::kernels::has_layout(g.y, MemoryFormat::ChannelsLast));
   }
   const double tol = conv_tol(dt);
   require_near(g.y, r.y, tol, what + ": forward");
@@ -285,10 +285,10 @@ TEST_CASE("conv_transpose2d, autocast and bad layouts on CUDA", "[cuda][conv]") 
     if (cl) xg = channels_last(xg);
     ConvResult g = run(xg, w.to(kGpu), b.to(kGpu)), r = run(x, w, b);
     const std::string what = cl ? "conv_transpose2d channels-last" : "conv_transpose2d NCHW";
-    require_near(g.y, r.y, 1e-4, what + ": forward");
-    require_near(g.gx, r.gx, 1e-4, what + ": grad input");
-    require_near(g.gw, r.gw, 1e-4, what + ": grad weight");
-    require_near(g.gb, r.gb, 1e-4, what + ": grad bias");
+    require_near(g.y, r.y, conv_tol(DType::F32), what + ": forward");
+    require_near(g.gx, r.gx, conv_tol(DType::F32), what + ": grad input");
+    require_near(g.gw, r.gw, conv_tol(DType::F32), what + ": grad weight");
+    require_near(g.gb, r.gb, conv_tol(DType::F32), what + ": grad bias");
   }
   {  // autocast: f32 parameters, f16 convolution on cuDNN
     Tensor xi = kiln::randn({4, 8, 12, 12}), wi = kiln::randn({16, 8, 3, 3}) * 0.1;
@@ -359,9 +359,9 @@ void check_pool(const std::string& what, const Tensor& x_cpu, DType dt, int layo
   auto [yc, gxc] = run_pool(in_layout(x_cpu.to(dt), layout), gy, op);
   const std::string w = what + " " + kiln::dtype_name(dt) + " layout " + std::to_string(layout);
   REQUIRE(yg.dtype() == dt);
-  if (layout == 1 && x_cpu.size(1) > 1) {
+  if (layout == 1) {
     INFO(w << ": channels-last in, channels-last out");
-    REQUIRE(kiln::kernels::memory_format(yg) == MemoryFormat::ChannelsLast);
+    REQUIRE(kiln::kernels::has_layout(yg, MemoryFormat::ChannelsLast));
   }
   const double tol = dt == DType::F16 ? 1e-3 : dt == DType::BF16 ? 1e-2 : exact ? 0.0 : 1e-6;
   require_near(yg, yc, tol, w + ": forward");
@@ -401,9 +401,9 @@ TEST_CASE("CUDA max_pool2d: indices and backward are exact, also with ties and N
   Tensor x = kiln::randint(0, 4, {2, 3, 9, 9}).to(DType::F32);
   Tensor xg = x.to(kGpu);
   for (int rep = 0; rep < 2; ++rep) {  // the gather backward is deterministic: run twice
-    auto [yg, gxg] = run_pool(xg, kiln::ones({2, 3, 4, 4}).to(kGpu),
+    auto [yg, gxg] = run_pool(xg, kiln::ones({2, 3, 5, 5}).to(kGpu),
                               [](const Tensor& t) { return F::max_pool2d(t, {3, 3}, {2, 2}, {1, 1}); });
-    auto [yc, gxc] = run_pool(x, kiln::ones({2, 3, 4, 4}),
+    auto [yc, gxc] = run_pool(x, kiln::ones({2, 3, 5, 5}),
                               [](const Tensor& t) { return F::max_pool2d(t, {3, 3}, {2, 2}, {1, 1}); });
     require_bitwise(yg, yc, "max_pool2d ties forward");
     require_bitwise(gxg, gxc, "max_pool2d ties backward");
