@@ -109,6 +109,8 @@ class HandlePool {
     return *p;
   }
   cudnnHandle_t acquire(int device) {
+    KILN_CHECK(device >= 0 && device < kMaxDevices, "cuDNN handle pool: device index ", device,
+               " out of range (at most ", kMaxDevices, " devices)");
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto& v = free_[device];
