@@ -2,15 +2,17 @@
 // Raw kernels of the nn layers (convolution, pooling): no autograd, no shape inference beyond
 // what the geometry structs say. The differentiable ops in kiln/nn/functional/{conv,pool}.cpp
 // check the user's arguments, fill a geometry and call these. nn_dispatch.cpp routes each call to
-// the CPU backend (kiln/kernels/cpu/{conv,pool}.cpp); CUDA tensors get a clear error until the
-// CUDA backend brings kernels.
+// the CPU backend (kiln/kernels/cpu/{conv,pool}.cpp) or, for CUDA tensors, to cuDNN
+// (kernels/cuda/conv_cudnn.cpp: heuristic or autotuned algorithms, see kiln/core/cudnn.h) and the
+// pooling kernels of kernels/cuda/pool.cu.
 //
 // Memory formats. Image tensors are always *logically* [N, C, H, W]. The convolution kernels
 // accept two physical layouts: NCHW-contiguous, and channels-last (NHWC memory, i.e. strides
-// [H*W*C, 1, W*C, C]); x, out and the gradients of one call must all share the layout. NCHW runs
-// im2col + GEMM per sample; channels-last forms the patch matrix directly from NHWC rows (one
-// row per output pixel) and runs GEMMs with the output pixels as rows. The pooling kernels take
-// any strides for every operand. Supported dtypes: f32 and f64 (the ops widen f16/bf16 to f32).
+// [H*W*C, 1, W*C, C]); x, out and the gradients of one call must all share the layout. On the
+// CPU, NCHW runs im2col + GEMM per sample; channels-last forms the patch matrix directly from
+// NHWC rows (one row per output pixel) and runs GEMMs with the output pixels as rows. The pooling
+// kernels take any strides for every operand. Dtypes: the CPU kernels take f32 and f64 (the ops
+// widen f16/bf16 to f32 for CPU tensors); the CUDA kernels also take f16 and bf16 natively.
 #include <cstdint>
 
 #include "kiln/core/tensor.h"
