@@ -6,6 +6,7 @@
 #include "kiln/core/cuda.h"
 #include "kiln/core/cuda_graph.h"
 #include "kiln/core/cuda_stream.h"
+#include "kiln/core/debug.h"
 #include "kiln/core/sync_debug.h"
 #include "kiln/core/cudnn.h"
 #include "kiln/core/determinism.h"

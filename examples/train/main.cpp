@@ -14,10 +14,12 @@
 
 #include <optional>
 
+#include <kiln/core/debug.h>
 #include <kiln/kiln.h>
 #include <kiln/utils/utils.h>
 
 #include "options.h"
+#include "step_graph.h"
 #include "tasks.h"
 
 namespace {
@@ -59,7 +61,11 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Options& o, const std::ve
 
 std::unique_ptr<optim::LRScheduler> make_schedule(const Options& o, optim::Optimizer& opt, int64_t total_steps) {
   const double lr = default_lr(o);
-  if (o.schedule == "onecycle") return std::make_unique<optim::OneCycleLR>(opt, lr, total_steps);
+  // A CUDA graph replays the optimizer kernels with the hyper-parameters of the capture; only the
+  // lr lives in device memory, so under --cuda-graphs the momentum/beta1 cycling stays off.
+  if (o.schedule == "onecycle")
+    return std::make_unique<optim::OneCycleLR>(opt, lr, total_steps,
+                                               optim::OneCycleLROptions().cycle_momentum(!o.cuda_graphs));
   if (o.schedule == "cyclic")
     return std::make_unique<optim::CyclicLR>(opt, lr / 10, lr, optim::CyclicLROptions().step_size_up(std::max<int64_t>(1, total_steps / 4)));
   if (o.schedule == "cosine") return std::make_unique<optim::WarmupCosineLR>(opt, std::max<int64_t>(1, total_steps / 20), total_steps);
@@ -199,8 +205,12 @@ std::string speedups_summary(const Options& o) {
   add(o.checkpoint_activations, "activation checkpointing (--checkpoint-activations)");
   add(o.ema > 0, "EMA of weights (--ema)");
   add(o.channels_last, "channels_last (--channels-last)");
+  const bool cuda = o.device == "cuda";
+  add(cuda && o.cudnn_benchmark, "cuDNN autotuning (--cudnn-benchmark; CUDA only)");
+  add(cuda, "TF32 tensor-core math for f32 matmuls and convolutions (CUDA only)");
+  add(o.cuda_graphs, "CUDA graphs: the whole step replayed with one launch (--cuda-graphs)");
   add(true, "gradients set to none, no_grad validation, no bias before BatchNorm, input normalisation, fused ops");
-  add(false, "debug APIs (anomaly detection) -- off, as they should be");
+  add(!kiln::debug::current().any(), "debug APIs off (anomaly detection, sync-debug, deterministic algorithms)");
   return s;
 }
 
@@ -209,8 +219,10 @@ int run(Options o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   kiln::manual_seed(o.seed);
   const bool tty = kiln::utils::stdout_is_tty();
-  if (kiln::cuda::is_available()) {
-    std::printf("note: a CUDA device is present, but the nn layers have no CUDA kernels yet; training on the CPU\n");
+  const bool cuda = o.device == "cuda";
+  if (cuda) {
+    kiln::cudnn::set_benchmark(o.cudnn_benchmark);
+    kiln::cuda::set_allow_tf32(true);
   }
   auto task = kiln_train::make_task(o);
   if (o.find_lr) return find_lr(o, *task);
@@ -248,43 +260,63 @@ int run(Options o) {
               static_cast<long long>(batches), static_cast<long long>(o.batch_size), static_cast<long long>(o.epochs),
               o.optimizer.c_str(), o.schedule.c_str());
   std::printf("speed-ups:\n%s", speedups_summary(o).c_str());
+  if (!kiln::debug::summary().empty()) std::printf("%s\n", kiln::debug::summary().c_str());
   std::signal(SIGINT, on_sigint);
 
   double test_acc = -1;
   bool stop = false;
   const std::string ckpt_path = o.out + "/checkpoint.safetensors";
+  kiln_train::StepGraph graph_state(o.cuda_graphs, *opt);
+  Tensor grad_norm;  // a device tensor written by clip_grad_norm (inside the graph with --cuda-graphs)
   for (int64_t epoch = pos.epoch; epoch < o.epochs && !stop; ++epoch) {
     loader.set_epoch(epoch);
     kiln::utils::Progress progress(batches, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
                                    std::cout, tty);
     int64_t b = 0, micro = 0, window_samples = 0;
     double window_start = now_seconds(), epoch_start = now_seconds(), last_loss = 0, sps = 0;
-    Tensor grad_norm;
     for (auto& batch : loader) {
       if (b < pos.batch_in_epoch) {  // resuming mid-epoch: these batches were trained already
         ++b;
         continue;
       }
+      // One micro-batch: forward (under autocast), scaled backward; on the last micro-batch of a
+      // step also clipping and the (possibly skipped) optimizer step. Everything here stays on the
+      // device, which is what lets --cuda-graphs capture it.
+      auto train_micro = [&](const kiln::data::Batch& bt, bool last_micro) {
+        Tensor l;
+        {
+          // Mixed precision (GUIDE-TIPS #4): matmuls/convs in bf16/f16, losses and norms in f32.
+          std::optional<kiln::amp::Autocast> autocast;
+          if (o.amp != "off") autocast.emplace(o.amp == "bf16" ? kiln::DType::BF16 : kiln::DType::F16);
+          l = task->loss(bt);
+        }
+        scaler.scale(o.grad_accum > 1 ? l / static_cast<double>(o.grad_accum) : l).backward();
+        if (last_micro) {
+          if (o.clip_grad > 0) {
+            scaler.unscale(*opt);  // clip the true gradients
+            grad_norm = optim::clip_grad_norm(params, o.clip_grad);
+          }
+          scaler.step(*opt);  // skipped on the device when a gradient overflowed (f16)
+        }
+        return l;
+      };
       Tensor loss;
-      {
-        // Mixed precision (GUIDE-TIPS #4): matmuls/convs in bf16/f16, losses and norms in f32.
-        std::optional<kiln::amp::Autocast> autocast;
-        if (o.amp != "off") autocast.emplace(o.amp == "bf16" ? kiln::DType::BF16 : kiln::DType::F16);
-        loss = task->loss(batch);
-      }
-      scaler.scale(o.grad_accum > 1 ? loss / static_cast<double>(o.grad_accum) : loss).backward();
       ++micro;
+      const bool last_micro = micro % o.grad_accum == 0;
+      if (graph_state.active()) {
+        // CUDA graphs (GUIDE-TIPS): after a few eager warm-up steps (optimizer state, cuDNN
+        // autotuning), the whole step is captured once and replayed with one launch per step.
+        loss = graph_state.step(batch, [&](const kiln::data::Batch& bt) { return train_micro(bt, true); });
+      } else {
+        loss = train_micro(batch, last_micro);
+        if (last_micro) graph_state.count_eager_step();
+      }
       ++b;
       pos.samples += task->samples_per_batch(batch);
       window_samples += task->samples_per_batch(batch);
-      if (micro % o.grad_accum == 0) {
-        if (o.clip_grad > 0) {
-          scaler.unscale(*opt);  // clip the true gradients
-          grad_norm = optim::clip_grad_norm(params, o.clip_grad);
-        }
-        scaler.step(*opt);  // skipped on the device when a gradient overflowed (f16)
+      if (last_micro) {
         scaler.update();
-        opt->zero_grad();  // to none
+        if (!graph_state.captured()) opt->zero_grad();  // to none; a captured step owns its gradients
         if (sched) sched->step();
         if (ema) ema->update();
         ++pos.step;
@@ -323,6 +355,7 @@ int run(Options o) {
         break;
       }
     }
+    if (cuda) kiln::cuda::synchronize();  // the epoch's time includes its queued GPU work
     pos.train_seconds += now_seconds() - epoch_start;
     progress.finish({{"loss", last_loss}});
     {
@@ -360,7 +393,10 @@ int run(Options o) {
   const double sps_total = pos.train_seconds > 0 ? static_cast<double>(pos.samples) / pos.train_seconds : 0;
   nlohmann::ordered_json summary = {{"model", o.model}, {"device", o.device}, {"epochs", o.epochs},
                             {"train_seconds", pos.train_seconds}, {"samples_per_second", sps_total},
-                            {"test_accuracy", test_acc}, {"peak_memory_bytes", peak_rss_bytes()}};
+                            {"test_accuracy", test_acc},
+                            {"peak_memory_bytes", cuda ? static_cast<int64_t>(kiln::cuda::memory_stats(0).peak_reserved_bytes)
+                                                       : peak_rss_bytes()}};
+  if (cuda) summary["peak_host_memory_bytes"] = peak_rss_bytes();
   std::cout << summary.dump() << std::endl;
   return 0;
 }

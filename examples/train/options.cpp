@@ -25,7 +25,8 @@ Options parse(int argc, char** argv) {
   app.add_option("--pin-memory", o.pin_memory, "page-locked staging buffers (true/false)");
   app.add_option("--amp", o.amp, "mixed precision: off, fp16 or bf16")->check(CLI::IsMember({"off", "fp16", "bf16"}));
   app.add_flag("--channels-last", o.channels_last, "NHWC memory format for images and conv weights");
-  app.add_flag("--cudnn-benchmark", o.cudnn_benchmark, "autotune convolution algorithms (CUDA)");
+  app.add_flag("--cudnn-benchmark,!--no-cudnn-benchmark", o.cudnn_benchmark,
+               "autotune convolution algorithms once per shape (CUDA; on by default)");
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
   app.add_option("--clip-grad", o.clip_grad, "clip the global gradient norm to this (0: off)")->check(CLI::NonNegativeNumber);
   app.add_flag("--checkpoint-activations", o.checkpoint_activations, "recompute activations in backward");
@@ -50,16 +51,22 @@ Options parse(int argc, char** argv) {
 }
 
 void validate(Options& o, bool cuda_available) {
-  if (o.device == "auto") o.device = "cpu";  // see the note printed by main() when a GPU exists
+  if (o.device == "auto") o.device = cuda_available ? "cuda" : "cpu";
   const bool cuda = o.device == "cuda";
   KILN_CHECK(!cuda || cuda_available, "--device cuda: no CUDA device is available (kiln built ",
              "with CUDA, or a GPU present, is needed); use --device cpu");
-  KILN_CHECK(!cuda, "--device cuda: the nn layers' CUDA kernels (convolution, normalisation, pooling, ",
-             "indexing, the fused optimizers) are not implemented yet, so kiln-train runs on the CPU ",
-             "for now; use --device cpu");
   KILN_CHECK(!(o.amp == "fp16" && !cuda), "--amp fp16 needs a CUDA device: fp16 has no fast CPU ",
              "arithmetic and loss scaling exists for tensor-core training; use --amp off (or bf16 on a GPU)");
   KILN_CHECK(!(o.cuda_graphs && !cuda), "--cuda-graphs needs a CUDA device (graph capture is a GPU feature)");
+  // A captured step replays the same kernels with the same arguments: dropout would draw the same
+  // mask every step (mlp, gpt), gpt's embedding checks its indices on the host, and accumulation
+  // changes the step's shape between micro-batches.
+  KILN_CHECK(!(o.cuda_graphs && (o.model == "mlp" || o.model == "gpt")), "--cuda-graphs supports --model cnn ",
+             "and resnet18: ", o.model, " uses dropout, whose random masks a replayed graph would repeat");
+  KILN_CHECK(!(o.cuda_graphs && o.grad_accum > 1), "--cuda-graphs captures one whole optimizer step; ",
+             "it cannot be combined with --grad-accum ", o.grad_accum);
+  KILN_CHECK(!(o.cuda_graphs && o.checkpoint_activations), "--cuda-graphs and --checkpoint-activations are not ",
+             "supported together yet; pick one");
   KILN_CHECK(!(o.channels_last && (o.model == "mlp" || o.model == "gpt")), "--channels-last applies to ",
              "convolutional models (cnn, resnet18), not --model ", o.model);
   if (o.model == "gpt" && o.max_steps == 0) o.max_steps = 300;

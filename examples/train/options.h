@@ -18,7 +18,7 @@ struct Options {
   bool pin_memory = true;
   std::string amp = "off";            // off | fp16 | bf16
   bool channels_last = false;
-  bool cudnn_benchmark = false;
+  bool cudnn_benchmark = true;      // CUDA: autotune conv algorithms (--no-cudnn-benchmark: off)
   int64_t grad_accum = 1;
   double clip_grad = 0;               // 0: off
   bool checkpoint_activations = false;

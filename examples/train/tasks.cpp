@@ -41,6 +41,7 @@ class VisionTask : public Task {
                             .drop_last(true)
                             .workers(o.workers)
                             .pin_memory(o.pin_memory)
+                            .device(device_of(o))
                             .seed(o.seed)
                             .transform(vision_transform(o))) {
     if (o.model == "cnn") {
@@ -53,6 +54,7 @@ class VisionTask : public Task {
       resnet_ = nn::models::resnet18(10, 1, nn::models::ResNetStem::CIFAR);
       model_ = resnet_.get();
     }
+    model_->to(device_of(o));
     if (o.channels_last) model_->to(kiln::MemoryFormat::ChannelsLast);
   }
 
@@ -83,6 +85,7 @@ class VisionTask : public Task {
     kiln::NoGradGuard no_grad;  // GUIDE-TIPS #16: no graph, no saved activations
     model_->eval();
     data::DataLoader test_loader(test_, data::LoaderOptions().batch_size(256).workers(o_.workers)
+                                            .pin_memory(o_.pin_memory).device(device_of(o_))
                                             .transform(vision_transform(o_)));
     int64_t correct = 0, total = 0;
     for (auto& b : test_loader) {
@@ -139,7 +142,7 @@ class TextTask : public Task {
         train_(text_, 0, split_),
         val_(text_, split_ + kBlock, text_.size()),
         loader_(train_, data::LoaderOptions().batch_size(o.batch_size).shuffle(true).drop_last(true)
-                            .workers(o.workers).pin_memory(o.pin_memory).seed(o.seed)),
+                            .workers(o.workers).pin_memory(o.pin_memory).device(device_of(o)).seed(o.seed)),
         gpt_([&] {
           nn::models::GPTConfig c;
           c.vocab_size = text_.vocab_size();
@@ -149,7 +152,9 @@ class TextTask : public Task {
           c.n_embd = 128;
           c.dropout = 0.1;
           return c;
-        }()) {}
+        }()) {
+    gpt_.to(device_of(o));
+  }
 
   nn::Module& model() override { return gpt_; }
   data::DataLoader& train_loader() override { return loader_; }
@@ -157,7 +162,7 @@ class TextTask : public Task {
   Tensor logits(const Tensor& idx) {
     if (!o_.checkpoint_activations) return gpt_(idx);
     const int64_t T = idx.size(1);
-    Tensor pos = kiln::arange(static_cast<double>(T), kiln::DType::I64);
+    Tensor pos = kiln::arange(static_cast<double>(T), kiln::TensorOptions().dtype(kiln::DType::I64).device(idx.device()));
     Tensor x = gpt_.wte(idx) + gpt_.wpe(pos);
     for (const auto& blk : gpt_.h)
       x = kiln::checkpoint([b = blk.get()](const std::vector<Tensor>& in) { return b->forward(in[0]); }, {x});
@@ -173,7 +178,7 @@ class TextTask : public Task {
   double evaluate() override {
     kiln::NoGradGuard no_grad;
     gpt_.eval();
-    data::DataLoader val(val_, data::LoaderOptions().batch_size(64).shuffle(true).seed(1234));
+    data::DataLoader val(val_, data::LoaderOptions().batch_size(64).shuffle(true).seed(1234).device(device_of(o_)));
     int64_t correct = 0, total = 0, n = 0;
     for (auto& b : val) {
       Tensor pred = gpt_(b.input).argmax(-1);

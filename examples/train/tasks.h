@@ -25,5 +25,9 @@ class Task {
 };
 
 std::unique_ptr<Task> make_task(const Options& o);
+// The device --device resolved to (after validate()).
+inline kiln::Device device_of(const Options& o) {
+  return o.device == "cuda" ? kiln::Device::cuda(0) : kiln::Device::cpu();
+}
 
 }  // namespace kiln_train

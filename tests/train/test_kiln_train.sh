@@ -8,7 +8,7 @@ bin="$1"
 what="$2"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-common=(--model mlp --workers 2 --seed 7 --log-every 100)
+common=(--device cpu --model mlp --workers 2 --seed 7 --log-every 100)
 
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -30,9 +30,13 @@ errors)
   set -e
   [ $rc -eq 2 ] && grep -q "dataset-fashion-mnist" <<< "$out" || fail "missing dataset: rc=$rc: $out"
   set +e
-  out=$("$bin" --amp fp16 --out "$tmp/x" 2>&1); rc=$?
+  out=$("$bin" --device cpu --amp fp16 --out "$tmp/x" 2>&1); rc=$?
   set -e
   [ $rc -eq 2 ] && grep -q "fp16 needs a CUDA device" <<< "$out" || fail "fp16 on cpu: rc=$rc: $out"
+  set +e
+  out=$("$bin" --device cpu --cuda-graphs --out "$tmp/x" 2>&1); rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q "cuda-graphs needs a CUDA device" <<< "$out" || fail "graphs on cpu: rc=$rc: $out"
   printf 'garbage' > "$tmp/bad.safetensors"
   set +e
   out=$("$bin" "${common[@]}" --resume "$tmp/bad.safetensors" --out "$tmp/x" 2>&1); rc=$?
@@ -40,7 +44,7 @@ errors)
   [ $rc -eq 2 ] && grep -q "bad.safetensors" <<< "$out" || fail "corrupt checkpoint: rc=$rc: $out"
   "$bin" "${common[@]}" --max-steps 3 --epochs 1 --out "$tmp/c" > /dev/null
   set +e
-  out=$("$bin" --model cnn --workers 2 --resume "$tmp/c/checkpoint.safetensors" --out "$tmp/x" 2>&1); rc=$?
+  out=$("$bin" --device cpu --model cnn --workers 2 --resume "$tmp/c/checkpoint.safetensors" --out "$tmp/x" 2>&1); rc=$?
   set -e
   [ $rc -eq 2 ] && grep -q "model=\"mlp\"" <<< "$out" || fail "mismatched checkpoint: rc=$rc: $out"
   echo "errors: all explained"
