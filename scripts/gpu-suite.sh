@@ -41,6 +41,7 @@ for b in "$build"/bin/bench_*; do
   step "$(basename "$b")" "$b"
 done
 step kiln-train "$build/bin/kiln-train" --out "$out/kiln-train"
+step kiln-train-speedups bash bench/train/speedups.sh "$build/bin/kiln-train" 300
 echo >> "$summary"
 echo "Last line of kiln-train: \`$(tail -n 1 "$out/kiln-train.log" 2>/dev/null)\`" >> "$summary"
 cat "$summary"
