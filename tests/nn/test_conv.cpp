@@ -337,3 +337,45 @@ TEST_CASE("conv2d: f16/bf16 inputs compute in f32", "[conv]") {
     check_close_rel(y, want, dt == DType::F16 ? 1e-2 : 5e-2, "half");  // output rounding only
   }
 }
+
+TEST_CASE("conv2d: CPU layout autotuning keeps results, layouts and gradients", "[conv][autotune]") {
+  // With kiln::cudnn::set_benchmark(true) the CPU kernels may run the other layout's kernel on
+  // converted copies; whichever wins, the results must not change (beyond rounding) and the
+  // output keeps the input's memory format.
+  kiln::manual_seed(11);
+  kiln::cudnn::clear_autotune_cache();
+  const size_t cache_before = kiln::cudnn::autotune_cache_size();
+  for (size_t ci = 0; ci < kConfigs.size(); ++ci) {
+    const Cfg& c = kConfigs[ci];
+    Tensor x0 = kiln::randn({c.N, c.C, c.H, c.W}, DType::F64);
+    Tensor w0 = kiln::randn({c.K, c.C / c.groups, c.kh, c.kw}, DType::F64);
+    for (bool cl : {false, true}) {
+      auto run = [&](bool tune, Tensor* gx, Tensor* gw) {
+        kiln::cudnn::set_benchmark(tune);
+        Tensor x = (cl ? channels_last(x0) : x0.clone()).requires_grad_();
+        Tensor w = w0.clone().requires_grad_();
+        Tensor y = F::conv2d(x, w, Tensor(), params_of(c));
+        (y * y).sum().backward();
+        *gx = x.grad();
+        *gw = w.grad();
+        return y;
+      };
+      Tensor gx_ref, gw_ref, gx, gw;
+      Tensor ref = run(false, &gx_ref, &gw_ref);
+      Tensor tuned = run(true, &gx, &gw);      // times both layouts, caches the choice
+      Tensor cached = run(true, &gx, &gw);     // uses the cached choice
+      kiln::cudnn::set_benchmark(false);
+      const std::string what = "config " + std::to_string(ci) + (cl ? " channels-last" : " NCHW");
+      check_close_rel(tuned, values(ref), 1e-12, what + " forward (tuning run)");
+      check_close_rel(cached, values(ref), 1e-12, what + " forward (cached)");
+      check_close_rel(gx, values(gx_ref), 1e-12, what + " grad input");
+      check_close_rel(gw, values(gw_ref), 1e-12, what + " grad weight");
+      if (cl && c.C > 1 && c.K > 1) CHECK(is_channels_last(cached));
+      if (!cl) CHECK(cached.is_contiguous());
+    }
+  }
+  // forward, backward-input and backward-weight per (config, layout) were tuned and cached
+  CHECK(kiln::cudnn::autotune_cache_size() > cache_before);
+  kiln::cudnn::clear_autotune_cache();
+  CHECK(kiln::cudnn::autotune_cache_size() == 0);
+}

@@ -19,14 +19,23 @@
 // buffer and Eigen runs single-threaded inside); otherwise Eigen parallelises each GEMM. The
 // weight gradient accumulates into one buffer per thread (never one per sample), summed at the
 // end. 1x1 / stride 1 / no padding convolutions use the input as the patch matrix (no copy).
+//
+// Which layout's kernel runs: the tensors' own, unless autotuning is on
+// (kiln::cudnn::set_benchmark(true), the one "autotune convolutions" switch for both backends).
+// Then the first call of each (direction, geometry, dtype, layout) also times the other layout's
+// kernel on converted copies, conversions included, and the faster choice is cached for the
+// process (cleared by kiln::cudnn::clear_autotune_cache()).
 #include <Eigen/Core>
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kiln/core/autograd.h"
+#include "kiln/core/cudnn.h"
 #include "kiln/core/error.h"
 #include "kiln/kernels/nn_kernels.h"
 
@@ -463,6 +472,56 @@ void check_geometry(const char* op, const ConvGeometry& g) {
 
 Tensor contiguous_weight(const Tensor& w) { return w.is_contiguous() ? w : w.contiguous(); }
 
+// ------------------------------------------------------------------------- layout autotuning
+
+enum class Direction : int { Forward = 0, BackwardInput = 1, BackwardWeight = 2 };
+
+std::string tune_key(Direction d, const ConvGeometry& g, DType dt) {
+  const int64_t v[] = {static_cast<int64_t>(d), g.N, g.C, g.H, g.W, g.K, g.kh, g.kw, g.OH, g.OW, g.sh,
+                       g.sw, g.ph, g.pw, g.dh, g.dw, g.groups, g.channels_last ? 1 : 0,
+                       static_cast<int64_t>(dt), omp_get_max_threads()};
+  return "cpu-conv:" + std::string(reinterpret_cast<const char*>(v), sizeof(v));
+}
+
+// The geometry with the other memory format, and a copy of t in it.
+ConvGeometry flipped(const ConvGeometry& g) {
+  ConvGeometry f = g;
+  f.channels_last = !g.channels_last;
+  return f;
+}
+MemoryFormat format_of(const ConvGeometry& g) {
+  return g.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+}
+Tensor converted(const Tensor& t, const ConvGeometry& to) {
+  Tensor c = empty_4d(t.sizes(), t.options(), format_of(to));
+  c.copy_(t);
+  return c;
+}
+
+// Runs `native` (the kernel in the tensors' layout) or `other` (the other layout's kernel on
+// converted copies, writing the same outputs). Both overwrite their outputs, so timing runs are
+// harmless; the chosen variant runs last, so the result is the one later calls will produce.
+template <class Native, class Other>
+void run_tuned(Direction d, const ConvGeometry& g, DType dt, Native&& native, Other&& other) {
+  if (!cudnn::benchmark()) return native();
+  const std::string key = tune_key(d, g, dt);
+  cudnn::detail::AlgoChoice choice;
+  if (cudnn::detail::autotune_lookup(key, &choice)) return choice.algo ? other() : native();
+  auto seconds = [](auto& f) {
+    auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  // The first run of each pays for page faults and scratch buffers: time the second.
+  native();
+  const double t_native = seconds(native);
+  other();
+  const double t_other = seconds(other);
+  choice.algo = t_other < t_native ? 1 : 0;
+  cudnn::detail::autotune_store(key, choice);
+  if (!choice.algo) native();
+}
+
 }  // namespace
 
 void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -474,9 +533,19 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
   NoGradGuard ng;
   Tensor w = contiguous_weight(weight.detach());
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    run_tuned(Direction::Forward, g, x.dtype(), [&] { forward_impl<T>(out, x, w, b, g); },
+              [&] {
+                const ConvGeometry f = flipped(g);
+                Tensor o = empty_4d(out.sizes(), out.options(), format_of(f));
+                forward_impl<T>(o, converted(x, f), w, b, f);
+                out.detach().copy_(o);
+              });
+  };
   switch (x.dtype()) {
-    case DType::F32: return forward_impl<float>(out, x, w, b, g);
-    case DType::F64: return forward_impl<double>(out, x, w, b, g);
+    case DType::F32: return run(float{});
+    case DType::F64: return run(double{});
     default: KILN_FAIL("conv2d: dtype ", x.dtype(), " is not supported by the CPU kernel");
   }
 }
@@ -493,9 +562,19 @@ void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
     return;
   }
   Tensor w = contiguous_weight(weight.detach());
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    run_tuned(Direction::BackwardInput, g, grad_x.dtype(), [&] { backward_input_impl<T>(grad_x, grad_out, w, g); },
+              [&] {
+                const ConvGeometry f = flipped(g);
+                Tensor gx = empty_4d(grad_x.sizes(), grad_x.options(), format_of(f));
+                backward_input_impl<T>(gx, converted(grad_out, f), w, f);
+                grad_x.detach().copy_(gx);
+              });
+  };
   switch (grad_x.dtype()) {
-    case DType::F32: return backward_input_impl<float>(grad_x, grad_out, w, g);
-    case DType::F64: return backward_input_impl<double>(grad_x, grad_out, w, g);
+    case DType::F32: return run(float{});
+    case DType::F64: return run(double{});
     default: KILN_FAIL("conv2d_backward_input: dtype ", grad_x.dtype(), " is not supported");
   }
 }
@@ -513,9 +592,18 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
     if (grad_bias.defined()) grad_bias.detach().zero_();
     return;
   }
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    run_tuned(Direction::BackwardWeight, g, x.dtype(),
+              [&] { backward_weight_impl<T>(grad_weight, grad_bias, grad_out, x, g); },
+              [&] {
+                const ConvGeometry f = flipped(g);
+                backward_weight_impl<T>(grad_weight, grad_bias, converted(grad_out, f), converted(x, f), f);
+              });
+  };
   switch (x.dtype()) {
-    case DType::F32: return backward_weight_impl<float>(grad_weight, grad_bias, grad_out, x, g);
-    case DType::F64: return backward_weight_impl<double>(grad_weight, grad_bias, grad_out, x, g);
+    case DType::F32: return run(float{});
+    case DType::F64: return run(double{});
     default: KILN_FAIL("conv2d_backward_weight: dtype ", x.dtype(), " is not supported");
   }
 }
