@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../bench_util.h"
+#include "../model_shapes.h"
 #include "kiln/core/autograd.h"
 #include "kiln/core/tensor.h"
 #include "kiln/kernels/optim_kernels.h"
@@ -23,45 +24,8 @@ using namespace kiln;
 
 namespace {
 
-std::vector<IntList> resnet18_shapes() {
-  std::vector<IntList> s;
-  auto bn = [&](int64_t c) { s.push_back({c}); s.push_back({c}); };
-  s.push_back({64, 3, 7, 7});
-  bn(64);
-  int64_t in = 64;
-  for (int64_t c : {64, 128, 256, 512}) {
-    for (int block = 0; block < 2; ++block) {
-      int64_t cin = block == 0 ? in : c;
-      s.push_back({c, cin, 3, 3});
-      bn(c);
-      s.push_back({c, c, 3, 3});
-      bn(c);
-      if (block == 0 && cin != c) {  // downsample
-        s.push_back({c, cin, 1, 1});
-        bn(c);
-      }
-    }
-    in = c;
-  }
-  s.push_back({1000, 512});
-  s.push_back({1000});
-  return s;
-}
-
-std::vector<IntList> gpt2_124m_shapes() {
-  const int64_t d = 768;
-  std::vector<IntList> s = {{50257, d}, {1024, d}};
-  for (int l = 0; l < 12; ++l) {
-    s.push_back({d}); s.push_back({d});                 // ln_1
-    s.push_back({d, 3 * d}); s.push_back({3 * d});     // attn.c_attn
-    s.push_back({d, d}); s.push_back({d});             // attn.c_proj
-    s.push_back({d}); s.push_back({d});                 // ln_2
-    s.push_back({d, 4 * d}); s.push_back({4 * d});     // mlp.c_fc
-    s.push_back({4 * d, d}); s.push_back({d});         // mlp.c_proj
-  }
-  s.push_back({d}); s.push_back({d});  // ln_f
-  return s;
-}
+using kiln::bench::gpt2_124m_shapes;
+using kiln::bench::resnet18_shapes;
 
 struct Unfused {  // AdamW as a per-parameter loop of tensor ops (what a plain implementation does)
   std::vector<Tensor> params, m, v;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../bench_util.h"
+#include "../model_shapes.h"
 #include "kiln/kernels/amp_kernels.h"
 #include "kiln/kiln.h"
 
@@ -21,30 +22,8 @@ using namespace kiln;
 
 namespace {
 
-std::vector<IntList> resnet18_shapes() {
-  std::vector<IntList> s;
-  auto bn = [&](int64_t c) { s.push_back({c}); s.push_back({c}); };
-  s.push_back({64, 3, 7, 7});
-  bn(64);
-  int64_t in = 64;
-  for (int64_t c : {64, 128, 256, 512}) {
-    for (int block = 0; block < 2; ++block) {
-      int64_t cin = block == 0 ? in : c;
-      s.push_back({c, cin, 3, 3});
-      bn(c);
-      s.push_back({c, c, 3, 3});
-      bn(c);
-      if (block == 0 && cin != c) {
-        s.push_back({c, cin, 1, 1});
-        bn(c);
-      }
-    }
-    in = c;
-  }
-  s.push_back({1000, 512});
-  s.push_back({1000});
-  return s;
-}
+using kiln::bench::gpt2_124m_shapes;
+using kiln::bench::resnet18_shapes;
 
 double max_abs_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   double m = 0;
