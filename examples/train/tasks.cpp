@@ -191,7 +191,7 @@ class TextTask : public Task {
   }
 
   std::string sample() override {
-    Tensor prompt = kiln::tensor(text_.encode("\n")).view({1, -1});
+    Tensor prompt = kiln::tensor(text_.encode("\n")).view({1, -1}).to(device_of(o_));  // the model's device
     Tensor out = gpt_.generate(prompt, 300, 0.8, 20);
     return text_.decode(out.reshape({-1}));
   }

@@ -176,7 +176,7 @@ Tensor GPT::generate(const Tensor& idx_in, int64_t max_new_tokens, double temper
   for (int64_t step = 0; step < max_new_tokens; ++step) {
     int64_t start = std::max<int64_t>(0, static_cast<int64_t>(tokens.size()) - config.block_size);
     std::vector<int64_t> window(tokens.begin() + start, tokens.end());
-    Tensor ctx = kiln::tensor(window).view({1, -1}).to(idx_in.device());
+    Tensor ctx = kiln::tensor(window).view({1, -1}).to(wte.weight.device());  // the model's device
     Tensor logits = forward(ctx).select(1, -1).squeeze(0).to(Device::cpu(), DType::F64) / temperature;
     Tensor probs = kiln::softmax(logits, 0).contiguous();
     const double* p = probs.data_ptr<double>();
