@@ -17,3 +17,26 @@
 
 // After a <<<...>>> launch: reports bad launch configurations at the launch site.
 #define KILN_CUDA_CHECK_LAUNCH(name) KILN_CUDA_CHECK(cudaGetLastError())
+
+namespace kiln::cuda::internal {
+
+// Makes `device` current for a scope and restores the previous device after it (multi-GPU
+// processes); the one guard the CUDA code shares.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    KILN_CUDA_CHECK(cudaGetDevice(&prev_));
+    if (prev_ != device) KILN_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() {
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur != prev_) cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+};
+
+}  // namespace kiln::cuda::internal

@@ -29,18 +29,7 @@ int resolve(int device) { return device < 0 ? current_device() : device; }
 
 cudaStream_t native(const Stream& s) { return static_cast<cudaStream_t>(s.handle); }
 
-// Makes `device` current for the scope.
-struct DeviceScope {
-  int prev = -1;
-  explicit DeviceScope(int device) {
-    KILN_CUDA_CHECK(cudaGetDevice(&prev));
-    if (prev != device) KILN_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceScope() {
-    int cur = -1;
-    if (cudaGetDevice(&cur) == cudaSuccess && cur != prev) cudaSetDevice(prev);
-  }
-};
+using DeviceScope = internal::DeviceGuard;
 
 struct DevicePool {
   std::once_flag created;

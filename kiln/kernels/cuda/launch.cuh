@@ -18,16 +18,8 @@ inline cudaStream_t stream_for(const Tensor& t) {
 }
 
 // Makes the tensor's device current for the launch (multi-GPU processes).
-struct DeviceGuard {
-  int prev = -1;
-  explicit DeviceGuard(const Tensor& t) {
-    KILN_CUDA_CHECK(cudaGetDevice(&prev));
-    if (prev != t.device().index) KILN_CUDA_CHECK(cudaSetDevice(t.device().index));
-  }
-  ~DeviceGuard() {
-    int cur = -1;
-    if (cudaGetDevice(&cur) == cudaSuccess && cur != prev) cudaSetDevice(prev);
-  }
+struct DeviceGuard : kiln::cuda::internal::DeviceGuard {
+  explicit DeviceGuard(const Tensor& t) : kiln::cuda::internal::DeviceGuard(t.device().index) {}
 };
 
 constexpr int kThreads = 256;
