@@ -122,6 +122,53 @@ TEST_CASE("max_pool2d: ties send the gradient to the first maximum", "[pool]") {
   pcheck(x2.grad(), {0, 2, 0, 0, 0, 0}, 0, "overlap");
 }
 
+// The f32 2x2 fast paths (a 16-wide vector loop with a masked tail; tiling backward, both layouts)
+// against a row-order scan: ties pick the first maximum, NaN wins and propagates, odd H and W
+// leave a last row/column that gets no gradient.
+TEST_CASE("max_pool2d 2x2 f32: ties, NaN and tails match a row-order scan", "[pool]") {
+  kiln::manual_seed(5);
+  const int64_t N = 2, C = 3, H = 7, W = 37;  // OW = 18: one full 16-wide step and a tail of 2
+  Tensor x = kiln::randint(0, 4, {N, C, H, W}).to(DType::F32);  // many ties
+  float* xp = static_cast<float*>(x.data_ptr());
+  auto at = [&](int64_t n, int64_t c, int64_t h, int64_t w) -> float& { return xp[((n * C + c) * H + h) * W + w]; };
+  at(0, 0, 0, 3) = std::numeric_limits<float>::quiet_NaN();
+  at(1, 2, 4, 30) = std::numeric_limits<float>::quiet_NaN();
+  at(1, 2, 5, 31) = std::numeric_limits<float>::quiet_NaN();  // two NaNs in one window
+  const int64_t OH = H / 2, OW = W / 2;
+  auto xv = values(x);
+  std::vector<double> want_y, want_g(xv.size(), 0.0);
+  std::vector<double> gy;
+  for (int64_t i = 0; i < N * C * OH * OW; ++i) gy.push_back(1.0 + static_cast<double>(i % 97));
+  for (int64_t nc = 0, o = 0; nc < N * C; ++nc)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow, ++o) {
+        int64_t bi = (nc * H + 2 * oh) * W + 2 * ow;
+        double best = xv[bi];
+        for (int64_t i = 0; i < 2; ++i)
+          for (int64_t j = 0; j < 2; ++j) {
+            int64_t at = (nc * H + 2 * oh + i) * W + 2 * ow + j;
+            if (xv[at] > best || std::isnan(xv[at])) best = xv[at], bi = at;
+          }
+        want_y.push_back(best);
+        want_g[bi] += gy[o];
+      }
+  Tensor g = kiln::tensor(gy, DType::F32).view({N, C, OH, OW});
+  for (int layout = 0; layout < 2; ++layout) {
+    INFO("layout " << (layout ? "channels-last" : "NCHW"));
+    Tensor xin = (layout ? channels_last(x) : x.clone()).detach().requires_grad_();
+    Tensor y = F::max_pool2d(xin, 2);
+    auto yv = values(y);
+    REQUIRE(yv.size() == want_y.size());
+    for (size_t i = 0; i < yv.size(); ++i) {
+      INFO("output " << i);
+      if (std::isnan(want_y[i])) REQUIRE(std::isnan(yv[i]));
+      else REQUIRE(yv[i] == want_y[i]);
+    }
+    y.backward(layout ? channels_last(g) : g);
+    pcheck(xin.grad(), want_g, 0, "grad");
+  }
+}
+
 TEST_CASE("pooling: gradcheck (f64)", "[pool][gradcheck]") {
   kiln::manual_seed(12);
   // distinct values keep max_pool2d differentiable under finite differences
