@@ -78,6 +78,8 @@ const std::vector<Cfg> kConfigs = {
     {2, 4, 5, 6, 6, 1, 1, {1, 1}, {0, 0}, {1, 1}, 2, true},   // 1x1 pointwise, groups 2
     {2, 5, 4, 4, 3, 4, 4, {1, 1}, {0, 0}, {1, 1}, 1, true},   // kernel == input
     {1, 1, 28, 28, 8, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false},// the CNN's first layer shape
+    {2, 3, 3, 1, 2, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true},   // W = 1: side taps never read the image
+    {1, 2, 2, 3, 2, 5, 5, {1, 1}, {2, 2}, {1, 1}, 1, false},  // 5x5 "same" on a 2x3 plane
 };
 
 }  // namespace
@@ -136,6 +138,10 @@ TEST_CASE("conv2d: gradcheck (f64)", "[conv][gradcheck]") {
       {1, 4, 5, 5, 2, 2, 2, {1, 1}, {1, 0}, {2, 2}, 2, true},
       {2, 3, 4, 3, 3, 3, 2, {1, 1}, {1, 1}, {1, 1}, 3, false},  // depthwise
       {2, 4, 3, 3, 2, 1, 1, {1, 1}, {0, 0}, {1, 1}, 2, true},   // 1x1
+      // "same"-width unit stride (one span per tap in im2col/col2im), incl. taps outside the image
+      {2, 2, 4, 5, 3, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false},
+      {1, 2, 2, 3, 2, 5, 5, {1, 1}, {2, 2}, {1, 1}, 1, true},
+      {2, 1, 3, 1, 2, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false},
   };
   for (size_t i = 0; i < cfgs.size(); ++i) {
     const Cfg& c = cfgs[i];
