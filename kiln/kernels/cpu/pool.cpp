@@ -4,9 +4,6 @@
 // planes (one plane per task), so backward scatters never race; each window's bounds are clipped
 // once, so the inner loops have no bounds tests.
 #include <omp.h>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 #include <algorithm>
 #include <cmath>
@@ -14,11 +11,16 @@
 #include <limits>
 
 #include "kiln/core/error.h"
+#include "kiln/kernels/cpu/max_pool_2x2.h"
 #include "kiln/kernels/nn_kernels.h"
 
 namespace kiln::kernels::cpu {
 
 namespace {
+
+using pool2x2::Identity;
+using pool2x2::max_2x2_row_pair;
+using pool2x2::take_max;
 
 // Strided [N, C, H, W] access to one operand.
 template <class T>
@@ -38,74 +40,6 @@ void for_planes(const PoolGeometry& g, int64_t work_per_plane, F&& f) {
 #pragma omp parallel for schedule(static) if (par)
   for (int64_t p = 0; p < planes; ++p) f(p / g.C, p % g.C);
 }
-
-// Branch-free "take v if it beats best": strict > keeps the first of equal maxima, and a NaN
-// is always taken (propagates, as in PyTorch). Random data would mispredict a branch half the time.
-template <class T>
-inline void take_max(T v, int32_t i, T& best, int32_t& bi) {
-  const bool take = (v > best) | (v != v);
-  best = take ? v : best;
-  bi = take ? i : bi;
-}
-
-// One output row of a 2x2, stride-2 max pool over unit-stride input rows r0 and r1: out[ow] and
-// its flat index for ow < OW (base = flat index of r0[0], W = the plane's width). The window is
-// scanned in row order (r0[2ow], r0[2ow+1], r1[2ow], r1[2ow+1]) with take_max's rule, so ties
-// keep the first maximum and NaN wins, as in PyTorch.
-template <class T>
-inline void max_2x2_row_pair(const T* r0, const T* r1, T* out, int32_t* idx, int64_t OW,
-                             int32_t base, int32_t W) {
-  for (int64_t ow = 0; ow < OW; ++ow) {
-    const int32_t i = base + static_cast<int32_t>(2 * ow);
-    T best = r0[2 * ow];
-    int32_t bi = i;
-    take_max(r0[2 * ow + 1], i + 1, best, bi);
-    take_max(r1[2 * ow], i + W, best, bi);
-    take_max(r1[2 * ow + 1], i + W + 1, best, bi);
-    out[ow] = best;
-    idx[ow] = bi;
-  }
-}
-
-#if defined(__AVX512F__)
-// 16 outputs per step: the even and odd columns of each row are split with a two-register
-// permute, each row's pair is reduced (first-max/NaN rule as take_max), then the two rows are
-// compared. Masked loads and stores handle the row's tail. ~6x the portable loop (bench_conv).
-template <>
-inline void max_2x2_row_pair<float>(const float* r0, const float* r1, float* out, int32_t* idx,
-                                    int64_t OW, int32_t base, int32_t W) {
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i even = _mm512_slli_epi32(lane, 1);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  const __m512i one = _mm512_set1_epi32(1);
-  // take_max(v, best): v > best, or v is NaN
-  auto beats = [](__m512 v, __m512 best) {
-    return static_cast<__mmask16>(_mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
-                                  _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
-  };
-  for (int64_t ow = 0; ow < OW; ow += 16) {
-    const int64_t n = std::min<int64_t>(OW - ow, 16), n2 = 2 * n;
-    const auto mask_of = [](int64_t k) {
-      return static_cast<__mmask16>(k >= 16 ? 0xFFFF : k <= 0 ? 0 : (1u << k) - 1);
-    };
-    const __mmask16 m_out = mask_of(n), m_lo = mask_of(n2), m_hi = mask_of(n2 - 16);
-    const float* p0 = r0 + 2 * ow;
-    const float* p1 = r1 + 2 * ow;
-    const __m512 lo0 = _mm512_maskz_loadu_ps(m_lo, p0), hi0 = _mm512_maskz_loadu_ps(m_hi, p0 + 16);
-    const __m512 lo1 = _mm512_maskz_loadu_ps(m_lo, p1), hi1 = _mm512_maskz_loadu_ps(m_hi, p1 + 16);
-    const __m512 a0 = _mm512_permutex2var_ps(lo0, even, hi0), b0 = _mm512_permutex2var_ps(lo0, odd, hi0);
-    const __m512 a1 = _mm512_permutex2var_ps(lo1, even, hi1), b1 = _mm512_permutex2var_ps(lo1, odd, hi1);
-    const __mmask16 t0 = beats(b0, a0), t1 = beats(b1, a1);
-    const __m512 m0 = _mm512_mask_blend_ps(t0, a0, b0), m1 = _mm512_mask_blend_ps(t1, a1, b1);
-    const __m512i i = _mm512_add_epi32(_mm512_set1_epi32(base + 2 * static_cast<int32_t>(ow)), even);
-    const __m512i j0 = _mm512_mask_add_epi32(i, t0, i, one);
-    const __m512i j1 = _mm512_add_epi32(_mm512_mask_add_epi32(i, t1, i, one), _mm512_set1_epi32(W));
-    const __mmask16 t = beats(m1, m0);
-    _mm512_mask_storeu_ps(out + ow, m_out, _mm512_mask_blend_ps(t, m0, m1));
-    _mm512_mask_storeu_epi32(idx + ow, m_out, _mm512_mask_blend_epi32(t, j0, j1));
-  }
-}
-#endif
 
 template <class T>
 void max_fwd(const Tensor& out, const Tensor& idx, const Tensor& x, const PoolGeometry& g) {
@@ -152,7 +86,7 @@ void max_fwd(const Tensor& out, const Tensor& idx, const Tensor& x, const PoolGe
       for (int64_t oh = 0; oh < g.OH; ++oh)
         max_2x2_row_pair(xp + 2 * oh * X.sh, xp + (2 * oh + 1) * X.sh, op + oh * O.sh,
                          ip + oh * I.sh, g.OW, static_cast<int32_t>(2 * oh * g.W),
-                         static_cast<int32_t>(g.W));
+                         static_cast<int32_t>(g.W), Identity{});
       return;
     }
     if (two_by_two) {  // strided rows, unrolled: windows never clip
