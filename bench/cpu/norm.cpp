@@ -1,5 +1,7 @@
 // Fused batch norm and layer norm (kiln/kernels/cpu/norm.cpp) against the composite of kiln ops
-// (mean, var, sub, div, mul, add) on the same data, forward and forward+backward.
+// (mean, var, sub, div, mul, add) on the same data, forward and forward+backward; and the fused
+// BatchNorm + ReLU (F::batch_norm_relu) against the fused batch_norm followed by kiln::relu, the
+// unfused pair the Fashion-MNIST CNN ran before (one ReLU pass forward, one backward).
 // Sizes: BatchNorm2d on [128, 32, 28, 28] (the Fashion-MNIST CNN's first conv output at batch
 // 128) and LayerNorm on [4096, 768] (a transformer's activations). GB/s counts the minimal
 // traffic: forward reads x and writes y; backward reads g and x and writes dx.
@@ -26,7 +28,7 @@ double max_rel_err(const Tensor& a, const Tensor& b) {
 }
 
 void row(const char* name, double fused, double composite, double bytes) {
-  std::printf("%-38s fused %8.3f ms %7.2f GB/s | composite %8.3f ms %7.2f GB/s | %5.2fx\n", name,
+  std::printf("%-48s fused %8.3f ms %7.2f GB/s | composite %8.3f ms %7.2f GB/s | %5.2fx\n", name,
               fused * 1e3, bytes / fused / 1e9, composite * 1e3, bytes / composite / 1e9,
               composite / fused);
 }
@@ -94,6 +96,17 @@ int main() {
           return F::batch_norm(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps);
         },
         [&](const Tensor& a, const Tensor& ww, const Tensor& bb) { return bn_composite(a, ww, bb, eps); });
+  }
+  {
+    Tensor x = kiln::randn({128, 32, 28, 28}) * 2.0 + 0.5;
+    Tensor w = kiln::randn({32}), b = kiln::randn({32});
+    run("batch_norm_relu [128,32,28,28]", x, w, b,
+        [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
+          return F::batch_norm_relu(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps);
+        },
+        [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
+          return kiln::relu(F::batch_norm(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps));
+        });
   }
   {
     Tensor x = kiln::randn({4096, 768}) * 2.0 + 0.5;

@@ -43,25 +43,30 @@ Device common_device(const char* op, std::initializer_list<const Tensor*> ts) {
 
 void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Tensor& mean, const Tensor& invstd, const Tensor& var, bool training,
-                        double eps) {
-  if (common_device("batch_norm", {&y, &x, &weight, &bias, &mean, &invstd, &var}).is_cpu())
-    return cpu::batch_norm_forward(y, x, weight, bias, mean, invstd, var, training, eps);
+                        double eps, bool relu) {
+  const char* op = relu ? "batch_norm_relu" : "batch_norm";
+  if (common_device(op, {&y, &x, &weight, &bias, &mean, &invstd, &var}).is_cpu())
+    return cpu::batch_norm_forward(y, x, weight, bias, mean, invstd, var, training, eps, relu);
 #if KILN_WITH_CUDA
-  cuda::batch_norm_forward(y, x, weight, bias, mean, invstd, var, training, eps);
+  cuda::batch_norm_forward(y, x, weight, bias, mean, invstd, var, training, eps, relu);
 #else
-  no_cuda_kernel("batch_norm");
+  no_cuda_kernel(op);
 #endif
 }
 
 void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                          const Tensor& g, const Tensor& x, const Tensor& weight,
-                         const Tensor& mean, const Tensor& invstd, bool training) {
-  if (common_device("batch_norm_backward", {&dx, &dweight, &dbias, &g, &x, &weight, &mean, &invstd}).is_cpu())
-    return cpu::batch_norm_backward(dx, dweight, dbias, g, x, weight, mean, invstd, training);
+                         const Tensor& mean, const Tensor& invstd, bool training, bool relu,
+                         const Tensor& bias) {
+  const char* op = relu ? "batch_norm_relu_backward" : "batch_norm_backward";
+  // bias only takes part (in the ReLU mask) with relu
+  const Tensor& b = relu ? bias : Tensor();
+  if (common_device(op, {&dx, &dweight, &dbias, &g, &x, &weight, &b, &mean, &invstd}).is_cpu())
+    return cpu::batch_norm_backward(dx, dweight, dbias, g, x, weight, mean, invstd, training, relu, b);
 #if KILN_WITH_CUDA
-  cuda::batch_norm_backward(dx, dweight, dbias, g, x, weight, mean, invstd, training);
+  cuda::batch_norm_backward(dx, dweight, dbias, g, x, weight, mean, invstd, training, relu, b);
 #else
-  no_cuda_kernel("batch_norm_backward");
+  no_cuda_kernel(op);
 #endif
 }
 

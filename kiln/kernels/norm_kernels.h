@@ -1,6 +1,7 @@
 #pragma once
 // Raw kernels behind kiln::nn::functional (no autograd): fused batch/layer/RMS norm forward and
-// backward, the Philox dropout mask, blocked (online-softmax) attention, leaky ReLU.
+// backward (batch norm optionally with a fused ReLU), the Philox dropout mask, blocked
+// (online-softmax) attention, leaky ReLU.
 // Routed by kiln/kernels/norm_dispatch.cpp to the CPU backend (kiln/kernels/cpu/norm.cpp,
 // attention.cpp, dropout.cpp); CUDA tensors get a clear kiln::Error until the CUDA backend exists.
 //
@@ -20,14 +21,21 @@ inline DType norm_stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DT
 // training: computes the batch mean, the biased variance (into var, [C]) and invstd = 1/sqrt(var
 // + eps) in one pass over x, then writes y in a second pass.
 // !training: mean and invstd are inputs (from the running statistics); var is unused.
+// relu: fused BatchNorm + ReLU, y = max(0, x * a_c + b_c) written in the same pass
+// (a_c = invstd_c * w_c, b_c = bias_c - mean_c * a_c); the pre-activation is not stored.
 void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Tensor& mean, const Tensor& invstd, const Tensor& var, bool training,
-                        double eps);
+                        double eps, bool relu = false);
 // Gradients of batch_norm_forward; dx, dweight, dbias may each be undefined (not wanted).
 // training: dx includes the terms through the batch statistics; otherwise dx = g * w * invstd.
+// relu: gradients of the fused BatchNorm + ReLU. The ReLU mask is recomputed from x as
+// x * a_c + b_c > 0 with the forward's a_c, b_c and expression (so it is the forward's mask
+// exactly; `bias` is needed for b_c, undefined meaning 0) and g is masked before the sums and the
+// dx pass. bias is unused without relu.
 void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                          const Tensor& g, const Tensor& x, const Tensor& weight,
-                         const Tensor& mean, const Tensor& invstd, bool training);
+                         const Tensor& mean, const Tensor& invstd, bool training,
+                         bool relu = false, const Tensor& bias = Tensor());
 
 // ---- row norm (layer norm, and RMS norm when rms): x, y contiguous [R, K], statistics per row;
 // weight, bias [K] or undefined (bias unused by rms); mean (undefined for rms) and invstd [R].
@@ -63,10 +71,11 @@ void leaky_relu_backward(const Tensor& dx, const Tensor& g, const Tensor& x, dou
 namespace kiln::kernels::cpu {
 void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Tensor& mean, const Tensor& invstd, const Tensor& var, bool training,
-                        double eps);
+                        double eps, bool relu);
 void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                          const Tensor& g, const Tensor& x, const Tensor& weight,
-                         const Tensor& mean, const Tensor& invstd, bool training);
+                         const Tensor& mean, const Tensor& invstd, bool training, bool relu,
+                         const Tensor& bias);
 void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
                       const Tensor& weight, const Tensor& bias, bool rms, double eps);
 void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,

@@ -64,6 +64,13 @@ Tensor adaptive_avg_pool2d(const Tensor& x, const IntList& output_size);
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
                   double eps = 1e-5);
+// relu(batch_norm(...)) fused (cuDNN's / oneDNN's BN + activation): same arguments, checks,
+// autocast and running-statistics update as batch_norm. One kernel pass writes max(0, bn(x)); the
+// backward recomputes the ReLU mask from x (it saves x, weight and bias, not the output), so the
+// separate ReLU forward and backward passes disappear. BatchNormOptions::fused_relu uses it.
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training,
+                       double momentum = 0.1, double eps = 1e-5);
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),

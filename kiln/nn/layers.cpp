@@ -168,8 +168,8 @@ Tensor BatchNorm::forward(const Tensor& x) {
     NoGradGuard ng;
     num_batches_tracked.add_(1.0);
   }
-  return F::batch_norm(x, is_training() ? running_mean : running_mean, running_var, weight, bias,
-                       use_batch_stats, options.momentum(), options.eps());
+  auto* bn = options.fused_relu() ? &F::batch_norm_relu : &F::batch_norm;
+  return bn(x, running_mean, running_var, weight, bias, use_batch_stats, options.momentum(), options.eps());
 }
 
 std::string BatchNorm::extra_repr() const {
@@ -177,6 +177,7 @@ std::string BatchNorm::extra_repr() const {
   os << options.num_features() << ", eps=" << options.eps() << ", momentum=" << options.momentum()
      << ", affine=" << (options.affine() ? "True" : "False")
      << ", track_running_stats=" << (options.track_running_stats() ? "True" : "False");
+  if (options.fused_relu()) os << ", fused_relu=True";
   return os.str();
 }
 

@@ -1,8 +1,9 @@
 // CUDA vs CPU for the normalisation, dropout and leaky-ReLU kernels (kiln/kernels/norm_kernels.h):
 // batch norm (train and eval, [N, C] and [N, C, S] layouts, channels-last input, running
-// statistics), layer norm and RMS norm (warp-per-row and block-per-row sizes), forward and
-// backward through the functional API and the raw kernels (optional gradients left undefined),
-// dropout masks bit-identical to the CPU's, leaky ReLU, run-to-run determinism of the reductions.
+// statistics; plain and with the fused ReLU), layer norm and RMS norm (warp-per-row and
+// block-per-row sizes), forward and backward through the functional API and the raw kernels
+// (optional gradients left undefined), dropout masks bit-identical to the CPU's, leaky ReLU,
+// run-to-run determinism of the reductions.
 // Inputs are random (never zeros). Tolerances per dtype are stated in tol_*() below: both backends
 // accumulate in double and compute elementwise in f32 (f64 for f64), so f32 agrees to ~1e-6 and
 // f16/bf16 to about one unit in the last place of the stored result.
@@ -64,7 +65,7 @@ struct BnOut {
 };
 
 BnOut run_bn(kiln::Device d, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& g0,
-             const Tensor& rm0, const Tensor& rv0, bool training, bool channels_last) {
+             const Tensor& rm0, const Tensor& rv0, bool training, bool channels_last, bool relu) {
   Tensor x = leaf(x0, d), w = leaf(w0, d), b = leaf(b0, d);
   Tensor rm = on(rm0, d).clone(), rv = on(rv0, d).clone();
   Tensor xin = x;
@@ -76,7 +77,8 @@ BnOut run_bn(kiln::Device d, const Tensor& x0, const Tensor& w0, const Tensor& b
     xin = x.permute(to_cl).contiguous().permute(from_cl);
     REQUIRE(!xin.is_contiguous());
   }
-  Tensor y = F::batch_norm(xin, rm, rv, w, b, training, 0.1, 1e-5);
+  Tensor y = relu ? F::batch_norm_relu(xin, rm, rv, w, b, training, 0.1, 1e-5)
+                  : F::batch_norm(xin, rm, rv, w, b, training, 0.1, 1e-5);
   y.backward(on(g0, d));
   BnOut o;
   o.y = y.contiguous();
@@ -88,7 +90,24 @@ BnOut run_bn(kiln::Device d, const Tensor& x0, const Tensor& w0, const Tensor& b
   return o;
 }
 
-void check_bn(const IntList& sizes, DType dt, bool affine, bool training, bool channels_last, double center) {
+// Moves the inputs whose batch-norm output lies within 1e-3 of zero by 0.05, so that one-ulp
+// differences between the backends cannot flip the fused ReLU's mask (a flip changes that element's
+// dx by about |g|, far beyond any tolerance). Repeated because in training the shift moves the
+// batch statistics a little.
+Tensor off_relu_kink(Tensor x, const Tensor& w, const Tensor& b, const Tensor& rm, const Tensor& rv, bool training) {
+  auto f64 = [](const Tensor& t) { return t.defined() ? t.to(DType::F64) : Tensor(); };
+  for (int it = 0; it < 8; ++it) {
+    Tensor z = F::batch_norm(x.to(DType::F64), f64(rm).clone(), f64(rv).clone(), f64(w), f64(b), training, 0.1, 1e-5);
+    Tensor near = z.abs().lt(1e-3);
+    if (near.to(DType::F64).sum().item<double>() == 0) break;
+    Tensor x32 = x.to(DType::F32);
+    x = kiln::where(near, x32 + 0.05, x32).to(x.dtype());
+  }
+  return x;
+}
+
+void check_bn(const IntList& sizes, DType dt, bool affine, bool training, bool channels_last, double center,
+              bool relu = false) {
   const int64_t C = sizes[1];
   Tensor x = rnd(sizes, dt, center);
   Tensor g = rnd(sizes, dt);
@@ -96,9 +115,11 @@ void check_bn(const IntList& sizes, DType dt, bool affine, bool training, bool c
   Tensor b = affine ? rnd({C}, dt) : Tensor();
   Tensor rm = kiln::randn({C}) * 0.5 + center;
   Tensor rv = kiln::rand({C}) + 0.5;
-  BnOut c = run_bn(kiln::Device::cpu(), x, w, b, g, rm, rv, training, channels_last);
-  BnOut gg = run_bn(kGpu, x, w, b, g, rm, rv, training, channels_last);
-  const std::string what = std::string("batch_norm ") + (training ? "train " : "eval ") + dname(dt) +
+  if (relu) x = off_relu_kink(x, w, b, rm, rv, training);
+  BnOut c = run_bn(kiln::Device::cpu(), x, w, b, g, rm, rv, training, channels_last, relu);
+  BnOut gg = run_bn(kGpu, x, w, b, g, rm, rv, training, channels_last, relu);
+  const std::string what = std::string(relu ? "batch_norm_relu " : "batch_norm ") +
+                           (training ? "train " : "eval ") + dname(dt) +
                            (affine ? " affine" : "") + (channels_last ? " channels-last" : "") +
                            " center " + std::to_string(center);
   // With |mean| >> std, y = x * a + b cancels: a one-ulp difference in the f32 mean (the double
@@ -168,6 +189,25 @@ TEST_CASE("batch norm forward and backward match the CPU", "[cuda][norm][batch_n
     for (bool training : {true, false}) check_bn({3, 5, 4, 6}, dt, true, training, true, 0.0);
 }
 
+TEST_CASE("fused batch norm + ReLU forward and backward match the CPU", "[cuda][norm][batch_norm_relu]") {
+  kiln::manual_seed(45);
+  const std::vector<IntList> shapes = {
+      {5, 3, 7, 9},     // odd sizes on the [N, C, S] path
+      {17, 5},          // [N, C]: the column path
+      {1, 7, 3},        // N = 1, S = 3
+      {2, 3, 4097},     // long planes
+      {1023, 33},       // several row partials per channel on the column path
+      {64, 16, 32, 32}, // several partial blocks per channel on the planes path
+  };
+  for (const auto& sizes : shapes)
+    for (DType dt : {DType::F32, DType::F16})
+      for (bool training : {true, false})
+        for (bool affine : {true, false}) check_bn(sizes, dt, affine, training, false, 0.0, true);
+  check_bn({8, 4, 5, 5}, DType::F32, true, true, false, 100.0, true);  // |mean| >> std
+  // channels-last input runs as [N*S, C] through the column path
+  for (bool training : {true, false}) check_bn({3, 5, 4, 6}, DType::F32, true, training, true, 0.0, true);
+}
+
 TEST_CASE("batch norm statistics match the CPU", "[cuda][norm][batch_norm]") {
   kiln::manual_seed(41);
   for (const IntList& sizes : std::vector<IntList>{{4, 3, 7, 7}, {100, 9}, {2, 40, 3000}})
@@ -197,30 +237,32 @@ TEST_CASE("batch norm backward with optional gradients left undefined", "[cuda][
   kiln::manual_seed(42);
   const IntList sizes{6, 4, 5, 3};
   const int64_t C = 4;
-  Tensor x = kiln::randn(sizes), g = kiln::randn(sizes), w = kiln::randn({C}) + 1.0;
+  Tensor x = kiln::randn(sizes), g = kiln::randn(sizes), w = kiln::randn({C}) + 1.0, b = kiln::randn({C});
   Tensor mean = x.mean({0, 2, 3}), invstd = (x.var({0, 2, 3}, 0) + 1e-5).rsqrt();
   // (want dx, want dw, want db, training)
   const std::vector<std::tuple<bool, bool, bool, bool>> cases = {
       {true, false, false, true}, {false, true, false, true}, {false, false, true, true},
       {true, false, false, false}, {false, true, true, false}, {true, true, true, false}};
   for (auto [want_dx, want_dw, want_db, training] : cases)
-    for (bool with_w : {true, false}) {
-      auto run = [&](kiln::Device d) {
-        auto mk = [&](bool want, const IntList& s) {
-          return want ? kiln::full(s, 7.0, kiln::TensorOptions().device(d)) : Tensor();
+    for (bool with_w : {true, false})
+      for (bool relu : {false, true}) {
+        auto run = [&](kiln::Device d) {
+          auto mk = [&](bool want, const IntList& s) {
+            return want ? kiln::full(s, 7.0, kiln::TensorOptions().device(d)) : Tensor();
+          };
+          Tensor dx = mk(want_dx, sizes), dw = mk(want_dw, {C}), db = mk(want_db, {C});
+          kiln::kernels::batch_norm_backward(dx, dw, db, g.to(d), x.to(d), with_w ? w.to(d) : Tensor(), mean.to(d),
+                                             invstd.to(d), training, relu, relu ? b.to(d) : Tensor());
+          return std::vector<Tensor>{dx, dw, db};
         };
-        Tensor dx = mk(want_dx, sizes), dw = mk(want_dw, {C}), db = mk(want_db, {C});
-        kiln::kernels::batch_norm_backward(dx, dw, db, g.to(d), x.to(d), with_w ? w.to(d) : Tensor(), mean.to(d),
-                                           invstd.to(d), training);
-        return std::vector<Tensor>{dx, dw, db};
-      };
-      auto c = run(kiln::Device::cpu());
-      auto gg = run(kGpu);
-      const std::string what = std::string("batch_norm_backward ") + (training ? "train" : "eval") +
-                               (with_w ? " w" : "") + " dx/dw/db=" + std::to_string(want_dx) +
-                               std::to_string(want_dw) + std::to_string(want_db);
-      for (int i = 0; i < 3; ++i) require_close(gg[i], c[i], 1e-4, 1e-5, what + " output " + std::to_string(i));
-    }
+        auto c = run(kiln::Device::cpu());
+        auto gg = run(kGpu);
+        const std::string what = std::string(relu ? "batch_norm_relu_backward " : "batch_norm_backward ") +
+                                 (training ? "train" : "eval") +
+                                 (with_w ? " w" : "") + " dx/dw/db=" + std::to_string(want_dx) +
+                                 std::to_string(want_dw) + std::to_string(want_db);
+        for (int i = 0; i < 3; ++i) require_close(gg[i], c[i], 1e-4, 1e-5, what + " output " + std::to_string(i));
+      }
 }
 
 TEST_CASE("layer norm and RMS norm forward and backward match the CPU", "[cuda][norm][layer_norm]") {
@@ -380,6 +422,11 @@ TEST_CASE("bad operands to the CUDA norm kernels are clear errors", "[cuda][norm
   Tensor xb = kiln::randn({2, 3, 5}, o), yb = kiln::empty({2, 3, 5}, o);
   REQUIRE_THROWS_AS(kiln::kernels::batch_norm_forward(yb, xb, Tensor(), Tensor(), kiln::empty({4}, o),
                                                       kiln::empty({3}, o), kiln::empty({3}, o), true, 1e-5),
+                    kiln::Error);
+  // fused BN + ReLU backward: a bias (for the mask) with the wrong number of channels
+  REQUIRE_THROWS_AS(kiln::kernels::batch_norm_backward(kiln::empty({2, 3, 5}, o), Tensor(), Tensor(),
+                                                       kiln::randn({2, 3, 5}, o), xb, Tensor(), kiln::zeros({3}, o),
+                                                       kiln::ones({3}, o), true, true, kiln::randn({4}, o)),
                     kiln::Error);
   // dropout with p = 1 (the functional handles p = 1 itself)
   REQUIRE_THROWS_AS(kiln::kernels::dropout(y, x, 1.0, 1, 0), kiln::Error);

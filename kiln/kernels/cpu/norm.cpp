@@ -16,16 +16,25 @@
 //   rows into per-thread per-column sums, again unit-stride. Row norms split rows over threads;
 //   the weight/bias gradients are per-thread column partials summed at the end.
 //
+// Fused ReLU (batch_norm_relu): the forward writes max(0, x * a + b) in pass 2; the backward
+// recomputes the mask x * a + b > 0 from x with the forward's coefficients and expression
+// (bn_pre) and masks g on load in both passes, so it reads (g, x) like the plain backward and
+// the separate ReLU forward and backward passes disappear.
+//
 // Accuracy: sums are accumulated in double, on data shifted by the first element of the channel
 // (or row) so that E[x^2] - E[x]^2 does not cancel catastrophically when |mean| >> std.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/kernels/math/pointwise.h"
 #include "kiln/kernels/norm_kernels.h"
 
 namespace kiln::kernels::cpu {
@@ -60,14 +69,77 @@ void ncs(const Tensor& x, int64_t& N, int64_t& C, int64_t& S) {
 
 // ------------------------------------------------------------------------------ batch norm
 
+namespace {
+
+// y = x * a_c + b_c with the per-channel coefficients below: the one expression of the batch-norm
+// output (before the optional ReLU). The fused backward recomputes the ReLU mask with it, so the
+// mask is the forward's exactly (the same opmath values through the same operations).
+template <class T, class O>
+inline O bn_pre(T x, O a, O b) { return static_cast<O>(x) * a + b; }
+
+// Folds the statistics, weight and bias (either undefined: 1 / 0) into a_c = invstd_c * w_c and
+// b_c = bias_c - mean_c * a_c.
+template <class T, class O, class ST>
+void bn_coefficients(int64_t C, const T* wp, const T* bp, const ST* mp, const ST* ip, std::vector<O>& a,
+                     std::vector<O>& b) {
+  a.resize(C);
+  b.resize(C);
+  for (int64_t c = 0; c < C; ++c) {
+    O w = wp ? static_cast<O>(wp[c]) : O(1);
+    O bb = bp ? static_cast<O>(bp[c]) : O(0);
+    a[c] = static_cast<O>(ip[c]) * w;
+    b[c] = bb - static_cast<O>(mp[c]) * a[c];
+  }
+}
+
+// keep ? v : +0 (math::ReluBackward's select) as a bit mask. Written as `keep ? v : 0`, GCC
+// (-ftrapping-math) leaves a branch inside the double-accumulating reductions below instead of
+// vectorizing them, and the branch is mispredicted about half the time on real activations: the
+// fused backward ran 5x slower than the plain one.
+template <class O>
+inline O keep_or_zero(bool keep, O v) {
+  using U = std::conditional_t<sizeof(O) == 8, uint64_t, uint32_t>;
+  static_assert(sizeof(O) == sizeof(U), "opmath is float or double");
+  U bits;
+  std::memcpy(&bits, &v, sizeof(O));
+  bits &= U(0) - static_cast<U>(keep);
+  O r;
+  std::memcpy(&r, &bits, sizeof(O));
+  return r;
+}
+
+// The gradient reaching the batch norm: g itself, or with the fused ReLU g where the
+// pre-activation bn_pre(x, a, b) is positive, else 0 (ReLU's backward with the pre-activation in
+// the role of its output, as math::ReluBackward).
+template <bool kRelu, class T, class O>
+inline O bn_grad_in(T g, T x, O a, O b) {
+  if constexpr (kRelu)
+    return keep_or_zero(bn_pre(x, a, b) > O(0), static_cast<O>(g));
+  else
+    return static_cast<O>(g);
+}
+
+// Runs f(std::true_type) or f(std::false_type): the ReLU epilogue as a compile-time flag, so the
+// plain batch norm's loops carry no mask.
+template <class F>
+void with_relu(bool relu, F&& f) {
+  if (relu)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+
+}  // namespace
+
 void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Tensor& mean, const Tensor& invstd, const Tensor& var, bool training,
-                        double eps) {
-  check_contig("batch_norm", {&y, &x, &weight, &bias, &mean, &invstd, &var});
+                        double eps, bool relu) {
+  const char* op = relu ? "batch_norm_relu" : "batch_norm";
+  check_contig(op, {&y, &x, &weight, &bias, &mean, &invstd, &var});
   int64_t N, C, S;
   ncs(x, N, C, S);
   const int64_t M = N * S;
-  dispatch_floating(x.dtype(), "batch_norm", [&](auto tag) {
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using O = opmath_t<T>;
     using ST = stat_t<T>;
@@ -131,46 +203,53 @@ void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, 
       }
     }
 
-    // ---- pass 2: y = x * a + b per channel
-    std::vector<O> a(C), b(C);
-    for (int64_t c = 0; c < C; ++c) {
-      O w = wp ? static_cast<O>(wp[c]) : O(1);
-      O bb = bp ? static_cast<O>(bp[c]) : O(0);
-      a[c] = static_cast<O>(ip[c]) * w;
-      b[c] = bb - static_cast<O>(mp[c]) * a[c];
-    }
-    if (S > 1) {
+    // ---- pass 2: y = x * a + b per channel (then max(0, .) with the fused ReLU)
+    std::vector<O> a, b;
+    bn_coefficients(C, wp, bp, mp, ip, a, b);
+    with_relu(relu, [&](auto relu_flag) {
+      constexpr bool kRelu = decltype(relu_flag)::value;
+      auto out = [](T xv, O ac, O bc) {
+        const O v = bn_pre(xv, ac, bc);
+        if constexpr (kRelu)
+          return static_cast<T>(math::Relu{}(v));
+        else
+          return static_cast<T>(v);
+      };
+      if (S > 1) {
 #pragma omp parallel for collapse(2) schedule(static) if (par)
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t c = 0; c < C; ++c) {
-          const T* xr = xp + (n * C + c) * S;
-          T* yr = yp + (n * C + c) * S;
-          const O ac = a[c], bc = b[c];
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t c = 0; c < C; ++c) {
+            const T* xr = xp + (n * C + c) * S;
+            T* yr = yp + (n * C + c) * S;
+            const O ac = a[c], bc = b[c];
 #pragma omp simd
-          for (int64_t i = 0; i < S; ++i) yr[i] = static_cast<T>(static_cast<O>(xr[i]) * ac + bc);
-        }
-    } else {
-      const O* ap = a.data();
-      const O* bq = b.data();
+            for (int64_t i = 0; i < S; ++i) yr[i] = out(xr[i], ac, bc);
+          }
+      } else {
+        const O* ap = a.data();
+        const O* bq = b.data();
 #pragma omp parallel for schedule(static) if (par)
-      for (int64_t n = 0; n < N; ++n) {
-        const T* xr = xp + n * C;
-        T* yr = yp + n * C;
+        for (int64_t n = 0; n < N; ++n) {
+          const T* xr = xp + n * C;
+          T* yr = yp + n * C;
 #pragma omp simd
-        for (int64_t c = 0; c < C; ++c) yr[c] = static_cast<T>(static_cast<O>(xr[c]) * ap[c] + bq[c]);
+          for (int64_t c = 0; c < C; ++c) yr[c] = out(xr[c], ap[c], bq[c]);
+        }
       }
-    }
+    });
   });
 }
 
 void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                          const Tensor& g, const Tensor& x, const Tensor& weight,
-                         const Tensor& mean, const Tensor& invstd, bool training) {
-  check_contig("batch_norm_backward", {&dx, &dweight, &dbias, &g, &x, &weight, &mean, &invstd});
+                         const Tensor& mean, const Tensor& invstd, bool training, bool relu,
+                         const Tensor& bias) {
+  const char* op = relu ? "batch_norm_relu_backward" : "batch_norm_backward";
+  check_contig(op, {&dx, &dweight, &dbias, &g, &x, &weight, &bias, &mean, &invstd});
   int64_t N, C, S;
   ncs(x, N, C, S);
   const int64_t M = N * S;
-  dispatch_floating(x.dtype(), "batch_norm_backward", [&](auto tag) {
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using O = opmath_t<T>;
     using ST = stat_t<T>;
@@ -185,100 +264,115 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
     const bool par = x.numel() >= kGrain;
     // Only the eval-mode dx needs no sums.
     const bool need_sums = dwp || dbp || (dxp && training);
+    // The forward's y = x * a + b coefficients, for the ReLU mask.
+    std::vector<O> ra, rb;
+    if (relu) bn_coefficients(C, wp, cptr<T>(bias), mp, ip, ra, rb);
 
-    // ---- pass 1: sum_g = sum(g), dot = sum(g * (x - mean)) per channel
-    std::vector<double> sum_g(C, 0.0), dot(C, 0.0);
-    if (need_sums && M > 0) {
-      if (S > 1 || N == 1) {
+    with_relu(relu, [&](auto relu_flag) {
+      constexpr bool kRelu = decltype(relu_flag)::value;
+      // ---- pass 1: sum_g = sum(g), dot = sum(g * (x - mean)) per channel (g masked with relu)
+      std::vector<double> sum_g(C, 0.0), dot(C, 0.0);
+      if (need_sums && M > 0) {
+        if (S > 1 || N == 1) {
 #pragma omp parallel for schedule(dynamic, 1) if (par)
-        for (int64_t c = 0; c < C; ++c) {
-          const double m = static_cast<double>(mp[c]);
-          double s = 0, d = 0;
-          for (int64_t n = 0; n < N; ++n) {
-            const T* xr = xp + (n * C + c) * S;
-            const T* gr = gp + (n * C + c) * S;
-#pragma omp simd reduction(+ : s, d)
-            for (int64_t i = 0; i < S; ++i) {
-              double gv = static_cast<double>(gr[i]);
-              s += gv;
-              d += gv * (static_cast<double>(xr[i]) - m);
-            }
-          }
-          sum_g[c] = s;
-          dot[c] = d;
-        }
-      } else {
-        std::vector<double> mv(C);
-        for (int64_t c = 0; c < C; ++c) mv[c] = static_cast<double>(mp[c]);
-#pragma omp parallel if (par)
-        {
-          std::vector<double> ls(C, 0.0), ld(C, 0.0);
-#pragma omp for schedule(static)
-          for (int64_t n = 0; n < N; ++n) {
-            const T* xr = xp + n * C;
-            const T* gr = gp + n * C;
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) {
-              double gv = static_cast<double>(gr[c]);
-              ls[c] += gv;
-              ld[c] += gv * (static_cast<double>(xr[c]) - mv[c]);
-            }
-          }
-#pragma omp critical(kiln_bn_bwd_sums)
           for (int64_t c = 0; c < C; ++c) {
-            sum_g[c] += ls[c];
-            dot[c] += ld[c];
+            const double m = static_cast<double>(mp[c]);
+            const O rac = kRelu ? ra[c] : O(0), rbc = kRelu ? rb[c] : O(0);
+            double s = 0, d = 0;
+            for (int64_t n = 0; n < N; ++n) {
+              const T* xr = xp + (n * C + c) * S;
+              const T* gr = gp + (n * C + c) * S;
+#pragma omp simd reduction(+ : s, d)
+              for (int64_t i = 0; i < S; ++i) {
+                double gv = static_cast<double>(bn_grad_in<kRelu>(gr[i], xr[i], rac, rbc));
+                s += gv;
+                d += gv * (static_cast<double>(xr[i]) - m);
+              }
+            }
+            sum_g[c] = s;
+            dot[c] = d;
+          }
+        } else {
+          std::vector<double> mv(C);
+          for (int64_t c = 0; c < C; ++c) mv[c] = static_cast<double>(mp[c]);
+          const O* rap = ra.data();
+          const O* rbp = rb.data();
+#pragma omp parallel if (par)
+          {
+            std::vector<double> ls(C, 0.0), ld(C, 0.0);
+#pragma omp for schedule(static)
+            for (int64_t n = 0; n < N; ++n) {
+              const T* xr = xp + n * C;
+              const T* gr = gp + n * C;
+#pragma omp simd
+              for (int64_t c = 0; c < C; ++c) {
+                double gv = static_cast<double>(
+                    bn_grad_in<kRelu>(gr[c], xr[c], kRelu ? rap[c] : O(0), kRelu ? rbp[c] : O(0)));
+                ls[c] += gv;
+                ld[c] += gv * (static_cast<double>(xr[c]) - mv[c]);
+              }
+            }
+#pragma omp critical(kiln_bn_bwd_sums)
+            for (int64_t c = 0; c < C; ++c) {
+              sum_g[c] += ls[c];
+              dot[c] += ld[c];
+            }
           }
         }
       }
-    }
-    for (int64_t c = 0; c < C; ++c) {
-      if (dwp) dwp[c] = static_cast<T>(dot[c] * static_cast<double>(ip[c]));
-      if (dbp) dbp[c] = static_cast<T>(sum_g[c]);
-    }
-    if (!dxp) return;
-
-    // ---- pass 2: dx = g * k1 + x * k2 + k3 per channel
-    //   training: dx = w * invstd * (g - sum_g / M - (x - mean) * invstd^2 * dot / M)
-    //   eval:     dx = w * invstd * g
-    std::vector<O> k1(C), k2(C), k3(C);
-    for (int64_t c = 0; c < C; ++c) {
-      double w = wp ? static_cast<double>(wp[c]) : 1.0;
-      double is = static_cast<double>(ip[c]);
-      double a1 = w * is;
-      double a2 = training && M > 0 ? -w * is * is * is * dot[c] / M : 0.0;
-      double a3 = training && M > 0 ? -a1 * sum_g[c] / M - a2 * static_cast<double>(mp[c]) : 0.0;
-      k1[c] = static_cast<O>(a1);
-      k2[c] = static_cast<O>(a2);
-      k3[c] = static_cast<O>(a3);
-    }
-    if (S > 1) {
-#pragma omp parallel for collapse(2) schedule(static) if (par)
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t c = 0; c < C; ++c) {
-          const int64_t base = (n * C + c) * S;
-          const T* xr = xp + base;
-          const T* gr = gp + base;
-          T* dr = dxp + base;
-          const O a1 = k1[c], a2 = k2[c], a3 = k3[c];
-#pragma omp simd
-          for (int64_t i = 0; i < S; ++i)
-            dr[i] = static_cast<T>(static_cast<O>(gr[i]) * a1 + static_cast<O>(xr[i]) * a2 + a3);
-        }
-    } else {
-      const O* p1 = k1.data();
-      const O* p2 = k2.data();
-      const O* p3 = k3.data();
-#pragma omp parallel for schedule(static) if (par)
-      for (int64_t n = 0; n < N; ++n) {
-        const T* xr = xp + n * C;
-        const T* gr = gp + n * C;
-        T* dr = dxp + n * C;
-#pragma omp simd
-        for (int64_t c = 0; c < C; ++c)
-          dr[c] = static_cast<T>(static_cast<O>(gr[c]) * p1[c] + static_cast<O>(xr[c]) * p2[c] + p3[c]);
+      for (int64_t c = 0; c < C; ++c) {
+        if (dwp) dwp[c] = static_cast<T>(dot[c] * static_cast<double>(ip[c]));
+        if (dbp) dbp[c] = static_cast<T>(sum_g[c]);
       }
-    }
+      if (!dxp) return;
+
+      // ---- pass 2: dx = g * k1 + x * k2 + k3 per channel (g masked with relu)
+      //   training: dx = w * invstd * (g - sum_g / M - (x - mean) * invstd^2 * dot / M)
+      //   eval:     dx = w * invstd * g
+      std::vector<O> k1(C), k2(C), k3(C);
+      for (int64_t c = 0; c < C; ++c) {
+        double w = wp ? static_cast<double>(wp[c]) : 1.0;
+        double is = static_cast<double>(ip[c]);
+        double a1 = w * is;
+        double a2 = training && M > 0 ? -w * is * is * is * dot[c] / M : 0.0;
+        double a3 = training && M > 0 ? -a1 * sum_g[c] / M - a2 * static_cast<double>(mp[c]) : 0.0;
+        k1[c] = static_cast<O>(a1);
+        k2[c] = static_cast<O>(a2);
+        k3[c] = static_cast<O>(a3);
+      }
+      if (S > 1) {
+#pragma omp parallel for collapse(2) schedule(static) if (par)
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t c = 0; c < C; ++c) {
+            const int64_t base = (n * C + c) * S;
+            const T* xr = xp + base;
+            const T* gr = gp + base;
+            T* dr = dxp + base;
+            const O a1 = k1[c], a2 = k2[c], a3 = k3[c];
+            const O rac = kRelu ? ra[c] : O(0), rbc = kRelu ? rb[c] : O(0);
+#pragma omp simd
+            for (int64_t i = 0; i < S; ++i)
+              dr[i] = static_cast<T>(bn_grad_in<kRelu>(gr[i], xr[i], rac, rbc) * a1 + static_cast<O>(xr[i]) * a2 + a3);
+          }
+      } else {
+        const O* p1 = k1.data();
+        const O* p2 = k2.data();
+        const O* p3 = k3.data();
+        const O* rap = ra.data();
+        const O* rbp = rb.data();
+#pragma omp parallel for schedule(static) if (par)
+        for (int64_t n = 0; n < N; ++n) {
+          const T* xr = xp + n * C;
+          const T* gr = gp + n * C;
+          T* dr = dxp + n * C;
+#pragma omp simd
+          for (int64_t c = 0; c < C; ++c)
+            dr[c] = static_cast<T>(
+                bn_grad_in<kRelu>(gr[c], xr[c], kRelu ? rap[c] : O(0), kRelu ? rbp[c] : O(0)) * p1[c] +
+                static_cast<O>(xr[c]) * p2[c] + p3[c]);
+        }
+      }
+    });
   });
 }
 

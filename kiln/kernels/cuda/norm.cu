@@ -17,6 +17,11 @@
 //   per-channel coefficients, and one elementwise pass writes y = x * a_c + b_c.
 //   Batch norm backward: the same partial/finalize pair for sum(g) and sum(g * (x - mean)), which
 //   also yields dweight and dbias, then one pass dx = g * k1_c + x * k2_c + k3_c.
+//   Fused BatchNorm + ReLU (relu = true): the forward's elementwise pass writes max(0, x * a_c +
+//   b_c). The backward folds the same a_c, b_c first (bn_fold_kernel, the forward finalize's
+//   bn_fold) and masks g on load, in the partials and in the dx pass, where x * a_c + b_c <= 0:
+//   the pre-activation is computed as one explicit fma everywhere (bn_pre), so the recomputed
+//   mask is the forward's bit for bit, and no ReLU pass runs in either direction.
 //   Row norms: one warp per row for K <= 1024, one block per row above; sums in double (shifted
 //   by the row's first element for layer norm), then the row is written from the statistics
 //   (the second read mostly hits L1/L2). Backward: the same row layout for dx (sum(g w) and
@@ -32,10 +37,12 @@
 // ~1e-6 relative; f16/bf16 data is computed in f32 with f32 statistics.
 #include <cmath>
 #include <initializer_list>
+#include <type_traits>
 
 #include "kiln/kernels/cuda/block_reduce.cuh"
 #include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/norm_cuda.h"
+#include "kiln/kernels/math/pointwise.h"
 #include "kiln/kernels/norm_kernels.h"
 
 namespace kiln::kernels::cuda {
@@ -57,6 +64,40 @@ __host__ __device__ __forceinline__ T from_d(double v) {
 }
 // max(v, 0) that keeps a NaN, as std::max(v, 0.0) on the CPU does.
 __device__ __forceinline__ double clamp_nonneg(double v) { return v < 0.0 ? 0.0 : v; }
+
+// a * b + c rounded once. An explicit fma cannot be contracted differently in different kernels,
+// so the batch-norm pre-activation below has the same bits wherever it is computed.
+__device__ __forceinline__ float fma_rn(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+__device__ __forceinline__ double fma_rn(double a, double b, double c) { return __fma_rn(a, b, c); }
+
+// The batch-norm output before the optional ReLU, y = x * a_c + b_c (a_c, b_c from bn_fold). The
+// fused ReLU's backward recomputes its mask with this same expression.
+template <class T>
+__device__ __forceinline__ opmath_t<T> bn_pre(T x, opmath_t<T> a, opmath_t<T> b) {
+  return fma_rn(static_cast<opmath_t<T>>(x), a, b);
+}
+
+// The gradient entering the batch norm: g, or with the fused ReLU g where bn_pre(x, a, b) > 0
+// (math::ReluBackward with the pre-activation in the role of relu's output).
+template <bool kRelu, class T>
+__device__ __forceinline__ opmath_t<T> bn_grad_in(T g, T x, opmath_t<T> a, opmath_t<T> b) {
+  using O = opmath_t<T>;
+  if constexpr (kRelu)
+    return math::ReluBackward{}(static_cast<O>(g), bn_pre(x, a, b));
+  else
+    return static_cast<O>(g);
+}
+
+// Folds channel c's statistics, weight and bias (null: 1 / 0) into y = x * a + b.
+template <class T>
+__device__ __forceinline__ void bn_fold(const T* w, const T* b, stat_t<T> mean_c, stat_t<T> invstd_c,
+                                        int64_t c, opmath_t<T>& a, opmath_t<T>& shift) {
+  using O = opmath_t<T>;
+  const O wv = w ? static_cast<O>(w[c]) : O(1);
+  const O bv = b ? static_cast<O>(b[c]) : O(0);
+  a = static_cast<O>(invstd_c) * wv;
+  shift = fma_rn(-static_cast<O>(mean_c), a, bv);  // bv - mean * a
+}
 
 template <class T>
 const T* cptr(const Tensor& t) { return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr; }
@@ -143,22 +184,28 @@ __device__ __forceinline__ void group_sum2(double& a, double& b) {
 // n = p * by + ty, p * by + ty + P * by, ... and elements s = tx, tx + bx, ... of each row.
 //   kBackward = false: a = sum(x - shift_c), b = sum((x - shift_c)^2), shift_c = x[n=0, c, s=0]
 //   kBackward = true:  a = sum(g),           b = sum(g * (x - mean_c))
+// kRelu (backward only): g is masked by the fused ReLU (bn_grad_in) with the forward's
+// coefficients relu_coef[c], relu_coef[C + c].
 // Partials go to part[p * C + c] (a) and part[P * C + p * C + c] (b).
-template <class T, bool kBackward>
+template <class T, bool kBackward, bool kRelu>
 __global__ void bn_partials_planes_kernel(const T* __restrict__ x, const T* __restrict__ g,
-                                          const stat_t<T>* __restrict__ mean, double* __restrict__ part,
+                                          const stat_t<T>* __restrict__ mean,
+                                          const opmath_t<T>* __restrict__ relu_coef, double* __restrict__ part,
                                           int64_t N, int64_t C, int64_t S) {
+  using O = opmath_t<T>;
+  static_assert(kBackward || !kRelu, "the ReLU mask only applies to the backward sums");
   const int64_t P = gridDim.x, p = blockIdx.x;
   const int64_t row_step = P * blockDim.y;
   for (int64_t c = blockIdx.y; c < C; c += gridDim.y) {
     const double center = kBackward ? static_cast<double>(mean[c]) : to_d(x[c * S]);
+    const O ra = kRelu ? relu_coef[c] : O(0), rb = kRelu ? relu_coef[C + c] : O(0);
     double a = 0, b = 0;
     for (int64_t n = p * blockDim.y + threadIdx.y; n < N; n += row_step) {
       const int64_t base = (n * C + c) * S;
       for (int64_t s = threadIdx.x; s < S; s += blockDim.x) {
         const double xv = to_d(x[base + s]);
         if constexpr (kBackward) {
-          const double gv = to_d(g[base + s]);
+          const double gv = static_cast<double>(bn_grad_in<kRelu>(g[base + s], x[base + s], ra, rb));
           a += gv;
           b += gv * (xv - center);
         } else {
@@ -180,20 +227,24 @@ __global__ void bn_partials_planes_kernel(const T* __restrict__ x, const T* __re
 // cb * 32 + tx and rows n = p * 8 + ty, step P * 8; the 8 row-partials are added in shared memory.
 constexpr int kColX = 32, kColY = 8;
 
-template <class T, bool kBackward>
+template <class T, bool kBackward, bool kRelu>
 __global__ void bn_partials_columns_kernel(const T* __restrict__ x, const T* __restrict__ g,
-                                           const stat_t<T>* __restrict__ mean, double* __restrict__ part,
+                                           const stat_t<T>* __restrict__ mean,
+                                           const opmath_t<T>* __restrict__ relu_coef, double* __restrict__ part,
                                            int64_t N, int64_t C) {
+  using O = opmath_t<T>;
+  static_assert(kBackward || !kRelu, "the ReLU mask only applies to the backward sums");
   __shared__ double sa[kColY][kColX], sb[kColY][kColX];
   const int64_t P = gridDim.y, p = blockIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kColX + threadIdx.x;
   double a = 0, b = 0;
   if (c < C) {
     const double center = kBackward ? static_cast<double>(mean[c]) : to_d(x[c]);
+    const O ra = kRelu ? relu_coef[c] : O(0), rb = kRelu ? relu_coef[C + c] : O(0);
     for (int64_t n = p * kColY + threadIdx.y; n < N; n += P * kColY) {
       const double xv = to_d(x[n * C + c]);
       if constexpr (kBackward) {
-        const double gv = to_d(g[n * C + c]);
+        const double gv = static_cast<double>(bn_grad_in<kRelu>(g[n * C + c], x[n * C + c], ra, rb));
         a += gv;
         b += gv * (xv - center);
       } else {
@@ -217,9 +268,10 @@ __global__ void bn_partials_columns_kernel(const T* __restrict__ x, const T* __r
 }
 
 // Launches the partial sums of one of the two layouts; returns P (partials per channel).
-template <class T, bool kBackward>
-int64_t bn_partials(const T* x, const T* g, const stat_t<T>* mean, int64_t N, int64_t C, int64_t S,
-                    int device, cudaStream_t stream, Tensor& part) {
+// relu_coef: the fused ReLU's mask coefficients (kRelu only, else null).
+template <class T, bool kBackward, bool kRelu = false>
+int64_t bn_partials(const T* x, const T* g, const stat_t<T>* mean, const opmath_t<T>* relu_coef, int64_t N,
+                    int64_t C, int64_t S, int device, cudaStream_t stream, Tensor& part) {
   const int64_t M = N * S;
   const int64_t target = 4 * static_cast<int64_t>(sm_count(device));
   if (S > 1) {
@@ -230,8 +282,8 @@ int64_t bn_partials(const T* x, const T* g, const stat_t<T>* mean, int64_t N, in
     P = std::min<int64_t>(P, (N + by - 1) / by);   // at least one row per thread row
     P = std::max<int64_t>(1, std::min<int64_t>(P, 65535));
     part = empty({2 * P * C}, TensorOptions().dtype(DType::F64).device(Device::cuda(device)));
-    bn_partials_planes_kernel<T, kBackward><<<dim3(static_cast<unsigned>(P), cap_grid(C)), dim3(bx, by), 0, stream>>>(
-        x, g, mean, static_cast<double*>(part.data_ptr()), N, C, S);
+    bn_partials_planes_kernel<T, kBackward, kRelu><<<dim3(static_cast<unsigned>(P), cap_grid(C)), dim3(bx, by), 0, stream>>>(
+        x, g, mean, relu_coef, static_cast<double*>(part.data_ptr()), N, C, S);
     KILN_CUDA_CHECK_LAUNCH("bn_partials_planes_kernel");
     return P;
   }
@@ -240,8 +292,8 @@ int64_t bn_partials(const T* x, const T* g, const stat_t<T>* mean, int64_t N, in
   P = std::min<int64_t>(P, (N + 8 * kColY - 1) / (8 * kColY));  // at least ~8 rows per thread
   P = std::max<int64_t>(1, std::min<int64_t>(P, 65535));
   part = empty({2 * P * C}, TensorOptions().dtype(DType::F64).device(Device::cuda(device)));
-  bn_partials_columns_kernel<T, kBackward><<<dim3(static_cast<unsigned>(cblocks), static_cast<unsigned>(P)), dim3(kColX, kColY), 0, stream>>>(
-      x, g, mean, static_cast<double*>(part.data_ptr()), N, C);
+  bn_partials_columns_kernel<T, kBackward, kRelu><<<dim3(static_cast<unsigned>(cblocks), static_cast<unsigned>(P)), dim3(kColX, kColY), 0, stream>>>(
+      x, g, mean, relu_coef, static_cast<double*>(part.data_ptr()), N, C);
   KILN_CUDA_CHECK_LAUNCH("bn_partials_columns_kernel");
   return P;
 }
@@ -272,12 +324,21 @@ __global__ void bn_forward_finalize_kernel(const double* __restrict__ part, int6
       var[c] = static_cast<ST>(v);
       invstd[c] = static_cast<ST>(1.0 / sqrt(v + eps));
     }
-    const O wv = w ? static_cast<O>(w[c]) : O(1);
-    const O bv = b ? static_cast<O>(b[c]) : O(0);
-    const O a = static_cast<O>(invstd[c]) * wv;
+    O a, bc;
+    bn_fold(w, b, mean[c], invstd[c], c, a, bc);
     coef[c] = a;
-    coef[C + c] = bv - static_cast<O>(mean[c]) * a;
+    coef[C + c] = bc;
   }
+}
+
+// The forward's coefficients again, for the fused ReLU's backward mask: coef[c] = a_c,
+// coef[C + c] = b_c from the saved statistics, through the same bn_fold as the forward finalize.
+template <class T>
+__global__ void bn_fold_kernel(const T* __restrict__ w, const T* __restrict__ b, const stat_t<T>* __restrict__ mean,
+                               const stat_t<T>* __restrict__ invstd, opmath_t<T>* __restrict__ coef, int64_t C) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += stride)
+    bn_fold(w, b, mean[c], invstd[c], c, coef[c], coef[C + c]);
 }
 
 // Backward finalize, one thread per channel: sums of the partials (when computed), dweight =
@@ -314,18 +375,46 @@ __global__ void bn_backward_finalize_kernel(const double* __restrict__ part, int
   }
 }
 
-// out = in0 * k0 + in1 * k1 + k2 (kTwo) or out = in0 * k0 + k2, with per-channel coefficients
-// k0 = coef[ch], k1 = coef[C + ch], k2 = coef[(kTwo ? 2 : 1) * C + ch]. The operands are [rows, L]:
+// One element j of bn_affine_kernel below (c0, c1, c2: the channel's k0, k1, k2; rac, rbc: its
+// ReLU mask coefficients, used by the backward with kRelu only).
+template <class T, bool kTwo, bool kRelu>
+__device__ __forceinline__ void bn_affine_elem(T* __restrict__ out, const T* __restrict__ in0,
+                                               const T* __restrict__ in1, int64_t j, opmath_t<T> c0,
+                                               opmath_t<T> c1, opmath_t<T> c2, opmath_t<T> rac,
+                                               opmath_t<T> rbc) {
+  using O = opmath_t<T>;
+  if constexpr (kTwo) {
+    O v = bn_grad_in<kRelu>(in0[j], in1[j], rac, rbc) * c0;
+    v = v + static_cast<O>(in1[j]) * c1;
+    out[j] = static_cast<T>(v + c2);
+  } else {
+    const O v = bn_pre(in0[j], c0, c2);
+    if constexpr (kRelu)
+      out[j] = static_cast<T>(math::Relu{}(v));
+    else
+      out[j] = static_cast<T>(v);
+  }
+}
+
+// The elementwise passes, with per-channel coefficients k0 = coef[ch], k1 = coef[C + ch],
+// k2 = coef[(kTwo ? 2 : 1) * C + ch]:
+//   forward (!kTwo):  out = bn_pre(in0, k0, k2) = in0 * k0 + k2, then max(0, .) with kRelu
+//   backward (kTwo):  out = gin * k0 + in1 * k1 + k2 with in0 = g, in1 = x and gin = g, or with
+//                     kRelu g masked where bn_pre(x, relu_coef[ch], relu_coef[C + ch]) <= 0
+// The operands are [rows, L]:
 //   per_row (S > 1): rows = N * C, L = S, ch = row % C (one division per row, not per element)
 //   otherwise (S = 1): rows = N, L = C, ch = column.
-template <class T, bool kTwo>
+template <class T, bool kTwo, bool kRelu>
 __global__ void bn_affine_kernel(T* __restrict__ out, const T* __restrict__ in0, const T* __restrict__ in1,
-                                 const opmath_t<T>* __restrict__ coef, int64_t rows, int64_t L, int64_t C,
-                                 bool per_row) {
+                                 const opmath_t<T>* __restrict__ coef, const opmath_t<T>* __restrict__ relu_coef,
+                                 int64_t rows, int64_t L, int64_t C, bool per_row) {
   using O = opmath_t<T>;
   const O* k0 = coef;
   const O* k1 = coef + C;
   const O* k2 = coef + (kTwo ? 2 : 1) * C;
+  // The fused ReLU's mask coefficients (the forward's a_c, b_c); the forward masks its own output.
+  const O* ra = kTwo && kRelu ? relu_coef : nullptr;
+  const O* rb = kTwo && kRelu ? relu_coef + C : nullptr;
   const int64_t row_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
   const int64_t col_step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -335,30 +424,27 @@ __global__ void bn_affine_kernel(T* __restrict__ out, const T* __restrict__ in0,
       const int64_t ch = r % C;
       const O c0 = k0[ch], c2 = k2[ch];
       const O c1 = kTwo ? k1[ch] : O(0);
-      for (int64_t i = col0; i < L; i += col_step) {
-        O v = static_cast<O>(in0[base + i]) * c0;
-        if constexpr (kTwo) v = v + static_cast<O>(in1[base + i]) * c1;
-        out[base + i] = static_cast<T>(v + c2);
-      }
+      const O rac = kTwo && kRelu ? ra[ch] : O(0), rbc = kTwo && kRelu ? rb[ch] : O(0);
+      for (int64_t i = col0; i < L; i += col_step)
+        bn_affine_elem<T, kTwo, kRelu>(out, in0, in1, base + i, c0, c1, c2, rac, rbc);
     } else {
-      for (int64_t i = col0; i < L; i += col_step) {
-        O v = static_cast<O>(in0[base + i]) * k0[i];
-        if constexpr (kTwo) v = v + static_cast<O>(in1[base + i]) * k1[i];
-        out[base + i] = static_cast<T>(v + k2[i]);
-      }
+      for (int64_t i = col0; i < L; i += col_step)
+        bn_affine_elem<T, kTwo, kRelu>(out, in0, in1, base + i, k0[i], kTwo ? k1[i] : O(0), k2[i],
+                                       kTwo && kRelu ? ra[i] : O(0), kTwo && kRelu ? rb[i] : O(0));
     }
   }
 }
 
-template <class T, bool kTwo>
-void launch_bn_affine(T* out, const T* in0, const T* in1, const opmath_t<T>* coef, int64_t N, int64_t C,
-                      int64_t S, cudaStream_t stream) {
+template <class T, bool kTwo, bool kRelu = false>
+void launch_bn_affine(T* out, const T* in0, const T* in1, const opmath_t<T>* coef, const opmath_t<T>* relu_coef,
+                      int64_t N, int64_t C, int64_t S, cudaStream_t stream) {
   const bool per_row = S > 1;
   const int64_t rows = per_row ? N * C : N, L = per_row ? S : C;
   const int bx = static_cast<int>(std::min<int64_t>(kThreads, (L + 31) / 32 * 32));
   const int by = kThreads / bx;
   const dim3 grid(cap_grid((L + bx - 1) / bx), cap_grid((rows + by - 1) / by));
-  bn_affine_kernel<T, kTwo><<<grid, dim3(bx, by), 0, stream>>>(out, in0, in1, coef, rows, L, C, per_row);
+  bn_affine_kernel<T, kTwo, kRelu><<<grid, dim3(bx, by), 0, stream>>>(out, in0, in1, coef, relu_coef, rows, L, C,
+                                                                       per_row);
   KILN_CUDA_CHECK_LAUNCH("bn_affine_kernel");
 }
 
@@ -528,10 +614,23 @@ void launch_row_norm_forward(T* y, stat_t<T>* mean, stat_t<T>* invstd, const T* 
 
 // ------------------------------------------------------------------------------ batch norm
 
+namespace {
+
+// Runs f(std::true_type) or f(std::false_type): the fused ReLU as a template flag of the kernels.
+template <class F>
+void with_relu(bool relu, F&& f) {
+  if (relu)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+
+}  // namespace
+
 void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Tensor& mean, const Tensor& invstd, const Tensor& var, bool training,
-                        double eps) {
-  const char* op = "batch_norm";
+                        double eps, bool relu) {
+  const char* op = relu ? "batch_norm_relu" : "batch_norm";
   int64_t N, C, S;
   bn_ncs(op, x, N, C, S);
   const DType dt = x.dtype(), st = norm_stat_dtype(dt);
@@ -552,25 +651,31 @@ void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, 
     const T* xp = cptr<T>(x);
     Tensor part;
     int64_t P = 0;
-    if (training) P = bn_partials<T, false>(xp, nullptr, nullptr, N, C, S, device, stream, part);
+    if (training) P = bn_partials<T, false>(xp, nullptr, nullptr, nullptr, N, C, S, device, stream, part);
     Tensor coef = empty({2 * C}, TensorOptions().dtype(dtype_of<O>::value).device(x.device()));
     bn_forward_finalize_kernel<T><<<grid_for(C), kThreads, 0, stream>>>(
         training ? static_cast<const double*>(part.data_ptr()) : nullptr, P, xp, cptr<T>(weight), cptr<T>(bias),
         mptr<ST>(mean), mptr<ST>(invstd), training ? mptr<ST>(var) : nullptr, mptr<O>(coef), C, S, M, training, eps);
     KILN_CUDA_CHECK_LAUNCH("bn_forward_finalize_kernel");
-    launch_bn_affine<T, false>(mptr<T>(y), xp, nullptr, cptr<O>(coef), N, C, S, stream);
+    with_relu(relu, [&](auto relu_flag) {
+      constexpr bool kRelu = decltype(relu_flag)::value;
+      launch_bn_affine<T, false, kRelu>(mptr<T>(y), xp, nullptr, cptr<O>(coef), nullptr, N, C, S, stream);
+    });
   });
 }
 
 void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                          const Tensor& g, const Tensor& x, const Tensor& weight,
-                         const Tensor& mean, const Tensor& invstd, bool training) {
-  const char* op = "batch_norm_backward";
+                         const Tensor& mean, const Tensor& invstd, bool training, bool relu,
+                         const Tensor& bias) {
+  const char* op = relu ? "batch_norm_relu_backward" : "batch_norm_backward";
   int64_t N, C, S;
   bn_ncs(op, x, N, C, S);
   const DType dt = x.dtype(), st = norm_stat_dtype(dt);
+  const Tensor b = relu ? bias : Tensor();  // the bias only enters the ReLU mask
   check_data(op, dt, {{&x, "input", x.numel()}, {&g, "grad_output", x.numel()}, {&dx, "grad_input", x.numel()},
-                      {&weight, "weight", C}, {&dweight, "grad_weight", C}, {&dbias, "grad_bias", C}});
+                      {&weight, "weight", C}, {&b, "bias", C}, {&dweight, "grad_weight", C},
+                      {&dbias, "grad_bias", C}});
   check_data(op, st, {{&mean, "mean", C}, {&invstd, "invstd", C}});
   KILN_CHECK(g.defined() && mean.defined() && invstd.defined(), op,
              ": grad_output, mean and invstd must be defined");
@@ -591,16 +696,28 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
     using ST = stat_t<T>;
     const T* xp = cptr<T>(x);
     const T* gp = cptr<T>(g);
-    Tensor part;
-    int64_t P = 0;
-    if (need_sums) P = bn_partials<T, true>(xp, gp, cptr<ST>(mean), N, C, S, device, stream, part);
-    Tensor coef;
-    if (dx.defined()) coef = empty({3 * C}, TensorOptions().dtype(dtype_of<O>::value).device(x.device()));
-    bn_backward_finalize_kernel<T><<<grid_for(C), kThreads, 0, stream>>>(
-        need_sums ? static_cast<const double*>(part.data_ptr()) : nullptr, P, cptr<T>(weight), cptr<ST>(mean),
-        cptr<ST>(invstd), mptr<T>(dweight), mptr<T>(dbias), mptr<O>(coef), C, M, training);
-    KILN_CUDA_CHECK_LAUNCH("bn_backward_finalize_kernel");
-    if (dx.defined()) launch_bn_affine<T, true>(mptr<T>(dx), gp, xp, cptr<O>(coef), N, C, S, stream);
+    // The fused ReLU's mask needs the forward's y = x * a + b coefficients: fold them again.
+    Tensor relu_coef;
+    if (relu) {
+      relu_coef = empty({2 * C}, TensorOptions().dtype(dtype_of<O>::value).device(x.device()));
+      bn_fold_kernel<T><<<grid_for(C), kThreads, 0, stream>>>(cptr<T>(weight), cptr<T>(b), cptr<ST>(mean),
+                                                              cptr<ST>(invstd), mptr<O>(relu_coef), C);
+      KILN_CUDA_CHECK_LAUNCH("bn_fold_kernel");
+    }
+    const O* rc = cptr<O>(relu_coef);
+    with_relu(relu, [&](auto relu_flag) {
+      constexpr bool kRelu = decltype(relu_flag)::value;
+      Tensor part;
+      int64_t P = 0;
+      if (need_sums) P = bn_partials<T, true, kRelu>(xp, gp, cptr<ST>(mean), rc, N, C, S, device, stream, part);
+      Tensor coef;
+      if (dx.defined()) coef = empty({3 * C}, TensorOptions().dtype(dtype_of<O>::value).device(x.device()));
+      bn_backward_finalize_kernel<T><<<grid_for(C), kThreads, 0, stream>>>(
+          need_sums ? static_cast<const double*>(part.data_ptr()) : nullptr, P, cptr<T>(weight), cptr<ST>(mean),
+          cptr<ST>(invstd), mptr<T>(dweight), mptr<T>(dbias), mptr<O>(coef), C, M, training);
+      KILN_CUDA_CHECK_LAUNCH("bn_backward_finalize_kernel");
+      if (dx.defined()) launch_bn_affine<T, true, kRelu>(mptr<T>(dx), gp, xp, cptr<O>(coef), rc, N, C, S, stream);
+    });
   });
 }
 

@@ -12,10 +12,11 @@ namespace kiln::kernels::cuda {
 
 void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Tensor& mean, const Tensor& invstd, const Tensor& var, bool training,
-                        double eps);
+                        double eps, bool relu);
 void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                          const Tensor& g, const Tensor& x, const Tensor& weight,
-                         const Tensor& mean, const Tensor& invstd, bool training);
+                         const Tensor& mean, const Tensor& invstd, bool training, bool relu,
+                         const Tensor& bias);
 void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
                       const Tensor& weight, const Tensor& bias, bool rms, double eps);
 void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,

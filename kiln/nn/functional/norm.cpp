@@ -1,5 +1,6 @@
-// batch_norm, layer_norm, group_norm, rms_norm: argument checks, the fused kernels of
-// kiln/kernels/norm_kernels.h, running-statistics updates, and the recorded backward.
+// batch_norm (and the fused batch_norm_relu), layer_norm, group_norm, rms_norm: argument checks,
+// the fused kernels of kiln/kernels/norm_kernels.h, running-statistics updates, and the recorded
+// backward.
 // Backward uses the fused backward kernels; when a graph of the backward itself is being recorded
 // (create_graph) it uses a composite formula of differentiable ops instead, so second
 // derivatives work.
@@ -100,14 +101,20 @@ BnLayout bn_layout(const Tensor& x) {
 
 // ------------------------------------------------------------------------------ batch_norm
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                  double eps) {
+namespace {
+
+// batch_norm, and with relu the fused batch_norm_relu: relu(batch_norm(...)) in one kernel whose
+// backward recomputes the ReLU mask from the saved input (kiln/kernels/norm_kernels.h).
+Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                       double eps, bool relu) {
   if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
     Tensor x2 = amp::to_autocast_f32(x);
-    if (!x2.is_same(x)) return batch_norm(x2, running_mean, running_var, weight, bias, training, momentum, eps);
+    if (!x2.is_same(x))
+      return batch_norm_impl(x2, running_mean, running_var, weight, bias, training, momentum, eps, relu);
   }
-  const char* op = "batch_norm";
+  const char* op = relu ? "batch_norm_relu" : "batch_norm";
+  const char* node = relu ? "BatchNormReluBackward" : "BatchNormBackward";
   check_input(op, x);
   KILN_CHECK(x.dim() >= 2, op, ": expected input of shape [N, C] or [N, C, *], got sizes ", x.sizes());
   const int64_t C = x.size(1);
@@ -142,7 +149,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
     }
     kernels::batch_norm_forward(y, xk, weight.defined() ? contig(weight.detach()) : Tensor(),
                                 bias.defined() ? contig(bias.detach()) : Tensor(), mean, invstd,
-                                var, training, eps);
+                                var, training, eps, relu);
     if (training && running_mean.defined()) {
       // running = (1 - momentum) * running + momentum * batch, with the unbiased batch variance
       Tensor unbiased = var * (static_cast<double>(M) / static_cast<double>(M - 1));
@@ -155,13 +162,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
     const bool gx = x.requires_grad(), gw = weight.defined() && weight.requires_grad(),
                gb = bias.defined() && bias.requires_grad();
-    SavedTensor sx(x, "BatchNormBackward"), sw;
-    if (weight.defined()) sw = SavedTensor(weight, "BatchNormBackward");
-    const bool has_w = weight.defined();
-    autograd::record_function("BatchNormBackward", {&x, &weight, &bias}, {&out},
-                              [=](const TensorList& g) {
+    const bool has_w = weight.defined(), has_b = relu && bias.defined();
+    SavedTensor sx(x, node), sw, sb;
+    if (has_w) sw = SavedTensor(weight, node);
+    if (has_b) sb = SavedTensor(bias, node);  // the ReLU mask needs the bias
+    autograd::record_function(node, {&x, &weight, &bias}, {&out}, [=](const TensorList& g) {
       Tensor xs = sx.get();
       Tensor w = has_w ? sw.get() : Tensor();
+      Tensor b = has_b ? sb.get() : Tensor();
       if (GradMode::is_enabled()) {  // create_graph: differentiable composite formula
         IntList dims{0};
         IntList bshape(xs.dim(), 1);
@@ -177,13 +185,19 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
           is = invstd.view(bshape).to(xs.dtype());
         }
         Tensor xhat = (xs - m) * is;
-        Tensor gwt = has_w ? g[0] * w.view(bshape) : g[0];
+        Tensor gy = g[0];
+        if (relu) {  // relu's backward: g where the batch-norm output is positive (a constant mask)
+          Tensor pre = has_w ? xhat.detach() * w.detach().view(bshape) : xhat.detach();
+          if (has_b) pre = pre + b.detach().view(bshape);
+          gy = gy * pre.gt(0.0).to(gy.dtype());
+        }
+        Tensor gwt = has_w ? gy * w.view(bshape) : gy;
         Tensor dx;
         if (gx) {
           dx = training ? is * (gwt - gwt.mean(dims, true) - xhat * (gwt * xhat).mean(dims, true))
                         : gwt * is;
         }
-        return TensorList{dx, gw ? (g[0] * xhat).sum(dims) : Tensor(), gb ? g[0].sum(dims) : Tensor()};
+        return TensorList{dx, gw ? (gy * xhat).sum(dims) : Tensor(), gb ? gy.sum(dims) : Tensor()};
       }
       Tensor gk = lay.to_kernel(g[0]);
       Tensor xk2 = lay.to_kernel(xs.detach());
@@ -191,11 +205,25 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
       Tensor dw = gw ? empty({C}, xs.options()) : Tensor();
       Tensor db = gb ? empty({C}, xs.options()) : Tensor();
       kernels::batch_norm_backward(dx, dw, db, gk, xk2, has_w ? contig(w.detach()) : Tensor(), mean,
-                                   invstd, training);
+                                   invstd, training, relu, has_b ? contig(b.detach()) : Tensor());
       return TensorList{gx ? lay.from_kernel(dx) : Tensor(), dw, db};
     });
   }
   return out;
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                  double eps) {
+  return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps, false);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
+                       double eps) {
+  return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps, true);
 }
 
 // ------------------------------------------------------------------------------ row norms

@@ -32,8 +32,8 @@ FashionCNN::FashionCNN()
     : Module("FashionCNN"),
       conv1(Conv2dOptions(1, 32, 3).padding(1).bias(false)),
       conv2(Conv2dOptions(32, 64, 3).padding(1).bias(false)),
-      bn1(32),
-      bn2(64),
+      bn1(BatchNormOptions(32).fused_relu(true)),  // bn1/bn2 + ReLU fused (F::batch_norm_relu)
+      bn2(BatchNormOptions(64).fused_relu(true)),
       fc1(64 * 7 * 7, 128),
       fc2(128, 10) {
   register_module("conv1", conv1);
@@ -47,8 +47,8 @@ FashionCNN::FashionCNN()
 Tensor FashionCNN::forward(const Tensor& x) {
   KILN_CHECK(x.dim() == 4 && x.size(1) == 1 && x.size(2) == 28 && x.size(3) == 28,
              "FashionCNN: expected [N, 1, 28, 28] images, got sizes ", x.sizes());
-  Tensor h = F::max_pool2d(kiln::relu(bn1(conv1(x))), 2);
-  h = F::max_pool2d(kiln::relu(bn2(conv2(h))), 2);
+  Tensor h = F::max_pool2d(bn1(conv1(x)), 2);  // bn1, bn2 include the ReLU
+  h = F::max_pool2d(bn2(conv2(h)), 2);
   return fc2(kiln::relu(fc1(h.flatten(1))));
 }
 
@@ -58,7 +58,7 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride)
     : Module("BasicBlock"),
       conv1(Conv2dOptions(in_planes, planes, 3).stride(stride).padding(1).bias(false)),
       conv2(Conv2dOptions(planes, planes, 3).padding(1).bias(false)),
-      bn1(planes),
+      bn1(BatchNormOptions(planes).fused_relu(true)),  // bn1 + ReLU fused
       bn2(planes) {
   register_module("conv1", conv1);
   register_module("bn1", bn1);
@@ -73,7 +73,7 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride)
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = kiln::relu(bn1(conv1(x)));
+  Tensor out = bn1(conv1(x));  // bn1 includes the ReLU
   out = bn2(conv2(out));
   return kiln::relu(out + (downsample ? (*downsample)(x) : x));
 }
@@ -83,7 +83,7 @@ ResNet::ResNet(const ResNetOptions& o)
       conv1(o.stem() == ResNetStem::ImageNet
                 ? Conv2dOptions(o.in_channels(), 64, 7).stride(2).padding(3).bias(false)
                 : Conv2dOptions(o.in_channels(), 64, 3).stride(1).padding(1).bias(false)),
-      bn1(64),
+      bn1(BatchNormOptions(64).fused_relu(true)),  // stem bn1 + ReLU fused
       fc(512, o.num_classes()),
       stem(o.stem()) {
   KILN_CHECK(o.blocks().size() == 4, "ResNet: expected 4 stage sizes, got ", o.blocks());
@@ -108,7 +108,7 @@ ResNet::ResNet(const ResNetOptions& o)
 }
 
 Tensor ResNet::forward(const Tensor& x) {
-  Tensor h = kiln::relu(bn1(conv1(x)));
+  Tensor h = bn1(conv1(x));  // bn1 includes the ReLU
   if (stem == ResNetStem::ImageNet) h = F::max_pool2d(h, {3, 3}, {2, 2}, {1, 1});
   h = layer4(layer3(layer2(layer1(h))));
   h = F::adaptive_avg_pool2d(h, {1, 1}).flatten(1);

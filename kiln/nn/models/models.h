@@ -22,7 +22,8 @@ class MLP : public Module {
 };
 
 // The Fashion-MNIST CNN: conv3x3(1->32)+BN+ReLU+maxpool, conv3x3(32->64)+BN+ReLU+maxpool,
-// linear 3136->128, ReLU, linear 128->10. Input [N, 1, 28, 28].
+// linear 3136->128, ReLU, linear 128->10. Input [N, 1, 28, 28]. bn1 and bn2 are BatchNorm2d with
+// fused_relu (one BN+ReLU kernel each way); their parameter/buffer names are the plain layer's.
 class FashionCNN : public Module {
  public:
   FashionCNN();
@@ -33,6 +34,7 @@ class FashionCNN : public Module {
 };
 
 // ResNet basic block: conv3x3-BN-ReLU-conv3x3-BN, plus the identity or a 1x1 conv + BN shortcut.
+// bn1 has fused_relu (BN+ReLU in one kernel), as has the stem's bn1 in ResNet.
 class BasicBlock : public Module {
  public:
   BasicBlock(int64_t in_planes, int64_t planes, int64_t stride);
