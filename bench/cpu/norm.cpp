@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 #include <kiln/kiln.h>
 #include <kiln/nn/functional.h>
@@ -19,6 +20,7 @@
 namespace {
 
 namespace F = kiln::nn::functional;
+using kiln::IntList;
 using kiln::Tensor;
 
 double max_rel_err(const Tensor& a, const Tensor& b) {
@@ -63,7 +65,11 @@ void run(const char* name, const Tensor& x0, const Tensor& w0, const Tensor& b0,
   }
   // forward + backward
   Tensor x = x0.detach().requires_grad_(), w = w0.detach().requires_grad_(), b = b0.detach().requires_grad_();
-  Tensor g = kiln::randn(x0.sizes());
+  Tensor g;
+  {
+    kiln::NoGradGuard ng;
+    g = kiln::randn(fused(x0, w0, b0).sizes());  // pooled ops have a smaller output
+  }
   auto step = [&](auto f) {
     x.set_grad(Tensor());
     w.set_grad(Tensor());
@@ -106,6 +112,21 @@ int main() {
         },
         [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
           return kiln::relu(F::batch_norm(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps));
+        });
+  }
+  // The CNN's conv-block tails: BN -> ReLU -> 2x2 max pool in one kernel, against the fused
+  // BN + ReLU followed by max_pool2d.
+  for (auto sz : {IntList{128, 32, 28, 28}, IntList{128, 64, 14, 14}}) {
+    Tensor x = kiln::randn(sz) * 2.0 + 0.5;
+    Tensor w = kiln::randn({sz[1]}), b = kiln::randn({sz[1]});
+    std::string name = "bn_relu_max_pool2d [128," + std::to_string(sz[1]) + "," +
+                       std::to_string(sz[2]) + "," + std::to_string(sz[3]) + "]";
+    run(name.c_str(), x, w, b,
+        [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
+          return F::batch_norm_relu_max_pool2d(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps);
+        },
+        [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
+          return F::max_pool2d(F::batch_norm_relu(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps), 2);
         });
   }
   {

@@ -21,6 +21,7 @@ inline DType norm_stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DT
 // training: computes the batch mean, the biased variance (into var, [C]) and invstd = 1/sqrt(var
 // + eps) in one pass over x, then writes y in a second pass.
 // !training: mean and invstd are inputs (from the running statistics); var is unused.
+// y undefined (CPU): statistics only, for kernels that consume x themselves.
 // relu: fused BatchNorm + ReLU, y = max(0, x * a_c + b_c) written in the same pass
 // (a_c = invstd_c * w_c, b_c = bias_c - mean_c * a_c); the pre-activation is not stored.
 void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -36,6 +37,21 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
                          const Tensor& g, const Tensor& x, const Tensor& weight,
                          const Tensor& mean, const Tensor& invstd, bool training,
                          bool relu = false, const Tensor& bias = Tensor());
+
+// ---- fused BatchNorm + ReLU + 2x2/2 max pool (CPU only; kiln/kernels/cpu/bn_relu_pool.cpp):
+// x contiguous NCHW with H, W >= 2; out, indices [N, C, H/2, W/2] contiguous, indices int32 flat
+// h * W + w as max_pool2d's. mean, invstd [C] (stat dtype) come from batch_norm_forward with an
+// undefined y (statistics only, CPU) or from the running statistics. The forward pools
+// max(0, fma(x, a_c, b_c)) without writing the normalised tensor; the backward takes the pooled
+// gradient and produces batch_norm_backward's dx, dweight, dbias (each may be undefined).
+void batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices, const Tensor& x,
+                                         const Tensor& weight, const Tensor& bias,
+                                         const Tensor& mean, const Tensor& invstd);
+void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweight,
+                                          const Tensor& dbias, const Tensor& grad_out,
+                                          const Tensor& indices, const Tensor& x,
+                                          const Tensor& weight, const Tensor& bias,
+                                          const Tensor& mean, const Tensor& invstd, bool training);
 
 // ---- row norm (layer norm, and RMS norm when rms): x, y contiguous [R, K], statistics per row;
 // weight, bias [K] or undefined (bias unused by rms); mean (undefined for rms) and invstd [R].
@@ -76,6 +92,14 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
                          const Tensor& g, const Tensor& x, const Tensor& weight,
                          const Tensor& mean, const Tensor& invstd, bool training, bool relu,
                          const Tensor& bias);
+void batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices, const Tensor& x,
+                                         const Tensor& weight, const Tensor& bias,
+                                         const Tensor& mean, const Tensor& invstd);
+void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweight,
+                                          const Tensor& dbias, const Tensor& grad_out,
+                                          const Tensor& indices, const Tensor& x,
+                                          const Tensor& weight, const Tensor& bias,
+                                          const Tensor& mean, const Tensor& invstd, bool training);
 void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
                       const Tensor& weight, const Tensor& bias, bool rms, double eps);
 void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,

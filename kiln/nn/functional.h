@@ -71,6 +71,15 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                        const Tensor& weight, const Tensor& bias, bool training,
                        double momentum = 0.1, double eps = 1e-5);
+// max_pool2d(batch_norm_relu(...), 2) fused, for [N, C, H, W] input: the tail of a VGG-style conv
+// block. On contiguous NCHW CPU tensors one kernel pools max(0, bn(x)) without writing the
+// normalised tensor, and the backward goes from the pooled gradient straight to dx, dweight and
+// dbias (bench_norm). Elsewhere (CUDA, channels-last, autocast) it runs the two ops. Double
+// backward is not supported on the fused path.
+Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& running_mean,
+                                  const Tensor& running_var, const Tensor& weight,
+                                  const Tensor& bias, bool training, double momentum = 0.1,
+                                  double eps = 1e-5);
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),

@@ -157,7 +157,7 @@ void BatchNorm::reset_running_stats() {
   num_batches_tracked.zero_();
 }
 
-Tensor BatchNorm::forward(const Tensor& x) {
+bool BatchNorm::begin_forward(const Tensor& x) {
   bool rank_ok = false;
   for (int64_t r : ranks_) rank_ok = rank_ok || x.dim() == r;
   KILN_CHECK(rank_ok, type_name(), ": expected input with ", ranks_, " dimensions, got sizes ", x.sizes());
@@ -168,8 +168,19 @@ Tensor BatchNorm::forward(const Tensor& x) {
     NoGradGuard ng;
     num_batches_tracked.add_(1.0);
   }
+  return use_batch_stats;
+}
+
+Tensor BatchNorm::forward(const Tensor& x) {
+  const bool use_batch_stats = begin_forward(x);
   auto* bn = options.fused_relu() ? &F::batch_norm_relu : &F::batch_norm;
   return bn(x, running_mean, running_var, weight, bias, use_batch_stats, options.momentum(), options.eps());
+}
+
+Tensor BatchNorm::forward_relu_max_pool2d(const Tensor& x) {
+  const bool use_batch_stats = begin_forward(x);
+  return F::batch_norm_relu_max_pool2d(x, running_mean, running_var, weight, bias, use_batch_stats,
+                                       options.momentum(), options.eps());
 }
 
 std::string BatchNorm::extra_repr() const {

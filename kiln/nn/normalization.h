@@ -24,6 +24,10 @@ class BatchNorm : public Module {
  public:
   BatchNorm(const BatchNormOptions& options, const char* type_name, std::initializer_list<int64_t> ranks);
   Tensor forward(const Tensor& x) override;
+  // max_pool2d(relu(this(x)), 2) for [N, C, H, W] input, fused into one kernel on the CPU
+  // (F::batch_norm_relu_max_pool2d): the conv -> BN -> ReLU -> 2x2 max-pool tail of a conv block.
+  // Applies the ReLU whether or not options.fused_relu() is set.
+  Tensor forward_relu_max_pool2d(const Tensor& x);
   std::string extra_repr() const override;
   void reset_running_stats();
 
@@ -31,6 +35,8 @@ class BatchNorm : public Module {
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 
  private:
+  // Checks x's rank and channels, counts the batch; returns whether batch statistics are used.
+  bool begin_forward(const Tensor& x);
   std::vector<int64_t> ranks_;
 };
 

@@ -34,6 +34,7 @@
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/kernels/cpu/batch_norm_common.h"
 #include "kiln/kernels/math/pointwise.h"
 #include "kiln/kernels/norm_kernels.h"
 
@@ -90,22 +91,6 @@ void bn_coefficients(int64_t C, const T* wp, const T* bp, const ST* mp, const ST
     a[c] = static_cast<O>(ip[c]) * w;
     b[c] = bb - static_cast<O>(mp[c]) * a[c];
   }
-}
-
-// keep ? v : +0 (math::ReluBackward's select) as a bit mask. Written as `keep ? v : 0`, GCC
-// (-ftrapping-math) leaves a branch inside the double-accumulating reductions below instead of
-// vectorizing them, and the branch is mispredicted about half the time on real activations: the
-// fused backward ran 5x slower than the plain one.
-template <class O>
-inline O keep_or_zero(bool keep, O v) {
-  using U = std::conditional_t<sizeof(O) == 8, uint64_t, uint32_t>;
-  static_assert(sizeof(O) == sizeof(U), "opmath is float or double");
-  U bits;
-  std::memcpy(&bits, &v, sizeof(O));
-  bits &= U(0) - static_cast<U>(keep);
-  O r;
-  std::memcpy(&r, &bits, sizeof(O));
-  return r;
 }
 
 // The gradient reaching the batch norm: g itself, or with the fused ReLU g where the
@@ -202,6 +187,8 @@ void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, 
         }
       }
     }
+
+    if (!yp) return;  // statistics only (the fused BN + ReLU + max-pool writes its own output)
 
     // ---- pass 2: y = x * a + b per channel (then max(0, .) with the fused ReLU)
     std::vector<O> a, b;
@@ -320,26 +307,10 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
           }
         }
       }
-      for (int64_t c = 0; c < C; ++c) {
-        if (dwp) dwp[c] = static_cast<T>(dot[c] * static_cast<double>(ip[c]));
-        if (dbp) dbp[c] = static_cast<T>(sum_g[c]);
-      }
-      if (!dxp) return;
-
       // ---- pass 2: dx = g * k1 + x * k2 + k3 per channel (g masked with relu)
-      //   training: dx = w * invstd * (g - sum_g / M - (x - mean) * invstd^2 * dot / M)
-      //   eval:     dx = w * invstd * g
-      std::vector<O> k1(C), k2(C), k3(C);
-      for (int64_t c = 0; c < C; ++c) {
-        double w = wp ? static_cast<double>(wp[c]) : 1.0;
-        double is = static_cast<double>(ip[c]);
-        double a1 = w * is;
-        double a2 = training && M > 0 ? -w * is * is * is * dot[c] / M : 0.0;
-        double a3 = training && M > 0 ? -a1 * sum_g[c] / M - a2 * static_cast<double>(mp[c]) : 0.0;
-        k1[c] = static_cast<O>(a1);
-        k2[c] = static_cast<O>(a2);
-        k3[c] = static_cast<O>(a3);
-      }
+      std::vector<O> k1, k2, k3;
+      bn_backward_coefficients(C, M, training, wp, mp, ip, sum_g, dot, dwp, dbp, k1, k2, k3);
+      if (!dxp) return;
       if (S > 1) {
 #pragma omp parallel for collapse(2) schedule(static) if (par)
         for (int64_t n = 0; n < N; ++n)

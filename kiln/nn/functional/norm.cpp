@@ -103,18 +103,34 @@ BnLayout bn_layout(const Tensor& x) {
 
 namespace {
 
-// batch_norm, and with relu the fused batch_norm_relu: relu(batch_norm(...)) in one kernel whose
-// backward recomputes the ReLU mask from the saved input (kiln/kernels/norm_kernels.h).
+// What follows the normalisation in the same kernel.
+enum class BnEpilogue { None, Relu, ReluMaxPool2x2 };
+
+// batch_norm; with Relu the fused batch_norm_relu: relu(batch_norm(...)) in one kernel whose
+// backward recomputes the ReLU mask from the saved input; with ReluMaxPool2x2 the fused
+// batch_norm_relu_max_pool2d (kiln/kernels/norm_kernels.h).
 Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                        const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                       double eps, bool relu) {
+                       double eps, BnEpilogue epi) {
+  const bool pool = epi == BnEpilogue::ReluMaxPool2x2, relu = epi != BnEpilogue::None;
+  const char* op = pool ? "batch_norm_relu_max_pool2d" : relu ? "batch_norm_relu" : "batch_norm";
+  if (pool) {
+    check_input(op, x);
+    KILN_CHECK(x.dim() == 4 && x.size(2) >= 2 && x.size(3) >= 2, op,
+               ": expected [N, C, H, W] input with H, W >= 2 (a 2x2 window), got sizes ", x.sizes());
+    // The fused kernel: contiguous NCHW CPU tensors outside autocast; elsewhere the two ops.
+    if (!x.device().is_cpu() || !x.is_contiguous() || amp::autocast_dtype())
+      return max_pool2d(batch_norm_impl(x, running_mean, running_var, weight, bias, training,
+                                        momentum, eps, BnEpilogue::Relu),
+                        2);
+  }
   if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
     Tensor x2 = amp::to_autocast_f32(x);
     if (!x2.is_same(x))
-      return batch_norm_impl(x2, running_mean, running_var, weight, bias, training, momentum, eps, relu);
+      return batch_norm_impl(x2, running_mean, running_var, weight, bias, training, momentum, eps, epi);
   }
-  const char* op = relu ? "batch_norm_relu" : "batch_norm";
-  const char* node = relu ? "BatchNormReluBackward" : "BatchNormBackward";
+  const char* node = pool ? "BatchNormReluMaxPoolBackward"
+                          : relu ? "BatchNormReluBackward" : "BatchNormBackward";
   check_input(op, x);
   KILN_CHECK(x.dim() >= 2, op, ": expected input of shape [N, C] or [N, C, *], got sizes ", x.sizes());
   const int64_t C = x.size(1);
@@ -133,11 +149,11 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
              ": expected more than 1 value per channel when training, got input sizes ", x.sizes());
 
   const BnLayout lay = bn_layout(x);
-  Tensor xk, y, mean, invstd, var;
+  Tensor xk, y, mean, invstd, var, pooled, indices;
   {
     NoGradGuard ng;
     xk = lay.to_kernel(x.detach());
-    y = empty(xk.sizes(), xk.options());
+    if (!pool) y = empty(xk.sizes(), xk.options());  // pool: statistics only, then the fused kernel
     if (training) {
       mean = empty({C}, stat_opts(x));
       invstd = empty({C}, stat_opts(x));
@@ -147,9 +163,15 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
       mean = running_mean.detach().to(kernels::norm_stat_dtype(x.dtype())).clone();
       invstd = (running_var.detach().to(kernels::norm_stat_dtype(x.dtype())) + eps).rsqrt();
     }
-    kernels::batch_norm_forward(y, xk, weight.defined() ? contig(weight.detach()) : Tensor(),
-                                bias.defined() ? contig(bias.detach()) : Tensor(), mean, invstd,
-                                var, training, eps, relu);
+    const Tensor wk = weight.defined() ? contig(weight.detach()) : Tensor();
+    const Tensor bk = bias.defined() ? contig(bias.detach()) : Tensor();
+    if (training || !pool) kernels::batch_norm_forward(y, xk, wk, bk, mean, invstd, var, training, eps, relu);
+    if (pool) {
+      const IntList psizes{x.size(0), C, x.size(2) / 2, x.size(3) / 2};
+      pooled = empty(psizes, xk.options());
+      indices = empty(psizes, TensorOptions().dtype(DType::I32));
+      kernels::batch_norm_relu_max_pool2x2_forward(pooled, indices, xk, wk, bk, mean, invstd);
+    }
     if (training && running_mean.defined()) {
       // running = (1 - momentum) * running + momentum * batch, with the unbiased batch variance
       Tensor unbiased = var * (static_cast<double>(M) / static_cast<double>(M - 1));
@@ -158,7 +180,7 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
       rv.mul_(1.0 - momentum).add_(unbiased.to(rv.dtype()), momentum);
     }
   }
-  Tensor out = lay.from_kernel(y);
+  Tensor out = pool ? pooled : lay.from_kernel(y);
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
     const bool gx = x.requires_grad(), gw = weight.defined() && weight.requires_grad(),
                gb = bias.defined() && bias.requires_grad();
@@ -170,6 +192,17 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
       Tensor xs = sx.get();
       Tensor w = has_w ? sw.get() : Tensor();
       Tensor b = has_b ? sb.get() : Tensor();
+      if (pool) {
+        KILN_CHECK(!GradMode::is_enabled(), "batch_norm_relu_max_pool2d: double backward "
+                   "(create_graph) is not supported; use max_pool2d(batch_norm_relu(...), 2)");
+        Tensor dx = gx ? empty(xs.sizes(), xs.options()) : Tensor();
+        Tensor dw = gw ? empty({C}, xs.options()) : Tensor();
+        Tensor db = gb ? empty({C}, xs.options()) : Tensor();
+        kernels::batch_norm_relu_max_pool2x2_backward(
+            dx, dw, db, contig(g[0]), indices, contig(xs.detach()), has_w ? contig(w.detach()) : Tensor(),
+            has_b ? contig(b.detach()) : Tensor(), mean, invstd, training);
+        return TensorList{dx, dw, db};
+      }
       if (GradMode::is_enabled()) {  // create_graph: differentiable composite formula
         IntList dims{0};
         IntList bshape(xs.dim(), 1);
@@ -217,13 +250,22 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool training, double momentum,
                   double eps) {
-  return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps, false);
+  return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps,
+                         BnEpilogue::None);
 }
 
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                        const Tensor& weight, const Tensor& bias, bool training, double momentum,
                        double eps) {
-  return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps, true);
+  return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps,
+                         BnEpilogue::Relu);
+}
+
+Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& running_mean,
+                                  const Tensor& running_var, const Tensor& weight,
+                                  const Tensor& bias, bool training, double momentum, double eps) {
+  return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps,
+                         BnEpilogue::ReluMaxPool2x2);
 }
 
 // ------------------------------------------------------------------------------ row norms

@@ -47,8 +47,9 @@ FashionCNN::FashionCNN()
 Tensor FashionCNN::forward(const Tensor& x) {
   KILN_CHECK(x.dim() == 4 && x.size(1) == 1 && x.size(2) == 28 && x.size(3) == 28,
              "FashionCNN: expected [N, 1, 28, 28] images, got sizes ", x.sizes());
-  Tensor h = F::max_pool2d(bn1(conv1(x)), 2);  // bn1, bn2 include the ReLU
-  h = F::max_pool2d(bn2(conv2(h)), 2);
+  // BN -> ReLU -> 2x2 max pool in one kernel per block (F::batch_norm_relu_max_pool2d)
+  Tensor h = bn1.forward_relu_max_pool2d(conv1(x));
+  h = bn2.forward_relu_max_pool2d(conv2(h));
   return fc2(kiln::relu(fc1(h.flatten(1))));
 }
 
