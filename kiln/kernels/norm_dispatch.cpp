@@ -72,26 +72,28 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
 
 // CPU only: on other devices kiln::nn::functional::batch_norm_relu_max_pool2d runs
 // batch_norm_relu and max_pool2d instead.
-void batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices, const Tensor& x,
+void batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices,
+                                         const Tensor& pooled_x, const Tensor& x,
                                          const Tensor& weight, const Tensor& bias,
                                          const Tensor& mean, const Tensor& invstd) {
   const char* op = "batch_norm_relu_max_pool2d";
-  KILN_CHECK(common_device(op, {&out, &indices, &x, &weight, &bias, &mean, &invstd}).is_cpu(), op,
-             ": the fused kernel is CPU-only (use batch_norm_relu then max_pool2d on ", x.device(), ")");
-  cpu::batch_norm_relu_max_pool2x2_forward(out, indices, x, weight, bias, mean, invstd);
+  KILN_CHECK(common_device(op, {&out, &indices, &pooled_x, &x, &weight, &bias, &mean, &invstd}).is_cpu(),
+             op, ": the fused kernel is CPU-only (use batch_norm_relu then max_pool2d on ", x.device(), ")");
+  cpu::batch_norm_relu_max_pool2x2_forward(out, indices, pooled_x, x, weight, bias, mean, invstd);
 }
 
 void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweight,
                                           const Tensor& dbias, const Tensor& grad_out,
+                                          const Tensor& out, const Tensor& pooled_x,
                                           const Tensor& indices, const Tensor& x,
-                                          const Tensor& weight, const Tensor& bias,
-                                          const Tensor& mean, const Tensor& invstd, bool training) {
+                                          const Tensor& weight, const Tensor& mean,
+                                          const Tensor& invstd, bool training) {
   const char* op = "batch_norm_relu_max_pool2d_backward";
-  KILN_CHECK(common_device(op, {&dx, &dweight, &dbias, &grad_out, &indices, &x, &weight, &bias,
-                                &mean, &invstd}).is_cpu(),
+  KILN_CHECK(common_device(op, {&dx, &dweight, &dbias, &grad_out, &out, &pooled_x, &indices, &x,
+                                &weight, &mean, &invstd}).is_cpu(),
              op, ": the fused kernel is CPU-only, got ", x.device());
-  cpu::batch_norm_relu_max_pool2x2_backward(dx, dweight, dbias, grad_out, indices, x, weight, bias,
-                                            mean, invstd, training);
+  cpu::batch_norm_relu_max_pool2x2_backward(dx, dweight, dbias, grad_out, out, pooled_x, indices, x,
+                                            weight, mean, invstd, training);
 }
 
 void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,

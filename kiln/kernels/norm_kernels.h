@@ -39,19 +39,23 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
                          bool relu = false, const Tensor& bias = Tensor());
 
 // ---- fused BatchNorm + ReLU + 2x2/2 max pool (CPU only; kiln/kernels/cpu/bn_relu_pool.cpp):
-// x contiguous NCHW with H, W >= 2; out, indices [N, C, H/2, W/2] contiguous, indices int32 flat
-// h * W + w as max_pool2d's. mean, invstd [C] (stat dtype) come from batch_norm_forward with an
-// undefined y (statistics only, CPU) or from the running statistics. The forward pools
-// max(0, fma(x, a_c, b_c)) without writing the normalised tensor; the backward takes the pooled
-// gradient and produces batch_norm_backward's dx, dweight, dbias (each may be undefined).
-void batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices, const Tensor& x,
+// x contiguous NCHW with H, W >= 2; out, indices, pooled_x [N, C, H/2, W/2] contiguous, indices
+// int32 flat h * W + w as max_pool2d's, pooled_x (optional in the forward) the input at the
+// argmax. mean, invstd [C] (stat dtype) come from batch_norm_forward with an undefined y
+// (statistics only, CPU) or from the running statistics. The forward pools max(0, fma(x, a_c,
+// b_c)) without writing the normalised tensor; the backward takes the pooled gradient, the
+// forward's out, pooled_x and indices, and produces batch_norm_backward's dx, dweight, dbias
+// (each may be undefined).
+void batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices,
+                                         const Tensor& pooled_x, const Tensor& x,
                                          const Tensor& weight, const Tensor& bias,
                                          const Tensor& mean, const Tensor& invstd);
 void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweight,
                                           const Tensor& dbias, const Tensor& grad_out,
+                                          const Tensor& out, const Tensor& pooled_x,
                                           const Tensor& indices, const Tensor& x,
-                                          const Tensor& weight, const Tensor& bias,
-                                          const Tensor& mean, const Tensor& invstd, bool training);
+                                          const Tensor& weight, const Tensor& mean,
+                                          const Tensor& invstd, bool training);
 
 // ---- row norm (layer norm, and RMS norm when rms): x, y contiguous [R, K], statistics per row;
 // weight, bias [K] or undefined (bias unused by rms); mean (undefined for rms) and invstd [R].
@@ -92,14 +96,16 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
                          const Tensor& g, const Tensor& x, const Tensor& weight,
                          const Tensor& mean, const Tensor& invstd, bool training, bool relu,
                          const Tensor& bias);
-void batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices, const Tensor& x,
+void batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices,
+                                         const Tensor& pooled_x, const Tensor& x,
                                          const Tensor& weight, const Tensor& bias,
                                          const Tensor& mean, const Tensor& invstd);
 void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweight,
                                           const Tensor& dbias, const Tensor& grad_out,
+                                          const Tensor& out, const Tensor& pooled_x,
                                           const Tensor& indices, const Tensor& x,
-                                          const Tensor& weight, const Tensor& bias,
-                                          const Tensor& mean, const Tensor& invstd, bool training);
+                                          const Tensor& weight, const Tensor& mean,
+                                          const Tensor& invstd, bool training);
 void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
                       const Tensor& weight, const Tensor& bias, bool rms, double eps);
 void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,

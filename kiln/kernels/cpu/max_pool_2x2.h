@@ -53,10 +53,11 @@ struct AffineRelu {
 };
 
 // One output row: out[ow] = max of f() over window ow and idx[ow] its flat index, for ow < OW;
-// r0, r1 are unit-stride input rows, base the flat index of r0[0], W the plane's width.
+// r0, r1 are unit-stride input rows, base the flat index of r0[0], W the plane's width. raw, when
+// not null, receives the untransformed input at the argmax.
 template <class T, class Out, class F>
 inline void max_2x2_row_pair(const T* r0, const T* r1, Out* out, int32_t* idx, int64_t OW,
-                             int32_t base, int32_t W, F f) {
+                             int32_t base, int32_t W, F f, T* raw = nullptr) {
   int64_t ow = 0;
 #if defined(__AVX512F__)
   if constexpr (std::is_same_v<T, float> && std::is_same_v<Out, float>) {
@@ -81,10 +82,11 @@ inline void max_2x2_row_pair(const T* r0, const T* r1, Out* out, int32_t* idx, i
       const float* p1 = r1 + 2 * ow;
       const __m512 lo0 = _mm512_maskz_loadu_ps(m_lo, p0), hi0 = _mm512_maskz_loadu_ps(m_hi, p0 + 16);
       const __m512 lo1 = _mm512_maskz_loadu_ps(m_lo, p1), hi1 = _mm512_maskz_loadu_ps(m_hi, p1 + 16);
-      const __m512 a0 = f(_mm512_permutex2var_ps(lo0, even, hi0));
-      const __m512 b0 = f(_mm512_permutex2var_ps(lo0, odd, hi0));
-      const __m512 a1 = f(_mm512_permutex2var_ps(lo1, even, hi1));
-      const __m512 b1 = f(_mm512_permutex2var_ps(lo1, odd, hi1));
+      const __m512 ra0 = _mm512_permutex2var_ps(lo0, even, hi0);
+      const __m512 rb0 = _mm512_permutex2var_ps(lo0, odd, hi0);
+      const __m512 ra1 = _mm512_permutex2var_ps(lo1, even, hi1);
+      const __m512 rb1 = _mm512_permutex2var_ps(lo1, odd, hi1);
+      const __m512 a0 = f(ra0), b0 = f(rb0), a1 = f(ra1), b1 = f(rb1);
       const __mmask16 t0 = beats(b0, a0), t1 = beats(b1, a1);
       const __m512 m0 = _mm512_mask_blend_ps(t0, a0, b0), m1 = _mm512_mask_blend_ps(t1, a1, b1);
       const __m512i i = _mm512_add_epi32(_mm512_set1_epi32(base + 2 * static_cast<int32_t>(ow)), even);
@@ -93,6 +95,10 @@ inline void max_2x2_row_pair(const T* r0, const T* r1, Out* out, int32_t* idx, i
       const __mmask16 t = beats(m1, m0);
       _mm512_mask_storeu_ps(out + ow, m_out, _mm512_mask_blend_ps(t, m0, m1));
       _mm512_mask_storeu_epi32(idx + ow, m_out, _mm512_mask_blend_epi32(t, j0, j1));
+      if (raw) {
+        const __m512 x0 = _mm512_mask_blend_ps(t0, ra0, rb0), x1 = _mm512_mask_blend_ps(t1, ra1, rb1);
+        _mm512_mask_storeu_ps(raw + ow, m_out, _mm512_mask_blend_ps(t, x0, x1));
+      }
     }
     return;
   }
@@ -106,6 +112,10 @@ inline void max_2x2_row_pair(const T* r0, const T* r1, Out* out, int32_t* idx, i
     take_max(f(r1[2 * ow + 1]), i + W + 1, best, bi);
     out[ow] = static_cast<Out>(best);
     idx[ow] = bi;
+    if (raw) {
+      const int32_t j = bi - i;  // 0, 1 (row 0) or W, W + 1 (row 1)
+      raw[ow] = j < 2 ? r0[2 * ow + j] : r1[2 * ow + j - W];
+    }
   }
 }
 

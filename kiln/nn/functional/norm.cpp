@@ -149,7 +149,8 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
              ": expected more than 1 value per channel when training, got input sizes ", x.sizes());
 
   const BnLayout lay = bn_layout(x);
-  Tensor xk, y, mean, invstd, var, pooled, indices;
+  const bool record = autograd::any_requires_grad({&x, &weight, &bias});
+  Tensor xk, y, mean, invstd, var, pooled, indices, pooled_x;
   {
     NoGradGuard ng;
     xk = lay.to_kernel(x.detach());
@@ -170,7 +171,9 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
       const IntList psizes{x.size(0), C, x.size(2) / 2, x.size(3) / 2};
       pooled = empty(psizes, xk.options());
       indices = empty(psizes, TensorOptions().dtype(DType::I32));
-      kernels::batch_norm_relu_max_pool2x2_forward(pooled, indices, xk, wk, bk, mean, invstd);
+      // x at each argmax, for the backward's sums (only when a backward will run)
+      if (record) pooled_x = empty(psizes, xk.options());
+      kernels::batch_norm_relu_max_pool2x2_forward(pooled, indices, pooled_x, xk, wk, bk, mean, invstd);
     }
     if (training && running_mean.defined()) {
       // running = (1 - momentum) * running + momentum * batch, with the unbiased batch variance
@@ -181,11 +184,12 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
     }
   }
   Tensor out = pool ? pooled : lay.from_kernel(y);
-  if (autograd::any_requires_grad({&x, &weight, &bias})) {
+  if (record) {
     const bool gx = x.requires_grad(), gw = weight.defined() && weight.requires_grad(),
                gb = bias.defined() && bias.requires_grad();
     const bool has_w = weight.defined(), has_b = relu && bias.defined();
-    SavedTensor sx(x, node), sw, sb;
+    SavedTensor sx(x, node), sw, sb, sy;
+    if (pool) sy = SavedTensor::output(out, node);  // the ReLU mask of the fused pool's backward
     if (has_w) sw = SavedTensor(weight, node);
     if (has_b) sb = SavedTensor(bias, node);  // the ReLU mask needs the bias
     autograd::record_function(node, {&x, &weight, &bias}, {&out}, [=](const TensorList& g) {
@@ -199,8 +203,8 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
         Tensor dw = gw ? empty({C}, xs.options()) : Tensor();
         Tensor db = gb ? empty({C}, xs.options()) : Tensor();
         kernels::batch_norm_relu_max_pool2x2_backward(
-            dx, dw, db, contig(g[0]), indices, contig(xs.detach()), has_w ? contig(w.detach()) : Tensor(),
-            has_b ? contig(b.detach()) : Tensor(), mean, invstd, training);
+            dx, dw, db, contig(g[0]), sy.get().detach(), pooled_x, indices, contig(xs.detach()),
+            has_w ? contig(w.detach()) : Tensor(), mean, invstd, training);
         return TensorList{dx, dw, db};
       }
       if (GradMode::is_enabled()) {  // create_graph: differentiable composite formula
