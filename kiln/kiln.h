@@ -9,6 +9,7 @@
 #include "kiln/core/debug.h"
 #include "kiln/core/sync_debug.h"
 #include "kiln/core/cudnn.h"
+#include "kiln/core/denormal.h"
 #include "kiln/core/determinism.h"
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"

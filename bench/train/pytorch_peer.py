@@ -21,6 +21,8 @@ import torch.nn.functional as F
 
 ROOT = sys.argv[1] if len(sys.argv) > 1 else "/usr/share/datasets/fashion-mnist"
 THREADS = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+# "flush": torch.set_flush_denormal(True), as kiln-train's default --flush-denormal true
+FLUSH_DENORMAL = len(sys.argv) > 3 and sys.argv[3] == "flush"
 EPOCHS, BATCH, MAX_LR, MEAN, STD = 2, 128, 5e-3, 0.2860, 0.3530
 
 
@@ -52,6 +54,8 @@ class CNN(nn.Module):
 
 def main():
     torch.set_num_threads(THREADS)
+    if FLUSH_DENORMAL:
+        torch.set_flush_denormal(True)
     torch.manual_seed(0)
     xtr, ytr = images("train-images-idx3-ubyte.gz"), torch.from_numpy(idx("train-labels-idx1-ubyte.gz", 8).astype(np.int64))
     xte, yte = images("t10k-images-idx3-ubyte.gz"), torch.from_numpy(idx("t10k-labels-idx1-ubyte.gz", 8).astype(np.int64))
@@ -78,6 +82,7 @@ def main():
         acc = sum((model(xte[i:i + 256]).argmax(1) == yte[i:i + 256]).sum().item()
                   for i in range(0, len(xte), 256)) / len(xte)
     print(json.dumps({"model": "cnn", "framework": f"pytorch {torch.__version__}", "threads": THREADS,
+                      "flush_denormal": FLUSH_DENORMAL,
                       "epochs": EPOCHS, "train_seconds": train_seconds,
                       "samples_per_second": samples / train_seconds, "test_accuracy": acc}))
 

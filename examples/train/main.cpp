@@ -211,12 +211,15 @@ std::string speedups_summary(const Options& o) {
   add(o.cuda_graphs, "CUDA graphs: the whole step replayed with one launch (--cuda-graphs)");
   add(true, "gradients set to none, no_grad validation, no bias before BatchNorm, input normalisation, fused ops");
   add(!kiln::debug::current().any(), "debug APIs off (anomaly detection, sync-debug, deterministic algorithms)");
+  add(o.flush_denormal && kiln::flush_denormal(), "denormals flushed to zero on the CPU (--flush-denormal)");
   return s;
 }
 
 int run(Options o) {
   kiln_train::validate(o, kiln::cuda::is_available());
   if (o.threads > 0) omp_set_num_threads(o.threads);
+  // After the thread count: the setting is applied to the OpenMP pool as it is now.
+  if (o.flush_denormal) kiln::set_flush_denormal(true);
   kiln::manual_seed(o.seed);
   const bool tty = kiln::utils::stdout_is_tty();
   const bool cuda = o.device == "cuda";

@@ -42,6 +42,8 @@ Options parse(int argc, char** argv) {
   app.add_flag("--find-lr", o.find_lr, "run the LR range test, print and plot the suggestion, and exit");
   app.add_option("--log-every", o.log_every, "optimizer steps between logged metrics")->check(CLI::PositiveNumber);
   app.add_option("--threads", o.threads, "CPU threads for the kernels (0: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--flush-denormal", o.flush_denormal,
+                 "CPU: flush denormal floats to zero, true/false (kiln::set_flush_denormal)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -32,6 +32,7 @@ struct Options {
   bool find_lr = false;
   int64_t log_every = 50;             // optimizer steps between metric rows
   int threads = 0;                    // OpenMP threads for the kernels; 0: all cores
+  bool flush_denormal = true;         // CPU: denormal floats read and written as 0 (FTZ/DAZ)
 };
 
 // Parses argv (exits on --help / bad syntax, like every CLI11 program) and validates the
