@@ -66,14 +66,13 @@ class VisionTask : public Task {
     // Recompute the convolutional blocks in backward (GUIDE-TIPS #8).
     if (cnn_) {
       auto& m = *cnn_;
-      auto block1 = [&](const std::vector<Tensor>& in) { return F::max_pool2d(kiln::relu(m.bn1(m.conv1(in[0]))), 2); };
-      auto block2 = [&](const std::vector<Tensor>& in) { return F::max_pool2d(kiln::relu(m.bn2(m.conv2(in[0]))), 2); };
-      Tensor h = kiln::checkpoint(block2, {kiln::checkpoint(block1, {x})});
-      return m.fc2(kiln::relu(m.fc1(h.flatten(1))));
+      auto block1 = [&](const std::vector<Tensor>& in) { return m.block1(in[0]); };
+      auto block2 = [&](const std::vector<Tensor>& in) { return m.block2(in[0]); };
+      return m.head(kiln::checkpoint(block2, {kiln::checkpoint(block1, {x})}));
     }
     if (mlp_) return kiln::checkpoint_sequential(mlp_->layers, 2, x.flatten(1));
     auto& r = *resnet_;
-    Tensor h = kiln::relu(r.bn1(r.conv1(x)));
+    Tensor h = r.bn1(r.conv1(x));  // the stem's bn1 includes the ReLU (fused_relu)
     for (nn::Sequential* stage : {&r.layer1, &r.layer2, &r.layer3, &r.layer4})
       h = kiln::checkpoint([stage](const std::vector<Tensor>& in) { return (*stage)(in[0]); }, {h});
     return r.fc(F::adaptive_avg_pool2d(h, {1, 1}).flatten(1));

@@ -44,14 +44,18 @@ FashionCNN::FashionCNN()
   register_module("fc2", fc2);
 }
 
-Tensor FashionCNN::forward(const Tensor& x) {
+Tensor FashionCNN::forward(const Tensor& x) { return head(block2(block1(x))); }
+
+Tensor FashionCNN::block1(const Tensor& x) {
   KILN_CHECK(x.dim() == 4 && x.size(1) == 1 && x.size(2) == 28 && x.size(3) == 28,
              "FashionCNN: expected [N, 1, 28, 28] images, got sizes ", x.sizes());
-  // BN -> ReLU -> 2x2 max pool in one kernel per block (F::batch_norm_relu_max_pool2d)
-  Tensor h = bn1.forward_relu_max_pool2d(conv1(x));
-  h = bn2.forward_relu_max_pool2d(conv2(h));
-  return fc2(kiln::relu(fc1(h.flatten(1))));
+  // BN -> ReLU -> 2x2 max pool in one kernel (F::batch_norm_relu_max_pool2d)
+  return bn1.forward_relu_max_pool2d(conv1(x));
 }
+
+Tensor FashionCNN::block2(const Tensor& h) { return bn2.forward_relu_max_pool2d(conv2(h)); }
+
+Tensor FashionCNN::head(const Tensor& h) { return fc2(kiln::relu(fc1(h.flatten(1)))); }
 
 // ---------------------------------------------------------------- ResNet
 

@@ -27,7 +27,12 @@ class MLP : public Module {
 class FashionCNN : public Module {
  public:
   FashionCNN();
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x) override;  // head(block2(block1(x)))
+  // The pieces of forward, for recomputing the blocks in backward (kiln::checkpoint):
+  // conv -> BN -> ReLU -> 2x2 max pool each (BN + ReLU + pool in one kernel), then the MLP head.
+  Tensor block1(const Tensor& x);
+  Tensor block2(const Tensor& h);
+  Tensor head(const Tensor& h);
   Conv2d conv1, conv2;
   BatchNorm2d bn1, bn2;
   Linear fc1, fc2;
