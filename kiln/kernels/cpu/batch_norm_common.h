@@ -6,7 +6,19 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/core/tensor.h"
+
 namespace kiln::kernels::cpu {
+
+// The dtype batch-norm statistics are kept in for data of type T (norm_kernels.h's stat dtype).
+template <class T>
+using stat_t = std::conditional_t<std::is_same<T, double>::value, double, float>;
+
+// An operand's data, or null when it is undefined (an optional operand, a gradient not wanted).
+template <class T>
+const T* cptr(const Tensor& t) { return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr; }
+template <class T>
+T* mptr(const Tensor& t) { return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr; }
 
 // keep ? v : +0 (math::ReluBackward's select) as a bit mask. Written as `keep ? v : 0`, GCC
 // (-ftrapping-math) leaves a branch inside double-accumulating reductions instead of vectorizing

@@ -33,14 +33,6 @@ namespace kiln::kernels::cpu {
 
 namespace {
 
-template <class T>
-using stat_t = std::conditional_t<std::is_same<T, double>::value, double, float>;
-
-template <class T>
-const T* cptr(const Tensor& t) { return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr; }
-template <class T>
-T* mptr(const Tensor& t) { return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr; }
-
 struct Block {
   int64_t N, C, H, W, OH, OW;
 };

@@ -44,14 +44,6 @@ namespace {
 
 constexpr int64_t kGrain = 32768;  // below this many elements stay on the calling thread
 
-template <class T>
-using stat_t = std::conditional_t<std::is_same<T, double>::value, double, float>;
-
-template <class T>
-const T* cptr(const Tensor& t) { return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr; }
-template <class T>
-T* mptr(const Tensor& t) { return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr; }
-
 void check_contig(const char* op, std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts)
     KILN_CHECK(!t->defined() || t->is_contiguous(), op, ": kernel expects contiguous operands, got sizes ",
