@@ -187,7 +187,8 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
   if (record) {
     const bool gx = x.requires_grad(), gw = weight.defined() && weight.requires_grad(),
                gb = bias.defined() && bias.requires_grad();
-    const bool has_w = weight.defined(), has_b = relu && bias.defined();
+    // the bias only for batch_norm_relu's mask (the fused pool takes its mask from the output)
+    const bool has_w = weight.defined(), has_b = relu && !pool && bias.defined();
     SavedTensor sx(x, node), sw, sb, sy;
     if (pool) sy = SavedTensor::output(out, node);  // the ReLU mask of the fused pool's backward
     if (has_w) sw = SavedTensor(weight, node);
