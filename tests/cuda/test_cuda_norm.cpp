@@ -208,6 +208,39 @@ TEST_CASE("fused batch norm + ReLU forward and backward match the CPU", "[cuda][
   for (bool training : {true, false}) check_bn({3, 5, 4, 6}, DType::F32, true, training, true, 0.0, true);
 }
 
+// batch_norm_relu_max_pool2d: the CPU's fused kernel against the CUDA path (batch_norm_relu then
+// max_pool2d), forward, gradients and running statistics. Inputs are moved off the ReLU kink as
+// for the fused ReLU test; continuous random data leaves no near-ties inside a window.
+TEST_CASE("fused batch norm + ReLU + max pool: the CPU kernel matches CUDA", "[cuda][norm][batch_norm_relu]") {
+  kiln::manual_seed(46);
+  for (const IntList& sizes : {IntList{4, 3, 6, 8}, IntList{2, 5, 9, 7}, IntList{16, 8, 28, 28}})
+    for (bool training : {true, false}) {
+      const int64_t C = sizes[1];
+      Tensor w = rnd({C}, DType::F32, 1.0), b = rnd({C}, DType::F32);
+      Tensor rm0 = kiln::randn({C}) * 0.5, rv0 = kiln::rand({C}) + 0.5;
+      Tensor x0 = off_relu_kink(rnd(sizes, DType::F32), w, b, rm0, rv0, training);
+      Tensor g0 = rnd({sizes[0], C, sizes[2] / 2, sizes[3] / 2}, DType::F32);
+      BnOut r[2];
+      for (int dev = 0; dev < 2; ++dev) {
+        const kiln::Device d = dev ? kGpu : kiln::Device::cpu();
+        Tensor x = leaf(x0, d), wd = leaf(w, d), bd = leaf(b, d);
+        Tensor rm = on(rm0, d).clone(), rv = on(rv0, d).clone();
+        Tensor y = F::batch_norm_relu_max_pool2d(x, rm, rv, wd, bd, training, 0.1, 1e-5);
+        y.backward(on(g0, d));
+        r[dev] = BnOut{y, x.grad(), wd.grad(), bd.grad(), rm, rv};
+      }
+      const std::string what = std::string("bn_relu_max_pool2d ") + (training ? "train " : "eval ") +
+                               std::to_string(sizes[2]) + "x" + std::to_string(sizes[3]);
+      const double rt = rtol_of(DType::F32), at = atol_of(DType::F32);
+      require_close(r[1].y, r[0].y, rt, at, what + " y");
+      require_close(r[1].dx, r[0].dx, 10 * rt, 10 * at, what + " dx");
+      require_close(r[1].dw, r[0].dw, rt, 10 * at, what + " dweight");
+      require_close(r[1].db, r[0].db, rt, 10 * at, what + " dbias");
+      require_close(r[1].rm, r[0].rm, 1e-5, 1e-6, what + " running_mean");
+      require_close(r[1].rv, r[0].rv, 1e-5, 1e-6, what + " running_var");
+    }
+}
+
 TEST_CASE("batch norm statistics match the CPU", "[cuda][norm][batch_norm]") {
   kiln::manual_seed(41);
   for (const IntList& sizes : std::vector<IntList>{{4, 3, 7, 7}, {100, 9}, {2, 40, 3000}})
