@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kiln/core/tensor.h"
+#include "kiln/kernels/nn_kernels.h"
 
 namespace kiln::kernels {
 
@@ -56,6 +57,33 @@ void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweigh
                                           const Tensor& indices, const Tensor& x,
                                           const Tensor& weight, const Tensor& mean,
                                           const Tensor& invstd, bool training);
+
+// ---- fused conv2d + BatchNorm + ReLU + 2x2/2 max pool for small-patch convolutions (CPU only;
+// kiln/kernels/cpu/conv_bn_relu_pool.cpp): max_pool2d(relu(batch_norm(conv2d(x, conv_weight))), 2)
+// without writing the conv output. Conditions (checked): x contiguous NCHW f32/f64, conv_weight
+// contiguous [K, C, kh, kw] of x's dtype, stride 1, groups 1, C * kh * kw <= kConvBnPoolMaxPatch,
+// conv output at least 2x2; out, indices [N, K, OH/2, OW/2] contiguous (indices int32, flat
+// oh * OW + ow in the conv output plane, as max_pool2d's).
+// conv_batch_norm_stats (training): the batch mean, biased var and invstd = 1/sqrt(var + eps) of
+// the conv output per channel ([K], stat dtype; var may be undefined), from the patch moments
+// patch_sum [C*kh*kw] and gram [C*kh*kw, C*kh*kw] (f64, written, needed by the backward).
+// The forward takes mean/invstd from there or from the running statistics; the backward takes the
+// pooled gradient and the forward's out and indices and writes the conv weight's gradient and
+// BatchNorm's dweight/dbias (each may be undefined; patch_sum/gram only used when training).
+constexpr int64_t kConvBnPoolMaxPatch = 32;
+void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,
+                           const Tensor& patch_sum, const Tensor& gram, const Tensor& x,
+                           const Tensor& conv_weight, const ConvGeometry& g, double eps);
+void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices,
+                                              const Tensor& x, const Tensor& conv_weight,
+                                              const ConvGeometry& g, const Tensor& weight,
+                                              const Tensor& bias, const Tensor& mean,
+                                              const Tensor& invstd);
+void conv_batch_norm_relu_max_pool2x2_backward(
+    const Tensor& dconv_weight, const Tensor& dweight, const Tensor& dbias, const Tensor& grad_out,
+    const Tensor& out, const Tensor& indices, const Tensor& x, const Tensor& conv_weight,
+    const ConvGeometry& g, const Tensor& patch_sum, const Tensor& gram, const Tensor& weight,
+    const Tensor& mean, const Tensor& invstd, bool training);
 
 // ---- row norm (layer norm, and RMS norm when rms): x, y contiguous [R, K], statistics per row;
 // weight, bias [K] or undefined (bias unused by rms); mean (undefined for rms) and invstd [R].
@@ -106,6 +134,19 @@ void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweigh
                                           const Tensor& indices, const Tensor& x,
                                           const Tensor& weight, const Tensor& mean,
                                           const Tensor& invstd, bool training);
+void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,
+                           const Tensor& patch_sum, const Tensor& gram, const Tensor& x,
+                           const Tensor& conv_weight, const ConvGeometry& g, double eps);
+void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices,
+                                              const Tensor& x, const Tensor& conv_weight,
+                                              const ConvGeometry& g, const Tensor& weight,
+                                              const Tensor& bias, const Tensor& mean,
+                                              const Tensor& invstd);
+void conv_batch_norm_relu_max_pool2x2_backward(
+    const Tensor& dconv_weight, const Tensor& dweight, const Tensor& dbias, const Tensor& grad_out,
+    const Tensor& out, const Tensor& indices, const Tensor& x, const Tensor& conv_weight,
+    const ConvGeometry& g, const Tensor& patch_sum, const Tensor& gram, const Tensor& weight,
+    const Tensor& mean, const Tensor& invstd, bool training);
 void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
                       const Tensor& weight, const Tensor& bias, bool rms, double eps);
 void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,

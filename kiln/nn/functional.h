@@ -80,6 +80,20 @@ Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& running_mean,
                                   const Tensor& running_var, const Tensor& weight,
                                   const Tensor& bias, bool training, double momentum = 0.1,
                                   double eps = 1e-5);
+// max_pool2d(batch_norm_relu(conv2d(x, conv_weight, conv_bias, params), ...), 2): a CNN's first
+// conv block, fused on the CPU when the conv's patch is small (C * kh * kw <= 32), stride 1, groups
+// 1, no conv bias (GUIDE-TIPS #15), x f32/f64 contiguous NCHW not needing its gradient, outside
+// autocast. The conv output -- the block's largest tensor -- is never written: batch statistics
+// come from the input's patch moments, each channel's conv plane is computed in cache and pooled
+// through the BatchNorm + ReLU at once, and the backward goes from the pooled gradient straight to
+// the conv weight's and BatchNorm's gradients (kiln/kernels/cpu/conv_bn_relu_pool.cpp;
+// bench_norm). Everywhere else it runs conv2d and batch_norm_relu_max_pool2d, same results.
+// Double backward is not supported on the fused path.
+Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_weight,
+                                         const Tensor& conv_bias, const Conv2dParams& params,
+                                         const Tensor& running_mean, const Tensor& running_var,
+                                         const Tensor& weight, const Tensor& bias, bool training,
+                                         double momentum = 0.1, double eps = 1e-5);
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),

@@ -163,6 +163,10 @@ bool BatchNorm::begin_forward(const Tensor& x) {
   KILN_CHECK(rank_ok, type_name(), ": expected input with ", ranks_, " dimensions, got sizes ", x.sizes());
   KILN_CHECK(x.size(1) == options.num_features(), type_name(), ": expected ", options.num_features(),
              " channels, got sizes ", x.sizes());
+  return count_batch();
+}
+
+bool BatchNorm::count_batch() {
   const bool use_batch_stats = is_training() || !running_mean.defined();
   if (is_training() && num_batches_tracked.defined()) {
     NoGradGuard ng;
@@ -181,6 +185,23 @@ Tensor BatchNorm::forward_relu_max_pool2d(const Tensor& x) {
   const bool use_batch_stats = begin_forward(x);
   return F::batch_norm_relu_max_pool2d(x, running_mean, running_var, weight, bias, use_batch_stats,
                                        options.momentum(), options.eps());
+}
+
+Tensor BatchNorm::forward_conv_relu_max_pool2d(const Conv2d& conv, const Tensor& x) {
+  KILN_CHECK(ranks_.size() == 1 && ranks_[0] == 4, type_name(),
+             ": forward_conv_relu_max_pool2d needs a BatchNorm2d");
+  KILN_CHECK(conv.options.out_channels() == options.num_features(), type_name(), ": the conv has ",
+             conv.options.out_channels(), " output channels but this layer normalises ", options.num_features());
+  KILN_CHECK(x.defined() && x.dim() == 4, type_name(), ": expected [N, C, H, W] conv input, got sizes ",
+             x.defined() ? x.sizes() : IntList{});
+  const bool use_batch_stats = count_batch();
+  F::Conv2dParams p;
+  p.stride = conv.options.stride().list();
+  p.padding = conv.options.padding().list();
+  p.dilation = conv.options.dilation().list();
+  p.groups = conv.options.groups();
+  return F::conv2d_batch_norm_relu_max_pool2d(x, conv.weight, conv.bias, p, running_mean, running_var, weight,
+                                              bias, use_batch_stats, options.momentum(), options.eps());
 }
 
 std::string BatchNorm::extra_repr() const {

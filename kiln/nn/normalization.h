@@ -1,4 +1,5 @@
 #pragma once
+#include "kiln/nn/conv.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/options.h"
 
@@ -28,6 +29,11 @@ class BatchNorm : public Module {
   // (F::batch_norm_relu_max_pool2d): the conv -> BN -> ReLU -> 2x2 max-pool tail of a conv block.
   // Applies the ReLU whether or not options.fused_relu() is set.
   Tensor forward_relu_max_pool2d(const Tensor& x);
+  // max_pool2d(relu(this(conv(x))), 2): a whole conv -> BN -> ReLU -> 2x2 max-pool block. For a
+  // small-patch conv (a CNN's first layer) on the CPU it is one fused op that never writes the
+  // conv output (F::conv2d_batch_norm_relu_max_pool2d); otherwise conv then
+  // forward_relu_max_pool2d. Parameters and buffers stay those of the two layers.
+  Tensor forward_conv_relu_max_pool2d(const Conv2d& conv, const Tensor& x);
   std::string extra_repr() const override;
   void reset_running_stats();
 
@@ -37,6 +43,7 @@ class BatchNorm : public Module {
  private:
   // Checks x's rank and channels, counts the batch; returns whether batch statistics are used.
   bool begin_forward(const Tensor& x);
+  bool count_batch();  // counts a training batch; returns whether batch statistics are used
   std::vector<int64_t> ranks_;
 };
 

@@ -1,12 +1,15 @@
 #pragma once
-// Pieces shared by the CPU batch-norm kernels (norm.cpp, and the fused BN + ReLU + max pool in
-// bn_relu_pool.cpp); internal to the CPU backend.
+// Pieces shared by the CPU batch-norm kernels (norm.cpp, the fused BN + ReLU + max pool in
+// bn_relu_pool.cpp and the fused conv + BN + ReLU + max pool in conv_bn_relu_pool.cpp); internal
+// to the CPU backend.
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
+#include "kiln/core/dtype.h"
 #include "kiln/core/tensor.h"
+#include "kiln/kernels/cpu/max_pool_2x2.h"
 
 namespace kiln::kernels::cpu {
 
@@ -61,6 +64,24 @@ void bn_backward_coefficients(int64_t C, int64_t M, bool training, const T* wp, 
     k2[c] = static_cast<O>(a2);
     k3[c] = static_cast<O>(a3);
   }
+}
+
+// The per-channel affine map of the normalisation, in the op-math type.
+template <class T, class O = opmath_t<T>>
+std::vector<pool2x2::AffineRelu<O>> affine_maps(const Tensor& weight, const Tensor& bias,
+                                                const Tensor& mean, const Tensor& invstd,
+                                                int64_t C) {
+  using ST = stat_t<T>;
+  const T* wp = cptr<T>(weight);
+  const T* bp = cptr<T>(bias);
+  const ST* mp = cptr<ST>(mean);
+  const ST* ip = cptr<ST>(invstd);
+  std::vector<pool2x2::AffineRelu<O>> f(C);
+  for (int64_t c = 0; c < C; ++c) {
+    const O a = static_cast<O>(ip[c]) * (wp ? static_cast<O>(wp[c]) : O(1));
+    f[c] = {a, (bp ? static_cast<O>(bp[c]) : O(0)) - static_cast<O>(mp[c]) * a};
+  }
+  return f;
 }
 
 }  // namespace kiln::kernels::cpu

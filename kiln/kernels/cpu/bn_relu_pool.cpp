@@ -47,24 +47,6 @@ Block block_of(const char* op, const Tensor& x, const Tensor& pooled) {
   return b;
 }
 
-// The per-channel affine map of the normalisation, in the op-math type.
-template <class T, class O = opmath_t<T>>
-std::vector<pool2x2::AffineRelu<O>> affine_maps(const Tensor& weight, const Tensor& bias,
-                                                const Tensor& mean, const Tensor& invstd,
-                                                int64_t C) {
-  using ST = stat_t<T>;
-  const T* wp = cptr<T>(weight);
-  const T* bp = cptr<T>(bias);
-  const ST* mp = cptr<ST>(mean);
-  const ST* ip = cptr<ST>(invstd);
-  std::vector<pool2x2::AffineRelu<O>> f(C);
-  for (int64_t c = 0; c < C; ++c) {
-    const O a = static_cast<O>(ip[c]) * (wp ? static_cast<O>(wp[c]) : O(1));
-    f[c] = {a, (bp ? static_cast<O>(bp[c]) : O(0)) - static_cast<O>(mp[c]) * a};
-  }
-  return f;
-}
-
 }  // namespace
 
 void batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices,

@@ -5,6 +5,7 @@
 // (create_graph) it uses a composite formula of differentiable ops instead, so second
 // derivatives work.
 #include <numeric>
+#include <optional>
 
 #include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
@@ -97,6 +98,16 @@ BnLayout bn_layout(const Tensor& x) {
   return l;
 }
 
+// running = (1 - momentum) * running + momentum * batch, with the unbiased batch variance of
+// M values per channel.
+void update_running_stats(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
+                          const Tensor& var, int64_t M, double momentum) {
+  Tensor unbiased = var * (static_cast<double>(M) / static_cast<double>(M - 1));
+  Tensor rm = running_mean, rv = running_var;  // handles to the same tensors
+  rm.mul_(1.0 - momentum).add_(mean.to(rm.dtype()), momentum);
+  rv.mul_(1.0 - momentum).add_(unbiased.to(rv.dtype()), momentum);
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------ batch_norm
@@ -175,13 +186,7 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
       if (record) pooled_x = empty(psizes, xk.options());
       kernels::batch_norm_relu_max_pool2x2_forward(pooled, indices, pooled_x, xk, wk, bk, mean, invstd);
     }
-    if (training && running_mean.defined()) {
-      // running = (1 - momentum) * running + momentum * batch, with the unbiased batch variance
-      Tensor unbiased = var * (static_cast<double>(M) / static_cast<double>(M - 1));
-      Tensor rm = running_mean, rv = running_var;  // handles to the same tensors
-      rm.mul_(1.0 - momentum).add_(mean.to(rm.dtype()), momentum);
-      rv.mul_(1.0 - momentum).add_(unbiased.to(rv.dtype()), momentum);
-    }
+    if (training && running_mean.defined()) update_running_stats(running_mean, running_var, mean, var, M, momentum);
   }
   Tensor out = pool ? pooled : lay.from_kernel(y);
   if (record) {
@@ -271,6 +276,122 @@ Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& running_mean,
                                   const Tensor& bias, bool training, double momentum, double eps) {
   return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps,
                          BnEpilogue::ReluMaxPool2x2);
+}
+
+// ------------------------------------------------------------------ conv2d + batch_norm_relu + pool
+
+namespace {
+
+// The fused kernel's geometry when x, conv_weight and params qualify for it
+// (kiln/kernels/norm_kernels.h); std::nullopt sends the call to the composite path, which also
+// reports any invalid argument.
+std::optional<kernels::ConvGeometry> fused_conv_block_geometry(const Tensor& x, const Tensor& conv_weight,
+                                                               const Tensor& conv_bias,
+                                                               const Conv2dParams& p) {
+  if (!x.device().is_cpu() || !conv_weight.device().is_cpu() || amp::autocast_dtype()) return std::nullopt;
+  if ((x.dtype() != DType::F32 && x.dtype() != DType::F64) || conv_weight.dtype() != x.dtype()) return std::nullopt;
+  // the fused backward has no input gradient; a conv bias before BatchNorm is a no-op anyway
+  if (conv_bias.defined() || x.requires_grad()) return std::nullopt;
+  if (x.dim() != 4 || conv_weight.dim() != 4 || !x.is_contiguous()) return std::nullopt;
+  if (p.groups != 1 || p.stride != IntList{1, 1} || p.padding.size() != 2 || p.dilation.size() != 2)
+    return std::nullopt;
+  kernels::ConvGeometry g;
+  g.N = x.size(0); g.C = x.size(1); g.H = x.size(2); g.W = x.size(3);
+  g.K = conv_weight.size(0); g.kh = conv_weight.size(2); g.kw = conv_weight.size(3);
+  g.ph = p.padding[0]; g.pw = p.padding[1]; g.dh = p.dilation[0]; g.dw = p.dilation[1];
+  if (conv_weight.size(1) != g.C || g.K < 1 || g.kh < 1 || g.kw < 1 || g.ph < 0 || g.pw < 0 || g.dh < 1 ||
+      g.dw < 1 || g.N < 1 || g.C * g.kh * g.kw > kernels::kConvBnPoolMaxPatch)
+    return std::nullopt;
+  g.OH = g.H + 2 * g.ph - g.dh * (g.kh - 1);
+  g.OW = g.W + 2 * g.pw - g.dw * (g.kw - 1);
+  if (g.OH < 2 || g.OW < 2) return std::nullopt;
+  return g;
+}
+
+}  // namespace
+
+Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_weight,
+                                         const Tensor& conv_bias, const Conv2dParams& params,
+                                         const Tensor& running_mean, const Tensor& running_var,
+                                         const Tensor& weight, const Tensor& bias, bool training,
+                                         double momentum, double eps) {
+  const char* op = "conv2d_batch_norm_relu_max_pool2d";
+  KILN_CHECK(x.defined() && conv_weight.defined(), op, ": input and conv weight must be defined");
+  const auto geometry = fused_conv_block_geometry(x, conv_weight, conv_bias, params);
+  if (!geometry)
+    return batch_norm_relu_max_pool2d(conv2d(x, conv_weight, conv_bias, params), running_mean, running_var,
+                                      weight, bias, training, momentum, eps);
+  const kernels::ConvGeometry g = *geometry;
+  const int64_t K = g.K, Ckk = g.C * g.kh * g.kw, M = g.N * g.OH * g.OW;
+  // BatchNorm's argument checks, against the conv output ([N, K, OH, OW], x's dtype and device)
+  const IntList ysizes{g.N, K, g.OH, g.OW};
+  auto check_bn_param = [&](const char* what, const Tensor& t, bool same_dtype) {
+    if (!t.defined()) return;
+    KILN_CHECK(t.device() == x.device() && t.numel() == K && t.dim() == 1, op, ": ", what, " has sizes ",
+               t.sizes(), " on ", t.device(), "; expected [", K, "] on ", x.device(),
+               " for the conv output's ", K, " channels");
+    KILN_CHECK(!same_dtype || t.dtype() == x.dtype(), op, ": ", what, " has dtype ", t.dtype(),
+               " but the input has dtype ", x.dtype());
+  };
+  check_bn_param("weight", weight, true);
+  check_bn_param("bias", bias, true);
+  check_bn_param("running_mean", running_mean, false);
+  check_bn_param("running_var", running_var, false);
+  KILN_CHECK(running_mean.defined() == running_var.defined(), op,
+             ": pass both running_mean and running_var or neither");
+  KILN_CHECK(training || running_mean.defined(), op,
+             ": eval mode (training = false) needs running_mean and running_var");
+  KILN_CHECK(eps > 0 || !training, op, ": eps must be positive, got ", eps);
+  KILN_CHECK(!training || M > 1, op, ": expected more than 1 value per channel when training, got conv output sizes ",
+             ysizes);
+
+  const bool record = autograd::any_requires_grad({&conv_weight, &weight, &bias});
+  Tensor mean, invstd, var, patch_sum, gram, pooled, indices, cw;
+  {
+    NoGradGuard ng;
+    cw = contig(conv_weight.detach());
+    if (training) {
+      mean = empty({K}, stat_opts(x));
+      invstd = empty({K}, stat_opts(x));
+      var = empty({K}, stat_opts(x));
+      patch_sum = empty({Ckk}, TensorOptions().dtype(DType::F64));
+      gram = empty({Ckk, Ckk}, TensorOptions().dtype(DType::F64));
+      kernels::conv_batch_norm_stats(mean, invstd, var, patch_sum, gram, x.detach(), cw, g, eps);
+    } else {
+      mean = running_mean.detach().to(kernels::norm_stat_dtype(x.dtype())).clone();
+      invstd = (running_var.detach().to(kernels::norm_stat_dtype(x.dtype())) + eps).rsqrt();
+    }
+    const IntList psizes{g.N, K, g.OH / 2, g.OW / 2};
+    pooled = empty(psizes, x.options());
+    indices = empty(psizes, TensorOptions().dtype(DType::I32));
+    kernels::conv_batch_norm_relu_max_pool2x2_forward(pooled, indices, x.detach(), cw, g,
+                                                      weight.defined() ? contig(weight.detach()) : Tensor(),
+                                                      bias.defined() ? contig(bias.detach()) : Tensor(), mean,
+                                                      invstd);
+    if (training && running_mean.defined()) update_running_stats(running_mean, running_var, mean, var, M, momentum);
+  }
+  Tensor out = pooled;
+  if (record) {
+    const char* node = "ConvBatchNormReluMaxPoolBackward";
+    const bool gcw = conv_weight.requires_grad(), gw = weight.defined() && weight.requires_grad(),
+               gb = bias.defined() && bias.requires_grad();
+    const bool has_w = weight.defined();
+    SavedTensor sx(x, node), scw(conv_weight, node), sw = has_w ? SavedTensor(weight, node) : SavedTensor();
+    SavedTensor sy = SavedTensor::output(out, node);  // the ReLU mask
+    autograd::record_function(node, {&x, &conv_weight, &weight, &bias}, {&out}, [=](const TensorList& gr) {
+      KILN_CHECK(!GradMode::is_enabled(), op, ": double backward (create_graph) is not supported; use "
+                 "max_pool2d(batch_norm_relu(conv2d(...)), 2)");
+      Tensor dcw = gcw ? empty(scw.get().sizes(), scw.get().options()) : Tensor();
+      Tensor dw = gw ? empty({K}, sx.get().options()) : Tensor();
+      Tensor db = gb ? empty({K}, sx.get().options()) : Tensor();
+      kernels::conv_batch_norm_relu_max_pool2x2_backward(
+          dcw, dw, db, contig(gr[0]), sy.get().detach(), indices, contig(sx.get().detach()),
+          contig(scw.get().detach()), g, patch_sum, gram, has_w ? contig(sw.get().detach()) : Tensor(), mean,
+          invstd, training);
+      return TensorList{Tensor(), dcw, dw, db};
+    });
+  }
+  return out;
 }
 
 // ------------------------------------------------------------------------------ row norms

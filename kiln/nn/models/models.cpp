@@ -49,8 +49,9 @@ Tensor FashionCNN::forward(const Tensor& x) { return head(block2(block1(x))); }
 Tensor FashionCNN::block1(const Tensor& x) {
   KILN_CHECK(x.dim() == 4 && x.size(1) == 1 && x.size(2) == 28 && x.size(3) == 28,
              "FashionCNN: expected [N, 1, 28, 28] images, got sizes ", x.sizes());
-  // BN -> ReLU -> 2x2 max pool in one kernel (F::batch_norm_relu_max_pool2d)
-  return bn1.forward_relu_max_pool2d(conv1(x));
+  // conv -> BN -> ReLU -> 2x2 max pool in one op that never writes the conv output
+  // (F::conv2d_batch_norm_relu_max_pool2d; 1 -> 32 channels, 3x3: a 9-tap patch)
+  return bn1.forward_conv_relu_max_pool2d(conv1, x);
 }
 
 Tensor FashionCNN::block2(const Tensor& h) { return bn2.forward_relu_max_pool2d(conv2(h)); }

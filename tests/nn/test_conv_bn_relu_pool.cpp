@@ -1,0 +1,215 @@
+// conv2d_batch_norm_relu_max_pool2d (a CNN's first block fused; the conv output is never
+// written): output, running statistics and the gradients of the conv weight and the BatchNorm
+// parameters equal conv2d -> batch_norm -> relu -> max_pool2d op by op, in training and eval
+// mode, for odd sizes, 1-3 input channels, padding 0-2, dilation, with and without affine
+// parameters; f64 gradchecks; which calls take the fused path and which the composite one;
+// BatchNorm2d::forward_conv_relu_max_pool2d; errors.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+#include <kiln/nn/functional.h>
+#include "tests/test_util.h"
+
+using namespace kiln_test;
+
+namespace {
+
+namespace F = kiln::nn::functional;
+using kiln::DType;
+using kiln::IntList;
+using kiln::Tensor;
+using TL = std::vector<Tensor>;
+
+struct Case {
+  IntList x;     // N, C, H, W
+  int64_t K, k;  // output channels, square kernel size
+  int64_t pad, dil;
+};
+
+F::Conv2dParams params_of(const Case& c) {
+  F::Conv2dParams p;
+  p.padding = {c.pad, c.pad};
+  p.dilation = {c.dil, c.dil};
+  return p;
+}
+
+struct Run {
+  Tensor y, dcw, dw, db, dx, rm, rv;
+  std::string node;
+};
+
+// One forward + backward with a fixed upstream gradient.
+Run run(bool fused, const Case& c, const Tensor& x0, const Tensor& cw0, const Tensor& w0, const Tensor& b0,
+        const Tensor& g, bool training, bool affine, bool x_grad = false) {
+  Run r;
+  Tensor x = x_grad ? x0.clone().requires_grad_() : x0;
+  Tensor cw = cw0.clone().requires_grad_();
+  Tensor w = affine ? w0.clone().requires_grad_() : Tensor();
+  Tensor b = affine ? b0.clone().requires_grad_() : Tensor();
+  r.rm = kiln::arange(static_cast<double>(c.K), x0.dtype()) * 0.25 - 0.5;
+  r.rv = kiln::arange(static_cast<double>(c.K), x0.dtype()) * 0.3 + 0.5;
+  const F::Conv2dParams p = params_of(c);
+  r.y = fused ? F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, r.rm, r.rv, w, b, training)
+              : F::max_pool2d(kiln::relu(F::batch_norm(F::conv2d(x, cw, Tensor(), p), r.rm, r.rv, w, b,
+                                                       training)), 2);
+  r.node = r.y.grad_fn() ? r.y.grad_fn()->name() : "";
+  r.y.backward(g);
+  r.dcw = cw.grad();
+  if (x_grad) r.dx = x.grad();
+  if (affine) {
+    r.dw = w.grad();
+    r.db = b.grad();
+  }
+  return r;
+}
+
+void same(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+  INFO(what);
+  REQUIRE(got.defined());
+  REQUIRE(got.sizes() == want.sizes());
+  check_close_rel(got, values(want), tol, what);
+}
+
+}  // namespace
+
+TEST_CASE("conv2d_batch_norm_relu_max_pool2d: equals conv2d -> batch_norm -> relu -> max_pool2d",
+          "[norm][pool][conv]") {
+  kiln::manual_seed(31);
+  const std::vector<Case> cases = {
+      {{4, 1, 8, 10}, 5, 3, 1, 1},    // the Fashion-MNIST block's shape, small
+      {{3, 3, 7, 9}, 6, 3, 1, 1},     // RGB: a 27-tap patch; odd output (a row/column outside every window)
+      {{2, 2, 6, 6}, 3, 1, 0, 1},     // 1x1 conv
+      {{2, 1, 9, 8}, 4, 3, 0, 1},     // no padding
+      {{2, 1, 10, 11}, 3, 3, 2, 2},   // dilation 2, padding 2
+      {{3, 1, 28, 28}, 32, 3, 1, 1},  // the Fashion-MNIST block itself
+      {{2, 2, 5, 37}, 7, 2, 1, 1},    // even kernel, output wider than two 16-lane chunks
+  };
+  for (const Case& c : cases)
+    for (DType dt : {DType::F32, DType::F64})
+      for (int training = 0; training < 2; ++training)
+        for (int affine = 0; affine < 2; ++affine) {
+          INFO("x " << c.x[0] << "x" << c.x[1] << "x" << c.x[2] << "x" << c.x[3] << " K " << c.K << " k "
+                    << c.k << " pad " << c.pad << " dil " << c.dil << " dtype " << dt << " training "
+                    << training << " affine " << affine);
+          Tensor x = kiln::randn(c.x, dt) * 1.5 + 0.4;
+          Tensor cw = kiln::randn({c.K, c.x[1], c.k, c.k}, dt) * 0.5;
+          Tensor w = kiln::rand({c.K}, dt) + 0.5;
+          Tensor b = kiln::randn({c.K}, dt) * 0.5;
+          const int64_t OH = c.x[2] + 2 * c.pad - c.dil * (c.k - 1), OW = c.x[3] + 2 * c.pad - c.dil * (c.k - 1);
+          Tensor g = kiln::randn({c.x[0], c.K, OH / 2, OW / 2}, dt);
+          Run f = run(true, c, x, cw, w, b, g, training, affine);
+          Run r = run(false, c, x, cw, w, b, g, training, affine);
+          CHECK(f.node == "ConvBatchNormReluMaxPoolBackward");
+          // f32: the fused path's statistics come from patch moments in f64, the composite's from
+          // the f32 conv output: outputs agree to a few ulps of their scale, gradients a little less
+          const double tol = dt == DType::F32 ? 1e-4 : 1e-10;
+          same(f.y, r.y, tol, "output");
+          same(f.dcw, r.dcw, tol, "conv weight gradient");
+          if (affine) {
+            same(f.dw, r.dw, tol, "BatchNorm weight gradient");
+            same(f.db, r.db, tol, "BatchNorm bias gradient");
+          }
+          same(f.rm, r.rm, dt == DType::F32 ? 1e-6 : 1e-12, "running_mean");
+          same(f.rv, r.rv, dt == DType::F32 ? 1e-6 : 1e-12, "running_var");
+        }
+}
+
+TEST_CASE("conv2d_batch_norm_relu_max_pool2d: calls the fused kernel cannot take run the composite",
+          "[norm][pool][conv]") {
+  kiln::manual_seed(32);
+  const Case c{{2, 2, 6, 7}, 3, 3, 1, 1};
+  Tensor x = kiln::randn(c.x), cw = kiln::randn({3, 2, 3, 3}), w = kiln::rand({3}) + 0.5, b = kiln::randn({3});
+  Tensor g = kiln::randn({2, 3, 3, 3});
+  // an input that needs its gradient: the fused backward has none
+  Run f = run(true, c, x, cw, w, b, g, true, true, /*x_grad=*/true);
+  Run r = run(false, c, x, cw, w, b, g, true, true, /*x_grad=*/true);
+  CHECK(f.node != "ConvBatchNormReluMaxPoolBackward");
+  same(f.y, r.y, 1e-5, "output");
+  same(f.dx, r.dx, 1e-5, "input gradient");
+  same(f.dcw, r.dcw, 1e-5, "conv weight gradient");
+  kiln::NoGradGuard ng;
+  auto both = [&](const Tensor& xx, const Tensor& ww, const Tensor& bias, const F::Conv2dParams& p,
+                  const char* what) {
+    INFO(what);
+    same(F::conv2d_batch_norm_relu_max_pool2d(xx, ww, bias, p, Tensor(), Tensor(), w, b, true),
+         F::max_pool2d(kiln::relu(F::batch_norm(F::conv2d(xx, ww, bias, p), Tensor(), Tensor(), w, b, true)), 2),
+         1e-5, what);
+  };
+  F::Conv2dParams p = params_of(c);
+  both(x, cw, kiln::randn({3}), p, "conv bias");
+  F::Conv2dParams strided = p;
+  strided.stride = {2, 2};
+  both(kiln::randn({2, 2, 9, 9}), cw, Tensor(), strided, "stride 2");
+  both(kiln::randn({2, 2, 7, 6}).transpose(2, 3), cw, Tensor(), p, "non-contiguous input");
+  both(kiln::randn({2, 4, 6, 7}), kiln::randn({3, 4, 3, 3}), Tensor(), p, "a 36-tap patch");
+}
+
+TEST_CASE("conv2d_batch_norm_relu_max_pool2d: gradcheck (f64)", "[norm][pool][conv][gradcheck]") {
+  kiln::manual_seed(33);
+  auto r = [](IntList s) { return kiln::randn(s, f64(true)); };
+  const Tensor x = kiln::randn({3, 2, 5, 6}, f64());
+  F::Conv2dParams p;
+  p.padding = {1, 1};
+  // training: through the batch statistics into the conv weight, BN weight and bias
+  CHECK(kiln::gradcheck([&](const TL& in) {
+    return F::conv2d_batch_norm_relu_max_pool2d(x, in[0], Tensor(), p, Tensor(), Tensor(), in[1], in[2], true);
+  }, {r({3, 2, 3, 3}), r({3}), r({3})}));
+  // eval with running statistics, no affine parameters
+  Tensor rm = kiln::tensor({0.1, -0.2, 0.3}, f64()), rv = kiln::tensor({0.7, 1.3, 0.9}, f64());
+  CHECK(kiln::gradcheck([&](const TL& in) {
+    return F::conv2d_batch_norm_relu_max_pool2d(x, in[0], Tensor(), p, rm, rv, Tensor(), Tensor(), false);
+  }, {r({3, 2, 3, 3})}));
+}
+
+TEST_CASE("BatchNorm2d::forward_conv_relu_max_pool2d equals forward_relu_max_pool2d(conv(x))",
+          "[norm][pool][conv][module]") {
+  kiln::manual_seed(34);
+  kiln::nn::Conv2d conv(kiln::nn::Conv2dOptions(1, 8, 3).padding(1).bias(false));
+  kiln::nn::BatchNorm2d a(8), b(8);
+  Tensor x = kiln::randn({4, 1, 12, 12});
+  for (int step = 0; step < 2; ++step) {
+    Tensor ya = a.forward_conv_relu_max_pool2d(conv, x);
+    Tensor yb = b.forward_relu_max_pool2d(conv(x));
+    same(ya, yb, 1e-5, "output");
+  }
+  same(a.running_mean, b.running_mean, 1e-6, "running_mean");
+  same(a.running_var, b.running_var, 1e-6, "running_var");
+  CHECK(a.num_batches_tracked.item<double>() == 2);
+  a.eval();
+  b.eval();
+  same(a.forward_conv_relu_max_pool2d(conv, x), b.forward_relu_max_pool2d(conv(x)), 1e-5, "eval output");
+  kiln::nn::BatchNorm2d wrong(4);
+  REQUIRE_THROWS_AS(wrong.forward_conv_relu_max_pool2d(conv, x), kiln::Error);  // 8 conv channels
+}
+
+TEST_CASE("conv2d_batch_norm_relu_max_pool2d: errors name the op", "[norm][pool][conv]") {
+  Tensor x = kiln::randn({2, 1, 6, 6}), cw = kiln::randn({3, 1, 3, 3}, kiln::TensorOptions().requires_grad(true));
+  F::Conv2dParams p;
+  p.padding = {1, 1};
+  auto expect_error = [](auto&& f, const char* what) {
+    INFO(what);
+    try {
+      f();
+      FAIL("no error");
+    } catch (const kiln::Error& e) {
+      CHECK(std::string(e.what()).find("conv2d_batch_norm_relu_max_pool2d") != std::string::npos);
+    }
+  };
+  expect_error([&] { F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, Tensor(), Tensor(), kiln::ones({4}), Tensor(), true); },
+               "BatchNorm weight of the wrong size");
+  expect_error([&] { F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, Tensor(), Tensor(), Tensor(), Tensor(), false); },
+               "eval mode without running statistics");
+  expect_error([&] { F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, kiln::zeros({3}), Tensor(), Tensor(), Tensor(), true); },
+               "running_mean without running_var");
+  // double backward through the fused path
+  Tensor y = F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, Tensor(), Tensor(), Tensor(), Tensor(), true);
+  expect_error([&] { kiln::autograd::grad({y.sum()}, {cw}, {}, /*retain_graph=*/true, /*create_graph=*/true); },
+               "double backward");
+  // errors of the composite path still name conv2d
+  REQUIRE_THROWS_AS(F::conv2d_batch_norm_relu_max_pool2d(x, kiln::randn({3, 2, 3, 3}), Tensor(), p, Tensor(),
+                                                         Tensor(), Tensor(), Tensor(), true),
+                    kiln::Error);
+}
