@@ -57,7 +57,7 @@ struct Patches {
       : C(g.C), H(g.H), W(g.W), ph(g.ph), pw(g.pw), OH(g.OH), OW(g.OW),
         OWr(round_up(g.OW, kLanes)), Hp(g.H + 2 * g.ph),
         Wp(std::max(g.W + 2 * g.pw, round_up(g.OW, kLanes) + (g.kw - 1) * g.dw)),
-        Ckk(g.C * g.kh * g.kw), Zs(round_up(g.C * g.kh * g.kw, kLanes)) {
+        Ckk(g.C * g.kh * g.kw), Zs(round_up(g.C * g.kh * g.kw + 1, kLanes)) {
     for (int64_t c = 0; c < g.C; ++c)
       for (int64_t ki = 0; ki < g.kh; ++ki)
         for (int64_t kj = 0; kj < g.kw; ++kj) tap_offset.push_back((c * Hp + ki * g.dh) * Wp + kj * g.dw);
@@ -74,7 +74,7 @@ struct Patches {
   }
 
   // z <- the patch of every output position p = oh * OW + ow, patch-major ([OH * OW, Zs]), from
-  // a filled pad. Lanes from Ckk on are left alone (the caller zeroes them once). One position's
+  // a filled pad. Lanes from Ckk on are left alone (set once by the caller: see backward). One position's
   // patch at a time, so each row of z is written while it is in L1 (z itself is not).
   template <class T>
   void fill_patches(T* z, const T* pad) const {
@@ -330,15 +330,19 @@ void conv_batch_norm_relu_max_pool2x2_backward(
     const int32_t* ip = cptr<int32_t>(indices);
     const int64_t POHW = (g.OH / 2) * (g.OW / 2);
     // ---- S_k and sum_g_k: per sample, the patches once, then per channel a 4-way unrolled
-    // gather + FMA over the pooled elements (4 accumulators hide the FMA latency)
+    // gather + FMA over the pooled elements (4 accumulators hide the FMA latency). Lane Ckk of
+    // every patch row is 1, so that lane of S_k sums the gradients: sum_g_k comes for free
+    // instead of as a serial scalar sum.
     const int nt = parallel_worth_it(g) ? omp_get_max_threads() : 1;
-    std::vector<std::vector<double>> parts(nt);  // per thread: [K * Zs] S then [K] sum_g
+    std::vector<std::vector<double>> parts(nt);  // per thread: [K * Zs] S (lane Ckk: sum_g)
 #pragma omp parallel num_threads(nt)
     {
       const int tid = omp_get_thread_num();
-      std::vector<T> pad(pt.pad_size()), z(g.OH * g.OW * Zs);
+      std::vector<T> pad(pt.pad_size()), z(g.OH * g.OW * Zs, T(0));
+      for (int64_t p = 0; p < g.OH * g.OW; ++p) z[p * Zs + Ckk] = T(1);
+      std::vector<T> gv_buf(POHW);
       std::vector<double>& acc = parts[tid];
-      acc.assign(g.K * Zs + g.K, 0.0);
+      acc.assign(g.K * Zs, 0.0);
 #pragma omp for schedule(static)
       for (int64_t n = 0; n < g.N; ++n) {
         pt.fill_pad(pad.data(), xp + n * g.C * g.H * g.W);
@@ -348,39 +352,39 @@ void conv_batch_norm_relu_max_pool2x2_backward(
           const T* gpl = gp + at;
           const T* ypl = yp + at;
           const int32_t* ipl = ip + at;
+          // the plane's gradients where the ReLU was on, vectorised ahead of the gather loop
+#pragma omp simd
+          for (int64_t o = 0; o < POHW; ++o) gv_buf[o] = keep_or_zero(ypl[o] > T(0), gpl[o]);
           for (int64_t c0 = 0; c0 < Zs; c0 += kLanes) {
             T s[4][kLanes] = {};
-            T sg = 0;
             auto add = [&](T(&a)[kLanes], int64_t o) {
-              const T gv = keep_or_zero(ypl[o] > T(0), gpl[o]);
+              const T gv = gv_buf[o];
               const T* zp = z.data() + static_cast<int64_t>(ipl[o]) * Zs + c0;
 #pragma omp simd
               for (int64_t l = 0; l < kLanes; ++l) a[l] += gv * zp[l];
-              return gv;
             };
             int64_t o = 0;
             for (; o + 4 <= POHW; o += 4) {
-              sg += add(s[0], o);
-              sg += add(s[1], o + 1);
-              sg += add(s[2], o + 2);
-              sg += add(s[3], o + 3);
+              add(s[0], o);
+              add(s[1], o + 1);
+              add(s[2], o + 2);
+              add(s[3], o + 3);
             }
-            for (; o < POHW; ++o) sg += add(s[0], o);
+            for (; o < POHW; ++o) add(s[0], o);
             for (int64_t l = 0; l < kLanes; ++l)
               acc[k * Zs + c0 + l] += static_cast<double>(s[0][l] + s[1][l]) + static_cast<double>(s[2][l] + s[3][l]);
-            if (c0 == 0) acc[g.K * Zs + k] += static_cast<double>(sg);
           }
         }
       }
     }
-    const std::vector<double> tot = sum_partials(parts, g.K * Zs + g.K);
+    const std::vector<double> tot = sum_partials(parts, g.K * Zs);
     const T* cw = cptr<T>(conv_weight);
     const T* wp = cptr<T>(weight);
     const ST* mp = cptr<ST>(mean);
     const ST* isp = cptr<ST>(invstd);
     std::vector<double> sum_g(g.K), dot(g.K);
     for (int64_t k = 0; k < g.K; ++k) {
-      sum_g[k] = tot[g.K * Zs + k];
+      sum_g[k] = tot[k * Zs + Ckk];
       double d = 0;
       for (int64_t t = 0; t < Ckk; ++t) d += static_cast<double>(cw[k * Ckk + t]) * tot[k * Zs + t];
       dot[k] = d - static_cast<double>(mp[k]) * sum_g[k];
