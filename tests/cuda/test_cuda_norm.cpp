@@ -241,6 +241,40 @@ TEST_CASE("fused batch norm + ReLU + max pool: the CPU kernel matches CUDA", "[c
     }
 }
 
+// conv2d_batch_norm_relu_max_pool2d: the CPU's fused first-block kernel (conv output never
+// written, statistics from patch moments) against the CUDA path (conv2d, then batch_norm_relu and
+// max_pool2d), forward, the conv weight's and BatchNorm's gradients, running statistics.
+TEST_CASE("fused conv + batch norm + ReLU + max pool: the CPU kernel matches CUDA", "[cuda][norm][conv]") {
+  kiln::manual_seed(47);
+  F::Conv2dParams p;
+  p.padding = {1, 1};
+  for (bool training : {true, false}) {
+    const int64_t K = 32;
+    Tensor x0 = rnd({16, 1, 28, 28}, DType::F32), cw0 = rnd({K, 1, 3, 3}, DType::F32);
+    Tensor w = rnd({K}, DType::F32, 1.0), b = rnd({K}, DType::F32);
+    Tensor rm0 = kiln::randn({K}) * 0.5, rv0 = kiln::rand({K}) + 0.5;
+    Tensor g0 = rnd({16, K, 14, 14}, DType::F32);
+    Tensor r[2][6];
+    for (int dev = 0; dev < 2; ++dev) {
+      const kiln::Device d = dev ? kGpu : kiln::Device::cpu();
+      Tensor x = on(x0, d), cw = leaf(cw0, d), wd = leaf(w, d), bd = leaf(b, d);
+      Tensor rm = on(rm0, d).clone(), rv = on(rv0, d).clone();
+      Tensor y = F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, rm, rv, wd, bd, training, 0.1, 1e-5);
+      y.backward(on(g0, d));
+      Tensor got[6] = {y, cw.grad(), wd.grad(), bd.grad(), rm, rv};
+      for (int i = 0; i < 6; ++i) r[dev][i] = got[i];
+    }
+    const std::string what = std::string("conv_bn_relu_max_pool2d ") + (training ? "train" : "eval");
+    const double rt = rtol_of(DType::F32), at = atol_of(DType::F32);
+    require_close(r[1][0], r[0][0], 10 * rt, 10 * at, what + " y");
+    require_close(r[1][1], r[0][1], 10 * rt, 10 * at, what + " conv weight grad");
+    require_close(r[1][2], r[0][2], 10 * rt, 10 * at, what + " dweight");
+    require_close(r[1][3], r[0][3], 10 * rt, 10 * at, what + " dbias");
+    require_close(r[1][4], r[0][4], 1e-5, 1e-6, what + " running_mean");
+    require_close(r[1][5], r[0][5], 1e-5, 1e-6, what + " running_var");
+  }
+}
+
 TEST_CASE("batch norm statistics match the CPU", "[cuda][norm][batch_norm]") {
   kiln::manual_seed(41);
   for (const IntList& sizes : std::vector<IntList>{{4, 3, 7, 7}, {100, 9}, {2, 40, 3000}})
