@@ -23,13 +23,15 @@ class MLP : public Module {
 
 // The Fashion-MNIST CNN: conv3x3(1->32)+BN+ReLU+maxpool, conv3x3(32->64)+BN+ReLU+maxpool,
 // linear 3136->128, ReLU, linear 128->10. Input [N, 1, 28, 28]. bn1 and bn2 are BatchNorm2d with
-// fused_relu (one BN+ReLU kernel each way); their parameter/buffer names are the plain layer's.
+// fused_relu; their parameter/buffer names are the plain layer's. block1 runs as one op on the CPU
+// (F::conv2d_batch_norm_relu_max_pool2d: the conv output is never written), block2 as conv2d +
+// F::batch_norm_relu_max_pool2d.
 class FashionCNN : public Module {
  public:
   FashionCNN();
   Tensor forward(const Tensor& x) override;  // head(block2(block1(x)))
   // The pieces of forward, for recomputing the blocks in backward (kiln::checkpoint):
-  // conv -> BN -> ReLU -> 2x2 max pool each (BN + ReLU + pool in one kernel), then the MLP head.
+  // conv -> BN -> ReLU -> 2x2 max pool each (fused as above), then the MLP head.
   Tensor block1(const Tensor& x);
   Tensor block2(const Tensor& h);
   Tensor head(const Tensor& h);
