@@ -257,15 +257,23 @@ void row2im(const T* P, T* dx, int64_t samples, int64_t c0, int64_t Cg, const Co
 // Runs body(thread, begin, end) over [0, n) in blocks of `block`; with at least as many blocks
 // as threads the blocks are spread over OpenMP threads (Eigen then runs single-threaded inside
 // each), otherwise everything runs on this thread and Eigen parallelises each GEMM.
+// any_order: the blocks' results do not depend on which thread runs them (no per-thread partial
+// sums), so they are handed out dynamically -- a thread that starts late or runs slower (a VM's
+// vCPUs do) takes fewer. Otherwise a static split keeps reductions bitwise reproducible.
 template <class F>
-void for_blocks(int64_t n, int64_t block, int nthreads, F&& body) {
+void for_blocks(int64_t n, int64_t block, int nthreads, F&& body, bool any_order = false) {
   const int64_t nblocks = (n + block - 1) / block;
   if (nthreads > 1 && nblocks >= nthreads) {
 #pragma omp parallel num_threads(nthreads)
     {
       const int t = omp_get_thread_num();
+      if (any_order) {
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t b = 0; b < nblocks; ++b) body(t, b * block, std::min(n, (b + 1) * block));
+      } else {
 #pragma omp for schedule(static)
-      for (int64_t b = 0; b < nblocks; ++b) body(t, b * block, std::min(n, (b + 1) * block));
+        for (int64_t b = 0; b < nblocks; ++b) body(t, b * block, std::min(n, (b + 1) * block));
+      }
     }
   } else {
     for (int64_t b = 0; b < nblocks; ++b) body(0, b * block, std::min(n, (b + 1) * block));
@@ -343,7 +351,7 @@ void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const T
           O.noalias() = W * col;
         }
       }
-    });
+    }, /*any_order=*/true);
     return;
   }
   const std::vector<T> wr = weight_to_hwc(wp, g);
@@ -373,7 +381,7 @@ void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const T
         O.noalias() = P * Wg.transpose();
       }
     }
-  });
+  }, /*any_order=*/true);
 }
 
 // ------------------------------------------------------------------------- backward: input
@@ -407,7 +415,7 @@ void backward_input_impl(const Tensor& gx, const Tensor& gy, const Tensor& w_t,
         dcol.noalias() = W.transpose() * dY;
         col2im(buf.data(), gxn + gi * Cg * HW, Cg, g);
       }
-    });
+    }, /*any_order=*/true);
     return;
   }
   const std::vector<T> wr = weight_to_hwc(wp, g);
@@ -431,7 +439,7 @@ void backward_input_impl(const Tensor& gx, const Tensor& gy, const Tensor& w_t,
       dP.noalias() = dY * Wg;
       row2im(buf.data(), gxb, n1 - n0, gi * Cg, Cg, g);
     }
-  });
+  }, /*any_order=*/true);
 }
 
 // ------------------------------------------------------------------------- backward: weight

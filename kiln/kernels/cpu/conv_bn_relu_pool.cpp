@@ -267,7 +267,7 @@ void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& i
 #pragma omp parallel num_threads(nt)
     {
       std::vector<T> pad(pt.pad_size()), y(Kp * plane);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)  // samples are independent: a late or slow thread takes fewer
       for (int64_t n = 0; n < g.N; ++n) {
         pt.fill_pad(pad.data(), xp + n * g.C * g.H * g.W);
         // y[k] = conv plane k, 8 channels x 16 columns of one row at a time: each tap's input
