@@ -69,7 +69,7 @@ void batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indice
     int32_t* ip = mptr<int32_t>(indices);
     T* rawp = mptr<T>(pooled_x);
     const int64_t planes = b.N * b.C, HW = b.H * b.W, OHW = b.OH * b.OW;
-#pragma omp parallel for schedule(static) if (planes * HW >= 32768)
+#pragma omp parallel for schedule(dynamic, 16) if (planes * HW >= 32768)  // planes are independent
     for (int64_t p = 0; p < planes; ++p) {
       const T* xpl = xp + p * HW;
       for (int64_t oh = 0; oh < b.OH; ++oh)
@@ -142,7 +142,7 @@ void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweigh
     std::vector<O> k1, k2, k3;
     bn_backward_coefficients(b.C, M, training, wp, mp, isp, sum_g, dot, dwp, dbp, k1, k2, k3);
     if (!dxp) return;
-#pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(dynamic, 16) if (par)  // planes are independent
     for (int64_t plane = 0; plane < b.N * b.C; ++plane) {
       const int64_t c = plane % b.C;
       const T* xpl = xp + plane * HW;
