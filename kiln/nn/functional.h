@@ -87,7 +87,9 @@ Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& running_mean,
 // come from the input's patch moments, each channel's conv plane is computed in cache and pooled
 // through the BatchNorm + ReLU at once, and the backward goes from the pooled gradient straight to
 // the conv weight's and BatchNorm's gradients (kiln/kernels/cpu/conv_bn_relu_pool.cpp;
-// bench_norm). Everywhere else it runs conv2d and batch_norm_relu_max_pool2d, same results.
+// bench_norm). Everywhere else it runs conv2d and batch_norm_relu_max_pool2d, same results; on
+// the CPU with NCHW memory in training, conv2d then takes the BatchNorm's batch statistics in its
+// epilogue while each sample's output is in cache (one pass less over the conv output).
 // Double backward is not supported on the fused path.
 Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_weight,
                                          const Tensor& conv_bias, const Conv2dParams& params,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <kiln/kiln.h>
+#include <kiln/kernels/nn_kernels.h>
 #include <kiln/nn/functional.h>
 #include "tests/test_util.h"
 
@@ -127,9 +128,14 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: calls the fused kernel cannot take
   Run f = run(true, c, x, cw, w, b, g, true, true, /*x_grad=*/true);
   Run r = run(false, c, x, cw, w, b, g, true, true, /*x_grad=*/true);
   CHECK(f.node != "ConvBatchNormReluMaxPoolBackward");
+  // (conv2d then takes BN's statistics in its epilogue)
   same(f.y, r.y, 1e-5, "output");
   same(f.dx, r.dx, 1e-5, "input gradient");
   same(f.dcw, r.dcw, 1e-5, "conv weight gradient");
+  same(f.dw, r.dw, 1e-5, "BatchNorm weight gradient");
+  same(f.db, r.db, 1e-5, "BatchNorm bias gradient");
+  same(f.rm, r.rm, 1e-6, "running_mean");
+  same(f.rv, r.rv, 1e-6, "running_var");
   kiln::NoGradGuard ng;
   auto both = [&](const Tensor& xx, const Tensor& ww, const Tensor& bias, const F::Conv2dParams& p,
                   const char* what) {
@@ -211,5 +217,41 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: errors name the op", "[norm][pool]
   // errors of the composite path still name conv2d
   REQUIRE_THROWS_AS(F::conv2d_batch_norm_relu_max_pool2d(x, kiln::randn({3, 2, 3, 3}), Tensor(), p, Tensor(),
                                                          Tensor(), Tensor(), Tensor(), true),
+                    kiln::Error);
+}
+
+TEST_CASE("conv2d_forward_batch_stats: the conv output and its per-channel batch mean and variance",
+          "[conv][norm]") {
+  kiln::manual_seed(35);
+  for (DType dt : {DType::F32, DType::F64})
+    for (int64_t groups : {1, 2})
+      for (bool with_bias : {false, true}) {
+        INFO("dtype " << dt << " groups " << groups << " bias " << with_bias);
+        kiln::kernels::ConvGeometry g;
+        g.N = 5; g.C = 4; g.H = 7; g.W = 9; g.K = 6; g.kh = 3; g.kw = 3; g.ph = 1; g.pw = 1;
+        g.groups = groups; g.OH = 7; g.OW = 9;
+        Tensor x = kiln::randn({5, 4, 7, 9}, dt) * 2.0 + 1.5;
+        Tensor w = kiln::randn({6, 4 / groups, 3, 3}, dt);
+        Tensor b = with_bias ? kiln::randn({6}, dt) : Tensor();
+        const DType st = dt == DType::F64 ? DType::F64 : DType::F32;
+        Tensor out = kiln::empty({5, 6, 7, 9}, kiln::TensorOptions().dtype(dt));
+        Tensor mean = kiln::empty({6}, kiln::TensorOptions().dtype(st)), var = kiln::empty({6}, kiln::TensorOptions().dtype(st));
+        kiln::kernels::conv2d_forward_batch_stats(out, mean, var, x, w, b, g);
+        F::Conv2dParams p;
+        p.padding = {1, 1};
+        p.groups = groups;
+        Tensor want = F::conv2d(x, w, b, p);
+        const double tol = dt == DType::F32 ? 1e-5 : 1e-12;
+        same(out, want, tol, "output");
+        Tensor wd = want.to(DType::F64);
+        same(mean, wd.mean({0, 2, 3}), tol, "mean");
+        same(var, wd.var({0, 2, 3}, 0), tol, "biased variance");
+      }
+  // channels-last is not what the epilogue kernel reads
+  kiln::kernels::ConvGeometry g;
+  g.N = 1; g.C = 1; g.H = 4; g.W = 4; g.K = 1; g.kh = 1; g.kw = 1; g.OH = 4; g.OW = 4; g.channels_last = true;
+  Tensor m = kiln::empty({1}), v = kiln::empty({1});
+  REQUIRE_THROWS_AS(kiln::kernels::conv2d_forward_batch_stats(kiln::empty({1, 1, 4, 4}), m, v, kiln::randn({1, 1, 4, 4}),
+                                                              kiln::randn({1, 1, 1, 1}), Tensor(), g),
                     kiln::Error);
 }

@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/core/autograd.h"
@@ -317,9 +318,50 @@ void check_layout(const char* op, const Tensor& t, const char* what, const ConvG
 
 // ------------------------------------------------------------------------- forward
 
+// ms[0] = mean of v[0, n), ms[1] = sum of (v - mean)^2: two passes over a cache-resident plane
+// with 64 independent lane sums each (one accumulator chain would be add-latency bound), in T,
+// added up by halving. A plane of a few hundred values keeps T's rounding far below BatchNorm's eps.
+// Sum of the L lane sums by halving (the wide steps vectorise), not one serial chain.
+template <class T, int64_t L>
+double tree_sum(T (&acc)[L]) {
+  for (int64_t w = L / 2; w >= 1; w /= 2)
+    for (int64_t l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return static_cast<double>(acc[0]);
+}
+
+template <class T>
+void plane_mean_m2(const T* v, int64_t n, double* ms) {
+  constexpr int64_t L = 64;
+  T acc[L] = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int64_t l = 0; l < L; ++l) acc[l] += v[i + l];
+  double s = tree_sum(acc);
+  for (; i < n; ++i) s += static_cast<double>(v[i]);
+  const double m = s / static_cast<double>(n);
+  const T mt = static_cast<T>(m);
+  T acc2[L] = {};
+  for (i = 0; i + L <= n; i += L)
+    for (int64_t l = 0; l < L; ++l) {
+      const T d = v[i + l] - mt;
+      acc2[l] += d * d;
+    }
+  double q = tree_sum(acc2);
+  for (; i < n; ++i) {
+    const double d = static_cast<double>(v[i]) - static_cast<double>(mt);
+    q += d * d;
+  }
+  // deviations were taken from mt = T(m): sum (v - m)^2 = sum (v - mt)^2 - n (m - mt)^2
+  const double e = m - static_cast<double>(mt);
+  ms[0] = m;
+  ms[1] = std::max(0.0, q - static_cast<double>(n) * e * e);
+}
+
+// stats (NCHW only; null: not wanted): per sample and output channel, the mean and the sum of
+// squared deviations of that sample's output plane, [N, K, 2], taken right after its GEMM.
 template <class T>
 void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const Tensor& bias,
-                  const ConvGeometry& g) {
+                  const ConvGeometry& g, double* stats = nullptr) {
   const T* xp = x.data_ptr<T>();
   const T* wp = w_t.data_ptr<T>();
   const T* bp = bias.defined() ? bias.data_ptr<T>() : nullptr;
@@ -351,9 +393,13 @@ void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const T
           O.noalias() = W * col;
         }
       }
+      if (stats)  // the sample's output planes are still in cache
+        for (int64_t k = 0; k < g.K; ++k)
+          plane_mean_m2(op + (n * g.K + k) * OHW, OHW, stats + (n * g.K + k) * 2);
     }, /*any_order=*/true);
     return;
   }
+  KILN_CHECK(!stats, "conv2d_forward_batch_stats: the NCHW kernel only");
   const std::vector<T> wr = weight_to_hwc(wp, g);
   const int64_t spb = samples_per_block(g);
   std::vector<std::vector<T>> bufs(nt);
@@ -622,6 +668,49 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
     case DType::F64: return run(double{});
     default: KILN_FAIL("conv2d: dtype ", x.dtype(), " is not supported by the CPU kernel");
   }
+}
+
+void conv2d_forward_batch_stats(const Tensor& out, const Tensor& mean, const Tensor& var,
+                                const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                const ConvGeometry& g) {
+  const char* op = "conv2d_forward_batch_stats";
+  check_geometry(op, g);
+  KILN_CHECK(!g.channels_last, op, ": the NCHW kernel only");
+  check_layout(op, x, "input", g);
+  check_layout(op, out, "output", g);
+  const DType st = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  for (const Tensor* t : {&mean, &var})
+    KILN_CHECK(t->defined() && t->is_contiguous() && t->numel() == g.K && t->dtype() == st, op,
+               ": mean and var must be contiguous [", g.K, "] ", st, " tensors");
+  const int64_t S = g.OH * g.OW;
+  KILN_CHECK(g.N * S > 0, op, ": no output elements to take statistics over");
+  NoGradGuard ng;
+  Tensor w = contiguous_weight(weight.detach());
+  Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  std::vector<double> per_sample(g.N * g.K * 2);
+  switch (x.dtype()) {
+    case DType::F32: forward_impl<float>(out, x, w, b, g, per_sample.data()); break;
+    case DType::F64: forward_impl<double>(out, x, w, b, g, per_sample.data()); break;
+    default: KILN_FAIL("conv2d: dtype ", x.dtype(), " is not supported by the CPU kernel");
+  }
+  // Chan et al.'s pairwise update, sample by sample: the same result whichever thread ran which
+  // sample.
+  auto write = [&](auto* mp, auto* vp) {
+    for (int64_t k = 0; k < g.K; ++k) {
+      double m = 0, q = 0, count = 0;
+      for (int64_t n = 0; n < g.N; ++n) {
+        const double mn = per_sample[(n * g.K + k) * 2], qn = per_sample[(n * g.K + k) * 2 + 1];
+        const double c = static_cast<double>(S), tot = count + c, d = mn - m;
+        m += d * c / tot;
+        q += qn + d * d * count * c / tot;
+        count = tot;
+      }
+      mp[k] = static_cast<std::remove_pointer_t<decltype(mp)>>(m);
+      vp[k] = static_cast<std::remove_pointer_t<decltype(vp)>>(q / count);
+    }
+  };
+  if (st == DType::F64) write(static_cast<double*>(mean.data_ptr()), static_cast<double*>(var.data_ptr()));
+  else write(static_cast<float*>(mean.data_ptr()), static_cast<float*>(var.data_ptr()));
 }
 
 void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,

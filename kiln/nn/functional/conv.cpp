@@ -13,9 +13,11 @@
 
 #include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
+#include "kiln/core/cudnn.h"
 #include "kiln/core/shape.h"
 #include "kiln/kernels/nn_kernels.h"
 #include "kiln/nn/functional.h"
+#include "kiln/nn/functional/detail.h"
 
 namespace kiln::nn::functional {
 
@@ -72,8 +74,12 @@ Tensor as_format(const Tensor& t, MemoryFormat fmt) {
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
-              const Conv2dParams& params) {
+namespace {
+
+// conv2d; with batch_mean/batch_var non-null also the output's batch statistics per channel
+// when the CPU NCHW kernel can take them in its epilogue (left undefined otherwise).
+Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
+                   const Conv2dParams& params, Tensor* batch_mean, Tensor* batch_var) {
   if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
     Tensor x2 = amp::to_autocast_low(x_in), w2 = amp::to_autocast_low(weight), b2 = amp::to_autocast_low(bias);
     if (!x2.is_same(x_in) || !w2.is_same(weight) || (bias.defined() && !b2.is_same(bias))) {
@@ -136,7 +142,15 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
     b = bias.defined() ? bias.detach().contiguous() : Tensor();
   }
   Tensor out = kernels::empty_4d({N, K, g.OH, g.OW}, x.options(), fmt);
-  kernels::conv2d_forward(out, x, w, b, g);
+  if (batch_mean && x.device().is_cpu() && !g.channels_last && !cudnn::benchmark() &&
+      (x.dtype() == DType::F32 || x.dtype() == DType::F64) && N * g.OH * g.OW > 0) {
+    const TensorOptions st = TensorOptions().dtype(x.dtype() == DType::F64 ? DType::F64 : DType::F32);
+    *batch_mean = empty({K}, st);
+    *batch_var = empty({K}, st);
+    kernels::conv2d_forward_batch_stats(out, *batch_mean, *batch_var, x, w, b, g);
+  } else {
+    kernels::conv2d_forward(out, x, w, b, g);
+  }
 
   if (autograd::any_requires_grad({&x_in, &weight, &bias})) {
     const bool gx = x_in.requires_grad(), gw = weight.requires_grad(),
@@ -167,6 +181,19 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
     });
   }
   return out;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& params) {
+  return conv2d_impl(x, weight, bias, params, nullptr, nullptr);
+}
+
+Tensor detail::conv2d_with_batch_stats(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                       const Conv2dParams& params, Tensor& batch_mean, Tensor& batch_var) {
+  batch_mean = Tensor();
+  batch_var = Tensor();
+  return conv2d_impl(x, weight, bias, params, &batch_mean, &batch_var);
 }
 
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,

@@ -12,6 +12,7 @@
 #include "kiln/core/shape.h"
 #include "kiln/kernels/norm_kernels.h"
 #include "kiln/nn/functional.h"
+#include "kiln/nn/functional/detail.h"
 
 namespace kiln::nn::functional {
 
@@ -120,9 +121,13 @@ enum class BnEpilogue { None, Relu, ReluMaxPool2x2 };
 // batch_norm; with Relu the fused batch_norm_relu: relu(batch_norm(...)) in one kernel whose
 // backward recomputes the ReLU mask from the saved input; with ReluMaxPool2x2 the fused
 // batch_norm_relu_max_pool2d (kiln/kernels/norm_kernels.h).
+// batch_mean / batch_var (training with the fused pool only; optional): x's batch statistics
+// already taken by the op that produced x (detail::conv2d_with_batch_stats), so the statistics
+// pass over x is skipped.
 Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                        const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                       double eps, BnEpilogue epi) {
+                       double eps, BnEpilogue epi, const Tensor& batch_mean = Tensor(),
+                       const Tensor& batch_var = Tensor()) {
   const bool pool = epi == BnEpilogue::ReluMaxPool2x2, relu = epi != BnEpilogue::None;
   const char* op = pool ? "batch_norm_relu_max_pool2d" : relu ? "batch_norm_relu" : "batch_norm";
   if (pool) {
@@ -166,7 +171,15 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
     NoGradGuard ng;
     xk = lay.to_kernel(x.detach());
     if (!pool) y = empty(xk.sizes(), xk.options());  // pool: statistics only, then the fused kernel
-    if (training) {
+    const bool given_stats = training && pool && batch_mean.defined() && batch_var.defined() &&
+                             batch_mean.dtype() == kernels::norm_stat_dtype(x.dtype()) &&
+                             batch_var.dtype() == batch_mean.dtype() && batch_mean.numel() == C &&
+                             batch_var.numel() == C;
+    if (given_stats) {
+      mean = batch_mean;
+      var = batch_var;
+      invstd = (var + eps).rsqrt();
+    } else if (training) {
       mean = empty({C}, stat_opts(x));
       invstd = empty({C}, stat_opts(x));
       var = empty({C}, stat_opts(x));
@@ -177,7 +190,8 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
     }
     const Tensor wk = weight.defined() ? contig(weight.detach()) : Tensor();
     const Tensor bk = bias.defined() ? contig(bias.detach()) : Tensor();
-    if (training || !pool) kernels::batch_norm_forward(y, xk, wk, bk, mean, invstd, var, training, eps, relu);
+    if ((training && !given_stats) || !pool)
+      kernels::batch_norm_forward(y, xk, wk, bk, mean, invstd, var, training, eps, relu);
     if (pool) {
       const IntList psizes{x.size(0), C, x.size(2) / 2, x.size(3) / 2};
       pooled = empty(psizes, xk.options());
@@ -318,9 +332,15 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
   const char* op = "conv2d_batch_norm_relu_max_pool2d";
   KILN_CHECK(x.defined() && conv_weight.defined(), op, ": input and conv weight must be defined");
   const auto geometry = fused_conv_block_geometry(x, conv_weight, conv_bias, params);
-  if (!geometry)
-    return batch_norm_relu_max_pool2d(conv2d(x, conv_weight, conv_bias, params), running_mean, running_var,
-                                      weight, bias, training, momentum, eps);
+  if (!geometry) {
+    // conv2d then the fused BN + ReLU + pool, with the BN statistics taken in the conv's epilogue
+    // where the CPU kernel can (detail::conv2d_with_batch_stats): one pass less over its output
+    Tensor batch_mean, batch_var;
+    Tensor y = training ? detail::conv2d_with_batch_stats(x, conv_weight, conv_bias, params, batch_mean, batch_var)
+                        : conv2d(x, conv_weight, conv_bias, params);
+    return batch_norm_impl(y, running_mean, running_var, weight, bias, training, momentum, eps,
+                           BnEpilogue::ReluMaxPool2x2, batch_mean, batch_var);
+  }
   const kernels::ConvGeometry g = *geometry;
   const int64_t K = g.K, Ckk = g.C * g.kh * g.kw, M = g.N * g.OH * g.OW;
   // BatchNorm's argument checks, against the conv output ([N, K, OH, OW], x's dtype and device)

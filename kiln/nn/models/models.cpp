@@ -54,7 +54,9 @@ Tensor FashionCNN::block1(const Tensor& x) {
   return bn1.forward_conv_relu_max_pool2d(conv1, x);
 }
 
-Tensor FashionCNN::block2(const Tensor& h) { return bn2.forward_relu_max_pool2d(conv2(h)); }
+// conv2d with bn2's batch statistics taken in its epilogue, then BN + ReLU + 2x2 max pool in one
+// kernel (the composite path of F::conv2d_batch_norm_relu_max_pool2d: a 288-tap patch)
+Tensor FashionCNN::block2(const Tensor& h) { return bn2.forward_conv_relu_max_pool2d(conv2, h); }
 
 Tensor FashionCNN::head(const Tensor& h) { return fc2(kiln::relu(fc1(h.flatten(1)))); }
 

@@ -24,8 +24,8 @@ class MLP : public Module {
 // The Fashion-MNIST CNN: conv3x3(1->32)+BN+ReLU+maxpool, conv3x3(32->64)+BN+ReLU+maxpool,
 // linear 3136->128, ReLU, linear 128->10. Input [N, 1, 28, 28]. bn1 and bn2 are BatchNorm2d with
 // fused_relu; their parameter/buffer names are the plain layer's. block1 runs as one op on the CPU
-// (F::conv2d_batch_norm_relu_max_pool2d: the conv output is never written), block2 as conv2d +
-// F::batch_norm_relu_max_pool2d.
+// (F::conv2d_batch_norm_relu_max_pool2d: the conv output is never written), block2 through the
+// same call as conv2d with the BN statistics taken in its epilogue + one BN + ReLU + pool kernel.
 class FashionCNN : public Module {
  public:
   FashionCNN();
