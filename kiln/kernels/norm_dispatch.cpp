@@ -107,27 +107,27 @@ void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tenso
   cpu::conv_batch_norm_stats(mean, invstd, var, patch_sum, gram, x, conv_weight, g, eps);
 }
 
-void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices,
+void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& codes,
                                               const Tensor& x, const Tensor& conv_weight,
                                               const ConvGeometry& g, const Tensor& weight,
                                               const Tensor& bias, const Tensor& mean,
                                               const Tensor& invstd) {
   const char* op = "conv2d_batch_norm_relu_max_pool2d";
-  KILN_CHECK(common_device(op, {&out, &indices, &x, &conv_weight, &weight, &bias, &mean, &invstd}).is_cpu(),
+  KILN_CHECK(common_device(op, {&out, &codes, &x, &conv_weight, &weight, &bias, &mean, &invstd}).is_cpu(),
              op, ": the fused kernel is CPU-only, got ", x.device());
-  cpu::conv_batch_norm_relu_max_pool2x2_forward(out, indices, x, conv_weight, g, weight, bias, mean, invstd);
+  cpu::conv_batch_norm_relu_max_pool2x2_forward(out, codes, x, conv_weight, g, weight, bias, mean, invstd);
 }
 
 void conv_batch_norm_relu_max_pool2x2_backward(
     const Tensor& dconv_weight, const Tensor& dweight, const Tensor& dbias, const Tensor& grad_out,
-    const Tensor& out, const Tensor& indices, const Tensor& x, const Tensor& conv_weight,
+    const Tensor& codes, const Tensor& x, const Tensor& conv_weight,
     const ConvGeometry& g, const Tensor& patch_sum, const Tensor& gram, const Tensor& weight,
     const Tensor& mean, const Tensor& invstd, bool training) {
   const char* op = "conv2d_batch_norm_relu_max_pool2d_backward";
-  KILN_CHECK(common_device(op, {&dconv_weight, &dweight, &dbias, &grad_out, &out, &indices, &x,
+  KILN_CHECK(common_device(op, {&dconv_weight, &dweight, &dbias, &grad_out, &codes, &x,
                                 &conv_weight, &patch_sum, &gram, &weight, &mean, &invstd}).is_cpu(),
              op, ": the fused kernel is CPU-only, got ", x.device());
-  cpu::conv_batch_norm_relu_max_pool2x2_backward(dconv_weight, dweight, dbias, grad_out, out, indices, x,
+  cpu::conv_batch_norm_relu_max_pool2x2_backward(dconv_weight, dweight, dbias, grad_out, codes, x,
                                                  conv_weight, g, patch_sum, gram, weight, mean, invstd,
                                                  training);
 }

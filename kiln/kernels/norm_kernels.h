@@ -62,26 +62,26 @@ void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweigh
 // kiln/kernels/cpu/conv_bn_relu_pool.cpp): max_pool2d(relu(batch_norm(conv2d(x, conv_weight))), 2)
 // without writing the conv output. Conditions (checked): x contiguous NCHW f32/f64, conv_weight
 // contiguous [K, C, kh, kw] of x's dtype, stride 1, groups 1, C * kh * kw <= kConvBnPoolMaxPatch,
-// conv output at least 2x2; out, indices [N, K, OH/2, OW/2] contiguous (indices int32, flat
-// oh * OW + ow in the conv output plane, as max_pool2d's).
+// conv output at least 2x2; out, codes [N, K, OH/2, OW/2] contiguous, codes uint8 per window:
+// bit 0 the argmax's column in the window, bit 1 its row, bit 2 set when out > 0 (its ReLU on).
 // conv_batch_norm_stats (training): the batch mean, biased var and invstd = 1/sqrt(var + eps) of
 // the conv output per channel ([K], stat dtype; var may be undefined), from the patch moments
 // patch_sum [C*kh*kw] and gram [C*kh*kw, C*kh*kw] (f64, written, needed by the backward).
 // The forward takes mean/invstd from there or from the running statistics; the backward takes the
-// pooled gradient and the forward's out and indices and writes the conv weight's gradient and
+// pooled gradient and the forward's codes and writes the conv weight's gradient and
 // BatchNorm's dweight/dbias (each may be undefined; patch_sum/gram only used when training).
 constexpr int64_t kConvBnPoolMaxPatch = 32;
 void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,
                            const Tensor& patch_sum, const Tensor& gram, const Tensor& x,
                            const Tensor& conv_weight, const ConvGeometry& g, double eps);
-void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices,
+void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& codes,
                                               const Tensor& x, const Tensor& conv_weight,
                                               const ConvGeometry& g, const Tensor& weight,
                                               const Tensor& bias, const Tensor& mean,
                                               const Tensor& invstd);
 void conv_batch_norm_relu_max_pool2x2_backward(
     const Tensor& dconv_weight, const Tensor& dweight, const Tensor& dbias, const Tensor& grad_out,
-    const Tensor& out, const Tensor& indices, const Tensor& x, const Tensor& conv_weight,
+    const Tensor& codes, const Tensor& x, const Tensor& conv_weight,
     const ConvGeometry& g, const Tensor& patch_sum, const Tensor& gram, const Tensor& weight,
     const Tensor& mean, const Tensor& invstd, bool training);
 
@@ -137,14 +137,14 @@ void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweigh
 void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,
                            const Tensor& patch_sum, const Tensor& gram, const Tensor& x,
                            const Tensor& conv_weight, const ConvGeometry& g, double eps);
-void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices,
+void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& codes,
                                               const Tensor& x, const Tensor& conv_weight,
                                               const ConvGeometry& g, const Tensor& weight,
                                               const Tensor& bias, const Tensor& mean,
                                               const Tensor& invstd);
 void conv_batch_norm_relu_max_pool2x2_backward(
     const Tensor& dconv_weight, const Tensor& dweight, const Tensor& dbias, const Tensor& grad_out,
-    const Tensor& out, const Tensor& indices, const Tensor& x, const Tensor& conv_weight,
+    const Tensor& codes, const Tensor& x, const Tensor& conv_weight,
     const ConvGeometry& g, const Tensor& patch_sum, const Tensor& gram, const Tensor& weight,
     const Tensor& mean, const Tensor& invstd, bool training);
 void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,

@@ -13,7 +13,10 @@
 //
 // Forward. Per sample, each channel's conv plane is computed into a cache-resident buffer and
 // pooled through y -> max(0, fma(y, a_k, b_k)) by max_pool_2x2.h's row kernel (the same code and
-// rounding as batch_norm_relu_max_pool2d), writing only the pooled output and argmax indices.
+// rounding as batch_norm_relu_max_pool2d), writing only the pooled output and a one-byte code
+// per window: bit 0 the argmax's column, bit 1 its row, bit 2 whether its ReLU was on (out > 0).
+// The backward then reads 1 byte per pooled element besides the gradient, not 8 (int32 indices
+// and the output for the mask).
 //
 // Backward. The gradient reaching BatchNorm is gout at each window's argmax where the ReLU was
 // on (out > 0) and 0 elsewhere. With S_k = sum of those gradients times the patch at their
@@ -142,6 +145,43 @@ std::vector<double> sum_partials(const std::vector<std::vector<double>>& parts, 
 
 bool parallel_worth_it(const ConvGeometry& g) { return g.N * g.K * g.OH * g.OW >= 32768; }
 
+// One pooled row's window codes (max_pool_2x2.h) decoded for the backward, keeping only the
+// windows whose ReLU was on (about half): their gradients go to gv and their argmax's flat index
+// in the conv plane to pos, packed; returns how many. base: the flat index of the window row's
+// first element, ow: the plane's width. gv and pos need 16 elements of slack past the count.
+template <class T>
+int64_t decode_windows(const uint8_t* codes, const T* g, T* gv, int32_t* pos, int64_t n, int32_t base,
+                       int32_t ow) {
+  int64_t o = 0, cnt = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m512i lane2 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2), four = _mm512_set1_epi32(4);
+    for (; o < n; o += 16) {
+      const __mmask16 m = static_cast<__mmask16>(n - o >= 16 ? 0xFFFF : (1u << (n - o)) - 1);
+      const __m512i c = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, codes + o));
+      const __mmask16 on = static_cast<__mmask16>(_mm512_test_epi32_mask(c, four) & m);
+      const __m512i p = _mm512_add_epi32(
+          _mm512_add_epi32(_mm512_set1_epi32(base + 2 * static_cast<int32_t>(o)), lane2),
+          _mm512_add_epi32(_mm512_and_si512(c, one), _mm512_maskz_set1_epi32(_mm512_test_epi32_mask(c, two), ow)));
+      // packed in registers, then full-width stores (the excess is overwritten next or is slack):
+      // the gather loop reloads these at once, and a masked store could not forward to it
+      _mm512_storeu_ps(gv + cnt, _mm512_maskz_compress_ps(on, _mm512_maskz_loadu_ps(on, g + o)));
+      _mm512_storeu_si512(pos + cnt, _mm512_maskz_compress_epi32(on, p));
+      cnt += __builtin_popcount(on);
+    }
+    return cnt;
+  }
+#endif
+  for (; o < n; ++o) {
+    const int32_t c = codes[o];
+    if (!(c & 4)) continue;
+    gv[cnt] = g[o];
+    pos[cnt++] = base + 2 * static_cast<int32_t>(o) + (c & 1) + ((c >> 1) & 1) * ow;
+  }
+  return cnt;
+}
+
 }  // namespace
 
 void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,
@@ -240,7 +280,7 @@ void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tenso
   });
 }
 
-void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices,
+void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& codes,
                                               const Tensor& x, const Tensor& conv_weight,
                                               const ConvGeometry& g, const Tensor& weight,
                                               const Tensor& bias, const Tensor& mean,
@@ -248,7 +288,7 @@ void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& i
   const char* op = "conv2d_batch_norm_relu_max_pool2d";
   check_block(op, x, conv_weight, g);
   check_pooled(op, out, g, x.dtype());
-  check_pooled(op, indices, g, DType::I32);
+  check_pooled(op, codes, g, DType::U8);
   if (out.numel() == 0) return;
   const Patches pt(g);
   dispatch_f32_f64(x.dtype(), [&](auto tag) {
@@ -256,7 +296,7 @@ void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& i
     const auto f = affine_maps<T>(weight, bias, mean, invstd, g.K);
     const T* xp = cptr<T>(x);
     T* outp = mptr<T>(out);
-    int32_t* ip = mptr<int32_t>(indices);
+    uint8_t* cp = mptr<uint8_t>(codes);
     const int64_t Ckk = pt.Ckk, OWr = pt.OWr, plane = g.OH * OWr;
     constexpr int kBlock = 8;  // channels per step: 8 independent FMA chains hide the latency
     const int64_t Kp = round_up(g.K, kBlock), POH = g.OH / 2, POW = g.OW / 2;
@@ -293,10 +333,12 @@ void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& i
         for (int64_t k = 0; k < g.K; ++k) {
           const T* yk = y.data() + k * plane;
           const int64_t at = (n * g.K + k) * POH * POW;
-          for (int64_t r = 0; r < POH; ++r)
+          for (int64_t r = 0; r < POH; ++r) {
             pool2x2::max_2x2_row_pair(yk + 2 * r * OWr, yk + (2 * r + 1) * OWr, outp + at + r * POW,
-                                      ip + at + r * POW, POW, static_cast<int32_t>(2 * r * g.OW),
-                                      static_cast<int32_t>(g.OW), f[k]);
+                                      static_cast<int32_t*>(nullptr), POW, static_cast<int32_t>(2 * r * g.OW),
+                                      static_cast<int32_t>(g.OW), f[k], static_cast<T*>(nullptr),
+                                      cp + at + r * POW);
+          }
         }
       }
     }
@@ -305,14 +347,13 @@ void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& i
 
 void conv_batch_norm_relu_max_pool2x2_backward(
     const Tensor& dconv_weight, const Tensor& dweight, const Tensor& dbias, const Tensor& gout,
-    const Tensor& out, const Tensor& indices, const Tensor& x, const Tensor& conv_weight,
+    const Tensor& codes, const Tensor& x, const Tensor& conv_weight,
     const ConvGeometry& g, const Tensor& patch_sum, const Tensor& gram, const Tensor& weight,
     const Tensor& mean, const Tensor& invstd, bool training) {
   const char* op = "conv2d_batch_norm_relu_max_pool2d_backward";
   check_block(op, x, conv_weight, g);
   check_pooled(op, gout, g, x.dtype());
-  check_pooled(op, out, g, x.dtype());
-  check_pooled(op, indices, g, DType::I32);
+  check_pooled(op, codes, g, DType::U8);
   const Patches pt(g);
   const int64_t Ckk = pt.Ckk, Zs = pt.Zs;
   KILN_CHECK(!training || (patch_sum.defined() && gram.defined() && patch_sum.numel() == Ckk &&
@@ -326,9 +367,8 @@ void conv_batch_norm_relu_max_pool2x2_backward(
     using ST = stat_t<T>;
     const T* xp = cptr<T>(x);
     const T* gp = cptr<T>(gout);
-    const T* yp = cptr<T>(out);
-    const int32_t* ip = cptr<int32_t>(indices);
-    const int64_t POHW = (g.OH / 2) * (g.OW / 2);
+    const uint8_t* cp = cptr<uint8_t>(codes);
+    const int64_t POW = g.OW / 2, POHW = (g.OH / 2) * POW;
     // ---- S_k and sum_g_k: per sample, the patches once, then per channel a 4-way unrolled
     // gather + FMA over the pooled elements (4 accumulators hide the FMA latency). Lane Ckk of
     // every patch row is 1, so that lane of S_k sums the gradients: sum_g_k comes for free
@@ -340,7 +380,8 @@ void conv_batch_norm_relu_max_pool2x2_backward(
       const int tid = omp_get_thread_num();
       std::vector<T> pad(pt.pad_size()), z(g.OH * g.OW * Zs, T(0));
       for (int64_t p = 0; p < g.OH * g.OW; ++p) z[p * Zs + Ckk] = T(1);
-      std::vector<T> gv_buf(POHW);
+      std::vector<T> gv_buf(POHW + kLanes);  // + slack for decode_windows' full-width stores
+      std::vector<int32_t> pos_buf(POHW + kLanes);
       std::vector<double>& acc = parts[tid];
       acc.assign(g.K * Zs, 0.0);
 #pragma omp for schedule(static)
@@ -350,27 +391,29 @@ void conv_batch_norm_relu_max_pool2x2_backward(
         for (int64_t k = 0; k < g.K; ++k) {
           const int64_t at = (n * g.K + k) * POHW;
           const T* gpl = gp + at;
-          const T* ypl = yp + at;
-          const int32_t* ipl = ip + at;
-          // the plane's gradients where the ReLU was on, vectorised ahead of the gather loop
-#pragma omp simd
-          for (int64_t o = 0; o < POHW; ++o) gv_buf[o] = keep_or_zero(ypl[o] > T(0), gpl[o]);
+          const uint8_t* cpl = cp + at;
+          // the plane's gradients where the ReLU was on and their argmax positions (flat in the
+          // conv output plane), vectorised ahead of the gather loop
+          int64_t active = 0;
+          for (int64_t r = 0; r < g.OH / 2; ++r)
+            active += decode_windows(cpl + r * POW, gpl + r * POW, gv_buf.data() + active, pos_buf.data() + active,
+                                     POW, static_cast<int32_t>(2 * r * g.OW), static_cast<int32_t>(g.OW));
           for (int64_t c0 = 0; c0 < Zs; c0 += kLanes) {
             T s[4][kLanes] = {};
             auto add = [&](T(&a)[kLanes], int64_t o) {
               const T gv = gv_buf[o];
-              const T* zp = z.data() + static_cast<int64_t>(ipl[o]) * Zs + c0;
+              const T* zp = z.data() + static_cast<int64_t>(pos_buf[o]) * Zs + c0;
 #pragma omp simd
               for (int64_t l = 0; l < kLanes; ++l) a[l] += gv * zp[l];
             };
             int64_t o = 0;
-            for (; o + 4 <= POHW; o += 4) {
+            for (; o + 4 <= active; o += 4) {
               add(s[0], o);
               add(s[1], o + 1);
               add(s[2], o + 2);
               add(s[3], o + 3);
             }
-            for (; o < POHW; ++o) add(s[0], o);
+            for (; o < active; ++o) add(s[0], o);
             for (int64_t l = 0; l < kLanes; ++l)
               acc[k * Zs + c0 + l] += static_cast<double>(s[0][l] + s[1][l]) + static_cast<double>(s[2][l] + s[3][l]);
           }

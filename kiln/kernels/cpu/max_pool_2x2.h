@@ -54,10 +54,12 @@ struct AffineRelu {
 
 // One output row: out[ow] = max of f() over window ow and idx[ow] its flat index, for ow < OW;
 // r0, r1 are unit-stride input rows, base the flat index of r0[0], W the plane's width. raw, when
-// not null, receives the untransformed input at the argmax.
+// not null, receives the untransformed input at the argmax. code, when not null, receives a byte
+// per window instead of (or besides) idx, which may then be null: bit 0 the argmax's column in
+// the window, bit 1 its row, bit 2 out > 0 (the fused conv block's backward reads only that).
 template <class T, class Out, class F>
 inline void max_2x2_row_pair(const T* r0, const T* r1, Out* out, int32_t* idx, int64_t OW,
-                             int32_t base, int32_t W, F f, T* raw = nullptr) {
+                             int32_t base, int32_t W, F f, T* raw = nullptr, uint8_t* code = nullptr) {
   int64_t ow = 0;
 #if defined(__AVX512F__)
   if constexpr (std::is_same_v<T, float> && std::is_same_v<Out, float>) {
@@ -93,8 +95,16 @@ inline void max_2x2_row_pair(const T* r0, const T* r1, Out* out, int32_t* idx, i
       const __m512i j0 = _mm512_mask_add_epi32(i, t0, i, one);
       const __m512i j1 = _mm512_add_epi32(_mm512_mask_add_epi32(i, t1, i, one), _mm512_set1_epi32(W));
       const __mmask16 t = beats(m1, m0);
-      _mm512_mask_storeu_ps(out + ow, m_out, _mm512_mask_blend_ps(t, m0, m1));
-      _mm512_mask_storeu_epi32(idx + ow, m_out, _mm512_mask_blend_epi32(t, j0, j1));
+      const __m512 best = _mm512_mask_blend_ps(t, m0, m1);
+      _mm512_mask_storeu_ps(out + ow, m_out, best);
+      if (idx) _mm512_mask_storeu_epi32(idx + ow, m_out, _mm512_mask_blend_epi32(t, j0, j1));
+      if (code) {
+        const __mmask16 col = static_cast<__mmask16>((t & t1) | (~t & t0));
+        const __mmask16 on = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_GT_OQ);
+        const __m512i c = _mm512_or_si512(_mm512_or_si512(_mm512_maskz_set1_epi32(col, 1), _mm512_maskz_set1_epi32(t, 2)),
+                                          _mm512_maskz_set1_epi32(on, 4));
+        _mm512_mask_cvtepi32_storeu_epi8(code + ow, m_out, c);
+      }
       if (raw) {
         const __m512 x0 = _mm512_mask_blend_ps(t0, ra0, rb0), x1 = _mm512_mask_blend_ps(t1, ra1, rb1);
         _mm512_mask_storeu_ps(raw + ow, m_out, _mm512_mask_blend_ps(t, x0, x1));
@@ -111,7 +121,11 @@ inline void max_2x2_row_pair(const T* r0, const T* r1, Out* out, int32_t* idx, i
     take_max(f(r1[2 * ow]), i + W, best, bi);
     take_max(f(r1[2 * ow + 1]), i + W + 1, best, bi);
     out[ow] = static_cast<Out>(best);
-    idx[ow] = bi;
+    if (idx) idx[ow] = bi;
+    if (code) {
+      const int32_t j = bi - i, row = j >= W ? 1 : 0;
+      code[ow] = static_cast<uint8_t>((j - row * W) | (row << 1) | (out[ow] > Out(0) ? 4 : 0));
+    }
     if (raw) {
       const int32_t j = bi - i;  // 0, 1 (row 0) or W, W + 1 (row 1)
       raw[ow] = j < 2 ? r0[2 * ow + j] : r1[2 * ow + j - W];

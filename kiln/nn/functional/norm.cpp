@@ -366,7 +366,7 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
              ysizes);
 
   const bool record = autograd::any_requires_grad({&conv_weight, &weight, &bias});
-  Tensor mean, invstd, var, patch_sum, gram, pooled, indices, cw;
+  Tensor mean, invstd, var, patch_sum, gram, pooled, codes, cw;
   {
     NoGradGuard ng;
     cw = contig(conv_weight.detach());
@@ -383,8 +383,8 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
     }
     const IntList psizes{g.N, K, g.OH / 2, g.OW / 2};
     pooled = empty(psizes, x.options());
-    indices = empty(psizes, TensorOptions().dtype(DType::I32));
-    kernels::conv_batch_norm_relu_max_pool2x2_forward(pooled, indices, x.detach(), cw, g,
+    codes = empty(psizes, TensorOptions().dtype(DType::U8));  // argmax + ReLU mask, a byte per window
+    kernels::conv_batch_norm_relu_max_pool2x2_forward(pooled, codes, x.detach(), cw, g,
                                                       weight.defined() ? contig(weight.detach()) : Tensor(),
                                                       bias.defined() ? contig(bias.detach()) : Tensor(), mean,
                                                       invstd);
@@ -397,7 +397,6 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
                gb = bias.defined() && bias.requires_grad();
     const bool has_w = weight.defined();
     SavedTensor sx(x, node), scw(conv_weight, node), sw = has_w ? SavedTensor(weight, node) : SavedTensor();
-    SavedTensor sy = SavedTensor::output(out, node);  // the ReLU mask
     autograd::record_function(node, {&x, &conv_weight, &weight, &bias}, {&out}, [=](const TensorList& gr) {
       KILN_CHECK(!GradMode::is_enabled(), op, ": double backward (create_graph) is not supported; use "
                  "max_pool2d(batch_norm_relu(conv2d(...)), 2)");
@@ -405,7 +404,7 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
       Tensor dw = gw ? empty({K}, sx.get().options()) : Tensor();
       Tensor db = gb ? empty({K}, sx.get().options()) : Tensor();
       kernels::conv_batch_norm_relu_max_pool2x2_backward(
-          dcw, dw, db, contig(gr[0]), sy.get().detach(), indices, contig(sx.get().detach()),
+          dcw, dw, db, contig(gr[0]), codes, contig(sx.get().detach()),
           contig(scw.get().detach()), g, patch_sum, gram, has_w ? contig(sw.get().detach()) : Tensor(), mean,
           invstd, training);
       return TensorList{Tensor(), dcw, dw, db};
