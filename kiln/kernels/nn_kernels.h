@@ -14,6 +14,7 @@
 // kernels take any strides for every operand. Dtypes: the CPU kernels take f32 and f64 (the ops
 // widen f16/bf16 to f32 for CPU tensors); the CUDA kernels also take f16 and bf16 natively.
 #include <cstdint>
+#include <functional>
 
 #include "kiln/core/tensor.h"
 
@@ -87,6 +88,14 @@ void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out,
 namespace cpu {
 void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                     const ConvGeometry& g);
+// conv2d's weight gradient (grad_weight) and input gradient (grad_x) for an output gradient that
+// is never stored: make_dy(n, dy) writes sample n's [K, OH, OW] gradient (x's dtype) into a
+// per-thread buffer, which goes straight into both GEMMs while it is in cache. NCHW only;
+// either output may be undefined; the weight gradient's per-thread sums are combined in thread
+// order over a static split of the samples (reproducible for a fixed thread count).
+void conv2d_backward_generated(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& x,
+                               const Tensor& weight, const ConvGeometry& g,
+                               const std::function<void(int64_t n, void* dy)>& make_dy);
 void conv2d_forward_batch_stats(const Tensor& out, const Tensor& mean, const Tensor& var,
                                 const Tensor& x, const Tensor& weight, const Tensor& bias,
                                 const ConvGeometry& g);

@@ -96,6 +96,19 @@ void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweigh
                                             weight, mean, invstd, training);
 }
 
+void conv2d_batch_norm_relu_max_pool2x2_backward(
+    const Tensor& dconv_x, const Tensor& dconv_w, const Tensor& dweight, const Tensor& dbias,
+    const Tensor& grad_out, const Tensor& out, const Tensor& pooled_x, const Tensor& indices,
+    const Tensor& y, const Tensor& conv_x, const Tensor& conv_w, const ConvGeometry& g,
+    const Tensor& weight, const Tensor& mean, const Tensor& invstd, bool training) {
+  const char* op = "conv2d_batch_norm_relu_max_pool2d_backward";
+  KILN_CHECK(common_device(op, {&dconv_x, &dconv_w, &dweight, &dbias, &grad_out, &out, &pooled_x, &indices, &y,
+                                &conv_x, &conv_w, &weight, &mean, &invstd}).is_cpu(),
+             op, ": the fused kernel is CPU-only, got ", y.device());
+  cpu::conv2d_batch_norm_relu_max_pool2x2_backward(dconv_x, dconv_w, dweight, dbias, grad_out, out, pooled_x,
+                                                   indices, y, conv_x, conv_w, g, weight, mean, invstd, training);
+}
+
 // CPU only: elsewhere kiln::nn::functional::conv2d_batch_norm_relu_max_pool2d runs conv2d and
 // batch_norm_relu_max_pool2d instead.
 void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,

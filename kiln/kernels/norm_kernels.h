@@ -58,6 +58,17 @@ void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweigh
                                           const Tensor& weight, const Tensor& mean,
                                           const Tensor& invstd, bool training);
 
+// ---- backward of conv2d (CPU, NCHW, f32/f64) followed by batch_norm_relu_max_pool2x2: the
+// conv output's gradient is produced one sample at a time in cache and fed to the conv's weight-
+// and input-gradient GEMMs (cpu::conv2d_backward_generated), never stored. y is the conv output
+// (the BN input), conv_x / conv_w the conv's input and weight; the other operands as in
+// batch_norm_relu_max_pool2x2_backward. dconv_x, dconv_w, dweight, dbias may each be undefined.
+void conv2d_batch_norm_relu_max_pool2x2_backward(
+    const Tensor& dconv_x, const Tensor& dconv_w, const Tensor& dweight, const Tensor& dbias,
+    const Tensor& grad_out, const Tensor& out, const Tensor& pooled_x, const Tensor& indices,
+    const Tensor& y, const Tensor& conv_x, const Tensor& conv_w, const ConvGeometry& g,
+    const Tensor& weight, const Tensor& mean, const Tensor& invstd, bool training);
+
 // ---- fused conv2d + BatchNorm + ReLU + 2x2/2 max pool for small-patch convolutions (CPU only;
 // kiln/kernels/cpu/conv_bn_relu_pool.cpp): max_pool2d(relu(batch_norm(conv2d(x, conv_weight))), 2)
 // without writing the conv output. Conditions (checked): x contiguous NCHW f32/f64, conv_weight
@@ -134,6 +145,11 @@ void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweigh
                                           const Tensor& indices, const Tensor& x,
                                           const Tensor& weight, const Tensor& mean,
                                           const Tensor& invstd, bool training);
+void conv2d_batch_norm_relu_max_pool2x2_backward(
+    const Tensor& dconv_x, const Tensor& dconv_w, const Tensor& dweight, const Tensor& dbias,
+    const Tensor& grad_out, const Tensor& out, const Tensor& pooled_x, const Tensor& indices,
+    const Tensor& y, const Tensor& conv_x, const Tensor& conv_w, const ConvGeometry& g,
+    const Tensor& weight, const Tensor& mean, const Tensor& invstd, bool training);
 void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,
                            const Tensor& patch_sum, const Tensor& gram, const Tensor& x,
                            const Tensor& conv_weight, const ConvGeometry& g, double eps);

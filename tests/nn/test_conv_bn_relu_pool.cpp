@@ -118,7 +118,7 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: equals conv2d -> batch_norm -> rel
         }
 }
 
-TEST_CASE("conv2d_batch_norm_relu_max_pool2d: calls the fused kernel cannot take run the composite",
+TEST_CASE("conv2d_batch_norm_relu_max_pool2d: calls the small-patch kernel cannot take run conv2d + the fused BN",
           "[norm][pool][conv]") {
   kiln::manual_seed(32);
   const Case c{{2, 2, 6, 7}, 3, 3, 1, 1};
@@ -127,8 +127,9 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: calls the fused kernel cannot take
   // an input that needs its gradient: the fused backward has none
   Run f = run(true, c, x, cw, w, b, g, true, true, /*x_grad=*/true);
   Run r = run(false, c, x, cw, w, b, g, true, true, /*x_grad=*/true);
-  CHECK(f.node != "ConvBatchNormReluMaxPoolBackward");
-  // (conv2d then takes BN's statistics in its epilogue)
+  // conv2d with BN's statistics in its epilogue, one node whose backward feeds the conv output's
+  // gradient sample by sample to the conv's GEMMs
+  CHECK(f.node == "ConvBatchNormReluMaxPoolGemmBackward");
   same(f.y, r.y, 1e-5, "output");
   same(f.dx, r.dx, 1e-5, "input gradient");
   same(f.dcw, r.dcw, 1e-5, "conv weight gradient");
@@ -151,6 +152,70 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: calls the fused kernel cannot take
   both(kiln::randn({2, 2, 9, 9}), cw, Tensor(), strided, "stride 2");
   both(kiln::randn({2, 2, 7, 6}).transpose(2, 3), cw, Tensor(), p, "non-contiguous input");
   both(kiln::randn({2, 4, 6, 7}), kiln::randn({3, 4, 3, 3}), Tensor(), p, "a 36-tap patch");
+}
+
+// Patches too big for the small-patch kernel, in training: conv2d (BN statistics in its
+// epilogue) + the fused BN + ReLU + pool, recorded as one node whose backward builds the conv
+// output's gradient one sample at a time for the conv's GEMMs.
+TEST_CASE("conv2d_batch_norm_relu_max_pool2d: the GEMM-backward path equals the op-by-op block",
+          "[norm][pool][conv]") {
+  kiln::manual_seed(36);
+  struct G {
+    IntList x;
+    int64_t K, k, stride, pad, groups;
+  };
+  const std::vector<G> cases = {
+      {{4, 8, 9, 11}, 6, 3, 1, 1, 1},   // 72-tap patch, odd output
+      {{3, 6, 8, 8}, 4, 3, 1, 1, 2},    // groups
+      {{2, 40, 6, 7}, 5, 1, 1, 0, 1},   // 1x1 (pointwise: the input is its own column matrix)
+      {{2, 9, 11, 10}, 7, 3, 2, 1, 1},  // stride 2
+      {{3, 16, 7, 7}, 8, 3, 1, 0, 1},   // no padding
+  };
+  for (const G& c : cases)
+    for (DType dt : {DType::F32, DType::F64})
+      for (int x_grad = 0; x_grad < 2; ++x_grad)
+        for (int affine = 0; affine < 2; ++affine) {
+          INFO("x " << c.x[0] << "x" << c.x[1] << "x" << c.x[2] << "x" << c.x[3] << " K " << c.K << " k " << c.k
+                    << " stride " << c.stride << " groups " << c.groups << " dtype " << dt << " x_grad " << x_grad
+                    << " affine " << affine);
+          F::Conv2dParams p;
+          p.stride = {c.stride, c.stride};
+          p.padding = {c.pad, c.pad};
+          p.groups = c.groups;
+          Tensor x0 = kiln::randn(c.x, dt) + 0.3;
+          Tensor cw0 = kiln::randn({c.K, c.x[1] / c.groups, c.k, c.k}, dt) * 0.3;
+          Tensor w0 = kiln::rand({c.K}, dt) + 0.5, b0 = kiln::randn({c.K}, dt) * 0.5;
+          const int64_t OH = (c.x[2] + 2 * c.pad - c.k) / c.stride + 1, OW = (c.x[3] + 2 * c.pad - c.k) / c.stride + 1;
+          Tensor g = kiln::randn({c.x[0], c.K, OH / 2, OW / 2}, dt);
+          Tensor r[2][7];
+          std::string node;
+          for (int fused = 0; fused < 2; ++fused) {
+            Tensor x = x_grad ? x0.clone().requires_grad_() : x0;
+            Tensor cw = cw0.clone().requires_grad_();
+            Tensor w = affine ? w0.clone().requires_grad_() : Tensor(), b = affine ? b0.clone().requires_grad_() : Tensor();
+            Tensor rm = kiln::zeros({c.K}, dt), rv = kiln::ones({c.K}, dt);
+            Tensor y = fused ? F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, rm, rv, w, b, true)
+                             : F::max_pool2d(kiln::relu(F::batch_norm(F::conv2d(x, cw, Tensor(), p), rm, rv, w, b, true)), 2);
+            if (fused) node = y.grad_fn()->name();
+            y.backward(g);
+            Tensor got[7] = {y, cw.grad(), x_grad ? x.grad() : Tensor(), affine ? w.grad() : Tensor(),
+                             affine ? b.grad() : Tensor(), rm, rv};
+            for (int i = 0; i < 7; ++i) r[fused][i] = got[i];
+          }
+          CHECK(node == "ConvBatchNormReluMaxPoolGemmBackward");
+          const double tol = dt == DType::F32 ? 2e-5 : 1e-10;
+          const char* what[7] = {"output", "conv weight gradient", "input gradient", "BN weight gradient",
+                                 "BN bias gradient", "running_mean", "running_var"};
+          for (int i = 0; i < 7; ++i)
+            if (r[0][i].defined()) same(r[1][i], r[0][i], tol, what[i]);
+        }
+  // f64 gradcheck through every input, the conv input included
+  auto rn = [](IntList s) { return kiln::randn(s, f64(true)); };
+  F::Conv2dParams p;
+  p.padding = {1, 1};
+  CHECK(kiln::gradcheck([&](const TL& in) {
+    return F::conv2d_batch_norm_relu_max_pool2d(in[0], in[1], Tensor(), p, Tensor(), Tensor(), in[2], in[3], true);
+  }, {rn({3, 5, 4, 6}), rn({3, 5, 3, 3}), rn({3}), rn({3})}));
 }
 
 TEST_CASE("conv2d_batch_norm_relu_max_pool2d: gradcheck (f64)", "[norm][pool][conv][gradcheck]") {

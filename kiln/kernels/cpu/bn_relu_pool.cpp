@@ -27,6 +27,7 @@
 #include "kiln/core/error.h"
 #include "kiln/kernels/cpu/max_pool_2x2.h"
 #include "kiln/kernels/cpu/batch_norm_common.h"
+#include "kiln/kernels/nn_kernels.h"
 #include "kiln/kernels/norm_kernels.h"
 
 namespace kiln::kernels::cpu {
@@ -81,43 +82,29 @@ void batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indice
   });
 }
 
-void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweight,
-                                          const Tensor& dbias, const Tensor& gout,
-                                          const Tensor& out, const Tensor& pooled_x,
-                                          const Tensor& indices, const Tensor& x,
-                                          const Tensor& weight, const Tensor& mean,
-                                          const Tensor& invstd, bool training) {
-  const char* op = "batch_norm_relu_max_pool2d_backward";
-  const Block b = block_of(op, x, gout);
-  KILN_CHECK(indices.dtype() == DType::I32 && indices.sizes() == gout.sizes() && indices.is_contiguous(),
-             op, ": indices must be contiguous int32 like the pooled gradient");
-  for (const Tensor* t : {&out, &pooled_x})
-    KILN_CHECK(t->sizes() == gout.sizes() && t->is_contiguous() && t->dtype() == x.dtype(), op,
-               ": the forward's output and pooled_x must be contiguous like the pooled gradient");
-  KILN_CHECK(!dx.defined() || (dx.sizes() == x.sizes() && dx.is_contiguous()), op,
-             ": dx must be contiguous like x");
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using O = opmath_t<T>;
-    using ST = stat_t<T>;
-    const T* xp = cptr<T>(x);
-    const T* gp = cptr<T>(gout);
-    const T* yp = cptr<T>(out);
-    const T* pxp = cptr<T>(pooled_x);
-    const int32_t* ip = cptr<int32_t>(indices);
-    const ST* mp = cptr<ST>(mean);
-    const ST* isp = cptr<ST>(invstd);
-    const T* wp = cptr<T>(weight);
-    T* dxp = mptr<T>(dx);
-    T* dwp = mptr<T>(dweight);
-    T* dbp = mptr<T>(dbias);
+namespace {
+
+// The backward of the fused BN + ReLU + pool in its two halves: sums() (pass 1, then dweight /
+// dbias and the dx coefficients) and plane() (pass 2 for one [H, W] plane), so that a caller can
+// produce dx plane by plane into a cache-resident buffer (conv2d_batch_norm_relu_max_pool2x2_backward
+// below) instead of a tensor.
+template <class T>
+struct PooledBnBackward {
+  using O = opmath_t<T>;
+  using ST = stat_t<T>;
+  Block b;
+  const T *gp, *yp, *pxp, *wp;
+  const int32_t* ip;
+  const ST *mp, *isp;
+  std::vector<O> k1, k2, k3;
+
+  // ---- pass 1: per channel, over the argmax elements whose ReLU was on; writes dweight/dbias
+  void sums(T* dwp, T* dbp, bool need_dx, bool training) {
     const int64_t HW = b.H * b.W, OHW = b.OH * b.OW;
     const int64_t M = b.N * HW;  // elements per channel the statistics were taken over
     const bool par = b.N * b.C * HW >= 32768;
-
-    // ---- pass 1: per channel, over the argmax elements whose ReLU was on
     std::vector<double> sum_g(b.C, 0.0), dot(b.C, 0.0);
-    if (dwp || dbp || (dxp && training)) {
+    if (dwp || dbp || (need_dx && training)) {
 #pragma omp parallel for schedule(dynamic, 1) if (par)
       for (int64_t c = 0; c < b.C; ++c) {
         const double m = static_cast<double>(mp[c]);
@@ -138,30 +125,104 @@ void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweigh
         dot[c] = d;
       }
     }
-    // ---- pass 2: dx = g * k1 + x * k2 + k3, as batch_norm_backward, with g sparse
-    std::vector<O> k1, k2, k3;
     bn_backward_coefficients(b.C, M, training, wp, mp, isp, sum_g, dot, dwp, dbp, k1, k2, k3);
-    if (!dxp) return;
-#pragma omp parallel for schedule(dynamic, 16) if (par)  // planes are independent
-    for (int64_t plane = 0; plane < b.N * b.C; ++plane) {
-      const int64_t c = plane % b.C;
-      const T* xpl = xp + plane * HW;
-      T* dpl = dxp + plane * HW;
-      const O a2 = k2[c], a3 = k3[c], a1 = k1[c];
+  }
+
+  // ---- pass 2 for plane p (= n * C + c): dx = g * k1 + x * k2 + k3 with g sparse
+  void plane(int64_t p, const T* xpl, T* dpl) const {
+    const int64_t c = p % b.C, HW = b.H * b.W, OHW = b.OH * b.OW;
+    const O a2 = k2[c], a3 = k3[c], a1 = k1[c];
 #pragma omp simd
-      for (int64_t i = 0; i < HW; ++i) dpl[i] = static_cast<T>(static_cast<O>(xpl[i]) * a2 + a3);
-      const T* gpl = gp + plane * OHW;
-      const T* ypl = yp + plane * OHW;
-      const int32_t* ipl = ip + plane * OHW;
-      // The argmax positions of a plane are distinct (the windows do not overlap), so the
-      // scatter vectorises; no branch: the mask is on about half the time.
+    for (int64_t i = 0; i < HW; ++i) dpl[i] = static_cast<T>(static_cast<O>(xpl[i]) * a2 + a3);
+    const T* gpl = gp + p * OHW;
+    const T* ypl = yp + p * OHW;
+    const int32_t* ipl = ip + p * OHW;
+    // The argmax positions of a plane are distinct (the windows do not overlap), so the
+    // scatter vectorises; no branch: the mask is on about half the time.
 #pragma omp simd
-      for (int64_t o = 0; o < OHW; ++o) {
-        const O gv = keep_or_zero(ypl[o] > T(0), static_cast<O>(gpl[o]));
-        dpl[ipl[o]] = static_cast<T>(static_cast<O>(dpl[ipl[o]]) + gv * a1);
-      }
+    for (int64_t o = 0; o < OHW; ++o) {
+      const O gv = keep_or_zero(ypl[o] > T(0), static_cast<O>(gpl[o]));
+      dpl[ipl[o]] = static_cast<T>(static_cast<O>(dpl[ipl[o]]) + gv * a1);
     }
+  }
+};
+
+void check_backward_operands(const char* op, const Tensor& gout, const Tensor& out,
+                             const Tensor& pooled_x, const Tensor& indices, const Tensor& x) {
+  KILN_CHECK(indices.dtype() == DType::I32 && indices.sizes() == gout.sizes() && indices.is_contiguous(),
+             op, ": indices must be contiguous int32 like the pooled gradient");
+  for (const Tensor* t : {&out, &pooled_x})
+    KILN_CHECK(t->sizes() == gout.sizes() && t->is_contiguous() && t->dtype() == x.dtype(), op,
+               ": the forward's output and pooled_x must be contiguous like the pooled gradient");
+}
+
+template <class T>
+PooledBnBackward<T> pooled_backward(const Block& b, const Tensor& gout, const Tensor& out,
+                                    const Tensor& pooled_x, const Tensor& indices, const Tensor& weight,
+                                    const Tensor& mean, const Tensor& invstd) {
+  using ST = stat_t<T>;
+  PooledBnBackward<T> r;
+  r.b = b;
+  r.gp = cptr<T>(gout);
+  r.yp = cptr<T>(out);
+  r.pxp = cptr<T>(pooled_x);
+  r.wp = cptr<T>(weight);
+  r.ip = cptr<int32_t>(indices);
+  r.mp = cptr<ST>(mean);
+  r.isp = cptr<ST>(invstd);
+  return r;
+}
+
+}  // namespace
+
+void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweight,
+                                          const Tensor& dbias, const Tensor& gout,
+                                          const Tensor& out, const Tensor& pooled_x,
+                                          const Tensor& indices, const Tensor& x,
+                                          const Tensor& weight, const Tensor& mean,
+                                          const Tensor& invstd, bool training) {
+  const char* op = "batch_norm_relu_max_pool2d_backward";
+  const Block b = block_of(op, x, gout);
+  check_backward_operands(op, gout, out, pooled_x, indices, x);
+  KILN_CHECK(!dx.defined() || (dx.sizes() == x.sizes() && dx.is_contiguous()), op,
+             ": dx must be contiguous like x");
+  dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto bw = pooled_backward<T>(b, gout, out, pooled_x, indices, weight, mean, invstd);
+    T* dxp = mptr<T>(dx);
+    bw.sums(mptr<T>(dweight), mptr<T>(dbias), dxp != nullptr, training);
+    if (!dxp) return;
+    const T* xp = cptr<T>(x);
+    const int64_t HW = b.H * b.W;
+#pragma omp parallel for schedule(dynamic, 16) if (b.N * b.C * HW >= 32768)  // planes are independent
+    for (int64_t plane = 0; plane < b.N * b.C; ++plane) bw.plane(plane, xp + plane * HW, dxp + plane * HW);
   });
+}
+
+void conv2d_batch_norm_relu_max_pool2x2_backward(
+    const Tensor& dconv_x, const Tensor& dconv_w, const Tensor& dweight, const Tensor& dbias,
+    const Tensor& gout, const Tensor& out, const Tensor& pooled_x, const Tensor& indices,
+    const Tensor& y, const Tensor& conv_x, const Tensor& conv_w, const ConvGeometry& g,
+    const Tensor& weight, const Tensor& mean, const Tensor& invstd, bool training) {
+  const char* op = "conv2d_batch_norm_relu_max_pool2d_backward";
+  const Block b = block_of(op, y, gout);
+  check_backward_operands(op, gout, out, pooled_x, indices, y);
+  KILN_CHECK(y.dtype() == DType::F32 || y.dtype() == DType::F64, op, ": f32 or f64, got ", y.dtype());
+  auto run = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto bw = pooled_backward<T>(b, gout, out, pooled_x, indices, weight, mean, invstd);
+    bw.sums(mptr<T>(dweight), mptr<T>(dbias), dconv_x.defined() || dconv_w.defined(), training);
+    if (!dconv_x.defined() && !dconv_w.defined()) return;
+    const T* yp = cptr<T>(y);
+    const int64_t HW = b.H * b.W;
+    // the conv's output gradient, one sample's planes at a time, straight into its GEMMs
+    conv2d_backward_generated(dconv_x, dconv_w, conv_x, conv_w, g, [&](int64_t n, void* dy) {
+      T* d = static_cast<T*>(dy);
+      for (int64_t c = 0; c < b.C; ++c) bw.plane(n * b.C + c, yp + (n * b.C + c) * HW, d + c * HW);
+    });
+  };
+  if (y.dtype() == DType::F64) run(TypeTag<double>{});
+  else run(TypeTag<float>{});
 }
 
 }  // namespace kiln::kernels::cpu

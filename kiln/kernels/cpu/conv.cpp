@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -711,6 +712,91 @@ void conv2d_forward_batch_stats(const Tensor& out, const Tensor& mean, const Ten
   };
   if (st == DType::F64) write(static_cast<double*>(mean.data_ptr()), static_cast<double*>(var.data_ptr()));
   else write(static_cast<float*>(mean.data_ptr()), static_cast<float*>(var.data_ptr()));
+}
+
+namespace {
+
+template <class T>
+void backward_generated_impl(const Tensor& gx, const Tensor& gw, const Tensor& x, const Tensor& w_t,
+                             const ConvGeometry& g, const std::function<void(int64_t, void*)>& make_dy) {
+  const T* xp = x.data_ptr<T>();
+  const T* wp = w_t.data_ptr<T>();
+  T* gxp = gx.defined() ? gx.data_ptr<T>() : nullptr;
+  const int64_t G = g.groups, Cg = g.C / G, Kg = g.K / G, Ckk = Cg * g.kh * g.kw;
+  const int64_t OHW = g.OH * g.OW, HW = g.H * g.W;
+  const bool pw = is_pointwise(g), want_w = gw.defined();
+  const int nt = threads_for(g);
+  std::vector<std::vector<T>> dws(nt), dys(nt), cols(nt);
+  // static split: the weight gradient's per-thread sums are combined in thread order below
+  for_blocks(g.N, 1, nt, [&](int t, int64_t n, int64_t) {
+    auto& dy = dys[t];
+    auto& col = cols[t];
+    if (dy.empty()) {
+      dy.resize(g.K * OHW);
+      if (!pw) col.resize(Ckk * OHW);
+      if (want_w) dws[t].assign(g.K * Ckk, T(0));
+    }
+    make_dy(n, dy.data());
+    T* gxn = gxp ? gxp + n * g.C * HW : nullptr;
+    if (gxn && !pw) std::fill(gxn, gxn + g.C * HW, T(0));
+    for (int64_t gi = 0; gi < G; ++gi) {
+      CMap<T> dY(dy.data() + gi * Kg * OHW, Kg, OHW, OuterStride<>(OHW));
+      CMap<T> W(wp + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
+      if (want_w) {
+        const T* xg = xp + (n * g.C + gi * Cg) * HW;
+        const T* colp = xg;
+        if (!pw) {
+          im2col(xg, col.data(), Cg, g);
+          colp = col.data();
+        }
+        CMap<T> C(colp, Ckk, OHW, OuterStride<>(OHW));
+        MMap<T> dW(dws[t].data() + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
+        dW.noalias() += dY * C.transpose();
+      }
+      if (gxn) {
+        if (pw) {
+          MMap<T> dX(gxn + gi * Cg * HW, Ckk, OHW, OuterStride<>(OHW));
+          dX.noalias() = W.transpose() * dY;
+        } else {  // col is free again: the weight gradient above is done with it
+          MMap<T> dcol(col.data(), Ckk, OHW, OuterStride<>(OHW));
+          dcol.noalias() = W.transpose() * dY;
+          col2im(col.data(), gxn + gi * Cg * HW, Cg, g);
+        }
+      }
+    }
+  });
+  if (want_w) {
+    T* out = gw.data_ptr<T>();
+    std::fill(out, out + g.K * Ckk, T(0));
+    for (auto& d : dws)
+      if (!d.empty())
+        for (int64_t i = 0; i < g.K * Ckk; ++i) out[i] += d[i];
+  }
+}
+
+}  // namespace
+
+void conv2d_backward_generated(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& x,
+                               const Tensor& weight, const ConvGeometry& g,
+                               const std::function<void(int64_t n, void* dy)>& make_dy) {
+  const char* op = "conv2d_backward_generated";
+  check_geometry(op, g);
+  KILN_CHECK(!g.channels_last, op, ": the NCHW kernel only");
+  check_layout(op, x, "input", g);
+  if (grad_x.defined()) check_layout(op, grad_x, "grad_input", g);
+  KILN_CHECK(!grad_weight.defined() || (grad_weight.is_contiguous() && grad_weight.sizes() == weight.sizes()),
+             op, ": grad_weight must be contiguous like the weight");
+  if (g.N == 0) {
+    if (grad_weight.defined()) grad_weight.detach().zero_();
+    return;
+  }
+  NoGradGuard ng;
+  Tensor w = contiguous_weight(weight.detach());
+  switch (x.dtype()) {
+    case DType::F32: return backward_generated_impl<float>(grad_x, grad_weight, x, w, g, make_dy);
+    case DType::F64: return backward_generated_impl<double>(grad_x, grad_weight, x, w, g, make_dy);
+    default: KILN_FAIL(op, ": dtype ", x.dtype(), " is not supported by the CPU kernel");
+  }
 }
 
 void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,

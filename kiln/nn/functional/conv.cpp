@@ -79,7 +79,8 @@ namespace {
 // conv2d; with batch_mean/batch_var non-null also the output's batch statistics per channel
 // when the CPU NCHW kernel can take them in its epilogue (left undefined otherwise).
 Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
-                   const Conv2dParams& params, Tensor* batch_mean, Tensor* batch_var) {
+                   const Conv2dParams& params, Tensor* batch_mean, Tensor* batch_var,
+                   kernels::ConvGeometry* geometry = nullptr) {
   if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
     Tensor x2 = amp::to_autocast_low(x_in), w2 = amp::to_autocast_low(weight), b2 = amp::to_autocast_low(bias);
     if (!x2.is_same(x_in) || !w2.is_same(weight) || (bias.defined() && !b2.is_same(bias))) {
@@ -148,6 +149,7 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
     *batch_mean = empty({K}, st);
     *batch_var = empty({K}, st);
     kernels::conv2d_forward_batch_stats(out, *batch_mean, *batch_var, x, w, b, g);
+    if (geometry) *geometry = g;
   } else {
     kernels::conv2d_forward(out, x, w, b, g);
   }
@@ -190,10 +192,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 }
 
 Tensor detail::conv2d_with_batch_stats(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                       const Conv2dParams& params, Tensor& batch_mean, Tensor& batch_var) {
+                                       const Conv2dParams& params, Tensor& batch_mean, Tensor& batch_var,
+                                       kernels::ConvGeometry* geometry) {
   batch_mean = Tensor();
   batch_var = Tensor();
-  return conv2d_impl(x, weight, bias, params, &batch_mean, &batch_var);
+  return conv2d_impl(x, weight, bias, params, &batch_mean, &batch_var, geometry);
 }
 
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,

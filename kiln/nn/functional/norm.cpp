@@ -9,6 +9,7 @@
 
 #include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
+#include "kiln/core/cudnn.h"
 #include "kiln/core/shape.h"
 #include "kiln/kernels/norm_kernels.h"
 #include "kiln/nn/functional.h"
@@ -99,6 +100,28 @@ BnLayout bn_layout(const Tensor& x) {
   return l;
 }
 
+// batch_norm's argument checks for input x ([N, C, *]).
+void check_batch_norm_args(const char* op, const Tensor& x, const Tensor& running_mean,
+                           const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                           bool training, double eps) {
+  check_input(op, x);
+  KILN_CHECK(x.dim() >= 2, op, ": expected input of shape [N, C] or [N, C, *], got sizes ", x.sizes());
+  const int64_t C = x.size(1);
+  check_param(op, "weight", weight, x, {C}, true);
+  check_param(op, "bias", bias, x, {C}, true);
+  check_param(op, "running_mean", running_mean, x, {C}, false);
+  check_param(op, "running_var", running_var, x, {C}, false);
+  KILN_CHECK(running_mean.defined() == running_var.defined(), op,
+             ": pass both running_mean and running_var or neither");
+  KILN_CHECK(training || running_mean.defined(), op,
+             ": eval mode (training = false) needs running_mean and running_var (input sizes ",
+             x.sizes(), ")");
+  KILN_CHECK(eps > 0 || !training, op, ": eps must be positive, got ", eps);
+  const int64_t M = x.numel() / std::max<int64_t>(C, 1);
+  KILN_CHECK(!training || M > 1, op,
+             ": expected more than 1 value per channel when training, got input sizes ", x.sizes());
+}
+
 // running = (1 - momentum) * running + momentum * batch, with the unbiased batch variance of
 // M values per channel.
 void update_running_stats(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
@@ -147,22 +170,9 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
   }
   const char* node = pool ? "BatchNormReluMaxPoolBackward"
                           : relu ? "BatchNormReluBackward" : "BatchNormBackward";
-  check_input(op, x);
-  KILN_CHECK(x.dim() >= 2, op, ": expected input of shape [N, C] or [N, C, *], got sizes ", x.sizes());
+  check_batch_norm_args(op, x, running_mean, running_var, weight, bias, training, eps);
   const int64_t C = x.size(1);
-  check_param(op, "weight", weight, x, {C}, true);
-  check_param(op, "bias", bias, x, {C}, true);
-  check_param(op, "running_mean", running_mean, x, {C}, false);
-  check_param(op, "running_var", running_var, x, {C}, false);
-  KILN_CHECK(running_mean.defined() == running_var.defined(), op,
-             ": pass both running_mean and running_var or neither");
-  KILN_CHECK(training || running_mean.defined(), op,
-             ": eval mode (training = false) needs running_mean and running_var (input sizes ",
-             x.sizes(), ")");
-  KILN_CHECK(eps > 0 || !training, op, ": eps must be positive, got ", eps);
   const int64_t M = x.numel() / std::max<int64_t>(C, 1);
-  KILN_CHECK(!training || M > 1, op,
-             ": expected more than 1 value per channel when training, got input sizes ", x.sizes());
 
   const BnLayout lay = bn_layout(x);
   const bool record = autograd::any_requires_grad({&x, &weight, &bias});
@@ -322,6 +332,70 @@ std::optional<kernels::ConvGeometry> fused_conv_block_geometry(const Tensor& x, 
   return g;
 }
 
+// conv2d (statistics in its epilogue) + the fused BN + ReLU + pool kernel in training, recorded as
+// one node whose backward never stores the conv output's gradient: it is produced one sample at a
+// time and fed to the conv's GEMMs (kernels::conv2d_batch_norm_relu_max_pool2x2_backward).
+// Returns an undefined tensor (nothing run, nothing changed) where that path does not apply: the
+// caller then runs conv2d and batch_norm_relu_max_pool2d as separate nodes.
+Tensor conv_block_fused_backward(const Tensor& x, const Tensor& conv_weight, const Conv2dParams& params,
+                                 const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                                 const Tensor& bias, double momentum, double eps) {
+  const char* op = "conv2d_batch_norm_relu_max_pool2d";
+  if (!x.device().is_cpu() || amp::autocast_dtype() || cudnn::benchmark() || x.dim() != 4 ||
+      !x.is_contiguous() || (x.dtype() != DType::F32 && x.dtype() != DType::F64))
+    return Tensor();
+  Tensor y, batch_mean, batch_var;
+  kernels::ConvGeometry g;
+  {
+    NoGradGuard ng;  // recorded below as part of this op's node
+    y = detail::conv2d_with_batch_stats(x.detach(), conv_weight.detach(), Tensor(), params, batch_mean,
+                                        batch_var, &g);
+  }
+  // the epilogue path ran (CPU, NCHW, no autotuning) and the pool's kernel applies
+  if (!batch_mean.defined() || !y.is_contiguous() || y.size(2) < 2 || y.size(3) < 2 ||
+      batch_mean.dtype() != kernels::norm_stat_dtype(y.dtype()))
+    return Tensor();
+  check_batch_norm_args(op, y, running_mean, running_var, weight, bias, true, eps);
+  const int64_t C = y.size(1), M = y.numel() / C;
+  Tensor pooled, indices, pooled_x, invstd;
+  const Tensor wk = weight.defined() ? contig(weight.detach()) : Tensor();
+  {
+    NoGradGuard ng;
+    invstd = (batch_var + eps).rsqrt();
+    const IntList psizes{y.size(0), C, y.size(2) / 2, y.size(3) / 2};
+    pooled = empty(psizes, y.options());
+    indices = empty(psizes, TensorOptions().dtype(DType::I32));
+    pooled_x = empty(psizes, y.options());
+    kernels::batch_norm_relu_max_pool2x2_forward(pooled, indices, pooled_x, y, wk,
+                                                 bias.defined() ? contig(bias.detach()) : Tensor(), batch_mean,
+                                                 invstd);
+    if (running_mean.defined()) update_running_stats(running_mean, running_var, batch_mean, batch_var, M, momentum);
+  }
+  Tensor out = pooled;
+  const char* node = "ConvBatchNormReluMaxPoolGemmBackward";
+  const bool gx = x.requires_grad(), gcw = conv_weight.requires_grad(),
+             gw = weight.defined() && weight.requires_grad(), gb = bias.defined() && bias.requires_grad();
+  const bool has_w = weight.defined();
+  SavedTensor sx(x, node), scw(conv_weight, node), sw = has_w ? SavedTensor(weight, node) : SavedTensor();
+  SavedTensor sy = SavedTensor::output(out, node);  // the ReLU mask
+  const Tensor mean = batch_mean;
+  autograd::record_function(node, {&x, &conv_weight, &weight, &bias}, {&out}, [=](const TensorList& gr) {
+    KILN_CHECK(!GradMode::is_enabled(), op, ": double backward (create_graph) is not supported; use "
+               "max_pool2d(batch_norm_relu(conv2d(...)), 2)");
+    const Tensor xs = sx.get().detach(), cws = scw.get().detach();
+    Tensor dx = gx ? empty(xs.sizes(), xs.options()) : Tensor();
+    Tensor dcw = gcw ? empty(cws.sizes(), cws.options()) : Tensor();
+    Tensor dw = gw ? empty({C}, xs.options()) : Tensor();
+    Tensor db = gb ? empty({C}, xs.options()) : Tensor();
+    kernels::conv2d_batch_norm_relu_max_pool2x2_backward(dx, dcw, dw, db, contig(gr[0]), sy.get().detach(), pooled_x,
+                                                         indices, y, xs, contig(cws), g,
+                                                         has_w ? contig(sw.get().detach()) : Tensor(), mean, invstd,
+                                                         true);
+    return TensorList{dx, dcw, dw, db};
+  });
+  return out;
+}
+
 }  // namespace
 
 Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_weight,
@@ -333,6 +407,11 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
   KILN_CHECK(x.defined() && conv_weight.defined(), op, ": input and conv weight must be defined");
   const auto geometry = fused_conv_block_geometry(x, conv_weight, conv_bias, params);
   if (!geometry) {
+    if (training && !conv_bias.defined() && autograd::any_requires_grad({&x, &conv_weight, &weight, &bias})) {
+      Tensor out = conv_block_fused_backward(x, conv_weight, params, running_mean, running_var, weight, bias,
+                                             momentum, eps);
+      if (out.defined()) return out;
+    }
     // conv2d then the fused BN + ReLU + pool, with the BN statistics taken in the conv's epilogue
     // where the CPU kernel can (detail::conv2d_with_batch_stats): one pass less over its output
     Tensor batch_mean, batch_var;
