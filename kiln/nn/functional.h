@@ -89,7 +89,9 @@ Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& running_mean,
 // the conv weight's and BatchNorm's gradients (kiln/kernels/cpu/conv_bn_relu_pool.cpp;
 // bench_norm). Everywhere else it runs conv2d and batch_norm_relu_max_pool2d, same results; on
 // the CPU with NCHW memory in training, conv2d then takes the BatchNorm's batch statistics in its
-// epilogue while each sample's output is in cache (one pass less over the conv output).
+// epilogue while each sample's output is in cache (one pass less over the conv output), and when
+// gradients are wanted the two are one node whose backward builds the conv output's gradient one
+// sample at a time in cache for the conv's weight and input GEMMs instead of storing it.
 // Double backward is not supported on the fused path.
 Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_weight,
                                          const Tensor& conv_bias, const Conv2dParams& params,
