@@ -310,26 +310,34 @@ void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& c
 #pragma omp for schedule(dynamic, 1)  // samples are independent: a late or slow thread takes fewer
       for (int64_t n = 0; n < g.N; ++n) {
         pt.fill_pad(pad.data(), xp + n * g.C * g.H * g.W);
-        // y[k] = conv plane k, 8 channels x 16 columns of one row at a time: each tap's input
-        // vector is loaded once for 8 multiply-adds with broadcast weights.
-        for (int64_t oh = 0; oh < g.OH; ++oh)
+        // y[k] = conv plane k, 8 channels x 16 columns of R rows at a time (16 accumulators for
+        // R = 2): each weight broadcast feeds R multiply-adds and each tap's input vector 8.
+        auto conv_rows = [&](auto rows, int64_t oh) {
+          constexpr int R = decltype(rows)::value;
           for (int64_t c0 = 0; c0 < OWr; c0 += kLanes) {
             const T* src0 = pad.data() + oh * pt.Wp + c0;
             for (int64_t k0 = 0; k0 < Kp; k0 += kBlock) {
-              T acc[kBlock][kLanes] = {};
+              T acc[R][kBlock][kLanes] = {};
               const T* w0 = wpad.data() + k0 * Ckk;
               for (int64_t t = 0; t < Ckk; ++t) {
                 const T* src = src0 + pt.tap_offset[t];
                 for (int j = 0; j < kBlock; ++j) {
                   const T wv = w0[j * Ckk + t];
+                  for (int r = 0; r < R; ++r) {
 #pragma omp simd
-                  for (int64_t l = 0; l < kLanes; ++l) acc[j][l] += wv * src[l];
+                    for (int64_t l = 0; l < kLanes; ++l) acc[r][j][l] += wv * src[r * pt.Wp + l];
+                  }
                 }
               }
-              for (int j = 0; j < kBlock; ++j)
-                std::copy(acc[j], acc[j] + kLanes, y.data() + (k0 + j) * plane + oh * OWr + c0);
+              for (int r = 0; r < R; ++r)
+                for (int j = 0; j < kBlock; ++j)
+                  std::copy(acc[r][j], acc[r][j] + kLanes, y.data() + (k0 + j) * plane + (oh + r) * OWr + c0);
             }
           }
+        };
+        int64_t oh = 0;
+        for (; oh + 2 <= g.OH; oh += 2) conv_rows(std::integral_constant<int, 2>{}, oh);
+        if (oh < g.OH) conv_rows(std::integral_constant<int, 1>{}, oh);
         for (int64_t k = 0; k < g.K; ++k) {
           const T* yk = y.data() + k * plane;
           const int64_t at = (n * g.K + k) * POH * POW;
