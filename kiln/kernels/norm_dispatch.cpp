@@ -111,13 +111,13 @@ void conv2d_batch_norm_relu_max_pool2x2_backward(
 
 // CPU only: elsewhere kiln::nn::functional::conv2d_batch_norm_relu_max_pool2d runs conv2d and
 // batch_norm_relu_max_pool2d instead.
-void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,
+bool conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,
                            const Tensor& patch_sum, const Tensor& gram, const Tensor& x,
                            const Tensor& conv_weight, const ConvGeometry& g, double eps) {
   const char* op = "conv2d_batch_norm_relu_max_pool2d";
   KILN_CHECK(common_device(op, {&mean, &invstd, &var, &patch_sum, &gram, &x, &conv_weight}).is_cpu(), op,
              ": the fused kernel is CPU-only, got ", x.device());
-  cpu::conv_batch_norm_stats(mean, invstd, var, patch_sum, gram, x, conv_weight, g, eps);
+  return cpu::conv_batch_norm_stats(mean, invstd, var, patch_sum, gram, x, conv_weight, g, eps);
 }
 
 void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& codes,

@@ -78,11 +78,13 @@ void conv2d_batch_norm_relu_max_pool2x2_backward(
 // conv_batch_norm_stats (training): the batch mean, biased var and invstd = 1/sqrt(var + eps) of
 // the conv output per channel ([K], stat dtype; var may be undefined), from the patch moments
 // patch_sum [C*kh*kw] and gram [C*kh*kw, C*kh*kw] (f64, written, needed by the backward).
+// Returns false when a channel's variance is too small next to its second moment for the
+// moments' precision (an input whose mean dwarfs its spread): use conv2d + batch norm instead.
 // The forward takes mean/invstd from there or from the running statistics; the backward takes the
 // pooled gradient and the forward's codes and writes the conv weight's gradient and
 // BatchNorm's dweight/dbias (each may be undefined; patch_sum/gram only used when training).
 constexpr int64_t kConvBnPoolMaxPatch = 32;
-void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,
+bool conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,
                            const Tensor& patch_sum, const Tensor& gram, const Tensor& x,
                            const Tensor& conv_weight, const ConvGeometry& g, double eps);
 void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& codes,
@@ -150,7 +152,7 @@ void conv2d_batch_norm_relu_max_pool2x2_backward(
     const Tensor& grad_out, const Tensor& out, const Tensor& pooled_x, const Tensor& indices,
     const Tensor& y, const Tensor& conv_x, const Tensor& conv_w, const ConvGeometry& g,
     const Tensor& weight, const Tensor& mean, const Tensor& invstd, bool training);
-void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,
+bool conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,
                            const Tensor& patch_sum, const Tensor& gram, const Tensor& x,
                            const Tensor& conv_weight, const ConvGeometry& g, double eps);
 void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& codes,

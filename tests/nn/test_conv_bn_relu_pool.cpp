@@ -6,11 +6,13 @@
 // BatchNorm2d::forward_conv_relu_max_pool2d; errors.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include <kiln/kiln.h>
 #include <kiln/kernels/nn_kernels.h>
+#include <kiln/kernels/norm_kernels.h>
 #include <kiln/nn/functional.h>
 #include "tests/test_util.h"
 
@@ -318,5 +320,61 @@ TEST_CASE("conv2d_forward_batch_stats: the conv output and its per-channel batch
   Tensor m = kiln::empty({1}), v = kiln::empty({1});
   REQUIRE_THROWS_AS(kiln::kernels::conv2d_forward_batch_stats(kiln::empty({1, 1, 4, 4}), m, v, kiln::randn({1, 1, 4, 4}),
                                                               kiln::randn({1, 1, 1, 1}), Tensor(), g),
+                    kiln::Error);
+}
+
+TEST_CASE("conv2d_batch_norm_relu_max_pool2d: inputs the moments cannot serve", "[norm][pool][conv]") {
+  kiln::manual_seed(37);
+  auto composite = [](const Tensor& x, const Tensor& cw, const F::Conv2dParams& p, const Tensor& rm, const Tensor& rv) {
+    return F::max_pool2d(kiln::relu(F::batch_norm(F::conv2d(x, cw, Tensor(), p), rm, rv, Tensor(), Tensor(), true)), 2);
+  };
+  SECTION("a NaN in an input column no patch reads (dilation 3) stays out of the statistics") {
+    Tensor x = kiln::randn({1, 1, 4, 5});
+    {
+      kiln::NoGradGuard ng;
+      x.select(3, 2).fill_(std::nan(""));  // columns 0,3 and 1,4 make the two output columns
+    }
+    Tensor cw = kiln::randn({3, 1, 1, 2});
+    F::Conv2dParams p;
+    p.dilation = {1, 3};
+    Tensor rm = kiln::zeros({3}), rv = kiln::ones({3}), rm2 = kiln::zeros({3}), rv2 = kiln::ones({3});
+    kiln::NoGradGuard ng;
+    Tensor got = F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, rm, rv, Tensor(), Tensor(), true);
+    Tensor want = composite(x, cw, p, rm2, rv2);
+    same(got, want, 1e-5, "output");
+    same(rm, rm2, 1e-6, "running_mean");
+    same(rv, rv2, 1e-6, "running_var");
+  }
+  SECTION("an f32 input whose mean dwarfs its spread takes the conv2d path") {
+    Tensor x = kiln::randn({4, 1, 8, 8}) * 0.01 + 100.0;
+    Tensor cw = kiln::randn({3, 1, 3, 3}).requires_grad_();
+    F::Conv2dParams p;  // no padding: with it, the border patches' zeros would give y a large spread
+    Tensor rm = kiln::zeros({3}), rv = kiln::ones({3}), rm2 = kiln::zeros({3}), rv2 = kiln::ones({3});
+    Tensor got = F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, rm, rv, Tensor(), Tensor(), true);
+    CHECK(got.grad_fn()->name() != "ConvBatchNormReluMaxPoolBackward");
+    Tensor want = composite(x, cw, p, rm2, rv2);
+    // f32 conv outputs of ~100 carry only ~3 digits of their spread: both paths agree that far
+    same(got, want, 3e-3, "output");
+    same(rv, rv2, 1e-4, "running_var");
+  }
+}
+
+TEST_CASE("conv block kernels reject inconsistent operands with an error", "[norm][pool][conv]") {
+  kiln::kernels::ConvGeometry g;
+  g.N = 2; g.C = 1; g.H = 6; g.W = 6; g.K = 3; g.kh = 3; g.kw = 3; g.ph = 1; g.pw = 1; g.OH = 6; g.OW = 6;
+  Tensor x = kiln::randn({2, 1, 6, 6}), cw = kiln::randn({3, 1, 3, 3});
+  Tensor out = kiln::empty({2, 3, 3, 3}), codes = kiln::empty({2, 3, 3, 3}, kiln::TensorOptions().dtype(DType::U8));
+  Tensor mean = kiln::zeros({3}), invstd = kiln::ones({3});
+  REQUIRE_NOTHROW(kiln::kernels::conv_batch_norm_relu_max_pool2x2_forward(out, codes, x, cw, g, Tensor(), Tensor(), mean, invstd));
+  REQUIRE_THROWS_AS(kiln::kernels::conv_batch_norm_relu_max_pool2x2_forward(out, codes, x, cw, g, Tensor(), Tensor(),
+                                                                           kiln::zeros({2}), invstd),
+                    kiln::Error);  // statistics of the wrong size
+  REQUIRE_THROWS_AS(kiln::kernels::conv_batch_norm_relu_max_pool2x2_forward(out, codes, x, cw, g, kiln::ones({4}), Tensor(),
+                                                                           mean, invstd),
+                    kiln::Error);  // BatchNorm weight of the wrong size
+  kiln::kernels::ConvGeometry bad = g;
+  bad.OW = 5;  // not what 6 + 2 - 2 gives
+  REQUIRE_THROWS_AS(kiln::kernels::conv_batch_norm_relu_max_pool2x2_forward(kiln::empty({2, 3, 3, 2}), kiln::empty({2, 3, 3, 2}, kiln::TensorOptions().dtype(DType::U8)),
+                                                                           x, cw, bad, Tensor(), Tensor(), mean, invstd),
                     kiln::Error);
 }

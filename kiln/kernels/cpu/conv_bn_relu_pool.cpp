@@ -118,8 +118,28 @@ void check_block(const char* op, const Tensor& x, const Tensor& w, const ConvGeo
              ": the fused kernel needs stride 1, groups 1 and NCHW memory");
   KILN_CHECK(g.C * g.kh * g.kw <= kConvBnPoolMaxPatch, op, ": patch C*kh*kw = ", g.C * g.kh * g.kw,
              " is larger than the fused kernel's ", kConvBnPoolMaxPatch);
+  KILN_CHECK(g.ph >= 0 && g.pw >= 0 && g.dh >= 1 && g.dw >= 1 && g.OH == g.H + 2 * g.ph - g.dh * (g.kh - 1) &&
+                 g.OW == g.W + 2 * g.pw - g.dw * (g.kw - 1),
+             op, ": inconsistent geometry (output ", g.OH, "x", g.OW, " for input ", g.H, "x", g.W, ", padding ",
+             g.ph, ",", g.pw, ", dilation ", g.dh, ",", g.dw, ")");
   KILN_CHECK(g.OH >= 2 && g.OW >= 2, op, ": the conv output ", g.OH, "x", g.OW,
              " is smaller than the 2x2 pooling window");
+}
+
+// mean / invstd / var ([K], the stat dtype) and BatchNorm's weight / bias / their gradients ([K],
+// x's dtype): each checked when defined.
+void check_channel_vectors(const char* op, const ConvGeometry& g, DType dt,
+                           std::initializer_list<const Tensor*> stats,
+                           std::initializer_list<const Tensor*> params) {
+  const DType st = dt == DType::F64 ? DType::F64 : DType::F32;
+  for (const Tensor* t : stats)
+    KILN_CHECK(!t->defined() || (t->is_contiguous() && t->numel() == g.K && t->dtype() == st), op,
+               ": statistics must be contiguous [", g.K, "] ", st, " tensors, got sizes ", t->sizes(), " dtype ",
+               t->dtype());
+  for (const Tensor* t : params)
+    KILN_CHECK(!t->defined() || (t->is_contiguous() && t->numel() == g.K && t->dtype() == dt), op,
+               ": BatchNorm parameters and their gradients must be contiguous [", g.K, "] ", dt,
+               " tensors, got sizes ", t->sizes(), " dtype ", t->dtype());
 }
 
 void check_pooled(const char* op, const Tensor& t, const ConvGeometry& g, DType dt) {
@@ -153,7 +173,7 @@ template <class T>
 int64_t decode_windows(const uint8_t* codes, const T* g, T* gv, int32_t* pos, int64_t n, int32_t base,
                        int32_t ow) {
   int64_t o = 0, cnt = 0;
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)  // the byte load
   if constexpr (std::is_same_v<T, float>) {
     const __m512i lane2 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2), four = _mm512_set1_epi32(4);
@@ -184,11 +204,14 @@ int64_t decode_windows(const uint8_t* codes, const T* g, T* gv, int32_t* pos, in
 
 }  // namespace
 
-void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,
+bool conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,
                            const Tensor& patch_sum, const Tensor& gram, const Tensor& x,
                            const Tensor& conv_weight, const ConvGeometry& g, double eps) {
   const char* op = "conv2d_batch_norm_relu_max_pool2d";
   check_block(op, x, conv_weight, g);
+  KILN_CHECK(mean.defined() && invstd.defined(), op, ": mean and invstd are outputs and must be given");
+  check_channel_vectors(op, g, x.dtype(), {&mean, &invstd, &var}, {});
+  bool conditioned = true;
   const Patches pt(g);
   const int64_t Ckk = pt.Ckk, P = g.N * g.OH * g.OW;
   KILN_CHECK(patch_sum.dtype() == DType::F64 && patch_sum.numel() == Ckk && gram.dtype() == DType::F64 &&
@@ -197,6 +220,9 @@ void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tenso
   dispatch_f32_f64(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using ST = stat_t<T>;
+    // var_k is a difference of second moments: with per-sample sums in T, an input whose mean
+    // dwarfs its spread leaves too few digits (caller falls back to the composite path)
+    const double min_var_ratio = std::is_same_v<T, float> ? 1e-3 : 1e-9;
     const T* xp = cptr<T>(x);
     const int nt = parallel_worth_it(g) ? omp_get_max_threads() : 1;
     // per thread, f64: [Ckk * Ckk] gram then [Ckk] sums
@@ -215,15 +241,16 @@ void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tenso
         std::fill(sl.begin(), sl.end(), T(0));
         for (int64_t oh = 0; oh < g.OH; ++oh)
           for (int64_t c0 = 0; c0 < g.OW; c0 += kLanes) {
-            // the taps' input vectors for 16 output columns, lanes past OW zeroed
+            // the taps' input vectors for 16 output columns, lanes past OW zeroed by a select (not
+            // a multiply: with dilation such a lane can read an input column no patch uses, and a
+            // NaN there times 0 would still be NaN)
             T v[kConvBnPoolMaxPatch][kLanes];
-            T keep[kLanes];
-            for (int64_t l = 0; l < kLanes; ++l) keep[l] = c0 + l < g.OW ? T(1) : T(0);
+            const int64_t valid = g.OW - c0;
             const T* src0 = pad.data() + oh * pt.Wp + c0;
             for (int64_t t = 0; t < Ckk; ++t) {
               const T* src = src0 + pt.tap_offset[t];
 #pragma omp simd
-              for (int64_t l = 0; l < kLanes; ++l) v[t][l] = src[l] * keep[l];
+              for (int64_t l = 0; l < kLanes; ++l) v[t][l] = l < valid ? src[l] : T(0);
             }
             for (int64_t t = 0; t < Ckk; ++t) {
               T* row = gl.data() + t * Ckk * kLanes;
@@ -265,19 +292,25 @@ void conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tenso
     ST* vp = mptr<ST>(var);
     for (int64_t k = 0; k < g.K; ++k) {
       const T* wk = wp + k * Ckk;
-      double m = 0, v = 0;
+      double m = 0, v = 0, second = 0;  // second: E[y^2]
       for (int64_t t = 0; t < Ckk; ++t) {
         m += static_cast<double>(wk[t]) * mu[t];
-        double row = 0;
-        for (int64_t u = 0; u < Ckk; ++u) row += cov[t * Ckk + u] * static_cast<double>(wk[u]);
+        double row = 0, row2 = 0;
+        for (int64_t u = 0; u < Ckk; ++u) {
+          row += cov[t * Ckk + u] * static_cast<double>(wk[u]);
+          row2 += gp[t * Ckk + u] * static_cast<double>(wk[u]);
+        }
         v += static_cast<double>(wk[t]) * row;
+        second += static_cast<double>(wk[t]) * row2 / static_cast<double>(P);
       }
+      if (v < min_var_ratio * second) conditioned = false;
       v = std::max(v, 0.0);  // rounding can take a (near-)constant channel's variance below 0
       mp[k] = static_cast<ST>(m);
       if (vp) vp[k] = static_cast<ST>(v);
       ip[k] = static_cast<ST>(1.0 / std::sqrt(v + eps));
     }
   });
+  return conditioned;
 }
 
 void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& codes,
@@ -289,6 +322,8 @@ void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& c
   check_block(op, x, conv_weight, g);
   check_pooled(op, out, g, x.dtype());
   check_pooled(op, codes, g, DType::U8);
+  KILN_CHECK(mean.defined() && invstd.defined(), op, ": mean and invstd must be given");
+  check_channel_vectors(op, g, x.dtype(), {&mean, &invstd}, {&weight, &bias});
   if (out.numel() == 0) return;
   const Patches pt(g);
   dispatch_f32_f64(x.dtype(), [&](auto tag) {
@@ -362,6 +397,8 @@ void conv_batch_norm_relu_max_pool2x2_backward(
   check_block(op, x, conv_weight, g);
   check_pooled(op, gout, g, x.dtype());
   check_pooled(op, codes, g, DType::U8);
+  KILN_CHECK(mean.defined() && invstd.defined(), op, ": mean and invstd must be given");
+  check_channel_vectors(op, g, x.dtype(), {&mean, &invstd}, {&weight, &dweight, &dbias});
   const Patches pt(g);
   const int64_t Ckk = pt.Ckk, Zs = pt.Zs;
   KILN_CHECK(!training || (patch_sum.defined() && gram.defined() && patch_sum.numel() == Ckk &&

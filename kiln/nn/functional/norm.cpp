@@ -315,7 +315,7 @@ std::optional<kernels::ConvGeometry> fused_conv_block_geometry(const Tensor& x, 
   if (!x.device().is_cpu() || !conv_weight.device().is_cpu() || amp::autocast_dtype()) return std::nullopt;
   if ((x.dtype() != DType::F32 && x.dtype() != DType::F64) || conv_weight.dtype() != x.dtype()) return std::nullopt;
   // the fused backward has no input gradient; a conv bias before BatchNorm is a no-op anyway
-  if (conv_bias.defined() || x.requires_grad()) return std::nullopt;
+  if (conv_bias.defined() || (x.requires_grad() && GradMode::is_enabled())) return std::nullopt;
   if (x.dim() != 4 || conv_weight.dim() != 4 || !x.is_contiguous()) return std::nullopt;
   if (p.groups != 1 || p.stride != IntList{1, 1} || p.padding.size() != 2 || p.dilation.size() != 2)
     return std::nullopt;
@@ -329,14 +329,17 @@ std::optional<kernels::ConvGeometry> fused_conv_block_geometry(const Tensor& x, 
   g.OH = g.H + 2 * g.ph - g.dh * (g.kh - 1);
   g.OW = g.W + 2 * g.pw - g.dw * (g.kw - 1);
   if (g.OH < 2 || g.OW < 2) return std::nullopt;
+  // each thread keeps a sample's conv planes in a buffer: meant for cache-sized planes
+  if (g.K * g.OH * (g.OW + 16) * static_cast<int64_t>(x.element_size()) > (int64_t{8} << 20)) return std::nullopt;
   return g;
 }
 
 // conv2d (statistics in its epilogue) + the fused BN + ReLU + pool kernel in training, recorded as
 // one node whose backward never stores the conv output's gradient: it is produced one sample at a
 // time and fed to the conv's GEMMs (kernels::conv2d_batch_norm_relu_max_pool2x2_backward).
-// Returns an undefined tensor (nothing run, nothing changed) where that path does not apply: the
-// caller then runs conv2d and batch_norm_relu_max_pool2d as separate nodes.
+// Returns an undefined tensor where that path does not apply (nothing changed; the conv may have
+// run, when its output turns out to be too small to pool): the caller then runs conv2d and
+// batch_norm_relu_max_pool2d as separate nodes.
 Tensor conv_block_fused_backward(const Tensor& x, const Tensor& conv_weight, const Conv2dParams& params,
                                  const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                                  const Tensor& bias, double momentum, double eps) {
@@ -406,7 +409,7 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
   const char* op = "conv2d_batch_norm_relu_max_pool2d";
   KILN_CHECK(x.defined() && conv_weight.defined(), op, ": input and conv weight must be defined");
   const auto geometry = fused_conv_block_geometry(x, conv_weight, conv_bias, params);
-  if (!geometry) {
+  auto unfused_conv = [&] {
     if (training && !conv_bias.defined() && autograd::any_requires_grad({&x, &conv_weight, &weight, &bias})) {
       Tensor out = conv_block_fused_backward(x, conv_weight, params, running_mean, running_var, weight, bias,
                                              momentum, eps);
@@ -419,7 +422,8 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
                         : conv2d(x, conv_weight, conv_bias, params);
     return batch_norm_impl(y, running_mean, running_var, weight, bias, training, momentum, eps,
                            BnEpilogue::ReluMaxPool2x2, batch_mean, batch_var);
-  }
+  };
+  if (!geometry) return unfused_conv();
   const kernels::ConvGeometry g = *geometry;
   const int64_t K = g.K, Ckk = g.C * g.kh * g.kw, M = g.N * g.OH * g.OW;
   // BatchNorm's argument checks, against the conv output ([N, K, OH, OW], x's dtype and device)
@@ -446,6 +450,7 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
 
   const bool record = autograd::any_requires_grad({&conv_weight, &weight, &bias});
   Tensor mean, invstd, var, patch_sum, gram, pooled, codes, cw;
+  bool precise = true;
   {
     NoGradGuard ng;
     cw = contig(conv_weight.detach());
@@ -455,11 +460,16 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
       var = empty({K}, stat_opts(x));
       patch_sum = empty({Ckk}, TensorOptions().dtype(DType::F64));
       gram = empty({Ckk, Ckk}, TensorOptions().dtype(DType::F64));
-      kernels::conv_batch_norm_stats(mean, invstd, var, patch_sum, gram, x.detach(), cw, g, eps);
+      // false: the moments lack the precision for this input (its mean dwarfs its spread)
+      precise = kernels::conv_batch_norm_stats(mean, invstd, var, patch_sum, gram, x.detach(), cw, g, eps);
     } else {
       mean = running_mean.detach().to(kernels::norm_stat_dtype(x.dtype())).clone();
       invstd = (running_var.detach().to(kernels::norm_stat_dtype(x.dtype())) + eps).rsqrt();
     }
+  }
+  if (!precise) return unfused_conv();  // nothing has been changed yet
+  {
+    NoGradGuard ng;
     const IntList psizes{g.N, K, g.OH / 2, g.OW / 2};
     pooled = empty(psizes, x.options());
     codes = empty(psizes, TensorOptions().dtype(DType::U8));  // argmax + ReLU mask, a byte per window
