@@ -275,6 +275,33 @@ TEST_CASE("fused conv + batch norm + ReLU + max pool: the CPU kernel matches CUD
   }
 }
 
+// The same call with a 288-tap patch and an input that needs its gradient: on the CPU conv2d
+// with BN's statistics in its epilogue and one node whose backward feeds the conv output's
+// gradient to the conv's GEMMs sample by sample; on CUDA conv2d + batch_norm_relu + max_pool2d.
+TEST_CASE("conv + batch norm + ReLU + max pool with a GEMM-fed backward: the CPU path matches CUDA",
+          "[cuda][norm][conv]") {
+  kiln::manual_seed(48);
+  F::Conv2dParams p;
+  p.padding = {1, 1};
+  const int64_t K = 16;
+  Tensor x0 = rnd({8, 32, 14, 14}, DType::F32), cw0 = rnd({K, 32, 3, 3}, DType::F32) * 0.1;
+  Tensor w = rnd({K}, DType::F32, 1.0), b = rnd({K}, DType::F32);
+  Tensor g0 = rnd({8, K, 7, 7}, DType::F32);
+  Tensor r[2][7];
+  for (int dev = 0; dev < 2; ++dev) {
+    const kiln::Device d = dev ? kGpu : kiln::Device::cpu();
+    Tensor x = leaf(x0, d), cw = leaf(cw0, d), wd = leaf(w, d), bd = leaf(b, d);
+    Tensor rm = on(kiln::zeros({K}), d), rv = on(kiln::ones({K}), d);
+    Tensor y = F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, rm, rv, wd, bd, true, 0.1, 1e-5);
+    y.backward(on(g0, d));
+    Tensor got[7] = {y, x.grad(), cw.grad(), wd.grad(), bd.grad(), rm, rv};
+    for (int i = 0; i < 7; ++i) r[dev][i] = got[i];
+  }
+  const double rt = rtol_of(DType::F32), at = atol_of(DType::F32);
+  const char* what[7] = {"y", "input grad", "conv weight grad", "dweight", "dbias", "running_mean", "running_var"};
+  for (int i = 0; i < 7; ++i) require_close(r[1][i], r[0][i], 10 * rt, 10 * at, std::string("gemm-fed block ") + what[i]);
+}
+
 TEST_CASE("batch norm statistics match the CPU", "[cuda][norm][batch_norm]") {
   kiln::manual_seed(41);
   for (const IntList& sizes : std::vector<IntList>{{4, 3, 7, 7}, {100, 9}, {2, 40, 3000}})
