@@ -433,6 +433,49 @@ void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const T
 
 // ------------------------------------------------------------------------- backward: input
 
+// One NCHW sample's input gradient gx_n [C, H, W] (overwritten) from its output gradient dy_n
+// [K, OH, OW]: per group dcol = W^T dY, then col2im; a pointwise conv writes W^T dY directly.
+// col: Cg*kh*kw * OH*OW scratch (unused when pointwise).
+template <class T>
+void sample_input_grad(T* gx_n, const T* dy_n, const T* wp, T* col, const ConvGeometry& g) {
+  const int64_t G = g.groups, Cg = g.C / G, Kg = g.K / G, Ckk = Cg * g.kh * g.kw;
+  const int64_t OHW = g.OH * g.OW, HW = g.H * g.W;
+  const bool pw = is_pointwise(g);
+  if (!pw) std::fill(gx_n, gx_n + g.C * HW, T(0));
+  for (int64_t gi = 0; gi < G; ++gi) {
+    CMap<T> W(wp + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
+    CMap<T> dY(dy_n + gi * Kg * OHW, Kg, OHW, OuterStride<>(OHW));
+    if (pw) {  // col is the input itself: write the gradient in place
+      MMap<T> dX(gx_n + gi * Cg * HW, Ckk, OHW, OuterStride<>(OHW));
+      dX.noalias() = W.transpose() * dY;
+      continue;
+    }
+    MMap<T> dcol(col, Ckk, OHW, OuterStride<>(OHW));
+    dcol.noalias() = W.transpose() * dY;
+    col2im(col, gx_n + gi * Cg * HW, Cg, g);
+  }
+}
+
+// dw [K, Cg*kh*kw] += one NCHW sample's weight gradient: per group dY col(x_n)^T. col as above.
+template <class T>
+void add_sample_weight_grad(T* dw, const T* dy_n, const T* x_n, T* col, const ConvGeometry& g) {
+  const int64_t G = g.groups, Cg = g.C / G, Kg = g.K / G, Ckk = Cg * g.kh * g.kw;
+  const int64_t OHW = g.OH * g.OW, HW = g.H * g.W;
+  const bool pw = is_pointwise(g);
+  for (int64_t gi = 0; gi < G; ++gi) {
+    CMap<T> dY(dy_n + gi * Kg * OHW, Kg, OHW, OuterStride<>(OHW));
+    const T* xg = x_n + gi * Cg * HW;
+    const T* colp = xg;
+    if (!pw) {
+      im2col(xg, col, Cg, g);
+      colp = col;
+    }
+    CMap<T> C(colp, Ckk, OHW, OuterStride<>(OHW));
+    MMap<T> dW(dw + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
+    dW.noalias() += dY * C.transpose();
+  }
+}
+
 template <class T>
 void backward_input_impl(const Tensor& gx, const Tensor& gy, const Tensor& w_t,
                          const ConvGeometry& g) {
@@ -448,20 +491,7 @@ void backward_input_impl(const Tensor& gx, const Tensor& gy, const Tensor& w_t,
     for_blocks(g.N, 1, nt, [&](int t, int64_t n, int64_t) {
       auto& buf = bufs[t];
       if (!pw && static_cast<int64_t>(buf.size()) < Ckk * OHW) buf.resize(Ckk * OHW);
-      T* gxn = gxp + n * g.C * HW;
-      if (!pw) std::fill(gxn, gxn + g.C * HW, T(0));
-      for (int64_t gi = 0; gi < G; ++gi) {
-        CMap<T> W(wp + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
-        CMap<T> dY(gyp + (n * g.K + gi * Kg) * OHW, Kg, OHW, OuterStride<>(OHW));
-        if (pw) {  // col is the input itself: write the gradient in place
-          MMap<T> dX(gxn + gi * Cg * HW, Ckk, OHW, OuterStride<>(OHW));
-          dX.noalias() = W.transpose() * dY;
-          continue;
-        }
-        MMap<T> dcol(buf.data(), Ckk, OHW, OuterStride<>(OHW));
-        dcol.noalias() = W.transpose() * dY;
-        col2im(buf.data(), gxn + gi * Cg * HW, Cg, g);
-      }
+      sample_input_grad(gxp + n * g.C * HW, gyp + n * g.K * OHW, wp, buf.data(), g);
     }, /*any_order=*/true);
     return;
   }
@@ -513,23 +543,12 @@ void backward_weight_impl(const Tensor& gw, const Tensor& gb, const Tensor& gy, 
       init(t);
       auto& buf = bufs[t];
       if (want_w && !pw && static_cast<int64_t>(buf.size()) < Ckk * OHW) buf.resize(Ckk * OHW);
-      for (int64_t gi = 0; gi < G; ++gi) {
-        CMap<T> dY(gyp + (n * g.K + gi * Kg) * OHW, Kg, OHW, OuterStride<>(OHW));
-        if (want_b) {
-          Eigen::Map<Eigen::Matrix<T, Dynamic, 1>> db(dbs[t].data() + gi * Kg, Kg);
-          db += dY.rowwise().sum();
-        }
-        if (!want_w) continue;
-        const T* xg = xp + (n * g.C + gi * Cg) * HW;
-        const T* colp = xg;
-        if (!pw) {
-          im2col(xg, buf.data(), Cg, g);
-          colp = buf.data();
-        }
-        CMap<T> col(colp, Ckk, OHW, OuterStride<>(OHW));
-        MMap<T> dW(dws[t].data() + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
-        dW.noalias() += dY * col.transpose();
+      if (want_b) {
+        CMap<T> dY(gyp + n * g.K * OHW, g.K, OHW, OuterStride<>(OHW));
+        Eigen::Map<Eigen::Matrix<T, Dynamic, 1>> db(dbs[t].data(), g.K);
+        db += dY.rowwise().sum();
       }
+      if (want_w) add_sample_weight_grad(dws[t].data(), gyp + n * g.K * OHW, xp + n * g.C * HW, buf.data(), g);
     });
   } else {
     const int64_t spb = samples_per_block(g);
@@ -722,7 +741,7 @@ void backward_generated_impl(const Tensor& gx, const Tensor& gw, const Tensor& x
   const T* xp = x.data_ptr<T>();
   const T* wp = w_t.data_ptr<T>();
   T* gxp = gx.defined() ? gx.data_ptr<T>() : nullptr;
-  const int64_t G = g.groups, Cg = g.C / G, Kg = g.K / G, Ckk = Cg * g.kh * g.kw;
+  const int64_t Ckk = g.C / g.groups * g.kh * g.kw;
   const int64_t OHW = g.OH * g.OW, HW = g.H * g.W;
   const bool pw = is_pointwise(g), want_w = gw.defined();
   const int nt = threads_for(g);
@@ -737,33 +756,9 @@ void backward_generated_impl(const Tensor& gx, const Tensor& gw, const Tensor& x
       if (want_w) dws[t].assign(g.K * Ckk, T(0));
     }
     make_dy(n, dy.data());
-    T* gxn = gxp ? gxp + n * g.C * HW : nullptr;
-    if (gxn && !pw) std::fill(gxn, gxn + g.C * HW, T(0));
-    for (int64_t gi = 0; gi < G; ++gi) {
-      CMap<T> dY(dy.data() + gi * Kg * OHW, Kg, OHW, OuterStride<>(OHW));
-      CMap<T> W(wp + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
-      if (want_w) {
-        const T* xg = xp + (n * g.C + gi * Cg) * HW;
-        const T* colp = xg;
-        if (!pw) {
-          im2col(xg, col.data(), Cg, g);
-          colp = col.data();
-        }
-        CMap<T> C(colp, Ckk, OHW, OuterStride<>(OHW));
-        MMap<T> dW(dws[t].data() + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
-        dW.noalias() += dY * C.transpose();
-      }
-      if (gxn) {
-        if (pw) {
-          MMap<T> dX(gxn + gi * Cg * HW, Ckk, OHW, OuterStride<>(OHW));
-          dX.noalias() = W.transpose() * dY;
-        } else {  // col is free again: the weight gradient above is done with it
-          MMap<T> dcol(col.data(), Ckk, OHW, OuterStride<>(OHW));
-          dcol.noalias() = W.transpose() * dY;
-          col2im(col.data(), gxn + gi * Cg * HW, Cg, g);
-        }
-      }
-    }
+    if (want_w) add_sample_weight_grad(dws[t].data(), dy.data(), xp + n * g.C * HW, col.data(), g);
+    // col is free again: the weight gradient is done with it
+    if (gxp) sample_input_grad(gxp + n * g.C * HW, dy.data(), wp, col.data(), g);
   });
   if (want_w) {
     T* out = gw.data_ptr<T>();
