@@ -127,4 +127,12 @@ inline std::string slurp(const std::filesystem::path& p) {
   return ss.str();
 }
 
+// REQUIREs a defined got with want's sizes, then check_close_rel of their values.
+inline void check_same_tensor(const kiln::Tensor& got, const kiln::Tensor& want, double tol, const std::string& what) {
+  INFO(what);
+  REQUIRE(got.defined());
+  REQUIRE(got.sizes() == want.sizes());
+  check_close_rel(got, values(want), tol, what);
+}
+
 }  // namespace kiln_test

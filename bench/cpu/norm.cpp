@@ -5,7 +5,7 @@
 // Sizes: BatchNorm2d on [128, 32, 28, 28] (the Fashion-MNIST CNN's first conv output at batch
 // 128) and LayerNorm on [4096, 768] (a transformer's activations). GB/s counts the minimal
 // traffic: forward reads x and writes y; backward reads g and x and writes dx.
-// And the CNN's whole first block (conv + BN + ReLU + pool, F::conv2d_batch_norm_relu_max_pool2d)
+// And the CNN's two conv blocks (conv + BN + ReLU + pool, F::conv2d_batch_norm_relu_max_pool2d)
 // against conv2d + batch_norm_relu_max_pool2d.
 // Each fused result is validated against the composite one (exit 1 on a mismatch).
 #include <omp.h>
@@ -91,23 +91,25 @@ void run(const char* name, const Tensor& x0, const Tensor& w0, const Tensor& b0,
   row(n.c_str(), tf, tc, 5 * nbytes);
 }
 
-// The CNN's first block, conv 1 -> 32 3x3 + BN + ReLU + 2x2 max pool on [128, 1, 28, 28]:
-// conv2d_batch_norm_relu_max_pool2d (the conv output never written) against conv2d followed by
-// batch_norm_relu_max_pool2d, the pair the CNN ran before. The input needs no gradient (images);
-// the gradients are the conv weight's and BatchNorm's. Both outputs and all three gradients are
-// validated against each other.
-void run_conv_block() {
+// The CNN's conv blocks, conv 3x3 + BN + ReLU + 2x2 max pool: conv2d_batch_norm_relu_max_pool2d
+// against conv2d followed by batch_norm_relu_max_pool2d, the pair the CNN ran before.
+// First block, [128, 1, 28, 28] -> 32: the small-patch kernel (the conv output never written; the
+// input is images and needs no gradient). Second block, [128, 32, 14, 14] -> 64 with an input that
+// needs its gradient: conv with BN's statistics in its epilogue and the GEMM-fed backward.
+// Outputs and all gradients are validated against each other.
+void run_conv_block(const char* name, const IntList& xs, int64_t K, bool x_grad) {
   F::Conv2dParams p;
   p.padding = {1, 1};
   const double eps = 1e-5;
-  Tensor x = kiln::randn({128, 1, 28, 28}) * 0.35 + 0.29;  // Fashion-MNIST-like pixel statistics
-  Tensor cw0 = kiln::randn({32, 1, 3, 3}) * 0.3, w0 = kiln::rand({32}) + 0.5, b0 = kiln::randn({32}) * 0.1;
+  Tensor x = kiln::randn(xs) * 0.35 + 0.29;  // Fashion-MNIST-like pixel statistics
+  if (x_grad) x.requires_grad_();
+  Tensor cw0 = kiln::randn({K, xs[1], 3, 3}) * (0.3 / std::sqrt(static_cast<double>(xs[1])));
+  Tensor w0 = kiln::rand({K}) + 0.5, b0 = kiln::randn({K}) * 0.1;
   Tensor cw = cw0.detach().requires_grad_(), w = w0.detach().requires_grad_(), b = b0.detach().requires_grad_();
   auto fused = [&] { return F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, Tensor(), Tensor(), w, b, true, 0.1, eps); };
   auto comp = [&] {
     return F::batch_norm_relu_max_pool2d(F::conv2d(x, cw, Tensor(), p), Tensor(), Tensor(), w, b, true, 0.1, eps);
   };
-  const char* name = "conv1+bn+relu+pool [128,1,28,28]->32";
   {
     kiln::NoGradGuard ng;
     const double e = max_rel_err(fused(), comp());
@@ -117,17 +119,16 @@ void run_conv_block() {
     std::printf("%-48s fused %8.3f ms | conv2d + bn_relu_max_pool2d %8.3f ms | %5.2fx\n",
                 (std::string(name) + " forward").c_str(), tf * 1e3, tc * 1e3, tc / tf);
   }
-  Tensor g = kiln::randn({128, 32, 14, 14});
+  Tensor g = kiln::randn({xs[0], K, xs[2] / 2, xs[3] / 2});
   auto step = [&](auto f) {
-    cw.set_grad(Tensor());
-    w.set_grad(Tensor());
-    b.set_grad(Tensor());
+    for (Tensor* t : {&x, &cw, &w, &b}) t->set_grad(Tensor());
     f().backward(g);
   };
   step(fused);
-  Tensor dcw = cw.grad(), dw = w.grad(), db = b.grad();
+  Tensor dx = x_grad ? x.grad() : Tensor(), dcw = cw.grad(), dw = w.grad(), db = b.grad();
   step(comp);
-  const double e = std::max({max_rel_err(dcw, cw.grad()), max_rel_err(dw, w.grad()), max_rel_err(db, b.grad())});
+  double e = std::max({max_rel_err(dcw, cw.grad()), max_rel_err(dw, w.grad()), max_rel_err(db, b.grad())});
+  if (x_grad) e = std::max(e, max_rel_err(dx, x.grad()));
   kiln::bench::validate(e < 1e-3, "conv block gradients", e);
   const double tf = kiln::bench::time_median([&] { step(fused); });
   const double tc = kiln::bench::time_median([&] { step(comp); });
@@ -176,7 +177,8 @@ int main() {
           return F::max_pool2d(F::batch_norm_relu(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps), 2);
         });
   }
-  run_conv_block();
+  run_conv_block("conv1+bn+relu+pool [128,1,28,28]->32", {128, 1, 28, 28}, 32, false);
+  run_conv_block("conv2+bn+relu+pool [128,32,14,14]->64", {128, 32, 14, 14}, 64, true);
   {
     Tensor x = kiln::randn({4096, 768}) * 2.0 + 0.5;
     Tensor w = kiln::randn({768}), b = kiln::randn({768});

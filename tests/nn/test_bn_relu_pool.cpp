@@ -56,12 +56,7 @@ Run run(bool use_fused, const Tensor& x0, const Tensor& w0, const Tensor& b0, co
   return r;
 }
 
-void same(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
-  INFO(what);
-  REQUIRE(got.defined());
-  REQUIRE(got.sizes() == want.sizes());
-  check_close_rel(got, values(want), tol, what);
-}
+const auto same = check_same_tensor;
 
 }  // namespace
 

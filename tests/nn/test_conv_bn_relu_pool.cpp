@@ -69,12 +69,7 @@ Run run(bool fused, const Case& c, const Tensor& x0, const Tensor& cw0, const Te
   return r;
 }
 
-void same(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
-  INFO(what);
-  REQUIRE(got.defined());
-  REQUIRE(got.sizes() == want.sizes());
-  check_close_rel(got, values(want), tol, what);
-}
+const auto same = check_same_tensor;
 
 }  // namespace
 
@@ -377,4 +372,28 @@ TEST_CASE("conv block kernels reject inconsistent operands with an error", "[nor
   REQUIRE_THROWS_AS(kiln::kernels::conv_batch_norm_relu_max_pool2x2_forward(kiln::empty({2, 3, 3, 2}), kiln::empty({2, 3, 3, 2}, kiln::TensorOptions().dtype(DType::U8)),
                                                                            x, cw, bad, Tensor(), Tensor(), mean, invstd),
                     kiln::Error);
+}
+
+TEST_CASE("conv2d_backward_generated: NCHW only, gradients shaped like their operands", "[conv]") {
+  kiln::kernels::ConvGeometry g;
+  g.N = 2; g.C = 2; g.H = 5; g.W = 5; g.K = 3; g.kh = 3; g.kw = 3; g.ph = 1; g.pw = 1; g.OH = 5; g.OW = 5;
+  Tensor x = kiln::randn({2, 2, 5, 5}), w = kiln::randn({3, 2, 3, 3});
+  Tensor gy = kiln::randn({2, 3, 5, 5});
+  auto make_dy = [&](int64_t n, void* dy) {
+    std::copy(gy.data_ptr<float>() + n * 75, gy.data_ptr<float>() + (n + 1) * 75, static_cast<float*>(dy));
+  };
+  // the generated gradient gives what conv2d's own backward gives
+  Tensor gx = kiln::empty({2, 2, 5, 5}), gw = kiln::empty({3, 2, 3, 3});
+  kiln::kernels::cpu::conv2d_backward_generated(gx, gw, x, w, g, make_dy);
+  Tensor xr = x.clone().requires_grad_(), wr = w.clone().requires_grad_();
+  F::Conv2dParams p;
+  p.padding = {1, 1};
+  F::conv2d(xr, wr, Tensor(), p).backward(gy);
+  same(gx, xr.grad(), 1e-5, "input gradient");
+  same(gw, wr.grad(), 1e-5, "weight gradient");
+  REQUIRE_THROWS_AS(kiln::kernels::cpu::conv2d_backward_generated(gx, kiln::empty({3, 2, 3, 2}), x, w, g, make_dy),
+                    kiln::Error);  // weight gradient of the wrong shape
+  kiln::kernels::ConvGeometry cl = g;
+  cl.channels_last = true;
+  REQUIRE_THROWS_AS(kiln::kernels::cpu::conv2d_backward_generated(gx, gw, x, w, cl, make_dy), kiln::Error);
 }

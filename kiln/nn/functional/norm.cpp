@@ -100,26 +100,26 @@ BnLayout bn_layout(const Tensor& x) {
   return l;
 }
 
-// batch_norm's argument checks for input x ([N, C, *]).
-void check_batch_norm_args(const char* op, const Tensor& x, const Tensor& running_mean,
-                           const Tensor& running_var, const Tensor& weight, const Tensor& bias,
-                           bool training, double eps) {
-  check_input(op, x);
-  KILN_CHECK(x.dim() >= 2, op, ": expected input of shape [N, C] or [N, C, *], got sizes ", x.sizes());
-  const int64_t C = x.size(1);
-  check_param(op, "weight", weight, x, {C}, true);
-  check_param(op, "bias", bias, x, {C}, true);
-  check_param(op, "running_mean", running_mean, x, {C}, false);
-  check_param(op, "running_var", running_var, x, {C}, false);
+// batch_norm's argument checks for an input of `sizes` ([N, C, *]) on like's device with like's
+// dtype (like: the input itself, or the input of the conv that produces it).
+void check_batch_norm_args(const char* op, const Tensor& like, const IntList& sizes,
+                           const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                           const Tensor& bias, bool training, double eps) {
+  const int64_t C = sizes[1];
+  check_param(op, "weight", weight, like, {C}, true);
+  check_param(op, "bias", bias, like, {C}, true);
+  check_param(op, "running_mean", running_mean, like, {C}, false);
+  check_param(op, "running_var", running_var, like, {C}, false);
   KILN_CHECK(running_mean.defined() == running_var.defined(), op,
              ": pass both running_mean and running_var or neither");
   KILN_CHECK(training || running_mean.defined(), op,
-             ": eval mode (training = false) needs running_mean and running_var (input sizes ",
-             x.sizes(), ")");
+             ": eval mode (training = false) needs running_mean and running_var (input sizes ", sizes, ")");
   KILN_CHECK(eps > 0 || !training, op, ": eps must be positive, got ", eps);
-  const int64_t M = x.numel() / std::max<int64_t>(C, 1);
-  KILN_CHECK(!training || M > 1, op,
-             ": expected more than 1 value per channel when training, got input sizes ", x.sizes());
+  int64_t M = 1;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (d != 1) M *= sizes[d];
+  KILN_CHECK(!training || M > 1, op, ": expected more than 1 value per channel when training, got input sizes ",
+             sizes);
 }
 
 // running = (1 - momentum) * running + momentum * batch, with the unbiased batch variance of
@@ -170,7 +170,9 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
   }
   const char* node = pool ? "BatchNormReluMaxPoolBackward"
                           : relu ? "BatchNormReluBackward" : "BatchNormBackward";
-  check_batch_norm_args(op, x, running_mean, running_var, weight, bias, training, eps);
+  check_input(op, x);
+  KILN_CHECK(x.dim() >= 2, op, ": expected input of shape [N, C] or [N, C, *], got sizes ", x.sizes());
+  check_batch_norm_args(op, x, x.sizes(), running_mean, running_var, weight, bias, training, eps);
   const int64_t C = x.size(1);
   const int64_t M = x.numel() / std::max<int64_t>(C, 1);
 
@@ -358,7 +360,7 @@ Tensor conv_block_fused_backward(const Tensor& x, const Tensor& conv_weight, con
   if (!batch_mean.defined() || !y.is_contiguous() || y.size(2) < 2 || y.size(3) < 2 ||
       batch_mean.dtype() != kernels::norm_stat_dtype(y.dtype()))
     return Tensor();
-  check_batch_norm_args(op, y, running_mean, running_var, weight, bias, true, eps);
+  check_batch_norm_args(op, y, y.sizes(), running_mean, running_var, weight, bias, true, eps);
   const int64_t C = y.size(1), M = y.numel() / C;
   Tensor pooled, indices, pooled_x, invstd;
   const Tensor wk = weight.defined() ? contig(weight.detach()) : Tensor();
@@ -427,26 +429,7 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
   const kernels::ConvGeometry g = *geometry;
   const int64_t K = g.K, Ckk = g.C * g.kh * g.kw, M = g.N * g.OH * g.OW;
   // BatchNorm's argument checks, against the conv output ([N, K, OH, OW], x's dtype and device)
-  const IntList ysizes{g.N, K, g.OH, g.OW};
-  auto check_bn_param = [&](const char* what, const Tensor& t, bool same_dtype) {
-    if (!t.defined()) return;
-    KILN_CHECK(t.device() == x.device() && t.numel() == K && t.dim() == 1, op, ": ", what, " has sizes ",
-               t.sizes(), " on ", t.device(), "; expected [", K, "] on ", x.device(),
-               " for the conv output's ", K, " channels");
-    KILN_CHECK(!same_dtype || t.dtype() == x.dtype(), op, ": ", what, " has dtype ", t.dtype(),
-               " but the input has dtype ", x.dtype());
-  };
-  check_bn_param("weight", weight, true);
-  check_bn_param("bias", bias, true);
-  check_bn_param("running_mean", running_mean, false);
-  check_bn_param("running_var", running_var, false);
-  KILN_CHECK(running_mean.defined() == running_var.defined(), op,
-             ": pass both running_mean and running_var or neither");
-  KILN_CHECK(training || running_mean.defined(), op,
-             ": eval mode (training = false) needs running_mean and running_var");
-  KILN_CHECK(eps > 0 || !training, op, ": eps must be positive, got ", eps);
-  KILN_CHECK(!training || M > 1, op, ": expected more than 1 value per channel when training, got conv output sizes ",
-             ysizes);
+  check_batch_norm_args(op, x, {g.N, K, g.OH, g.OW}, running_mean, running_var, weight, bias, training, eps);
 
   const bool record = autograd::any_requires_grad({&conv_weight, &weight, &bias});
   Tensor mean, invstd, var, patch_sum, gram, pooled, codes, cw;
