@@ -3,6 +3,7 @@
 # Training throughput of kiln-train with each speed-up switched on or off, one run per row, all
 # in one invocation so the rows are comparable (same machine, same minute). Prints a Markdown
 # table: images/s, the ratio to the baseline row, and the test accuracy after STEPS steps.
+# KILN_TRAIN_ARGS is added to every run (e.g. "--data DIR" on a machine without the data package).
 set -euo pipefail
 bin="${1:-build/bin/kiln-train}"
 steps="${2:-150}"
@@ -12,7 +13,8 @@ trap 'rm -rf "$tmp"' EXIT
 run() {  # run LABEL ARGS...
   local label="$1"; shift
   local line
-  line=$("$bin" --epochs 1 --max-steps "$steps" --log-every 1000 --out "$tmp/run" "$@" 2>/dev/null | tail -n 1)
+  # shellcheck disable=SC2086
+  line=$("$bin" --epochs 1 --max-steps "$steps" --log-every 1000 --out "$tmp/run" ${KILN_TRAIN_ARGS:-} "$@" 2>/dev/null | tail -n 1)
   python3 - "$label" "$line" "$*" <<'PY'
 import json, sys
 label, line, args = sys.argv[1], sys.argv[2], sys.argv[3]

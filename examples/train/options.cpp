@@ -11,6 +11,10 @@ Options parse(int argc, char** argv) {
   CLI::App app{"kiln-train: train and evaluate a model with kiln, every speed-up switchable"};
   app.add_option("--model", o.model, "cnn (Fashion-MNIST CNN), mlp, resnet18 (1-channel), gpt (char-level)")
       ->check(CLI::IsMember({"cnn", "mlp", "resnet18", "gpt"}));
+  app.add_option("--gpt-size", o.gpt_size,
+                 "gpt only: char (4 layers, d=128, T=128) or 124m (GPT-2 small: 12 layers, d=768, 12 heads, "
+                 "T=1024, vocabulary padded to 50304)")
+      ->check(CLI::IsMember({"char", "124m"}));
   app.add_option("--device", o.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--epochs", o.epochs, "passes over the training set")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", o.batch_size, "samples per step (before accumulation)")->check(CLI::PositiveNumber);
@@ -71,6 +75,7 @@ void validate(Options& o, bool cuda_available) {
              "supported together yet; pick one");
   KILN_CHECK(!(o.channels_last && (o.model == "mlp" || o.model == "gpt")), "--channels-last applies to ",
              "convolutional models (cnn, resnet18), not --model ", o.model);
+  KILN_CHECK(o.gpt_size == "char" || o.model == "gpt", "--gpt-size applies to --model gpt, not --model ", o.model);
   if (o.model == "gpt" && o.max_steps == 0) o.max_steps = 300;
   if (o.model == "gpt" && o.batch_size == 128) o.batch_size = 32;
 }

@@ -7,6 +7,7 @@ namespace kiln_train {
 
 struct Options {
   std::string model = "cnn";          // cnn | mlp | resnet18 | gpt
+  std::string gpt_size = "char";      // gpt: char (4 layers, d=128, T=128) | 124m (GPT-2 small's shapes)
   std::string device = "auto";        // auto | cpu | cuda
   int64_t epochs = 2;
   int64_t batch_size = 128;

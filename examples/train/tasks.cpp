@@ -119,37 +119,46 @@ class Range : public data::Dataset {
   int64_t begin_, end_;
 };
 
-constexpr int64_t kBlock = 128;
+// The GPT's shape: the small char model, or GPT-2 124M's (its 50304-entry padded vocabulary too,
+// of which a character corpus uses the first ~100 entries), for GPU throughput against peers.
+nn::models::GPTConfig gpt_config(const Options& o) {
+  nn::models::GPTConfig c;
+  if (o.gpt_size == "124m") return nn::models::GPTConfig::gpt2_124m();
+  c.block_size = 128;
+  c.n_layer = 4;
+  c.n_head = 4;
+  c.n_embd = 128;
+  c.dropout = 0.1;
+  return c;
+}
 
-data::CharDataset load_text(const Options& o) {
+data::CharDataset load_text(const Options& o, int64_t block) {
   if (o.data.empty()) {
     KILN_CHECK(std::filesystem::exists(data::CharDataset::kFortunesDir), "the default text corpus is Debian's ",
                "fortunes package (apt-get install fortunes), missing from ", data::CharDataset::kFortunesDir,
                "; or pass --data FILE");
-    return data::CharDataset::fortunes(kBlock);
+    return data::CharDataset::fortunes(block);
   }
-  if (std::filesystem::is_directory(o.data)) return data::CharDataset::fortunes(kBlock, o.data);
-  return data::CharDataset::from_files({o.data}, kBlock);
+  if (std::filesystem::is_directory(o.data)) return data::CharDataset::fortunes(block, o.data);
+  return data::CharDataset::from_files({o.data}, block);
 }
 
 class TextTask : public Task {
  public:
   explicit TextTask(const Options& o)
       : o_(o),
-        text_(load_text(o)),
+        config_(gpt_config(o)),
+        text_(load_text(o, config_.block_size)),
         split_(text_.size() * 9 / 10),
         train_(text_, 0, split_),
-        val_(text_, split_ + kBlock, text_.size()),
+        val_(text_, split_ + config_.block_size, text_.size()),
         loader_(train_, data::LoaderOptions().batch_size(o.batch_size).shuffle(true).drop_last(true)
                             .workers(o.workers).pin_memory(o.pin_memory).device(device_of(o)).seed(o.seed)),
         gpt_([&] {
-          nn::models::GPTConfig c;
-          c.vocab_size = text_.vocab_size();
-          c.block_size = kBlock;
-          c.n_layer = 4;
-          c.n_head = 4;
-          c.n_embd = 128;
-          c.dropout = 0.1;
+          nn::models::GPTConfig c = config_;
+          KILN_CHECK(text_.vocab_size() <= c.vocab_size, "the corpus has ", text_.vocab_size(),
+                     " distinct characters, more than the model's vocabulary of ", c.vocab_size);
+          if (o.gpt_size == "char") c.vocab_size = text_.vocab_size();
           return c;
         }()) {
     gpt_.to(device_of(o));
@@ -199,6 +208,7 @@ class TextTask : public Task {
 
  private:
   Options o_;
+  nn::models::GPTConfig config_;
   data::CharDataset text_;
   int64_t split_;
   Range train_, val_;
