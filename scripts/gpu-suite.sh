@@ -77,10 +77,18 @@ step() {
   return $rc
 }
 
-# kiln-train's device arguments; in a rehearsal the CPU for a few steps, so
-# the data paths and flags are checked without a GPU.
-train_device() {
-  if [[ "$REHEARSE" == 1 ]]; then echo "--device cpu --max-steps 3 --threads 2"; else echo "--device cuda"; fi
+# train NAME SECONDS KILN-TRAIN-ARGS...: a kiln-train step on the GPU; in a rehearsal on the CPU
+# for three steps (its own --max-steps dropped), so the data paths and flags are checked there.
+train() {
+  local name="$1" secs="$2" a=() x skip=0
+  shift 2
+  for x in "$@"; do
+    if (( skip )); then skip=0; continue; fi
+    if [[ "$REHEARSE" == 1 && "$x" == --max-steps ]]; then skip=1; continue; fi
+    a+=("$x")
+  done
+  if [[ "$REHEARSE" == 1 ]]; then a=(--device cpu --max-steps 3 --threads 2 "${a[@]}"); else a=(--device cuda "${a[@]}"); fi
+  step "$name" "$secs" "$BUILD/bin/kiln-train" "${a[@]}"
 }
 
 # ---------------------------------------------------------------- environment (every stage)
@@ -196,17 +204,14 @@ train)
   step build 330 bash -c 'build "$@"' build kiln kiln-train || true
   fm="$BUNDLE/data/fashion-mnist"
   text="$BUNDLE/data/fortunes"
-  # shellcheck disable=SC2046
   {
-    step train-cnn 90 "$BUILD/bin/kiln-train" $(train_device) --data "$fm" --out "$logs/cnn" || true
-    step train-cnn-10-epochs 120 "$BUILD/bin/kiln-train" $(train_device) --data "$fm" --epochs 10 \
-      --batch-size 256 --amp bf16 --out "$logs/cnn10" || true
-    step train-resnet18 120 "$BUILD/bin/kiln-train" $(train_device) --model resnet18 --data "$fm" \
-      --max-steps 300 --amp bf16 --channels-last --out "$logs/resnet18" || true
-    step train-gpt-char 90 "$BUILD/bin/kiln-train" $(train_device) --model gpt --data "$text" \
-      --out "$logs/gpt" || true
+    train train-cnn 90 --data "$fm" --out "$logs/cnn" || true
+    train train-cnn-10-epochs 120 --data "$fm" --epochs 10 --batch-size 256 --amp bf16 --out "$logs/cnn10" || true
+    train train-resnet18 120 --model resnet18 --data "$fm" --max-steps 300 --amp bf16 --channels-last \
+      --out "$logs/resnet18" || true
+    train train-gpt-char 90 --model gpt --data "$text" --out "$logs/gpt" || true
     # GPT-2 124M's shapes need a GPU: a rehearsal checks the same command with the char model
-    step train-gpt2-124m 120 "$BUILD/bin/kiln-train" $(train_device) --model gpt \
+    train train-gpt2-124m 120 --model gpt \
       --gpt-size "$([[ "$REHEARSE" == 1 ]] && echo char || echo 124m)" \
       --batch-size 16 --amp bf16 --max-steps 30 --log-every 10 --data "$text" --out "$logs/gpt2" || true
     step pytorch-gpt2-124m 120 "$PY" "$ROOT/bench/train/pytorch_gpt_peer.py" --data "$text" --batch-size 16 \

@@ -37,6 +37,10 @@ errors)
   out=$("$bin" --device cpu --cuda-graphs --out "$tmp/x" 2>&1); rc=$?
   set -e
   [ $rc -eq 2 ] && grep -q "cuda-graphs needs a CUDA device" <<< "$out" || fail "graphs on cpu: rc=$rc: $out"
+  set +e
+  out=$("$bin" --device cpu --model cnn --gpt-size 124m --out "$tmp/x" 2>&1); rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q "gpt-size applies to --model gpt" <<< "$out" || fail "gpt-size on cnn: rc=$rc: $out"
   printf 'garbage' > "$tmp/bad.safetensors"
   set +e
   out=$("$bin" "${common[@]}" --resume "$tmp/bad.safetensors" --out "$tmp/x" 2>&1); rc=$?
