@@ -3,6 +3,7 @@
 // Only for translation units built with CUDA.
 #include <cuda_runtime.h>
 
+#include "kiln/core/cuda_launch_error.h"
 #include "kiln/core/error.h"
 
 #define KILN_CUDA_CHECK(call)                                                                \
@@ -15,8 +16,16 @@
                           __FILE__, __LINE__);                                               \
   } while (0)
 
-// After a <<<...>>> launch: reports bad launch configurations at the launch site.
-#define KILN_CUDA_CHECK_LAUNCH(name) KILN_CUDA_CHECK(cudaGetLastError())
+// After a <<<...>>> launch: reports a bad launch configuration at the launch site, naming the
+// kernel (`name`, a string).
+#define KILN_CUDA_CHECK_LAUNCH(name)                                                           \
+  do {                                                                                       \
+    cudaError_t kiln_err_ = cudaGetLastError();                                              \
+    if (kiln_err_ != cudaSuccess)                                                            \
+      throw ::kiln::Error(::kiln::cuda::internal::launch_error_message(                      \
+                              (name), cudaGetErrorName(kiln_err_), cudaGetErrorString(kiln_err_)), \
+                          __FILE__, __LINE__);                                               \
+  } while (0)
 
 namespace kiln::cuda::internal {
 
