@@ -109,6 +109,21 @@ TEST_CASE("reductions match the CPU", "[cuda][reduce]") {
   parity("bf16 sum", {kiln::randn({4097}).to(DType::BF16)}, [](const auto& in) { return in[0].sum({0}); }, 2e-2, 0.5);
 }
 
+TEST_CASE("reductions over more rows than gridDim.y allows (65535)", "[cuda][reduce]") {
+  kiln::manual_seed(17);
+  // [70000, 3]: one block per row (K above the grid's y limit); [70000, 300]: the same with
+  // longer rows. Both reduce the last dim, so every row is a separate output.
+  for (int64_t r : {3, 300}) {
+    Tensor x = kiln::randn({70000, r});
+    const std::string n = " [70000, " + std::to_string(r) + "]";
+    parity("sum last" + n, {x}, [](const auto& in) { return in[0].sum({-1}); }, 1e-5, 1e-5);
+    parity("mean last" + n, {x}, [](const auto& in) { return in[0].mean({-1}); }, 1e-5, 1e-6);
+    parity("amax last" + n, {x}, [](const auto& in) { return in[0].amax({-1}); }, 0, 0);
+    parity("argmax last" + n, {x}, [](const auto& in) { return in[0].argmax(-1); }, 0, 0);
+    parity("f64 sum last" + n, {x.to(DType::F64)}, [](const auto& in) { return in[0].sum({-1}); }, 1e-12, 1e-12);
+  }
+}
+
 TEST_CASE("softmax, log_softmax, cross-entropy and their gradients", "[cuda][softmax]") {
   kiln::manual_seed(14);
   for (int64_t n : {1, 7, 1023, 4097}) {

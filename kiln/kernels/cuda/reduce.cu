@@ -12,6 +12,7 @@
 #include "kiln/kernels/cuda/block_reduce.cuh"
 #include "kiln/kernels/cuda/cuda_kernels.h"
 #include "kiln/kernels/cuda/launch.cuh"
+#include "kiln/kernels/cuda/launch_limits.h"
 #include "kiln/kernels/reduce_layout.h"
 
 namespace kiln::kernels::cuda {
@@ -57,25 +58,27 @@ __device__ A block_combine(ReduceOp op, A v) {
   }
 }
 
-// Rows of length R; gridDim = (P, K): block (p, k) reduces slice p of row k.
+// Rows of length R; gridDim = (P, min(K, 65535)): block (p, y) reduces slice p of rows y,
+// y + gridDim.y, ... (gridDim.y is capped, so more rows than that take several turns).
 // final_pass: write Out (dividing by `count` for Mean); otherwise write A partials.
 template <class In, class A, class Out>
 __global__ void row_reduce_kernel(const In* in, Out* out, int64_t K, int64_t R, ReduceOp op, bool final_pass,
                                   int64_t count) {
-  const int64_t k = blockIdx.y;
   const int64_t P = gridDim.x, p = blockIdx.x;
   const int64_t per = (R + P - 1) / P, begin = p * per, end = min(R, begin + per);
-  const In* row = in + k * R;
-  A acc = identity_of<A>(op);
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-    acc = combine(op, acc, static_cast<A>(static_cast<opmath_t<In>>(row[i])));
-  acc = block_combine(op, acc);
-  if (threadIdx.x == 0) {
-    if (final_pass) {
-      if (op == ReduceOp::Mean) acc = static_cast<A>(static_cast<double>(acc) / static_cast<double>(count));
-      out[k * P + p] = static_cast<Out>(static_cast<opmath_t<Out>>(acc));
-    } else {
-      reinterpret_cast<A*>(out)[k * P + p] = acc;
+  for (int64_t k = blockIdx.y; k < K; k += gridDim.y) {  // uniform across the block
+    const In* row = in + k * R;
+    A acc = identity_of<A>(op);
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+      acc = combine(op, acc, static_cast<A>(static_cast<opmath_t<In>>(row[i])));
+    acc = block_combine(op, acc);
+    if (threadIdx.x == 0) {
+      if (final_pass) {
+        if (op == ReduceOp::Mean) acc = static_cast<A>(static_cast<double>(acc) / static_cast<double>(count));
+        out[k * P + p] = static_cast<Out>(static_cast<opmath_t<Out>>(acc));
+      } else {
+        reinterpret_cast<A*>(out)[k * P + p] = acc;
+      }
     }
   }
 }
@@ -122,18 +125,18 @@ void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dim
     P = std::max<int64_t>(P, 1);
     const T* ip = static_cast<const T*>(src.data_ptr());
     if (P == 1) {
-      row_reduce_kernel<T, A, T><<<dim3(1, static_cast<unsigned>(K)), kThreads, 0, stream>>>(
+      row_reduce_kernel<T, A, T><<<dim3(1, grid_yz(K)), kThreads, 0, stream>>>(
           ip, static_cast<T*>(out.data_ptr()), K, R, op, true, R);
       KILN_CUDA_CHECK_LAUNCH("row_reduce_kernel");
       return;
     }
     Tensor partial = empty({K, P}, TensorOptions().dtype(dtype_of<A>::value).device(in.device()));
-    row_reduce_kernel<T, A, A><<<dim3(static_cast<unsigned>(P), static_cast<unsigned>(K)), kThreads, 0, stream>>>(
+    row_reduce_kernel<T, A, A><<<dim3(static_cast<unsigned>(P), grid_yz(K)), kThreads, 0, stream>>>(
         ip, static_cast<A*>(partial.data_ptr()), K, R, op, false, R);
     KILN_CUDA_CHECK_LAUNCH("row_reduce_kernel (partials)");
     // Second pass over the partials: Sum/Mean partials are sums, so reduce with Sum then divide.
     ReduceOp second = op == ReduceOp::Mean ? ReduceOp::Mean : op;
-    row_reduce_kernel<A, A, T><<<dim3(1, static_cast<unsigned>(K)), kThreads, 0, stream>>>(
+    row_reduce_kernel<A, A, T><<<dim3(1, grid_yz(K)), kThreads, 0, stream>>>(
         static_cast<const A*>(partial.data_ptr()), static_cast<T*>(out.data_ptr()), K, P, second, true, R);
     KILN_CUDA_CHECK_LAUNCH("row_reduce_kernel (final)");
   });
