@@ -156,15 +156,24 @@ TEST_CASE("matmul through cuBLASLt", "[cuda][matmul]") {
   parity("matmul broadcast", {a, kiln::randn({9, 4})}, [](const auto& in) { return kiln::matmul(in[0], in[1]); }, 1e-5, 1e-5);
 }
 
-TEST_CASE("Philox streams are bit-identical on the CPU and the GPU", "[cuda][rng]") {
+TEST_CASE("Philox streams: uniforms bit-identical on the CPU and the GPU, normals within a few ulp", "[cuda][rng]") {
   for (DType dt : {DType::F32, DType::F64, DType::F16}) {
+    INFO("dtype " << kiln::dtype_name(dt));
     kiln::manual_seed(99);
     Tensor c1 = kiln::rand({4097}, dt), c2 = kiln::randn({1023}, dt);
     kiln::manual_seed(99);
     Tensor g1 = kiln::rand({4097}, kiln::TensorOptions().dtype(dt).device(kGpu));
     Tensor g2 = kiln::randn({1023}, kiln::TensorOptions().dtype(dt).device(kGpu));
+    // Uniforms are integer bits times a power of two: identical.
     REQUIRE(kiln::equal(g1.cpu(), c1));
-    REQUIRE(kiln::equal(g2.cpu(), c2));
+    // Normals go through Box-Muller's log and cos (in double), which differ by 1-2 ulp between
+    // libm and CUDA's math library. In f64: relative 1e-14 (~45 ulp) plus absolute 1e-14 for
+    // values near a zero of cos. Rounded to f32/f16 the results agree except where the double
+    // lands next to a rounding boundary: one ulp of the dtype.
+    const double rtol = dt == DType::F64 ? 1e-14 : dt == DType::F32 ? 1.2e-7 : 9.8e-4;
+    const double atol = dt == DType::F64 ? 1e-14 : dt == DType::F32 ? 1e-30 : 6e-8;
+    REQUIRE(kiln::allclose(g2.cpu(), c2, rtol, atol));
+    REQUIRE(c2.abs().sum().item<double>() > 100.0);  // a real draw, not zeros
   }
   kiln::manual_seed(5);
   Tensor ci = kiln::randint(0, 1000, {777});
