@@ -170,6 +170,49 @@ TEST_CASE("linear_epilogue: cuBLASLt bias / bias+GELU(+aux) epilogues match the 
   }
 }
 
+TEST_CASE("cuBLASLt: operands at odd element offsets, a misaligned bias, M = 1", "[cuda][fused][cublaslt]") {
+  namespace K = kiln::kernels;
+  kiln::cuda::set_allow_tf32(false);
+  kiln::manual_seed(27);
+  // The last n elements of a fresh [n + 1] device tensor: a view one element past the
+  // allocation's (256-byte aligned) start, so 2- or 4-byte aligned.
+  auto offset_view = [](const Tensor& cpu_values, const kiln::IntList& sizes) {
+    Tensor big = kiln::empty({cpu_values.numel() + 1}, cpu_values.options().device(kGpu));
+    Tensor v = big.slice(0, 1, cpu_values.numel() + 1).view(sizes);
+    v.copy_(cpu_values.reshape(sizes).to(kGpu));
+    return v;
+  };
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    const double t = dt == DType::F32 ? 1e-4 : dt == DType::F16 ? 5e-3 : 3e-2;
+    for (int64_t M : {1, 7, 64}) {
+      const int64_t Kd = 33, N = 40;
+      const std::string what = "M = " + std::to_string(M) + " " + kiln::dtype_name(dt);
+      Tensor x = kiln::randn({M, Kd}).to(dt), w = (kiln::randn({N, Kd}) * 0.2).to(dt), b = kiln::randn({N}).to(dt);
+      Tensor prod = kiln::matmul(x.to(DType::F32), w.to(DType::F32).t());  // CPU reference in f32
+      Tensor pre = prod + b.to(DType::F32);
+      Tensor xg = offset_view(x, {M, Kd}), wg = offset_view(w, {N, Kd});
+      REQUIRE(reinterpret_cast<uintptr_t>(xg.data_ptr()) % 16 != 0);
+      require_close(kiln::mm(xg, wg.t()).to(DType::F32), prod, t, t, "mm on offset views " + what);
+      Tensor out = offset_view(kiln::zeros({M, N}, dt), {M, N});
+      // A bias 2 or 4 bytes past alignment: cuBLASLt's epilogue is skipped, the fallback adds it.
+      Tensor bg_odd = offset_view(b, {N});
+      K::linear_epilogue(out, xg, wg, bg_odd, K::Epilogue::Bias);
+      REQUIRE_FALSE(K::cuda::last_call_used_epilogue());
+      require_close(out.to(DType::F32), pre, t, t, "misaligned bias " + what);
+      // An aligned bias with offset operands (and M = 1): the epilogue or its fallback, same values.
+      K::linear_epilogue(out, xg, wg, b.to(kGpu), K::Epilogue::Bias);
+      INFO("bias epilogue used: " << K::cuda::last_call_used_epilogue());
+      require_close(out.to(DType::F32), pre, t, t, "aligned bias, offset operands " + what);
+      K::linear_epilogue(out, xg, wg, b.to(kGpu), K::Epilogue::BiasGelu, Tensor(), K::GeluApprox::Tanh);
+      require_close(out.to(DType::F32), kiln::gelu(pre, "tanh"), t, t, "bias+gelu, offset operands " + what);
+    }
+  }
+  // A strided batch whose matrices sit at odd offsets: [3, 5, 9] @ [9, 4] from offset views.
+  Tensor a = kiln::randn({3, 5, 9}), m = kiln::randn({3, 9, 4});
+  require_close(kiln::bmm(offset_view(a, {3, 5, 9}), offset_view(m, {3, 9, 4})), kiln::bmm(a, m), 1e-4, 1e-4,
+                "bmm on offset views");
+}
+
 TEST_CASE("matmul_dgelu_bgrad: cuBLASLt DGELU(_BGRAD) epilogue matches the CPU", "[cuda][fused][cublaslt]") {
   namespace K = kiln::kernels;
   kiln::cuda::set_allow_tf32(false);

@@ -3,6 +3,11 @@
 // row-major and cuBLAS is column-major, so C = A B is computed as C^T = B^T A^T, which needs no
 // copies: a row-major operand is its transpose in column-major terms, and a column-major one
 // (a transposed view) is passed with the transpose op.
+//
+// Alignment: cuBLASLt's heuristic assumes 256-byte aligned matrices unless told otherwise; views
+// at an offset (a[1:]) are not, so every call states the real alignment of its operands
+// (matmul_alignment.h). The workspace comes from kiln's caching allocator on the current stream,
+// so two streams never share one.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -12,6 +17,7 @@
 #include "kiln/core/cuda.h"
 #include "kiln/core/cuda_check.h"
 #include "kiln/kernels/cuda/cuda_kernels.h"
+#include "kiln/kernels/cuda/matmul_alignment.h"
 #include "kiln/kernels/fused_kernels.h"
 
 #define KILN_CUBLAS_CHECK(call)                                                                   \
@@ -27,21 +33,18 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
-struct DeviceContext {
-  cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
-};
-
-DeviceContext& context(int device) {
+// One cuBLASLt handle per device (a handle is not tied to a stream; the workspace is per call).
+cublasLtHandle_t handle_for(int device) {
   static std::mutex mu;
-  static DeviceContext ctx[16];
+  static cublasLtHandle_t handles[16] = {};
+  KILN_CHECK(device >= 0 && device < 16, "matmul: CUDA device index ", device, " out of range");
   std::lock_guard<std::mutex> lock(mu);
-  DeviceContext& c = ctx[device];
-  if (!c.handle) {
-    KILN_CUBLAS_CHECK(cublasLtCreate(&c.handle));
-    KILN_CUDA_CHECK(cudaMalloc(&c.workspace, kWorkspaceBytes));
-  }
-  return c;
+  if (!handles[device]) KILN_CUBLAS_CHECK(cublasLtCreate(&handles[device]));
+  return handles[device];
+}
+
+uint32_t alignment_of(const void* p, uint64_t batch_stride_bytes = 0) {
+  return operand_alignment(reinterpret_cast<uintptr_t>(p), batch_stride_bytes);
 }
 
 // One operand as cuBLAS sees it: column-major data, whether it must be transposed, and its
@@ -80,9 +83,14 @@ struct EpilogueArgs {
 };
 
 // c = a @ b (+ epilogue) through one cuBLASLt call; a and b already mappable. Without an
-// epilogue a missing algorithm is an error; with one it returns false so the caller can fall
-// back to separate kernels.
+// epilogue a missing algorithm is an error; with one, anything short of success (a bias or aux
+// pointer below kEpilogueAlignment, no algorithm, a heuristic or launch status other than
+// success) returns false so the caller can fall back to a plain matmul and kiln's own kernels.
 bool lt_matmul(const Tensor& c, const Tensor& a, const Tensor& b, const EpilogueArgs& ep) {
+  const bool has_epilogue = ep.kind != CUBLASLT_EPILOGUE_DEFAULT;
+  if (has_epilogue && ((ep.bias && alignment_of(ep.bias) < kEpilogueAlignment) ||
+                       (ep.aux && alignment_of(ep.aux) < kEpilogueAlignment)))
+    return false;
   const bool batched = c.dim() == 3;
   const int64_t batch = batched ? c.size(0) : 1;
   const int64_t M = c.size(-2), N = c.size(-1), K = a.size(-1);
@@ -106,7 +114,8 @@ bool lt_matmul(const Tensor& c, const Tensor& a, const Tensor& b, const Epilogue
   ColMajor x = as_transposed(K, N, b.stride(-2), b.stride(-1));
   ColMajor y = as_transposed(M, K, a.stride(-2), a.stride(-1));
   const int dev = c.device().index;
-  DeviceContext& ctx = context(dev);
+  kiln::cuda::internal::DeviceGuard device_guard(dev);
+  cublasLtHandle_t handle = handle_for(dev);
   cudaStream_t stream = static_cast<cudaStream_t>(kiln::cuda::current_stream(dev).handle);
 
   cublasLtMatmulDesc_t op_desc = nullptr;
@@ -124,7 +133,6 @@ bool lt_matmul(const Tensor& c, const Tensor& a, const Tensor& b, const Epilogue
     KILN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_desc, compute, scale_type));
     KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_TRANSA, &x.op, sizeof(x.op)));
     KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_TRANSB, &y.op, sizeof(y.op)));
-    const bool has_epilogue = ep.kind != CUBLASLT_EPILOGUE_DEFAULT;
     if (has_epilogue) {
       // In C^T's column-major terms the bias runs along the N rows of D: one value per output
       // feature, broadcast over the M columns - and the bias gradient sums over those columns.
@@ -153,26 +161,44 @@ bool lt_matmul(const Tensor& c, const Tensor& a, const Tensor& b, const Epilogue
     KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = kWorkspaceBytes;
     KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    // cuBLASLt's A is X (from b), its B is Y (from a), C = D = c.
+    const size_t es = element_size(a.dtype());
+    const uint64_t bx = batched ? b.stride(0) * es : 0, by = batched ? a.stride(0) * es : 0;
+    const uint64_t bc = batched ? static_cast<uint64_t>(M * N) * es : 0;
+    const uint32_t align[4] = {alignment_of(b.data_ptr(), bx), alignment_of(a.data_ptr(), by),
+                               alignment_of(c.data_ptr(), bc), alignment_of(c.data_ptr(), bc)};
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; ++i)
+      KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof(align[i])));
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
-    if (has_epilogue) {
-      // "No algorithm for this epilogue" is an answer, not an error: the caller falls back.
-      cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, op_desc, lx, ly, lc, lc, pref, 1, &heuristic, &found);
-      if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) {
-        cleanup();
-        return false;
-      }
-      KILN_CUBLAS_CHECK(st);
-    } else {
-      KILN_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.handle, op_desc, lx, ly, lc, lc, pref, 1, &heuristic, &found));
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, op_desc, lx, ly, lc, lc, pref, 1, &heuristic, &found);
+    if (has_epilogue && (st != CUBLAS_STATUS_SUCCESS || found == 0)) {
+      cleanup();  // no algorithm for this epilogue: the caller falls back
+      return false;
     }
-    KILN_CHECK(found > 0, "matmul: cuBLASLt found no algorithm for [", M, ", ", K, "] @ [", K, ", ", N, "] in ", a.dtype());
+    KILN_CUBLAS_CHECK(st);
+    KILN_CHECK(found > 0, "matmul: cuBLASLt found no algorithm for [", M, ", ", K, "] @ [", K, ", ", N, "] in ",
+               a.dtype(), " (operand alignments ", align[1], ", ", align[0], ", ", align[2], " bytes)");
     const double alpha_d = 1.0, beta_d = 0.0;
     const float alpha_f = 1.0f, beta_f = 0.0f;
     const void* alpha = scale_type == CUDA_R_64F ? static_cast<const void*>(&alpha_d) : &alpha_f;
     const void* beta = scale_type == CUDA_R_64F ? static_cast<const void*>(&beta_d) : &beta_f;
-    KILN_CUBLAS_CHECK(cublasLtMatmul(ctx.handle, op_desc, alpha, b.data_ptr(), lx, a.data_ptr(), ly, beta,
-                                     c.data_ptr(), lc, c.data_ptr(), lc, &heuristic.algo, ctx.workspace, ws, stream));
+    // The algorithm's own workspace, stream-ordered: a call on another stream never gets this
+    // block while this one may still run.
+    const size_t need = heuristic.workspaceSize;
+    Tensor workspace;
+    if (need > 0)
+      workspace = empty({static_cast<int64_t>(need)}, TensorOptions().dtype(DType::U8).device(c.device()));
+    st = cublasLtMatmul(handle, op_desc, alpha, b.data_ptr(), lx, a.data_ptr(), ly, beta, c.data_ptr(), lc,
+                        c.data_ptr(), lc, &heuristic.algo, need > 0 ? workspace.data_ptr() : nullptr, need, stream);
+    if (has_epilogue && st == CUBLAS_STATUS_NOT_SUPPORTED) {
+      cleanup();  // refused before launching anything: the caller falls back
+      return false;
+    }
+    KILN_CUBLAS_CHECK(st);
     ran = true;
   } catch (...) {
     cleanup();
