@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kiln/core/caching_allocator.h"
+#include "kiln/core/cuda_stream.h"
 #include "kiln/core/error.h"
 #include "kiln/core/storage.h"
 #include "kiln/core/sync_debug.h"
@@ -320,9 +321,31 @@ void set_current_stream(const Stream& s) {
   t_current[s.device.index] = s;
 }
 
+namespace {
+// Device to device: queued on the destination device's current stream and never waited for on
+// the host; stream order makes later work see it (also inside a CUDA graph capture). Between two
+// devices the copy first waits for the source device's current stream (which may still be
+// writing src), and that stream then waits for the copy (src must not be reused under it).
+void copy_device_to_device(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  internal::DeviceGuard guard(dst_device.index);
+  const Stream dst_stream = current_stream(dst_device.index);
+  cudaStream_t stream = static_cast<cudaStream_t>(dst_stream.handle);
+  if (dst_device == src_device) {
+    KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  const Stream src_stream = current_stream(src_device.index);
+  stream_wait(dst_stream, src_stream);
+  KILN_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, nbytes, stream));
+  stream_wait(src_stream, dst_stream);
+}
+}  // namespace
+
 void memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
             bool non_blocking) {
   if (nbytes == 0) return;
+  if (dst_device.is_cuda() && src_device.is_cuda())
+    return copy_device_to_device(dst, dst_device, src, src_device, nbytes);
   cudaMemcpyKind kind = cudaMemcpyDefault;  // unified addressing tells the direction
   Device dev = dst_device.is_cuda() ? dst_device : src_device;
   cudaStream_t stream = static_cast<cudaStream_t>(current_stream(dev.index).handle);
@@ -333,12 +356,9 @@ void memcpy(void* dst, Device dst_device, const void* src, Device src_device, si
                " bytes (item(), to(cpu), a pageable host->device copy) inside a CUDA graph capture; "
                "it would synchronise with the host, which a captured region cannot do");
   }
-  if (!non_blocking && sync_debug_mode() != SyncDebugMode::Off) {
-    const char* dir = dst_device.is_cuda() && src_device.is_cuda() ? "device-to-device"
-                      : dst_device.is_cuda()                       ? "host-to-device"
-                                                                   : "device-to-host";
-    internal::report_sync(kiln::detail::concat("blocking ", dir, " copy of ", nbytes, " bytes"));
-  }
+  if (!non_blocking && sync_debug_mode() != SyncDebugMode::Off)
+    internal::report_sync(kiln::detail::concat("blocking ", dst_device.is_cuda() ? "host-to-device" : "device-to-host",
+                                               " copy of ", nbytes, " bytes"));
   KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, kind, stream));
   if (!non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
 }

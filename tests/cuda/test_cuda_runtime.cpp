@@ -119,6 +119,28 @@ TEST_CASE("sync-debug catches item() and to(cpu)", "[cuda][sync_debug]") {
   REQUIRE_NOTHROW(x.sum().item<float>());
 }
 
+TEST_CASE("device-to-device copies are stream-ordered: no host sync, allowed in a graph capture", "[cuda][graph][sync_debug]") {
+  ModeRestore restore;
+  Tensor x = kiln::randn({4097}).to(kGpu);
+  Tensor y = kiln::empty({4097}, kiln::TensorOptions().device(kGpu));
+  kiln::cuda::synchronize();
+  kiln::cuda::set_sync_debug_mode(SyncDebugMode::Error);
+  REQUIRE_NOTHROW(y.copy_(x));
+  REQUIRE_NOTHROW(y.slice(0, 0, 100).copy_(x.slice(0, 1, 101)));  // views at an offset
+  kiln::cuda::set_sync_debug_mode(SyncDebugMode::Off);
+  Tensor xc = x.cpu();
+  Tensor expected = xc.clone();
+  expected.slice(0, 0, 100).copy_(xc.slice(0, 1, 101));
+  REQUIRE(kiln::equal(y.cpu(), expected));
+  // Captured: replay copies whatever x holds at that time.
+  kiln::cuda::Graph graph;
+  REQUIRE_NOTHROW(graph.capture([&] { y.copy_(x); }));
+  REQUIRE(graph.num_nodes() >= 1);
+  x.copy_(kiln::randn({4097}).to(kGpu));
+  graph.replay();
+  REQUIRE(kiln::equal(y.cpu(), x.cpu()));
+}
+
 TEST_CASE("pinned host memory is cached, and not reused under a running copy", "[cuda][pinned]") {
   const int64_t n = 1 << 22;  // 16 MiB of f32: a copy that takes a while
   {
