@@ -9,6 +9,7 @@
 // back) and steady-state steps make no cudaMalloc call (exit 1 otherwise).
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "cuda_bench_util.h"
@@ -127,6 +128,9 @@ int main() {
   std::printf("%-34s %10.1f us/step %12.0f allocs/s  cudaMalloc calls: %zu per step\n", "raw cudaMalloc/cudaFree",
               tr * 1e6, pairs / tr, pairs);
   std::printf("ratio: %.1fx faster with the cache\n", tr / tk);
+  const std::string mix = "training-like mix, " + std::to_string(pairs) + " alloc/free pairs per step";
+  gpu::record("allocator", mix, "kiln", tk * 1e3);
+  gpu::record("allocator", mix, "cudaMalloc/cudaFree", tr * 1e3);
   const kiln::AllocatorStats st = kiln::cuda::memory_stats();
   std::printf("reserved %.1f MiB in %zu segments, peak allocated %.1f MiB\n", st.reserved_bytes / 1048576.0,
               st.num_segments, st.peak_allocated_bytes / 1048576.0);

@@ -97,6 +97,15 @@ int main() {
                       (long long)T, (long long)D, causal ? "yes" : "no", kiln::dtype_name(dt));
         std::printf("%-32s %8.3fms %8.3fms %6.2fx %9.2f %9.3fms %9.3fms %6.2fx\n", shape, tf, tn, tn / tf,
                     flops / (tf * 1e-3) / 1e12, tfb, tnb, tnb / tfb);
+        // recorded as "[8, 12, 1024, 64] causal bfloat16 forward" / "... fwd+bwd"; fwd+bwd counts
+        // 3.5x the forward's FLOPs (the backward's five T x T matmuls against the forward's two)
+        const std::string rec = "[" + std::to_string(B) + ", " + std::to_string(H) + ", " + std::to_string(T) + ", " +
+                                std::to_string(D) + "] " + (causal ? "causal " : "non-causal ") +
+                                kiln::dtype_name(dt);
+        gpu::record("attention", rec + " forward", "kiln", tf, gpu::flops(flops));
+        gpu::record("attention", rec + " forward", "naive", tn, gpu::flops(flops));
+        gpu::record("attention", rec + " fwd+bwd", "kiln", tfb, gpu::flops(3.5 * flops));
+        gpu::record("attention", rec + " fwd+bwd", "naive", tnb, gpu::flops(3.5 * flops));
       }
   std::printf("ratio = naive time / fused time. The naive version materialises the [T, T] scores and\n"
               "probabilities: 96 x 1024 x 1024 x 4 B = 384 MiB per f32 matrix at T = 1024.\n"

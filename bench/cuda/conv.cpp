@@ -68,10 +68,17 @@ struct Config {
   DType dt;
   bool cl;
   bool bench;
-  std::string name() const {
-    return std::string(dt == DType::F16 ? "f16" : "f32") + (cl ? " NHWC" : " NCHW") + (bench ? " tuned" : " heur.");
-  }
+  std::string format() const { return std::string(dt == DType::F16 ? "f16" : "f32") + (cl ? " NHWC" : " NCHW"); }
+  std::string name() const { return format() + (bench ? " tuned" : " heur."); }
+  // compare.py's impl: the autotuned configuration is kiln's (PyTorch's peer runs with
+  // cudnn.benchmark = True), the heuristic one a peer
+  const char* impl() const { return bench ? "kiln" : "kiln heuristics"; }
 };
+
+// Recorded case names, e.g. "ResNet-18 (224x224), batch 128, layer1 64->64 3x3 @56, f16 NHWC, forward".
+std::string case_name(const char* net, int64_t N, const char* conv, const std::string& format, const char* pass) {
+  return std::string(net) + ", batch " + std::to_string(N) + ", " + conv + ", " + format + ", " + pass;
+}
 
 // The reference configuration (index 0) is f32 NCHW heuristics.
 const std::vector<Config> kConfigs = {
@@ -132,6 +139,7 @@ int main() {
     std::printf("\n== %s, batch %lld: time per call in ms (CUDA events, median)\n", net.name,
                 static_cast<long long>(net.N));
     std::vector<Times> total(kConfigs.size());  // weighted by Shape::count
+    double total_fwd_flops = 0, total_fwdbwd_flops = 0;
     for (const Shape& s : net.shapes) {
       // data (CPU f32) and the CPU reference on the first two samples
       const K::ConvGeometry g_nchw = geometry(net.N, s, false);
@@ -145,6 +153,11 @@ int main() {
       K::cpu::conv2d_backward_input(gx_ref, first2(gy).contiguous(), w, g2);
 
       std::vector<Times> times(kConfigs.size());
+      // forward multiply-adds x 2; backward-weight as many, backward-data too where it runs
+      const double fwd_flops = 2.0 * net.N * s.K * s.C * s.k * s.k * g_nchw.OH * g_nchw.OW;
+      const double fwdbwd_flops = fwd_flops * (s.input_grad ? 3 : 2);
+      total_fwd_flops += s.count * fwd_flops;
+      total_fwdbwd_flops += s.count * fwdbwd_flops;
       Tensor gw_ref;  // from configuration 0
       for (size_t ci = 0; ci < kConfigs.size(); ++ci) {
         const Config& c = kConfigs[ci];
@@ -183,6 +196,10 @@ int main() {
         times[ci].fwdbwd = gpu::time_ms(fwdbwd, 10, 3, 2);
         total[ci].fwd += s.count * times[ci].fwd;
         total[ci].fwdbwd += s.count * times[ci].fwdbwd;
+        gpu::record("conv", case_name(net.name, net.N, s.name, c.format(), "forward"), c.impl(), times[ci].fwd,
+                    gpu::flops(fwd_flops));
+        gpu::record("conv", case_name(net.name, net.N, s.name, c.format(), "fwd+bwd"), c.impl(), times[ci].fwdbwd,
+                    gpu::flops(fwdbwd_flops));
       }
       std::printf("%-32s", s.name);
       for (size_t ci = 0; ci < kConfigs.size(); ++ci)
@@ -194,8 +211,14 @@ int main() {
                   total[slow].fwdbwd / total[fast].fwdbwd);
     };
     std::printf("whole network (each convolution times its count), ms fwd / fwd+bwd:\n");
-    for (size_t ci = 0; ci < kConfigs.size(); ++ci)
+    for (size_t ci = 0; ci < kConfigs.size(); ++ci) {
       std::printf("  %-16s %9.3f / %9.3f\n", kConfigs[ci].name().c_str(), total[ci].fwd, total[ci].fwdbwd);
+      const Config& c = kConfigs[ci];
+      gpu::record("conv", case_name(net.name, net.N, "whole network", c.format(), "forward"), c.impl(), total[ci].fwd,
+                  gpu::flops(total_fwd_flops));
+      gpu::record("conv", case_name(net.name, net.N, "whole network", c.format(), "fwd+bwd"), c.impl(),
+                  total[ci].fwdbwd, gpu::flops(total_fwdbwd_flops));
+    }
     std::printf("speed-ups (ratio of times, >1 = the second is faster):\n");
     ratio(0, 1, "f32 NCHW: heuristics -> autotuned");
     ratio(2, 3, "f16 NCHW: heuristics -> autotuned");

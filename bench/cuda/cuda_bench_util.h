@@ -2,13 +2,16 @@
 // Helpers shared by the GPU bench programs (bench/cuda): skip without a device, time with CUDA
 // events on the current stream, and measure the device-to-device copy ceiling that memory-bound
 // kernels are reported against. Benches validate against the CPU reference before timing and
-// never assert timings.
+// never assert timings. Each timed variant is also recorded as one JSON line (record(), below) for
+// bench/cuda/compare.py, which sets kiln beside its in-run peers and PyTorch (pytorch_peer.py).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <kiln/kiln.h>
@@ -61,8 +64,81 @@ inline double time_ms(const std::function<void()>& fn, int reps = 20, int inner 
   return t[t.size() / 2];
 }
 
+// The work a recorded row did, for compare.py's GB/s (bytes: the traffic the bench counts) or
+// TFLOP/s (flops); zero: not reported.
+struct Work {
+  double bytes = 0, flops = 0;
+};
+inline Work bytes(double b) { return {b, 0}; }
+inline Work flops(double f) { return {0, f}; }
+
+namespace detail {
+inline std::string json_string(const std::string& s) {
+  std::string r = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      r += '\\';
+      r += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      r += buf;
+    } else {
+      r += c;
+    }
+  }
+  return r + "\"";
+}
+
+inline std::string json_number(double v, int digits) {
+  if (!std::isfinite(v)) return "null";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  return buf;
+}
+
+inline const std::string& device_name() {
+  static const std::string name = [] {
+    int dev = 0;
+    cudaDeviceProp prop{};
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
+      return std::string("?");
+    return std::string(prop.name);
+  }();
+  return name;
+}
+}  // namespace detail
+
+// Appends one result row as a JSON line to the file named by $KILN_BENCH_JSON (nothing when it is
+// unset or empty):
+//   {"bench": "matmul", "case": "square bfloat16 [4096x4096] @ [4096x4096]", "impl": "kiln",
+//    "ms": 1.23, "flops": 1.37e+11, "gpu": "NVIDIA H100 80GB HBM3"}
+// bench: the program without its bench_cuda_ prefix; case: a name pytorch_peer.py reproduces
+// exactly; impl: "kiln" for kiln's version, the peer's name for each in-run peer. The printed
+// tables stay the human-readable output; these rows only feed compare.py.
+inline void record(const std::string& bench, const std::string& case_name, const std::string& impl, double ms,
+                   Work work = {}) {
+  const char* path = std::getenv("KILN_BENCH_JSON");
+  if (path == nullptr || *path == '\0') return;
+  std::string line = "{\"bench\": " + detail::json_string(bench) + ", \"case\": " + detail::json_string(case_name) +
+                     ", \"impl\": " + detail::json_string(impl) + ", \"ms\": " + detail::json_number(ms, 7);
+  if (work.bytes > 0) line += ", \"bytes\": " + detail::json_number(work.bytes, 15);
+  if (work.flops > 0) line += ", \"flops\": " + detail::json_number(work.flops, 15);
+  line += ", \"gpu\": " + detail::json_string(detail::device_name()) + "}\n";
+  std::FILE* f = std::fopen(path, "a");
+  if (f == nullptr) {
+    static bool warned = false;
+    if (!warned) std::fprintf(stderr, "KILN_BENCH_JSON: cannot open %s for appending; rows not recorded\n", path);
+    warned = true;
+    return;
+  }
+  std::fputs(line.c_str(), f);
+  std::fclose(f);
+}
+
 // Device-to-device copy bandwidth in GB/s (bytes read + written) for a buffer of `bytes`: the
-// ceiling memory-bound kernels are compared with, measured in the same run.
+// ceiling memory-bound kernels are compared with, measured in the same run. Recorded as bench
+// "copy", case "device copy <MiB> MiB", impl "cudaMemcpyAsync" (compare.py's ceiling).
 inline double copy_bandwidth_gbs(size_t bytes) {
   void *src = nullptr, *dst = nullptr;
   check(cudaMalloc(&src, bytes), "cudaMalloc");
@@ -72,6 +148,9 @@ inline double copy_bandwidth_gbs(size_t bytes) {
   double ms = time_ms([&] { check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s), "copy"); });
   cudaFree(src);
   cudaFree(dst);
+  char name[64];
+  std::snprintf(name, sizeof name, "device copy %g MiB", static_cast<double>(bytes) / 1048576.0);
+  record("copy", name, "cudaMemcpyAsync", ms, Work{2.0 * static_cast<double>(bytes), 0});
   return 2.0 * bytes / (ms * 1e-3) / 1e9;
 }
 

@@ -48,6 +48,9 @@ void run(const Case& c, double ceiling) {
   const double pct = 100.0 * bw / ceiling;
   std::printf("%-40s %8.3f ms %8.1f GB/s %6.1f%% of copy%s\n", c.name.c_str(), ms, bw, pct,
               c.contiguous && pct < kTarget ? "  (below the 85% target)" : "");
+  // recorded as the printed name and the sizes, e.g. "add f32 [8192, 8192]"
+  gpu::record("elementwise", c.name + " [" + std::to_string(kRows) + ", " + std::to_string(kCols) + "]", "kiln", ms,
+              gpu::bytes(c.bytes));
 }
 
 }  // namespace

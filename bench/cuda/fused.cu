@@ -1,6 +1,7 @@
 // GPU bench: fused pointwise kernels (kiln/kernels/cuda/fused.cu) against the unfused chains of
 // kiln ops (each op its own kernel) on the same device in the same run, and against the
-// device-to-device copy bandwidth measured here too (GUIDE-TIPS #18: "fused GELU ~5x").
+// device-to-device copy bandwidth measured here too (the fused GELU is the textbook case: one
+// kernel instead of five).
 //   gelu                 F::fused_gelu(x)            vs  x * 0.5 * (1 + erf(x / 1.41421))  (5 kernels)
 //   bias+gelu            F::bias_gelu(x, b)          vs  gelu(x + b)                       (2 kernels)
 //   bias+dropout+add     F::bias_dropout_add(...)    vs  r + dropout(x + b)                (3 kernels)
@@ -30,10 +31,16 @@ double max_rel_err(const Tensor& a, const Tensor& b) {
   return (kiln::abs(x - y) / (kiln::abs(y) + 1.0)).max().item<double>();
 }
 
-void row(const std::string& name, double fused_ms, double chain_ms, double bytes, double copy_gbs) {
+// rec: the case name recorded for compare.py (empty: the printed name).
+void row(const std::string& name, double fused_ms, double chain_ms, double bytes, double copy_gbs,
+         const std::string& rec = "") {
   const double gf = gpu::gbs(bytes, fused_ms), gc = gpu::gbs(bytes, chain_ms);
   std::printf("%-40s fused %8.3f ms %7.0f GB/s (%3.0f%% of copy) | unfused %8.3f ms %7.0f GB/s | %5.2fx\n",
               name.c_str(), fused_ms, gf, 100.0 * gf / copy_gbs, chain_ms, gc, chain_ms / fused_ms);
+  // e.g. "gelu float32 [67108864] forward", "bias+gelu forward+backward [16384, 4096] bfloat16"
+  const std::string& case_name = rec.empty() ? name : rec;
+  gpu::record("fused", case_name, "kiln", fused_ms, gpu::bytes(bytes));
+  gpu::record("fused", case_name, "unfused", chain_ms, gpu::bytes(bytes));
 }
 
 double tol_of(DType dt) { return dt == DType::F32 ? 1e-5 : dt == DType::F16 ? 4e-3 : 3e-2; }
@@ -54,7 +61,8 @@ void bench_gelu(DType dt, int64_t n, double copy_gbs) {
   Tensor y;
   const double tf = gpu::time_ms([&] { y = F::fused_gelu(x); });
   const double tc = gpu::time_ms([&] { y = chain(); });
-  row(name, tf, tc, 2.0 * x.nbytes(), copy_gbs);
+  row(name, tf, tc, 2.0 * x.nbytes(), copy_gbs,
+      std::string("gelu ") + kiln::dtype_name(dt) + " [" + std::to_string(n) + "] forward");
 }
 
 // bias + GELU and bias + dropout + residual, forward and forward+backward.

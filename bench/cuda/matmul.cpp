@@ -75,6 +75,8 @@ void gemm_row(cublasHandle_t h, DType dt, int64_t M, int64_t Kd, int64_t N, cons
   const double flop = 2.0 * M * N * Kd;
   std::printf("%-52s kiln %8.3f ms %6.1f TFLOP/s | cublasGemmEx %8.3f ms %6.1f TFLOP/s | %5.1f%%\n", name.c_str(), tk,
               flop / tk / 1e9, tc, flop / tc / 1e9, 100.0 * tc / tk);
+  gpu::record("matmul", name, "kiln", tk, gpu::flops(flop));
+  gpu::record("matmul", name, "cublasGemmEx", tc, gpu::flops(flop));
 }
 
 // linear + bias + GELU(tanh): the cuBLASLt epilogue vs GEMM then separate kernels.
@@ -115,6 +117,14 @@ void linear_gelu_row(DType dt, int64_t M, int64_t Kd, int64_t N) {
               "gemm+add+gelu %7.3f ms | %4.2fx vs unfused\n",
               name.c_str(), t_aux, used_aux ? "" : " (fallback)", t_noaux, used_noaux ? "" : " (fallback)", t_two, t_un,
               t_un / t_aux);
+  // recorded case names: "linear+bias+gelu(tanh) bfloat16 [8192x768] -> 3072"; "kiln" is the
+  // epilogue that saves the GELU input (what a training forward runs)
+  const double flop = 2.0 * M * N * Kd;
+  const std::string fwd_case = "linear+bias+gelu(tanh) " + name;
+  gpu::record("matmul", fwd_case, "kiln", t_aux, gpu::flops(flop));
+  gpu::record("matmul", fwd_case, "kiln epilogue, no aux", t_noaux, gpu::flops(flop));
+  gpu::record("matmul", fwd_case, "kiln gemm+bias_gelu", t_two, gpu::flops(flop));
+  gpu::record("matmul", fwd_case, "unfused gemm+add+gelu", t_un, gpu::flops(flop));
 
   // backward of the GELU feeding the next linear: dpre = (g2 @ W2) * gelu'(pre), dbias
   Tensor g2 = kiln::randn({M, Kd}, o).to(dt), w2 = (kiln::randn({Kd, N}, o) * (1.0 / std::sqrt(double(Kd)))).to(dt);
@@ -135,6 +145,9 @@ void linear_gelu_row(DType dt, int64_t M, int64_t Kd, int64_t N) {
   const double t_sep = gpu::time_ms(separate, 10, 5);
   std::printf("gemm+dgelu+bgrad %-34s epilogue %7.3f ms%s | gemm+bias_gelu_backward %7.3f ms | %4.2fx\n", name.c_str(),
               t_fused, used_dgelu ? "" : " (fallback)", t_sep, t_sep / t_fused);
+  const std::string bwd_case = "gemm+dgelu(tanh)+bgrad " + name;
+  gpu::record("matmul", bwd_case, "kiln", t_fused, gpu::flops(flop));
+  gpu::record("matmul", bwd_case, "kiln gemm+bias_gelu_backward", t_sep, gpu::flops(flop));
 }
 
 }  // namespace

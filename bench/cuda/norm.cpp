@@ -44,6 +44,9 @@ void row(const std::string& name, double fused_ms, double comp_ms, double bytes,
   const double gf = gpu::gbs(bytes, fused_ms), gc = gpu::gbs(bytes, comp_ms);
   std::printf("%-44s fused %8.3f ms %7.0f GB/s (%3.0f%% of copy) | composite %8.3f ms %7.0f GB/s | %5.2fx\n",
               name.c_str(), fused_ms, gf, 100.0 * gf / copy_gbs, comp_ms, gc, comp_ms / fused_ms);
+  // recorded under the printed name, e.g. "layer_norm f32 [16384,768] forward+backward"
+  gpu::record("norm", name, "kiln", fused_ms, gpu::bytes(bytes));
+  gpu::record("norm", name, "composite", comp_ms, gpu::bytes(bytes));
 }
 
 // fused(x, w, b) / comp(x, w, b) on GPU tensors; the CPU runs `fused` on CPU copies as the reference.

@@ -76,6 +76,10 @@ void run(const char* name, const std::vector<IntList>& shapes, double copy_gbs) 
     numel += p.numel();
   }
   std::printf("\n%s: %zu tensors, %.2fM parameters (f32)\n", name, shapes.size(), numel / 1e6);
+  // recorded case names: "<step> <model> (<tensors> tensors, <parameters> f32)", e.g.
+  // "AdamW step ResNet-18 (62 tensors, 11689512 f32)"
+  const std::string model = std::string(name) + " (" + std::to_string(shapes.size()) + " tensors, " +
+                            std::to_string(numel) + " f32)";
 
   // ---- 1. AdamW step
   optim::AdamW opt(fused_p, optim::AdamWOptions(1e-3).weight_decay(0.1));
@@ -97,6 +101,8 @@ void run(const char* name, const std::vector<IntList>& shapes, double copy_gbs) 
   std::printf("  AdamW step      fused %8.3f ms %7.1f GB/s (%5.1f%% of copy) | per-param loop %8.3f ms %7.1f GB/s | speed-up %.2fx (max |diff| %.1e)\n",
               t_fused, gpu::gbs(bytes, t_fused), 100.0 * gpu::gbs(bytes, t_fused) / copy_gbs, t_loop,
               gpu::gbs(bytes, t_loop), t_loop / t_fused, err);
+  gpu::record("optim", "AdamW step " + model, "kiln", t_fused, gpu::bytes(bytes));
+  gpu::record("optim", "AdamW step " + model, "per-param loop", t_loop, gpu::bytes(bytes));
 
   // ---- 2. unscale + inf check
   {
@@ -125,6 +131,8 @@ void run(const char* name, const std::vector<IntList>& shapes, double copy_gbs) 
     const double b = 8.0 * static_cast<double>(numel);
     std::printf("  unscale+check   fused %8.3f ms %7.1f GB/s (%5.1f%% of copy) | per-tensor ops %8.3f ms %7.1f GB/s | speed-up %.2fx\n",
                 tf, gpu::gbs(b, tf), 100.0 * gpu::gbs(b, tf) / copy_gbs, ts, gpu::gbs(b, ts), ts / tf);
+    gpu::record("optim", "unscale+inf check " + model, "kiln", tf, gpu::bytes(b));
+    gpu::record("optim", "unscale+inf check " + model, "per-tensor ops", ts, gpu::bytes(b));
   }
 
   // ---- 3. clip_grad_norm
@@ -147,6 +155,8 @@ void run(const char* name, const std::vector<IntList>& shapes, double copy_gbs) 
     const double b = 12.0 * static_cast<double>(numel);
     std::printf("  clip_grad_norm  fused %8.3f ms %7.1f GB/s (%5.1f%% of copy) | per-tensor ops %8.3f ms %7.1f GB/s | speed-up %.2fx (norm %.6g)\n",
                 tf, gpu::gbs(b, tf), 100.0 * gpu::gbs(b, tf) / copy_gbs, ts, gpu::gbs(b, ts), ts / tf, nf);
+    gpu::record("optim", "clip_grad_norm " + model, "kiln", tf, gpu::bytes(b));
+    gpu::record("optim", "clip_grad_norm " + model, "per-tensor ops", ts, gpu::bytes(b));
   }
 }
 

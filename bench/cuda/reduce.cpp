@@ -43,6 +43,8 @@ void run(const std::string& name, const Tensor& x_cpu, const std::function<Tenso
   const double ms = gpu::time_ms([&] { f(x); });
   const double bw = gpu::gbs(static_cast<double>(x.nbytes()), ms);
   std::printf("%-44s %8.3f ms %8.1f GB/s read %6.1f%% of copy\n", what.c_str(), ms, bw, 100.0 * bw / ceiling);
+  // recorded under the printed name, e.g. "sum all [8192, 8192] float32"
+  gpu::record("reduce", what, "kiln", ms, gpu::bytes(static_cast<double>(x.nbytes())));
 }
 
 }  // namespace

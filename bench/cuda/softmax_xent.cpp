@@ -92,9 +92,12 @@ void softmax_rows(int64_t R, DType dt, double ceiling) {
   Tensor y = kiln::softmax(x, -1);
   Tensor dx = kiln::empty(y.sizes(), y.options());
   const double bytes = static_cast<double>(x.nbytes());
-  print_row("softmax forward " + shape, gpu::time_ms([&] { kiln::softmax(x, -1); }), 2 * bytes, ceiling, 0);
-  print_row("softmax backward " + shape,
-            gpu::time_ms([&] { kiln::kernels::softmax_backward(dx, g, y, false); }), 3 * bytes, ceiling, 0);
+  const double t_fwd = gpu::time_ms([&] { kiln::softmax(x, -1); });
+  const double t_bwd = gpu::time_ms([&] { kiln::kernels::softmax_backward(dx, g, y, false); });
+  print_row("softmax forward " + shape, t_fwd, 2 * bytes, ceiling, 0);
+  print_row("softmax backward " + shape, t_bwd, 3 * bytes, ceiling, 0);
+  gpu::record("softmax_xent", "softmax forward " + shape, "kiln", t_fwd, gpu::bytes(2 * bytes));
+  gpu::record("softmax_xent", "softmax backward " + shape, "kiln", t_bwd, gpu::bytes(3 * bytes));
 }
 
 void xent_rows(int64_t R, DType dt, double ceiling) {
@@ -123,6 +126,11 @@ void xent_rows(int64_t R, DType dt, double ceiling) {
     print_row(std::string("cross_entropy fused") + what + shape, tf, b, ceiling, 0);
     print_row(std::string("  composite (log_softmax + nll_loss)") + what, ts, b, ceiling, ts / tf);
     print_row(std::string("  composite, no sync") + what, tn, b, ceiling, tn / tf);
+    // recorded as "cross_entropy forward [1024, 50257] float32" / "cross_entropy fwd+bwd ..."
+    const std::string rec = std::string("cross_entropy") + what + shape;
+    gpu::record("softmax_xent", rec, "kiln", tf, gpu::bytes(b));
+    gpu::record("softmax_xent", rec, "composite log_softmax+nll_loss", ts, gpu::bytes(b));
+    gpu::record("softmax_xent", rec, "composite, no sync", tn, gpu::bytes(b));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "cuda_bench_util.h"
@@ -77,6 +78,13 @@ int main() {
     std::printf("%8zu | %7.1f GB/s %7.1f GB/s %5.2fx | %8.1f GB/s %7.1f GB/s %5.2fx | %5.2fx\n", mib,
                 gpu::gbs(b, t_kp), gpu::gbs(b, t_rp), t_rp / t_kp, gpu::gbs(b, t_kg), gpu::gbs(b, t_rg),
                 t_rg / t_kg, t_kg / t_kp);
+    // recorded as "host->device pinned 16 MiB" (kiln vs cudaMemcpyAsync from cudaHostAlloc memory)
+    // and "host->device pageable 16 MiB" (kiln vs cudaMemcpy from malloc'd memory)
+    const std::string sz = " " + std::to_string(mib) + " MiB";
+    gpu::record("transfer", "host->device pinned" + sz, "kiln", t_kp, gpu::bytes(b));
+    gpu::record("transfer", "host->device pinned" + sz, "cudaMemcpyAsync", t_rp, gpu::bytes(b));
+    gpu::record("transfer", "host->device pageable" + sz, "kiln", t_kg, gpu::bytes(b));
+    gpu::record("transfer", "host->device pageable" + sz, "cudaMemcpy", t_rg, gpu::bytes(b));
     gpu::check(cudaFreeHost(raw_pinned), "cudaFreeHost");
     gpu::check(cudaFree(raw_dev), "cudaFree");
   }
