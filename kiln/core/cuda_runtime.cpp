@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kiln/core/caching_allocator.h"
+#include "kiln/core/cuda_device_error.h"
 #include "kiln/core/cuda_stream.h"
 #include "kiln/core/error.h"
 #include "kiln/core/storage.h"
@@ -306,6 +307,7 @@ void synchronize(int device) {
   KILN_CHECK(is_available(), "cuda::synchronize: no CUDA device is available");
   if (device >= 0) set_device(device);
   KILN_CUDA_CHECK(cudaDeviceSynchronize());
+  check_device_errors(device);
 }
 
 Stream current_stream(int device) {
@@ -360,7 +362,10 @@ void memcpy(void* dst, Device dst_device, const void* src, Device src_device, si
     internal::report_sync(kiln::detail::concat("blocking ", dst_device.is_cuda() ? "host-to-device" : "device-to-host",
                                                " copy of ", nbytes, " bytes"));
   KILN_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, kind, stream));
-  if (!non_blocking) KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (!non_blocking) {
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    internal::check_device_errors_on(current_stream(dev.index));  // docs/kernels.md, "Index bounds on the GPU"
+  }
 }
 
 // ------------------------------------------------------------------- caching allocator API

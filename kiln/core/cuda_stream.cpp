@@ -7,6 +7,7 @@
 
 #include "kiln/config.h"
 #include "kiln/core/cuda.h"
+#include "kiln/core/cuda_device_error.h"
 #include "kiln/core/error.h"
 #include "kiln/core/tensor.h"
 
@@ -75,6 +76,7 @@ void stream_wait(const Stream& waiter, const Stream& other) {
 void synchronize_stream(const Stream& s) {
   KILN_CHECK(s.device.is_cuda(), "synchronize_stream: not a CUDA stream (", s.device, ")");
   KILN_CUDA_CHECK(cudaStreamSynchronize(native(s)));
+  internal::check_device_errors_on(s);
 }
 
 bool stream_query(const Stream& s) {

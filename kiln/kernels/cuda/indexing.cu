@@ -22,15 +22,21 @@
 //         the run's source rows in their original order - parallel over destinations and columns
 //         even when dim is long.
 //
-// Bounds: every index value is checked before anything is written, with index_min_max: one
-// min/max reduction on the device and one 16-byte copy to the host (an explicit synchronisation).
+// Bounds: checked by the kernels themselves, without a host synchronisation (so an embedding
+// can run inside a CUDA graph). An index outside [0, size) is skipped (a gather writes 0 there)
+// and recorded in the device's error record; the kiln::Error naming the op, the index and the
+// range is raised at the next synchronisation point (kiln/core/cuda_device_error.h,
+// docs/kernels.md "Index bounds on the GPU"). index_min_max (one_hot's class count) still reads
+// its result back: an explicit, reported synchronisation.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cub/device/device_radix_sort.cuh>
 #include <limits>
 
+#include "kiln/core/cuda_device_error.h"
 #include "kiln/core/determinism.h"
+#include "kiln/core/sync_debug.h"
 #include "kiln/kernels/cuda/block_reduce.cuh"
 #include "kiln/kernels/cuda/indexing_cuda.h"
 #include "kiln/kernels/cuda/launch.cuh"
@@ -95,11 +101,39 @@ IntList spread_index_strides(const Tensor& index, int64_t ndim, int64_t dim) {
   return st;
 }
 
+// ---------------------------------------------------------------- bounds
+
+// Where a kernel reports an index outside [0, bound) along dimension `dim`.
+struct Bounds {
+  int64_t bound;
+  int64_t dim;
+  int32_t site;  // kiln::cuda::internal::error_site of the op
+  kiln::cuda::internal::DeviceErrorRecord* record;
+};
+
+Bounds bounds_for(const Tensor& t, int64_t bound, int64_t dim, const char* op) {
+  return Bounds{bound, dim, kiln::cuda::internal::error_site(op),
+                kiln::cuda::internal::device_error_record(t.device().index)};
+}
+
+// True when idx is in range; otherwise records it (the first error of the device wins).
+__device__ __forceinline__ bool in_bounds(const Bounds& b, int64_t idx) {
+  if (idx >= 0 && idx < b.bound) return true;
+  if (atomicCAS(&b.record->flag, 0, 1) == 0) {
+    b.record->site = b.site;
+    b.record->value = idx;
+    b.record->bound = b.bound;
+    b.record->dim = b.dim;
+  }
+  return false;
+}
+
 // ---------------------------------------------------------------- kernels
 
-// other[p] = self[p with p[dim] = index[p]] (T: a storage type of the element's size).
+// other[p] = self[p with p[dim] = index[p]] (T: a storage type of the element's size; 0 bits for
+// an out-of-range index).
 template <class T, class I>
-__global__ void gather_kernel(IndexSpace s, const T* self, const I* index, T* other) {
+__global__ void gather_kernel(IndexSpace s, const T* self, const I* index, T* other, Bounds b) {
   const int64_t total = s.columns * s.K;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
@@ -107,7 +141,7 @@ __global__ void gather_kernel(IndexSpace s, const T* self, const I* index, T* ot
     int64_t off[3];
     column_offsets(s, c, off);
     const int64_t idx = static_cast<int64_t>(index[off[1] + k * s.kstride[1]]);
-    other[off[2] + k * s.kstride[2]] = self[off[0] + idx * s.kstride[0]];
+    other[off[2] + k * s.kstride[2]] = in_bounds(b, idx) ? self[off[0] + idx * s.kstride[0]] : T(0);
   }
 }
 
@@ -129,7 +163,7 @@ constexpr bool kHasAtomicAdd = !std::is_same_v<T, uint8_t>;
 
 // self[p with p[dim] = index[p]] += other[p], one thread per position, atomic adds.
 template <class T, class I>
-__global__ void scatter_add_atomic_kernel(IndexSpace s, T* self, const I* index, const T* other) {
+__global__ void scatter_add_atomic_kernel(IndexSpace s, T* self, const I* index, const T* other, Bounds b) {
   const int64_t total = s.columns * s.K;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
@@ -137,14 +171,14 @@ __global__ void scatter_add_atomic_kernel(IndexSpace s, T* self, const I* index,
     int64_t off[3];
     column_offsets(s, c, off);
     const int64_t idx = static_cast<int64_t>(index[off[1] + k * s.kstride[1]]);
-    atomic_add(self + off[0] + idx * s.kstride[0], other[off[2] + k * s.kstride[2]]);
+    if (in_bounds(b, idx)) atomic_add(self + off[0] + idx * s.kstride[0], other[off[2] + k * s.kstride[2]]);
   }
 }
 
 // Deterministic scatter_add: one thread per column adds the K positions in order (the CPU's
 // order and rounding: the destination is rounded to T after every add).
 template <class T, class I>
-__global__ void scatter_add_ordered_kernel(IndexSpace s, T* self, const I* index, const T* other) {
+__global__ void scatter_add_ordered_kernel(IndexSpace s, T* self, const I* index, const T* other, Bounds b) {
   using M = opmath_t<T>;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < s.columns; c += step) {
@@ -152,6 +186,7 @@ __global__ void scatter_add_ordered_kernel(IndexSpace s, T* self, const I* index
     column_offsets(s, c, off);
     for (int64_t k = 0; k < s.K; ++k) {
       const int64_t idx = static_cast<int64_t>(index[off[1] + k * s.kstride[1]]);
+      if (!in_bounds(b, idx)) continue;
       T* d = self + off[0] + idx * s.kstride[0];
       *d = static_cast<T>(static_cast<M>(*d) + static_cast<M>(other[off[2] + k * s.kstride[2]]));
     }
@@ -159,11 +194,13 @@ __global__ void scatter_add_ordered_kernel(IndexSpace s, T* self, const I* index
 }
 
 // Sort input for the deterministic index_add: key = destination row, value = position along dim.
+// An out-of-range index gets key b.bound, which index_add_sorted_kernel skips.
 template <class I>
-__global__ void index_keys_kernel(const I* index, int64_t istride, int64_t K, uint64_t* keys, int64_t* pos) {
+__global__ void index_keys_kernel(const I* index, int64_t istride, int64_t K, uint64_t* keys, int64_t* pos, Bounds b) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < K; k += step) {
-    keys[k] = static_cast<uint64_t>(static_cast<int64_t>(index[k * istride]));
+    const int64_t idx = static_cast<int64_t>(index[k * istride]);
+    keys[k] = static_cast<uint64_t>(in_bounds(b, idx) ? idx : b.bound);
     pos[k] = k;
   }
 }
@@ -171,14 +208,15 @@ __global__ void index_keys_kernel(const I* index, int64_t istride, int64_t K, ui
 // Deterministic index_add over the sorted index: the thread of (j, column) where j starts a run
 // of equal keys adds the run's source elements, in their original order, into the destination.
 template <class T>
-__global__ void index_add_sorted_kernel(IndexSpace s, T* self, const uint64_t* keys, const int64_t* pos, const T* other) {
+__global__ void index_add_sorted_kernel(IndexSpace s, T* self, const uint64_t* keys, const int64_t* pos, const T* other,
+                                        uint64_t bound) {
   using M = opmath_t<T>;
   const int64_t total = s.columns * s.K;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
     const int64_t c = i % s.columns, j = i / s.columns;
     const uint64_t key = keys[j];
-    if (j > 0 && keys[j - 1] == key) continue;  // not the start of a run
+    if (key >= bound || (j > 0 && keys[j - 1] == key)) continue;  // out of range, or not a run's start
     int64_t off[3];
     column_offsets(s, c, off);
     T* d = self + off[0] + static_cast<int64_t>(key) * s.kstride[0];
@@ -245,16 +283,8 @@ void dispatch_by_size(DType t, F&& f) {  // gathers only move bits
   }
 }
 
-void check_range(const Tensor& index, int64_t bound, int64_t dim, const char* op, int64_t* hi_out = nullptr) {
-  if (index.numel() == 0) return;
-  auto [lo, hi] = index_min_max(index, op);
-  KILN_CHECK(lo >= 0, op, ": index ", lo, " is out of range for dimension ", dim, " with size ", bound,
-             " (negative indices are not allowed)");
-  KILN_CHECK(hi < bound, op, ": index ", hi, " is out of range for dimension ", dim, " with size ", bound);
-  if (hi_out) *hi_out = hi;
-}
-
-void run_gather(const IndexSpace& s, const Tensor& self, const Tensor& index, const Tensor& other, const char* op) {
+void run_gather(const IndexSpace& s, const Tensor& self, const Tensor& index, const Tensor& other, const Bounds& b,
+                const char* op) {
   const int64_t total = s.columns * s.K;
   if (total == 0) return;
   DeviceGuard g(other);
@@ -265,7 +295,7 @@ void run_gather(const IndexSpace& s, const Tensor& self, const Tensor& index, co
       using I = typename decltype(itag)::type;
       gather_kernel<T, I><<<grid_for(total), kThreads, 0, stream>>>(
           s, static_cast<const T*>(self.data_ptr()), static_cast<const I*>(index.data_ptr()),
-          static_cast<T*>(other.data_ptr()));
+          static_cast<T*>(other.data_ptr()), b);
       KILN_CUDA_CHECK_LAUNCH("gather_kernel");
     });
   });
@@ -273,7 +303,7 @@ void run_gather(const IndexSpace& s, const Tensor& self, const Tensor& index, co
 
 // scatter_add / index_add with a full-rank index (or the atomic path of index_add).
 void run_scatter_add(const IndexSpace& s, const Tensor& self, const Tensor& index, const Tensor& other,
-                     const char* op) {
+                     const Bounds& b, const char* op) {
   const int64_t total = s.columns * s.K;
   if (total == 0) return;
   DeviceGuard g(self);
@@ -287,20 +317,21 @@ void run_scatter_add(const IndexSpace& s, const Tensor& self, const Tensor& inde
       const T* op_ = static_cast<const T*>(other.data_ptr());
       if constexpr (kHasAtomicAdd<T>) {
         if (!deterministic_algorithms()) {
-          scatter_add_atomic_kernel<T, I><<<grid_for(total), kThreads, 0, stream>>>(s, sp, ip, op_);
+          scatter_add_atomic_kernel<T, I><<<grid_for(total), kThreads, 0, stream>>>(s, sp, ip, op_, b);
           KILN_CUDA_CHECK_LAUNCH("scatter_add_atomic_kernel");
           return;
         }
       }
-      scatter_add_ordered_kernel<T, I><<<grid_for(s.columns), kThreads, 0, stream>>>(s, sp, ip, op_);
+      scatter_add_ordered_kernel<T, I><<<grid_for(s.columns), kThreads, 0, stream>>>(s, sp, ip, op_, b);
       KILN_CUDA_CHECK_LAUNCH("scatter_add_ordered_kernel");
     });
   });
 }
 
-// Deterministic index_add (1-D index of K entries, all in [0, hi]): stable sort by destination.
+// Deterministic index_add (1-D index of K entries): stable sort by destination, keys in
+// [0, b.bound] (b.bound: out of range).
 void run_index_add_sorted(const IndexSpace& s, const Tensor& self, const Tensor& index, const Tensor& src,
-                          int64_t hi, const char* op) {
+                          const Bounds& b, const char* op) {
   const int64_t K = s.K;
   if (K == 0 || s.columns == 0) return;
   KILN_CHECK(K < (int64_t{1} << 31), op, ": deterministic index_add supports at most 2^31 - 1 indices, got ", K);
@@ -318,12 +349,12 @@ void run_index_add_sorted(const IndexSpace& s, const Tensor& self, const Tensor&
   dispatch_index(index.dtype(), op, [&](auto itag) {
     using I = typename decltype(itag)::type;
     index_keys_kernel<I><<<grid_for(K), kThreads, 0, stream>>>(static_cast<const I*>(index.data_ptr()), istride, K,
-                                                                kin, pin);
+                                                                kin, pin, b);
     KILN_CUDA_CHECK_LAUNCH("index_keys_kernel");
   });
-  // Only the bits that can be set in [0, hi] take part in the sort.
+  // Only the bits that can be set in [0, bound] take part in the sort.
   int end_bit = 1;
-  while (end_bit < 64 && (static_cast<uint64_t>(hi) >> end_bit) != 0) ++end_bit;
+  while (end_bit < 64 && (static_cast<uint64_t>(b.bound) >> end_bit) != 0) ++end_bit;
   const int n = static_cast<int>(K);
   size_t temp_bytes = 0;
   KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, kin, kout, pin, pout, n, 0, end_bit, stream));
@@ -333,7 +364,8 @@ void run_index_add_sorted(const IndexSpace& s, const Tensor& self, const Tensor&
   dispatch_numeric(self.dtype(), op, [&](auto vtag) {
     using T = typename decltype(vtag)::type;
     index_add_sorted_kernel<T><<<grid_for(s.columns * K), kThreads, 0, stream>>>(
-        s, static_cast<T*>(self.data_ptr()), kout, pout, static_cast<const T*>(src.data_ptr()));
+        s, static_cast<T*>(self.data_ptr()), kout, pout, static_cast<const T*>(src.data_ptr()),
+        static_cast<uint64_t>(b.bound));
     KILN_CUDA_CHECK_LAUNCH("index_add_sorted_kernel");
   });
 }
@@ -363,41 +395,40 @@ std::pair<int64_t, int64_t> index_min_max(const Tensor& index, const char* op) {
   min_max_final_kernel<<<1, kThreads, 0, stream>>>(pp, nblocks, pp + 2 * nblocks);
   KILN_CUDA_CHECK_LAUNCH("min_max_final_kernel");
   int64_t host[2] = {0, 0};
+  kiln::cuda::internal::report_sync(::kiln::detail::concat(op, ": index_min_max reads the index range back"));
   KILN_CUDA_CHECK(cudaMemcpyAsync(host, pp + 2 * nblocks, sizeof(host), cudaMemcpyDeviceToHost, stream));
   KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
   return {host[0], host[1]};
 }
 
 void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op) {
-  check_range(index, in.size(dim), dim, op);
-  if (out.numel() == 0) return;
+  if (out.numel() == 0 || index.numel() == 0) return;
   const IntList st[3] = {in.strides(), spread_index_strides(index, out.dim(), dim), out.strides()};
-  run_gather(make_space(out.sizes(), dim, st, op), in, index, out, op);
+  run_gather(make_space(out.sizes(), dim, st, op), in, index, out, bounds_for(in, in.size(dim), dim, op), op);
 }
 
 void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op) {
-  int64_t hi = 0;
-  check_range(index, out.size(dim), dim, op, &hi);
-  if (src.numel() == 0) return;
+  if (src.numel() == 0 || index.numel() == 0) return;
   const IntList st[3] = {out.strides(), spread_index_strides(index, src.dim(), dim), src.strides()};
   const IndexSpace s = make_space(src.sizes(), dim, st, op);
-  if (deterministic_algorithms() || out.dtype() == DType::U8) return run_index_add_sorted(s, out, index, src, hi, op);
-  run_scatter_add(s, out, index, src, op);
+  const Bounds b = bounds_for(out, out.size(dim), dim, op);
+  if (deterministic_algorithms() || out.dtype() == DType::U8) return run_index_add_sorted(s, out, index, src, b, op);
+  run_scatter_add(s, out, index, src, b, op);
 }
 
 void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op) {
-  check_range(index, in.dim() == 0 ? 1 : in.size(dim), dim, op);
-  if (out.numel() == 0) return;
+  if (out.numel() == 0 || index.numel() == 0) return;
   const IntList st[3] = {in.strides(), index.strides(), out.strides()};
-  run_gather(make_space(index.sizes(), dim, st, op), in, index, out, op);
+  const Bounds b = bounds_for(in, in.dim() == 0 ? 1 : in.size(dim), dim, op);
+  run_gather(make_space(index.sizes(), dim, st, op), in, index, out, b, op);
 }
 
 void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op) {
-  check_range(index, out.dim() == 0 ? 1 : out.size(dim), dim, op);
   if (index.numel() == 0) return;
   // The source is read over the index's shape with the source's strides.
   const IntList st[3] = {out.strides(), index.strides(), src.dim() == 0 ? IntList{} : src.strides()};
-  run_scatter_add(make_space(index.sizes(), dim, st, op), out, index, src, op);
+  const Bounds b = bounds_for(out, out.dim() == 0 ? 1 : out.size(dim), dim, op);
+  run_scatter_add(make_space(index.sizes(), dim, st, op), out, index, src, b, op);
 }
 
 }  // namespace kiln::kernels::cuda
