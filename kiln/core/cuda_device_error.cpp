@@ -70,15 +70,12 @@ DeviceErrorRecord* device_error_record(int device) {
     DeviceGuard guard(device);
     KILN_CUDA_CHECK(cudaMalloc(&r, sizeof(DeviceErrorRecord)));
     // Ordered before the first kernel that uses it (queued on the same stream right after).
-    KILN_CUDA_CHECK(cudaMemsetAsync(r, 0, sizeof(DeviceErrorRecord), static_cast<cudaStream_t>(current_stream(device).handle)));
+    cudaStream_t stream = static_cast<cudaStream_t>(current_stream(device).handle);
+    KILN_CUDA_CHECK(cudaMemsetAsync(r, 0, sizeof(DeviceErrorRecord), stream));
     g_records[device].store(r, std::memory_order_release);
   }
   return r;
 }
-
-}  // namespace internal
-
-namespace internal {
 
 void check_device_errors_on(const Stream& s) {
   const int device = s.device.index;
