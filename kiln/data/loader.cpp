@@ -250,10 +250,14 @@ struct DataLoader::Impl {
         const Tensor& h = *t;
         Tensor& d = devices[k++];
         cuda::memcpy(d.data_ptr(), dev, h.data_ptr(), Device::cpu(), h.nbytes(), /*non_blocking=*/true);
+        // The copy stream writes a block of the compute stream: if the batch is dropped before
+        // it is delivered (an epoch cut short), the block must not be reused before the copy ends.
+        cuda::record_stream(d, cs);
         hosts.push_back(h);
         *t = d;
       }
     }
+    // The consumer's stream waits for this event before using the batch (next()).
     ev->record(cs);
     for (const Tensor& h : hosts) pool->set_pending(h, ev);
     built.copied = ev;
