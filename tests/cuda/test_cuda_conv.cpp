@@ -231,6 +231,20 @@ TEST_CASE("conv2d on cuDNN: bf16 and TF32", "[cuda][conv]") {
   }
 }
 
+TEST_CASE("conv2d on cuDNN: the bias and its gradient in f16 and bf16, both layouts", "[cuda][conv]") {
+  // The bias is added and its gradient summed by kiln's kernels (legacy cuDNN's bias calls
+  // reject bf16); a gradient summed over 4 x 30 x 30 pixels per channel.
+  if (!kiln::cudnn::built_with_cudnn()) return;
+  SettingsGuard guard;
+  kiln::cudnn::set_benchmark(false);
+  kiln::cuda::set_allow_tf32(false);
+  kiln::manual_seed(24);
+  const ConvCase c{"bias, 4 x 8 x 32 x 32 -> 24", 4, 8, 32, 32, 24, 3, 3, 1, 1, 0, 0, 1, 1, 1, true};
+  const ConvInputs in = make_inputs(c);
+  for (DType dt : {DType::F16, DType::BF16, DType::F32})
+    for (bool cl : {false, true}) check_conv_case(c, in, dt, cl);
+}
+
 TEST_CASE("conv2d on cuDNN: deterministic mode is bitwise reproducible", "[cuda][conv]") {
   if (!kiln::cudnn::built_with_cudnn()) return;
   SettingsGuard guard;

@@ -1,6 +1,8 @@
 // 2-D convolution on the GPU through cuDNN's convolution API: forward, backward-to-input
-// (cudnnConvolutionBackwardData) and backward-to-weight (cudnnConvolutionBackwardFilter), with
-// bias added by cudnnAddTensor and its gradient from cudnnConvolutionBackwardBias.
+// (cudnnConvolutionBackwardData) and backward-to-weight (cudnnConvolutionBackwardFilter). The
+// bias is added, and its gradient summed, by kiln's own kernels (a broadcast add, a reduction with
+// f32 accumulation for 16-bit data): the legacy cudnnAddTensor / cudnnConvolutionBackwardBias do
+// not support bf16.
 //
 // Descriptors. x, out and their gradients are described as NCHW or NHWC (channels-last) packed
 // tensors, as ConvGeometry says; groups via cudnnSetConvolutionGroupCount. kiln stores a weight
@@ -551,12 +553,7 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
     KILN_CUDNN_CHECK(cudnnConvolutionForward(h.h, s.one(), d.x.d, x.data_ptr(), d.w.d, w.data_ptr(), d.conv.d,
                                              static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ptr_of(ws),
                                              c.workspace, s.zero(), d.y.d, out.data_ptr()));
-    if (bias.defined()) {
-      TensorDesc bd;
-      KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(bd.d, CUDNN_TENSOR_NCHW, data_type(x.dtype(), op), 1,
-                                                  static_cast<int>(g.K), 1, 1));
-      KILN_CUDNN_CHECK(cudnnAddTensor(h.h, s.one(), bd.d, bias.data_ptr(), s.one(), d.y.d, out.data_ptr()));
-    }
+    if (bias.defined()) Tensor(out).add_(bias.view({1, g.K, 1, 1}));
   } catch (const kiln::Error& e) {
     annotate(op, g, x.dtype(), e);
   }
@@ -629,13 +626,7 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
           dw.data_ptr()));
       if (nhwc_copy) Tensor(grad_weight).copy_(dw.permute({0, 3, 1, 2}));
     }
-    if (grad_bias.defined()) {
-      TensorDesc bd;
-      KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(bd.d, CUDNN_TENSOR_NCHW, data_type(dt, op), 1,
-                                                  static_cast<int>(g.K), 1, 1));
-      KILN_CUDNN_CHECK(cudnnConvolutionBackwardBias(h.h, s.one(), d.y.d, grad_out.data_ptr(), s.zero(), bd.d,
-                                                    grad_bias.data_ptr()));
-    }
+    if (grad_bias.defined()) Tensor(grad_bias).copy_(grad_out.sum({0, 2, 3}));
   } catch (const kiln::Error& e) {
     annotate(op, g, dt, e);
   }
