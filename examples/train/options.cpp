@@ -65,8 +65,7 @@ void validate(Options& o, bool cuda_available) {
              "arithmetic and loss scaling exists for tensor-core training; use --amp off (or bf16 on a GPU)");
   KILN_CHECK(!(o.cuda_graphs && !cuda), "--cuda-graphs needs a CUDA device (graph capture is a GPU feature)");
   // A captured step replays the same kernels with the same arguments: dropout would draw the same
-  // mask every step (mlp, gpt), gpt's embedding checks its indices on the host, and accumulation
-  // changes the step's shape between micro-batches.
+  // mask every step (mlp, gpt), and accumulation changes the step's shape between micro-batches.
   KILN_CHECK(!(o.cuda_graphs && (o.model == "mlp" || o.model == "gpt")), "--cuda-graphs supports --model cnn ",
              "and resnet18: ", o.model, " uses dropout, whose random masks a replayed graph would repeat");
   KILN_CHECK(!(o.cuda_graphs && o.grad_accum > 1), "--cuda-graphs captures one whole optimizer step; ",

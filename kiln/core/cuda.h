@@ -14,6 +14,11 @@ bool is_available();     // built with CUDA and at least one device present
 int device_count();      // 0 without CUDA or without a device
 bool built_with_cuda();  // compiled with KILN_CUDA on
 void synchronize(int device = -1);  // -1: the current device
+// Throws the kiln::Error that a kernel on `device` (-1: the current device) recorded since the
+// last check, such as an out-of-range gather index (kernels check indices on the device and the
+// error surfaces at the next synchronisation: synchronize(), item(), to(cpu), or this call).
+// A small blocking read; nothing inside a CUDA graph capture. docs/kernels.md has the details.
+void check_device_errors(int device = -1);
 int current_device();
 void set_device(int device);
 // Throws unless `device` is a CUDA device that exists.

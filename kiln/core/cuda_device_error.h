@@ -12,14 +12,10 @@
 // the GPU".
 #include <cstdint>
 
+#include "kiln/core/cuda.h"  // check_device_errors(), the public entry point
 #include "kiln/core/device.h"
 
 namespace kiln::cuda {
-
-// Throws the error a kernel on `device` (-1: the current device) recorded since the last check,
-// if any. Reads the record back with a small blocking copy (nothing when no kernel of the device
-// ever could record one); inside a CUDA graph capture it does nothing.
-void check_device_errors(int device = -1);
 
 namespace internal {
 

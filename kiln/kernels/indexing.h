@@ -2,9 +2,11 @@
 // Raw indexing kernels (no autograd): index_select / index_add along one dimension with a 1-D
 // index, and gather / scatter_add with an index of the input's rank (PyTorch semantics).
 // Every operand may be strided (transposed or sliced views are read and written in place).
-// Indices are int64 or int32 and every one is checked against the dimension it indexes before
-// anything is written; an out-of-range index throws kiln::Error naming the op, the index value and
-// the dimension's size.
+// Indices are int64 or int32 and every one is checked against the dimension it indexes. On the
+// CPU an out-of-range index throws kiln::Error naming the op, the index value and the dimension's
+// size before anything is written; on a GPU the kernel skips it (nothing is written out of
+// bounds) and the same error is raised at the next synchronisation (kiln/core/cuda.h,
+// check_device_errors; docs/kernels.md).
 //
 // The accumulating kernels (index_add, scatter_add) are correct with repeated indices: they are
 // parallelised only over the positions that do not run along `dim`, so each thread owns the

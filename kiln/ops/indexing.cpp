@@ -180,7 +180,9 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 
 // ---------------------------------------------------------------- index_select
 
-Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
+namespace {
+// index_select whose errors (on a GPU: found by the kernel, raised at the next sync) name `op`.
+Tensor index_select_named(const Tensor& a, int64_t dim, const Tensor& index, const char* op) {
   check_defined(a, "index_select", "input");
   check_index(index, "index_select");
   check_same_device(a, index, "index_select");
@@ -189,14 +191,14 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
     wrap_dim(dim, 0, "index_select");
     KILN_CHECK(index.numel() == 1, "index_select: indexing a 0-dim tensor needs exactly one index, got ",
                index.numel());
-    return index_select(a.unsqueeze(0), 0, index).squeeze(0);
+    return index_select_named(a.unsqueeze(0), 0, index, op).squeeze(0);
   }
   dim = wrap_dim(dim, a.dim(), "index_select");
   Tensor idx = index.dim() == 1 ? index : index.unsqueeze(0);
   IntList sizes = a.sizes();
   sizes[dim] = idx.numel();
   Tensor out = empty(sizes, a.options());
-  kernels::index_select(out, a, dim, idx, "index_select");
+  kernels::index_select(out, a, dim, idx, op);
   if (autograd::any_requires_grad({&a})) {
     SavedTensor si(idx, "IndexSelectBackward");
     IntList in_sizes = a.sizes();
@@ -205,6 +207,11 @@ Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
     });
   }
   return out;
+}
+}  // namespace
+
+Tensor index_select(const Tensor& a, int64_t dim, const Tensor& index) {
+  return index_select_named(a, dim, index, "index_select");
 }
 
 // ---------------------------------------------------------------- gather
@@ -242,7 +249,9 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   KILN_CHECK(weight.dim() == 2, "embedding: weight must be 2-D [num_embeddings, embedding_dim], got sizes ",
              weight.sizes());
   const int64_t V = weight.size(0), D = weight.size(1);
-  if (indices.numel() > 0) {
+  // On the CPU the range is checked here; on a GPU the lookup kernel checks each index and the
+  // error is raised at the next synchronisation (docs/kernels.md, "Index bounds on the GPU").
+  if (indices.numel() > 0 && indices.device().is_cpu()) {
     auto [lo, hi] = kernels::index_min_max(indices, "embedding");
     KILN_CHECK(lo >= 0 && hi < V, "embedding: index ", lo < 0 ? lo : hi,
                " is out of range for a weight with ", V, " embeddings (sizes ", weight.sizes(), ")");
@@ -250,7 +259,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Tensor flat = indices.dim() == 0 ? indices.unsqueeze(0) : indices.reshape({indices.numel()});
   IntList out_sizes = indices.sizes();
   out_sizes.push_back(D);
-  return index_select(weight, 0, flat).reshape(out_sizes);
+  return index_select_named(weight, 0, flat, "embedding").reshape(out_sizes);
 }
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
