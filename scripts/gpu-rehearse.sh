@@ -116,7 +116,7 @@ done
 cache="$KILN_GPU_BUILD/CMakeCache.txt"
 grep -q "^Eigen3_DIR:PATH=$BUNDLE/" "$cache" || { echo "rehearse: Eigen did not come from the bundle" >&2; rc=1; }
 grep -q "^KILN_PYTHON_SITE_DIRS:INTERNAL=.*$work/venv" "$cache" || { echo "rehearse: the venv's site-packages were not searched" >&2; rc=1; }
-tar -xOzf "$out/build-test/logs.tar.gz" logs-build-test/build.log 2>/dev/null | grep "kiln: cuDNN ON: $site/nvidia/cudnn/lib/libcudnn.so.9 (from the cudnn pip wheel)" ||
+tar -xOzf "$out/build-test/logs.tar.gz" logs-build-test/build.log 2>/dev/null | grep "kiln: CUDNN ON: $site/nvidia/cudnn/lib/libcudnn.so.9 (from the cudnn pip wheel)" ||
   { echo "rehearse: cuDNN was not found in the pip-wheel layout" >&2; rc=1; }
 echo "rehearse: $([[ $rc -eq 0 ]] && echo passed || echo FAILED)"
 exit $rc
