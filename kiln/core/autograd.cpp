@@ -384,6 +384,12 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, b
       if (i < out.size() && out[i].defined()) {
         auto& buf = task.buffers[next];
         if (buf.size() < next->num_outputs()) buf.resize(next->num_outputs());
+        // A gradient takes the dtype of the tensor it flows into, as in PyTorch: at an autocast
+        // boundary (a bf16 result added to an f32 residual) the sum's backward hands back f32
+        // for the bf16 operand, and that operand's own backward expects bf16.
+        const auto& meta = next->output_meta();
+        if (e.input_nr < meta.size() && out[i].dtype() != meta[e.input_nr].dtype && is_floating(meta[e.input_nr].dtype))
+          out[i] = out[i].to(meta[e.input_nr].dtype);
         accumulate_into(buf[e.input_nr], std::move(out[i]));
       }
       if (--task.dependencies[next] == 0) {

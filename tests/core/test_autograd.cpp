@@ -303,3 +303,35 @@ TEST_CASE("create_graph differentiates through a saved output the caller dropped
   REQUIRE(gg[0].item<double>() == Approx(std::exp(0.5)));
   REQUIRE(gg[1].item<double>() == Approx(std::exp(-1.0)));
 }
+
+TEST_CASE("a gradient takes the dtype of the tensor it flows into (an autocast bf16 branch added to f32)",
+          "[autograd][amp]") {
+  // h = x + linear(linear(x, w1), w2) under bf16 autocast: the add's backward returns f32 for its
+  // bf16 operand; the second linear's backward multiplies that gradient with its bf16 weight.
+  namespace F = kiln::nn::functional;
+  kiln::manual_seed(3);
+  const kiln::Tensor x0 = kiln::randn({5, 8}), w10 = kiln::randn({8, 8}) * 0.3, w20 = kiln::randn({8, 8}) * 0.3;
+  auto run = [&](bool amp) {
+    kiln::Tensor x = x0.clone().requires_grad_(true), w1 = w10.clone().requires_grad_(true),
+                 w2 = w20.clone().requires_grad_(true);
+    kiln::Tensor loss;
+    {
+      std::optional<kiln::amp::Autocast> ac;
+      if (amp) ac.emplace(kiln::DType::BF16);
+      kiln::Tensor inner = F::linear(x, w1, {});
+      CHECK(inner.dtype() == (amp ? kiln::DType::BF16 : kiln::DType::F32));
+      kiln::Tensor h = x + F::linear(inner, w2, {});
+      CHECK(h.dtype() == kiln::DType::F32);
+      loss = (h * h).sum();
+    }
+    REQUIRE_NOTHROW(loss.backward());
+    CHECK(w1.grad().dtype() == kiln::DType::F32);
+    CHECK(w2.grad().dtype() == kiln::DType::F32);
+    return std::vector<kiln::Tensor>{x.grad(), w1.grad(), w2.grad()};
+  };
+  auto ref = run(false), low = run(true);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    double err = (low[i] - ref[i]).abs().max().item<double>() / ref[i].abs().max().item<double>();
+    CHECK(err < 3e-2);  // bf16 operands: 8 mantissa bits
+  }
+}
