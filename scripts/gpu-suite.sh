@@ -10,8 +10,9 @@
 #   rehearse    on a machine without a GPU: every stage above from the bundle alone, with
 #               Debian's -dev packages, the data packages and the toolkit's cuDNN/NCCL hidden
 #               (root, private mount namespace); GPU-only commands are expected to skip
-# OUTDIR receives at most five files: summary.md (a row per step), env.txt (the machine),
-# results.md (the stage's tables), logs.tar.gz (every log) and, for rehearse, nothing else.
+# OUTDIR receives four files: summary.md (a row per step), env.txt (the machine), results.md (the
+# stage's tables) and logs.tar.gz (every log); rehearse writes them into OUTDIR/<stage>/, plus
+# OUTDIR/hidden.txt (what it hid).
 # Each stage fits one 10-minute device command: every step runs under `timeout`, the stage
 # stops starting steps after KILN_STAGE_SECONDS (default 520), and a failing step never stops
 # the others. The bundle (scripts/gpu-pack.sh, default .gpu) must travel with the source tree;
