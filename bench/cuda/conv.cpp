@@ -24,7 +24,9 @@
 #include <kiln/kiln.h>
 
 #include "cuda_bench_util.h"
-#include "kiln/kernels/nn_kernels.h"
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/memory_format.h"
+#include "kiln/kernels/pool.h"
 
 namespace {
 
@@ -148,9 +150,9 @@ int main() {
       Tensor gy = kiln::randn({net.N, s.K, g_nchw.OH, g_nchw.OW});
       const K::ConvGeometry g2 = geometry(2, s, false);
       Tensor y_ref = kiln::empty({2, s.K, g2.OH, g2.OW});
-      K::cpu::conv2d_forward(y_ref, first2(x).contiguous(), w, Tensor(), g2);
+      K::conv2d_forward(y_ref, first2(x).contiguous(), w, Tensor(), g2);
       Tensor gx_ref = kiln::empty({2, s.C, s.H, s.H});
-      K::cpu::conv2d_backward_input(gx_ref, first2(gy).contiguous(), w, g2);
+      K::conv2d_backward_input(gx_ref, first2(gy).contiguous(), w, g2);
 
       std::vector<Times> times(kConfigs.size());
       // forward multiply-adds x 2; backward-weight as many, backward-data too where it runs
@@ -163,7 +165,7 @@ int main() {
         const Config& c = kConfigs[ci];
         kiln::cudnn::set_benchmark(c.bench);
         const K::ConvGeometry g = geometry(net.N, s, c.cl);
-        const K::MemoryFormat fmt = c.cl ? K::MemoryFormat::ChannelsLast : K::MemoryFormat::Contiguous;
+        const kiln::MemoryFormat fmt = c.cl ? kiln::MemoryFormat::ChannelsLast : kiln::MemoryFormat::Contiguous;
         const kiln::TensorOptions opts = kiln::TensorOptions().dtype(c.dt).device(kiln::Device::cuda(0));
         Tensor xg = to_gpu(x, c.dt, c.cl), gyg = to_gpu(gy, c.dt, c.cl);
         Tensor wg = w.to(kiln::Device::cuda(0), c.dt);

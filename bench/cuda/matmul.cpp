@@ -12,8 +12,9 @@
 #include <cstdio>
 #include <string>
 
-#include <kiln/kernels/fused_kernels.h>
-#include <kiln/kernels/kernels.h>
+#include <kiln/kernels/fused.h>
+#include <kiln/kernels/matmul.h>
+#include <kiln/kernels/pointwise.h>
 #include <kiln/kiln.h>
 
 #include "cuda_bench_util.h"

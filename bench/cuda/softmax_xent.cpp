@@ -14,7 +14,11 @@
 #include <string>
 
 #include "cuda_bench_util.h"
-#include "kiln/kernels/kernels.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/matmul.h"
+#include "kiln/kernels/pointwise.h"
+#include "kiln/kernels/reduce.h"
+#include "kiln/kernels/softmax.h"
 
 namespace {
 

@@ -7,7 +7,6 @@
 #include <queue>
 #include <unordered_map>
 
-#include "kiln/kernels/kernels.h"
 
 namespace kiln {
 

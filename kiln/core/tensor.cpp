@@ -8,9 +8,7 @@
 
 #include "kiln/core/autograd.h"
 #include "kiln/core/cuda.h"
-#include "kiln/core/generator.h"
 #include "kiln/core/shape.h"
-#include "kiln/kernels/kernels.h"
 
 namespace kiln {
 
@@ -204,59 +202,6 @@ Tensor empty_preserving_layout(const Tensor& like, const TensorOptions& options)
   return empty(permuted, options).permute(inverse);
 }
 
-Tensor full(const IntList& sizes, double value, const TensorOptions& opts) {
-  TensorOptions o = opts;
-  o.requires_grad_ = false;
-  Tensor t = empty(sizes, o);
-  kernels::fill(t, value);
-  if (opts.requires_grad_) t.requires_grad_(true);
-  return t;
-}
-Tensor zeros(const IntList& sizes, const TensorOptions& opts) { return full(sizes, 0.0, opts); }
-Tensor ones(const IntList& sizes, const TensorOptions& opts) { return full(sizes, 1.0, opts); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), t.options()); }
-Tensor ones_like(const Tensor& t) { return ones(t.sizes(), t.options()); }
-Tensor empty_like(const Tensor& t) { return empty(t.sizes(), t.options()); }
-Tensor full_like(const Tensor& t, double v) { return full(t.sizes(), v, t.options()); }
-Tensor scalar_tensor(double value, const TensorOptions& opts) { return full({}, value, opts); }
-
-Tensor arange(double end, const TensorOptions& opts) { return arange(0, end, 1, opts); }
-Tensor arange(double start, double end, double step, const TensorOptions& opts) {
-  KILN_CHECK(step != 0, "arange: step must be non-zero");
-  KILN_CHECK((end - start) * step >= 0, "arange: (end - start) and step have different signs: start=",
-             start, " end=", end, " step=", step);
-  auto n = static_cast<int64_t>(std::ceil((end - start) / step));
-  Tensor host = empty({n}, TensorOptions().dtype(DType::F64));
-  auto* p = host.data_ptr<double>();
-  for (int64_t i = 0; i < n; ++i) p[i] = start + static_cast<double>(i) * step;
-  Tensor t = host.to(opts.device_, opts.dtype_);
-  if (opts.requires_grad_) t.requires_grad_(true);
-  return t;
-}
-
-template <class T>
-Tensor tensor(const std::vector<T>& values, const TensorOptions& opts) {
-  auto n = static_cast<int64_t>(values.size());
-  Tensor host = empty({n}, TensorOptions().dtype(dtype_of<T>::value));
-  if constexpr (std::is_same_v<T, bool>) {
-    auto* p = host.data_ptr<bool>();
-    for (int64_t i = 0; i < n; ++i) p[i] = values[i];
-  } else if (n > 0) {
-    std::memcpy(host.data_ptr(), values.data(), n * sizeof(T));
-  }
-  Tensor t = host.to(opts.device_, opts.dtype_);
-  if (opts.requires_grad_) t.requires_grad_(true);
-  return t;
-}
-template Tensor tensor(const std::vector<float>&, const TensorOptions&);
-template Tensor tensor(const std::vector<double>&, const TensorOptions&);
-template Tensor tensor(const std::vector<int64_t>&, const TensorOptions&);
-template Tensor tensor(const std::vector<int32_t>&, const TensorOptions&);
-template Tensor tensor(const std::vector<uint8_t>&, const TensorOptions&);
-template Tensor tensor(const std::vector<bool>&, const TensorOptions&);
-template Tensor tensor(const std::vector<Half>&, const TensorOptions&);
-template Tensor tensor(const std::vector<BFloat16>&, const TensorOptions&);
-
 Tensor from_blob(void* data, const IntList& sizes, std::function<void(void*)> deleter,
                  const TensorOptions& opts) {
   return from_blob(data, sizes, contiguous_strides(sizes), std::move(deleter), opts);
@@ -287,77 +232,7 @@ Tensor from_blob(void* data, const IntList& sizes, const IntList& strides,
   return t;
 }
 
-// ---------------------------------------------------------------- RNG creation
-
-Tensor rand(const IntList& sizes, const TensorOptions& opts) {
-  KILN_CHECK(is_floating(opts.dtype_), "rand: dtype must be floating point, got ", opts.dtype_);
-  TensorOptions o = opts;
-  o.requires_grad_ = false;
-  Tensor t = empty(sizes, o);
-  auto [seed, offset] = default_generator(opts.device_).reserve(t.numel());
-  kernels::fill_uniform(t, seed, offset);
-  if (opts.requires_grad_) t.requires_grad_(true);
-  return t;
-}
-
-Tensor randn(const IntList& sizes, const TensorOptions& opts) {
-  KILN_CHECK(is_floating(opts.dtype_), "randn: dtype must be floating point, got ", opts.dtype_);
-  TensorOptions o = opts;
-  o.requires_grad_ = false;
-  Tensor t = empty(sizes, o);
-  auto [seed, offset] = default_generator(opts.device_).reserve(t.numel());
-  kernels::fill_normal(t, seed, offset);
-  if (opts.requires_grad_) t.requires_grad_(true);
-  return t;
-}
-
-Tensor randint(int64_t low, int64_t high, const IntList& sizes, const TensorOptions& opts) {
-  KILN_CHECK(high > low, "randint: expected low < high, got low=", low, " high=", high);
-  Tensor t = empty(sizes, opts);
-  auto [seed, offset] = default_generator(opts.device_).reserve(t.numel());
-  kernels::fill_randint(t, low, high, seed, offset);
-  return t;
-}
-
-Tensor rand_like(const Tensor& t) { return rand(t.sizes(), t.options()); }
-Tensor randn_like(const Tensor& t) { return randn(t.sizes(), t.options()); }
-
 // ---------------------------------------------------------------- conversions
-
-Tensor Tensor::contiguous() const {
-  if (is_contiguous()) return *this;
-  return clone();
-}
-
-Tensor Tensor::clone() const {
-  Tensor out = empty(sizes(), options());
-  kernels::copy(out, *this);
-  if (autograd::any_requires_grad({this})) {
-    autograd::record_function("CloneBackward", {this}, {&out},
-                              [](const autograd::TensorList& g) { return g; });
-  }
-  return out;
-}
-
-Tensor Tensor::to(DType dt) const { return to(device(), dt, false); }
-Tensor Tensor::to(Device dev, bool non_blocking) const { return to(dev, dtype(), non_blocking); }
-
-Tensor Tensor::to(Device dev, DType dt, bool non_blocking) const {
-  if (dev == device() && dt == dtype()) return *this;
-  if (dev.is_cuda()) cuda::check_device(dev, "to");
-  Tensor out = empty(sizes(), TensorOptions().dtype(dt).device(dev));
-  kernels::copy(out, *this, non_blocking);
-  if (autograd::any_requires_grad({this})) {
-    KILN_CHECK(is_floating(dt), "to: cannot convert a tensor that requires grad to ", dt);
-    DType src_dt = dtype();
-    Device src_dev = device();
-    autograd::record_function("ToCopyBackward", {this}, {&out},
-                              [src_dt, src_dev](const autograd::TensorList& g) {
-                                return autograd::TensorList{g[0].to(src_dev, src_dt)};
-                              });
-  }
-  return out;
-}
 
 void Tensor::set_data(const Tensor& src) {
   KILN_CHECK(defined() && src.defined(), "set_data: tensor is undefined");
@@ -368,14 +243,6 @@ void Tensor::set_data(const Tensor& src) {
   impl_->strides = src.impl_->strides;
   impl_->offset = src.impl_->offset;
   impl_->dtype = src.impl_->dtype;
-}
-
-Tensor Tensor::pin_memory() const {
-  KILN_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned, got ", device());
-  if (is_pinned()) return *this;
-  Tensor out = empty(sizes(), TensorOptions().dtype(dtype()).pinned_memory(true));
-  kernels::copy(out, *this);
-  return out;
 }
 
 // ---------------------------------------------------------------- views
@@ -610,34 +477,6 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
   sz.push_back(p);
   for (int64_t i = end + 1; i < dim(); ++i) sz.push_back(sizes()[i]);
   return reshape(sz);
-}
-
-// ---------------------------------------------------------------- in-place
-
-namespace {
-void check_inplace(const Tensor& t, const char* op) {
-  KILN_CHECK(t.defined(), op, ": tensor is undefined");
-  KILN_CHECK(!(GradMode::is_enabled() && t.requires_grad()), op,
-             ": in-place operation on a tensor that requires grad while grad mode is on; "
-             "wrap it in kiln::NoGradGuard or use the out-of-place op");
-}
-}  // namespace
-
-Tensor& Tensor::zero_() { return fill_(0.0); }
-
-Tensor& Tensor::fill_(double value) {
-  check_inplace(*this, "fill_");
-  kernels::fill(*this, value);
-  storage()->bump_version();
-  return *this;
-}
-
-Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
-  check_inplace(*this, "copy_");
-  KILN_CHECK(src.defined(), "copy_: source is undefined");
-  kernels::copy(*this, src, non_blocking);
-  storage()->bump_version();
-  return *this;
 }
 
 }  // namespace kiln

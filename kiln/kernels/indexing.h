@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "kiln/core/tensor.h"
+#include "kiln/kernels/dispatch.h"
 
 namespace kiln::kernels {
 
@@ -41,12 +42,19 @@ void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tens
 // the host: an explicit synchronisation point when the tensor lives on a device.
 std::pair<int64_t, int64_t> index_min_max(const Tensor& index, const char* op);
 
-namespace cpu {
-void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op);
-void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op);
-void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op);
-void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op);
-std::pair<int64_t, int64_t> index_min_max(const Tensor& index, const char* op);
-}  // namespace cpu
+// The backends' slots behind the checked entry points above (arguments already checked; `dim`
+// wrapped to be non-negative).
+namespace backend {
+inline Kernel<void(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op)>
+    index_select{"index_select"};
+inline Kernel<void(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op)>
+    index_add{"index_add"};
+inline Kernel<void(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op)>
+    gather{"gather"};
+inline Kernel<void(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op)>
+    scatter_add{"scatter_add"};
+inline Kernel<std::pair<int64_t, int64_t>(const Tensor& index, const char* op)> index_min_max{
+    "index_min_max"};
+}  // namespace backend
 
 }  // namespace kiln::kernels

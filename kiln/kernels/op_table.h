@@ -5,7 +5,11 @@
 //   visit_unary(op, a, b, [&](auto functor, auto types) { ... launch ... });
 #include <type_traits>
 
-#include "kiln/kernels/kernels.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/matmul.h"
+#include "kiln/kernels/pointwise.h"
+#include "kiln/kernels/reduce.h"
+#include "kiln/kernels/softmax.h"
 #include "kiln/kernels/math/pointwise.h"
 
 namespace kiln::kernels {

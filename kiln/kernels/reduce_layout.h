@@ -2,8 +2,8 @@
 // How both backends lay out a reduction: the input seen as [K kept, R reduced] rows (after
 // moving the reduced dims last), or — when only the leading dims of a contiguous tensor are
 // reduced — as [R, K] read in place, which the column kernels accumulate without a copy.
-#include "kiln/core/autograd.h"
-#include "kiln/kernels/kernels.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/reduce.h"
 
 namespace kiln::kernels {
 
@@ -15,9 +15,7 @@ struct ReduceLayout {
 
   // The [K, R] row-major source (a copy only when the permuted view is not contiguous).
   Tensor rows(const Tensor& in) const {
-    NoGradGuard ng;
-    Tensor p = in.detach().permute(perm);
-    return p.is_contiguous() ? p : p.contiguous();
+    return contiguous(in.detach().permute(perm));
   }
 };
 
@@ -42,13 +40,11 @@ inline ReduceLayout reduce_layout(ReduceOp op, const Tensor& out, const Tensor& 
 // For arg max/min along `dim`: `in` with dim moved last (other dims in order) as contiguous rows
 // of length size(dim): row r of the result is output element r.
 inline Tensor dim_last_rows(const Tensor& in, int64_t dim) {
-  NoGradGuard ng;
   IntList perm;
   for (int64_t d = 0; d < in.dim(); ++d)
     if (d != dim) perm.push_back(d);
   if (in.dim() > 0) perm.push_back(dim);
-  Tensor p = in.detach().permute(perm);
-  return p.is_contiguous() ? p : p.contiguous();
+  return contiguous(in.detach().permute(perm));
 }
 
 }  // namespace kiln::kernels

@@ -18,11 +18,10 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/memory_format.h"
 #include "kiln/core/tensor.h"
 
 namespace kiln {
-
-enum class MemoryFormat : uint8_t { Contiguous, ChannelsLast };
 
 namespace nn {
 

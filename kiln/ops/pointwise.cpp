@@ -5,7 +5,11 @@
 
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
-#include "kiln/kernels/kernels.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/matmul.h"
+#include "kiln/kernels/pointwise.h"
+#include "kiln/kernels/reduce.h"
+#include "kiln/kernels/softmax.h"
 
 namespace kiln {
 
@@ -496,7 +500,7 @@ Tensor& binary_inplace(Tensor& self, BinaryOp op, const Tensor& other, const cha
              !(result != DType::Bool && self.dtype() == DType::Bool), name,
              ": result type ", result, " can't be cast to the in-place target's dtype ", self.dtype());
   NoGradGuard ng;
-  kernels::binary(op, self, self, as_dtype(other.detach(), self.dtype()), alpha);
+  kernels::binary(op, self, self, as_dtype(other.detach(), self.dtype()), alpha, 0.0);
   self.storage()->bump_version();
   return self;
 }

@@ -5,7 +5,11 @@
 
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
-#include "kiln/kernels/kernels.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/matmul.h"
+#include "kiln/kernels/pointwise.h"
+#include "kiln/kernels/reduce.h"
+#include "kiln/kernels/softmax.h"
 
 namespace kiln {
 

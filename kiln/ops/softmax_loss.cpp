@@ -3,8 +3,12 @@
 #include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
-#include "kiln/kernels/kernels.h"
-#include "kiln/kernels/xent_kernels.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/matmul.h"
+#include "kiln/kernels/pointwise.h"
+#include "kiln/kernels/reduce.h"
+#include "kiln/kernels/softmax.h"
+#include "kiln/kernels/cross_entropy.h"
 
 namespace kiln {
 
@@ -135,7 +139,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_in
   return per.reshape(sample_shape);
 }
 
-// Cross-entropy on class-index targets, fused (kiln/kernels/xent_kernels.h): one kernel computes
+// Cross-entropy on class-index targets, fused (kiln/kernels/cross_entropy.h): one kernel computes
 // per row max, logsumexp and the (label-smoothed) loss and saves lse; the backward writes
 // dx = (softmax(x) - q) * g from x and lse in one pass. Input [N, C] or [C], or [N, C, d...] moved
 // to [N*d..., C] rows like flatten_classes does. The loss is computed in f32 (f64 for f64 logits)

@@ -1,4 +1,4 @@
-// The fused softmax + cross-entropy (kiln/kernels/xent_kernels.h) behind kiln::cross_entropy:
+// The fused softmax + cross-entropy (kiln/kernels/cross_entropy.h) behind kiln::cross_entropy:
 // the shared per-row math (online max/sum merging, the row loss), the raw kernels, the op against
 // a composite of kiln ops (log_softmax + gather + mean) for every dtype, reduction, ignore_index
 // and label smoothing, f64 gradchecks (first and second order), autocast, and the CPU's error on
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include <kiln/kiln.h>
-#include "kiln/kernels/xent_kernels.h"
+#include "kiln/kernels/cross_entropy.h"
 #include "tests/test_util.h"
 
 using namespace kiln_test;

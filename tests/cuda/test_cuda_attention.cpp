@@ -15,6 +15,10 @@
 
 #include <kiln/kiln.h>
 
+#include "kiln/kernels/activation.h"
+#include "kiln/kernels/attention.h"
+#include "kiln/kernels/dropout.h"
+#include "kiln/kernels/norm.h"
 #include "kiln/kernels/norm_kernels.h"
 
 namespace F = kiln::nn::functional;

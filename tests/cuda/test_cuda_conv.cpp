@@ -21,14 +21,16 @@
 #include <kiln/kiln.h>
 #include <kiln/nn/functional.h>
 
-#include "kiln/kernels/nn_kernels.h"
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/memory_format.h"
+#include "kiln/kernels/pool.h"
 
 namespace {
 
 namespace F = kiln::nn::functional;
 using kiln::DType;
+using kiln::MemoryFormat;
 using kiln::Tensor;
-using kiln::kernels::MemoryFormat;
 
 const kiln::Device kGpu = kiln::Device::cuda(0);
 

@@ -14,7 +14,8 @@
 #include <vector>
 
 #include <kiln/kiln.h>
-#include <kiln/kernels/norm_kernels.h>
+#include <kiln/kernels/dropout.h>
+#include <kiln/kernels/norm.h>
 #include <kiln/nn/functional.h>
 
 namespace F = kiln::nn::functional;
@@ -314,7 +315,7 @@ TEST_CASE("batch norm statistics match the CPU", "[cuda][norm][batch_norm]") {
         Tensor m = kiln::empty({C}, kiln::TensorOptions().dtype(st).device(d));
         Tensor is = kiln::empty({C}, kiln::TensorOptions().dtype(st).device(d));
         Tensor v = kiln::empty({C}, kiln::TensorOptions().dtype(st).device(d));
-        kiln::kernels::batch_norm_forward(y, xd, Tensor(), Tensor(), m, is, v, true, 1e-5);
+        kiln::kernels::batch_norm_forward(y, xd, Tensor(), Tensor(), m, is, v, true, 1e-5, false);
         return std::vector<Tensor>{y, m, is, v};
       };
       auto c = run(kiln::Device::cpu());
@@ -515,7 +516,7 @@ TEST_CASE("bad operands to the CUDA norm kernels are clear errors", "[cuda][norm
   // batch norm: mean with the wrong number of channels
   Tensor xb = kiln::randn({2, 3, 5}, o), yb = kiln::empty({2, 3, 5}, o);
   REQUIRE_THROWS_AS(kiln::kernels::batch_norm_forward(yb, xb, Tensor(), Tensor(), kiln::empty({4}, o),
-                                                      kiln::empty({3}, o), kiln::empty({3}, o), true, 1e-5),
+                                                      kiln::empty({3}, o), kiln::empty({3}, o), true, 1e-5, false),
                     kiln::Error);
   // fused BN + ReLU backward: a bias (for the mask) with the wrong number of channels
   REQUIRE_THROWS_AS(kiln::kernels::batch_norm_backward(kiln::empty({2, 3, 5}, o), Tensor(), Tensor(),

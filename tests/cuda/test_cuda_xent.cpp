@@ -17,7 +17,7 @@
 #include <vector>
 
 #include <kiln/kiln.h>
-#include "kiln/kernels/xent_kernels.h"
+#include "kiln/kernels/cross_entropy.h"
 
 using kiln::DType;
 using kiln::Reduction;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include <kiln/kiln.h>
-#include <kiln/kernels/nn_kernels.h>
+#include <kiln/kernels/cpu/conv.h>
 #include <kiln/kernels/norm_kernels.h>
 #include <kiln/nn/functional.h>
 #include "tests/test_util.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <kiln/kiln.h>
-#include <kiln/kernels/norm_kernels.h>
+#include <kiln/kernels/attention.h>
 #include <kiln/nn/functional.h>
 #include "tests/test_util.h"
 
@@ -224,7 +224,7 @@ TEST_CASE("binary_cross_entropy_with_logits: stable values, pos_weight, gradchec
 
 TEST_CASE("scaled_dot_product_attention: blocked == naive in f64, causal and not", "[attention]") {
   kiln::manual_seed(14);
-  const int64_t blk = kiln::kernels::attention_block_size();
+  const int64_t blk = kiln::kernels::cpu::attention_block_size();
   // T not a multiple of the block size; Tq != Tk; Dv != D; leading dims [2, 3]
   for (bool causal : {false, true}) {
     for (IntList t : {IntList{blk + 7, blk + 7}, IntList{2 * blk + 5, blk + 19}, IntList{9, 2 * blk + 3}, IntList{1, 1}}) {
@@ -245,7 +245,7 @@ TEST_CASE("scaled_dot_product_attention: blocked == naive in f64, causal and not
 
 TEST_CASE("scaled_dot_product_attention: backward == naive backward, gradchecks", "[attention]") {
   kiln::manual_seed(15);
-  const int64_t blk = kiln::kernels::attention_block_size();
+  const int64_t blk = kiln::kernels::cpu::attention_block_size();
   for (bool causal : {false, true}) {
     INFO("causal " << causal);
     Tensor q = kiln::randn({2, blk + 9, 6}, f64(true)), k = kiln::randn({2, blk + 3, 6}, f64(true)),

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include <kiln/kiln.h>
-#include <kiln/kernels/fused_kernels.h>
+#include <kiln/kernels/fused.h>
 #include <kiln/nn/functional.h>
 #include "tests/test_util.h"
 

@@ -14,7 +14,9 @@
 
 #include <kiln/kiln.h>
 #include "kiln/kernels/cuda/pool_math.h"
-#include "kiln/kernels/nn_kernels.h"
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/memory_format.h"
+#include "kiln/kernels/pool.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -100,7 +102,7 @@ void check_case(const Case& cs, int layout, DType dt) {
   // max: values and indices
   Tensor out = kiln::empty({g.N, g.C, g.OH, g.OW}, dt);
   Tensor idx = kiln::empty({g.N, g.C, g.OH, g.OW}, DType::I32);
-  K::cpu::max_pool2d_forward(out, idx, x, g);
+  K::max_pool2d_forward(out, idx, x, g);
   Tensor m_out = per_element<T>(g.N, g.C, g.OH, g.OW, dt, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
     kiln::opmath_t<T> best;
     int32_t bi;
@@ -117,7 +119,7 @@ void check_case(const Case& cs, int layout, DType dt) {
   require_bitwise<int32_t>(m_idx, idx, what + ": max indices");
 
   Tensor gx = kiln::empty({g.N, g.C, g.H, g.W}, dt);
-  K::cpu::max_pool2d_backward(gx, gy, idx, g);
+  K::max_pool2d_backward(gx, gy, idx, g);
   const auto I = PM::view4<const int32_t>(idx);
   Tensor m_gx = per_element<T>(g.N, g.C, g.H, g.W, dt, [&](int64_t n, int64_t c, int64_t h, int64_t w) {
     return PM::max_bwd_at<T>(GY, I, g, n, c, h, w);
@@ -127,12 +129,12 @@ void check_case(const Case& cs, int layout, DType dt) {
   // average, both divisor rules
   for (bool pad : {true, false}) {
     const std::string w2 = what + (pad ? " count_include_pad" : " exclude pad");
-    K::cpu::avg_pool2d_forward(out, x, g, pad);
+    K::avg_pool2d_forward(out, x, g, pad);
     Tensor a_out = per_element<T>(g.N, g.C, g.OH, g.OW, dt, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
       return PM::avg_fwd_at<T>(X, g, pad, n, c, oh, ow);
     });
     require_bitwise<T>(a_out, out, w2 + ": avg forward");
-    K::cpu::avg_pool2d_backward(gx, gy, g, pad);
+    K::avg_pool2d_backward(gx, gy, g, pad);
     Tensor a_gx = per_element<T>(g.N, g.C, g.H, g.W, dt, [&](int64_t n, int64_t c, int64_t h, int64_t w) {
       return PM::avg_bwd_at<T>(GY, g, pad, n, c, h, w);
     });
@@ -165,13 +167,13 @@ TEST_CASE("pool math: adaptive average matches the CPU kernel bitwise", "[pool][
       const auto X = PM::view4<const float>(x);
       const auto GY = PM::view4<const float>(gy);
       Tensor out = kiln::empty({g.N, g.C, OH, OW});
-      K::cpu::adaptive_avg_pool2d_forward(out, x, g);
+      K::adaptive_avg_pool2d_forward(out, x, g);
       Tensor m_out = per_element<float>(g.N, g.C, OH, OW, DType::F32, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
         return PM::adaptive_fwd_at<float>(X, g, n, c, oh, ow);
       });
       require_bitwise<float>(m_out, out, "adaptive forward");
       Tensor gx = kiln::empty({g.N, g.C, H, W});
-      K::cpu::adaptive_avg_pool2d_backward(gx, gy, g);
+      K::adaptive_avg_pool2d_backward(gx, gy, g);
       Tensor m_gx = per_element<float>(g.N, g.C, H, W, DType::F32, [&](int64_t n, int64_t c, int64_t h, int64_t w) {
         return PM::adaptive_bwd_at<float>(GY, g, n, c, h, w);
       });
@@ -188,7 +190,7 @@ TEST_CASE("pool math: f16 bodies equal the CPU's widen-to-f32 path", "[pool][cud
   const auto X = PM::view4<const kiln::Half>(x16);
   Tensor out = kiln::empty({g.N, g.C, g.OH, g.OW});
   Tensor idx = kiln::empty({g.N, g.C, g.OH, g.OW}, DType::I32);
-  K::cpu::max_pool2d_forward(out, idx, x32, g);
+  K::max_pool2d_forward(out, idx, x32, g);
   Tensor m_out = per_element<kiln::Half>(g.N, g.C, g.OH, g.OW, DType::F16, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
     float best;
     int32_t bi;
@@ -196,7 +198,7 @@ TEST_CASE("pool math: f16 bodies equal the CPU's widen-to-f32 path", "[pool][cud
     return best;
   });
   require_bitwise<kiln::Half>(m_out, out.to(DType::F16), "f16 max forward");
-  K::cpu::avg_pool2d_forward(out, x32, g, true);
+  K::avg_pool2d_forward(out, x32, g, true);
   Tensor a_out = per_element<kiln::Half>(g.N, g.C, g.OH, g.OW, DType::F16, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
     return PM::avg_fwd_at<kiln::Half>(X, g, true, n, c, oh, ow);
   });

@@ -2,7 +2,7 @@
 // where(x > 0, x, slope * x) would take three). Branch-free so the loops vectorize.
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
-#include "kiln/kernels/norm_kernels.h"
+#include "kiln/kernels/activation.h"
 
 namespace kiln::kernels::cpu {
 
@@ -48,3 +48,8 @@ void leaky_relu_backward(const Tensor& dx, const Tensor& g, const Tensor& x, dou
 }
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(leaky_relu, CPU, cpu::leaky_relu);
+KILN_REGISTER_KERNEL(leaky_relu_backward, CPU, cpu::leaky_relu_backward);
+}  // namespace kiln::kernels

@@ -25,7 +25,7 @@
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
-#include "kiln/kernels/norm_kernels.h"
+#include "kiln/kernels/attention.h"
 
 namespace kiln::kernels::cpu {
 
@@ -222,3 +222,8 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
 }
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(attention_forward, CPU, cpu::attention_forward);
+KILN_REGISTER_KERNEL(attention_backward, CPU, cpu::attention_backward);
+}  // namespace kiln::kernels

@@ -27,7 +27,13 @@
 #include "kiln/core/error.h"
 #include "kiln/kernels/cpu/max_pool_2x2.h"
 #include "kiln/kernels/cpu/batch_norm_common.h"
-#include "kiln/kernels/nn_kernels.h"
+#include "kiln/kernels/cpu/conv.h"
+#include "kiln/kernels/memory_format.h"
+#include "kiln/kernels/pool.h"
+#include "kiln/kernels/activation.h"
+#include "kiln/kernels/attention.h"
+#include "kiln/kernels/dropout.h"
+#include "kiln/kernels/norm.h"
 #include "kiln/kernels/norm_kernels.h"
 
 namespace kiln::kernels::cpu {

@@ -39,7 +39,8 @@
 #include "kiln/core/autograd.h"
 #include "kiln/core/cudnn.h"
 #include "kiln/core/error.h"
-#include "kiln/kernels/nn_kernels.h"
+#include "kiln/kernels/cpu/conv.h"
+#include "kiln/kernels/memory_format.h"
 
 namespace kiln::kernels::cpu {
 
@@ -853,3 +854,10 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
 }
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(conv2d_forward, CPU, cpu::conv2d_forward);
+KILN_REGISTER_KERNEL(conv2d_forward_batch_stats, CPU, cpu::conv2d_forward_batch_stats);
+KILN_REGISTER_KERNEL(conv2d_backward_input, CPU, cpu::conv2d_backward_input);
+KILN_REGISTER_KERNEL(conv2d_backward_weight, CPU, cpu::conv2d_backward_weight);
+}  // namespace kiln::kernels

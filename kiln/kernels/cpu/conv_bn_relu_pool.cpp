@@ -40,6 +40,10 @@
 #include "kiln/core/error.h"
 #include "kiln/kernels/cpu/batch_norm_common.h"
 #include "kiln/kernels/cpu/max_pool_2x2.h"
+#include "kiln/kernels/activation.h"
+#include "kiln/kernels/attention.h"
+#include "kiln/kernels/dropout.h"
+#include "kiln/kernels/norm.h"
 #include "kiln/kernels/norm_kernels.h"
 
 namespace kiln::kernels::cpu {

@@ -7,7 +7,8 @@
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/core/philox.h"
-#include "kiln/kernels/norm_kernels.h"
+#include "kiln/kernels/dropout.h"
+#include "kiln/kernels/activation.h"
 
 namespace kiln::kernels::cpu {
 
@@ -34,3 +35,7 @@ void dropout(const Tensor& out, const Tensor& in, double p, uint64_t seed, uint6
 }
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(dropout, CPU, cpu::dropout);
+}  // namespace kiln::kernels

@@ -15,7 +15,9 @@
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/kernels/cpu/loops.h"
-#include "kiln/kernels/fused_kernels.h"
+#include "kiln/kernels/fused.h"
+#include "kiln/kernels/matmul.h"
+#include "kiln/kernels/pointwise.h"
 #include "kiln/kernels/math/fused.h"
 
 namespace kiln::kernels::cpu {
@@ -191,4 +193,35 @@ void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tens
   });
 }
 
+// The linear epilogues on the CPU are compositions: the GEMM into the pre-activation buffer,
+// then one fused bias(+GELU) pass.
+void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                     Epilogue epilogue, const Tensor& gelu_aux, GeluApprox approx) {
+  const Tensor weight_t = weight.detach().t();
+  if (epilogue == Epilogue::Bias) {
+    kernels::matmul(out, x, weight_t);
+    kernels::binary(BinaryOp::Add, out, out, bias, 1.0, 0.0);
+    return;
+  }
+  const Tensor& pre = gelu_aux.defined() ? gelu_aux : out;
+  kernels::matmul(pre, x, weight_t);
+  cpu::bias_gelu(out, pre, bias, approx);
+  if (gelu_aux.defined()) kernels::binary(BinaryOp::Add, gelu_aux, gelu_aux, bias, 1.0, 0.0);
+}
+
+void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a, const Tensor& b,
+                        const Tensor& pre, GeluApprox approx) {
+  kernels::matmul(dpre, a, b);
+  cpu::bias_gelu_backward(dpre, dbias, dpre, pre, Tensor(), approx);
+}
+
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(backend::bias_gelu, CPU, cpu::bias_gelu);
+KILN_REGISTER_KERNEL(backend::bias_gelu_backward, CPU, cpu::bias_gelu_backward);
+KILN_REGISTER_KERNEL(backend::bias_dropout_add, CPU, cpu::bias_dropout_add);
+KILN_REGISTER_KERNEL(backend::bias_dropout_add_backward, CPU, cpu::bias_dropout_add_backward);
+KILN_REGISTER_KERNEL(backend::linear_epilogue, CPU, cpu::linear_epilogue);
+KILN_REGISTER_KERNEL(backend::matmul_dgelu_bgrad, CPU, cpu::matmul_dgelu_bgrad);
+}  // namespace kiln::kernels

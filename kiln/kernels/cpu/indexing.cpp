@@ -275,3 +275,11 @@ void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tens
 }
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(backend::index_select, CPU, cpu::index_select);
+KILN_REGISTER_KERNEL(backend::index_add, CPU, cpu::index_add);
+KILN_REGISTER_KERNEL(backend::gather, CPU, cpu::gather);
+KILN_REGISTER_KERNEL(backend::scatter_add, CPU, cpu::scatter_add);
+KILN_REGISTER_KERNEL(backend::index_min_max, CPU, cpu::index_min_max);
+}  // namespace kiln::kernels

@@ -4,8 +4,11 @@
 #include <Eigen/Core>
 #include <omp.h>
 
-#include "kiln/core/autograd.h"
-#include "kiln/kernels/cpu/cpu_kernels.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/matmul.h"
+#include "kiln/kernels/pointwise.h"
+#include "kiln/kernels/reduce.h"
+#include "kiln/kernels/softmax.h"
 
 namespace kiln::kernels::cpu {
 
@@ -37,7 +40,7 @@ Tensor mappable(const Tensor& t) {
   bool row_major = (cs == 1 || cols == 1) && rs >= std::max<int64_t>(cols, 1);
   bool col_major = (rs == 1 || rows == 1) && cs >= std::max<int64_t>(rows, 1);
   if (row_major || col_major) return t;
-  return t.contiguous();
+  return contiguous(t);
 }
 
 template <class T>
@@ -79,16 +82,15 @@ void matmul(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
     fill(c, 0.0);
     return;
   }
-  NoGradGuard ng;
   const DType dt = a_in.dtype();
   if (dt == DType::F16 || dt == DType::BF16) {
-    Tensor a = a_in.detach().to(DType::F32), b = b_in.detach().to(DType::F32);
+    Tensor a = to_dtype(a_in, DType::F32), b = to_dtype(b_in, DType::F32);
     Tensor c32 = empty(c.sizes(), TensorOptions().dtype(DType::F32));
     gemm_batched<float>(c32, mappable(a), mappable(b));
     copy(c, c32);
     return;
   }
-  Tensor a = mappable(a_in.detach()), b = mappable(b_in.detach());
+  Tensor a = mappable(a_in), b = mappable(b_in);
   switch (dt) {
     case DType::F32: return gemm_batched<float>(c, a, b);
     case DType::F64: return gemm_batched<double>(c, a, b);
@@ -99,3 +101,7 @@ void matmul(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
 }
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(matmul, CPU, cpu::matmul);
+}  // namespace kiln::kernels

@@ -36,7 +36,7 @@
 #include "kiln/core/error.h"
 #include "kiln/kernels/cpu/batch_norm_common.h"
 #include "kiln/kernels/math/pointwise.h"
-#include "kiln/kernels/norm_kernels.h"
+#include "kiln/kernels/norm.h"
 
 namespace kiln::kernels::cpu {
 
@@ -474,3 +474,10 @@ void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& db
 }
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(batch_norm_forward, CPU, cpu::batch_norm_forward);
+KILN_REGISTER_KERNEL(batch_norm_backward, CPU, cpu::batch_norm_backward);
+KILN_REGISTER_KERNEL(row_norm_forward, CPU, cpu::row_norm_forward);
+KILN_REGISTER_KERNEL(row_norm_backward, CPU, cpu::row_norm_backward);
+}  // namespace kiln::kernels

@@ -7,7 +7,11 @@
 #endif
 
 #include "kiln/core/philox.h"
-#include "kiln/kernels/cpu/cpu_kernels.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/matmul.h"
+#include "kiln/kernels/pointwise.h"
+#include "kiln/kernels/reduce.h"
+#include "kiln/kernels/softmax.h"
 #include "kiln/kernels/cpu/loops.h"
 #include "kiln/kernels/op_table.h"
 
@@ -242,3 +246,14 @@ void fill_randint(const Tensor& dst, int64_t low, int64_t high, uint64_t seed, u
 }
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(unary, CPU, cpu::unary);
+KILN_REGISTER_KERNEL(binary, CPU, cpu::binary);
+KILN_REGISTER_KERNEL(where, CPU, cpu::where);
+KILN_REGISTER_KERNEL(copy_within_device, CPU, cpu::copy);
+KILN_REGISTER_KERNEL(fill, CPU, cpu::fill);
+KILN_REGISTER_KERNEL(fill_uniform, CPU, cpu::fill_uniform);
+KILN_REGISTER_KERNEL(fill_normal, CPU, cpu::fill_normal);
+KILN_REGISTER_KERNEL(fill_randint, CPU, cpu::fill_randint);
+}  // namespace kiln::kernels

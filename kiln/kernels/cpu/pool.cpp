@@ -12,7 +12,9 @@
 
 #include "kiln/core/error.h"
 #include "kiln/kernels/cpu/max_pool_2x2.h"
-#include "kiln/kernels/nn_kernels.h"
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/memory_format.h"
+#include "kiln/kernels/pool.h"
 
 namespace kiln::kernels::cpu {
 
@@ -373,3 +375,12 @@ void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out,
 #undef KILN_POOL_DISPATCH
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(max_pool2d_forward, CPU, cpu::max_pool2d_forward);
+KILN_REGISTER_KERNEL(max_pool2d_backward, CPU, cpu::max_pool2d_backward);
+KILN_REGISTER_KERNEL(avg_pool2d_forward, CPU, cpu::avg_pool2d_forward);
+KILN_REGISTER_KERNEL(avg_pool2d_backward, CPU, cpu::avg_pool2d_backward);
+KILN_REGISTER_KERNEL(adaptive_avg_pool2d_forward, CPU, cpu::adaptive_avg_pool2d_forward);
+KILN_REGISTER_KERNEL(adaptive_avg_pool2d_backward, CPU, cpu::adaptive_avg_pool2d_backward);
+}  // namespace kiln::kernels

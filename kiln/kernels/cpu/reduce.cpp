@@ -9,8 +9,11 @@
 #include <numeric>
 #include <vector>
 
-#include "kiln/core/autograd.h"
-#include "kiln/kernels/cpu/cpu_kernels.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/matmul.h"
+#include "kiln/kernels/pointwise.h"
+#include "kiln/kernels/reduce.h"
+#include "kiln/kernels/softmax.h"
 #include "kiln/kernels/cpu/loops.h"
 #include "kiln/kernels/reduce_layout.h"
 
@@ -183,3 +186,8 @@ void arg_reduce(bool is_max, const Tensor& values, const Tensor& indices, const 
 }
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(reduce, CPU, cpu::reduce);
+KILN_REGISTER_KERNEL(arg_reduce, CPU, cpu::arg_reduce);
+}  // namespace kiln::kernels

@@ -2,7 +2,11 @@
 // rows spread across threads. Computed in opmath precision with the max subtracted first.
 #include <cmath>
 
-#include "kiln/kernels/cpu/cpu_kernels.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/matmul.h"
+#include "kiln/kernels/pointwise.h"
+#include "kiln/kernels/reduce.h"
+#include "kiln/kernels/softmax.h"
 #include "kiln/kernels/cpu/loops.h"
 #include "kiln/kernels/math/fast_math.h"
 
@@ -74,3 +78,8 @@ void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tenso
 }
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(softmax, CPU, cpu::softmax);
+KILN_REGISTER_KERNEL(softmax_backward, CPU, cpu::softmax_backward);
+}  // namespace kiln::kernels

@@ -1,4 +1,4 @@
-// Fused softmax + cross-entropy on the CPU (contract and formulas: kiln/kernels/xent_kernels.h).
+// Fused softmax + cross-entropy on the CPU (contract and formulas: kiln/kernels/cross_entropy.h).
 //
 // Forward: rows are spread over OpenMP threads; each row is read twice while it sits in cache
 // (max and sum of x in one vectorized pass, then the sum of exp(x - max) with the vectorizable
@@ -14,7 +14,7 @@
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/kernels/cpu/loops.h"
-#include "kiln/kernels/xent_kernels.h"
+#include "kiln/kernels/cross_entropy.h"
 
 namespace kiln::kernels::cpu {
 
@@ -127,3 +127,8 @@ void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& 
 }
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(backend::cross_entropy_forward, CPU, cpu::cross_entropy_forward);
+KILN_REGISTER_KERNEL(backend::cross_entropy_backward, CPU, cpu::cross_entropy_backward);
+}  // namespace kiln::kernels

@@ -48,10 +48,10 @@
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
-#include "kiln/kernels/cuda/attention_cuda.h"
+#include "kiln/kernels/attention.h"
+#include "kiln/kernels/norm.h"
 #include "kiln/kernels/cuda/block_reduce.cuh"
 #include "kiln/kernels/cuda/launch.cuh"
-#include "kiln/kernels/norm_kernels.h"
 
 namespace kiln::kernels::cuda {
 
@@ -650,3 +650,8 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
 }
 
 }  // namespace kiln::kernels::cuda
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(attention_forward, CUDA, cuda::attention_forward);
+KILN_REGISTER_KERNEL(attention_backward, CUDA, cuda::attention_backward);
+}  // namespace kiln::kernels

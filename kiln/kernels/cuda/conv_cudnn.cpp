@@ -29,7 +29,9 @@
 // cuDNN 9 marks this (legacy) convolution API deprecated in favour of the graph API; it is still
 // shipped and supported, and is far smaller to use, so the deprecation warnings are silenced here.
 #include "kiln/config.h"
-#include "kiln/kernels/cuda/conv_cuda.h"
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/memory_format.h"
+#include "kiln/kernels/pool.h"
 
 #if KILN_WITH_CUDNN
 
@@ -663,3 +665,9 @@ void conv2d_backward_weight(const Tensor&, const Tensor&, const Tensor& grad_out
 }  // namespace kiln::kernels::cuda
 
 #endif  // KILN_WITH_CUDNN
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(conv2d_forward, CUDA, cuda::conv2d_forward);
+KILN_REGISTER_KERNEL(conv2d_backward_input, CUDA, cuda::conv2d_backward_input);
+KILN_REGISTER_KERNEL(conv2d_backward_weight, CUDA, cuda::conv2d_backward_weight);
+}  // namespace kiln::kernels

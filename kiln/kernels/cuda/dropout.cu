@@ -14,8 +14,8 @@
 #include "kiln/core/macros.h"
 #include "kiln/core/philox.h"
 #include "kiln/kernels/cuda/launch.cuh"
-#include "kiln/kernels/cuda/norm_cuda.h"
-#include "kiln/kernels/norm_kernels.h"
+#include "kiln/kernels/dropout.h"
+#include "kiln/kernels/activation.h"
 
 namespace kiln::kernels::cuda {
 
@@ -95,3 +95,9 @@ void leaky_relu_backward(const Tensor& dx, const Tensor& g, const Tensor& x, dou
 }
 
 }  // namespace kiln::kernels::cuda
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(dropout, CUDA, cuda::dropout);
+KILN_REGISTER_KERNEL(leaky_relu, CUDA, cuda::leaky_relu);
+KILN_REGISTER_KERNEL(leaky_relu_backward, CUDA, cuda::leaky_relu_backward);
+}  // namespace kiln::kernels

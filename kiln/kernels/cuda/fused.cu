@@ -24,7 +24,7 @@
 // the same bits as the CPU dropout kernel, so masks agree across backends; the backward
 // regenerates it from (seed, offset) instead of reading a stored mask.
 #include "kiln/kernels/cuda/launch.cuh"
-#include "kiln/kernels/fused_kernels.h"
+#include "kiln/kernels/fused.h"
 #include "kiln/kernels/math/fused.h"
 
 namespace kiln::kernels::cuda {
@@ -273,3 +273,10 @@ void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tens
 }
 
 }  // namespace kiln::kernels::cuda
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(backend::bias_gelu, CUDA, cuda::bias_gelu);
+KILN_REGISTER_KERNEL(backend::bias_gelu_backward, CUDA, cuda::bias_gelu_backward);
+KILN_REGISTER_KERNEL(backend::bias_dropout_add, CUDA, cuda::bias_dropout_add);
+KILN_REGISTER_KERNEL(backend::bias_dropout_add_backward, CUDA, cuda::bias_dropout_add_backward);
+}  // namespace kiln::kernels

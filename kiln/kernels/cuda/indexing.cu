@@ -38,7 +38,7 @@
 #include "kiln/core/determinism.h"
 #include "kiln/core/sync_debug.h"
 #include "kiln/kernels/cuda/block_reduce.cuh"
-#include "kiln/kernels/cuda/indexing_cuda.h"
+#include "kiln/kernels/indexing.h"
 #include "kiln/kernels/cuda/launch.cuh"
 
 namespace kiln::kernels::cuda {
@@ -432,3 +432,11 @@ void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tens
 }
 
 }  // namespace kiln::kernels::cuda
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(backend::index_select, CUDA, cuda::index_select);
+KILN_REGISTER_KERNEL(backend::index_add, CUDA, cuda::index_add);
+KILN_REGISTER_KERNEL(backend::gather, CUDA, cuda::gather);
+KILN_REGISTER_KERNEL(backend::scatter_add, CUDA, cuda::scatter_add);
+KILN_REGISTER_KERNEL(backend::index_min_max, CUDA, cuda::index_min_max);
+}  // namespace kiln::kernels

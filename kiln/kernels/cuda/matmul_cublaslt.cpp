@@ -13,12 +13,15 @@
 
 #include <mutex>
 
-#include "kiln/core/autograd.h"
 #include "kiln/core/cuda.h"
 #include "kiln/core/cuda_check.h"
-#include "kiln/kernels/cuda/cuda_kernels.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/matmul.h"
+#include "kiln/kernels/pointwise.h"
+#include "kiln/kernels/reduce.h"
+#include "kiln/kernels/softmax.h"
 #include "kiln/kernels/cuda/matmul_alignment.h"
-#include "kiln/kernels/fused_kernels.h"
+#include "kiln/kernels/fused.h"
 
 #define KILN_CUBLAS_CHECK(call)                                                                   \
   do {                                                                                            \
@@ -65,7 +68,7 @@ Tensor mappable(const Tensor& t) {
   bool row_major = (cs == 1 || cols == 1) && rs >= std::max<int64_t>(cols, 1);
   bool col_major = (rs == 1 || rows == 1) && cs >= std::max<int64_t>(rows, 1);
   bool batch_ok = n == 2 || t.stride(0) > 0 || t.size(0) == 1;
-  return (row_major || col_major) && batch_ok ? t : t.contiguous();
+  return (row_major || col_major) && batch_ok ? t : contiguous(t);
 }
 
 }  // namespace
@@ -216,17 +219,16 @@ void matmul(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
   KILN_CHECK(c.is_contiguous(), "matmul: output must be contiguous");
   KILN_CHECK(a_in.dtype() == b_in.dtype() && c.dtype() == a_in.dtype(), "matmul: dtype mismatch");
   if (c.numel() == 0) return;
-  NoGradGuard ng;
   if (a_in.size(-1) == 0) {
     fill(c, 0.0);
     return;
   }
-  Tensor a = mappable(a_in.detach()), b = mappable(b_in.detach());
+  Tensor a = mappable(a_in), b = mappable(b_in);
   lt_matmul(c, a, b, EpilogueArgs{});
 }
 
 // ---------------------------------------------------------------- fused epilogues
-// (contracts in kiln/kernels/fused_kernels.h; shapes and dtypes checked by fused_dispatch.cpp)
+// (contracts in kiln/kernels/fused.h; shapes and dtypes checked by fused_dispatch.cpp)
 
 bool last_call_used_epilogue() { return t_used_epilogue; }
 
@@ -234,10 +236,9 @@ void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, c
                      Epilogue epilogue, const Tensor& gelu_aux, GeluApprox approx) {
   t_used_epilogue = false;
   if (out.numel() == 0) return;
-  NoGradGuard ng;
   const int64_t N = out.size(1), K = x.size(1);
   const bool gelu = epilogue == Epilogue::BiasGelu;
-  Tensor a = mappable(x.detach()), b = mappable(weight.detach().t());
+  Tensor a = mappable(x), b = mappable(weight.detach().t());
   EpilogueArgs ep;
   ep.bias = bias.data_ptr();
   // cuBLASLt's GELU is the tanh approximation; its aux buffer needs a leading dimension that is
@@ -261,10 +262,10 @@ void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, c
   bias_only.kind = CUBLASLT_EPILOGUE_BIAS;
   bias_only.bias = bias.data_ptr();
   if (K == 0 || !lt_matmul(pre, a, b, bias_only)) {
-    matmul(pre, x, weight.t());
-    cuda::binary(BinaryOp::Add, pre, pre, bias, 1.0, 0.0);
+    matmul(pre, x, weight.detach().t());
+    binary(BinaryOp::Add, pre, pre, bias, 1.0, 0.0);
   }
-  if (gelu) cuda::bias_gelu(out, pre, Tensor(), approx);
+  if (gelu) bias_gelu(out, pre, Tensor(), approx);
 }
 
 void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a_in, const Tensor& b_in,
@@ -274,10 +275,9 @@ void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a
     if (dbias.defined()) fill(dbias, 0.0);
     return;
   }
-  NoGradGuard ng;
   const int64_t N = dpre.size(1), K = a_in.size(1);
   if (approx == GeluApprox::Tanh && K > 0 && N % 8 == 0) {
-    Tensor a = mappable(a_in.detach()), b = mappable(b_in.detach());
+    Tensor a = mappable(a_in), b = mappable(b_in);
     EpilogueArgs ep;
     ep.kind = dbias.defined() ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
     ep.bias = dbias.defined() ? dbias.data_ptr() : nullptr;
@@ -289,7 +289,16 @@ void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a
     }
   }
   matmul(dpre, a_in, b_in);
-  cuda::bias_gelu_backward(dpre, dbias, dpre, pre, Tensor(), approx);
+  bias_gelu_backward(dpre, dbias, dpre, pre, Tensor(), approx);
 }
 
 }  // namespace kiln::kernels::cuda
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(matmul, CUDA, cuda::matmul);
+}  // namespace kiln::kernels
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(backend::linear_epilogue, CUDA, cuda::linear_epilogue);
+KILN_REGISTER_KERNEL(backend::matmul_dgelu_bgrad, CUDA, cuda::matmul_dgelu_bgrad);
+}  // namespace kiln::kernels

@@ -41,9 +41,8 @@
 
 #include "kiln/kernels/cuda/block_reduce.cuh"
 #include "kiln/kernels/cuda/launch.cuh"
-#include "kiln/kernels/cuda/norm_cuda.h"
+#include "kiln/kernels/norm.h"
 #include "kiln/kernels/math/pointwise.h"
-#include "kiln/kernels/norm_kernels.h"
 
 namespace kiln::kernels::cuda {
 
@@ -812,3 +811,10 @@ void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& db
 }
 
 }  // namespace kiln::kernels::cuda
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(batch_norm_forward, CUDA, cuda::batch_norm_forward);
+KILN_REGISTER_KERNEL(batch_norm_backward, CUDA, cuda::batch_norm_backward);
+KILN_REGISTER_KERNEL(row_norm_forward, CUDA, cuda::row_norm_forward);
+KILN_REGISTER_KERNEL(row_norm_backward, CUDA, cuda::row_norm_backward);
+}  // namespace kiln::kernels

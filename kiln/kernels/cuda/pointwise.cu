@@ -1,7 +1,11 @@
 // CUDA pointwise kernels: the same op table and functors as the CPU backend, launched as
 // grid-stride kernels over the shared PointwiseIter (see launch.cuh).
 #include "kiln/core/philox.h"
-#include "kiln/kernels/cuda/cuda_kernels.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/matmul.h"
+#include "kiln/kernels/pointwise.h"
+#include "kiln/kernels/reduce.h"
+#include "kiln/kernels/softmax.h"
 #include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/op_table.h"
 
@@ -152,3 +156,14 @@ void fill_randint(const Tensor& dst, int64_t low, int64_t high, uint64_t seed, u
 }
 
 }  // namespace kiln::kernels::cuda
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(unary, CUDA, cuda::unary);
+KILN_REGISTER_KERNEL(binary, CUDA, cuda::binary);
+KILN_REGISTER_KERNEL(where, CUDA, cuda::where);
+KILN_REGISTER_KERNEL(copy_within_device, CUDA, cuda::copy);
+KILN_REGISTER_KERNEL(fill, CUDA, cuda::fill);
+KILN_REGISTER_KERNEL(fill_uniform, CUDA, cuda::fill_uniform);
+KILN_REGISTER_KERNEL(fill_normal, CUDA, cuda::fill_normal);
+KILN_REGISTER_KERNEL(fill_randint, CUDA, cuda::fill_randint);
+}  // namespace kiln::kernels

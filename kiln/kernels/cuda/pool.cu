@@ -14,7 +14,9 @@
 // f16/bf16), with one rounding to the storage type at the end.
 #include <climits>
 
-#include "kiln/kernels/cuda/conv_cuda.h"
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/memory_format.h"
+#include "kiln/kernels/pool.h"
 #include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/pool_math.h"
 
@@ -232,3 +234,12 @@ void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out,
 }
 
 }  // namespace kiln::kernels::cuda
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(max_pool2d_forward, CUDA, cuda::max_pool2d_forward);
+KILN_REGISTER_KERNEL(max_pool2d_backward, CUDA, cuda::max_pool2d_backward);
+KILN_REGISTER_KERNEL(avg_pool2d_forward, CUDA, cuda::avg_pool2d_forward);
+KILN_REGISTER_KERNEL(avg_pool2d_backward, CUDA, cuda::avg_pool2d_backward);
+KILN_REGISTER_KERNEL(adaptive_avg_pool2d_forward, CUDA, cuda::adaptive_avg_pool2d_forward);
+KILN_REGISTER_KERNEL(adaptive_avg_pool2d_backward, CUDA, cuda::adaptive_avg_pool2d_backward);
+}  // namespace kiln::kernels

@@ -12,7 +12,9 @@
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/macros.h"
-#include "kiln/kernels/nn_kernels.h"
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/memory_format.h"
+#include "kiln/kernels/pool.h"
 
 namespace kiln::kernels::pool_math {
 

@@ -8,9 +8,12 @@
 #include <cmath>
 #include <limits>
 
-#include "kiln/core/autograd.h"
 #include "kiln/kernels/cuda/block_reduce.cuh"
-#include "kiln/kernels/cuda/cuda_kernels.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/matmul.h"
+#include "kiln/kernels/pointwise.h"
+#include "kiln/kernels/reduce.h"
+#include "kiln/kernels/softmax.h"
 #include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cuda/launch_limits.h"
 #include "kiln/kernels/reduce_layout.h"
@@ -206,3 +209,8 @@ void arg_reduce(bool is_max, const Tensor& values, const Tensor& indices, const 
 }
 
 }  // namespace kiln::kernels::cuda
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(reduce, CUDA, cuda::reduce);
+KILN_REGISTER_KERNEL(arg_reduce, CUDA, cuda::arg_reduce);
+}  // namespace kiln::kernels

@@ -2,7 +2,11 @@
 // passes over the row (max, sum of exp, write), math in opmath precision. The same formulas as
 // the CPU kernel, including (x - max) - log(sum) for log-softmax.
 #include "kiln/kernels/cuda/block_reduce.cuh"
-#include "kiln/kernels/cuda/cuda_kernels.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/matmul.h"
+#include "kiln/kernels/pointwise.h"
+#include "kiln/kernels/reduce.h"
+#include "kiln/kernels/softmax.h"
 #include "kiln/kernels/cuda/launch.cuh"
 
 namespace kiln::kernels::cuda {
@@ -84,3 +88,8 @@ void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tenso
 }
 
 }  // namespace kiln::kernels::cuda
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(softmax, CUDA, cuda::softmax);
+KILN_REGISTER_KERNEL(softmax_backward, CUDA, cuda::softmax_backward);
+}  // namespace kiln::kernels

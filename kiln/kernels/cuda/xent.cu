@@ -1,4 +1,4 @@
-// Fused softmax + cross-entropy on the GPU (contract and formulas: kiln/kernels/xent_kernels.h).
+// Fused softmax + cross-entropy on the GPU (contract and formulas: kiln/kernels/cross_entropy.h).
 //
 // What it computes
 //   forward, per row of logits [R, C]: the online (max, sum of exp) pair and the sum of x in ONE
@@ -22,7 +22,7 @@
 
 #include "kiln/kernels/cuda/block_reduce.cuh"
 #include "kiln/kernels/cuda/launch.cuh"
-#include "kiln/kernels/xent_kernels.h"
+#include "kiln/kernels/cross_entropy.h"
 
 namespace kiln::kernels::cuda {
 
@@ -296,3 +296,8 @@ void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& 
 }
 
 }  // namespace kiln::kernels::cuda
+
+namespace kiln::kernels {
+KILN_REGISTER_KERNEL(backend::cross_entropy_forward, CUDA, cuda::cross_entropy_forward);
+KILN_REGISTER_KERNEL(backend::cross_entropy_backward, CUDA, cuda::cross_entropy_backward);
+}  // namespace kiln::kernels

@@ -1,5 +1,5 @@
 #pragma once
-// Per-element math of the fused pointwise kernels (kiln/kernels/fused_kernels.h), written once
+// Per-element math of the fused pointwise kernels (kiln/kernels/fused.h), written once
 // for the CPU loops (kernels/cpu/fused.cpp) and the CUDA kernels (kernels/cuda/fused.cu).
 // The GELU math itself is the GeluErf / GeluTanh functors of pointwise.h (and their backward
 // functors), so `bias_gelu` computes exactly what `gelu(x + bias)` computes, minus one pass.

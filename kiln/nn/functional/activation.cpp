@@ -1,6 +1,10 @@
 // leaky_relu: a one-pass CPU kernel forward and backward (kiln/kernels/cpu/activation.cpp); under
 // create_graph the backward is the differentiable where(x > 0, g, slope * g).
 #include "kiln/core/autograd.h"
+#include "kiln/kernels/activation.h"
+#include "kiln/kernels/attention.h"
+#include "kiln/kernels/dropout.h"
+#include "kiln/kernels/norm.h"
 #include "kiln/kernels/norm_kernels.h"
 #include "kiln/nn/functional.h"
 

@@ -11,6 +11,10 @@
 
 #include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
+#include "kiln/kernels/activation.h"
+#include "kiln/kernels/attention.h"
+#include "kiln/kernels/dropout.h"
+#include "kiln/kernels/norm.h"
 #include "kiln/kernels/norm_kernels.h"
 #include "kiln/nn/functional.h"
 

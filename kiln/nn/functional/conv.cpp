@@ -15,7 +15,9 @@
 #include "kiln/core/autograd.h"
 #include "kiln/core/cudnn.h"
 #include "kiln/core/shape.h"
-#include "kiln/kernels/nn_kernels.h"
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/memory_format.h"
+#include "kiln/kernels/pool.h"
 #include "kiln/nn/functional.h"
 #include "kiln/nn/functional/detail.h"
 
@@ -24,7 +26,6 @@ namespace kiln::nn::functional {
 using autograd::SavedTensor;
 using autograd::TensorList;
 using kernels::ConvGeometry;
-using kernels::MemoryFormat;
 
 namespace {
 

@@ -1,7 +1,9 @@
 #pragma once
 // Pieces shared between the files of kiln/nn/functional/ that are not part of the public API.
 #include "kiln/core/tensor.h"
-#include "kiln/kernels/nn_kernels.h"
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/memory_format.h"
+#include "kiln/kernels/pool.h"
 #include "kiln/nn/functional.h"
 
 namespace kiln::nn::functional::detail {

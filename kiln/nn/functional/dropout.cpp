@@ -4,6 +4,10 @@
 // gives the identical mask (and is itself differentiable, so double backward works).
 #include "kiln/core/autograd.h"
 #include "kiln/core/generator.h"
+#include "kiln/kernels/activation.h"
+#include "kiln/kernels/attention.h"
+#include "kiln/kernels/dropout.h"
+#include "kiln/kernels/norm.h"
 #include "kiln/kernels/norm_kernels.h"
 #include "kiln/nn/functional.h"
 

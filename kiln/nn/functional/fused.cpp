@@ -13,7 +13,7 @@
 #include "kiln/core/autograd.h"
 #include "kiln/core/generator.h"
 #include "kiln/core/shape.h"
-#include "kiln/kernels/fused_kernels.h"
+#include "kiln/kernels/fused.h"
 #include "kiln/nn/functional.h"
 
 namespace kiln::nn::functional {

@@ -6,14 +6,15 @@
 // backward is not implemented and says so.
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
-#include "kiln/kernels/nn_kernels.h"
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/memory_format.h"
+#include "kiln/kernels/pool.h"
 #include "kiln/nn/functional.h"
 
 namespace kiln::nn::functional {
 
 using autograd::SavedTensor;
 using autograd::TensorList;
-using kernels::MemoryFormat;
 using kernels::PoolGeometry;
 
 namespace {

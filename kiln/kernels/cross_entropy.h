@@ -10,7 +10,8 @@
 //   dx_j = (exp(x_j - lse) - q_j) * g_r,  q_j = e / C + (j == t) * (1 - e)   (0 for ignored rows)
 // One read of x forward, one read of x and one write of dx backward.
 //
-// Routed by kiln/kernels/xent_dispatch.cpp to kiln/kernels/cpu/xent.cpp (OpenMP over rows,
+// kiln/kernels/cross_entropy.cpp checks the operands every backend relies on and dispatches to
+// kiln/kernels/cpu/xent.cpp (OpenMP over rows,
 // vectorized row loops) or kiln/kernels/cuda/xent.cu (a warp per row for small C, a block per row
 // otherwise). The per-row math below is shared by both, so the CPU tests check it.
 //
@@ -23,6 +24,7 @@
 
 #include "kiln/core/macros.h"
 #include "kiln/core/tensor.h"
+#include "kiln/kernels/dispatch.h"
 #include "kiln/kernels/math/fast_math.h"
 
 namespace kiln::kernels {
@@ -41,6 +43,16 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& 
 void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& logits,
                             const Tensor& lse, const Tensor& target, int64_t ignore_index,
                             double label_smoothing);
+
+// The backends' slots behind the two checked entry points above.
+namespace backend {
+inline Kernel<void(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& target,
+                   int64_t ignore_index, double label_smoothing)>
+    cross_entropy_forward{"cross_entropy"};
+inline Kernel<void(const Tensor& dx, const Tensor& grad, const Tensor& logits, const Tensor& lse,
+                   const Tensor& target, int64_t ignore_index, double label_smoothing)>
+    cross_entropy_backward{"cross_entropy_backward"};
+}  // namespace backend
 
 // ---- the per-row math both backends use (M: float or double)
 namespace xent {
@@ -131,20 +143,3 @@ KILN_INLINE M q_other(M eps, int64_t C) {
 
 }  // namespace xent
 }  // namespace kiln::kernels
-
-// The backends' entry points (same contracts; the CUDA ones exist only in CUDA builds).
-namespace kiln::kernels::cpu {
-void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& logits,
-                           const Tensor& target, int64_t ignore_index, double label_smoothing);
-void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& logits,
-                            const Tensor& lse, const Tensor& target, int64_t ignore_index,
-                            double label_smoothing);
-}  // namespace kiln::kernels::cpu
-
-namespace kiln::kernels::cuda {
-void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& logits,
-                           const Tensor& target, int64_t ignore_index, double label_smoothing);
-void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& logits,
-                            const Tensor& lse, const Tensor& target, int64_t ignore_index,
-                            double label_smoothing);
-}  // namespace kiln::kernels::cuda

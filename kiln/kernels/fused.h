@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kiln/core/tensor.h"
+#include "kiln/kernels/dispatch.h"
 
 namespace kiln::kernels {
 
@@ -57,30 +58,30 @@ void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a
                         const Tensor& pre, GeluApprox approx = GeluApprox::Tanh);
 
 // The backends' entry points (same contracts; operands already on one device).
-namespace cpu {
-void bias_gelu(const Tensor& y, const Tensor& x, const Tensor& bias, GeluApprox approx);
-void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, const Tensor& x,
-                        const Tensor& bias, GeluApprox approx);
-void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, const Tensor& residual,
-                      double p, uint64_t seed, uint64_t offset);
-void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, double p,
-                               uint64_t seed, uint64_t offset);
-}  // namespace cpu
+// The backends' slots behind the checked entry points above (arguments already checked).
+namespace backend {
+inline Kernel<void(const Tensor& y, const Tensor& x, const Tensor& bias, GeluApprox approx)> bias_gelu{
+    "bias_gelu"};
+inline Kernel<void(const Tensor& dx, const Tensor& dbias, const Tensor& g, const Tensor& x,
+                   const Tensor& bias, GeluApprox approx)>
+    bias_gelu_backward{"bias_gelu_backward"};
+inline Kernel<void(const Tensor& y, const Tensor& x, const Tensor& bias, const Tensor& residual,
+                   double p, uint64_t seed, uint64_t offset)>
+    bias_dropout_add{"bias_dropout_add"};
+inline Kernel<void(const Tensor& dx, const Tensor& dbias, const Tensor& g, double p, uint64_t seed,
+                   uint64_t offset)>
+    bias_dropout_add_backward{"bias_dropout_add_backward"};
+inline Kernel<void(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   Epilogue epilogue, const Tensor& gelu_aux, GeluApprox approx)>
+    linear_epilogue{"linear_epilogue"};
+inline Kernel<void(const Tensor& dpre, const Tensor& dbias, const Tensor& a, const Tensor& b,
+                   const Tensor& pre, GeluApprox approx)>
+    matmul_dgelu_bgrad{"matmul_dgelu_bgrad"};
+}  // namespace backend
 
-namespace cuda {  // defined only in CUDA builds (kernels/cuda/fused.cu, matmul_cublaslt.cpp)
-void bias_gelu(const Tensor& y, const Tensor& x, const Tensor& bias, GeluApprox approx);
-void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, const Tensor& x,
-                        const Tensor& bias, GeluApprox approx);
-void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, const Tensor& residual,
-                      double p, uint64_t seed, uint64_t offset);
-void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, double p,
-                               uint64_t seed, uint64_t offset);
-void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                     Epilogue epilogue, const Tensor& gelu_aux, GeluApprox approx);
-void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a, const Tensor& b,
-                        const Tensor& pre, GeluApprox approx);
-// Whether the last linear_epilogue / matmul_dgelu_bgrad call on this thread ran the cuBLASLt
-// epilogue (true) or the GEMM + separate kernel fallback (false): for tests and benches.
+namespace cuda {
+// Whether the last linear_epilogue / matmul_dgelu_bgrad on a GPU ran cuBLASLt's fused epilogue
+// (true) or the unfused fallback: for the tests and the bench. False in builds without CUDA.
 bool last_call_used_epilogue();
 }  // namespace cuda
 

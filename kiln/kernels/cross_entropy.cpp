@@ -1,8 +1,7 @@
-// Checks the operands of the fused cross-entropy kernels (xent_kernels.h) and routes them to the
+// Checks the operands of the fused cross-entropy kernels (cross_entropy.h) and routes them to the
 // backend of their device.
-#include "kiln/config.h"
 #include "kiln/core/error.h"
-#include "kiln/kernels/xent_kernels.h"
+#include "kiln/kernels/cross_entropy.h"
 
 namespace kiln::kernels {
 
@@ -42,14 +41,7 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& 
   const int64_t R = logits.size(0);
   KILN_CHECK(loss.numel() == R && lse.numel() == R, "cross_entropy: loss and lse must have ", R,
              " elements, got ", loss.numel(), " and ", lse.numel());
-  if (logits.device().is_cpu())
-    return cpu::cross_entropy_forward(loss, lse, logits, target, ignore_index, label_smoothing);
-#if KILN_WITH_CUDA
-  return cuda::cross_entropy_forward(loss, lse, logits, target, ignore_index, label_smoothing);
-#else
-  KILN_FAIL("cross_entropy: kiln was built without CUDA support, so this op cannot run on ",
-            logits.device());
-#endif
+  backend::cross_entropy_forward(loss, lse, logits, target, ignore_index, label_smoothing);
 }
 
 void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& logits,
@@ -64,14 +56,7 @@ void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& 
   KILN_CHECK(lse.numel() == R && (grad.numel() == R || grad.numel() == 1),
              "cross_entropy_backward: lse must have ", R, " elements and grad ", R,
              " or 1, got ", lse.numel(), " and ", grad.numel());
-  if (logits.device().is_cpu())
-    return cpu::cross_entropy_backward(dx, grad, logits, lse, target, ignore_index, label_smoothing);
-#if KILN_WITH_CUDA
-  return cuda::cross_entropy_backward(dx, grad, logits, lse, target, ignore_index, label_smoothing);
-#else
-  KILN_FAIL("cross_entropy_backward: kiln was built without CUDA support, so this op cannot run on ",
-            logits.device());
-#endif
+  backend::cross_entropy_backward(dx, grad, logits, lse, target, ignore_index, label_smoothing);
 }
 
 }  // namespace kiln::kernels

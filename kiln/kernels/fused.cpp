@@ -1,4 +1,4 @@
-// Routes the fused kernels (fused_kernels.h) to the backend of their operands after checking
+// Routes the fused kernels (fused.h) to the backend of their operands after checking
 // shapes, dtypes, contiguity and devices once, here, for both backends. The CPU's linear
 // epilogue is a composition (matmul, then the fused bias+GELU kernel); the CUDA backend fuses
 // it into the cuBLASLt GEMM.
@@ -6,35 +6,18 @@
 
 #include "kiln/config.h"
 #include "kiln/core/error.h"
-#include "kiln/kernels/fused_kernels.h"
-#include "kiln/kernels/kernels.h"
+#include "kiln/kernels/fused.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/matmul.h"
+#include "kiln/kernels/pointwise.h"
+#include "kiln/kernels/reduce.h"
+#include "kiln/kernels/softmax.h"
 
 namespace kiln::kernels {
 
 namespace {
 
 // Undefined operands are optional (bias, unwanted gradients) and skipped.
-Device common_device(const char* op, std::initializer_list<const Tensor*> ts) {
-  const Tensor* first = nullptr;
-  for (const Tensor* t : ts) {
-    if (!t->defined()) continue;
-    if (!first) {
-      first = t;
-      continue;
-    }
-    KILN_CHECK(t->device() == first->device(), op, ": expected all tensors on one device, got ",
-               first->device(), " (sizes ", first->sizes(), ") and ", t->device(), " (sizes ",
-               t->sizes(), ")");
-  }
-  KILN_CHECK(first != nullptr, op, ": every operand is undefined");
-  return first->device();
-}
-
-[[noreturn, maybe_unused]] void no_cuda_kernel(const char* op) {
-  KILN_FAIL(op, ": kiln was built without CUDA support, so this op cannot run on a CUDA tensor");
-}
-
-// A data operand: defined, contiguous, floating, of `like`'s dtype and sizes.
 void check_data(const char* op, const char* what, const Tensor& t, const Tensor& like) {
   KILN_CHECK(t.defined(), op, ": ", what, " is undefined");
   KILN_CHECK(is_floating(t.dtype()), op, ": expected floating-point tensors, got ", what, " of dtype ",
@@ -61,12 +44,7 @@ void bias_gelu(const Tensor& y, const Tensor& x, const Tensor& bias, GeluApprox 
   check_data(op, "output", y, x);
   check_vector(op, "bias", bias, x);
   if (x.numel() == 0) return;
-  if (common_device(op, {&y, &x, &bias}).is_cpu()) return cpu::bias_gelu(y, x, bias, approx);
-#if KILN_WITH_CUDA
-  cuda::bias_gelu(y, x, bias, approx);
-#else
-  no_cuda_kernel(op);
-#endif
+  backend::bias_gelu(y, x, bias, approx);
 }
 
 void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, const Tensor& x,
@@ -81,13 +59,7 @@ void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, 
     if (dbias.defined()) fill(dbias, 0.0);
     return;
   }
-  if (common_device(op, {&dx, &dbias, &g, &x, &bias}).is_cpu())
-    return cpu::bias_gelu_backward(dx, dbias, g, x, bias, approx);
-#if KILN_WITH_CUDA
-  cuda::bias_gelu_backward(dx, dbias, g, x, bias, approx);
-#else
-  no_cuda_kernel(op);
-#endif
+  backend::bias_gelu_backward(dx, dbias, g, x, bias, approx);
 }
 
 void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, const Tensor& residual,
@@ -99,13 +71,7 @@ void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, cons
   check_vector(op, "bias", bias, x);
   KILN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability p must be in [0, 1], got ", p);
   if (x.numel() == 0) return;
-  if (common_device(op, {&y, &x, &bias, &residual}).is_cpu())
-    return cpu::bias_dropout_add(y, x, bias, residual, p, seed, offset);
-#if KILN_WITH_CUDA
-  cuda::bias_dropout_add(y, x, bias, residual, p, seed, offset);
-#else
-  no_cuda_kernel(op);
-#endif
+  backend::bias_dropout_add(y, x, bias, residual, p, seed, offset);
 }
 
 void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, double p,
@@ -119,13 +85,7 @@ void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tens
     if (dbias.defined()) fill(dbias, 0.0);
     return;
   }
-  if (common_device(op, {&dx, &dbias, &g}).is_cpu())
-    return cpu::bias_dropout_add_backward(dx, dbias, g, p, seed, offset);
-#if KILN_WITH_CUDA
-  cuda::bias_dropout_add_backward(dx, dbias, g, p, seed, offset);
-#else
-  no_cuda_kernel(op);
-#endif
+  backend::bias_dropout_add_backward(dx, dbias, g, p, seed, offset);
 }
 
 void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -147,24 +107,7 @@ void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, c
     KILN_CHECK(epilogue == Epilogue::BiasGelu, op, ": gelu_aux is only written by the BiasGelu epilogue");
     check_data(op, "gelu_aux", gelu_aux, out);
   }
-  if (common_device(op, {&out, &x, &weight, &bias, &gelu_aux}).is_cpu()) {
-    // matmul into the pre-activation buffer, then one fused pass.
-    if (epilogue == Epilogue::Bias) {
-      matmul(out, x, weight.t());
-      binary(BinaryOp::Add, out, out, bias);
-      return;
-    }
-    const Tensor& pre = gelu_aux.defined() ? gelu_aux : out;
-    matmul(pre, x, weight.t());
-    bias_gelu(out, pre, bias, approx);
-    if (gelu_aux.defined()) binary(BinaryOp::Add, gelu_aux, gelu_aux, bias);
-    return;
-  }
-#if KILN_WITH_CUDA
-  cuda::linear_epilogue(out, x, weight, bias, epilogue, gelu_aux, approx);
-#else
-  no_cuda_kernel(op);
-#endif
+  backend::linear_epilogue(out, x, weight, bias, epilogue, gelu_aux, approx);
 }
 
 void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a, const Tensor& b,
@@ -180,16 +123,7 @@ void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a
   KILN_CHECK(a.dtype() == pre.dtype() && b.dtype() == pre.dtype(), op, ": dtypes differ: ", a.dtype(),
              ", ", b.dtype(), ", ", pre.dtype());
   KILN_CHECK(!dpre.is_same(pre), op, ": dpre must not be pre");
-  if (common_device(op, {&dpre, &dbias, &a, &b, &pre}).is_cpu()) {
-    matmul(dpre, a, b);
-    bias_gelu_backward(dpre, dbias, dpre, pre, Tensor(), approx);
-    return;
-  }
-#if KILN_WITH_CUDA
-  cuda::matmul_dgelu_bgrad(dpre, dbias, a, b, pre, approx);
-#else
-  no_cuda_kernel(op);
-#endif
+  backend::matmul_dgelu_bgrad(dpre, dbias, a, b, pre, approx);
 }
 
 #if !KILN_WITH_CUDA

@@ -1,0 +1,54 @@
+#pragma once
+// Convolution kernels: no autograd, no shape inference beyond what the geometry says. The
+// differentiable op (kiln/nn/functional/conv.cpp) checks the user's arguments, fills a geometry
+// and calls these. CPU: kernels/cpu/conv.cpp (im2col + GEMM per sample for NCHW; patch rows
+// straight from NHWC rows for channels-last); CUDA: kernels/cuda/conv_cudnn.cpp (cuDNN, heuristic
+// or autotuned algorithms, see kiln/core/cudnn.h).
+//
+// Image tensors are always *logically* [N, C, H, W]; x, out and the gradients of one call share
+// one physical layout (kernels/memory_format.h). Dtypes: the CPU kernels take f32 and f64 (the
+// ops widen f16/bf16 to f32 for CPU tensors); the CUDA kernels also take f16 and bf16.
+#include <cstdint>
+
+#include "kiln/core/tensor.h"
+#include "kiln/kernels/dispatch.h"
+
+namespace kiln::kernels {
+
+// x [N, C, H, W] * weight [K, C / groups, kh, kw] -> out [N, K, OH, OW]
+struct ConvGeometry {
+  int64_t N = 0, C = 0, H = 0, W = 0;
+  int64_t K = 0, kh = 1, kw = 1;
+  int64_t OH = 0, OW = 0;
+  int64_t sh = 1, sw = 1;  // stride
+  int64_t ph = 0, pw = 0;  // zero padding
+  int64_t dh = 1, dw = 1;  // dilation
+  int64_t groups = 1;
+  // false: x, out and their gradients are NCHW-contiguous; true: they are channels-last (NHWC
+  // memory). The weight is always a contiguous [K, C / groups, kh, kw].
+  bool channels_last = false;
+};
+
+// out = conv(x, weight) + bias (bias [K] or undefined). out is overwritten.
+inline Kernel<void(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   const ConvGeometry& g)>
+    conv2d_forward{"conv2d"};
+// conv2d_forward on the CPU with NCHW memory (g.channels_last false), plus the batch mean and
+// biased variance of out per output channel ([K], f64 for f64 data, f32 otherwise): the
+// statistics pass of a BatchNorm that follows, taken from each sample's output while it is still
+// in cache (per-sample mean and sum of squared deviations, combined in sample order in f64).
+// Never autotuned: it always runs the NCHW kernel. CPU only.
+inline Kernel<void(const Tensor& out, const Tensor& mean, const Tensor& var, const Tensor& x,
+                   const Tensor& weight, const Tensor& bias, const ConvGeometry& g)>
+    conv2d_forward_batch_stats{"conv2d_forward_batch_stats"};
+// grad_x = d(out)/d(x)^T grad_out (the transposed convolution). grad_x is overwritten.
+inline Kernel<void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
+                   const ConvGeometry& g)>
+    conv2d_backward_input{"conv2d_backward_input"};
+// grad_weight = sum over the batch of grad_out (x) patches; grad_bias (may be undefined) = sum of
+// grad_out over N, OH, OW. Both overwritten. Per-thread partial sums, never per-sample grads.
+inline Kernel<void(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out,
+                   const Tensor& x, const ConvGeometry& g)>
+    conv2d_backward_weight{"conv2d_backward_weight"};
+
+}  // namespace kiln::kernels
