@@ -17,7 +17,7 @@
 #include "../model_shapes.h"
 #include "kiln/core/autograd.h"
 #include "kiln/core/tensor.h"
-#include "kiln/kernels/optim_kernels.h"
+#include "kiln/kernels/multi_tensor.h"
 #include "kiln/optim/adamw.h"
 
 using namespace kiln;

@@ -19,7 +19,7 @@
 #include "cuda_bench_util.h"
 #include "../model_shapes.h"
 #include "kiln/kernels/amp_kernels.h"
-#include "kiln/kernels/optim_kernels.h"
+#include "kiln/kernels/multi_tensor.h"
 
 using namespace kiln;
 namespace gpu = kiln::bench::gpu;

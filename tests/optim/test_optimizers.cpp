@@ -413,7 +413,7 @@ TEST_CASE("f16 and bf16 parameters keep f32 master weights", "[optim]") {
       o16.step();
       o32.step();
     }
-    const optim::ParamState* s = o16.state(p16);
+    const optim::AdamParamState* s = o16.state(p16);
     REQUIRE(s);
     REQUIRE(s->master.defined());
     CHECK(s->master.dtype() == DType::F32);
