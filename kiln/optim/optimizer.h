@@ -1,6 +1,6 @@
 #pragma once
 // kiln::optim::Optimizer: parameter groups, per-parameter state, and one fused multi-tensor step
-// per group (kiln/kernels/optim_kernels.h). Follows libtorch's frontend:
+// per group (kiln/kernels/multi_tensor.h). Follows libtorch's frontend:
 //
 //   kiln::optim::AdamW opt(net.parameters(), kiln::optim::AdamWOptions(3e-3).weight_decay(5e-4));
 //   opt.add_param_group({head.parameters(), kiln::optim::AdamWOptions(1e-4)});  // its own options
