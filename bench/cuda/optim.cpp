@@ -1,5 +1,5 @@
-// bench_cuda_optim: the multi-tensor optimizer kernels on the GPU (kernels/cuda/multi_tensor.cu,
-// amp.cu) against a per-parameter loop of kiln tensor ops, on ResNet-18-sized (11.7M parameters
+// bench_cuda_optim: the multi-tensor optimizer kernels on the GPU (kiln/optim/adamw.cu through
+// kernels/cuda/multi_tensor.cuh, kernels/cuda/multi_tensor.cu, amp.cu) against a per-parameter loop of kiln tensor ops, on ResNet-18-sized (11.7M parameters
 // in 62 tensors) and GPT-2-124M-sized (124M parameters in 148 tensors) f32 parameter lists:
 //   1. one AdamW step: fused (a few launches for all parameters) vs per-parameter ops (~10
 //      kernels per parameter). GB/s counts the fused kernel's minimal traffic, 28 bytes per
@@ -19,7 +19,7 @@
 #include "cuda_bench_util.h"
 #include "../model_shapes.h"
 #include "kiln/kernels/amp_kernels.h"
-#include "kiln/kernels/optim_kernels.h"
+#include "kiln/kernels/multi_tensor.h"
 
 using namespace kiln;
 namespace gpu = kiln::bench::gpu;

@@ -2,7 +2,7 @@
 // The loss scaler's kernels.
 //
 // unscale_and_check_: multiply every gradient by inv_scale in place and set found_inf (a
-// one-element f32 tensor, 0 or 1) if any value is Inf or NaN — one pass over all gradients instead
+// one-element f32 tensor; set to 1, never cleared) if any value is Inf or NaN — one pass over all gradients instead
 // of a check and a scale per tensor. inv_scale and found_inf live on the gradients' device, so
 // nothing is read on the host.
 //
@@ -10,11 +10,14 @@
 // growth tracker from found_inf, all three read and written where they live, so a training step
 // does not synchronise with the host. The rule is math::update_loss_scale below, shared by the CPU
 // and CUDA versions.
+//
+// Both are registered by kernels/cpu/amp.cpp and kernels/cuda/amp.cu.
 #include <cstdint>
 #include <vector>
 
 #include "kiln/core/macros.h"
 #include "kiln/core/tensor.h"
+#include "kiln/kernels/dispatch.h"
 
 namespace kiln::math {
 
@@ -37,17 +40,14 @@ KILN_INLINE void update_loss_scale(double& scale, int64_t& tracker, bool found_i
 
 namespace kiln::kernels {
 
-void unscale_and_check_(const std::vector<Tensor>& grads, const Tensor& inv_scale, const Tensor& found_inf);
+// grads, inv_scale (one element) and found_inf (one-element f32) on one device.
+inline Kernel<void(const std::vector<Tensor>& grads, const Tensor& inv_scale, const Tensor& found_inf)>
+    unscale_and_check_{"unscale_and_check_"};
 
 // scale: one-element f32 (or f64); growth_tracker: one-element i64; found_inf: one-element f32.
 // All on one device.
-void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
-                       double growth_factor, double backoff_factor, int64_t growth_interval);
-
-namespace cpu {
-void unscale_and_check_(const std::vector<Tensor>& grads, const Tensor& inv_scale, const Tensor& found_inf);
-void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
-                       double growth_factor, double backoff_factor, int64_t growth_interval);
-}  // namespace cpu
+inline Kernel<void(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                   double growth_factor, double backoff_factor, int64_t growth_interval)>
+    amp_update_scale_{"amp_update_scale_"};
 
 }  // namespace kiln::kernels

@@ -1,8 +1,16 @@
 #include "kiln/optim/adam.h"
 
 #include "kiln/core/error.h"
+#include "kiln/optim/adam_rule.h"
 
 namespace kiln::optim {
+
+namespace {
+AdamRule rule_of(const AdamOptions& o) {
+  return AdamRule{std::get<0>(o.betas()), std::get<1>(o.betas()), o.eps(), o.weight_decay(), o.maximize()};
+}
+}  // namespace
+
 namespace detail {
 
 void validate_adam_like(const char* name, double lr, const std::tuple<double, double>& betas,
@@ -43,18 +51,6 @@ void AdamOptions::validate() const {
   detail::validate_adam_like("Adam", lr_, betas_, eps_, weight_decay_);
 }
 
-math::OptimHyper AdamOptions::hyper() const {
-  math::OptimHyper h;
-  h.algo = math::OptimAlgo::Adam;
-  h.beta1 = std::get<0>(betas_);
-  h.beta2 = std::get<1>(betas_);
-  h.eps = eps_;
-  h.weight_decay = weight_decay_;
-  h.decoupled = false;
-  h.maximize = maximize_;
-  return h;
-}
-
 std::map<std::string, double> AdamOptions::to_map() const {
   return detail::adam_like_map(lr_, betas_, eps_, weight_decay_, maximize_);
 }
@@ -66,5 +62,20 @@ Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
     : Optimizer({ParamGroup(std::move(params))}, options.clone()) {}
 Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& options)
     : Optimizer(std::move(groups), options.clone()) {}
+
+std::unique_ptr<OptimizerParamState> Adam::make_param_state() const {
+  return std::make_unique<AdamParamState>();
+}
+
+int Adam::buffers_needed(const OptimizerOptions& options) const {
+  return rule_of(static_cast<const AdamOptions&>(options)).num_buffers();
+}
+
+void Adam::run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
+                           const kernels::StepScalars& scalars) const {
+  kernels::run_multi_tensor_step(adam_step, rule_of(static_cast<const AdamOptions&>(options)), lists, scalars);
+}
+
+KILN_REGISTER_KERNEL(adam_step, CPU, &kernels::cpu::multi_tensor_step<AdamRule>);
 
 }  // namespace kiln::optim

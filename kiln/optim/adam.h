@@ -20,14 +20,23 @@ void adam_like_from_map(const char* name, const std::map<std::string, double>& m
 double map_get(const char* name, const std::map<std::string, double>& m, const char* key);
 }  // namespace detail
 
+// The state of one parameter of Adam, AdamW and LAMB: the first and second moments.
+class AdamParamState : public OptimizerParamState {
+ public:
+  Tensor exp_avg;     // first moment
+  Tensor exp_avg_sq;  // second moment
+  BufferSlots buffer_slots() override { return {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}}; }
+};
+
 class AdamOptions : public OptimizerOptions {
  public:
-  AdamOptions(double lr = 1e-3) : lr_(lr) {}  // NOLINT
-  KILN_OPTIM_ARG(double, lr, 1e-3);
-  KILN_OPTIM_ARG(Betas, betas, std::make_tuple(0.9, 0.999));
-  KILN_OPTIM_ARG(double, eps, 1e-8);
-  KILN_OPTIM_ARG(double, weight_decay, 0.0);
-  KILN_OPTIM_ARG(bool, maximize, false);
+  AdamOptions() = default;
+  AdamOptions(double lr) : lr_(lr) {}  // NOLINT: implicit, like libtorch
+  KILN_ARG(double, lr) = 1e-3;
+  KILN_ARG(Betas, betas) = std::make_tuple(0.9, 0.999);
+  KILN_ARG(double, eps) = 1e-8;
+  KILN_ARG(double, weight_decay) = 0.0;
+  KILN_ARG(bool, maximize) = false;
 
  public:
   std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<AdamOptions>(*this); }
@@ -37,7 +46,6 @@ class AdamOptions : public OptimizerOptions {
   double get_momentum() const override { return std::get<0>(betas_); }
   void set_momentum(double m) override { std::get<0>(betas_) = m; }
   void validate() const override;
-  math::OptimHyper hyper() const override;
   std::map<std::string, double> to_map() const override;
   void from_map(const std::map<std::string, double>& values) override;
 };
@@ -46,6 +54,16 @@ class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, const AdamOptions& options = {});
   Adam(std::vector<ParamGroup> groups, const AdamOptions& options = {});
+  // This optimizer's state of `param` (nullptr before its first step).
+  const AdamParamState* state(const Tensor& param) const {
+    return static_cast<const AdamParamState*>(Optimizer::state(param));
+  }
+
+ protected:
+  std::unique_ptr<OptimizerParamState> make_param_state() const override;
+  int buffers_needed(const OptimizerOptions& options) const override;
+  void run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
+                       const kernels::StepScalars& scalars) const override;
 };
 
 }  // namespace kiln::optim

@@ -10,12 +10,13 @@ namespace kiln::optim {
 
 class AdamWOptions : public OptimizerOptions {
  public:
-  AdamWOptions(double lr = 1e-3) : lr_(lr) {}  // NOLINT
-  KILN_OPTIM_ARG(double, lr, 1e-3);
-  KILN_OPTIM_ARG(Betas, betas, std::make_tuple(0.9, 0.999));
-  KILN_OPTIM_ARG(double, eps, 1e-8);
-  KILN_OPTIM_ARG(double, weight_decay, 1e-2);
-  KILN_OPTIM_ARG(bool, maximize, false);
+  AdamWOptions() = default;
+  AdamWOptions(double lr) : lr_(lr) {}  // NOLINT: implicit, like libtorch
+  KILN_ARG(double, lr) = 1e-3;
+  KILN_ARG(Betas, betas) = std::make_tuple(0.9, 0.999);
+  KILN_ARG(double, eps) = 1e-8;
+  KILN_ARG(double, weight_decay) = 1e-2;
+  KILN_ARG(bool, maximize) = false;
 
  public:
   std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<AdamWOptions>(*this); }
@@ -25,7 +26,6 @@ class AdamWOptions : public OptimizerOptions {
   double get_momentum() const override { return std::get<0>(betas_); }
   void set_momentum(double m) override { std::get<0>(betas_) = m; }
   void validate() const override;
-  math::OptimHyper hyper() const override;
   std::map<std::string, double> to_map() const override;
   void from_map(const std::map<std::string, double>& values) override;
 };
@@ -34,6 +34,16 @@ class AdamW : public Optimizer {
  public:
   AdamW(std::vector<Tensor> params, const AdamWOptions& options = {});
   AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options = {});
+  // This optimizer's state of `param` (nullptr before its first step).
+  const AdamParamState* state(const Tensor& param) const {
+    return static_cast<const AdamParamState*>(Optimizer::state(param));
+  }
+
+ protected:
+  std::unique_ptr<OptimizerParamState> make_param_state() const override;
+  int buffers_needed(const OptimizerOptions& options) const override;
+  void run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
+                       const kernels::StepScalars& scalars) const override;
 };
 
 }  // namespace kiln::optim

@@ -4,7 +4,7 @@
 
 #include "kiln/core/autograd.h"
 #include "kiln/core/error.h"
-#include "kiln/kernels/optim_kernels.h"
+#include "kiln/kernels/multi_tensor.h"
 
 namespace kiln::optim {
 

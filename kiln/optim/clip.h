@@ -1,5 +1,5 @@
 #pragma once
-// Gradient clipping (GUIDE-TIPS #14), as torch.nn.utils.clip_grad_norm_ / clip_grad_value_.
+// Gradient clipping, as torch.nn.utils.clip_grad_norm_ / clip_grad_value_.
 //
 //   loss.backward();
 //   kiln::Tensor norm = kiln::optim::clip_grad_norm(net.parameters(), 1.0);  // a 0-dim tensor
@@ -8,7 +8,7 @@
 // clip_grad_norm computes the total norm of all gradients in one multi-tensor reduction, then
 // scales every gradient by clip_coef = min(1, max_norm / (norm + 1e-6)), computed as a tensor on the
 // gradients' device and applied by one multi-tensor kernel: nothing is read back to the host, so the
-// step stays asynchronous (DESIGN.md §3.2). Read the returned norm with item() only when logging.
+// step stays asynchronous. Read the returned norm with item() only when logging.
 #include <limits>
 #include <vector>
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "kiln/core/autograd.h"
-#include "kiln/kernels/optim_kernels.h"
+#include "kiln/kernels/multi_tensor.h"
 
 namespace kiln::optim {
 

@@ -1,5 +1,5 @@
 #pragma once
-// Exponential moving average of a model's weights (GUIDE-TIPS #24): shadow = decay * shadow +
+// Exponential moving average of a model's weights: shadow = decay * shadow +
 // (1 - decay) * param after each optimizer step; evaluate with the averaged weights swapped in.
 //
 //   kiln::optim::EMA ema(model, 0.999);

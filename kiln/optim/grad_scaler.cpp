@@ -7,16 +7,16 @@
 namespace kiln::amp {
 
 GradScaler::GradScaler(const GradScalerOptions& o) : o_(o) {
-  enabled_ = o.enabled_ < 0 ? kiln::cuda::is_available() : o.enabled_ == 1;
-  KILN_CHECK(o.init_scale_ > 0 && o.growth_factor_ > 1 && o.backoff_factor_ > 0 && o.backoff_factor_ < 1 &&
-                 o.growth_interval_ > 0,
+  enabled_ = o.enabled().value_or(kiln::cuda::is_available());
+  KILN_CHECK(o.init_scale() > 0 && o.growth_factor() > 1 && o.backoff_factor() > 0 && o.backoff_factor() < 1 &&
+                 o.growth_interval() > 0,
              "GradScaler: need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, growth_interval > 0");
 }
 
 void GradScaler::lazy_init(Device device) {
   if (scale_.defined() && scale_.device() == device) return;
   NoGradGuard ng;
-  double s = scale_.defined() ? scale_.item<double>() : o_.init_scale_;
+  double s = scale_.defined() ? scale_.item<double>() : o_.init_scale();
   double t = growth_tracker_.defined() ? growth_tracker_.item<double>() : 0;
   scale_ = full({}, s, TensorOptions().dtype(DType::F32).device(device));
   growth_tracker_ = full({}, t, TensorOptions().dtype(DType::I64).device(device));
@@ -63,14 +63,14 @@ void GradScaler::update() {
   NoGradGuard ng;
   // Computed where the tensors live: on a GPU a one-thread kernel reads found_inf and writes the
   // next scale and growth tracker, so the training step does not wait for the host.
-  kernels::amp_update_scale_(scale_, growth_tracker_, found_inf_, o_.growth_factor_, o_.backoff_factor_,
-                             o_.growth_interval_);
+  kernels::amp_update_scale_(scale_, growth_tracker_, found_inf_, o_.growth_factor(), o_.backoff_factor(),
+                             o_.growth_interval());
   unscaled_ = false;
 }
 
 double GradScaler::get_scale() const {
   if (!enabled_) return 1.0;
-  return scale_.defined() ? scale_.item<double>() : o_.init_scale_;
+  return scale_.defined() ? scale_.item<double>() : o_.init_scale();
 }
 
 std::vector<std::pair<std::string, Tensor>> GradScaler::state_dict() const {
@@ -80,7 +80,7 @@ std::vector<std::pair<std::string, Tensor>> GradScaler::state_dict() const {
 
 void GradScaler::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& items) {
   NoGradGuard ng;
-  double s = o_.init_scale_, t = 0;
+  double s = o_.init_scale(), t = 0;
   for (const auto& [k, v] : items) {
     if (k == "scale") s = v.item<double>();
     else if (k == "growth_tracker") t = v.item<double>();

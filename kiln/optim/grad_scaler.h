@@ -1,5 +1,5 @@
 #pragma once
-// Dynamic loss scaling for f16 training (GUIDE-TIPS #4), with PyTorch's defaults and names:
+// Dynamic loss scaling for f16 training, with PyTorch's defaults and names:
 //
 //   kiln::amp::GradScaler scaler;                 // enabled only where it is needed (see below)
 //   scaler.scale(loss).backward();
@@ -16,21 +16,19 @@
 // bf16 has f32's range and needs no scaling; on the CPU there is no f16 training. So by default
 // the scaler is enabled only when a CUDA device is available; GradScalerOptions().enabled(true)
 // forces it on (tests), and a disabled scaler passes everything through unchanged.
+#include <optional>
+
+#include "kiln/core/arg.h"
 #include "kiln/optim/optimizer.h"
 
 namespace kiln::amp {
 
 struct GradScalerOptions {
-  double init_scale_ = 65536.0;
-  double growth_factor_ = 2.0;
-  double backoff_factor_ = 0.5;
-  int64_t growth_interval_ = 2000;
-  int enabled_ = -1;  // -1: when a CUDA device is available
-  GradScalerOptions& init_scale(double v) { init_scale_ = v; return *this; }
-  GradScalerOptions& growth_factor(double v) { growth_factor_ = v; return *this; }
-  GradScalerOptions& backoff_factor(double v) { backoff_factor_ = v; return *this; }
-  GradScalerOptions& growth_interval(int64_t v) { growth_interval_ = v; return *this; }
-  GradScalerOptions& enabled(bool v) { enabled_ = v ? 1 : 0; return *this; }
+  KILN_ARG(double, init_scale) = 65536.0;
+  KILN_ARG(double, growth_factor) = 2.0;
+  KILN_ARG(double, backoff_factor) = 0.5;
+  KILN_ARG(int64_t, growth_interval) = 2000;
+  KILN_ARG(std::optional<bool>, enabled) = std::nullopt;  // unset: when a CUDA device is available
 };
 
 class GradScaler {

@@ -1,21 +1,18 @@
 #include "kiln/optim/lamb.h"
 
+#include "kiln/optim/lamb_rule.h"
+
 namespace kiln::optim {
+
+namespace {
+LAMBRule rule_of(const LAMBOptions& o) {
+  return LAMBRule{std::get<0>(o.betas()), std::get<1>(o.betas()), o.eps(), o.weight_decay(),
+                  o.bias_correction(), o.maximize()};
+}
+}  // namespace
 
 void LAMBOptions::validate() const {
   detail::validate_adam_like("LAMB", lr_, betas_, eps_, weight_decay_);
-}
-
-math::OptimHyper LAMBOptions::hyper() const {
-  math::OptimHyper h;
-  h.algo = math::OptimAlgo::LAMB;
-  h.beta1 = std::get<0>(betas_);
-  h.beta2 = std::get<1>(betas_);
-  h.eps = eps_;
-  h.weight_decay = weight_decay_;
-  h.bias_correction = bias_correction_;
-  h.maximize = maximize_;
-  return h;
 }
 
 std::map<std::string, double> LAMBOptions::to_map() const {
@@ -32,5 +29,20 @@ LAMB::LAMB(std::vector<Tensor> params, const LAMBOptions& options)
     : Optimizer({ParamGroup(std::move(params))}, options.clone()) {}
 LAMB::LAMB(std::vector<ParamGroup> groups, const LAMBOptions& options)
     : Optimizer(std::move(groups), options.clone()) {}
+
+std::unique_ptr<OptimizerParamState> LAMB::make_param_state() const {
+  return std::make_unique<AdamParamState>();
+}
+
+int LAMB::buffers_needed(const OptimizerOptions& options) const {
+  return rule_of(static_cast<const LAMBOptions&>(options)).num_buffers();
+}
+
+void LAMB::run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
+                           const kernels::StepScalars& scalars) const {
+  kernels::run_multi_tensor_step(lamb_step, rule_of(static_cast<const LAMBOptions&>(options)), lists, scalars);
+}
+
+KILN_REGISTER_KERNEL(lamb_step, CPU, &kernels::cpu::multi_tensor_step<LAMBRule>);
 
 }  // namespace kiln::optim

@@ -2,8 +2,16 @@
 
 #include "kiln/core/error.h"
 #include "kiln/optim/adam.h"  // detail::map_get
+#include "kiln/optim/lars_rule.h"
 
 namespace kiln::optim {
+
+namespace {
+LARSRule rule_of(const LARSOptions& o) {
+  return LARSRule{o.momentum(), o.dampening(), o.weight_decay(), o.trust_coefficient(), o.eps(),
+                  o.nesterov(), o.maximize()};
+}
+}  // namespace
 
 void LARSOptions::validate() const {
   KILN_CHECK(lr_ >= 0.0, "LARS: invalid learning rate ", lr_, " (must be >= 0)");
@@ -14,19 +22,6 @@ void LARSOptions::validate() const {
   KILN_CHECK(eps_ >= 0.0, "LARS: invalid eps ", eps_, " (must be >= 0)");
   KILN_CHECK(!nesterov_ || (momentum_ > 0.0 && dampening_ == 0.0),
              "LARS: nesterov momentum requires a momentum > 0 and zero dampening");
-}
-
-math::OptimHyper LARSOptions::hyper() const {
-  math::OptimHyper h;
-  h.algo = math::OptimAlgo::LARS;
-  h.momentum = momentum_;
-  h.dampening = dampening_;
-  h.weight_decay = weight_decay_;
-  h.trust_coefficient = trust_coefficient_;
-  h.eps = eps_;
-  h.nesterov = nesterov_;
-  h.maximize = maximize_;
-  return h;
 }
 
 std::map<std::string, double> LARSOptions::to_map() const {
@@ -50,5 +45,20 @@ LARS::LARS(std::vector<Tensor> params, const LARSOptions& options)
     : Optimizer({ParamGroup(std::move(params))}, options.clone()) {}
 LARS::LARS(std::vector<ParamGroup> groups, const LARSOptions& options)
     : Optimizer(std::move(groups), options.clone()) {}
+
+std::unique_ptr<OptimizerParamState> LARS::make_param_state() const {
+  return std::make_unique<SGDParamState>();
+}
+
+int LARS::buffers_needed(const OptimizerOptions& options) const {
+  return rule_of(static_cast<const LARSOptions&>(options)).num_buffers();
+}
+
+void LARS::run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
+                           const kernels::StepScalars& scalars) const {
+  kernels::run_multi_tensor_step(lars_step, rule_of(static_cast<const LARSOptions&>(options)), lists, scalars);
+}
+
+KILN_REGISTER_KERNEL(lars_step, CPU, &kernels::cpu::multi_tensor_step<LARSRule>);
 
 }  // namespace kiln::optim

@@ -1,21 +1,22 @@
 #pragma once
 // The LR range test (Smith, "Cyclical Learning Rates", 2017; the fastai LR finder): train with
 // an exponentially increasing learning rate, watch a smoothed loss, stop when it diverges, and
-// suggest the rate where the loss falls fastest (GUIDE-TIPS #1).
+// suggest the rate where the loss falls fastest.
 #include <functional>
 #include <vector>
 
+#include "kiln/core/arg.h"
 #include "kiln/optim/optimizer.h"
 
 namespace kiln::optim {
 
 struct LRFinderOptions {
-  double start_lr = 1e-7;
-  double end_lr = 10.0;
-  int64_t num_steps = 100;
-  double smoothing = 0.98;       // exponential moving average of the loss (bias-corrected)
-  double diverge_factor = 4.0;   // stop once the smoothed loss exceeds this times its minimum
-  int64_t skip_start = 10;       // points ignored when looking for the steepest descent
+  KILN_ARG(double, start_lr) = 1e-7;
+  KILN_ARG(double, end_lr) = 10.0;
+  KILN_ARG(int64_t, num_steps) = 100;
+  KILN_ARG(double, smoothing) = 0.98;      // exponential moving average of the loss (bias-corrected)
+  KILN_ARG(double, diverge_factor) = 4.0;  // stop once the smoothed loss exceeds this times its minimum
+  KILN_ARG(int64_t, skip_start) = 10;      // points ignored when looking for the steepest descent
 };
 
 struct LRFinderResult {

@@ -6,7 +6,7 @@
 
 #include "kiln/core/autograd.h"
 #include "kiln/core/error.h"
-#include "kiln/kernels/optim_kernels.h"
+#include "kiln/kernels/multi_tensor.h"
 
 namespace kiln::optim {
 
@@ -117,9 +117,17 @@ std::vector<Tensor> Optimizer::parameters() const {
   return out;
 }
 
-const ParamState* Optimizer::state(const Tensor& param) const {
+std::vector<std::pair<const char*, Tensor>> OptimizerParamState::buffers() const {
+  std::vector<std::pair<const char*, Tensor>> out;
+  // buffer_slots() hands out pointers to write through; here they are only read.
+  for (const auto& [name, slot] : const_cast<OptimizerParamState*>(this)->buffer_slots())
+    out.emplace_back(name, *slot);
+  return out;
+}
+
+const OptimizerParamState* Optimizer::state(const Tensor& param) const {
   auto it = state_.find(param.impl());
-  return it == state_.end() ? nullptr : &it->second;
+  return it == state_.end() ? nullptr : it->second.get();
 }
 
 namespace {
@@ -147,32 +155,36 @@ Tensor copy_with_layout(const Tensor& src, const Tensor& like, DType dtype) {
 }
 }  // namespace
 
-ParamState& Optimizer::state_for(const Tensor& p, const math::OptimHyper& h) {
-  ParamState& s = state_[p.impl()];
-  const DType sdt = p.dtype() == DType::F64 ? DType::F64 : DType::F32;
+OptimizerParamState& Optimizer::state_for(const Tensor& p, const OptimizerOptions& options, bool& fresh) {
+  std::unique_ptr<OptimizerParamState>& slot = state_[p.impl()];
+  if (!slot) slot = make_param_state();
+  OptimizerParamState& s = *slot;
+  const DType buffer_dtype = p.dtype() == DType::F64 ? DType::F64 : DType::F32;
   const bool half = p.dtype() == DType::F16 || p.dtype() == DType::BF16;
-  s.fresh_momentum = false;
   if (!s.step.defined()) s.step = zeros({}, TensorOptions(DType::F64).device(p.device()));
-  const bool needs_m = h.algo == math::OptimAlgo::Adam || h.algo == math::OptimAlgo::LAMB ||
-                       h.momentum != 0.0;
-  const bool needs_v = h.algo == math::OptimAlgo::Adam || h.algo == math::OptimAlgo::LAMB;
-  if (needs_m && !s.exp_avg.defined()) {
-    s.exp_avg = zeros_with_layout(p, sdt);
-    s.fresh_momentum = true;
+  const OptimizerParamState::BufferSlots buffers = s.buffer_slots();
+  const int needed = buffers_needed(options);
+  fresh = false;
+  for (int k = 0; k < needed; ++k) {
+    Tensor& buffer = *buffers[k].second;
+    if (buffer.defined()) continue;
+    buffer = zeros_with_layout(p, buffer_dtype);
+    fresh = true;
   }
-  if (needs_v && !s.exp_avg_sq.defined()) s.exp_avg_sq = zeros_with_layout(p, sdt);
   if (half && !s.master.defined()) s.master = copy_with_layout(p, p, DType::F32);
   return s;
 }
 
 void Optimizer::step_group(ParamGroup& group, const StepFlags& flags) {
   NoGradGuard no_grad;
-  const math::OptimHyper h = group.options().hyper();
+  const OptimizerOptions& options = group.options();
+  const int needed = buffers_needed(options);
   kernels::MultiTensorLists lists;
   for (const Tensor& p : group.params()) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    ParamState& s = state_for(p, h);
+    bool fresh = false;
+    OptimizerParamState& s = state_for(p, options, fresh);
     // A gradient whose layout differs from the parameter's (e.g. contiguous for a channels_last
     // weight) is copied once into the parameter's layout; the usual case costs nothing.
     bool same = g.sizes() == p.sizes() && g.dtype() == p.dtype();
@@ -180,28 +192,27 @@ void Optimizer::step_group(ParamGroup& group, const StepFlags& flags) {
     if (!same) g = copy_with_layout(g, p, p.dtype());
     lists.params.push_back(p);
     lists.grads.push_back(g);
-    lists.exp_avgs.push_back(s.exp_avg);
-    lists.exp_avg_sqs.push_back(s.exp_avg_sq);
     lists.masters.push_back(s.master);
     lists.steps.push_back(s.step);
-    lists.fresh_momentum.push_back(s.fresh_momentum ? 1 : 0);
+    const OptimizerParamState::BufferSlots buffers = s.buffer_slots();
+    for (int k = 0; k < needed; ++k) lists.buffers[k].push_back(*buffers[k].second);
+    lists.fresh_buffers.push_back(fresh ? 1 : 0);
   }
   if (lists.params.empty()) return;
-  kernels::StepScalars sc{group.lr_tensor(), flags.found_inf, flags.grad_scale};
+  const kernels::StepScalars scalars{group.lr_tensor(), flags.found_inf, flags.grad_scale};
   if (fused_) {
-    kernels::fused_optimizer_step(h, lists, sc);
-  } else {
-    for (size_t i = 0; i < lists.params.size(); ++i) {
-      kernels::MultiTensorLists one;
-      one.params = {lists.params[i]};
-      one.grads = {lists.grads[i]};
-      one.exp_avgs = {lists.exp_avgs[i]};
-      one.exp_avg_sqs = {lists.exp_avg_sqs[i]};
-      one.masters = {lists.masters[i]};
-      one.steps = {lists.steps[i]};
-      one.fresh_momentum = {lists.fresh_momentum[i]};
-      kernels::fused_optimizer_step(h, one, sc);
-    }
+    run_step_kernel(options, lists, scalars);
+    return;
+  }
+  for (size_t i = 0; i < lists.params.size(); ++i) {
+    kernels::MultiTensorLists one;
+    one.params = {lists.params[i]};
+    one.grads = {lists.grads[i]};
+    one.masters = {lists.masters[i]};
+    one.steps = {lists.steps[i]};
+    for (int k = 0; k < needed; ++k) one.buffers[k] = {lists.buffers[k][i]};
+    one.fresh_buffers = {lists.fresh_buffers[i]};
+    run_step_kernel(options, one, scalars);
   }
 }
 
@@ -242,18 +253,17 @@ void Optimizer::zero_grad(bool set_to_none) {
 OptimizerStateDict Optimizer::state_dict() const {
   OptimizerStateDict d;
   d.optimizer = defaults_->optimizer_name();
-  const bool momentum_name = d.optimizer == "SGD" || d.optimizer == "LARS";
   int64_t index = 0;
   for (const ParamGroup& g : groups_) {
     OptimizerStateDict::Group dg;
     dg.options = g.options().to_map();
     for (const Tensor& p : g.params()) {
       dg.params.push_back(index);
-      if (const ParamState* s = state(p)) {
+      if (const OptimizerParamState* s = state(p)) {
         auto& e = d.state[index];
         e["step"] = s->step.clone();
-        if (s->exp_avg.defined()) e[momentum_name ? "momentum_buffer" : "exp_avg"] = s->exp_avg.clone();
-        if (s->exp_avg_sq.defined()) e["exp_avg_sq"] = s->exp_avg_sq.clone();
+        for (const auto& [buffer_name, buffer] : s->buffers())
+          if (buffer.defined()) e[buffer_name] = buffer.clone();
         if (s->master.defined()) e["master"] = s->master.clone();
       }
       ++index;
@@ -281,7 +291,7 @@ void Optimizer::load_state_dict(const OptimizerStateDict& d) {
     o->validate();
     opts.push_back(std::move(o));
   }
-  std::unordered_map<const TensorImpl*, ParamState> fresh;
+  std::unordered_map<const TensorImpl*, std::unique_ptr<OptimizerParamState>> fresh;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const auto& ids = d.param_groups[gi].params;
     for (size_t k = 0; k < ids.size(); ++k) {
@@ -289,7 +299,9 @@ void Optimizer::load_state_dict(const OptimizerStateDict& d) {
       if (it == d.state.end()) continue;
       const Tensor& p = groups_[gi].params()[k];
       const DType sdt = p.dtype() == DType::F64 ? DType::F64 : DType::F32;
-      ParamState s;
+      std::unique_ptr<OptimizerParamState> loaded = make_param_state();
+      OptimizerParamState& s = *loaded;
+      const OptimizerParamState::BufferSlots buffers = s.buffer_slots();
       for (const auto& [key, t] : it->second) {
         KILN_CHECK(t.defined(), name, "::load_state_dict: state ", ids[k], ".", key, " is undefined");
         if (key == "step") {
@@ -300,13 +312,18 @@ void Optimizer::load_state_dict(const OptimizerStateDict& d) {
         KILN_CHECK(t.sizes() == p.sizes(), name, "::load_state_dict: state ", ids[k], ".", key,
                    " has sizes ", t.sizes(), ", the parameter ", p.sizes());
         Tensor c = copy_with_layout(t.to(p.device()), p, key == "master" ? DType::F32 : sdt);
-        if (key == "exp_avg" || key == "momentum_buffer") s.exp_avg = c;
-        else if (key == "exp_avg_sq") s.exp_avg_sq = c;
-        else if (key == "master") s.master = c;
-        else KILN_FAIL(name, "::load_state_dict: unknown state entry '", key, "' for parameter ", ids[k]);
+        if (key == "master") {
+          s.master = c;
+          continue;
+        }
+        auto slot = std::find_if(buffers.begin(), buffers.end(),
+                                 [&key = key](const auto& b) { return key == b.first; });
+        KILN_CHECK(slot != buffers.end(), name, "::load_state_dict: unknown state entry '", key,
+                   "' for parameter ", ids[k]);
+        *slot->second = c;
       }
       KILN_CHECK(s.step.defined(), name, "::load_state_dict: state ", ids[k], " has no step");
-      fresh[p.impl()] = std::move(s);
+      fresh[p.impl()] = std::move(loaded);
     }
   }
   for (size_t gi = 0; gi < groups_.size(); ++gi) groups_[gi].options_ = std::move(opts[gi]);

@@ -1,6 +1,6 @@
 #pragma once
 // kiln::optim::Optimizer: parameter groups, per-parameter state, and one fused multi-tensor step
-// per group (kiln/kernels/optim_kernels.h). Follows libtorch's frontend:
+// per group (kiln/kernels/multi_tensor.h). Follows libtorch's frontend:
 //
 //   kiln::optim::AdamW opt(net.parameters(), kiln::optim::AdamWOptions(3e-3).weight_decay(5e-4));
 //   opt.add_param_group({head.parameters(), kiln::optim::AdamWOptions(1e-4)});  // its own options
@@ -9,9 +9,13 @@
 //
 // The learning rate of a group is a host double (what schedules set and read) mirrored into a
 // one-element f64 tensor on the parameters' device that the fused kernel reads, so a step never
-// reads a device value back to the host (DESIGN.md §3.2). Each parameter's state (step count,
-// moments / momentum buffer, and f32 master weights for f16/bf16 parameters) is created on its first
-// step with the parameter's device and layout.
+// reads a device value back to the host. Each parameter's state (step count, the optimizer's
+// buffers - Adam's moments, SGD's momentum buffer - and f32 master weights for f16/bf16
+// parameters) is created on its first step with the parameter's device and layout.
+//
+// Each optimizer owns its update rule (kiln/optim/<name>_rule.h, run by the generic multi-tensor
+// launchers of kiln/kernels/multi_tensor.h and kernels/cuda/multi_tensor.cuh); this base class
+// collects the group's tensors and hands them to the optimizer's step kernel.
 #include <functional>
 #include <map>
 #include <memory>
@@ -21,19 +25,15 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/arg.h"
 #include "kiln/core/tensor.h"
-#include "kiln/kernels/math/optim.h"
+
+namespace kiln::kernels {
+struct MultiTensorLists;
+struct StepScalars;
+}  // namespace kiln::kernels
 
 namespace kiln::optim {
-
-// Declares a chainable option: `Self& name(T v)` sets it, `name()` reads it (libtorch's TORCH_ARG).
-#define KILN_OPTIM_ARG(T, name, init)                     \
- public:                                                  \
-  auto& name(const T& value) { name##_ = value; return *this; } \
-  const T& name() const { return name##_; }               \
-                                                          \
- private:                                                 \
-  T name##_ = init
 
 // (beta1, beta2) of the Adam family and LAMB; `.betas({0.9, 0.999})` works.
 using Betas = std::tuple<double, double>;
@@ -51,8 +51,6 @@ class OptimizerOptions {
   virtual void set_momentum(double momentum) = 0;
   // Throws kiln::Error naming the bad option (negative lr, betas outside [0, 1), ...).
   virtual void validate() const = 0;
-  // The kernel's view of these options.
-  virtual math::OptimHyper hyper() const = 0;
   // Every scalar option by name, for state_dict (booleans as 0/1).
   virtual std::map<std::string, double> to_map() const = 0;
   virtual void from_map(const std::map<std::string, double>& values) = 0;
@@ -91,13 +89,21 @@ class ParamGroup {
   double lr_tensor_value_ = 0;
 };
 
-// Per-parameter state. exp_avg doubles as SGD's / LARS's momentum buffer.
-struct ParamState {
-  Tensor step;        // one-element f64 tensor on the parameter's device
-  Tensor exp_avg;     // first moment / momentum buffer (f32, f64 for f64 params); may be undefined
-  Tensor exp_avg_sq;  // second moment (Adam family, LAMB)
-  Tensor master;      // f32 master weights for f16/bf16 parameters
-  bool fresh_momentum = false;  // buffer created for the coming step (SGD/LARS: buf = d)
+// The state of one parameter: what every optimizer keeps, and through buffer_slots() the
+// per-element buffers of its subclass (AdamParamState: exp_avg, exp_avg_sq; SGDParamState:
+// momentum_buffer). Buffers are f32 (f64 for f64 parameters), with the parameter's sizes and
+// strides, and undefined until the options need them (SGD without momentum has none).
+class OptimizerParamState {
+ public:
+  virtual ~OptimizerParamState() = default;
+  Tensor step;    // one-element f64 tensor on the parameter's device
+  Tensor master;  // f32 master weights of an f16/bf16 parameter; undefined otherwise
+
+  // The buffers with their state_dict names, in the order the optimizer's update rule takes them.
+  using BufferSlots = std::vector<std::pair<const char*, Tensor*>>;
+  virtual BufferSlots buffer_slots() = 0;
+  // The same, read-only (tensor handles share the buffers' storage).
+  std::vector<std::pair<const char*, Tensor>> buffers() const;
 };
 
 // What state_dict() returns and load_state_dict() takes: PyTorch's layout.
@@ -106,8 +112,9 @@ struct ParamState {
 //                       "weight_decay", "momentum", "dampening", "nesterov", ...);
 //                       params: the global indices of the group's parameters (numbered across
 //                       groups in order)
-//   state[i]            per-parameter tensors by name: "step" (one-element f64), "exp_avg" and
-//                       "exp_avg_sq" (Adam family, LAMB), "momentum_buffer" (SGD, LARS),
+//   state[i]            per-parameter tensors by name: "step" (one-element f64), the buffers by
+//                       their names ("exp_avg" and "exp_avg_sq" for Adam, AdamW and LAMB,
+//                       "momentum_buffer" for SGD and LARS),
 //                       "master" (f32 master weights of an f16/bf16 parameter); absent before the
 //                       parameter's first step
 // Tensors are deep copies in both directions, so a saved dict is not changed by later steps.
@@ -159,8 +166,9 @@ class Optimizer {
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   const OptimizerOptions& defaults() const { return *defaults_; }
   std::vector<Tensor> parameters() const;  // every group's, in order
-  // The state of a parameter (nullptr before its first step or for unknown tensors).
-  const ParamState* state(const Tensor& param) const;
+  // The state of a parameter (nullptr before its first step or for unknown tensors). Each
+  // optimizer also has a state() returning its own state type.
+  const OptimizerParamState* state(const Tensor& param) const;
 
   // false: one kernel call per parameter instead of one per group (the per-parameter loop the
   // fused path is tested and benchmarked against; results are bitwise identical).
@@ -174,13 +182,21 @@ class Optimizer {
  protected:
   void check_options_type(const OptimizerOptions& options) const;
 
+  // What each optimizer adds: a fresh state of its type, how many of its buffers (in
+  // buffer_slots() order) a group with `options` uses, and its step kernel over one group's lists.
+  virtual std::unique_ptr<OptimizerParamState> make_param_state() const = 0;
+  virtual int buffers_needed(const OptimizerOptions& options) const = 0;
+  virtual void run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
+                               const kernels::StepScalars& scalars) const = 0;
+
  private:
   void step_group(ParamGroup& group, const StepFlags& flags);
-  ParamState& state_for(const Tensor& p, const math::OptimHyper& h);
+  // The state of p, created with the buffers `options` needs; sets fresh when it created any.
+  OptimizerParamState& state_for(const Tensor& p, const OptimizerOptions& options, bool& fresh);
 
   std::vector<ParamGroup> groups_;
   std::unique_ptr<OptimizerOptions> defaults_;
-  std::unordered_map<const TensorImpl*, ParamState> state_;
+  std::unordered_map<const TensorImpl*, std::unique_ptr<OptimizerParamState>> state_;
   bool fused_ = true;
 };
 

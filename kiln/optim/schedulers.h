@@ -1,5 +1,5 @@
 #pragma once
-// Learning-rate schedules (GUIDE-TIPS #1), step()-based: call sched.step() once per optimizer step
+// Learning-rate schedules, step()-based: call sched.step() once per optimizer step
 // (after opt.step()). Construction applies the value for step 0, like PyTorch's schedulers. Values
 // are PyTorch's closed forms, computed in double from the step count (never by repeated
 // multiplication), so a schedule restored from its state_dict continues exactly.
@@ -137,14 +137,14 @@ enum class AnnealStrategy { Cos, Linear };
 
 struct OneCycleLROptions {
   OneCycleLROptions() = default;
-  KILN_OPTIM_ARG(double, pct_start, 0.3);
-  KILN_OPTIM_ARG(AnnealStrategy, anneal_strategy, AnnealStrategy::Cos);
-  KILN_OPTIM_ARG(double, div_factor, 25.0);
-  KILN_OPTIM_ARG(double, final_div_factor, 1e4);
-  KILN_OPTIM_ARG(bool, three_phase, false);
-  KILN_OPTIM_ARG(bool, cycle_momentum, true);
-  KILN_OPTIM_ARG(double, base_momentum, 0.85);
-  KILN_OPTIM_ARG(double, max_momentum, 0.95);
+  KILN_ARG(double, pct_start) = 0.3;
+  KILN_ARG(AnnealStrategy, anneal_strategy) = AnnealStrategy::Cos;
+  KILN_ARG(double, div_factor) = 25.0;
+  KILN_ARG(double, final_div_factor) = 1e4;
+  KILN_ARG(bool, three_phase) = false;
+  KILN_ARG(bool, cycle_momentum) = true;
+  KILN_ARG(double, base_momentum) = 0.85;
+  KILN_ARG(double, max_momentum) = 0.95;
 };
 
 // PyTorch's OneCycleLR (Smith & Topin, super-convergence). initial = max_lr / div_factor,
@@ -180,13 +180,13 @@ enum class CyclicMode { Triangular, Triangular2, ExpRange };
 
 struct CyclicLROptions {
   CyclicLROptions() = default;
-  KILN_OPTIM_ARG(int64_t, step_size_up, 2000);
-  KILN_OPTIM_ARG(int64_t, step_size_down, -1);  // -1: step_size_up
-  KILN_OPTIM_ARG(CyclicMode, mode, CyclicMode::Triangular);
-  KILN_OPTIM_ARG(double, gamma, 1.0);  // exp_range: amplitude * gamma^t
-  KILN_OPTIM_ARG(bool, cycle_momentum, true);
-  KILN_OPTIM_ARG(double, base_momentum, 0.8);
-  KILN_OPTIM_ARG(double, max_momentum, 0.9);
+  KILN_ARG(int64_t, step_size_up) = 2000;
+  KILN_ARG(int64_t, step_size_down) = -1;  // -1: step_size_up
+  KILN_ARG(CyclicMode, mode) = CyclicMode::Triangular;
+  KILN_ARG(double, gamma) = 1.0;  // exp_range: amplitude * gamma^t
+  KILN_ARG(bool, cycle_momentum) = true;
+  KILN_ARG(double, base_momentum) = 0.8;
+  KILN_ARG(double, max_momentum) = 0.9;
 };
 
 // PyTorch's CyclicLR (Smith 2017), scale_mode as PyTorch's default per mode (cycle for

@@ -2,8 +2,15 @@
 
 #include "kiln/core/error.h"
 #include "kiln/optim/adam.h"  // detail::map_get
+#include "kiln/optim/sgd_rule.h"
 
 namespace kiln::optim {
+
+namespace {
+SGDRule rule_of(const SGDOptions& o) {
+  return SGDRule{o.momentum(), o.dampening(), o.weight_decay(), o.nesterov(), o.maximize()};
+}
+}  // namespace
 
 void SGDOptions::validate() const {
   KILN_CHECK(lr_ >= 0.0, "SGD: invalid learning rate ", lr_, " (must be >= 0)");
@@ -12,17 +19,6 @@ void SGDOptions::validate() const {
   KILN_CHECK(!nesterov_ || (momentum_ > 0.0 && dampening_ == 0.0),
              "SGD: nesterov momentum requires a momentum > 0 and zero dampening (got momentum ",
              momentum_, ", dampening ", dampening_, ")");
-}
-
-math::OptimHyper SGDOptions::hyper() const {
-  math::OptimHyper h;
-  h.algo = math::OptimAlgo::SGD;
-  h.momentum = momentum_;
-  h.dampening = dampening_;
-  h.weight_decay = weight_decay_;
-  h.nesterov = nesterov_;
-  h.maximize = maximize_;
-  return h;
 }
 
 std::map<std::string, double> SGDOptions::to_map() const {
@@ -44,5 +40,20 @@ SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
     : Optimizer({ParamGroup(std::move(params))}, options.clone()) {}
 SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& options)
     : Optimizer(std::move(groups), options.clone()) {}
+
+std::unique_ptr<OptimizerParamState> SGD::make_param_state() const {
+  return std::make_unique<SGDParamState>();
+}
+
+int SGD::buffers_needed(const OptimizerOptions& options) const {
+  return rule_of(static_cast<const SGDOptions&>(options)).num_buffers();
+}
+
+void SGD::run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
+                          const kernels::StepScalars& scalars) const {
+  kernels::run_multi_tensor_step(sgd_step, rule_of(static_cast<const SGDOptions&>(options)), lists, scalars);
+}
+
+KILN_REGISTER_KERNEL(sgd_step, CPU, &kernels::cpu::multi_tensor_step<SGDRule>);
 
 }  // namespace kiln::optim

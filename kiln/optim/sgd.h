@@ -9,15 +9,23 @@
 
 namespace kiln::optim {
 
+// The state of one parameter of SGD and LARS: the momentum buffer (undefined without momentum).
+class SGDParamState : public OptimizerParamState {
+ public:
+  Tensor momentum_buffer;
+  BufferSlots buffer_slots() override { return {{"momentum_buffer", &momentum_buffer}}; }
+};
+
 class SGDOptions : public OptimizerOptions {
  public:
-  SGDOptions(double lr = 1e-3) : lr_(lr) {}  // NOLINT: implicit, like libtorch
-  KILN_OPTIM_ARG(double, lr, 1e-3);
-  KILN_OPTIM_ARG(double, momentum, 0.0);
-  KILN_OPTIM_ARG(double, dampening, 0.0);
-  KILN_OPTIM_ARG(double, weight_decay, 0.0);
-  KILN_OPTIM_ARG(bool, nesterov, false);
-  KILN_OPTIM_ARG(bool, maximize, false);
+  SGDOptions() = default;
+  SGDOptions(double lr) : lr_(lr) {}  // NOLINT: implicit, like libtorch
+  KILN_ARG(double, lr) = 1e-3;
+  KILN_ARG(double, momentum) = 0.0;
+  KILN_ARG(double, dampening) = 0.0;
+  KILN_ARG(double, weight_decay) = 0.0;
+  KILN_ARG(bool, nesterov) = false;
+  KILN_ARG(bool, maximize) = false;
 
  public:
   std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<SGDOptions>(*this); }
@@ -27,7 +35,6 @@ class SGDOptions : public OptimizerOptions {
   double get_momentum() const override { return momentum_; }
   void set_momentum(double m) override { momentum_ = m; }
   void validate() const override;
-  math::OptimHyper hyper() const override;
   std::map<std::string, double> to_map() const override;
   void from_map(const std::map<std::string, double>& values) override;
 };
@@ -36,6 +43,16 @@ class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, const SGDOptions& options = {});
   SGD(std::vector<ParamGroup> groups, const SGDOptions& options = {});
+  // This optimizer's state of `param` (nullptr before its first step).
+  const SGDParamState* state(const Tensor& param) const {
+    return static_cast<const SGDParamState*>(Optimizer::state(param));
+  }
+
+ protected:
+  std::unique_ptr<OptimizerParamState> make_param_state() const override;
+  int buffers_needed(const OptimizerOptions& options) const override;
+  void run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
+                       const kernels::StepScalars& scalars) const override;
 };
 
 }  // namespace kiln::optim

@@ -1,10 +1,10 @@
-// CUDA multi-tensor launchers (kernels/cuda/multi_tensor.cu, amp.cu) vs the CPU launchers: every
+// CUDA multi-tensor launchers (kernels/cuda/multi_tensor.cuh and .cu, amp.cu) vs the CPU launchers: every
 // optimizer over several steps, f32 and f16/bf16 parameters with master weights, found_inf and
 // grad_scale read on the device, per-tensor norms (LAMB/LARS), the global norm and clipping,
 // unscale + inf check, the device-side GradScaler update, the fused lerp. Lists with more tensors
 // than one launch holds (40 per optimizer launch, 110 per list launch, 256 step tensors) check the
 // launch splitting; odd sizes and sizes across the 16K-element chunk boundary check the tails.
-// The math is the CPU's (shared functors); tolerances cover FMA contraction and summation order:
+// The math is the CPU's (each optimizer's rule, kiln/optim/*_rule.h); tolerances cover FMA contraction and summation order:
 // f32 1e-5 relative after 3 steps, bf16/f16 parameters one rounding of the (f32) master weight.
 #include <catch2/catch.hpp>
 
@@ -14,7 +14,7 @@
 
 #include <kiln/kiln.h>
 #include <kiln/kernels/amp_kernels.h>
-#include <kiln/kernels/optim_kernels.h>
+#include <kiln/kernels/multi_tensor.h>
 
 using kiln::DType;
 using kiln::Tensor;
@@ -60,13 +60,18 @@ void compare_states(const optim::Optimizer& og, const std::vector<Tensor>& pg, c
   for (size_t i = 0; i < pc.size(); ++i) {
     const std::string w = what + " param " + std::to_string(i);
     require_close(pg[i], pc[i], rtol, atol, w);
-    const optim::ParamState* sc = oc.state(pc[i]);
-    const optim::ParamState* sg = og.state(pg[i]);
+    const optim::OptimizerParamState* sc = oc.state(pc[i]);
+    const optim::OptimizerParamState* sg = og.state(pg[i]);
     REQUIRE((sc == nullptr) == (sg == nullptr));
     if (!sc) continue;
     REQUIRE(sg->step.cpu().item<double>() == sc->step.item<double>());
-    if (sc->exp_avg.defined()) require_close(sg->exp_avg, sc->exp_avg, rtol, atol, w + " exp_avg");
-    if (sc->exp_avg_sq.defined()) require_close(sg->exp_avg_sq, sc->exp_avg_sq, rtol, atol, w + " exp_avg_sq");
+    const auto buffers_c = sc->buffers(), buffers_g = sg->buffers();
+    REQUIRE(buffers_c.size() == buffers_g.size());
+    for (size_t k = 0; k < buffers_c.size(); ++k) {
+      REQUIRE(buffers_c[k].second.defined() == buffers_g[k].second.defined());
+      if (buffers_c[k].second.defined())
+        require_close(buffers_g[k].second, buffers_c[k].second, rtol, atol, w + " " + buffers_c[k].first);
+    }
     if (sc->master.defined()) require_close(sg->master, sc->master, rtol, atol, w + " master");
   }
 }
@@ -149,9 +154,10 @@ TEST_CASE("found_inf set on the device skips the step without touching anything"
     std::vector<double> step_before;
     for (const Tensor& p : pg) {
       before.push_back(p.detach().cpu());
-      const optim::ParamState* s = og->state(p);
+      const optim::OptimizerParamState* s = og->state(p);
       step_before.push_back(s->step.cpu().item<double>());
-      m_before.push_back(s->exp_avg.defined() ? s->exp_avg.cpu() : Tensor());
+      const Tensor first_buffer = s->buffers().front().second;  // exp_avg or momentum_buffer
+      m_before.push_back(first_buffer.defined() ? first_buffer.cpu() : Tensor());
       master_before.push_back(s->master.cpu());
     }
     set_grads(pc, pg);
@@ -159,10 +165,10 @@ TEST_CASE("found_inf set on the device skips the step without touching anything"
     flags.found_inf = kiln::full({}, 1.0, kiln::TensorOptions(DType::F32).device(kGpu));
     og->step(flags);
     for (size_t i = 0; i < pg.size(); ++i) {
-      const optim::ParamState* s = og->state(pg[i]);
+      const optim::OptimizerParamState* s = og->state(pg[i]);
       REQUIRE(kiln::equal(pg[i].detach().cpu(), before[i]));
       REQUIRE(s->step.cpu().item<double>() == step_before[i]);
-      if (m_before[i].defined()) REQUIRE(kiln::equal(s->exp_avg.cpu(), m_before[i]));
+      if (m_before[i].defined()) REQUIRE(kiln::equal(s->buffers().front().second.cpu(), m_before[i]));
       REQUIRE(kiln::equal(s->master.cpu(), master_before[i]));
     }
     // found_inf = 0 on the device: the step runs

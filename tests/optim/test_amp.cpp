@@ -52,6 +52,7 @@ TEST_CASE("GradScaler scales, unscales, skips on overflow, backs off and grows",
   kiln::optim::SGD opt({w}, kiln::optim::SGDOptions(0.1));
   kiln::amp::GradScaler scaler(kiln::amp::GradScalerOptions().enabled(true).growth_interval(3));
   REQUIRE(scaler.is_enabled());
+  CHECK(!kiln::amp::GradScalerOptions().enabled().has_value());  // default: where CUDA is available
   // clean step: d/dw sum(w^2) = 2w, applied unscaled
   Tensor loss = (w * w).sum();
   Tensor scaled = scaler.scale(loss);

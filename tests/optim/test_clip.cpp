@@ -6,7 +6,7 @@
 
 #include "kiln/core/error.h"
 #include "kiln/core/tensor.h"
-#include "kiln/kernels/optim_kernels.h"
+#include "kiln/kernels/multi_tensor.h"
 #include "kiln/optim/optim.h"
 #include "tests/test_util.h"
 

@@ -15,12 +15,12 @@ TEST_CASE("LR range test: exponential sweep, divergence stop, steepest-descent s
     return 2.0 - std::tanh((x + 2.0) * 2.0) + (x > 0 ? std::exp(5 * x) : 0.0);
   };
   kiln::optim::LRFinderOptions o;
-  o.smoothing = 0.0;  // exact curve
+  o.smoothing(0.0);  // exact curve
   auto r = kiln::optim::lr_range_test(opt, step, o);
   REQUIRE(r.lrs.front() == Approx(1e-7));
   REQUIRE(r.lrs[1] / r.lrs[0] == Approx(std::pow(1e8, 1.0 / 99)));
   REQUIRE(r.diverged);
   REQUIRE(r.lrs.back() < 10.0);
   REQUIRE(std::log10(r.suggested_lr) == Approx(-2.0).margin(0.1));
-  REQUIRE_THROWS_AS(kiln::optim::lr_range_test(opt, step, kiln::optim::LRFinderOptions{1.0, 0.5}), kiln::Error);
+  REQUIRE_THROWS_AS(kiln::optim::lr_range_test(opt, step, kiln::optim::LRFinderOptions().start_lr(1.0).end_lr(0.5)), kiln::Error);
 }

@@ -7,7 +7,7 @@
 
 #include <kiln/kiln.h>
 #include <kiln/kernels/amp_kernels.h>
-#include <kiln/kernels/optim_kernels.h>
+#include <kiln/kernels/multi_tensor.h>
 #include <kiln/optim/ema.h>
 
 using kiln::DType;

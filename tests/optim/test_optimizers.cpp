@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kiln/core/autograd.h"
@@ -213,9 +214,59 @@ TEST_CASE("defaults equal PyTorch's", "[optim]") {
   CHECK(a.weight_decay() == 0.0);
   CHECK(a.eps() == 1e-8);
   optim::SGDOptions s(0.1);
+  CHECK(s.lr() == 0.1);
   CHECK(s.momentum() == 0.0);
   CHECK(s.dampening() == 0.0);
   CHECK(!s.nesterov());
+  CHECK(optim::SGDOptions().lr() == 1e-3);
+  optim::LAMBOptions lamb;
+  CHECK(lamb.eps() == 1e-6);
+  CHECK(lamb.weight_decay() == 1e-2);
+  CHECK(lamb.bias_correction());
+  optim::LARSOptions lars;
+  CHECK(lars.momentum() == 0.9);
+  CHECK(lars.trust_coefficient() == 1e-3);
+}
+
+TEST_CASE("each optimizer keeps its own state: SGD a momentum_buffer, Adam two moments", "[optim]") {
+  Tensor w = make({1.0}).requires_grad_();
+  optim::SGD sgd({w}, optim::SGDOptions(0.1).momentum(0.9));
+  for (int k = 0; k < 2; ++k) {
+    w.set_grad(make({0.5}));
+    sgd.step();
+  }
+  // buf = 0.5, then 0.9 * 0.5 + 0.5; w = 1 - 0.1 * 0.5 - 0.1 * 0.95
+  const optim::SGDParamState* s = sgd.state(w);
+  REQUIRE(s);
+  CHECK(values(s->momentum_buffer)[0] == Approx(0.95).epsilon(1e-15));
+  CHECK(values(w)[0] == Approx(0.855).epsilon(1e-15));
+  auto keys = [](const std::map<std::string, Tensor>& entries) {
+    std::vector<std::string> out;
+    for (const auto& [key, t] : entries) out.push_back(key);
+    return out;
+  };
+  CHECK(keys(sgd.state_dict().state.at(0)) == std::vector<std::string>{"momentum_buffer", "step"});
+
+  Tensor plain = make({1.0}).requires_grad_();
+  optim::SGD no_momentum({plain}, optim::SGDOptions(0.1));
+  plain.set_grad(make({0.5}));
+  no_momentum.step();
+  CHECK(!no_momentum.state(plain)->momentum_buffer.defined());
+  CHECK(values(plain)[0] == Approx(0.95).epsilon(1e-15));
+  CHECK(keys(no_momentum.state_dict().state.at(0)) == std::vector<std::string>{"step"});
+
+  Tensor a = make({1.0}).requires_grad_();
+  optim::Adam adam({a}, optim::AdamOptions(0.1));
+  a.set_grad(make({0.5}));
+  adam.step();
+  const optim::AdamParamState* as = adam.state(a);
+  CHECK(values(as->exp_avg)[0] == Approx(0.05).epsilon(1e-15));          // (1 - 0.9) * 0.5
+  CHECK(values(as->exp_avg_sq)[0] == Approx(0.00025).epsilon(1e-12));   // (1 - 0.999) * 0.25
+  CHECK(keys(adam.state_dict().state.at(0)) == std::vector<std::string>{"exp_avg", "exp_avg_sq", "step"});
+  // a state entry another optimizer would use is refused
+  optim::OptimizerStateDict wrong = sgd.state_dict();
+  wrong.state.at(0)["exp_avg"] = wrong.state.at(0).at("momentum_buffer");
+  CHECK_THROWS_WITH(sgd.load_state_dict(wrong), Catch::Contains("unknown state entry 'exp_avg'"));
 }
 
 TEST_CASE("parameter groups with different learning rates", "[optim]") {
@@ -413,7 +464,7 @@ TEST_CASE("f16 and bf16 parameters keep f32 master weights", "[optim]") {
       o16.step();
       o32.step();
     }
-    const optim::ParamState* s = o16.state(p16);
+    const optim::AdamParamState* s = o16.state(p16);
     REQUIRE(s);
     REQUIRE(s->master.defined());
     CHECK(s->master.dtype() == DType::F32);

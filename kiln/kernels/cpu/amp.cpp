@@ -1,7 +1,6 @@
 // CPU versions of the loss scaler's kernels (see kernels/amp_kernels.h): the unscale + inf check
 // walks every gradient once, scales it in place and counts non-finite values per thread; the
-// scale update runs math::update_loss_scale on the host values. kernels/optim_dispatch.cpp routes
-// to these or to the CUDA versions.
+// scale update runs math::update_loss_scale on the host values.
 #include <omp.h>
 
 #include <cmath>
@@ -9,12 +8,12 @@
 #include "kiln/kernels/amp_kernels.h"
 #include "kiln/kernels/cpu/loops.h"
 
-namespace kiln::kernels {
+namespace kiln::kernels::cpu {
+namespace {
 
-namespace cpu {
-
-void unscale_and_check_(const std::vector<Tensor>& grads, const Tensor& inv_scale, const Tensor& found_inf) {
-  KILN_CHECK(inv_scale.numel() == 1 && found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
+void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale, const Tensor& found_inf) {
+  KILN_CHECK(inv_scale.defined() && found_inf.defined() && inv_scale.numel() == 1 &&
+                 found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
              "unscale_and_check_: inv_scale and found_inf must be one-element tensors (found_inf f32)");
   const float inv = inv_scale.to(DType::F32).item<float>();  // a host value already on the CPU
   int64_t bad = 0;
@@ -41,9 +40,10 @@ void unscale_and_check_(const std::vector<Tensor>& grads, const Tensor& inv_scal
   }
 }
 
-void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
-                       double growth_factor, double backoff_factor, int64_t growth_interval) {
-  KILN_CHECK(scale.numel() == 1 && (scale.dtype() == DType::F32 || scale.dtype() == DType::F64) &&
+void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                      double growth_factor, double backoff_factor, int64_t growth_interval) {
+  KILN_CHECK(scale.defined() && growth_tracker.defined() && found_inf.defined() &&
+                 scale.numel() == 1 && (scale.dtype() == DType::F32 || scale.dtype() == DType::F64) &&
                  growth_tracker.numel() == 1 && growth_tracker.dtype() == DType::I64 &&
                  found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
              "amp_update_scale_: expected one-element scale (f32/f64), growth_tracker (i64) and found_inf (f32)");
@@ -57,6 +57,9 @@ void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const 
   growth_tracker.storage()->bump_version();
 }
 
-}  // namespace cpu
+}  // namespace
 
-}  // namespace kiln::kernels
+KILN_REGISTER_KERNEL(unscale_and_check_, CPU, unscale_and_check);
+KILN_REGISTER_KERNEL(amp_update_scale_, CPU, amp_update_scale);
+
+}  // namespace kiln::kernels::cpu

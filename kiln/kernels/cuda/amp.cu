@@ -10,7 +10,7 @@
 // with the CPU version), so the next scale is computed where found_inf lives and a training step
 // never waits for the host.
 #include "kiln/core/autograd.h"
-#include "kiln/kernels/cuda/amp_cuda.h"
+#include "kiln/kernels/amp_kernels.h"
 #include "kiln/kernels/cuda/multi_tensor.cuh"
 
 namespace kiln::kernels::cuda {
@@ -51,11 +51,9 @@ __global__ void update_scale_kernel(S* scale, int64_t* tracker, const float* fou
   *tracker = t;
 }
 
-}  // namespace
-
-void unscale_and_check_(const std::vector<Tensor>& grads, const Tensor& inv_scale, const Tensor& found_inf) {
+void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale, const Tensor& found_inf) {
   const char* op = "unscale_and_check_";
-  KILN_CHECK(inv_scale.numel() == 1 && found_inf.numel() == 1 && found_inf.dtype() == DType::F32 &&
+  KILN_CHECK(inv_scale.defined() && found_inf.defined() && inv_scale.numel() == 1 && found_inf.numel() == 1 && found_inf.dtype() == DType::F32 &&
                  found_inf.is_contiguous(),
              op, ": inv_scale and found_inf must be one-element tensors (found_inf f32)");
   const Device dev = found_inf.device();
@@ -67,7 +65,7 @@ void unscale_and_check_(const std::vector<Tensor>& grads, const Tensor& inv_scal
     if (!g.defined() || g.numel() == 0) continue;
     KILN_CHECK(g.device() == dev, op, ": gradient ", i, " is on ", g.device(), ", found_inf on ", dev);
     KILN_CHECK(g.is_floating_point(), op, ": gradient ", i, " has dtype ", g.dtype());
-    KILN_CHECK(mt::is_dense(g), op, ": gradients must be dense (gradient ", i, " has sizes ", g.sizes(),
+    KILN_CHECK(is_dense(g), op, ": gradients must be dense (gradient ", i, " has sizes ", g.sizes(),
                " strides ", g.strides(), ")");
     items.push_back({g.numel(), g.dtype(), static_cast<int>(i)});
   }
@@ -90,9 +88,9 @@ void unscale_and_check_(const std::vector<Tensor>& grads, const Tensor& inv_scal
   found_inf.storage()->bump_version();
 }
 
-void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
-                       double growth_factor, double backoff_factor, int64_t growth_interval) {
-  KILN_CHECK(scale.numel() == 1 && (scale.dtype() == DType::F32 || scale.dtype() == DType::F64) &&
+void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                      double growth_factor, double backoff_factor, int64_t growth_interval) {
+  KILN_CHECK(scale.defined() && growth_tracker.defined() && found_inf.defined() && scale.numel() == 1 && (scale.dtype() == DType::F32 || scale.dtype() == DType::F64) &&
                  growth_tracker.numel() == 1 && growth_tracker.dtype() == DType::I64 &&
                  found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
              "amp_update_scale_: expected one-element scale (f32/f64), growth_tracker (i64) and found_inf (f32)");
@@ -111,5 +109,10 @@ void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const 
   scale.storage()->bump_version();
   growth_tracker.storage()->bump_version();
 }
+
+}  // namespace
+
+KILN_REGISTER_KERNEL(unscale_and_check_, CUDA, unscale_and_check);
+KILN_REGISTER_KERNEL(amp_update_scale_, CUDA, amp_update_scale);
 
 }  // namespace kiln::kernels::cuda
