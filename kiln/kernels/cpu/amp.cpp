@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "kiln/kernels/copy_fill.h"
 #include "kiln/kernels/amp_kernels.h"
 #include "kiln/kernels/cpu/loops.h"
 
@@ -15,7 +16,7 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale
   KILN_CHECK(inv_scale.defined() && found_inf.defined() && inv_scale.numel() == 1 &&
                  found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
              "unscale_and_check_: inv_scale and found_inf must be one-element tensors (found_inf f32)");
-  const float inv = inv_scale.to(DType::F32).item<float>();  // a host value already on the CPU
+  const float inv = to_dtype(inv_scale, DType::F32).item<float>();  // a host value already on the CPU
   int64_t bad = 0;
   for (const Tensor& g : grads) {
     if (!g.defined() || g.numel() == 0) continue;

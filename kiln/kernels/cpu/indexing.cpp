@@ -24,6 +24,7 @@
 #include <array>
 #include <limits>
 
+#include "kiln/kernels/copy_fill.h"
 #include "kiln/kernels/cpu/loops.h"
 #include "kiln/kernels/indexing.h"
 
@@ -213,7 +214,7 @@ void run_scatter_add(const Space& s, const Tensor& self, const Tensor& index, co
 }  // namespace
 
 std::pair<int64_t, int64_t> index_min_max(const Tensor& index_in, const char* op) {
-  const Tensor index = index_in.contiguous();
+  const Tensor index = contiguous(index_in);
   const int64_t n = index.numel();
   return dispatch_index(index.dtype(), op, [&](auto tag) {
     using I = typename decltype(tag)::type;

@@ -12,6 +12,7 @@
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/kernels/copy_fill.h"
 #include "kiln/kernels/multi_tensor.h"
 
 namespace kiln::kernels::cpu {
@@ -35,7 +36,7 @@ Tensor norm(const std::vector<Tensor>& tensors, double norm_type) {
     KILN_CHECK(t.device().is_cpu(), "multi_tensor_norm (CPU): tensor ", i, " is on ", t.device());
     KILN_CHECK(t.is_floating_point(), "multi_tensor_norm: tensor ", i, " has dtype ", t.dtype());
     any_f64 |= t.dtype() == DType::F64;
-    dense[i] = is_dense(t) ? t : t.contiguous();
+    dense[i] = is_dense(t) ? t : contiguous(t);
     numels[i] = t.numel();
     if (numels[i] > 0) which.push_back(static_cast<int32_t>(i));
   }

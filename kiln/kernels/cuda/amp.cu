@@ -9,7 +9,7 @@
 // amp_update_scale_: GradScaler.update() in a one-thread kernel (math::update_loss_scale, shared
 // with the CPU version), so the next scale is computed where found_inf lives and a training step
 // never waits for the host.
-#include "kiln/core/autograd.h"
+#include "kiln/kernels/copy_fill.h"
 #include "kiln/kernels/amp_kernels.h"
 #include "kiln/kernels/cuda/multi_tensor.cuh"
 
@@ -58,7 +58,6 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale
              op, ": inv_scale and found_inf must be one-element tensors (found_inf f32)");
   const Device dev = found_inf.device();
   KILN_CHECK(inv_scale.device() == dev, op, ": inv_scale is on ", inv_scale.device(), ", found_inf on ", dev);
-  NoGradGuard ng;
   std::vector<mt::Item> items;
   for (size_t i = 0; i < grads.size(); ++i) {
     const Tensor& g = grads[i];
@@ -71,7 +70,7 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale
   }
   if (items.empty()) return;
   // The CPU version multiplies by the f32 value of inv_scale; so does this one.
-  const Tensor inv = inv_scale.dtype() == DType::F32 ? inv_scale.contiguous() : inv_scale.to(DType::F32);
+  const Tensor inv = contiguous(to_dtype(inv_scale, DType::F32));
   DeviceGuard guard(found_inf);
   cudaStream_t stream = stream_for(found_inf);
   const std::vector<Tensor>* lists[1] = {&grads};

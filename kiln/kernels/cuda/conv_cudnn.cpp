@@ -29,6 +29,8 @@
 // cuDNN 9 marks this (legacy) convolution API deprecated in favour of the graph API; it is still
 // shipped and supported, and is far smaller to use, so the deprecation warnings are silenced here.
 #include "kiln/config.h"
+#include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/reduce.h"
 #include "kiln/kernels/conv.h"
 #include "kiln/kernels/memory_format.h"
 #include "kiln/kernels/pool.h"
@@ -45,7 +47,6 @@
 #include <string>
 #include <vector>
 
-#include "kiln/core/autograd.h"
 #include "kiln/core/cuda.h"
 #include "kiln/core/cuda_check.h"
 #include "kiln/core/cudnn.h"
@@ -514,7 +515,7 @@ bool filter_needs_nhwc_copy(const ConvGeometry& g) {
 
 Tensor filter_for(const Tensor& w, const ConvGeometry& g) {
   if (!filter_needs_nhwc_copy(g)) return w;
-  return w.permute({0, 2, 3, 1}).contiguous();
+  return contiguous(w.detach().permute({0, 2, 3, 1}));
 }
 
 [[noreturn]] void annotate(const char* op, const ConvGeometry& g, DType t, const kiln::Error& e) {
@@ -538,10 +539,9 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
     KILN_CHECK(bias.dim() == 1 && bias.size(0) == g.K && bias.is_contiguous(), op,
                ": bias must be a contiguous [", g.K, "], got sizes ", bias.sizes());
   if (out.numel() == 0) return;
-  NoGradGuard ng;
   DeviceGuard guard(x);
   if (x.numel() == 0) {  // no input channels: the output is the bias
-    Tensor(out).zero_();
+    fill(out, 0.0);
     if (bias.defined()) Tensor(out).add_(bias.view({1, g.K, 1, 1}));
     return;
   }
@@ -569,10 +569,9 @@ void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
   check_image(op, "grad_output", grad_out, g, g.K, g.OH, g.OW);
   check_weight(op, weight, g);
   if (grad_x.numel() == 0) return;
-  NoGradGuard ng;
   DeviceGuard guard(grad_x);
   if (grad_out.numel() == 0 || weight.numel() == 0) {
-    Tensor(grad_x).zero_();
+    fill(grad_x, 0.0);
     return;
   }
   try {
@@ -603,13 +602,12 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
   if (grad_bias.defined())
     KILN_CHECK(grad_bias.dim() == 1 && grad_bias.size(0) == g.K && grad_bias.is_contiguous(), op,
                ": grad_bias must be a contiguous [", g.K, "], got sizes ", grad_bias.sizes());
-  NoGradGuard ng;
   const Tensor& ref = grad_out;
   DeviceGuard guard(ref);
   const DType dt = grad_out.dtype();
   if (grad_out.numel() == 0) {  // N == 0 (or empty output): zero gradients
-    if (grad_weight.defined() && grad_weight.numel() > 0) Tensor(grad_weight).zero_();
-    if (grad_bias.defined() && grad_bias.numel() > 0) Tensor(grad_bias).zero_();
+    if (grad_weight.defined() && grad_weight.numel() > 0) fill(grad_weight, 0.0);
+    if (grad_bias.defined() && grad_bias.numel() > 0) fill(grad_bias, 0.0);
     return;
   }
   try {
@@ -626,9 +624,9 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
           h.h, s.one(), d.x.d, x.data_ptr(), d.y.d, grad_out.data_ptr(), d.conv.d,
           static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ptr_of(ws), c.workspace, s.zero(), d.w.d,
           dw.data_ptr()));
-      if (nhwc_copy) Tensor(grad_weight).copy_(dw.permute({0, 3, 1, 2}));
+      if (nhwc_copy) copy(grad_weight, dw.permute({0, 3, 1, 2}));
     }
-    if (grad_bias.defined()) Tensor(grad_bias).copy_(grad_out.sum({0, 2, 3}));
+    if (grad_bias.defined()) reduce(ReduceOp::Sum, grad_bias, grad_out, {0, 2, 3});
   } catch (const kiln::Error& e) {
     annotate(op, g, dt, e);
   }

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "kiln/core/autograd.h"
+#include "kiln/kernels/copy_fill.h"
 #include "kiln/kernels/cuda/block_reduce.cuh"
 #include "kiln/kernels/cuda/multi_tensor.cuh"
 
@@ -128,8 +128,7 @@ __global__ void __launch_bounds__(kBlock) lerp_kernel(ListMeta<2> a, double weig
 Tensor device_scalar(const Tensor& t, DType want, Device dev, const char* op, const char* what) {
   KILN_CHECK(t.numel() == 1, op, ": ", what, " must have one element, got sizes ", t.sizes());
   KILN_CHECK(t.device() == dev, op, ": ", what, " is on ", t.device(), " but the tensors are on ", dev);
-  Tensor c = t.dtype() == want ? t : t.to(want);
-  return c.is_contiguous() ? c : c.contiguous();
+  return contiguous(to_dtype(t, want));
 }
 
 void check_cuda_tensor(const Tensor& t, Device dev, const char* op, size_t i) {
@@ -218,7 +217,6 @@ Tensor norm(const std::vector<Tensor>& tensors, double norm_type) {
   const char* op = "multi_tensor_norm";
   KILN_CHECK(norm_type > 0, op, ": norm_type must be positive (or inf), got ", norm_type);
   const bool inf = std::isinf(norm_type);
-  NoGradGuard ng;
   bool any_f64 = false;
   Device dev = Device::cpu();
   std::vector<Tensor> dense(tensors.size());
@@ -229,7 +227,7 @@ Tensor norm(const std::vector<Tensor>& tensors, double norm_type) {
     if (i == 0) dev = t.device();
     check_cuda_tensor(t, dev, op, i);
     any_f64 |= t.dtype() == DType::F64;
-    dense[i] = is_dense(t) ? t : t.contiguous();
+    dense[i] = is_dense(t) ? t : contiguous(t);
     if (t.numel() > 0) items.push_back({t.numel(), t.dtype(), static_cast<int>(i)});
   }
   const DType out_dtype = any_f64 ? DType::F64 : DType::F32;
@@ -265,7 +263,6 @@ void scale_(const std::vector<Tensor>& tensors, const Tensor& scale) {
   const char* op = "multi_tensor_scale_";
   if (tensors.empty()) return;
   KILN_CHECK(scale.defined(), op, ": scale is undefined");
-  NoGradGuard ng;
   Device dev = Device::cpu();
   // Non-dense tensors are scaled in a dense copy, then copied back.
   std::vector<Tensor> work(tensors.size());
@@ -276,7 +273,7 @@ void scale_(const std::vector<Tensor>& tensors, const Tensor& scale) {
     KILN_CHECK(t.defined(), op, ": tensor ", i, " is undefined");
     if (i == 0) dev = t.device();
     check_cuda_tensor(t, dev, op, i);
-    work[i] = is_dense(t) ? t : t.contiguous();
+    work[i] = is_dense(t) ? t : contiguous(t);
     if (!is_dense(t)) copy_back.emplace_back(t, work[i]);
     if (t.numel() > 0) items.push_back({t.numel(), t.dtype(), static_cast<int>(i)});
   }
@@ -296,7 +293,7 @@ void scale_(const std::vector<Tensor>& tensors, const Tensor& scale) {
   }
   for (auto& [orig, dense] : copy_back) {
     Tensor o = orig;
-    o.copy_(dense);
+    copy(o, dense);
   }
   for (const Item& it : items) tensors[it.index].storage()->bump_version();
 }
@@ -305,7 +302,6 @@ void lerp_(const std::vector<Tensor>& dst, const std::vector<Tensor>& src, doubl
   const char* op = "multi_tensor_lerp_";
   KILN_CHECK(dst.size() == src.size(), op, ": ", dst.size(), " destinations but ", src.size(), " sources");
   if (dst.empty()) return;
-  NoGradGuard ng;
   Device dev = Device::cpu();
   std::vector<Item> items;
   for (size_t i = 0; i < dst.size(); ++i) {

@@ -14,6 +14,7 @@
 // f16/bf16), with one rounding to the storage type at the end.
 #include <climits>
 
+#include "kiln/kernels/copy_fill.h"
 #include "kiln/kernels/conv.h"
 #include "kiln/kernels/memory_format.h"
 #include "kiln/kernels/pool.h"
@@ -152,7 +153,7 @@ void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Ten
   if (grad_x.numel() == 0) return;
   DeviceGuard guard(grad_x);
   if (grad_out.numel() == 0) {
-    Tensor(grad_x).zero_();
+    fill(grad_x, 0.0);
     return;
   }
   dispatch_floating(grad_x.dtype(), op, [&](auto tag) {
@@ -189,7 +190,7 @@ void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Poo
   if (grad_x.numel() == 0) return;
   DeviceGuard guard(grad_x);
   if (grad_out.numel() == 0) {
-    Tensor(grad_x).zero_();
+    fill(grad_x, 0.0);
     return;
   }
   dispatch_floating(grad_x.dtype(), op, [&](auto tag) {
