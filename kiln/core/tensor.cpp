@@ -168,15 +168,15 @@ Tensor empty(const IntList& sizes, const TensorOptions& opts) {
   auto impl = std::make_shared<TensorImpl>();
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
-  impl->dtype = opts.dtype_;
-  size_t nbytes = static_cast<size_t>(impl->numel()) * element_size(opts.dtype_);
-  Allocator* alloc = opts.pinned_memory_ ? pinned_allocator() : allocator_for(opts.device_);
-  KILN_CHECK(!opts.pinned_memory_ || opts.device_.is_cpu(),
-             "empty: pinned_memory applies to CPU tensors, got device ", opts.device_);
-  if (opts.device_.is_cuda()) cuda::check_device(opts.device_, "empty");
-  impl->storage = std::make_shared<Storage>(nbytes, opts.device_, alloc);
+  impl->dtype = opts.dtype();
+  size_t nbytes = static_cast<size_t>(impl->numel()) * element_size(opts.dtype());
+  Allocator* alloc = opts.pinned_memory() ? pinned_allocator() : allocator_for(opts.device());
+  KILN_CHECK(!opts.pinned_memory() || opts.device().is_cpu(),
+             "empty: pinned_memory applies to CPU tensors, got device ", opts.device());
+  if (opts.device().is_cuda()) cuda::check_device(opts.device(), "empty");
+  impl->storage = std::make_shared<Storage>(nbytes, opts.device(), alloc);
   Tensor t(std::move(impl));
-  if (opts.requires_grad_) t.requires_grad_(true);
+  if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
 
@@ -206,10 +206,10 @@ Tensor empty_preserving_layout(const Tensor& like, const TensorOptions& options)
 
 Tensor full(const IntList& sizes, double value, const TensorOptions& opts) {
   TensorOptions o = opts;
-  o.requires_grad_ = false;
+  o.requires_grad(false);
   Tensor t = empty(sizes, o);
   kernels::fill(t, value);
-  if (opts.requires_grad_) t.requires_grad_(true);
+  if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
 Tensor zeros(const IntList& sizes, const TensorOptions& opts) { return full(sizes, 0.0, opts); }
@@ -229,8 +229,8 @@ Tensor arange(double start, double end, double step, const TensorOptions& opts) 
   Tensor host = empty({n}, TensorOptions().dtype(DType::F64));
   auto* p = host.data_ptr<double>();
   for (int64_t i = 0; i < n; ++i) p[i] = start + static_cast<double>(i) * step;
-  Tensor t = host.to(opts.device_, opts.dtype_);
-  if (opts.requires_grad_) t.requires_grad_(true);
+  Tensor t = host.to(opts.device(), opts.dtype());
+  if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
 
@@ -244,8 +244,8 @@ Tensor tensor(const std::vector<T>& values, const TensorOptions& opts) {
   } else if (n > 0) {
     std::memcpy(host.data_ptr(), values.data(), n * sizeof(T));
   }
-  Tensor t = host.to(opts.device_, opts.dtype_);
-  if (opts.requires_grad_) t.requires_grad_(true);
+  Tensor t = host.to(opts.device(), opts.dtype());
+  if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
 template Tensor tensor(const std::vector<float>&, const TensorOptions&);
@@ -277,44 +277,44 @@ Tensor from_blob(void* data, const IntList& sizes, const IntList& strides,
     extent += (sizes[i] - 1) * strides[i];
   }
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(data, extent * element_size(opts.dtype_), opts.device_,
+  impl->storage = std::make_shared<Storage>(data, extent * element_size(opts.dtype()), opts.device(),
                                             std::move(deleter));
   impl->sizes = sizes;
   impl->strides = strides;
-  impl->dtype = opts.dtype_;
+  impl->dtype = opts.dtype();
   Tensor t(std::move(impl));
-  if (opts.requires_grad_) t.requires_grad_(true);
+  if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
 
 // ---------------------------------------------------------------- RNG creation
 
 Tensor rand(const IntList& sizes, const TensorOptions& opts) {
-  KILN_CHECK(is_floating(opts.dtype_), "rand: dtype must be floating point, got ", opts.dtype_);
+  KILN_CHECK(is_floating(opts.dtype()), "rand: dtype must be floating point, got ", opts.dtype());
   TensorOptions o = opts;
-  o.requires_grad_ = false;
+  o.requires_grad(false);
   Tensor t = empty(sizes, o);
-  auto [seed, offset] = default_generator(opts.device_).reserve(t.numel());
+  auto [seed, offset] = default_generator(opts.device()).reserve(t.numel());
   kernels::fill_uniform(t, seed, offset);
-  if (opts.requires_grad_) t.requires_grad_(true);
+  if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
 
 Tensor randn(const IntList& sizes, const TensorOptions& opts) {
-  KILN_CHECK(is_floating(opts.dtype_), "randn: dtype must be floating point, got ", opts.dtype_);
+  KILN_CHECK(is_floating(opts.dtype()), "randn: dtype must be floating point, got ", opts.dtype());
   TensorOptions o = opts;
-  o.requires_grad_ = false;
+  o.requires_grad(false);
   Tensor t = empty(sizes, o);
-  auto [seed, offset] = default_generator(opts.device_).reserve(t.numel());
+  auto [seed, offset] = default_generator(opts.device()).reserve(t.numel());
   kernels::fill_normal(t, seed, offset);
-  if (opts.requires_grad_) t.requires_grad_(true);
+  if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
 
 Tensor randint(int64_t low, int64_t high, const IntList& sizes, const TensorOptions& opts) {
   KILN_CHECK(high > low, "randint: expected low < high, got low=", low, " high=", high);
   Tensor t = empty(sizes, opts);
-  auto [seed, offset] = default_generator(opts.device_).reserve(t.numel());
+  auto [seed, offset] = default_generator(opts.device()).reserve(t.numel());
   kernels::fill_randint(t, low, high, seed, offset);
   return t;
 }
