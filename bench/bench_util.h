@@ -1,6 +1,6 @@
 #pragma once
 // Small helpers shared by the bench programs: a median-of-runs timer and output formatting.
-// Benchmarks print numbers; they never assert timings (DESIGN.md §3.7).
+// Benchmarks print numbers; they never assert timings (docs/kernels.md, "Benchmarks").
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -26,6 +26,8 @@ cmake --install "$BUILD_DIR" --prefix "$PREFIX" >"$TMP/install.log" || {
   echo "check-package: install failed" >&2
   exit 1
 }
+# Only the public headers are installed (cmake/kiln_public_headers.cmake and config.h).
+echo "installed $(find "$PREFIX/include/kiln" -name '*.h' | wc -l) headers under $PREFIX/include/kiln"
 
 gen=()
 if command -v ninja >/dev/null 2>&1; then

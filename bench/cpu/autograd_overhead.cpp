@@ -1,5 +1,5 @@
 // Autograd overhead per op on tiny tensors, where the framework's bookkeeping (allocation, node
-// creation, the engine's walk) is all there is. Target (issue #2): < 2 us per op for forward +
+// creation, the engine's walk) is all there is. Target: < 2 us per op for forward +
 // backward. Compared with the same ops under NoGradGuard (forward only, no graph).
 #include <cmath>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // CPU elementwise and reduction bandwidth against a multi-threaded memcpy measured in the same
-// run (the ceiling). Target (issue #2): >= 70% of memcpy on large tensors. Bytes counted are
+// run (the ceiling). Target: >= 70% of memcpy on large tensors. Bytes counted are
 // the bytes each kernel must move (reads + writes).
 #include <omp.h>
 

@@ -1,5 +1,5 @@
 // Fused pointwise ops on the CPU against the unfused chains of kiln ops, measured in the same run
-// (GUIDE-TIPS #18 on the CPU): the guide's GELU x * 0.5 * (1 + erf(x / 1.41421)) as one kernel
+// (docs/guide.md, speed-up 18, on the CPU): the guide's GELU x * 0.5 * (1 + erf(x / 1.41421)) as one kernel
 // vs its 5 ops; bias+GELU forward and forward+backward vs gelu(x + b); bias+dropout+residual vs
 // r + dropout(x + b). Each fused result is validated against its chain before timing. GB/s
 // counts the bytes the fused kernel must move (what a perfect kernel reads and writes).

@@ -1,4 +1,4 @@
-// DataLoader throughput (GUIDE-TIPS #2): images per second for workers 0, 1, 2, 4 with pinned
+// DataLoader throughput (docs/guide.md, speed-up 2): images per second for workers 0, 1, 2, 4 with pinned
 // staging on and off, on Fashion-MNIST (ToFloat + Normalize, fused into collation) and on a
 // heavier synthetic CIFAR-like set (random crop with padding + horizontal flip on 3x32x32, then
 // ToFloat + Normalize). Prints each ratio against workers(0) measured in the same run.

@@ -1,5 +1,5 @@
 // CPU matmul: kiln::matmul (Eigen GEMM behind the tensor API, autograd off) against a plain
-// Eigen GEMM on the same data in the same run. Target (issue #2): >= 90% of plain Eigen at
+// Eigen GEMM on the same data in the same run. Target: >= 90% of plain Eigen at
 // 512-2048. Also times a transposed operand (kiln maps it without a copy).
 #include <Eigen/Core>
 #include <cstdio>

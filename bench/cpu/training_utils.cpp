@@ -1,4 +1,4 @@
-// bench_training_utils: the training utilities of the optim issue on the CPU, each fused version
+// bench_training_utils: the training utilities of kiln::optim on the CPU, each fused version
 // against the plain per-tensor loop a straightforward implementation runs, validated first:
 //   1. loss-scaler unscale + inf check: one multi-tensor pass (kernels::unscale_and_check_) vs,
 //      per gradient, g *= 1/scale then an isfinite() reduction;

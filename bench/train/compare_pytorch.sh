@@ -5,7 +5,7 @@
 # as it comes and with denormals flushed, then the throughput ratios. PYTHON must have torch and numpy (e.g. a venv: pip install torch numpy).
 # ROUNDS (default 1) repeats the three runs in turn and also reports the median of each, so that
 # a shared VM whose speed drifts by 10-20% over minutes weighs on all three alike.
-# Not a test: a measurement for bench/results and the kiln-train issue's "2x PyTorch" target.
+# Not a test: a measurement for bench/results and kiln-train's target of 2x PyTorch's speed (docs/guide.md, "kiln-train on the CPU").
 set -euo pipefail
 bin="${1:-build/bin/kiln-train}"
 py="${2:-python3}"

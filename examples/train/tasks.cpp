@@ -12,7 +12,7 @@ using kiln::Tensor;
 namespace {
 
 // Fashion-MNIST's pixel mean and standard deviation over the training set (input normalisation,
-// GUIDE-TIPS #17).
+// docs/guide.md, speed-up 17).
 constexpr double kMean = 0.2860, kStd = 0.3530;
 
 std::string dataset_root(const Options& o) {
@@ -63,7 +63,7 @@ class VisionTask : public Task {
 
   Tensor forward(const Tensor& x) {
     if (!o_.checkpoint_activations) return (*model_)(x);
-    // Recompute the convolutional blocks in backward (GUIDE-TIPS #8).
+    // Recompute the convolutional blocks in backward (docs/guide.md, speed-up 8).
     if (cnn_) {
       auto& m = *cnn_;
       auto block1 = [&](const std::vector<Tensor>& in) { return m.block1(in[0]); };
@@ -81,7 +81,7 @@ class VisionTask : public Task {
   Tensor loss(const data::Batch& b) override { return F::cross_entropy(forward(b.input), b.target); }
 
   double evaluate() override {
-    kiln::NoGradGuard no_grad;  // GUIDE-TIPS #16: no graph, no saved activations
+    kiln::NoGradGuard no_grad;  // docs/guide.md, speed-up 16: no graph, no saved activations
     model_->eval();
     data::DataLoader test_loader(test_, data::LoaderOptions().batch_size(256).workers(o_.workers)
                                             .pin_memory(o_.pin_memory).device(device_of(o_))

@@ -1,5 +1,5 @@
 #pragma once
-// A caching device allocator (DESIGN.md §3.6), PyTorch-style, written against an abstract backend
+// A caching device allocator (docs/guide.md, speed-up 21), PyTorch-style, written against an abstract backend
 // so its bookkeeping runs and is tested on the CPU (tests/core/test_caching_allocator.cpp uses a
 // malloc-based fake; kiln/core/cuda_runtime.cpp plugs in cudaMalloc/cudaFree/events).
 //

@@ -31,7 +31,8 @@ SiteTable& sites() {
   static SiteTable t;
   return t;
 }
-std::string site_name(int32_t site) {
+// Read by the CUDA build's error reports only.
+[[maybe_unused]] std::string site_name(int32_t site) {
   SiteTable& t = sites();
   std::lock_guard<std::mutex> lock(t.mu);
   if (site < 0 || static_cast<size_t>(site) >= t.names.size()) return "an indexing op";

@@ -1,5 +1,5 @@
 #pragma once
-// CUDA graphs (GUIDE-TIPS "CUDA graphs"; DESIGN.md §3.6): record the kernels of a region once,
+// CUDA graphs (docs/guide.md, speed-up 22): record the kernels of a region once,
 // then replay them with one launch, removing the per-kernel CPU launch cost - what makes small,
 // launch-bound training steps fast.
 //

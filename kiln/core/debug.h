@@ -1,7 +1,7 @@
 #pragma once
-// Every debugging switch that costs training speed, in one place (GUIDE-TIPS "turn off debugging
-// APIs"). All are off by default; each has its own setter where it belongs, and this header reads
-// them together so a training program can say, in one line, which are on:
+// Every debugging switch that costs training speed, in one place (docs/guide.md, speed-up 13).
+// All are off by default; each has its own setter where it belongs, and this header reads them
+// together so a training program can say, in one line, which are on:
 //   anomaly detection        kiln::autograd::set_detect_anomaly(true)   names the op whose backward made NaN
 //   sync-debug               kiln::cuda::set_sync_debug_mode(Warn|Error) reports implicit host syncs
 //   deterministic algorithms kiln::set_deterministic_algorithms(true)    ordered (slower) accumulation

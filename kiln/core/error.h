@@ -1,6 +1,6 @@
 #pragma once
 // kiln::Error and KILN_CHECK: every bad input becomes an exception that names the op and the
-// shapes/dtypes/devices involved (DESIGN.md §3.5). Messages are built by streaming the arguments.
+// shapes/dtypes/devices involved (docs/architecture.md, "Errors"). Messages are built by streaming the arguments.
 #include <sstream>
 #include <stdexcept>
 #include <string>

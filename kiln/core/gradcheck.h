@@ -1,18 +1,12 @@
 #pragma once
 // gradcheck: compares autograd's gradients with central finite differences, in float64.
-// Every op's test uses it (DESIGN.md §3.4).
+// Every op's test uses it.
 #include <functional>
 #include <vector>
 
 #include "kiln/core/tensor.h"
 
 namespace kiln {
-
-struct GradcheckOptions {
-  double eps = 1e-6;
-  double atol = 1e-5;
-  double rtol = 1e-3;
-};
 
 // fn maps the inputs to one output tensor (any shape). Inputs that require grad must be
 // float64 CPU tensors. Checks every element of d(output)/d(input) — the full Jacobian — by

@@ -2,7 +2,7 @@
 // Portability macros shared by host-only and CUDA translation units.
 
 // KILN_HD marks math that must compile for both the CPU and the CUDA backend
-// (DESIGN.md §3.1: "one math, two backends"). Under a host compiler it is empty.
+// (docs/kernels.md, "Pointwise: one functor, two launchers"). Under a host compiler it is empty.
 #if defined(__CUDACC__)
 #define KILN_HD __host__ __device__
 #define KILN_INLINE __host__ __device__ __forceinline__

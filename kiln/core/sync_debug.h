@@ -1,5 +1,5 @@
 #pragma once
-// Sync-debug mode (DESIGN.md §3.6, GUIDE-TIPS "avoid unnecessary CPU-GPU synchronisation"):
+// Sync-debug mode (docs/guide.md, speed-up 7: fewer host-device synchronisations):
 // reports every implicit host<->device synchronisation - a blocking copy such as item() or
 // to(cpu), a blocking host->device copy from pageable memory, a wait forced by the caching
 // allocator - with the call site, so a user can find the syncs hiding in a training step.

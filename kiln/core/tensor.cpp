@@ -166,15 +166,15 @@ Tensor empty(const IntList& sizes, const TensorOptions& opts) {
   auto impl = std::make_shared<TensorImpl>();
   impl->sizes = sizes;
   impl->strides = contiguous_strides(sizes);
-  impl->dtype = opts.dtype_;
-  size_t nbytes = static_cast<size_t>(impl->numel()) * element_size(opts.dtype_);
-  Allocator* alloc = opts.pinned_memory_ ? pinned_allocator() : allocator_for(opts.device_);
-  KILN_CHECK(!opts.pinned_memory_ || opts.device_.is_cpu(),
-             "empty: pinned_memory applies to CPU tensors, got device ", opts.device_);
-  if (opts.device_.is_cuda()) cuda::check_device(opts.device_, "empty");
-  impl->storage = std::make_shared<Storage>(nbytes, opts.device_, alloc);
+  impl->dtype = opts.dtype();
+  size_t nbytes = static_cast<size_t>(impl->numel()) * element_size(opts.dtype());
+  Allocator* alloc = opts.pinned_memory() ? pinned_allocator() : allocator_for(opts.device());
+  KILN_CHECK(!opts.pinned_memory() || opts.device().is_cpu(),
+             "empty: pinned_memory applies to CPU tensors, got device ", opts.device());
+  if (opts.device().is_cuda()) cuda::check_device(opts.device(), "empty");
+  impl->storage = std::make_shared<Storage>(nbytes, opts.device(), alloc);
   Tensor t(std::move(impl));
-  if (opts.requires_grad_) t.requires_grad_(true);
+  if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
 
@@ -222,13 +222,13 @@ Tensor from_blob(void* data, const IntList& sizes, const IntList& strides,
     extent += (sizes[i] - 1) * strides[i];
   }
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(data, extent * element_size(opts.dtype_), opts.device_,
+  impl->storage = std::make_shared<Storage>(data, extent * element_size(opts.dtype()), opts.device(),
                                             std::move(deleter));
   impl->sizes = sizes;
   impl->strides = strides;
-  impl->dtype = opts.dtype_;
+  impl->dtype = opts.dtype();
   Tensor t(std::move(impl));
-  if (opts.requires_grad_) t.requires_grad_(true);
+  if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
 

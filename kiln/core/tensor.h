@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kiln/core/arg.h"
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/storage.h"
@@ -24,18 +25,15 @@ struct AutogradMeta;
 
 // Chainable creation options, as in libtorch: TensorOptions().dtype(DType::F64).requires_grad(true)
 struct TensorOptions {
-  DType dtype_ = DType::F32;
-  Device device_ = Device::cpu();
-  bool requires_grad_ = false;
-  bool pinned_memory_ = false;
-
   TensorOptions() = default;
   TensorOptions(DType d) : dtype_(d) {}    // NOLINT: implicit, like libtorch
   TensorOptions(Device d) : device_(d) {}  // NOLINT
-  TensorOptions& dtype(DType d) { dtype_ = d; return *this; }
-  TensorOptions& device(Device d) { device_ = d; return *this; }
-  TensorOptions& requires_grad(bool r = true) { requires_grad_ = r; return *this; }
-  TensorOptions& pinned_memory(bool p = true) { pinned_memory_ = p; return *this; }
+
+  KILN_ARG(DType, dtype) = DType::F32;
+  KILN_ARG(Device, device) = Device::cpu();
+  KILN_ARG(bool, requires_grad) = false;
+  // page-locked host memory (CPU tensors only), for asynchronous copies to a GPU
+  KILN_ARG(bool, pinned_memory) = false;
 };
 
 struct TensorImpl {

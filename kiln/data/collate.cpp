@@ -175,13 +175,13 @@ Batch collate(const std::vector<Example>& samples, const CollateOptions& options
   std::vector<Tensor> xs, ys;
   xs.reserve(samples.size());
   for (const auto& s : samples) xs.push_back(s.input);
-  batch.input = collate_field(xs, "inputs", options.pad_value, pool, &batch.mask,
-                              options.always_mask, &options.conversion);
+  batch.input = collate_field(xs, "inputs", options.pad_value(), pool, &batch.mask,
+                              options.always_mask(), &options.conversion());
   bool has_target = samples[0].target.defined();
   if (has_target) {
     ys.reserve(samples.size());
     for (const auto& s : samples) ys.push_back(s.target);
-    double pad = is_floating(ys[0].dtype()) ? options.pad_value : options.target_pad_value;
+    double pad = is_floating(ys[0].dtype()) ? options.pad_value() : options.target_pad_value();
     batch.target = collate_field(ys, "targets", pad, pool, nullptr, false, nullptr);
   } else {
     for (const auto& s : samples)

@@ -11,6 +11,7 @@
 // * Channels-last samples (ChannelsLast run unfused) give a channels-last batch.
 #include <vector>
 
+#include "kiln/core/arg.h"
 #include "kiln/data/dataset.h"
 #include "kiln/data/transforms.h"
 
@@ -29,10 +30,12 @@ struct Batch {
 };
 
 struct CollateOptions {
-  double pad_value = 0.0;
-  double target_pad_value = -100.0;
-  bool always_mask = false;  // a mask for every batch, also when no row needed padding
-  Conversion conversion;
+  KILN_ARG(double, pad_value) = 0.0;
+  KILN_ARG(double, target_pad_value) = -100.0;
+  // a mask for every batch, also when no row needed padding
+  KILN_ARG(bool, always_mask) = false;
+  // the dtype conversion and normalization fused into collation (Compose::split_fused)
+  KILN_ARG(Conversion, conversion);
 };
 
 // Collates `samples` into buffers from `pool` (plain heap tensors when pool is null).

@@ -1,5 +1,6 @@
 #pragma once
-// kiln::data — datasets, samplers, transforms and the prefetching DataLoader (issue #6).
+// kiln::data — datasets, samplers, transforms and the prefetching DataLoader
+// (docs/architecture.md, "The DataLoader").
 #include "kiln/data/cifar.h"
 #include "kiln/data/collate.h"
 #include "kiln/data/dataset.h"

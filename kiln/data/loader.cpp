@@ -66,33 +66,35 @@ struct DataLoader::Impl {
 
   Impl(const Dataset& d, LoaderOptions o) : ds(&d), opt(std::move(o)) {
     const char* op = "DataLoader";
-    KILN_CHECK(opt.batch_size_ >= 1, op, ": batch_size must be >= 1, got ", opt.batch_size_);
-    KILN_CHECK(opt.workers_ >= 0, op, ": workers must be >= 0, got ", opt.workers_);
-    KILN_CHECK(opt.prefetch_ >= 0, op, ": prefetch must be >= 0, got ", opt.prefetch_);
-    KILN_CHECK(opt.timeout_ms_ >= 0, op, ": timeout must be >= 0 ms, got ", opt.timeout_ms_);
+    KILN_CHECK(opt.batch_size() >= 1, op, ": batch_size must be >= 1, got ", opt.batch_size());
+    KILN_CHECK(opt.workers() >= 0, op, ": workers must be >= 0, got ", opt.workers());
+    KILN_CHECK(opt.prefetch() >= 0, op, ": prefetch must be >= 0, got ", opt.prefetch());
+    KILN_CHECK(opt.timeout() >= 0, op, ": timeout must be >= 0 ms, got ", opt.timeout());
     KILN_CHECK(ds->size() >= 0, op, ": dataset size is negative");
-    if (opt.device_.is_cuda()) cuda::check_device(opt.device_, "DataLoader");
-    seed = opt.seed_ ? *opt.seed_ : default_generator(Device::cpu()).seed();
-    if (opt.batch_sampler_) {
-      batcher = opt.batch_sampler_;
+    if (opt.device().is_cuda()) cuda::check_device(opt.device(), "DataLoader");
+    seed = opt.seed() ? *opt.seed() : default_generator(Device::cpu()).seed();
+    if (opt.batch_sampler()) {
+      batcher = opt.batch_sampler();
     } else {
-      std::shared_ptr<const Sampler> s = opt.sampler_;
+      std::shared_ptr<const Sampler> s = opt.sampler();
       if (!s) {
-        if (opt.shuffle_)
+        if (opt.shuffle())
           s = std::make_shared<RandomSampler>(ds->size(), seed);
         else
           s = std::make_shared<SequentialSampler>(ds->size());
       }
-      batcher = std::make_shared<FixedBatchSampler>(s, opt.batch_size_, opt.drop_last_);
+      batcher = std::make_shared<FixedBatchSampler>(s, opt.batch_size(), opt.drop_last());
     }
-    prefix = opt.transform_.split_fused(&collate_opt.conversion);
-    collate_opt.pad_value = opt.pad_value_;
-    collate_opt.target_pad_value = opt.target_pad_value_;
-    collate_opt.always_mask = opt.padding_mask_;
-    prefetch = opt.prefetch_ > 0 ? opt.prefetch_ : std::max(2 * opt.workers_, 1);
-    pool = std::make_unique<StagingPool>(opt.pin_memory_);
-    if (opt.device_.is_cuda() && opt.pin_memory_)
-      copy_stream = cuda::get_stream_from_pool(opt.device_.index);
+    Conversion fused_conversion;
+    prefix = opt.transform().split_fused(&fused_conversion);
+    collate_opt.conversion(fused_conversion)
+        .pad_value(opt.pad_value())
+        .target_pad_value(opt.target_pad_value())
+        .always_mask(opt.padding_mask());
+    prefetch = opt.prefetch() > 0 ? opt.prefetch() : std::max(2 * opt.workers(), 1);
+    pool = std::make_unique<StagingPool>(opt.pin_memory());
+    if (opt.device().is_cuda() && opt.pin_memory())
+      copy_stream = cuda::get_stream_from_pool(opt.device().index);
   }
 
   ~Impl() { stop_workers(); }
@@ -120,7 +122,7 @@ struct DataLoader::Impl {
         Example ex = ds->get(i);
         if (prefix > 0) {
           DataRng rng(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(i), RngStream::Transform);
-          opt.transform_.apply_range(ex, rng, prefix);
+          opt.transform().apply_range(ex, rng, prefix);
         }
         samples.push_back(std::move(ex));
       }
@@ -191,21 +193,21 @@ struct DataLoader::Impl {
     stats.epoch = epoch;
     epoch_start = Clock::now();
     running = true;
-    for (int w = 0; w < opt.workers_ && !batches.empty(); ++w)
+    for (int w = 0; w < opt.workers() && !batches.empty(); ++w)
       threads.emplace_back([this] { worker_loop(); });
   }
 
   // Takes batch `deliver` from the queue (waiting for it); nullopt semantics via bool.
   Built take(int64_t b, bool wait) {
-    if (opt.workers_ == 0) return build(b);
+    if (opt.workers() == 0) return build(b);
     std::unique_lock<std::mutex> lock(mu);
     auto has = [&] { return ready.count(b) > 0; };
     if (!has()) {
       if (!wait) return Built{};
-      if (opt.timeout_ms_ > 0) {
-        if (!cv_ready.wait_for(lock, std::chrono::milliseconds(opt.timeout_ms_), has))
-          KILN_FAIL("DataLoader: timed out after ", opt.timeout_ms_, " ms waiting for batch ", b,
-                    " of epoch ", epoch, " (", opt.workers_, " workers); a Dataset::get or "
+      if (opt.timeout() > 0) {
+        if (!cv_ready.wait_for(lock, std::chrono::milliseconds(opt.timeout()), has))
+          KILN_FAIL("DataLoader: timed out after ", opt.timeout(), " ms waiting for batch ", b,
+                    " of epoch ", epoch, " (", opt.workers(), " workers); a Dataset::get or "
                     "transform is stuck or too slow — raise timeout() or fix the dataset");
       } else {
         cv_ready.wait(lock, has);
@@ -221,7 +223,7 @@ struct DataLoader::Impl {
   void issue_copy(Built& built) {
     if (built.error || built.copied) return;
     Batch& bt = built.batch;
-    const Device dev = opt.device_;
+    const Device dev = opt.device();
     if (!copy_stream) {  // pageable: synchronous copies on the current stream
       bt.input = bt.input.to(dev);
       if (bt.target.defined()) bt.target = bt.target.to(dev);
@@ -288,11 +290,11 @@ struct DataLoader::Impl {
       stats.wait_seconds += seconds_since(t0);
       std::rethrow_exception(built.error);
     }
-    if (opt.device_.is_cuda()) {
+    if (opt.device().is_cuda()) {
       issue_copy(built);
-      if (built.copied) built.copied->wait(cuda::current_stream(opt.device_.index));
+      if (built.copied) built.copied->wait(cuda::current_stream(opt.device().index));
       // Start the next batch's copy now if it is ready, so it overlaps this batch's compute.
-      if (copy_stream && deliver < nb && opt.workers_ > 0) {
+      if (copy_stream && deliver < nb && opt.workers() > 0) {
         Built nxt = take(deliver, false);
         if (nxt.batch.input.defined() || nxt.error) {
           issue_copy(nxt);

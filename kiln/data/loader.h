@@ -7,7 +7,7 @@
 //       .transform(kiln::data::Compose(kiln::data::ToFloat(), kiln::data::Normalize({0.286}, {0.353}))));
 //   for (auto& batch : loader) { ... batch.input, batch.target ... }
 //
-// How it works (GUIDE-TIPS #2):
+// How it works (docs/guide.md, speed-up 2):
 // * N worker threads each build whole batches — sampler indices, Dataset::get, transforms,
 //   collation — into a queue at most `prefetch` batches deep. Batches are delivered in sampler
 //   order whatever finishes first, so for a given seed the batches are identical for any worker
@@ -30,6 +30,7 @@
 #include <optional>
 #include <vector>
 
+#include "kiln/core/arg.h"
 #include "kiln/data/collate.h"
 #include "kiln/data/dataset.h"
 #include "kiln/data/sampler.h"
@@ -50,43 +51,27 @@ class LoaderError : public Error {
 };
 
 struct LoaderOptions {
-  int64_t batch_size_ = 1;
-  bool shuffle_ = false;
-  bool drop_last_ = false;
-  int workers_ = 0;
-  int prefetch_ = 0;  // batches in flight; 0: 2 x workers
-  bool pin_memory_ = false;
-  Device device_ = Device::cpu();
-  std::optional<uint64_t> seed_;  // default: the CPU generator's seed (kiln::manual_seed)
-  int64_t timeout_ms_ = 0;        // 0: wait forever
-  Compose transform_;
-  std::shared_ptr<const Sampler> sampler_;
-  std::shared_ptr<const BatchSampler> batch_sampler_;
-  double pad_value_ = 0.0;
-  double target_pad_value_ = -100.0;
-  bool padding_mask_ = false;
-
   LoaderOptions() = default;
-  LoaderOptions& batch_size(int64_t v) { batch_size_ = v; return *this; }
-  LoaderOptions& shuffle(bool v = true) { shuffle_ = v; return *this; }
-  LoaderOptions& drop_last(bool v = true) { drop_last_ = v; return *this; }
-  LoaderOptions& workers(int v) { workers_ = v; return *this; }
-  LoaderOptions& prefetch(int v) { prefetch_ = v; return *this; }
-  LoaderOptions& pin_memory(bool v = true) { pin_memory_ = v; return *this; }
-  LoaderOptions& device(Device v) { device_ = v; return *this; }
-  LoaderOptions& seed(uint64_t v) { seed_ = v; return *this; }
-  LoaderOptions& timeout(int64_t ms) { timeout_ms_ = ms; return *this; }
-  LoaderOptions& transform(Compose v) { transform_ = std::move(v); return *this; }
+
+  KILN_ARG(int64_t, batch_size) = 1;
+  KILN_ARG(bool, shuffle) = false;
+  KILN_ARG(bool, drop_last) = false;
+  KILN_ARG(int, workers) = 0;
+  KILN_ARG(int, prefetch) = 0;  // batches in flight; 0: 2 x workers
+  KILN_ARG(bool, pin_memory) = false;
+  KILN_ARG(Device, device) = Device::cpu();
+  // unset: the CPU generator's seed (kiln::manual_seed)
+  KILN_ARG(std::optional<uint64_t>, seed);
+  KILN_ARG(int64_t, timeout) = 0;  // milliseconds a batch may take; 0: wait forever
+  KILN_ARG(Compose, transform);
   // Replaces shuffle: the sample order (e.g. a DistributedSampler); batch_size/drop_last apply.
-  LoaderOptions& sampler(std::shared_ptr<const Sampler> v) { sampler_ = std::move(v); return *this; }
+  KILN_ARG(std::shared_ptr<const Sampler>, sampler);
   // Replaces sampler, shuffle, batch_size and drop_last (e.g. a BucketBatchSampler).
-  LoaderOptions& batch_sampler(std::shared_ptr<const BatchSampler> v) {
-    batch_sampler_ = std::move(v); return *this;
-  }
-  LoaderOptions& pad_value(double v) { pad_value_ = v; return *this; }
-  LoaderOptions& target_pad_value(double v) { target_pad_value_ = v; return *this; }
+  KILN_ARG(std::shared_ptr<const BatchSampler>, batch_sampler);
+  KILN_ARG(double, pad_value) = 0.0;
+  KILN_ARG(double, target_pad_value) = -100.0;
   // Every batch gets a mask, also when no row needed padding (otherwise only padded batches do).
-  LoaderOptions& padding_mask(bool v = true) { padding_mask_ = v; return *this; }
+  KILN_ARG(bool, padding_mask) = false;
 };
 
 struct LoaderStats {

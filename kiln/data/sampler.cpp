@@ -79,12 +79,12 @@ std::vector<std::vector<int64_t>> FixedBatchSampler::batches(int64_t epoch) cons
 
 BucketBatchSampler::BucketBatchSampler(std::vector<int64_t> lengths, BucketOptions options)
     : lengths_(std::move(lengths)), o_(options) {
-  KILN_CHECK(o_.max_tokens_ >= 1, "BucketBatchSampler: max_tokens must be >= 1");
-  KILN_CHECK(o_.world_size_ >= 1 && o_.rank_ >= 0 && o_.rank_ < o_.world_size_,
-             "BucketBatchSampler: rank ", o_.rank_, " not in [0, ", o_.world_size_, ")");
+  KILN_CHECK(o_.max_tokens() >= 1, "BucketBatchSampler: max_tokens must be >= 1");
+  KILN_CHECK(o_.world_size() >= 1 && o_.rank() >= 0 && o_.rank() < o_.world_size(),
+             "BucketBatchSampler: rank ", o_.rank(), " not in [0, ", o_.world_size(), ")");
   for (size_t i = 0; i < lengths_.size(); ++i)
-    KILN_CHECK(lengths_[i] >= 1 && lengths_[i] <= o_.max_tokens_, "BucketBatchSampler: sample ", i,
-               " has length ", lengths_[i], ", outside [1, max_tokens = ", o_.max_tokens_,
+    KILN_CHECK(lengths_[i] >= 1 && lengths_[i] <= o_.max_tokens(), "BucketBatchSampler: sample ", i,
+               " has length ", lengths_[i], ", outside [1, max_tokens = ", o_.max_tokens(),
                "]: it can never fit a batch");
 }
 
@@ -97,16 +97,16 @@ int64_t BucketBatchSampler::padded_tokens(const std::vector<int64_t>& batch) con
 std::vector<std::vector<int64_t>> BucketBatchSampler::batches(int64_t epoch) const {
   const int64_t n = static_cast<int64_t>(lengths_.size());
   std::vector<int64_t> order;
-  if (o_.shuffle_) {
-    order = permutation(n, o_.seed_, static_cast<uint64_t>(epoch));
+  if (o_.shuffle()) {
+    order = permutation(n, o_.seed(), static_cast<uint64_t>(epoch));
   } else {
     order.resize(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), int64_t(0));
   }
   // Pool size: pool x the rows a batch of average-length samples holds.
   double mean_len = n ? std::accumulate(lengths_.begin(), lengths_.end(), 0.0) / n : 1.0;
-  int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(o_.max_tokens_ / std::max(mean_len, 1.0)));
-  int64_t pool = o_.shuffle_ ? std::max<int64_t>(1, o_.pool_ * rows) : std::max<int64_t>(n, 1);
+  int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(o_.max_tokens() / std::max(mean_len, 1.0)));
+  int64_t pool = o_.shuffle() ? std::max<int64_t>(1, o_.pool() * rows) : std::max<int64_t>(n, 1);
   std::vector<std::vector<int64_t>> out;
   for (int64_t s = 0; s < n; s += pool) {
     auto b = order.begin() + s, e = order.begin() + std::min(n, s + pool);
@@ -118,8 +118,8 @@ std::vector<std::vector<int64_t>> BucketBatchSampler::batches(int64_t epoch) con
     for (auto it = b; it != e; ++it) {
       int64_t len = lengths_[static_cast<size_t>(*it)];
       int64_t new_longest = std::max(longest, len);
-      bool full = (static_cast<int64_t>(cur.size()) + 1) * new_longest > o_.max_tokens_ ||
-                  (o_.max_batch_size_ > 0 && static_cast<int64_t>(cur.size()) >= o_.max_batch_size_);
+      bool full = (static_cast<int64_t>(cur.size()) + 1) * new_longest > o_.max_tokens() ||
+                  (o_.max_batch_size() > 0 && static_cast<int64_t>(cur.size()) >= o_.max_batch_size());
       if (!cur.empty() && full) {
         out.push_back(std::move(cur));
         cur.clear();
@@ -130,20 +130,20 @@ std::vector<std::vector<int64_t>> BucketBatchSampler::batches(int64_t epoch) con
     }
     if (!cur.empty()) out.push_back(std::move(cur));
   }
-  if (o_.shuffle_) {  // batch order shuffled too, so lengths do not trend within an epoch
+  if (o_.shuffle()) {  // batch order shuffled too, so lengths do not trend within an epoch
     std::vector<int64_t> perm = permutation(static_cast<int64_t>(out.size()),
-                                            o_.seed_ ^ 0x9E3779B97F4A7C15ull,
+                                            o_.seed() ^ 0x9E3779B97F4A7C15ull,
                                             static_cast<uint64_t>(epoch));
     std::vector<std::vector<int64_t>> shuffled;
     shuffled.reserve(out.size());
     for (int64_t p : perm) shuffled.push_back(std::move(out[static_cast<size_t>(p)]));
     out = std::move(shuffled);
   }
-  if (o_.world_size_ > 1) {  // equal batch counts per rank: drop the tail
+  if (o_.world_size() > 1) {  // equal batch counts per rank: drop the tail
     std::vector<std::vector<int64_t>> mine;
-    int64_t per = static_cast<int64_t>(out.size()) / o_.world_size_;
+    int64_t per = static_cast<int64_t>(out.size()) / o_.world_size();
     for (int64_t k = 0; k < per; ++k)
-      mine.push_back(std::move(out[static_cast<size_t>(k * o_.world_size_ + o_.rank_)]));
+      mine.push_back(std::move(out[static_cast<size_t>(k * o_.world_size() + o_.rank())]));
     out = std::move(mine);
   }
   return out;

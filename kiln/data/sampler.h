@@ -12,11 +12,13 @@
 //   BucketBatchSampler     length bucketing + token-budget batching for variable-length data:
 //                          samples of similar length are batched together so that
 //                          (batch rows x longest sample) <= max_tokens — batches of roughly
-//                          constant work, little padding (GUIDE-TIPS #10's load balancing)
+//                          constant work, little padding (the load balancing of
+//                          docs/guide.md, speed-up 10)
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "kiln/core/arg.h"
 #include "kiln/core/error.h"
 
 namespace kiln::data {
@@ -94,22 +96,24 @@ class FixedBatchSampler : public BatchSampler {
 };
 
 struct BucketOptions {
-  int64_t max_tokens_ = 4096;  // budget per batch: rows x longest row (padding counted)
-  int64_t max_batch_size_ = 0;  // 0: no limit on rows
-  bool shuffle_ = true;
-  uint64_t seed_ = 0;
-  int64_t pool_ = 64;  // samples are sorted by length within pools of pool x (typical batch rows)
-  int rank_ = 0, world_size_ = 1;  // shard batches across ranks (equal counts per rank)
   BucketOptions() = default;
   explicit BucketOptions(int64_t max_tokens) : max_tokens_(max_tokens) {}
-  BucketOptions& max_tokens(int64_t v) { max_tokens_ = v; return *this; }
-  BucketOptions& max_batch_size(int64_t v) { max_batch_size_ = v; return *this; }
-  BucketOptions& shuffle(bool v) { shuffle_ = v; return *this; }
-  BucketOptions& seed(uint64_t v) { seed_ = v; return *this; }
-  BucketOptions& pool(int64_t v) { pool_ = v; return *this; }
+  // Shards batches across ranks (equal counts per rank).
   BucketOptions& distributed(int rank, int world_size) {
-    rank_ = rank; world_size_ = world_size; return *this;
+    rank_ = rank;
+    world_size_ = world_size;
+    return *this;
   }
+
+  // budget per batch: rows x longest row (padding counted)
+  KILN_ARG(int64_t, max_tokens) = 4096;
+  KILN_ARG(int64_t, max_batch_size) = 0;  // 0: no limit on rows
+  KILN_ARG(bool, shuffle) = true;
+  KILN_ARG(uint64_t, seed) = 0;
+  // samples are sorted by length within pools of pool x (typical batch rows)
+  KILN_ARG(int64_t, pool) = 64;
+  KILN_ARG(int, rank) = 0;
+  KILN_ARG(int, world_size) = 1;
 };
 
 class BucketBatchSampler : public BatchSampler {

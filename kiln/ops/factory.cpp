@@ -11,10 +11,10 @@ namespace kiln {
 
 Tensor full(const IntList& sizes, double value, const TensorOptions& opts) {
   TensorOptions o = opts;
-  o.requires_grad_ = false;
+  o.requires_grad(false);
   Tensor t = empty(sizes, o);
   kernels::fill(t, value);
-  if (opts.requires_grad_) t.requires_grad_(true);
+  if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
 Tensor zeros(const IntList& sizes, const TensorOptions& opts) { return full(sizes, 0.0, opts); }
@@ -34,8 +34,8 @@ Tensor arange(double start, double end, double step, const TensorOptions& opts) 
   Tensor host = empty({n}, TensorOptions().dtype(DType::F64));
   auto* p = host.data_ptr<double>();
   for (int64_t i = 0; i < n; ++i) p[i] = start + static_cast<double>(i) * step;
-  Tensor t = host.to(opts.device_, opts.dtype_);
-  if (opts.requires_grad_) t.requires_grad_(true);
+  Tensor t = host.to(opts.device(), opts.dtype());
+  if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
 
@@ -49,8 +49,8 @@ Tensor tensor(const std::vector<T>& values, const TensorOptions& opts) {
   } else if (n > 0) {
     std::memcpy(host.data_ptr(), values.data(), n * sizeof(T));
   }
-  Tensor t = host.to(opts.device_, opts.dtype_);
-  if (opts.requires_grad_) t.requires_grad_(true);
+  Tensor t = host.to(opts.device(), opts.dtype());
+  if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
 template Tensor tensor(const std::vector<float>&, const TensorOptions&);
@@ -65,31 +65,31 @@ template Tensor tensor(const std::vector<BFloat16>&, const TensorOptions&);
 // ---------------------------------------------------------------- random
 
 Tensor rand(const IntList& sizes, const TensorOptions& opts) {
-  KILN_CHECK(is_floating(opts.dtype_), "rand: dtype must be floating point, got ", opts.dtype_);
+  KILN_CHECK(is_floating(opts.dtype()), "rand: dtype must be floating point, got ", opts.dtype());
   TensorOptions o = opts;
-  o.requires_grad_ = false;
+  o.requires_grad(false);
   Tensor t = empty(sizes, o);
-  auto [seed, offset] = default_generator(opts.device_).reserve(t.numel());
+  auto [seed, offset] = default_generator(opts.device()).reserve(t.numel());
   kernels::fill_uniform(t, seed, offset);
-  if (opts.requires_grad_) t.requires_grad_(true);
+  if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
 
 Tensor randn(const IntList& sizes, const TensorOptions& opts) {
-  KILN_CHECK(is_floating(opts.dtype_), "randn: dtype must be floating point, got ", opts.dtype_);
+  KILN_CHECK(is_floating(opts.dtype()), "randn: dtype must be floating point, got ", opts.dtype());
   TensorOptions o = opts;
-  o.requires_grad_ = false;
+  o.requires_grad(false);
   Tensor t = empty(sizes, o);
-  auto [seed, offset] = default_generator(opts.device_).reserve(t.numel());
+  auto [seed, offset] = default_generator(opts.device()).reserve(t.numel());
   kernels::fill_normal(t, seed, offset);
-  if (opts.requires_grad_) t.requires_grad_(true);
+  if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
 
 Tensor randint(int64_t low, int64_t high, const IntList& sizes, const TensorOptions& opts) {
   KILN_CHECK(high > low, "randint: expected low < high, got low=", low, " high=", high);
   Tensor t = empty(sizes, opts);
-  auto [seed, offset] = default_generator(opts.device_).reserve(t.numel());
+  auto [seed, offset] = default_generator(opts.device()).reserve(t.numel());
   kernels::fill_randint(t, low, high, seed, offset);
   return t;
 }

@@ -286,11 +286,11 @@ std::string tick_label(double v, double step) { return tick_label_impl(v, step, 
 
 PlotImage render_line_plot(const std::string& title, const std::vector<Series>& series,
                            const PlotOptions& opt) {
-  KILN_CHECK(opt.width_ >= 200 && opt.width_ <= 16384, "plot: width ", opt.width_,
+  KILN_CHECK(opt.width() >= 200 && opt.width() <= 16384, "plot: width ", opt.width(),
              " is outside [200, 16384]");
-  KILN_CHECK(opt.panel_height_ >= 80 && opt.panel_height_ <= 16384, "plot: panel height ",
-             opt.panel_height_, " is outside [80, 16384]");
-  const int s = std::clamp(opt.text_scale_, 1, 8);
+  KILN_CHECK(opt.panel_height() >= 80 && opt.panel_height() <= 16384, "plot: panel height ",
+             opt.panel_height(), " is outside [80, 16384]");
+  const int s = std::clamp(opt.text_scale(), 1, 8);
   for (const Series& se : series)
     KILN_CHECK(se.xs.empty() || se.xs.size() == se.ys.size(), "plot: series '", se.name,
                "' has ", se.xs.size(), " x values for ", se.ys.size(), " y values");
@@ -317,15 +317,15 @@ PlotImage render_line_plot(const std::string& title, const std::vector<Series>& 
   const int line_h = kGlyphH * s;
   const int title_h = title.empty() ? 8 : line_h + 16;
   PlotImage img;
-  img.width = opt.width_;
-  img.height = title_h + opt.panel_height_ * static_cast<int>(panels.size()) + 4;
+  img.width = opt.width();
+  img.height = title_h + opt.panel_height() * static_cast<int>(panels.size()) + 4;
   img.rgb.assign(static_cast<size_t>(img.width) * img.height * 3, 255);
   Canvas cv{img};
   if (!title.empty()) cv.text((img.width - text_width(title, s)) / 2, 8, title, kText, s);
 
   for (size_t pi = 0; pi < panels.size(); ++pi) {
     const PanelSpec& P = panels[pi];
-    const int top = title_h + static_cast<int>(pi) * opt.panel_height_;
+    const int top = title_h + static_cast<int>(pi) * opt.panel_height();
     Axis ax, ay;
     if (!P.series.empty()) ax.log = P.series[0]->log_x, ay.log = P.series[0]->log_y;
     // data ranges over the usable points
@@ -382,9 +382,9 @@ PlotImage render_line_plot(const std::string& title, const std::vector<Series>& 
     area.x0 = 10 + ylabel_w + 10;
     area.x1 = img.width - 20;
     area.y0 = top + line_h + 14;
-    area.y1 = top + opt.panel_height_ - (line_h + 10) - (opt.x_label_.empty() ? 0 : line_h + 6) - 6;
+    area.y1 = top + opt.panel_height() - (line_h + 10) - (opt.x_label().empty() ? 0 : line_h + 6) - 6;
     KILN_CHECK(area.y1 - area.y0 >= 20 && area.x1 - area.x0 >= 40,
-               "plot: panel height ", opt.panel_height_, " / width ", opt.width_,
+               "plot: panel height ", opt.panel_height(), " / width ", opt.width(),
                " leave no room for the plot at text scale ", s);
     img.panels.push_back(area);
 
@@ -427,8 +427,8 @@ PlotImage render_line_plot(const std::string& title, const std::vector<Series>& 
         last_label_end = lx + w;
       }
     }
-    if (!opt.x_label_.empty())
-      cv.text(area.x1 - text_width(opt.x_label_, s), area.y1 + tick + 4 + line_h + 6, opt.x_label_,
+    if (!opt.x_label().empty())
+      cv.text(area.x1 - text_width(opt.x_label(), s), area.y1 + tick + 4 + line_h + 6, opt.x_label(),
               kMuted, s);
 
     // box

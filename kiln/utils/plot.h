@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/arg.h"
+
 namespace kiln::utils {
 
 constexpr uint32_t kAutoColor = 0xFFFFFFFFu;  // take the next colour of the palette
@@ -35,16 +37,11 @@ struct Series {
 };
 
 struct PlotOptions {
-  int width_ = 900;          // pixels
-  int panel_height_ = 240;   // pixels per panel
-  int text_scale_ = 2;       // font pixel size of the title, headings and tick labels
-  std::string x_label_ = "step";
-
-  PlotOptions() = default;
-  PlotOptions& width(int v) { width_ = v; return *this; }
-  PlotOptions& panel_height(int v) { panel_height_ = v; return *this; }
-  PlotOptions& text_scale(int v) { text_scale_ = v; return *this; }
-  PlotOptions& x_label(std::string v) { x_label_ = std::move(v); return *this; }
+  KILN_ARG(int, width) = 900;         // pixels
+  KILN_ARG(int, panel_height) = 240;  // pixels per panel
+  // font pixel size of the title, headings and tick labels
+  KILN_ARG(int, text_scale) = 2;
+  KILN_ARG(std::string, x_label) = "step";
 };
 
 // An RGB image (row-major, 3 bytes a pixel) and where the panels' plot areas are in it.

@@ -54,10 +54,10 @@ Progress::Progress(int64_t total_steps, std::string label, std::ostream& os, boo
                    ProgressOptions options)
     : total_(total_steps), label_(std::move(label)), os_(os), tty_(is_tty),
       opt_(std::move(options)) {
-  if (opt_.percent_interval_ <= 0) opt_.percent_interval_ = 100;
-  if (opt_.max_lines_ < 1) opt_.max_lines_ = 1;
-  next_percent_ = opt_.percent_interval_;
-  width_ = opt_.max_width_ >= 0 ? opt_.max_width_ : (tty_ ? terminal_columns() : 0);
+  if (opt_.percent_interval() <= 0) opt_.percent_interval(100);
+  if (opt_.max_lines() < 1) opt_.max_lines(1);
+  next_percent_ = opt_.percent_interval();
+  width_ = opt_.max_width() >= 0 ? opt_.max_width() : (tty_ ? terminal_columns() : 0);
   start_ = now();
 }
 
@@ -73,7 +73,7 @@ Progress::~Progress() {
 }
 
 double Progress::now() const {
-  if (opt_.clock_) return opt_.clock_();
+  if (opt_.clock()) return opt_.clock()();
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
@@ -87,10 +87,10 @@ std::string Progress::render(bool final) const {
   };
   if (total_ > 0) {
     const double frac = std::clamp(static_cast<double>(step_) / total_, 0.0, 1.0);
-    if (tty_ && opt_.bar_width_ > 0) {
-      const int filled = static_cast<int>(frac * opt_.bar_width_);
+    if (tty_ && opt_.bar_width() > 0) {
+      const int filled = static_cast<int>(frac * opt_.bar_width());
       sep(" ");
-      s += '[' + std::string(filled, '#') + std::string(opt_.bar_width_ - filled, '.') + ']';
+      s += '[' + std::string(filled, '#') + std::string(opt_.bar_width() - filled, '.') + ']';
     }
     sep(tty_ ? " " : "  ");
     s += std::to_string(step_) + '/' + std::to_string(total_);
@@ -136,7 +136,7 @@ void Progress::write_line(bool final) {
 int Progress::remaining_thresholds() const {
   if (total_ <= 0) return 0;
   int n = 0;
-  for (double p = next_percent_; p < 100.0 - 1e-9; p += opt_.percent_interval_) ++n;
+  for (double p = next_percent_; p < 100.0 - 1e-9; p += opt_.percent_interval()) ++n;
   return n;
 }
 
@@ -147,7 +147,7 @@ void Progress::update(int64_t step, const Metrics& metrics, double samples_per_s
   sps_ = samples_per_second;
   const double t = now();
   if (tty_) {
-    if (t - last_draw_ >= opt_.redraw_seconds_ || (total_ > 0 && step >= total_)) {
+    if (t - last_draw_ >= opt_.redraw_seconds() || (total_ > 0 && step >= total_)) {
       last_draw_ = t;
       draw_tty(false);
     }
@@ -161,13 +161,13 @@ void Progress::update(int64_t step, const Metrics& metrics, double samples_per_s
     due = true;
     while (next_percent_ < 100.0 - 1e-9 &&
            static_cast<double>(step) * 100.0 >= next_percent_ * static_cast<double>(total_))
-      next_percent_ += opt_.percent_interval_;
-  } else if (t - std::max(last_draw_, start_) >= opt_.seconds_interval_ &&
-             lines_ + 1 + remaining_thresholds() + 1 <= opt_.max_lines_ &&
+      next_percent_ += opt_.percent_interval();
+  } else if (t - std::max(last_draw_, start_) >= opt_.seconds_interval() &&
+             lines_ + 1 + remaining_thresholds() + 1 <= opt_.max_lines() &&
              (total_ <= 0 || step < total_)) {
     due = true;
   }
-  if (due && lines_ + 1 < opt_.max_lines_) {
+  if (due && lines_ + 1 < opt_.max_lines()) {
     last_draw_ = t;
     write_line(false);
   }

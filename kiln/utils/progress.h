@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/arg.h"
+
 namespace kiln::utils {
 
 // isatty(stdout)
@@ -34,22 +36,19 @@ std::string format_duration(double seconds);
 using Metrics = std::vector<std::pair<std::string, double>>;
 
 struct ProgressOptions {
-  int bar_width_ = 24;
-  double percent_interval_ = 10.0;  // not a TTY: a line every this many percent of the steps ...
-  double seconds_interval_ = 10.0;  // ... or this many seconds after the previous line
-  int max_lines_ = 20;              // ... and at most this many lines per epoch, final included
-  double redraw_seconds_ = 0.1;     // TTY: the shortest time between two redraws
-  int max_width_ = -1;              // TTY: cut lines to this width; -1: the terminal's, 0: never
-  std::function<double()> clock_;   // seconds, monotonic; default steady_clock (tests inject one)
-
-  ProgressOptions() = default;
-  ProgressOptions& bar_width(int v) { bar_width_ = v; return *this; }
-  ProgressOptions& percent_interval(double v) { percent_interval_ = v; return *this; }
-  ProgressOptions& seconds_interval(double v) { seconds_interval_ = v; return *this; }
-  ProgressOptions& max_lines(int v) { max_lines_ = v; return *this; }
-  ProgressOptions& redraw_seconds(double v) { redraw_seconds_ = v; return *this; }
-  ProgressOptions& max_width(int v) { max_width_ = v; return *this; }
-  ProgressOptions& clock(std::function<double()> v) { clock_ = std::move(v); return *this; }
+  KILN_ARG(int, bar_width) = 24;
+  // not a TTY: a line every this many percent of the steps ...
+  KILN_ARG(double, percent_interval) = 10.0;
+  // ... or this many seconds after the previous line ...
+  KILN_ARG(double, seconds_interval) = 10.0;
+  // ... and at most this many lines per epoch, final included
+  KILN_ARG(int, max_lines) = 20;
+  // TTY: the shortest time between two redraws
+  KILN_ARG(double, redraw_seconds) = 0.1;
+  // TTY: cut lines to this width; -1: the terminal's, 0: never
+  KILN_ARG(int, max_width) = -1;
+  // seconds, monotonic; unset: steady_clock (tests inject one)
+  KILN_ARG(std::function<double()>, clock);
 };
 
 class Progress {
