@@ -1,9 +1,10 @@
 #pragma once
-// Fused pointwise kernels (DESIGN.md §3.3: "fusion where memory traffic dominates") and the
-// linear layer with a fused epilogue. Raw compute, no autograd: the differentiable ops are in
-// kiln/nn/functional/fused.cpp. Routed by kiln/kernels/fused_dispatch.cpp to the CPU backend
-// (kernels/cpu/fused.cpp) or the CUDA backend (kernels/cuda/fused.cu, matmul_cublaslt.cpp);
-// the per-element math is shared (kernels/math/fused.h).
+// Fused pointwise kernels (one pass where the plain composition makes several, which pays where
+// memory traffic dominates) and the linear layer with a fused epilogue. Raw compute, no autograd:
+// the differentiable ops are in kiln/nn/functional/fused.cpp. kernels/fused.cpp checks the
+// operands once for both backends and dispatches to the CPU (kernels/cpu/fused.cpp) or CUDA
+// (kernels/cuda/fused.cu, matmul_cublaslt.cpp); the per-element math is shared
+// (kernels/math/fused.h).
 //
 // Layout: data operands are contiguous, share one floating dtype, and are seen as [R, K] with
 // K = the last dimension; a bias is a contiguous [K] vector (or undefined: no bias) added to

@@ -13,7 +13,7 @@
 
 namespace kiln::kernels::cpu {
 
-// The dtype batch-norm statistics are kept in for data of type T (norm_kernels.h's stat dtype).
+// The dtype batch-norm statistics are kept in for data of type T (norm_stat_dtype of kernels/norm.h).
 template <class T>
 using stat_t = std::conditional_t<std::is_same<T, double>::value, double, float>;
 

@@ -2,7 +2,7 @@
 // scalar FMA loops over shared-memory tiles so that it reads like the CPU kernel
 // (kiln/kernels/cpu/attention.cpp) it is tested against.
 //
-// What it computes (per batch entry; contracts in kiln/kernels/norm_kernels.h):
+// What it computes (per batch entry; contracts in kiln/kernels/attention.h):
 //   out = softmax(S) V  with  S = Q K^T * scale (+ causal mask),  lse_i = log(sum_j exp(S_ij)),
 // and backward, with P = exp(S - lse) recomputed tile by tile and delta_i = sum_c dO_ic O_ic:
 //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - delta),  dQ = dS K * scale,  dK = dS^T Q * scale.

@@ -1,4 +1,4 @@
-// Dropout and leaky ReLU on the GPU (contracts in kiln/kernels/norm_kernels.h).
+// Dropout and leaky ReLU on the GPU (contracts in kiln/kernels/dropout.h and activation.h).
 //
 // Dropout: out[i] = u_i >= p ? in[i] / (1 - p) : 0 with u_i = philox::uniform_f(seed, offset, i),
 // one grid-stride thread per element. u_i is the same __host__ __device__ function the CPU kernel

@@ -83,7 +83,7 @@ __global__ void pointwise_kernel(PointwiseIter it, F f) {
 }
 
 // Contiguous unary fast path: 16-byte vector loads and stores when both pointers are aligned
-// (the "vectorized grid-stride" kernel of the CUDA-backend issue).
+// (a vectorized grid-stride loop).
 template <class T, class F>
 __global__ void unary_vec_kernel(T* __restrict__ out, const T* __restrict__ in, int64_t n, F f) {
   using M = opmath_t<T>;

@@ -228,7 +228,7 @@ void matmul(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
 }
 
 // ---------------------------------------------------------------- fused epilogues
-// (contracts in kiln/kernels/fused.h; shapes and dtypes checked by fused_dispatch.cpp)
+// (contracts in kiln/kernels/fused.h; shapes and dtypes checked by kernels/fused.cpp)
 
 bool last_call_used_epilogue() { return t_used_epilogue; }
 

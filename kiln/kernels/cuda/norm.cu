@@ -1,5 +1,5 @@
 // Fused batch norm and layer/RMS norm on the GPU, forward and backward: the contracts of
-// kiln/kernels/norm_kernels.h and the same numerics as the CPU kernels (kiln/kernels/cpu/norm.cpp).
+// kiln/kernels/norm.h and the same numerics as the CPU kernels (kiln/kernels/cpu/norm.cpp).
 //
 // What they compute
 //   batch norm, x viewed as [N, C, S]: per channel c over its M = N*S elements,

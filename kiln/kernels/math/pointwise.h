@@ -1,5 +1,5 @@
 #pragma once
-// Pointwise math, written once for both backends (DESIGN.md §3.1). Each functor computes in
+// Pointwise math, written once for both backends (docs/architecture.md, "Kernels and dispatch"). Each functor computes in
 // T = opmath type (float for the 16-bit dtypes, else the dtype itself); the CPU loops in
 // kernels/cpu and the CUDA kernels in kernels/cuda only differ in how they launch these.
 #include <cmath>
@@ -53,7 +53,7 @@ struct Silu {
 };
 
 // GELU, exact form: x * Phi(x) = x * 0.5 * (1 + erf(x / sqrt(2))). This is the fused GELU of
-// GUIDE-TIPS #18: one read, one write instead of five passes.
+// docs/guide.md, speed-up 18: one read, one write instead of five passes.
 struct GeluErf {
   template <class T> KILN_INLINE T operator()(T x) const {
     return x * T(0.5) * (T(1) + gelu_erf_(x * T(0.70710678118654752440)));
