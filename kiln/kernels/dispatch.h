@@ -5,10 +5,11 @@
 //
 //   inline Kernel<void(UnaryOp, const Tensor&, const Tensor&, double, double)> unary{"unary"};
 //
-// Each backend defines its implementation in its own file and registers it there:
+// Each backend defines its implementation in its own file and registers it right below it:
 //
-//   KILN_REGISTER_KERNEL(unary, CPU, unary_cpu);     // kernels/cpu/pointwise.cpp
-//   KILN_REGISTER_KERNEL(unary, CUDA, unary_cuda);   // kernels/cuda/pointwise.cu
+//   void unary(UnaryOp op, ...) { ... }                      // in kiln::kernels::cpu
+//   KILN_REGISTER_KERNEL(kernels::unary, CPU, unary);        // kernels/cpu/pointwise.cpp
+//   ... and the same with CUDA in kernels/cuda/pointwise.cu
 //
 // Calling `kernels::unary(op, out, in, a, b)` checks that every defined tensor operand (a
 // `Tensor` or a `std::vector<Tensor>` argument) is on one device and runs that device's
@@ -123,7 +124,8 @@ class Kernel<R(Args...)> {
 #define KILN_KERNEL_CONCAT(a, b) KILN_KERNEL_CONCAT_(a, b)
 
 // Registers `fn` as `kernel`'s implementation for `backend` (CPU or CUDA) when the library loads.
-// Used once per kernel and backend, in the backend's file, at namespace scope.
+// Used once per kernel and backend, in the backend's file, at namespace scope (kiln is a shared
+// library, so every registration runs).
 #define KILN_REGISTER_KERNEL(kernel, backend, fn)                                     \
   static const bool KILN_KERNEL_CONCAT(kiln_kernel_registered_, __LINE__) =          \
       ((kernel).register_backend(::kiln::kernels::Backend::backend, (fn)), true)

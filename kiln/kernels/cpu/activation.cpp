@@ -28,6 +28,7 @@ void leaky_relu(const Tensor& y, const Tensor& x, double slope) {
     for (int64_t i = 0; i < n; ++i) yp[i] = static_cast<T>(leaky(static_cast<O>(xp[i]), s));
   });
 }
+KILN_REGISTER_KERNEL(kernels::leaky_relu, CPU, leaky_relu);
 
 void leaky_relu_backward(const Tensor& dx, const Tensor& g, const Tensor& x, double slope) {
   KILN_CHECK(dx.is_contiguous() && g.is_contiguous() && x.is_contiguous() &&
@@ -46,10 +47,6 @@ void leaky_relu_backward(const Tensor& dx, const Tensor& g, const Tensor& x, dou
       dp[i] = static_cast<T>(leaky_grad(static_cast<O>(gp[i]), static_cast<O>(xp[i]), s));
   });
 }
+KILN_REGISTER_KERNEL(kernels::leaky_relu_backward, CPU, leaky_relu_backward);
 
 }  // namespace kiln::kernels::cpu
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(leaky_relu, CPU, cpu::leaky_relu);
-KILN_REGISTER_KERNEL(leaky_relu_backward, CPU, cpu::leaky_relu_backward);
-}  // namespace kiln::kernels

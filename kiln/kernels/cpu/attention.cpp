@@ -125,6 +125,7 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
       }
   });
 }
+KILN_REGISTER_KERNEL(kernels::attention_forward, CPU, attention_forward);
 
 void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& g,
                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -220,10 +221,6 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
     }
   });
 }
+KILN_REGISTER_KERNEL(kernels::attention_backward, CPU, attention_backward);
 
 }  // namespace kiln::kernels::cpu
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(attention_forward, CPU, cpu::attention_forward);
-KILN_REGISTER_KERNEL(attention_backward, CPU, cpu::attention_backward);
-}  // namespace kiln::kernels

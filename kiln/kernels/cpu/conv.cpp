@@ -690,6 +690,7 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
     default: KILN_FAIL("conv2d: dtype ", x.dtype(), " is not supported by the CPU kernel");
   }
 }
+KILN_REGISTER_KERNEL(kernels::conv2d_forward, CPU, conv2d_forward);
 
 void conv2d_forward_batch_stats(const Tensor& out, const Tensor& mean, const Tensor& var,
                                 const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -733,6 +734,7 @@ void conv2d_forward_batch_stats(const Tensor& out, const Tensor& mean, const Ten
   if (st == DType::F64) write(static_cast<double*>(mean.data_ptr()), static_cast<double*>(var.data_ptr()));
   else write(static_cast<float*>(mean.data_ptr()), static_cast<float*>(var.data_ptr()));
 }
+KILN_REGISTER_KERNEL(kernels::conv2d_forward_batch_stats, CPU, conv2d_forward_batch_stats);
 
 namespace {
 
@@ -823,6 +825,7 @@ void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
     default: KILN_FAIL("conv2d_backward_input: dtype ", grad_x.dtype(), " is not supported");
   }
 }
+KILN_REGISTER_KERNEL(kernels::conv2d_backward_input, CPU, conv2d_backward_input);
 
 void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
                             const Tensor& grad_out, const Tensor& x, const ConvGeometry& g) {
@@ -852,12 +855,6 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
     default: KILN_FAIL("conv2d_backward_weight: dtype ", x.dtype(), " is not supported");
   }
 }
+KILN_REGISTER_KERNEL(kernels::conv2d_backward_weight, CPU, conv2d_backward_weight);
 
 }  // namespace kiln::kernels::cpu
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(conv2d_forward, CPU, cpu::conv2d_forward);
-KILN_REGISTER_KERNEL(conv2d_forward_batch_stats, CPU, cpu::conv2d_forward_batch_stats);
-KILN_REGISTER_KERNEL(conv2d_backward_input, CPU, cpu::conv2d_backward_input);
-KILN_REGISTER_KERNEL(conv2d_backward_weight, CPU, cpu::conv2d_backward_weight);
-}  // namespace kiln::kernels

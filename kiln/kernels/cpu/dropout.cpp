@@ -33,9 +33,6 @@ void dropout(const Tensor& out, const Tensor& in, double p, uint64_t seed, uint6
     }
   });
 }
+KILN_REGISTER_KERNEL(kernels::dropout, CPU, dropout);
 
 }  // namespace kiln::kernels::cpu
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(dropout, CPU, cpu::dropout);
-}  // namespace kiln::kernels

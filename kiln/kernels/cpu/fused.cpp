@@ -110,6 +110,7 @@ void bias_gelu(const Tensor& y, const Tensor& x, const Tensor& bias, GeluApprox 
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::backend::bias_gelu, CPU, bias_gelu);
 
 void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, const Tensor& x,
                         const Tensor& bias, GeluApprox approx) {
@@ -136,6 +137,7 @@ void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, 
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::backend::bias_gelu_backward, CPU, bias_gelu_backward);
 
 void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, const Tensor& residual,
                       double p, uint64_t seed, uint64_t offset) {
@@ -167,6 +169,7 @@ void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, cons
     }
   });
 }
+KILN_REGISTER_KERNEL(kernels::backend::bias_dropout_add, CPU, bias_dropout_add);
 
 void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, double p,
                                uint64_t seed, uint64_t offset) {
@@ -192,6 +195,7 @@ void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tens
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::backend::bias_dropout_add_backward, CPU, bias_dropout_add_backward);
 
 // The linear epilogues on the CPU are compositions: the GEMM into the pre-activation buffer,
 // then one fused bias(+GELU) pass.
@@ -208,20 +212,13 @@ void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, c
   cpu::bias_gelu(out, pre, bias, approx);
   if (gelu_aux.defined()) kernels::binary(BinaryOp::Add, gelu_aux, gelu_aux, bias, 1.0, 0.0);
 }
+KILN_REGISTER_KERNEL(kernels::backend::linear_epilogue, CPU, linear_epilogue);
 
 void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a, const Tensor& b,
                         const Tensor& pre, GeluApprox approx) {
   kernels::matmul(dpre, a, b);
   cpu::bias_gelu_backward(dpre, dbias, dpre, pre, Tensor(), approx);
 }
+KILN_REGISTER_KERNEL(kernels::backend::matmul_dgelu_bgrad, CPU, matmul_dgelu_bgrad);
 
 }  // namespace kiln::kernels::cpu
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(backend::bias_gelu, CPU, cpu::bias_gelu);
-KILN_REGISTER_KERNEL(backend::bias_gelu_backward, CPU, cpu::bias_gelu_backward);
-KILN_REGISTER_KERNEL(backend::bias_dropout_add, CPU, cpu::bias_dropout_add);
-KILN_REGISTER_KERNEL(backend::bias_dropout_add_backward, CPU, cpu::bias_dropout_add_backward);
-KILN_REGISTER_KERNEL(backend::linear_epilogue, CPU, cpu::linear_epilogue);
-KILN_REGISTER_KERNEL(backend::matmul_dgelu_bgrad, CPU, cpu::matmul_dgelu_bgrad);
-}  // namespace kiln::kernels

@@ -229,6 +229,7 @@ std::pair<int64_t, int64_t> index_min_max(const Tensor& index_in, const char* op
     return std::pair<int64_t, int64_t>(lo, hi);
   });
 }
+KILN_REGISTER_KERNEL(kernels::backend::index_min_max, CPU, index_min_max);
 
 void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index,
                   const char* op) {
@@ -240,6 +241,7 @@ void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor
   s.stride = {in.strides(), spread_index_strides(index, out.dim(), dim), out.strides()};
   run_gather(s, in, index, out, op);
 }
+KILN_REGISTER_KERNEL(kernels::backend::index_select, CPU, index_select);
 
 void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src,
                const char* op) {
@@ -251,6 +253,7 @@ void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor
   s.stride = {out.strides(), spread_index_strides(index, src.dim(), dim), src.strides()};
   run_scatter_add(s, out, index, src, op);
 }
+KILN_REGISTER_KERNEL(kernels::backend::index_add, CPU, index_add);
 
 void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op) {
   check_range(index, in.dim() == 0 ? 1 : in.size(dim), dim, op);
@@ -262,6 +265,7 @@ void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& inde
   promote_scalar(s);
   run_gather(s, in, index, out, op);
 }
+KILN_REGISTER_KERNEL(kernels::backend::gather, CPU, gather);
 
 void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src,
                  const char* op) {
@@ -274,13 +278,6 @@ void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tens
   promote_scalar(s);
   run_scatter_add(s, out, index, src, op);
 }
+KILN_REGISTER_KERNEL(kernels::backend::scatter_add, CPU, scatter_add);
 
 }  // namespace kiln::kernels::cpu
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(backend::index_select, CPU, cpu::index_select);
-KILN_REGISTER_KERNEL(backend::index_add, CPU, cpu::index_add);
-KILN_REGISTER_KERNEL(backend::gather, CPU, cpu::gather);
-KILN_REGISTER_KERNEL(backend::scatter_add, CPU, cpu::scatter_add);
-KILN_REGISTER_KERNEL(backend::index_min_max, CPU, cpu::index_min_max);
-}  // namespace kiln::kernels

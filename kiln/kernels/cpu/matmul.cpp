@@ -99,9 +99,6 @@ void matmul(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
     default: KILN_FAIL("matmul: dtype ", dt, " is not supported");
   }
 }
+KILN_REGISTER_KERNEL(kernels::matmul, CPU, matmul);
 
 }  // namespace kiln::kernels::cpu
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(matmul, CPU, cpu::matmul);
-}  // namespace kiln::kernels

@@ -218,6 +218,7 @@ void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, 
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::batch_norm_forward, CPU, batch_norm_forward);
 
 void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                          const Tensor& g, const Tensor& x, const Tensor& weight,
@@ -338,6 +339,7 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::batch_norm_backward, CPU, batch_norm_backward);
 
 // ------------------------------------------------------------------------------ row norms
 
@@ -399,6 +401,7 @@ void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd,
     }
   });
 }
+KILN_REGISTER_KERNEL(kernels::row_norm_forward, CPU, row_norm_forward);
 
 void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                        const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
@@ -472,12 +475,6 @@ void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& db
     for (int64_t i = 0; i < static_cast<int64_t>(db_all.size()); ++i) dbp[i] = static_cast<T>(db_all[i]);
   });
 }
+KILN_REGISTER_KERNEL(kernels::row_norm_backward, CPU, row_norm_backward);
 
 }  // namespace kiln::kernels::cpu
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(batch_norm_forward, CPU, cpu::batch_norm_forward);
-KILN_REGISTER_KERNEL(batch_norm_backward, CPU, cpu::batch_norm_backward);
-KILN_REGISTER_KERNEL(row_norm_forward, CPU, cpu::row_norm_forward);
-KILN_REGISTER_KERNEL(row_norm_backward, CPU, cpu::row_norm_backward);
-}  // namespace kiln::kernels

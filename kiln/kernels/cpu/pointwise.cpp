@@ -34,6 +34,7 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& in, double a, double b) 
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::unary, CPU, unary);
 
 void binary(BinaryOp op, const Tensor& out, const Tensor& x, const Tensor& y, double alpha,
             double beta) {
@@ -55,6 +56,7 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& x, const Tensor& y, do
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::binary, CPU, binary);
 
 void where(const Tensor& out, const Tensor& cond, const Tensor& x, const Tensor& y) {
   KILN_CHECK(cond.dtype() == DType::Bool, "where: condition must be bool, got ", cond.dtype());
@@ -72,6 +74,7 @@ void where(const Tensor& out, const Tensor& cond, const Tensor& x, const Tensor&
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::where, CPU, where);
 
 namespace {
 // Same-dtype copy where the destination is contiguous along the last dim and the source along
@@ -179,6 +182,7 @@ void copy(const Tensor& dst, const Tensor& src) {
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::copy_within_device, CPU, copy);
 
 void fill(const Tensor& dst, double value) {
   if (dst.numel() == 0) return;
@@ -198,6 +202,7 @@ void fill(const Tensor& dst, double value) {
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::fill, CPU, fill);
 
 namespace {
 // Random fills address elements by their logical (row-major) index, so the numbers do not
@@ -223,6 +228,7 @@ void fill_uniform(const Tensor& dst, uint64_t seed, uint64_t offset) {
     else return T(philox::uniform_f(seed, offset, i));
   });
 }
+KILN_REGISTER_KERNEL(kernels::fill_uniform, CPU, fill_uniform);
 
 void fill_normal(const Tensor& dst, uint64_t seed, uint64_t offset) {
   fill_random(dst, "randn", [=](auto tag, uint64_t i) {
@@ -232,6 +238,7 @@ void fill_normal(const Tensor& dst, uint64_t seed, uint64_t offset) {
     else return T(static_cast<float>(z));
   });
 }
+KILN_REGISTER_KERNEL(kernels::fill_normal, CPU, fill_normal);
 
 void fill_randint(const Tensor& dst, int64_t low, int64_t high, uint64_t seed, uint64_t offset) {
   const uint64_t range = static_cast<uint64_t>(high - low);
@@ -244,16 +251,6 @@ void fill_randint(const Tensor& dst, int64_t low, int64_t high, uint64_t seed, u
     else return static_cast<T>(v);
   });
 }
+KILN_REGISTER_KERNEL(kernels::fill_randint, CPU, fill_randint);
 
 }  // namespace kiln::kernels::cpu
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(unary, CPU, cpu::unary);
-KILN_REGISTER_KERNEL(binary, CPU, cpu::binary);
-KILN_REGISTER_KERNEL(where, CPU, cpu::where);
-KILN_REGISTER_KERNEL(copy_within_device, CPU, cpu::copy);
-KILN_REGISTER_KERNEL(fill, CPU, cpu::fill);
-KILN_REGISTER_KERNEL(fill_uniform, CPU, cpu::fill_uniform);
-KILN_REGISTER_KERNEL(fill_normal, CPU, cpu::fill_normal);
-KILN_REGISTER_KERNEL(fill_randint, CPU, cpu::fill_randint);
-}  // namespace kiln::kernels

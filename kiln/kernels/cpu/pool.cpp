@@ -334,6 +334,7 @@ void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& 
   if (out.numel() == 0) return;
   KILN_POOL_DISPATCH("max_pool2d", x.dtype(), max_fwd<T>(out, indices, x, g));
 }
+KILN_REGISTER_KERNEL(kernels::max_pool2d_forward, CPU, max_pool2d_forward);
 
 void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
                          const PoolGeometry& g) {
@@ -342,6 +343,7 @@ void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Ten
   KILN_POOL_DISPATCH("max_pool2d_backward", grad_x.dtype(),
                      max_bwd<T>(grad_x, grad_out, indices, g));
 }
+KILN_REGISTER_KERNEL(kernels::max_pool2d_backward, CPU, max_pool2d_backward);
 
 void avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& g,
                         bool count_include_pad) {
@@ -349,6 +351,7 @@ void avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& 
   if (out.numel() == 0) return;
   KILN_POOL_DISPATCH("avg_pool2d", x.dtype(), avg_fwd<T>(out, x, g, count_include_pad));
 }
+KILN_REGISTER_KERNEL(kernels::avg_pool2d_forward, CPU, avg_pool2d_forward);
 
 void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,
                          bool count_include_pad) {
@@ -357,12 +360,14 @@ void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Poo
   KILN_POOL_DISPATCH("avg_pool2d_backward", grad_x.dtype(),
                      avg_bwd<T>(grad_x, grad_out, g, count_include_pad));
 }
+KILN_REGISTER_KERNEL(kernels::avg_pool2d_backward, CPU, avg_pool2d_backward);
 
 void adaptive_avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& g) {
   check4("adaptive_avg_pool2d", {&out, &x});
   if (out.numel() == 0) return;
   KILN_POOL_DISPATCH("adaptive_avg_pool2d", x.dtype(), adaptive_fwd<T>(out, x, g));
 }
+KILN_REGISTER_KERNEL(kernels::adaptive_avg_pool2d_forward, CPU, adaptive_avg_pool2d_forward);
 
 void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out,
                                   const PoolGeometry& g) {
@@ -371,16 +376,8 @@ void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out,
   KILN_POOL_DISPATCH("adaptive_avg_pool2d_backward", grad_x.dtype(),
                      adaptive_bwd<T>(grad_x, grad_out, g));
 }
+KILN_REGISTER_KERNEL(kernels::adaptive_avg_pool2d_backward, CPU, adaptive_avg_pool2d_backward);
 
 #undef KILN_POOL_DISPATCH
 
 }  // namespace kiln::kernels::cpu
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(max_pool2d_forward, CPU, cpu::max_pool2d_forward);
-KILN_REGISTER_KERNEL(max_pool2d_backward, CPU, cpu::max_pool2d_backward);
-KILN_REGISTER_KERNEL(avg_pool2d_forward, CPU, cpu::avg_pool2d_forward);
-KILN_REGISTER_KERNEL(avg_pool2d_backward, CPU, cpu::avg_pool2d_backward);
-KILN_REGISTER_KERNEL(adaptive_avg_pool2d_forward, CPU, cpu::adaptive_avg_pool2d_forward);
-KILN_REGISTER_KERNEL(adaptive_avg_pool2d_backward, CPU, cpu::adaptive_avg_pool2d_backward);
-}  // namespace kiln::kernels

@@ -150,6 +150,7 @@ void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dim
     }
   });
 }
+KILN_REGISTER_KERNEL(kernels::reduce, CPU, reduce);
 
 void arg_reduce(bool is_max, const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim) {
   KILN_CHECK(indices.dtype() == DType::I64 && values.dtype() == in.dtype() &&
@@ -184,10 +185,6 @@ void arg_reduce(bool is_max, const Tensor& values, const Tensor& indices, const 
     }
   });
 }
+KILN_REGISTER_KERNEL(kernels::arg_reduce, CPU, arg_reduce);
 
 }  // namespace kiln::kernels::cpu
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(reduce, CPU, cpu::reduce);
-KILN_REGISTER_KERNEL(arg_reduce, CPU, cpu::arg_reduce);
-}  // namespace kiln::kernels

@@ -45,6 +45,7 @@ void softmax(const Tensor& out, const Tensor& in, bool log) {
     }
   });
 }
+KILN_REGISTER_KERNEL(kernels::softmax, CPU, softmax);
 
 void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& out, bool log) {
   KILN_CHECK(grad_in.is_contiguous() && grad_out.is_contiguous() && out.is_contiguous(),
@@ -76,10 +77,6 @@ void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tenso
     }
   });
 }
+KILN_REGISTER_KERNEL(kernels::softmax_backward, CPU, softmax_backward);
 
 }  // namespace kiln::kernels::cpu
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(softmax, CPU, cpu::softmax);
-KILN_REGISTER_KERNEL(softmax_backward, CPU, cpu::softmax_backward);
-}  // namespace kiln::kernels

@@ -105,6 +105,7 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& 
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::backend::cross_entropy_forward, CPU, cross_entropy_forward);
 
 void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& logits,
                             const Tensor& lse, const Tensor& target, int64_t ignore_index,
@@ -125,10 +126,6 @@ void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& 
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::backend::cross_entropy_backward, CPU, cross_entropy_backward);
 
 }  // namespace kiln::kernels::cpu
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(backend::cross_entropy_forward, CPU, cpu::cross_entropy_forward);
-KILN_REGISTER_KERNEL(backend::cross_entropy_backward, CPU, cpu::cross_entropy_backward);
-}  // namespace kiln::kernels

@@ -585,6 +585,7 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::attention_forward, CUDA, attention_forward);
 
 void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& g,
                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -648,10 +649,6 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::attention_backward, CUDA, attention_backward);
 
 }  // namespace kiln::kernels::cuda
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(attention_forward, CUDA, cuda::attention_forward);
-KILN_REGISTER_KERNEL(attention_backward, CUDA, cuda::attention_backward);
-}  // namespace kiln::kernels

@@ -560,6 +560,7 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
     annotate(op, g, x.dtype(), e);
   }
 }
+KILN_REGISTER_KERNEL(kernels::conv2d_forward, CUDA, conv2d_forward);
 
 void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
                            const ConvGeometry& g) {
@@ -589,6 +590,7 @@ void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
     annotate(op, g, grad_x.dtype(), e);
   }
 }
+KILN_REGISTER_KERNEL(kernels::conv2d_backward_input, CUDA, conv2d_backward_input);
 
 void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
                             const Tensor& grad_out, const Tensor& x, const ConvGeometry& g) {
@@ -631,6 +633,7 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
     annotate(op, g, dt, e);
   }
 }
+KILN_REGISTER_KERNEL(kernels::conv2d_backward_weight, CUDA, conv2d_backward_weight);
 
 }  // namespace kiln::kernels::cuda
 
@@ -663,9 +666,3 @@ void conv2d_backward_weight(const Tensor&, const Tensor&, const Tensor& grad_out
 }  // namespace kiln::kernels::cuda
 
 #endif  // KILN_WITH_CUDNN
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(conv2d_forward, CUDA, cuda::conv2d_forward);
-KILN_REGISTER_KERNEL(conv2d_backward_input, CUDA, cuda::conv2d_backward_input);
-KILN_REGISTER_KERNEL(conv2d_backward_weight, CUDA, cuda::conv2d_backward_weight);
-}  // namespace kiln::kernels

@@ -71,6 +71,7 @@ void dropout(const Tensor& out, const Tensor& in, double p, uint64_t seed, uint6
     KILN_CUDA_CHECK_LAUNCH("dropout_kernel");
   });
 }
+KILN_REGISTER_KERNEL(kernels::dropout, CUDA, dropout);
 
 void leaky_relu(const Tensor& y, const Tensor& x, double slope) {
   check_same("leaky_relu", x, {&x, &y});
@@ -82,6 +83,7 @@ void leaky_relu(const Tensor& y, const Tensor& x, double slope) {
     launch_pointwise<T, T, 2>(it, y, LeakyReluFn<O>{static_cast<O>(slope)});
   });
 }
+KILN_REGISTER_KERNEL(kernels::leaky_relu, CUDA, leaky_relu);
 
 void leaky_relu_backward(const Tensor& dx, const Tensor& g, const Tensor& x, double slope) {
   check_same("leaky_relu_backward", x, {&x, &g, &dx});
@@ -93,11 +95,6 @@ void leaky_relu_backward(const Tensor& dx, const Tensor& g, const Tensor& x, dou
     launch_pointwise<T, T, 3>(it, dx, LeakyReluGradFn<O>{static_cast<O>(slope)});
   });
 }
+KILN_REGISTER_KERNEL(kernels::leaky_relu_backward, CUDA, leaky_relu_backward);
 
 }  // namespace kiln::kernels::cuda
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(dropout, CUDA, cuda::dropout);
-KILN_REGISTER_KERNEL(leaky_relu, CUDA, cuda::leaky_relu);
-KILN_REGISTER_KERNEL(leaky_relu_backward, CUDA, cuda::leaky_relu_backward);
-}  // namespace kiln::kernels

@@ -229,6 +229,7 @@ void bias_gelu(const Tensor& y, const Tensor& x, const Tensor& bias, GeluApprox 
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::backend::bias_gelu, CUDA, bias_gelu);
 
 void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, const Tensor& x,
                         const Tensor& bias, GeluApprox approx) {
@@ -242,6 +243,7 @@ void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, 
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::backend::bias_gelu_backward, CUDA, bias_gelu_backward);
 
 void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, const Tensor& residual,
                       double p, uint64_t seed, uint64_t offset) {
@@ -259,6 +261,7 @@ void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, cons
     KILN_CUDA_CHECK_LAUNCH("bias_dropout_add_kernel");
   });
 }
+KILN_REGISTER_KERNEL(kernels::backend::bias_dropout_add, CUDA, bias_dropout_add);
 
 void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, double p,
                                uint64_t seed, uint64_t offset) {
@@ -271,12 +274,6 @@ void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tens
     launch_grad_colsum<T>(dx, dbias, grad, "bias_dropout_add_backward");
   });
 }
+KILN_REGISTER_KERNEL(kernels::backend::bias_dropout_add_backward, CUDA, bias_dropout_add_backward);
 
 }  // namespace kiln::kernels::cuda
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(backend::bias_gelu, CUDA, cuda::bias_gelu);
-KILN_REGISTER_KERNEL(backend::bias_gelu_backward, CUDA, cuda::bias_gelu_backward);
-KILN_REGISTER_KERNEL(backend::bias_dropout_add, CUDA, cuda::bias_dropout_add);
-KILN_REGISTER_KERNEL(backend::bias_dropout_add_backward, CUDA, cuda::bias_dropout_add_backward);
-}  // namespace kiln::kernels

@@ -400,12 +400,14 @@ std::pair<int64_t, int64_t> index_min_max(const Tensor& index, const char* op) {
   KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
   return {host[0], host[1]};
 }
+KILN_REGISTER_KERNEL(kernels::backend::index_min_max, CUDA, index_min_max);
 
 void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op) {
   if (out.numel() == 0 || index.numel() == 0) return;
   const IntList st[3] = {in.strides(), spread_index_strides(index, out.dim(), dim), out.strides()};
   run_gather(make_space(out.sizes(), dim, st, op), in, index, out, bounds_for(in, in.size(dim), dim, op), op);
 }
+KILN_REGISTER_KERNEL(kernels::backend::index_select, CUDA, index_select);
 
 void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op) {
   if (src.numel() == 0 || index.numel() == 0) return;
@@ -415,6 +417,7 @@ void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor
   if (deterministic_algorithms() || out.dtype() == DType::U8) return run_index_add_sorted(s, out, index, src, b, op);
   run_scatter_add(s, out, index, src, b, op);
 }
+KILN_REGISTER_KERNEL(kernels::backend::index_add, CUDA, index_add);
 
 void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op) {
   if (out.numel() == 0 || index.numel() == 0) return;
@@ -422,6 +425,7 @@ void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& inde
   const Bounds b = bounds_for(in, in.dim() == 0 ? 1 : in.size(dim), dim, op);
   run_gather(make_space(index.sizes(), dim, st, op), in, index, out, b, op);
 }
+KILN_REGISTER_KERNEL(kernels::backend::gather, CUDA, gather);
 
 void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op) {
   if (index.numel() == 0) return;
@@ -430,13 +434,6 @@ void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tens
   const Bounds b = bounds_for(out, out.dim() == 0 ? 1 : out.size(dim), dim, op);
   run_scatter_add(make_space(index.sizes(), dim, st, op), out, index, src, b, op);
 }
+KILN_REGISTER_KERNEL(kernels::backend::scatter_add, CUDA, scatter_add);
 
 }  // namespace kiln::kernels::cuda
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(backend::index_select, CUDA, cuda::index_select);
-KILN_REGISTER_KERNEL(backend::index_add, CUDA, cuda::index_add);
-KILN_REGISTER_KERNEL(backend::gather, CUDA, cuda::gather);
-KILN_REGISTER_KERNEL(backend::scatter_add, CUDA, cuda::scatter_add);
-KILN_REGISTER_KERNEL(backend::index_min_max, CUDA, cuda::index_min_max);
-}  // namespace kiln::kernels

@@ -267,6 +267,7 @@ void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, c
   }
   if (gelu) bias_gelu(out, pre, Tensor(), approx);
 }
+KILN_REGISTER_KERNEL(kernels::backend::linear_epilogue, CUDA, linear_epilogue);
 
 void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a_in, const Tensor& b_in,
                         const Tensor& pre, GeluApprox approx) {
@@ -291,14 +292,10 @@ void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a
   matmul(dpre, a_in, b_in);
   bias_gelu_backward(dpre, dbias, dpre, pre, Tensor(), approx);
 }
+KILN_REGISTER_KERNEL(kernels::backend::matmul_dgelu_bgrad, CUDA, matmul_dgelu_bgrad);
 
 }  // namespace kiln::kernels::cuda
 
 namespace kiln::kernels {
 KILN_REGISTER_KERNEL(matmul, CUDA, cuda::matmul);
-}  // namespace kiln::kernels
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(backend::linear_epilogue, CUDA, cuda::linear_epilogue);
-KILN_REGISTER_KERNEL(backend::matmul_dgelu_bgrad, CUDA, cuda::matmul_dgelu_bgrad);
 }  // namespace kiln::kernels

@@ -662,6 +662,7 @@ void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, 
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::batch_norm_forward, CUDA, batch_norm_forward);
 
 void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                          const Tensor& g, const Tensor& x, const Tensor& weight,
@@ -719,6 +720,7 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::batch_norm_backward, CUDA, batch_norm_backward);
 
 // ------------------------------------------------------------------------------ row norms
 
@@ -746,6 +748,7 @@ void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd,
                                cptr<T>(weight), rms ? nullptr : cptr<T>(bias), R, K, rms, eps, stream);
   });
 }
+KILN_REGISTER_KERNEL(kernels::row_norm_forward, CUDA, row_norm_forward);
 
 void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                        const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
@@ -809,12 +812,6 @@ void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& db
     }
   });
 }
+KILN_REGISTER_KERNEL(kernels::row_norm_backward, CUDA, row_norm_backward);
 
 }  // namespace kiln::kernels::cuda
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(batch_norm_forward, CUDA, cuda::batch_norm_forward);
-KILN_REGISTER_KERNEL(batch_norm_backward, CUDA, cuda::batch_norm_backward);
-KILN_REGISTER_KERNEL(row_norm_forward, CUDA, cuda::row_norm_forward);
-KILN_REGISTER_KERNEL(row_norm_backward, CUDA, cuda::row_norm_backward);
-}  // namespace kiln::kernels

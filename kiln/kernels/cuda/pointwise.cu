@@ -24,6 +24,7 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& in, double a, double b) 
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::unary, CUDA, unary);
 
 void binary(BinaryOp op, const Tensor& out, const Tensor& x, const Tensor& y, double alpha, double beta) {
   const char* name = op_name(op);
@@ -39,6 +40,7 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& x, const Tensor& y, do
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::binary, CUDA, binary);
 
 namespace {
 struct SelectTag {  // unused functor slot for the ternary where kernel
@@ -70,6 +72,7 @@ void where(const Tensor& out, const Tensor& cond, const Tensor& x, const Tensor&
     launch_pointwise<T, T, 4>(it, out, SelectTag{});
   });
 }
+KILN_REGISTER_KERNEL(kernels::where, CUDA, where);
 
 void copy(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
@@ -87,6 +90,7 @@ void copy(const Tensor& dst, const Tensor& src) {
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::copy_within_device, CUDA, copy);
 
 void fill(const Tensor& dst, double value) {
   if (dst.numel() == 0) return;
@@ -99,6 +103,7 @@ void fill(const Tensor& dst, double value) {
     launch_pointwise<T, T, 2>(it, dst, FillOp<T>{v});
   });
 }
+KILN_REGISTER_KERNEL(kernels::fill, CUDA, fill);
 
 // ---------------------------------------------------------------- Philox random fills
 // Element i (row-major over dst's logical shape) reads block (seed, offset + i): the same
@@ -148,22 +153,14 @@ void fill_random(const Tensor& dst, const char* name, Dist dist, uint64_t seed, 
 void fill_uniform(const Tensor& dst, uint64_t seed, uint64_t offset) {
   fill_random(dst, "rand", Dist::Uniform, seed, offset);
 }
+KILN_REGISTER_KERNEL(kernels::fill_uniform, CUDA, fill_uniform);
 void fill_normal(const Tensor& dst, uint64_t seed, uint64_t offset) {
   fill_random(dst, "randn", Dist::Normal, seed, offset);
 }
+KILN_REGISTER_KERNEL(kernels::fill_normal, CUDA, fill_normal);
 void fill_randint(const Tensor& dst, int64_t low, int64_t high, uint64_t seed, uint64_t offset) {
   fill_random(dst, "randint", Dist::RandInt, seed, offset, low, static_cast<uint64_t>(high - low));
 }
+KILN_REGISTER_KERNEL(kernels::fill_randint, CUDA, fill_randint);
 
 }  // namespace kiln::kernels::cuda
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(unary, CUDA, cuda::unary);
-KILN_REGISTER_KERNEL(binary, CUDA, cuda::binary);
-KILN_REGISTER_KERNEL(where, CUDA, cuda::where);
-KILN_REGISTER_KERNEL(copy_within_device, CUDA, cuda::copy);
-KILN_REGISTER_KERNEL(fill, CUDA, cuda::fill);
-KILN_REGISTER_KERNEL(fill_uniform, CUDA, cuda::fill_uniform);
-KILN_REGISTER_KERNEL(fill_normal, CUDA, cuda::fill_normal);
-KILN_REGISTER_KERNEL(fill_randint, CUDA, cuda::fill_randint);
-}  // namespace kiln::kernels

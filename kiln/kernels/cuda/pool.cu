@@ -141,6 +141,7 @@ void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& 
     KILN_CUDA_CHECK_LAUNCH("max_pool_fwd_kernel");
   });
 }
+KILN_REGISTER_KERNEL(kernels::max_pool2d_forward, CUDA, max_pool2d_forward);
 
 void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
                          const PoolGeometry& g) {
@@ -164,6 +165,7 @@ void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Ten
     KILN_CUDA_CHECK_LAUNCH("max_pool_bwd_kernel");
   });
 }
+KILN_REGISTER_KERNEL(kernels::max_pool2d_backward, CUDA, max_pool2d_backward);
 
 void avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& g,
                         bool count_include_pad) {
@@ -180,6 +182,7 @@ void avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& 
     KILN_CUDA_CHECK_LAUNCH("avg_pool_fwd_kernel");
   });
 }
+KILN_REGISTER_KERNEL(kernels::avg_pool2d_forward, CUDA, avg_pool2d_forward);
 
 void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,
                          bool count_include_pad) {
@@ -200,6 +203,7 @@ void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Poo
     KILN_CUDA_CHECK_LAUNCH("avg_pool_bwd_kernel");
   });
 }
+KILN_REGISTER_KERNEL(kernels::avg_pool2d_backward, CUDA, avg_pool2d_backward);
 
 void adaptive_avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& g) {
   const char* op = "adaptive_avg_pool2d";
@@ -216,6 +220,7 @@ void adaptive_avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolG
     KILN_CUDA_CHECK_LAUNCH("adaptive_fwd_kernel");
   });
 }
+KILN_REGISTER_KERNEL(kernels::adaptive_avg_pool2d_forward, CUDA, adaptive_avg_pool2d_forward);
 
 void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out,
                                   const PoolGeometry& g) {
@@ -233,14 +238,6 @@ void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out,
     KILN_CUDA_CHECK_LAUNCH("adaptive_bwd_kernel");
   });
 }
+KILN_REGISTER_KERNEL(kernels::adaptive_avg_pool2d_backward, CUDA, adaptive_avg_pool2d_backward);
 
 }  // namespace kiln::kernels::cuda
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(max_pool2d_forward, CUDA, cuda::max_pool2d_forward);
-KILN_REGISTER_KERNEL(max_pool2d_backward, CUDA, cuda::max_pool2d_backward);
-KILN_REGISTER_KERNEL(avg_pool2d_forward, CUDA, cuda::avg_pool2d_forward);
-KILN_REGISTER_KERNEL(avg_pool2d_backward, CUDA, cuda::avg_pool2d_backward);
-KILN_REGISTER_KERNEL(adaptive_avg_pool2d_forward, CUDA, cuda::adaptive_avg_pool2d_forward);
-KILN_REGISTER_KERNEL(adaptive_avg_pool2d_backward, CUDA, cuda::adaptive_avg_pool2d_backward);
-}  // namespace kiln::kernels

@@ -144,6 +144,7 @@ void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dim
     KILN_CUDA_CHECK_LAUNCH("row_reduce_kernel (final)");
   });
 }
+KILN_REGISTER_KERNEL(kernels::reduce, CUDA, reduce);
 
 // ---------------------------------------------------------------- arg max / min
 
@@ -207,10 +208,6 @@ void arg_reduce(bool is_max, const Tensor& values, const Tensor& indices, const 
     KILN_CUDA_CHECK_LAUNCH("arg_reduce_kernel");
   });
 }
+KILN_REGISTER_KERNEL(kernels::arg_reduce, CUDA, arg_reduce);
 
 }  // namespace kiln::kernels::cuda
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(reduce, CUDA, cuda::reduce);
-KILN_REGISTER_KERNEL(arg_reduce, CUDA, cuda::arg_reduce);
-}  // namespace kiln::kernels

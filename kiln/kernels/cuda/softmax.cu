@@ -71,6 +71,7 @@ void softmax(const Tensor& out, const Tensor& in, bool log) {
     KILN_CUDA_CHECK_LAUNCH("softmax_kernel");
   });
 }
+KILN_REGISTER_KERNEL(kernels::softmax, CUDA, softmax);
 
 void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& out, bool log) {
   KILN_CHECK(grad_in.is_contiguous() && grad_out.is_contiguous() && out.is_contiguous(),
@@ -86,10 +87,6 @@ void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tenso
     KILN_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
   });
 }
+KILN_REGISTER_KERNEL(kernels::softmax_backward, CUDA, softmax_backward);
 
 }  // namespace kiln::kernels::cuda
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(softmax, CUDA, cuda::softmax);
-KILN_REGISTER_KERNEL(softmax_backward, CUDA, cuda::softmax_backward);
-}  // namespace kiln::kernels

@@ -270,6 +270,7 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& 
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::backend::cross_entropy_forward, CUDA, cross_entropy_forward);
 
 void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& logits,
                             const Tensor& lse, const Tensor& target, int64_t ignore_index,
@@ -294,10 +295,6 @@ void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& 
     });
   });
 }
+KILN_REGISTER_KERNEL(kernels::backend::cross_entropy_backward, CUDA, cross_entropy_backward);
 
 }  // namespace kiln::kernels::cuda
-
-namespace kiln::kernels {
-KILN_REGISTER_KERNEL(backend::cross_entropy_forward, CUDA, cuda::cross_entropy_forward);
-KILN_REGISTER_KERNEL(backend::cross_entropy_backward, CUDA, cuda::cross_entropy_backward);
-}  // namespace kiln::kernels
