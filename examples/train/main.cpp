@@ -288,7 +288,7 @@ int run(Options o) {
       auto train_micro = [&](const kiln::data::Batch& bt, bool last_micro) {
         Tensor l;
         {
-          // Mixed precision (GUIDE-TIPS #4): matmuls/convs in bf16/f16, losses and norms in f32.
+          // Mixed precision: matmuls/convs in bf16/f16, losses and norms in f32.
           std::optional<kiln::amp::Autocast> autocast;
           if (o.amp != "off") autocast.emplace(o.amp == "bf16" ? kiln::DType::BF16 : kiln::DType::F16);
           l = task->loss(bt);
@@ -307,7 +307,7 @@ int run(Options o) {
       ++micro;
       const bool last_micro = micro % o.grad_accum == 0;
       if (graph_state.active()) {
-        // CUDA graphs (GUIDE-TIPS): after a few eager warm-up steps (optimizer state, cuDNN
+        // CUDA graphs: after a few eager warm-up steps (optimizer state, cuDNN
         // autotuning), the whole step is captured once and replayed with one launch per step.
         loss = graph_state.step(batch, [&](const kiln::data::Batch& bt) { return train_micro(bt, true); });
       } else {

@@ -76,14 +76,6 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
     KILN_NN_CUDA(conv2d_forward(out, x, weight, bias, g));
 }
 
-void conv2d_forward_batch_stats(const Tensor& out, const Tensor& mean, const Tensor& var,
-                                const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                const ConvGeometry& g) {
-  KILN_CHECK(on_cpu("conv2d", {&out, &mean, &var, &x, &weight, &bias}),
-             "conv2d_forward_batch_stats: CPU tensors only, got ", x.device());
-  cpu::conv2d_forward_batch_stats(out, mean, var, x, weight, bias, g);
-}
-
 void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
                            const ConvGeometry& g) {
   if (on_cpu("conv2d_backward_input", {&grad_x, &grad_out, &weight}))

@@ -47,14 +47,6 @@ Tensor empty_4d(const IntList& sizes, const TensorOptions& opts, MemoryFormat fm
 // out = conv(x, weight) + bias (bias [K] or undefined). out is overwritten.
 void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                     const ConvGeometry& g);
-// conv2d_forward on the CPU with NCHW memory (g.channels_last false), plus the batch mean and
-// biased variance of out per output channel ([K], f64 for f64 data, f32 otherwise): the
-// statistics pass of a BatchNorm that follows, taken from each sample's output while it is still
-// in cache (per-sample mean and sum of squared deviations, combined in sample order in f64).
-// Never autotuned: it always runs the NCHW kernel.
-void conv2d_forward_batch_stats(const Tensor& out, const Tensor& mean, const Tensor& var,
-                                const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                const ConvGeometry& g);
 // grad_x = d(out)/d(x)^T grad_out (the transposed convolution). grad_x is overwritten.
 void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
                            const ConvGeometry& g);
@@ -88,17 +80,6 @@ void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out,
 namespace cpu {
 void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                     const ConvGeometry& g);
-// conv2d's weight gradient (grad_weight) and input gradient (grad_x) for an output gradient that
-// is never stored: make_dy(n, dy) writes sample n's [K, OH, OW] gradient (x's dtype) into a
-// per-thread buffer, which goes straight into both GEMMs while it is in cache. NCHW only;
-// either output may be undefined; the weight gradient's per-thread sums are combined in thread
-// order over a static split of the samples (reproducible for a fixed thread count).
-void conv2d_backward_generated(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& x,
-                               const Tensor& weight, const ConvGeometry& g,
-                               const std::function<void(int64_t n, void* dy)>& make_dy);
-void conv2d_forward_batch_stats(const Tensor& out, const Tensor& mean, const Tensor& var,
-                                const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                const ConvGeometry& g);
 void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
                            const ConvGeometry& g);
 void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,

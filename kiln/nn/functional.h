@@ -82,7 +82,7 @@ Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& running_mean,
                                   double eps = 1e-5);
 // max_pool2d(batch_norm_relu(conv2d(x, conv_weight, conv_bias, params), ...), 2): a CNN's first
 // conv block, fused on the CPU when the conv's patch is small (C * kh * kw <= 32), stride 1, groups
-// 1, no conv bias (GUIDE-TIPS #15), x f32/f64 contiguous NCHW not needing its gradient, outside
+// 1, no conv bias, x f32/f64 contiguous NCHW not needing its gradient, outside
 // autocast. The conv output -- the block's largest tensor -- is never written: batch statistics
 // come from the input's patch moments, each channel's conv plane is computed in cache and pooled
 // through the BatchNorm + ReLU at once, and the backward goes from the pooled gradient straight to
@@ -117,7 +117,7 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias, const std::string& approxi
 // regenerated (not stored) by the backward. residual has x's sizes; bias [K] or undefined.
 Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, double p = 0.5,
                         bool training = true);
-// x * 0.5 * (1 + erf(x / sqrt(2))) as a single kernel (GUIDE-TIPS #18; the same as gelu(x)).
+// x * 0.5 * (1 + erf(x / sqrt(2))) as a single kernel (the same as gelu(x)).
 Tensor fused_gelu(const Tensor& x);
 // gelu(linear(x, weight, bias)) with the bias and GELU fused into the GEMM's epilogue (cuBLASLt on
 // CUDA) and the pre-activation saved for the backward. The default is the tanh form, which is

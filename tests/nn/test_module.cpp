@@ -10,7 +10,7 @@ namespace nn = kiln::nn;
 namespace F = kiln::nn::functional;
 
 namespace {
-// The user's view from DESIGN.md §1, verbatim in shape.
+// The user's view of a model, as docs/guide.md shows it.
 struct Net : nn::Module {
   nn::Conv2d c1{nn::Conv2dOptions(1, 32, 3).padding(1).bias(false)};
   nn::BatchNorm2d b1{32};

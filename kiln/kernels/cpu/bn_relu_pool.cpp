@@ -27,7 +27,7 @@
 #include "kiln/core/error.h"
 #include "kiln/kernels/cpu/max_pool_2x2.h"
 #include "kiln/kernels/cpu/batch_norm_common.h"
-#include "kiln/kernels/nn_kernels.h"
+#include "kiln/kernels/conv_block.h"
 #include "kiln/kernels/norm_kernels.h"
 
 namespace kiln::kernels::cpu {
@@ -226,3 +226,16 @@ void conv2d_batch_norm_relu_max_pool2x2_backward(
 }
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+
+bool supports_batch_norm_relu_max_pool2x2(const Tensor& x) {
+  return x.defined() && x.device().is_cpu() && is_floating(x.dtype()) && x.dim() == 4 && x.is_contiguous() && x.size(2) >= 2 && x.size(3) >= 2;
+}
+
+KILN_REGISTER_KERNEL(batch_norm_relu_max_pool2x2_forward, CPU, cpu::batch_norm_relu_max_pool2x2_forward);
+KILN_REGISTER_KERNEL(batch_norm_relu_max_pool2x2_backward, CPU, cpu::batch_norm_relu_max_pool2x2_backward);
+KILN_REGISTER_KERNEL(conv2d_batch_norm_relu_max_pool2x2_backward, CPU,
+                     cpu::conv2d_batch_norm_relu_max_pool2x2_backward);
+
+}  // namespace kiln::kernels
