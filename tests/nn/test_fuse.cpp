@@ -140,6 +140,20 @@ TEST_CASE("nn::fuse: chains the fused kernels cannot take run the unfused ops", 
   check_same_step(*plain, *fused, x, false, "eval");
 }
 
+TEST_CASE("nn::fuse: a BatchNorm2d with fused_relu stands for BatchNorm2d -> ReLU", "[fuse][module]") {
+  kiln::manual_seed(46);
+  auto make = [] {
+    auto s = std::make_shared<nn::Sequential>(conv(2, 3, 3, 1),
+                                              std::make_shared<nn::BatchNorm2d>(nn::BatchNormOptions(3).fused_relu(true)),
+                                              pool(2), conv(3, 4, 3, 1), std::make_shared<nn::BatchNorm2d>(4));
+    s->to(DType::F64);
+    return s;
+  };
+  auto [plain, fused] = twins(make, 1);  // the last conv -> BN has no ReLU: not a chain
+  CHECK(fused->extra_repr() == "fused: ConvBatchNormReLU2d[0..2]");
+  check_same_step(*plain, *fused, kiln::randn({2, 2, 9, 7}, DType::F64), true, "training");
+}
+
 TEST_CASE("nn::fuse: a conv block with too small an output for the pool still runs", "[fuse][module]") {
   kiln::manual_seed(43);
   // the conv output is 1x1 (3x3 input, 3x3 kernel, no padding): max_pool2d's error, as unfused
