@@ -8,6 +8,7 @@
 #include "kiln/core/cuda_stream.h"
 #include "kiln/core/debug.h"
 #include "kiln/core/sync_debug.h"
+#include "kiln/core/cpu_conv.h"
 #include "kiln/core/cudnn.h"
 #include "kiln/core/denormal.h"
 #include "kiln/core/determinism.h"

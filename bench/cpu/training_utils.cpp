@@ -102,17 +102,12 @@ void bench_clip(const std::vector<IntList>& shapes) {
 
 void bench_checkpointing() {
   nn::models::GPTConfig c;
-  c.vocab_size = 96;
-  c.block_size = 256;
-  c.n_layer = 6;
-  c.n_head = 4;
-  c.n_embd = 256;
-  c.dropout = 0.0;
+  c.vocab_size(96).block_size(256).n_layer(6).n_head(4).n_embd(256).dropout(0.0);
   manual_seed(0);
   nn::models::GPT gpt(c);
   const int64_t B = 8, T = 256;
-  Tensor idx = randint(0, c.vocab_size, {B, T});
-  Tensor target = randint(0, c.vocab_size, {B * T});
+  Tensor idx = randint(0, c.vocab_size(), {B, T});
+  Tensor target = randint(0, c.vocab_size(), {B * T});
   auto step = [&](bool ckpt) {
     Tensor pos = arange(static_cast<double>(T), DType::I64);
     Tensor x = gpt.wte(idx) + gpt.wpe(pos);
@@ -123,7 +118,7 @@ void bench_checkpointing() {
         x = blk->forward(x);
     }
     Tensor logits = nn::functional::linear(gpt.ln_f(x), gpt.wte.weight);
-    Tensor loss = nn::functional::cross_entropy(logits.reshape({-1, c.vocab_size}), target);
+    Tensor loss = nn::functional::cross_entropy(logits.reshape({-1, c.vocab_size()}), target);
     loss.backward();
     return loss.item<double>();
   };
@@ -148,7 +143,7 @@ void bench_checkpointing() {
   const double tc = bench::time_median([&] { gpt.zero_grad(); step(true); }, 3, 1);
   std::printf("checkpointing GPT    %d blocks, d=%lld, B=%lld T=%lld | plain %7.1f ms peak %7.1f MB | checkpointed %7.1f ms peak %7.1f MB | "
               "memory %.2fx less, time %+.0f%%\n",
-              static_cast<int>(c.n_layer), static_cast<long long>(c.n_embd), static_cast<long long>(B),
+              static_cast<int>(c.n_layer()), static_cast<long long>(c.n_embd()), static_cast<long long>(B),
               static_cast<long long>(T), tp * 1e3, peak_plain, tc * 1e3, peak_ckpt, peak_plain / peak_ckpt,
               100.0 * (tc / tp - 1.0));
 }

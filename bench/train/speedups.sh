@@ -35,6 +35,7 @@ PY
   run "SGD + nesterov instead of AdamW" --optimizer sgd
   run "batch 256" --batch-size 256
   run "denormals not flushed (matters late in training: see docs/guide.md)" --flush-denormal false
+  run "layers one by one (no nn::fuse)" --no-fuse
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     # GPU-only speed-ups (the default device is then the GPU): the guide's claims to reproduce
     run "pageable memory (no pinned staging)" --pin-memory false

@@ -34,6 +34,7 @@ Options parse(int argc, char** argv) {
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
   app.add_option("--clip-grad", o.clip_grad, "clip the global gradient norm to this (0: off)")->check(CLI::NonNegativeNumber);
   app.add_flag("--checkpoint-activations", o.checkpoint_activations, "recompute activations in backward");
+  app.add_flag("--fuse,!--no-fuse", o.fuse, "run fusable layer chains as fused modules (nn::fuse; on by default)");
   app.add_option("--ema", o.ema, "evaluate an exponential moving average of the weights with this decay (0: off)")
       ->check(CLI::Range(0.0, 0.99999));
   app.add_flag("--cuda-graphs", o.cuda_graphs, "capture the training step as a CUDA graph");

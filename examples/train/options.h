@@ -23,6 +23,7 @@ struct Options {
   int64_t grad_accum = 1;
   double clip_grad = 0;               // 0: off
   bool checkpoint_activations = false;
+  bool fuse = true;                 // nn::fuse the model (--no-fuse: run the layers one by one)
   double ema = 0;                     // 0: off, else the decay
   bool cuda_graphs = false;
   uint64_t seed = 0;

@@ -56,6 +56,12 @@ class VisionTask : public Task {
     }
     model_->to(device_of(o));
     if (o.channels_last) model_->to(kiln::MemoryFormat::ChannelsLast);
+    // The CNN's conv -> BN -> ReLU -> pool blocks become nn::ConvBatchNormReLU2d: on the CPU the
+    // first one kernel that never writes the conv output, the second conv2d with the BatchNorm's
+    // statistics in its epilogue + one BN + ReLU + pool kernel; on CUDA the fused ops run
+    // conv2d, batch_norm_relu and max_pool2d, as the chain would. The parameters and the
+    // checkpoint keys stay the model's.
+    if (o.fuse) nn::fuse(*model_);
   }
 
   nn::Module& model() override { return *model_; }
@@ -63,13 +69,9 @@ class VisionTask : public Task {
 
   Tensor forward(const Tensor& x) {
     if (!o_.checkpoint_activations) return (*model_)(x);
-    // Recompute the convolutional blocks in backward (docs/guide.md, speed-up 8).
-    if (cnn_) {
-      auto& m = *cnn_;
-      auto block1 = [&](const std::vector<Tensor>& in) { return m.block1(in[0]); };
-      auto block2 = [&](const std::vector<Tensor>& in) { return m.block2(in[0]); };
-      return m.head(kiln::checkpoint(block2, {kiln::checkpoint(block1, {x})}));
-    }
+    // Recompute the convolutional blocks in backward (docs/guide.md, speed-up 8): the CNN's 12 layers in 3 segments are
+    // its two conv blocks (fused or not) and the head.
+    if (cnn_) return kiln::checkpoint_sequential(*cnn_, 3, x);
     if (mlp_) return kiln::checkpoint_sequential(mlp_->layers, 2, x.flatten(1));
     auto& r = *resnet_;
     Tensor h = r.bn1(r.conv1(x));  // the stem's bn1 includes the ReLU (fused_relu)
@@ -124,11 +126,7 @@ class Range : public data::Dataset {
 nn::models::GPTConfig gpt_config(const Options& o) {
   nn::models::GPTConfig c;
   if (o.gpt_size == "124m") return nn::models::GPTConfig::gpt2_124m();
-  c.block_size = 128;
-  c.n_layer = 4;
-  c.n_head = 4;
-  c.n_embd = 128;
-  c.dropout = 0.1;
+  c.block_size(128).n_layer(4).n_head(4).n_embd(128).dropout(0.1);
   return c;
 }
 
@@ -148,17 +146,17 @@ class TextTask : public Task {
   explicit TextTask(const Options& o)
       : o_(o),
         config_(gpt_config(o)),
-        text_(load_text(o, config_.block_size)),
+        text_(load_text(o, config_.block_size())),
         split_(text_.size() * 9 / 10),
         train_(text_, 0, split_),
-        val_(text_, split_ + config_.block_size, text_.size()),
+        val_(text_, split_ + config_.block_size(), text_.size()),
         loader_(train_, data::LoaderOptions().batch_size(o.batch_size).shuffle(true).drop_last(true)
                             .workers(o.workers).pin_memory(o.pin_memory).device(device_of(o)).seed(o.seed)),
         gpt_([&] {
           nn::models::GPTConfig c = config_;
-          KILN_CHECK(text_.vocab_size() <= c.vocab_size, "the corpus has ", text_.vocab_size(),
-                     " distinct characters, more than the model's vocabulary of ", c.vocab_size);
-          if (o.gpt_size == "char") c.vocab_size = text_.vocab_size();
+          KILN_CHECK(text_.vocab_size() <= c.vocab_size(), "the corpus has ", text_.vocab_size(),
+                     " distinct characters, more than the model's vocabulary of ", c.vocab_size());
+          if (o.gpt_size == "char") c.vocab_size(text_.vocab_size());
           return c;
         }()) {
     gpt_.to(device_of(o));

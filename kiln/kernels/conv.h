@@ -33,14 +33,6 @@ struct ConvGeometry {
 inline Kernel<void(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                    const ConvGeometry& g)>
     conv2d_forward{"conv2d"};
-// conv2d_forward on the CPU with NCHW memory (g.channels_last false), plus the batch mean and
-// biased variance of out per output channel ([K], f64 for f64 data, f32 otherwise): the
-// statistics pass of a BatchNorm that follows, taken from each sample's output while it is still
-// in cache (per-sample mean and sum of squared deviations, combined in sample order in f64).
-// Never autotuned: it always runs the NCHW kernel. CPU only.
-inline Kernel<void(const Tensor& out, const Tensor& mean, const Tensor& var, const Tensor& x,
-                   const Tensor& weight, const Tensor& bias, const ConvGeometry& g)>
-    conv2d_forward_batch_stats{"conv2d_forward_batch_stats"};
 // grad_x = d(out)/d(x)^T grad_out (the transposed convolution). grad_x is overwritten.
 inline Kernel<void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
                    const ConvGeometry& g)>

@@ -73,9 +73,9 @@ class Flatten : public Module {
 
 struct Pool2dOptions {
   Pool2dOptions(Size2 kernel_size) : kernel_size_(kernel_size), stride_(kernel_size) {}  // NOLINT
-  KILN_OPTION(Size2, kernel_size);
-  KILN_OPTION(Size2, stride);  // defaults to kernel_size
-  KILN_OPTION(Size2, padding) = 0;
+  KILN_ARG(Size2, kernel_size);
+  KILN_ARG(Size2, stride);  // defaults to kernel_size
+  KILN_ARG(Size2, padding) = 0;
 };
 
 class MaxPool2d : public Module {

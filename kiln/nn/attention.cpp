@@ -52,7 +52,7 @@ TransformerBlock::TransformerBlock(const TransformerBlockOptions& o)
 
 Tensor TransformerBlock::forward(const Tensor& x) {
   Tensor h = x + attn(ln1(x));
-  // The MLP on the fused kernels (GUIDE-TIPS #18): bias + GELU in the first GEMM's epilogue
+  // The MLP on the fused kernels: bias + GELU in the first GEMM's epilogue
   // (cuBLASLt on CUDA), then the projection without its bias, whose bias add, dropout and the
   // residual add are one pass. Same math, masks and random stream as
   // h + drop(proj(act(fc(ln2(h))))) with act = tanh GELU.

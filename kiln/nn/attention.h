@@ -23,11 +23,11 @@ class MultiheadAttention : public Module {
 
 struct TransformerBlockOptions {
   TransformerBlockOptions(int64_t embed_dim, int64_t num_heads) : embed_dim_(embed_dim), num_heads_(num_heads) {}
-  KILN_OPTION(int64_t, embed_dim);
-  KILN_OPTION(int64_t, num_heads);
-  KILN_OPTION(int64_t, mlp_ratio) = 4;
-  KILN_OPTION(double, dropout) = 0.0;
-  KILN_OPTION(bool, bias) = true;
+  KILN_ARG(int64_t, embed_dim);
+  KILN_ARG(int64_t, num_heads);
+  KILN_ARG(int64_t, mlp_ratio) = 4;
+  KILN_ARG(double, dropout) = 0.0;
+  KILN_ARG(bool, bias) = true;
 };
 
 // GPT-2's block: x + attn(ln1(x)), then + mlp(ln2(x)) with mlp = fc (4E) -> GELU(tanh) -> proj.

@@ -82,10 +82,9 @@ Tensor checkpoint_sequential(nn::Sequential& seq, int64_t segments, const Tensor
   Tensor h = input;
   for (int64_t start = 0; start < n; start += per) {
     const int64_t end = std::min(n, start + per);
+    // forward_range: the Sequential's fused runs (nn::fuse) inside the segment run fused
     auto run = [&seq, start, end](const std::vector<Tensor>& in) {
-      Tensor x = in[0];
-      for (int64_t i = start; i < end; ++i) x = seq[static_cast<size_t>(i)].forward(x);
-      return x;
+      return seq.forward_range(static_cast<size_t>(start), static_cast<size_t>(end), in[0]);
     };
     h = end < n ? checkpoint(run, {h}) : run({h});
   }

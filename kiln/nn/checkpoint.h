@@ -1,5 +1,5 @@
 #pragma once
-// Activation (gradient) checkpointing (GUIDE-TIPS #8): run a segment of the forward pass
+// Activation (gradient) checkpointing: run a segment of the forward pass
 // without keeping its intermediate activations, and recompute them during backward.
 //
 //   auto h = kiln::checkpoint([&](const std::vector<kiln::Tensor>& in) { return block(in[0]); }, {x});
@@ -18,6 +18,7 @@ Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& fn, c
 
 // Splits a Sequential into `segments` contiguous runs and checkpoints each one but the last
 // (whose activations backward needs first anyway), like torch.utils.checkpoint.checkpoint_sequential.
+// A fused run (nn::fuse) that a segment boundary cuts runs unfused.
 Tensor checkpoint_sequential(nn::Sequential& seq, int64_t segments, const Tensor& input);
 
 }  // namespace kiln

@@ -1,9 +1,10 @@
 #pragma once
 // Containers that own their children: Sequential (forward chains them), ModuleList (indexable,
-// no forward), ModuleDict (by name, no forward). Children are named "0", "1", ... or by key, so
-// checkpoint keys read "layers.0.weight".
+// no forward), ModuleDict (by name, no forward). Children are named "0", "1", ... or by the name
+// given to push_back / the key, so checkpoint keys read "layers.0.weight" or "conv1.weight".
 #include <map>
 #include <memory>
+#include <string>
 
 #include "kiln/nn/module.h"
 
@@ -16,7 +17,8 @@ class ModuleList : public Module {
   explicit ModuleList(std::shared_ptr<M>... modules) : ModuleList() {
     (push_back(std::move(modules)), ...);
   }
-  void push_back(std::shared_ptr<Module> module);
+  void push_back(std::shared_ptr<Module> module);  // named by its index
+  void push_back(const std::string& name, std::shared_ptr<Module> module);
   template <class M, class... Args>
   M& emplace_back(Args&&... args) {
     auto m = std::make_shared<M>(std::forward<Args>(args)...);
@@ -46,7 +48,30 @@ class Sequential : public ModuleList {
   explicit Sequential(std::shared_ptr<M>... modules) : Sequential() {
     (push_back(std::move(modules)), ...);
   }
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x) override;  // the modules in order (fused runs as one)
+  // Modules [begin, end) in order; a fused run entirely inside the range runs fused.
+  Tensor forward_range(size_t begin, size_t end, const Tensor& x);
+
+  // Fusion (nn::fuse): from now on forward() runs `fused` in place of the `count` modules that
+  // start at `first`; it must compute their composition with their own parameters and buffers
+  // (it holds those modules). They stay registered, indexable and in the state_dict, so
+  // parameters(), train()/eval(), to() and checkpoints see exactly the unfused model. Runs may
+  // not overlap.
+  void fuse_run(size_t first, size_t count, std::shared_ptr<Module> fused);
+  bool is_fused(size_t i) const;  // module i belongs to a fused run
+  size_t fused_run_count() const { return runs_.size(); }
+  void unfuse() { runs_.clear(); }  // forward() runs every module again
+  std::string extra_repr() const override;  // lists the fused runs
+
+ protected:
+  explicit Sequential(const char* type_name) : ModuleList(type_name) {}
+
+ private:
+  struct FusedRun {
+    size_t count;
+    std::shared_ptr<Module> module;
+  };
+  std::map<size_t, FusedRun> runs_;  // by the index of the run's first module
 };
 
 class ModuleDict : public Module {

@@ -1,4 +1,5 @@
 #pragma once
+#include "kiln/nn/functional.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/options.h"
 
@@ -7,14 +8,14 @@ namespace kiln::nn {
 struct Conv2dOptions {
   Conv2dOptions(int64_t in_channels, int64_t out_channels, Size2 kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  KILN_OPTION(int64_t, in_channels);
-  KILN_OPTION(int64_t, out_channels);
-  KILN_OPTION(Size2, kernel_size);
-  KILN_OPTION(Size2, stride) = 1;
-  KILN_OPTION(Size2, padding) = 0;
-  KILN_OPTION(Size2, dilation) = 1;
-  KILN_OPTION(int64_t, groups) = 1;
-  KILN_OPTION(bool, bias) = true;
+  KILN_ARG(int64_t, in_channels);
+  KILN_ARG(int64_t, out_channels);
+  KILN_ARG(Size2, kernel_size);
+  KILN_ARG(Size2, stride) = 1;
+  KILN_ARG(Size2, padding) = 0;
+  KILN_ARG(Size2, dilation) = 1;
+  KILN_ARG(int64_t, groups) = 1;
+  KILN_ARG(bool, bias) = true;
 };
 
 // [N, C_in, H, W] -> [N, C_out, H', W']; weight [C_out, C_in / groups, kH, kW].
@@ -23,6 +24,7 @@ class Conv2d : public Module {
   explicit Conv2d(const Conv2dOptions& options);
   Conv2d(int64_t in, int64_t out, int64_t kernel) : Conv2d(Conv2dOptions(in, out, kernel)) {}
   Tensor forward(const Tensor& x) override;
+  functional::Conv2dParams params() const;  // stride, padding, dilation, groups for F::conv2d
   std::string extra_repr() const override;
   void reset_parameters();
 
@@ -33,14 +35,14 @@ class Conv2d : public Module {
 struct Conv1dOptions {
   Conv1dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  KILN_OPTION(int64_t, in_channels);
-  KILN_OPTION(int64_t, out_channels);
-  KILN_OPTION(int64_t, kernel_size);
-  KILN_OPTION(int64_t, stride) = 1;
-  KILN_OPTION(int64_t, padding) = 0;
-  KILN_OPTION(int64_t, dilation) = 1;
-  KILN_OPTION(int64_t, groups) = 1;
-  KILN_OPTION(bool, bias) = true;
+  KILN_ARG(int64_t, in_channels);
+  KILN_ARG(int64_t, out_channels);
+  KILN_ARG(int64_t, kernel_size);
+  KILN_ARG(int64_t, stride) = 1;
+  KILN_ARG(int64_t, padding) = 0;
+  KILN_ARG(int64_t, dilation) = 1;
+  KILN_ARG(int64_t, groups) = 1;
+  KILN_ARG(bool, bias) = true;
 };
 
 // [N, C_in, L] -> [N, C_out, L'].
@@ -57,15 +59,15 @@ class Conv1d : public Module {
 struct ConvTranspose2dOptions {
   ConvTranspose2dOptions(int64_t in_channels, int64_t out_channels, Size2 kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  KILN_OPTION(int64_t, in_channels);
-  KILN_OPTION(int64_t, out_channels);
-  KILN_OPTION(Size2, kernel_size);
-  KILN_OPTION(Size2, stride) = 1;
-  KILN_OPTION(Size2, padding) = 0;
-  KILN_OPTION(Size2, output_padding) = 0;
-  KILN_OPTION(Size2, dilation) = 1;
-  KILN_OPTION(int64_t, groups) = 1;
-  KILN_OPTION(bool, bias) = true;
+  KILN_ARG(int64_t, in_channels);
+  KILN_ARG(int64_t, out_channels);
+  KILN_ARG(Size2, kernel_size);
+  KILN_ARG(Size2, stride) = 1;
+  KILN_ARG(Size2, padding) = 0;
+  KILN_ARG(Size2, output_padding) = 0;
+  KILN_ARG(Size2, dilation) = 1;
+  KILN_ARG(int64_t, groups) = 1;
+  KILN_ARG(bool, bias) = true;
 };
 
 // weight [C_in, C_out / groups, kH, kW]

@@ -74,15 +74,16 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor
 // max_pool2d(batch_norm_relu(...), 2) fused, for [N, C, H, W] input: the tail of a VGG-style conv
 // block. On contiguous NCHW CPU tensors one kernel pools max(0, bn(x)) without writing the
 // normalised tensor, and the backward goes from the pooled gradient straight to dx, dweight and
-// dbias (bench_norm). Elsewhere (CUDA, channels-last, autocast) it runs the two ops. Double
-// backward is not supported on the fused path.
+// dbias (bench_norm). Where the kernel's preconditions (kernels::supports_batch_norm_relu_max_pool2x2
+// in kiln/kernels/conv_block.h) are not met or under autocast (CUDA, channels-last, ...) it runs
+// the two ops. Double backward is not supported on the fused path.
 Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& running_mean,
                                   const Tensor& running_var, const Tensor& weight,
                                   const Tensor& bias, bool training, double momentum = 0.1,
                                   double eps = 1e-5);
 // max_pool2d(batch_norm_relu(conv2d(x, conv_weight, conv_bias, params), ...), 2): a CNN's first
 // conv block, fused on the CPU when the conv's patch is small (C * kh * kw <= 32), stride 1, groups
-// 1, no conv bias (GUIDE-TIPS #15), x f32/f64 contiguous NCHW not needing its gradient, outside
+// 1, no conv bias, x f32/f64 contiguous NCHW not needing its gradient, outside
 // autocast. The conv output -- the block's largest tensor -- is never written: batch statistics
 // come from the input's patch moments, each channel's conv plane is computed in cache and pooled
 // through the BatchNorm + ReLU at once, and the backward goes from the pooled gradient straight to
@@ -91,7 +92,9 @@ Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& running_mean,
 // the CPU with NCHW memory in training, conv2d then takes the BatchNorm's batch statistics in its
 // epilogue while each sample's output is in cache (one pass less over the conv output), and when
 // gradients are wanted the two are one node whose backward builds the conv output's gradient one
-// sample at a time in cache for the conv's weight and input GEMMs instead of storing it.
+// sample at a time in cache for the conv's weight and input GEMMs instead of storing it. The
+// choice is made up front from the kernels' supports_* (kiln/kernels/conv_block.h); see
+// docs/guide.md, "Fusion". nn::ConvBatchNormReLU2d (what nn::fuse makes of a conv block) calls it.
 // Double backward is not supported on the fused path.
 Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_weight,
                                          const Tensor& conv_bias, const Conv2dParams& params,
@@ -117,7 +120,7 @@ Tensor bias_gelu(const Tensor& x, const Tensor& bias, const std::string& approxi
 // regenerated (not stored) by the backward. residual has x's sizes; bias [K] or undefined.
 Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, double p = 0.5,
                         bool training = true);
-// x * 0.5 * (1 + erf(x / sqrt(2))) as a single kernel (GUIDE-TIPS #18; the same as gelu(x)).
+// x * 0.5 * (1 + erf(x / sqrt(2))) as a single kernel (the same as gelu(x)).
 Tensor fused_gelu(const Tensor& x);
 // gelu(linear(x, weight, bias)) with the bias and GELU fused into the GEMM's epilogue (cuBLASLt on
 // CUDA) and the pre-activation saved for the backward. The default is the tanh form, which is

@@ -69,14 +69,16 @@ Conv2d::Conv2d(const Conv2dOptions& o) : Module("Conv2d"), options(o) {
 
 void Conv2d::reset_parameters() { default_init(weight, bias); }
 
-Tensor Conv2d::forward(const Tensor& x) {
+F::Conv2dParams Conv2d::params() const {
   F::Conv2dParams p;
   p.stride = options.stride().list();
   p.padding = options.padding().list();
   p.dilation = options.dilation().list();
   p.groups = options.groups();
-  return F::conv2d(x, weight, bias, p);
+  return p;
 }
+
+Tensor Conv2d::forward(const Tensor& x) { return F::conv2d(x, weight, bias, params()); }
 
 std::string Conv2d::extra_repr() const {
   std::string s = std::to_string(options.in_channels()) + ", " + std::to_string(options.out_channels()) +
@@ -179,29 +181,6 @@ Tensor BatchNorm::forward(const Tensor& x) {
   const bool use_batch_stats = begin_forward(x);
   auto* bn = options.fused_relu() ? &F::batch_norm_relu : &F::batch_norm;
   return bn(x, running_mean, running_var, weight, bias, use_batch_stats, options.momentum(), options.eps());
-}
-
-Tensor BatchNorm::forward_relu_max_pool2d(const Tensor& x) {
-  const bool use_batch_stats = begin_forward(x);
-  return F::batch_norm_relu_max_pool2d(x, running_mean, running_var, weight, bias, use_batch_stats,
-                                       options.momentum(), options.eps());
-}
-
-Tensor BatchNorm::forward_conv_relu_max_pool2d(const Conv2d& conv, const Tensor& x) {
-  KILN_CHECK(ranks_.size() == 1 && ranks_[0] == 4, type_name(),
-             ": forward_conv_relu_max_pool2d needs a BatchNorm2d");
-  KILN_CHECK(conv.options.out_channels() == options.num_features(), type_name(), ": the conv has ",
-             conv.options.out_channels(), " output channels but this layer normalises ", options.num_features());
-  KILN_CHECK(x.defined() && x.dim() == 4, type_name(), ": expected [N, C, H, W] conv input, got sizes ",
-             x.defined() ? x.sizes() : IntList{});
-  const bool use_batch_stats = count_batch();
-  F::Conv2dParams p;
-  p.stride = conv.options.stride().list();
-  p.padding = conv.options.padding().list();
-  p.dilation = conv.options.dilation().list();
-  p.groups = conv.options.groups();
-  return F::conv2d_batch_norm_relu_max_pool2d(x, conv.weight, conv.bias, p, running_mean, running_var, weight,
-                                              bias, use_batch_stats, options.momentum(), options.eps());
 }
 
 std::string BatchNorm::extra_repr() const {

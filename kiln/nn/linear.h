@@ -7,9 +7,9 @@ namespace kiln::nn {
 struct LinearOptions {
   LinearOptions(int64_t in_features, int64_t out_features)
       : in_features_(in_features), out_features_(out_features) {}
-  KILN_OPTION(int64_t, in_features);
-  KILN_OPTION(int64_t, out_features);
-  KILN_OPTION(bool, bias) = true;
+  KILN_ARG(int64_t, in_features);
+  KILN_ARG(int64_t, out_features);
+  KILN_ARG(bool, bias) = true;
 };
 
 // y = x W^T + b. Initialised like PyTorch: W, b ~ U(-1/sqrt(in), 1/sqrt(in)).

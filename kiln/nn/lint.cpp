@@ -1,4 +1,4 @@
-// nn::lint: the guide's "no bias before BatchNorm" (GUIDE-TIPS #15). A normalisation layer
+// nn::lint: the guide's "no bias before BatchNorm". A normalisation layer
 // subtracts the per-channel mean, so a bias added just before it is cancelled: a wasted
 // parameter and a wasted pass over the activations.
 #include <iostream>

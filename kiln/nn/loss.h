@@ -7,9 +7,9 @@
 namespace kiln::nn {
 
 struct CrossEntropyLossOptions {
-  KILN_OPTION(int64_t, ignore_index) = -100;
-  KILN_OPTION(double, label_smoothing) = 0.0;
-  KILN_OPTION(Reduction, reduction) = Reduction::Mean;
+  KILN_ARG(int64_t, ignore_index) = -100;
+  KILN_ARG(double, label_smoothing) = 0.0;
+  KILN_ARG(Reduction, reduction) = Reduction::Mean;
 };
 
 class CrossEntropyLoss : public Module {

@@ -120,7 +120,7 @@ class Module {
 
 std::ostream& operator<<(std::ostream& os, const Module& m);
 
-// "No bias before BatchNorm" (GUIDE-TIPS #15): warnings for each conv/linear with a bias that
+// "No bias before BatchNorm": warnings for each conv/linear with a bias that
 // feeds a normalisation layer directly inside a Sequential, or is followed by one in
 // registration order. Returns the warning lines (also printed to stderr when print = true).
 std::vector<std::string> lint(Module& module, bool print = true);

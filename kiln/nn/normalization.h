@@ -1,5 +1,4 @@
 #pragma once
-#include "kiln/nn/conv.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/options.h"
 
@@ -7,15 +6,15 @@ namespace kiln::nn {
 
 struct BatchNormOptions {
   BatchNormOptions(int64_t num_features) : num_features_(num_features) {}  // NOLINT
-  KILN_OPTION(int64_t, num_features);
-  KILN_OPTION(double, eps) = 1e-5;
-  KILN_OPTION(double, momentum) = 0.1;
-  KILN_OPTION(bool, affine) = true;
-  KILN_OPTION(bool, track_running_stats) = true;
+  KILN_ARG(int64_t, num_features);
+  KILN_ARG(double, eps) = 1e-5;
+  KILN_ARG(double, momentum) = 0.1;
+  KILN_ARG(bool, affine) = true;
+  KILN_ARG(bool, track_running_stats) = true;
   // Apply a ReLU to the output in the same kernel (F::batch_norm_relu): forward() returns
   // relu(bn(x)) and the backward recomputes the mask instead of running a ReLU pass each way.
   // Parameters and buffers are those of the plain layer, so checkpoints are interchangeable.
-  KILN_OPTION(bool, fused_relu) = false;
+  KILN_ARG(bool, fused_relu) = false;
 };
 
 // Batch normalisation over [N, C] / [N, C, L] (1d) or [N, C, H, W] (2d): batch statistics in
@@ -25,17 +24,13 @@ class BatchNorm : public Module {
  public:
   BatchNorm(const BatchNormOptions& options, const char* type_name, std::initializer_list<int64_t> ranks);
   Tensor forward(const Tensor& x) override;
-  // max_pool2d(relu(this(x)), 2) for [N, C, H, W] input, fused into one kernel on the CPU
-  // (F::batch_norm_relu_max_pool2d): the conv -> BN -> ReLU -> 2x2 max-pool tail of a conv block.
-  // Applies the ReLU whether or not options.fused_relu() is set.
-  Tensor forward_relu_max_pool2d(const Tensor& x);
-  // max_pool2d(relu(this(conv(x))), 2): a whole conv -> BN -> ReLU -> 2x2 max-pool block. For a
-  // small-patch conv (a CNN's first layer) on the CPU it is one fused op that never writes the
-  // conv output (F::conv2d_batch_norm_relu_max_pool2d); otherwise conv then
-  // forward_relu_max_pool2d. Parameters and buffers stay those of the two layers.
-  Tensor forward_conv_relu_max_pool2d(const Conv2d& conv, const Tensor& x);
   std::string extra_repr() const override;
   void reset_running_stats();
+  // What forward() does before normalising: counts a training batch in num_batches_tracked and
+  // returns whether batch statistics are used (training, or no running statistics). A fused
+  // module that runs this layer's normalisation inside a bigger op (nn::ConvBatchNormReLU2d)
+  // calls it once per forward, so the layer's state evolves as if it ran itself.
+  bool count_batch();
 
   BatchNormOptions options;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
@@ -43,7 +38,6 @@ class BatchNorm : public Module {
  private:
   // Checks x's rank and channels, counts the batch; returns whether batch statistics are used.
   bool begin_forward(const Tensor& x);
-  bool count_batch();  // counts a training batch; returns whether batch statistics are used
   std::vector<int64_t> ranks_;
 };
 
@@ -59,9 +53,9 @@ class BatchNorm2d : public BatchNorm {
 
 struct LayerNormOptions {
   LayerNormOptions(IntList normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}  // NOLINT
-  KILN_OPTION(IntList, normalized_shape);
-  KILN_OPTION(double, eps) = 1e-5;
-  KILN_OPTION(bool, elementwise_affine) = true;
+  KILN_ARG(IntList, normalized_shape);
+  KILN_ARG(double, eps) = 1e-5;
+  KILN_ARG(bool, elementwise_affine) = true;
 };
 
 class LayerNorm : public Module {

@@ -1,7 +1,9 @@
 #pragma once
-// Small helpers for layer options: a 2-D size given as one number or as {h, w}.
+// Layer options: every nn options struct declares its fields with KILN_ARG (kiln/core/arg.h), and
+// a 2-D size is given as one number or as {h, w} (Size2).
 #include <initializer_list>
 
+#include "kiln/core/arg.h"
 #include "kiln/core/error.h"
 #include "kiln/core/tensor.h"
 
@@ -18,17 +20,5 @@ struct Size2 {
   IntList list() const { return {h, w}; }
   bool operator==(const Size2& o) const { return h == o.h && w == o.w; }
 };
-
-// Chainable setter for an options field: `KILN_OPTION(Type, name)` gives `name(v)` and `name()`.
-#define KILN_OPTION(T, NAME)                 \
- public:                                     \
-  auto& NAME(const T& v) {                   \
-    NAME##_ = v;                             \
-    return *this;                            \
-  }                                          \
-  const T& NAME() const { return NAME##_; }  \
-                                             \
- private:                                    \
-  T NAME##_
 
 }  // namespace kiln::nn

@@ -19,7 +19,6 @@
 #include "kiln/kernels/attention.h"
 #include "kiln/kernels/dropout.h"
 #include "kiln/kernels/norm.h"
-#include "kiln/kernels/norm_kernels.h"
 
 namespace F = kiln::nn::functional;
 using kiln::DType;

@@ -259,9 +259,9 @@ TEST_CASE("model zoo: fused BN+ReLU keeps the names and the unfused results", "[
   auto bn = [](nn::BatchNorm& m, const Tensor& h) {
     return kiln::relu(F::batch_norm(h, Tensor(), Tensor(), m.weight, m.bias, true, 0.1, m.options.eps()));
   };
-  Tensor h = F::max_pool2d(bn(net.bn1, net.conv1(x)), 2);
-  h = F::max_pool2d(bn(net.bn2, net.conv2(h)), 2);
-  Tensor ref = net.fc2(kiln::relu(net.fc1(h.flatten(1))));
+  Tensor h = F::max_pool2d(bn(*net.bn1, (*net.conv1)(x)), 2);
+  h = F::max_pool2d(bn(*net.bn2, (*net.conv2)(h)), 2);
+  Tensor ref = (*net.fc2)(kiln::relu((*net.fc1)(h.flatten(1))));
   check_close_rel(values(net(x)), values(ref), 1e-6, "FashionCNN");
 
   // ResNet basic block: relu(bn1(conv1)) fused

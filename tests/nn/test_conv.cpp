@@ -345,19 +345,19 @@ TEST_CASE("conv2d: f16/bf16 inputs compute in f32", "[conv]") {
 }
 
 TEST_CASE("conv2d: CPU layout autotuning keeps results, layouts and gradients", "[conv][autotune]") {
-  // With kiln::cudnn::set_benchmark(true) the CPU kernels may run the other layout's kernel on
+  // With kiln::set_cpu_conv_autotune(true) the CPU kernels may run the other layout's kernel on
   // converted copies; whichever wins, the results must not change (beyond rounding) and the
   // output keeps the input's memory format.
   kiln::manual_seed(11);
-  kiln::cudnn::clear_autotune_cache();
-  const size_t cache_before = kiln::cudnn::autotune_cache_size();
+  kiln::clear_cpu_conv_autotune_cache();
+  const size_t cache_before = kiln::cpu_conv_autotune_cache_size();
   for (size_t ci = 0; ci < kConfigs.size(); ++ci) {
     const Cfg& c = kConfigs[ci];
     Tensor x0 = kiln::randn({c.N, c.C, c.H, c.W}, DType::F64);
     Tensor w0 = kiln::randn({c.K, c.C / c.groups, c.kh, c.kw}, DType::F64);
     for (bool cl : {false, true}) {
       auto run = [&](bool tune, Tensor* gx, Tensor* gw) {
-        kiln::cudnn::set_benchmark(tune);
+        kiln::set_cpu_conv_autotune(tune);
         Tensor x = (cl ? channels_last(x0) : x0.clone()).requires_grad_();
         Tensor w = w0.clone().requires_grad_();
         Tensor y = F::conv2d(x, w, Tensor(), params_of(c));
@@ -370,7 +370,7 @@ TEST_CASE("conv2d: CPU layout autotuning keeps results, layouts and gradients", 
       Tensor ref = run(false, &gx_ref, &gw_ref);
       Tensor tuned = run(true, &gx, &gw);      // times both layouts, caches the choice
       Tensor cached = run(true, &gx, &gw);     // uses the cached choice
-      kiln::cudnn::set_benchmark(false);
+      kiln::set_cpu_conv_autotune(false);
       const std::string what = "config " + std::to_string(ci) + (cl ? " channels-last" : " NCHW");
       check_close_rel(tuned, values(ref), 1e-12, what + " forward (tuning run)");
       check_close_rel(cached, values(ref), 1e-12, what + " forward (cached)");
@@ -381,7 +381,13 @@ TEST_CASE("conv2d: CPU layout autotuning keeps results, layouts and gradients", 
     }
   }
   // forward, backward-input and backward-weight per (config, layout) were tuned and cached
-  CHECK(kiln::cudnn::autotune_cache_size() > cache_before);
-  kiln::cudnn::clear_autotune_cache();
-  CHECK(kiln::cudnn::autotune_cache_size() == 0);
+  CHECK(kiln::cpu_conv_autotune_cache_size() > cache_before);
+  kiln::clear_cpu_conv_autotune_cache();
+  CHECK(kiln::cpu_conv_autotune_cache_size() == 0);
+  // cuDNN's benchmark flag is cuDNN's only: the CPU kernels do not tune under it
+  kiln::cudnn::set_benchmark(true);
+  F::conv2d(kiln::randn({2, 3, 8, 8}, DType::F64), kiln::randn({4, 3, 3, 3}, DType::F64));
+  kiln::cudnn::set_benchmark(false);
+  CHECK(kiln::cpu_conv_autotune_cache_size() == 0);
+  CHECK_FALSE(kiln::cpu_conv_autotune());
 }

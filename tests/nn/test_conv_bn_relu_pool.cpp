@@ -3,7 +3,7 @@
 // parameters equal conv2d -> batch_norm -> relu -> max_pool2d op by op, in training and eval
 // mode, for odd sizes, 1-3 input channels, padding 0-2, dilation, with and without affine
 // parameters; f64 gradchecks; which calls take the fused path and which the composite one;
-// BatchNorm2d::forward_conv_relu_max_pool2d; errors.
+// nn::ConvBatchNormReLU2d; errors.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -11,8 +11,9 @@
 #include <vector>
 
 #include <kiln/kiln.h>
-#include <kiln/kernels/cpu/conv.h>
-#include <kiln/kernels/norm_kernels.h>
+#include <kiln/kernels/conv_block.h>
+#include <kiln/kernels/conv.h>
+#include <kiln/kernels/norm.h>
 #include <kiln/nn/functional.h>
 #include "tests/test_util.h"
 
@@ -232,25 +233,28 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: gradcheck (f64)", "[norm][pool][co
   }, {r({3, 2, 3, 3})}));
 }
 
-TEST_CASE("BatchNorm2d::forward_conv_relu_max_pool2d equals forward_relu_max_pool2d(conv(x))",
-          "[norm][pool][conv][module]") {
+TEST_CASE("nn::ConvBatchNormReLU2d equals its layers run one by one", "[norm][pool][conv][module]") {
   kiln::manual_seed(34);
-  kiln::nn::Conv2d conv(kiln::nn::Conv2dOptions(1, 8, 3).padding(1).bias(false));
-  kiln::nn::BatchNorm2d a(8), b(8);
+  namespace nn = kiln::nn;
+  auto conv = std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 8, 3).padding(1).bias(false));
+  auto a = std::make_shared<nn::BatchNorm2d>(8), b = std::make_shared<nn::BatchNorm2d>(8);
+  nn::MaxPool2d pool(nn::Pool2dOptions(2));
+  nn::ConvBatchNormReLU2d block(conv, a, std::make_shared<nn::MaxPool2d>(nn::Pool2dOptions(2)));
   Tensor x = kiln::randn({4, 1, 12, 12});
-  for (int step = 0; step < 2; ++step) {
-    Tensor ya = a.forward_conv_relu_max_pool2d(conv, x);
-    Tensor yb = b.forward_relu_max_pool2d(conv(x));
-    same(ya, yb, 1e-5, "output");
-  }
-  same(a.running_mean, b.running_mean, 1e-6, "running_mean");
-  same(a.running_var, b.running_var, 1e-6, "running_var");
-  CHECK(a.num_batches_tracked.item<double>() == 2);
-  a.eval();
-  b.eval();
-  same(a.forward_conv_relu_max_pool2d(conv, x), b.forward_relu_max_pool2d(conv(x)), 1e-5, "eval output");
-  kiln::nn::BatchNorm2d wrong(4);
-  REQUIRE_THROWS_AS(wrong.forward_conv_relu_max_pool2d(conv, x), kiln::Error);  // 8 conv channels
+  for (int step = 0; step < 2; ++step) same(block(x), pool(kiln::relu((*b)((*conv)(x)))), 1e-5, "output");
+  same(a->running_mean, b->running_mean, 1e-6, "running_mean");
+  same(a->running_var, b->running_var, 1e-6, "running_var");
+  CHECK(a->num_batches_tracked.item<double>() == 2);
+  block.eval();
+  b->eval();
+  same(block(x), pool(kiln::relu((*b)((*conv)(x)))), 1e-5, "eval output");
+  CHECK(a->num_batches_tracked.item<double>() == 2);
+  // registered as a layer of its own: the held layers' tensors under "conv", "bn"
+  CHECK(block.state_dict().keys() == std::vector<std::string>{"conv.weight", "bn.weight", "bn.bias", "bn.running_mean",
+                                                              "bn.running_var", "bn.num_batches_tracked"});
+  REQUIRE_THROWS_AS(nn::ConvBatchNormReLU2d(conv, std::make_shared<nn::BatchNorm2d>(4)), kiln::Error);  // 8 channels
+  REQUIRE_THROWS_AS(nn::ConvBatchNormReLU2d(conv, a, std::make_shared<nn::MaxPool2d>(nn::Pool2dOptions(3))),
+                    kiln::Error);  // not the fused op's 2x2 pool
 }
 
 TEST_CASE("conv2d_batch_norm_relu_max_pool2d: errors name the op", "[norm][pool][conv]") {

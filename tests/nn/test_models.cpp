@@ -56,9 +56,9 @@ TEST_CASE("GPT: tied head, causal, parameter count formula", "[models]") {
   kiln::manual_seed(2);
   auto cfg = models::GPTConfig::tiny(50, 16);
   models::GPT gpt(cfg);
-  const int64_t E = cfg.n_embd, L = cfg.n_layer;
+  const int64_t E = cfg.n_embd(), L = cfg.n_layer();
   int64_t per_block = 2 * (2 * E) + (E * 3 * E + 3 * E) + (E * E + E) + (E * 4 * E + 4 * E) + (4 * E * E + E);
-  REQUIRE(gpt.parameter_count() == cfg.vocab_size * E + cfg.block_size * E + L * per_block + 2 * E);
+  REQUIRE(gpt.parameter_count() == cfg.vocab_size() * E + cfg.block_size() * E + L * per_block + 2 * E);
   auto idx = kiln::randint(0, 50, {2, 10});
   auto logits = gpt(idx);
   REQUIRE(logits.sizes() == kiln::IntList{2, 10, 50});

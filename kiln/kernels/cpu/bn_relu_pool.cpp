@@ -27,14 +27,9 @@
 #include "kiln/core/error.h"
 #include "kiln/kernels/cpu/max_pool_2x2.h"
 #include "kiln/kernels/cpu/batch_norm_common.h"
-#include "kiln/kernels/cpu/conv.h"
-#include "kiln/kernels/memory_format.h"
-#include "kiln/kernels/pool.h"
-#include "kiln/kernels/activation.h"
-#include "kiln/kernels/attention.h"
-#include "kiln/kernels/dropout.h"
+#include "kiln/kernels/conv_block.h"
 #include "kiln/kernels/norm.h"
-#include "kiln/kernels/norm_kernels.h"
+#include "kiln/kernels/pool.h"
 
 namespace kiln::kernels::cpu {
 
@@ -232,3 +227,16 @@ void conv2d_batch_norm_relu_max_pool2x2_backward(
 }
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+
+bool supports_batch_norm_relu_max_pool2x2(const Tensor& x) {
+  return x.defined() && x.device().is_cpu() && is_floating(x.dtype()) && x.dim() == 4 && x.is_contiguous() && x.size(2) >= 2 && x.size(3) >= 2;
+}
+
+KILN_REGISTER_KERNEL(batch_norm_relu_max_pool2x2_forward, CPU, cpu::batch_norm_relu_max_pool2x2_forward);
+KILN_REGISTER_KERNEL(batch_norm_relu_max_pool2x2_backward, CPU, cpu::batch_norm_relu_max_pool2x2_backward);
+KILN_REGISTER_KERNEL(conv2d_batch_norm_relu_max_pool2x2_backward, CPU,
+                     cpu::conv2d_batch_norm_relu_max_pool2x2_backward);
+
+}  // namespace kiln::kernels

@@ -21,25 +21,34 @@
 // end. 1x1 / stride 1 / no padding convolutions use the input as the patch matrix (no copy).
 //
 // Which layout's kernel runs: the tensors' own, unless autotuning is on
-// (kiln::cudnn::set_benchmark(true), the one "autotune convolutions" switch for both backends).
-// Then the first call of each (direction, geometry, dtype, layout) also times the other layout's
-// kernel on converted copies, conversions included, and the faster choice is cached for the
-// process (cleared by kiln::cudnn::clear_autotune_cache()).
+// (kiln::set_cpu_conv_autotune(true), kiln/core/cpu_conv.h). Then the first call of each
+// (direction, geometry, dtype, layout) also times the other layout's kernel on converted copies,
+// conversions included, and the faster choice is cached for the process (cleared by
+// kiln::clear_cpu_conv_autotune_cache()).
+//
+// The conv-block fusion (kiln/kernels/conv_block.h) adds two entry points here, because they
+// need the NCHW kernel's inner loop: conv2d_forward_batch_stats (the statistics of a following
+// BatchNorm taken per sample in the forward's epilogue) and conv2d_backward_generated (the
+// GEMMs of the backward fed one generated output-gradient sample at a time).
 #include <Eigen/Core>
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "kiln/core/autograd.h"
-#include "kiln/core/cudnn.h"
+#include "kiln/core/cpu_conv.h"
 #include "kiln/core/error.h"
-#include "kiln/kernels/cpu/conv.h"
+#include "kiln/kernels/conv.h"
+#include "kiln/kernels/conv_block.h"
 #include "kiln/kernels/memory_format.h"
 
 namespace kiln::kernels::cpu {
@@ -617,6 +626,17 @@ Tensor contiguous_weight(const Tensor& w) { return w.is_contiguous() ? w : w.con
 
 enum class Direction : int { Forward = 0, BackwardInput = 1, BackwardWeight = 2 };
 
+// The autotuner's switch and its cache: key -> whether the other layout's kernel won.
+struct Autotuner {
+  std::atomic<bool> enabled{false};
+  std::mutex mutex;
+  std::unordered_map<std::string, bool> use_other;
+};
+Autotuner& autotuner() {
+  static Autotuner t;
+  return t;
+}
+
 std::string tune_key(Direction d, const ConvGeometry& g, DType dt) {
   const int64_t v[] = {static_cast<int64_t>(d), g.N, g.C, g.H, g.W, g.K, g.kh, g.kw, g.OH, g.OW, g.sh,
                        g.sw, g.ph, g.pw, g.dh, g.dw, g.groups, g.channels_last ? 1 : 0,
@@ -644,10 +664,14 @@ Tensor converted(const Tensor& t, const ConvGeometry& to) {
 // harmless; the chosen variant runs last, so the result is the one later calls will produce.
 template <class Native, class Other>
 void run_tuned(Direction d, const ConvGeometry& g, DType dt, Native&& native, Other&& other) {
-  if (!cudnn::benchmark()) return native();
+  Autotuner& tuner = autotuner();
+  if (!tuner.enabled.load(std::memory_order_relaxed)) return native();
   const std::string key = tune_key(d, g, dt);
-  cudnn::detail::AlgoChoice choice;
-  if (cudnn::detail::autotune_lookup(key, &choice)) return choice.algo ? other() : native();
+  {
+    std::lock_guard<std::mutex> lock(tuner.mutex);
+    auto it = tuner.use_other.find(key);
+    if (it != tuner.use_other.end()) return it->second ? other() : native();
+  }
   auto seconds = [](auto& f) {
     auto t0 = std::chrono::steady_clock::now();
     f();
@@ -658,9 +682,12 @@ void run_tuned(Direction d, const ConvGeometry& g, DType dt, Native&& native, Ot
   const double t_native = seconds(native);
   other();
   const double t_other = seconds(other);
-  choice.algo = t_other < t_native ? 1 : 0;
-  cudnn::detail::autotune_store(key, choice);
-  if (!choice.algo) native();
+  const bool use_other = t_other < t_native;
+  {
+    std::lock_guard<std::mutex> lock(tuner.mutex);
+    tuner.use_other[key] = use_other;
+  }
+  if (!use_other) native();
 }
 
 }  // namespace
@@ -734,7 +761,6 @@ void conv2d_forward_batch_stats(const Tensor& out, const Tensor& mean, const Ten
   if (st == DType::F64) write(static_cast<double*>(mean.data_ptr()), static_cast<double*>(var.data_ptr()));
   else write(static_cast<float*>(mean.data_ptr()), static_cast<float*>(var.data_ptr()));
 }
-KILN_REGISTER_KERNEL(kernels::conv2d_forward_batch_stats, CPU, conv2d_forward_batch_stats);
 
 namespace {
 
@@ -858,3 +884,33 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
 KILN_REGISTER_KERNEL(kernels::conv2d_backward_weight, CPU, conv2d_backward_weight);
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+
+bool supports_conv2d_batch_stats(const Tensor& x, const ConvGeometry& g) {
+  return x.defined() && x.device().is_cpu() && (x.dtype() == DType::F32 || x.dtype() == DType::F64) &&
+         !g.channels_last && x.dim() == 4 && x.is_contiguous() && g.N * g.OH * g.OW > 0;
+}
+
+KILN_REGISTER_KERNEL(conv2d_forward_batch_stats, CPU, cpu::conv2d_forward_batch_stats);
+
+}  // namespace kiln::kernels
+
+namespace kiln {
+
+void set_cpu_conv_autotune(bool enabled) { kernels::cpu::autotuner().enabled = enabled; }
+bool cpu_conv_autotune() { return kernels::cpu::autotuner().enabled; }
+
+void clear_cpu_conv_autotune_cache() {
+  auto& t = kernels::cpu::autotuner();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  t.use_other.clear();
+}
+
+size_t cpu_conv_autotune_cache_size() {
+  auto& t = kernels::cpu::autotuner();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  return t.use_other.size();
+}
+
+}  // namespace kiln

@@ -40,11 +40,8 @@
 #include "kiln/core/error.h"
 #include "kiln/kernels/cpu/batch_norm_common.h"
 #include "kiln/kernels/cpu/max_pool_2x2.h"
-#include "kiln/kernels/activation.h"
-#include "kiln/kernels/attention.h"
-#include "kiln/kernels/dropout.h"
+#include "kiln/kernels/conv_block.h"
 #include "kiln/kernels/norm.h"
-#include "kiln/kernels/norm_kernels.h"
 
 namespace kiln::kernels::cpu {
 
@@ -505,3 +502,21 @@ void conv_batch_norm_relu_max_pool2x2_backward(
 }
 
 }  // namespace kiln::kernels::cpu
+
+namespace kiln::kernels {
+
+bool supports_conv_batch_norm_relu_max_pool2x2(const Tensor& x, const Tensor& conv_weight, const ConvGeometry& g) {
+  if (!x.defined() || !conv_weight.defined() || !x.device().is_cpu() || !conv_weight.device().is_cpu()) return false;
+  if ((x.dtype() != DType::F32 && x.dtype() != DType::F64) || conv_weight.dtype() != x.dtype()) return false;
+  if (x.dim() != 4 || conv_weight.dim() != 4 || !x.is_contiguous() || g.channels_last) return false;
+  if (g.groups != 1 || g.sh != 1 || g.sw != 1 || conv_weight.size(1) != g.C || g.N < 1 || g.K < 1) return false;
+  if (g.C * g.kh * g.kw > kConvBnPoolMaxPatch || g.OH < 2 || g.OW < 2) return false;
+  // each thread keeps a sample's conv planes in a buffer: meant for cache-sized planes
+  return g.K * g.OH * (g.OW + 16) * static_cast<int64_t>(x.element_size()) <= (int64_t{8} << 20);
+}
+
+KILN_REGISTER_KERNEL(conv_batch_norm_stats, CPU, cpu::conv_batch_norm_stats);
+KILN_REGISTER_KERNEL(conv_batch_norm_relu_max_pool2x2_forward, CPU, cpu::conv_batch_norm_relu_max_pool2x2_forward);
+KILN_REGISTER_KERNEL(conv_batch_norm_relu_max_pool2x2_backward, CPU, cpu::conv_batch_norm_relu_max_pool2x2_backward);
+
+}  // namespace kiln::kernels

@@ -15,7 +15,6 @@
 #include "kiln/kernels/attention.h"
 #include "kiln/kernels/dropout.h"
 #include "kiln/kernels/norm.h"
-#include "kiln/kernels/norm_kernels.h"
 #include "kiln/nn/functional.h"
 
 namespace kiln::nn::functional {

@@ -13,11 +13,11 @@
 
 #include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
-#include "kiln/core/cudnn.h"
+#include "kiln/core/cpu_conv.h"
 #include "kiln/core/shape.h"
 #include "kiln/kernels/conv.h"
+#include "kiln/kernels/conv_block.h"
 #include "kiln/kernels/memory_format.h"
-#include "kiln/kernels/pool.h"
 #include "kiln/nn/functional.h"
 #include "kiln/nn/functional/detail.h"
 
@@ -144,8 +144,8 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
     b = bias.defined() ? bias.detach().contiguous() : Tensor();
   }
   Tensor out = kernels::empty_4d({N, K, g.OH, g.OW}, x.options(), fmt);
-  if (batch_mean && x.device().is_cpu() && !g.channels_last && !cudnn::benchmark() &&
-      (x.dtype() == DType::F32 || x.dtype() == DType::F64) && N * g.OH * g.OW > 0) {
+  // the autotuner may pick the channels-last kernel, which has no statistics epilogue
+  if (batch_mean && kernels::supports_conv2d_batch_stats(x, g) && !cpu_conv_autotune()) {
     const TensorOptions st = TensorOptions().dtype(x.dtype() == DType::F64 ? DType::F64 : DType::F32);
     *batch_mean = empty({K}, st);
     *batch_var = empty({K}, st);

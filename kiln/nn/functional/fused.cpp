@@ -1,4 +1,4 @@
-// Fused ops (DESIGN.md §3.3): one kernel where the plain composition runs several.
+// Fused ops: one kernel where the plain composition runs several.
 //   bias_gelu(x, b)               gelu(x + b)                       1 pass instead of 2
 //   bias_dropout_add(x, b, r, p)  r + dropout(x + b, p)             1 pass instead of 3
 //   fused_gelu(x)                 x * 0.5 * (1 + erf(x / sqrt 2))   1 pass instead of 5

@@ -9,13 +9,13 @@
 
 #include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
-#include "kiln/core/cudnn.h"
+#include "kiln/core/cpu_conv.h"
 #include "kiln/core/shape.h"
 #include "kiln/kernels/activation.h"
 #include "kiln/kernels/attention.h"
 #include "kiln/kernels/dropout.h"
 #include "kiln/kernels/norm.h"
-#include "kiln/kernels/norm_kernels.h"
+#include "kiln/kernels/conv_block.h"
 #include "kiln/nn/functional.h"
 #include "kiln/nn/functional/detail.h"
 
@@ -161,8 +161,9 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
     check_input(op, x);
     KILN_CHECK(x.dim() == 4 && x.size(2) >= 2 && x.size(3) >= 2, op,
                ": expected [N, C, H, W] input with H, W >= 2 (a 2x2 window), got sizes ", x.sizes());
-    // The fused kernel: contiguous NCHW CPU tensors outside autocast; elsewhere the two ops.
-    if (!x.device().is_cpu() || !x.is_contiguous() || amp::autocast_dtype())
+    // The fused kernel's preconditions (kiln/kernels/conv_block.h), outside autocast; when they
+    // are not met, the unfused ops.
+    if (!kernels::supports_batch_norm_relu_max_pool2x2(x) || amp::autocast_dtype())
       return max_pool2d(batch_norm_impl(x, running_mean, running_var, weight, bias, training,
                                         momentum, eps, BnEpilogue::Relu),
                         2);
@@ -312,47 +313,70 @@ Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& running_mean,
 
 namespace {
 
-// The fused kernel's geometry when x, conv_weight and params qualify for it
-// (kiln/kernels/norm_kernels.h); std::nullopt sends the call to the composite path, which also
-// reports any invalid argument.
-std::optional<kernels::ConvGeometry> fused_conv_block_geometry(const Tensor& x, const Tensor& conv_weight,
-                                                               const Tensor& conv_bias,
-                                                               const Conv2dParams& p) {
-  if (!x.device().is_cpu() || !conv_weight.device().is_cpu() || amp::autocast_dtype()) return std::nullopt;
-  if ((x.dtype() != DType::F32 && x.dtype() != DType::F64) || conv_weight.dtype() != x.dtype()) return std::nullopt;
-  // the fused backward has no input gradient; a conv bias before BatchNorm is a no-op anyway
-  if (conv_bias.defined() || (x.requires_grad() && GradMode::is_enabled())) return std::nullopt;
-  if (x.dim() != 4 || conv_weight.dim() != 4 || !x.is_contiguous()) return std::nullopt;
-  if (p.groups != 1 || p.stride != IntList{1, 1} || p.padding.size() != 2 || p.dilation.size() != 2)
+// The conv's geometry for well-formed arguments (4-D x and weight with matching channels, two
+// strides, paddings and dilations, a non-empty output); std::nullopt otherwise, and the composite
+// path then reports the invalid argument.
+std::optional<kernels::ConvGeometry> conv_block_geometry(const Tensor& x, const Tensor& conv_weight,
+                                                         const Conv2dParams& p) {
+  if (x.dim() != 4 || conv_weight.dim() != 4 || p.groups < 1 || p.stride.size() != 2 ||
+      p.padding.size() != 2 || p.dilation.size() != 2)
     return std::nullopt;
   kernels::ConvGeometry g;
   g.N = x.size(0); g.C = x.size(1); g.H = x.size(2); g.W = x.size(3);
   g.K = conv_weight.size(0); g.kh = conv_weight.size(2); g.kw = conv_weight.size(3);
+  g.sh = p.stride[0]; g.sw = p.stride[1];
   g.ph = p.padding[0]; g.pw = p.padding[1]; g.dh = p.dilation[0]; g.dw = p.dilation[1];
-  if (conv_weight.size(1) != g.C || g.K < 1 || g.kh < 1 || g.kw < 1 || g.ph < 0 || g.pw < 0 || g.dh < 1 ||
-      g.dw < 1 || g.N < 1 || g.C * g.kh * g.kw > kernels::kConvBnPoolMaxPatch)
+  g.groups = p.groups;
+  if (conv_weight.size(1) * g.groups != g.C || g.K < 1 || g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 ||
+      g.ph < 0 || g.pw < 0 || g.dh < 1 || g.dw < 1 || g.N < 1)
     return std::nullopt;
-  g.OH = g.H + 2 * g.ph - g.dh * (g.kh - 1);
-  g.OW = g.W + 2 * g.pw - g.dw * (g.kw - 1);
-  if (g.OH < 2 || g.OW < 2) return std::nullopt;
-  // each thread keeps a sample's conv planes in a buffer: meant for cache-sized planes
-  if (g.K * g.OH * (g.OW + 16) * static_cast<int64_t>(x.element_size()) > (int64_t{8} << 20)) return std::nullopt;
+  const int64_t ekh = g.dh * (g.kh - 1) + 1, ekw = g.dw * (g.kw - 1) + 1;
+  if (g.H + 2 * g.ph < ekh || g.W + 2 * g.pw < ekw) return std::nullopt;
+  g.OH = (g.H + 2 * g.ph - ekh) / g.sh + 1;
+  g.OW = (g.W + 2 * g.pw - ekw) / g.sw + 1;
   return g;
 }
 
-// conv2d (statistics in its epilogue) + the fused BN + ReLU + pool kernel in training, recorded as
-// one node whose backward never stores the conv output's gradient: it is produced one sample at a
-// time and fed to the conv's GEMMs (kernels::conv2d_batch_norm_relu_max_pool2x2_backward).
-// Returns an undefined tensor where that path does not apply (nothing changed; the conv may have
-// run, when its output turns out to be too small to pool): the caller then runs conv2d and
-// batch_norm_relu_max_pool2d as separate nodes.
-Tensor conv_block_fused_backward(const Tensor& x, const Tensor& conv_weight, const Conv2dParams& params,
-                                 const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                                 const Tensor& bias, double momentum, double eps) {
+// How conv2d_batch_norm_relu_max_pool2d runs, from the preconditions of the fused kernels
+// (kiln/kernels/conv_block.h) and of autograd:
+//   SmallPatch    one kernel for the whole block, the conv output never written: the kernel's
+//                 preconditions, no conv bias, no gradient wanted for x (the kernel has no input
+//                 gradient), outside autocast;
+//   GemmBackward  (training with gradients) conv2d with the BatchNorm's statistics taken in its
+//                 epilogue + the fused BN + ReLU + pool kernel, one node whose backward feeds the
+//                 conv output's gradient to the conv's GEMMs sample by sample: the statistics
+//                 epilogue's preconditions and a poolable output, no conv bias, outside autocast
+//                 and CPU conv autotuning;
+//   Composite     everything else: conv2d, then batch_norm_relu_max_pool2d (which itself runs
+//                 the fused BN + ReLU + pool kernel or the unfused ops).
+enum class ConvBlockPath { SmallPatch, GemmBackward, Composite };
+
+bool gemm_backward_applies(const Tensor& x, const Tensor& conv_weight, const Tensor& conv_bias,
+                           const std::optional<kernels::ConvGeometry>& g, bool training, bool wants_grad) {
+  return g && training && wants_grad && !conv_bias.defined() && !amp::autocast_dtype() && !cpu_conv_autotune() &&
+         kernels::supports_conv2d_batch_stats(x, *g) && conv_weight.device().is_cpu() &&
+         conv_weight.dtype() == x.dtype() && g->OH >= 2 && g->OW >= 2;
+}
+
+ConvBlockPath conv_block_path(const Tensor& x, const Tensor& conv_weight, const Tensor& conv_bias,
+                              const std::optional<kernels::ConvGeometry>& g, bool training, bool wants_grad) {
+  // a conv bias before BatchNorm is a no-op anyway, so the fused kernels do not take one
+  const bool x_grad = x.requires_grad() && GradMode::is_enabled();
+  if (g && !conv_bias.defined() && !amp::autocast_dtype() && !x_grad &&
+      kernels::supports_conv_batch_norm_relu_max_pool2x2(x, conv_weight, *g))
+    return ConvBlockPath::SmallPatch;
+  if (gemm_backward_applies(x, conv_weight, conv_bias, g, training, wants_grad)) return ConvBlockPath::GemmBackward;
+  return ConvBlockPath::Composite;
+}
+
+// The GemmBackward path of conv_block_path: conv2d (statistics in its epilogue) + the fused BN +
+// ReLU + pool kernel in training, recorded as one node whose backward never stores the conv
+// output's gradient: it is produced one sample at a time and fed to the conv's GEMMs
+// (kernels::conv2d_batch_norm_relu_max_pool2x2_backward).
+Tensor conv_block_gemm_backward(const Tensor& x, const Tensor& conv_weight, const Conv2dParams& params,
+                                const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                                const Tensor& bias, double momentum, double eps) {
   const char* op = "conv2d_batch_norm_relu_max_pool2d";
-  if (!x.device().is_cpu() || amp::autocast_dtype() || cudnn::benchmark() || x.dim() != 4 ||
-      !x.is_contiguous() || (x.dtype() != DType::F32 && x.dtype() != DType::F64))
-    return Tensor();
   Tensor y, batch_mean, batch_var;
   kernels::ConvGeometry g;
   {
@@ -360,10 +384,9 @@ Tensor conv_block_fused_backward(const Tensor& x, const Tensor& conv_weight, con
     y = detail::conv2d_with_batch_stats(x.detach(), conv_weight.detach(), Tensor(), params, batch_mean,
                                         batch_var, &g);
   }
-  // the epilogue path ran (CPU, NCHW, no autotuning) and the pool's kernel applies
-  if (!batch_mean.defined() || !y.is_contiguous() || y.size(2) < 2 || y.size(3) < 2 ||
-      batch_mean.dtype() != kernels::norm_stat_dtype(y.dtype()))
-    return Tensor();
+  // conv_block_path checked the statistics epilogue's preconditions
+  KILN_CHECK(batch_mean.defined() && y.is_contiguous() && batch_mean.dtype() == kernels::norm_stat_dtype(y.dtype()),
+             op, ": internal error: the conv's statistics epilogue did not run for input sizes ", x.sizes());
   check_batch_norm_args(op, y, y.sizes(), running_mean, running_var, weight, bias, true, eps);
   const int64_t C = y.size(1), M = y.numel() / C;
   Tensor pooled, indices, pooled_x, invstd;
@@ -414,13 +437,15 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
                                          double momentum, double eps) {
   const char* op = "conv2d_batch_norm_relu_max_pool2d";
   KILN_CHECK(x.defined() && conv_weight.defined(), op, ": input and conv weight must be defined");
-  const auto geometry = fused_conv_block_geometry(x, conv_weight, conv_bias, params);
-  auto unfused_conv = [&] {
-    if (training && !conv_bias.defined() && autograd::any_requires_grad({&x, &conv_weight, &weight, &bias})) {
-      Tensor out = conv_block_fused_backward(x, conv_weight, params, running_mean, running_var, weight, bias,
-                                             momentum, eps);
-      if (out.defined()) return out;
-    }
+  const auto geometry = conv_block_geometry(x, conv_weight, params);
+  const bool wants_grad = autograd::any_requires_grad({&x, &conv_weight, &weight, &bias});
+  const ConvBlockPath path = conv_block_path(x, conv_weight, conv_bias, geometry, training, wants_grad);
+  // The paths other than SmallPatch; SmallPatch falls back to them when the input's moments lack
+  // the precision for its statistics (see kernels::conv_batch_norm_stats).
+  auto without_small_patch = [&] {
+    if (gemm_backward_applies(x, conv_weight, conv_bias, geometry, training, wants_grad))
+      return conv_block_gemm_backward(x, conv_weight, params, running_mean, running_var, weight, bias, momentum,
+                                      eps);
     // conv2d then the fused BN + ReLU + pool, with the BN statistics taken in the conv's epilogue
     // where the CPU kernel can (detail::conv2d_with_batch_stats): one pass less over its output
     Tensor batch_mean, batch_var;
@@ -429,7 +454,7 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
     return batch_norm_impl(y, running_mean, running_var, weight, bias, training, momentum, eps,
                            BnEpilogue::ReluMaxPool2x2, batch_mean, batch_var);
   };
-  if (!geometry) return unfused_conv();
+  if (path != ConvBlockPath::SmallPatch) return without_small_patch();
   const kernels::ConvGeometry g = *geometry;
   const int64_t K = g.K, Ckk = g.C * g.kh * g.kw, M = g.N * g.OH * g.OW;
   // BatchNorm's argument checks, against the conv output ([N, K, OH, OW], x's dtype and device)
@@ -454,7 +479,7 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
       invstd = (running_var.detach().to(kernels::norm_stat_dtype(x.dtype())) + eps).rsqrt();
     }
   }
-  if (!precise) return unfused_conv();  // nothing has been changed yet
+  if (!precise) return without_small_patch();  // nothing has been changed yet
   {
     NoGradGuard ng;
     const IntList psizes{g.N, K, g.OH / 2, g.OW / 2};

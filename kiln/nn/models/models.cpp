@@ -28,37 +28,34 @@ Tensor MLP::forward(const Tensor& x) { return layers(x.flatten(1)); }
 
 // ---------------------------------------------------------------- Fashion-MNIST CNN
 
-FashionCNN::FashionCNN()
-    : Module("FashionCNN"),
-      conv1(Conv2dOptions(1, 32, 3).padding(1).bias(false)),
-      conv2(Conv2dOptions(32, 64, 3).padding(1).bias(false)),
-      bn1(BatchNormOptions(32).fused_relu(true)),  // bn1/bn2 + ReLU fused (F::batch_norm_relu)
-      bn2(BatchNormOptions(64).fused_relu(true)),
-      fc1(64 * 7 * 7, 128),
-      fc2(128, 10) {
-  register_module("conv1", conv1);
-  register_module("bn1", bn1);
-  register_module("conv2", conv2);
-  register_module("bn2", bn2);
-  register_module("fc1", fc1);
-  register_module("fc2", fc2);
+FashionCNN::FashionCNN() : Sequential("FashionCNN") {
+  // created in this order so that a seed gives the same initial weights as before the layers
+  // were a Sequential
+  conv1 = std::make_shared<Conv2d>(Conv2dOptions(1, 32, 3).padding(1).bias(false));
+  conv2 = std::make_shared<Conv2d>(Conv2dOptions(32, 64, 3).padding(1).bias(false));
+  bn1 = std::make_shared<BatchNorm2d>(32);
+  bn2 = std::make_shared<BatchNorm2d>(64);
+  fc1 = std::make_shared<Linear>(64 * 7 * 7, 128);
+  fc2 = std::make_shared<Linear>(128, 10);
+  push_back("conv1", conv1);
+  push_back("bn1", bn1);
+  push_back("relu1", std::make_shared<ReLU>());
+  push_back("pool1", std::make_shared<MaxPool2d>(Pool2dOptions(2)));
+  push_back("conv2", conv2);
+  push_back("bn2", bn2);
+  push_back("relu2", std::make_shared<ReLU>());
+  push_back("pool2", std::make_shared<MaxPool2d>(Pool2dOptions(2)));
+  push_back("flatten", std::make_shared<Flatten>());
+  push_back("fc1", fc1);
+  push_back("relu3", std::make_shared<ReLU>());
+  push_back("fc2", fc2);
 }
 
-Tensor FashionCNN::forward(const Tensor& x) { return head(block2(block1(x))); }
-
-Tensor FashionCNN::block1(const Tensor& x) {
+Tensor FashionCNN::forward(const Tensor& x) {
   KILN_CHECK(x.dim() == 4 && x.size(1) == 1 && x.size(2) == 28 && x.size(3) == 28,
              "FashionCNN: expected [N, 1, 28, 28] images, got sizes ", x.sizes());
-  // conv -> BN -> ReLU -> 2x2 max pool in one op that never writes the conv output
-  // (F::conv2d_batch_norm_relu_max_pool2d; 1 -> 32 channels, 3x3: a 9-tap patch)
-  return bn1.forward_conv_relu_max_pool2d(conv1, x);
+  return Sequential::forward(x);
 }
-
-// conv2d with bn2's batch statistics taken in its epilogue, then BN + ReLU + 2x2 max pool in one
-// kernel (the composite path of F::conv2d_batch_norm_relu_max_pool2d: a 288-tap patch)
-Tensor FashionCNN::block2(const Tensor& h) { return bn2.forward_conv_relu_max_pool2d(conv2, h); }
-
-Tensor FashionCNN::head(const Tensor& h) { return fc2(kiln::relu(fc1(h.flatten(1)))); }
 
 // ---------------------------------------------------------------- ResNet
 
@@ -134,18 +131,18 @@ std::shared_ptr<ResNet> resnet34(int64_t num_classes, int64_t in_channels, ResNe
 // ---------------------------------------------------------------- GPT
 
 GPT::GPT(const GPTConfig& c)
-    : Module("GPT"), config(c), wte(c.vocab_size, c.n_embd), wpe(c.block_size, c.n_embd), ln_f(c.n_embd) {
+    : Module("GPT"), config(c), wte(c.vocab_size(), c.n_embd()), wpe(c.block_size(), c.n_embd()), ln_f(c.n_embd()) {
   register_module("wte", wte);
   register_module("wpe", wpe);
-  for (int64_t i = 0; i < c.n_layer; ++i) {
+  for (int64_t i = 0; i < c.n_layer(); ++i) {
     h.push_back(std::make_shared<TransformerBlock>(
-        TransformerBlockOptions(c.n_embd, c.n_head).dropout(c.dropout).bias(c.bias)));
+        TransformerBlockOptions(c.n_embd(), c.n_head()).dropout(c.dropout()).bias(c.bias())));
   }
   register_module("h", h);
   register_module("ln_f", ln_f);
   // GPT-2's init: N(0, 0.02) for weights and embeddings, zero biases, and residual projections
   // scaled by 1/sqrt(2 n_layer).
-  const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer));
+  const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer()));
   apply([&](Module& m) {
     if (auto* l = dynamic_cast<Linear*>(&m)) {
       init::normal_(l->weight, 0.0, 0.02);
@@ -164,7 +161,7 @@ GPT::GPT(const GPTConfig& c)
 Tensor GPT::forward(const Tensor& idx) {
   KILN_CHECK(idx.dim() == 2, "GPT: expected token indices [B, T], got sizes ", idx.sizes());
   const int64_t T = idx.size(1);
-  KILN_CHECK(T <= config.block_size, "GPT: sequence length ", T, " exceeds block_size ", config.block_size);
+  KILN_CHECK(T <= config.block_size(), "GPT: sequence length ", T, " exceeds block_size ", config.block_size());
   Tensor pos = arange(static_cast<double>(T), TensorOptions().dtype(DType::I64).device(idx.device()));
   Tensor x = wte(idx) + wpe(pos);
   for (const auto& blk : h) x = blk->forward(x);
@@ -182,7 +179,7 @@ Tensor GPT::generate(const Tensor& idx_in, int64_t max_new_tokens, double temper
   Tensor host = idx_in.to(Device::cpu(), DType::I64).contiguous();
   for (int64_t i = 0; i < host.numel(); ++i) tokens.push_back(host.data_ptr<int64_t>()[i]);
   for (int64_t step = 0; step < max_new_tokens; ++step) {
-    int64_t start = std::max<int64_t>(0, static_cast<int64_t>(tokens.size()) - config.block_size);
+    int64_t start = std::max<int64_t>(0, static_cast<int64_t>(tokens.size()) - config.block_size());
     std::vector<int64_t> window(tokens.begin() + start, tokens.end());
     Tensor ctx = kiln::tensor(window).view({1, -1}).to(wte.weight.device());  // the model's device
     Tensor logits = forward(ctx).select(1, -1).squeeze(0).to(Device::cpu(), DType::F64) / temperature;

@@ -1,5 +1,6 @@
 #pragma once
-// The model zoo. Every conv/linear that feeds a BatchNorm has bias=false (GUIDE-TIPS #15).
+// The model zoo. Every conv/linear that feeds a BatchNorm has bias=false (the BatchNorm's shift
+// makes a bias there a no-op; see docs/guide.md).
 #include <memory>
 
 #include "kiln/nn/activation.h"
@@ -21,23 +22,19 @@ class MLP : public Module {
   Sequential layers;
 };
 
-// The Fashion-MNIST CNN: conv3x3(1->32)+BN+ReLU+maxpool, conv3x3(32->64)+BN+ReLU+maxpool,
-// linear 3136->128, ReLU, linear 128->10. Input [N, 1, 28, 28]. bn1 and bn2 are BatchNorm2d with
-// fused_relu; their parameter/buffer names are the plain layer's. block1 runs as one op on the CPU
-// (F::conv2d_batch_norm_relu_max_pool2d: the conv output is never written), block2 through the
-// same call as conv2d with the BN statistics taken in its epilogue + one BN + ReLU + pool kernel.
-class FashionCNN : public Module {
+// The Fashion-MNIST CNN, a plain Sequential: conv3x3(1->32) -> BN -> ReLU -> maxpool2,
+// conv3x3(32->64) -> BN -> ReLU -> maxpool2, flatten, linear 3136->128, ReLU, linear 128->10.
+// Input [N, 1, 28, 28]. The layers are named (conv1, bn1, relu1, pool1, conv2, ..., fc2), so the
+// state_dict keys read "conv1.weight", "bn1.running_mean", "fc2.bias". nn::fuse(cnn) turns both
+// conv blocks into nn::ConvBatchNormReLU2d (kiln-train does so).
+class FashionCNN : public Sequential {
  public:
   FashionCNN();
-  Tensor forward(const Tensor& x) override;  // head(block2(block1(x)))
-  // The pieces of forward, for recomputing the blocks in backward (kiln::checkpoint):
-  // conv -> BN -> ReLU -> 2x2 max pool each (fused as above), then the MLP head.
-  Tensor block1(const Tensor& x);
-  Tensor block2(const Tensor& h);
-  Tensor head(const Tensor& h);
-  Conv2d conv1, conv2;
-  BatchNorm2d bn1, bn2;
-  Linear fc1, fc2;
+  Tensor forward(const Tensor& x) override;  // checks the input size, then the layers in order
+  // The layers, also reachable by index (0 conv1 ... 11 fc2).
+  std::shared_ptr<Conv2d> conv1, conv2;
+  std::shared_ptr<BatchNorm2d> bn1, bn2;
+  std::shared_ptr<Linear> fc1, fc2;
 };
 
 // ResNet basic block: conv3x3-BN-ReLU-conv3x3-BN, plus the identity or a 1x1 conv + BN shortcut.
@@ -55,10 +52,10 @@ enum class ResNetStem { ImageNet, CIFAR };  // 7x7/2 conv + 3x3/2 max-pool, or o
 
 struct ResNetOptions {
   ResNetOptions(std::vector<int64_t> blocks) : blocks_(std::move(blocks)) {}  // NOLINT
-  KILN_OPTION(std::vector<int64_t>, blocks);
-  KILN_OPTION(int64_t, num_classes) = 1000;
-  KILN_OPTION(int64_t, in_channels) = 3;
-  KILN_OPTION(ResNetStem, stem) = ResNetStem::ImageNet;
+  KILN_ARG(std::vector<int64_t>, blocks);
+  KILN_ARG(int64_t, num_classes) = 1000;
+  KILN_ARG(int64_t, in_channels) = 3;
+  KILN_ARG(ResNetStem, stem) = ResNetStem::ImageNet;
 };
 
 class ResNet : public Module {
@@ -78,21 +75,17 @@ std::shared_ptr<ResNet> resnet34(int64_t num_classes = 1000, int64_t in_channels
                                  ResNetStem stem = ResNetStem::ImageNet);
 
 struct GPTConfig {
-  int64_t vocab_size = 50304;  // GPT-2's 50257 padded to a multiple of 64 (tensor-core friendly)
-  int64_t block_size = 1024;
-  int64_t n_layer = 12, n_head = 12, n_embd = 768;
-  double dropout = 0.0;
-  bool bias = true;
   static GPTConfig gpt2_124m() { return {}; }
   static GPTConfig tiny(int64_t vocab_size, int64_t block_size = 64) {
-    GPTConfig c;
-    c.vocab_size = vocab_size;
-    c.block_size = block_size;
-    c.n_layer = 2;
-    c.n_head = 2;
-    c.n_embd = 32;
-    return c;
+    return GPTConfig().vocab_size(vocab_size).block_size(block_size).n_layer(2).n_head(2).n_embd(32);
   }
+  KILN_ARG(int64_t, vocab_size) = 50304;  // GPT-2's 50257 padded to a multiple of 64 (tensor-core friendly)
+  KILN_ARG(int64_t, block_size) = 1024;
+  KILN_ARG(int64_t, n_layer) = 12;
+  KILN_ARG(int64_t, n_head) = 12;
+  KILN_ARG(int64_t, n_embd) = 768;
+  KILN_ARG(double, dropout) = 0.0;
+  KILN_ARG(bool, bias) = true;
 };
 
 // GPT-2: token + learned position embeddings, pre-norm blocks, final LayerNorm, LM head tied to
