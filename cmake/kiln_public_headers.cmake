@@ -10,6 +10,7 @@ set(KILN_PUBLIC_HEADERS
   core/autocast.h
   core/autograd.h
   core/caching_allocator.h
+  core/cpu_conv.h
   core/cuda.h
   core/cuda_graph.h
   core/cuda_stream.h
@@ -46,11 +47,14 @@ set(KILN_PUBLIC_HEADERS
   nn/attention.h
   nn/checkpoint.h
   nn/container.h
+  nn/conv_batch_norm_relu.h
   nn/conv.h
   nn/embedding.h
   nn/functional.h
+  nn/fuse.h
   nn/init.h
   nn/linear.h
+  nn/linear_gelu.h
   nn/loss.h
   nn/models/models.h
   nn/module.h

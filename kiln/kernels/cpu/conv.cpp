@@ -44,10 +44,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kiln/core/autograd.h"
 #include "kiln/core/cpu_conv.h"
 #include "kiln/core/error.h"
 #include "kiln/kernels/conv.h"
+#include "kiln/kernels/copy_fill.h"
 #include "kiln/kernels/conv_block.h"
 #include "kiln/kernels/memory_format.h"
 
@@ -620,7 +620,7 @@ void check_geometry(const char* op, const ConvGeometry& g) {
              ": bad geometry");
 }
 
-Tensor contiguous_weight(const Tensor& w) { return w.is_contiguous() ? w : w.contiguous(); }
+Tensor contiguous_weight(const Tensor& w) { return contiguous(w); }
 
 // ------------------------------------------------------------------------- layout autotuning
 
@@ -655,7 +655,7 @@ MemoryFormat format_of(const ConvGeometry& g) {
 }
 Tensor converted(const Tensor& t, const ConvGeometry& to) {
   Tensor c = empty_4d(t.sizes(), t.options(), format_of(to));
-  c.copy_(t);
+  copy(c, t);
   return c;
 }
 
@@ -698,9 +698,8 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
   check_layout("conv2d", x, "input", g);
   check_layout("conv2d", out, "output", g);
   if (out.numel() == 0) return;
-  NoGradGuard ng;
-  Tensor w = contiguous_weight(weight.detach());
-  Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Tensor w = contiguous_weight(weight);
+  Tensor b = bias.defined() ? contiguous(bias) : Tensor();
   auto run = [&](auto tag) {
     using T = decltype(tag);
     run_tuned(Direction::Forward, g, x.dtype(), [&] { forward_impl<T>(out, x, w, b, g); },
@@ -708,7 +707,7 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
                 const ConvGeometry f = flipped(g);
                 Tensor o = empty_4d(out.sizes(), out.options(), format_of(f));
                 forward_impl<T>(o, converted(x, f), w, b, f);
-                out.detach().copy_(o);
+                copy(out, o);
               });
   };
   switch (x.dtype()) {
@@ -733,9 +732,8 @@ void conv2d_forward_batch_stats(const Tensor& out, const Tensor& mean, const Ten
                ": mean and var must be contiguous [", g.K, "] ", st, " tensors");
   const int64_t S = g.OH * g.OW;
   KILN_CHECK(g.N * S > 0, op, ": no output elements to take statistics over");
-  NoGradGuard ng;
-  Tensor w = contiguous_weight(weight.detach());
-  Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Tensor w = contiguous_weight(weight);
+  Tensor b = bias.defined() ? contiguous(bias) : Tensor();
   std::vector<double> per_sample(g.N * g.K * 2);
   switch (x.dtype()) {
     case DType::F32: forward_impl<float>(out, x, w, b, g, per_sample.data()); break;
@@ -811,11 +809,10 @@ void conv2d_backward_generated(const Tensor& grad_x, const Tensor& grad_weight, 
   KILN_CHECK(!grad_weight.defined() || (grad_weight.is_contiguous() && grad_weight.sizes() == weight.sizes()),
              op, ": grad_weight must be contiguous like the weight");
   if (g.N == 0) {
-    if (grad_weight.defined()) grad_weight.detach().zero_();
+    if (grad_weight.defined()) fill(grad_weight, 0.0);
     return;
   }
-  NoGradGuard ng;
-  Tensor w = contiguous_weight(weight.detach());
+  Tensor w = contiguous_weight(weight);
   switch (x.dtype()) {
     case DType::F32: return backward_generated_impl<float>(grad_x, grad_weight, x, w, g, make_dy);
     case DType::F64: return backward_generated_impl<double>(grad_x, grad_weight, x, w, g, make_dy);
@@ -829,12 +826,11 @@ void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
   check_layout("conv2d_backward_input", grad_x, "grad_input", g);
   check_layout("conv2d_backward_input", grad_out, "grad_output", g);
   if (grad_x.numel() == 0) return;
-  NoGradGuard ng;
   if (grad_out.numel() == 0) {
-    grad_x.detach().zero_();
+    fill(grad_x, 0.0);
     return;
   }
-  Tensor w = contiguous_weight(weight.detach());
+  Tensor w = contiguous_weight(weight);
   auto run = [&](auto tag) {
     using T = decltype(tag);
     run_tuned(Direction::BackwardInput, g, grad_x.dtype(), [&] { backward_input_impl<T>(grad_x, grad_out, w, g); },
@@ -842,7 +838,7 @@ void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
                 const ConvGeometry f = flipped(g);
                 Tensor gx = empty_4d(grad_x.sizes(), grad_x.options(), format_of(f));
                 backward_input_impl<T>(gx, converted(grad_out, f), w, f);
-                grad_x.detach().copy_(gx);
+                copy(grad_x, gx);
               });
   };
   switch (grad_x.dtype()) {
@@ -860,10 +856,9 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
   check_layout("conv2d_backward_weight", grad_out, "grad_output", g);
   KILN_CHECK(!grad_weight.defined() || grad_weight.is_contiguous(),
              "conv2d_backward_weight: grad_weight must be contiguous");
-  NoGradGuard ng;
   if (grad_out.numel() == 0) {
-    if (grad_weight.defined()) grad_weight.detach().zero_();
-    if (grad_bias.defined()) grad_bias.detach().zero_();
+    if (grad_weight.defined()) fill(grad_weight, 0.0);
+    if (grad_bias.defined()) fill(grad_bias, 0.0);
     return;
   }
   auto run = [&](auto tag) {
