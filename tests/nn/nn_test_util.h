@@ -11,11 +11,7 @@
 #include "tests/test_util.h"
 
 namespace F = kiln::nn::functional;
-using kiln::DType;
-using kiln::IntList;
-using kiln::Tensor;
-using TL = std::vector<Tensor>;
-using namespace kiln_test;
+using namespace kiln_test;  // with its DType, IntList, Tensor and TL
 
 namespace kiln_test {
 
