@@ -1,9 +1,13 @@
 #pragma once
 // Parameter shapes of well-known models, for the optimizer and training-utility benches (CPU and
-// GPU): the tensor lists a fused multi-tensor kernel sees in real training.
+// GPU): the tensor lists a fused multi-tensor kernel sees in real training; and the per-parameter
+// AdamW loop those benches validate and time the fused step against.
+#include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "kiln/core/autograd.h"
 #include "kiln/core/tensor.h"
 
 namespace kiln::bench {
@@ -49,5 +53,36 @@ inline std::vector<IntList> gpt2_124m_shapes() {
   s.push_back({d}); s.push_back({d});  // ln_f
   return s;
 }
+
+// AdamW (decoupled weight decay) as a per-parameter loop of tensor ops, what a plain
+// implementation does: ~10 passes and temporaries per parameter, on the parameters' device.
+struct LoopAdamW {
+  std::vector<Tensor> params, m, v;
+  double lr, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd;
+  int t = 0;
+
+  LoopAdamW(std::vector<Tensor> parameters, double learning_rate, double weight_decay)
+      : params(std::move(parameters)), lr(learning_rate), wd(weight_decay) {
+    for (const Tensor& p : params) {
+      m.push_back(zeros_like(p));
+      v.push_back(zeros_like(p));
+    }
+  }
+
+  void step() {
+    NoGradGuard ng;
+    ++t;
+    const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+    for (size_t i = 0; i < params.size(); ++i) {
+      Tensor p = params[i].detach();
+      const Tensor& g = params[i].grad();
+      p.mul_(1 - lr * wd);
+      m[i].mul_(b1).add_(g, 1 - b1);
+      v[i].mul_(b2).add_(g * g, 1 - b2);
+      Tensor denom = v[i].sqrt().div_(std::sqrt(bc2)).add_(eps);
+      p.add_(m[i] / denom, -lr / bc1);
+    }
+  }
+};
 
 }  // namespace kiln::bench

@@ -18,6 +18,12 @@
 
 namespace kiln_test {
 
+// The kiln names most tests use, in scope wherever `using namespace kiln_test;` is.
+using kiln::DType;
+using kiln::IntList;
+using kiln::Reduction;
+using kiln::Tensor;
+
 // A list of tensors, as gradcheck and multi-input lambdas take it.
 using TL = std::vector<kiln::Tensor>;
 
@@ -133,6 +139,28 @@ inline void check_same_tensor(const kiln::Tensor& got, const kiln::Tensor& want,
   REQUIRE(got.defined());
   REQUIRE(got.sizes() == want.sizes());
   check_close_rel(got, values(want), tol, what);
+}
+
+// GradScaler's back-off and growth, on `w` (a parameter of `opt`, on any device) after a clean
+// step at scale 65536 with growth_interval 3: an Inf gradient skips the step (w unchanged) and
+// halves the scale; 3 clean steps double it back.
+inline void check_grad_scaler_backoff_and_growth(kiln::amp::GradScaler& scaler, kiln::optim::Optimizer& opt,
+                                                 const kiln::Tensor& w) {
+  opt.zero_grad();
+  const kiln::Tensor before = w.detach().cpu().clone();
+  scaler.scale((w * INFINITY).sum()).backward();
+  scaler.step(opt);
+  scaler.update();
+  REQUIRE(kiln::equal(w.detach().cpu(), before));
+  REQUIRE(scaler.get_scale() == 32768.0);
+  opt.zero_grad();
+  for (int i = 0; i < 3; ++i) {
+    scaler.scale((w * w).sum()).backward();
+    scaler.step(opt);
+    scaler.update();
+    opt.zero_grad();
+  }
+  REQUIRE(scaler.get_scale() == 65536.0);
 }
 
 }  // namespace kiln_test

@@ -25,29 +25,14 @@ namespace {
 namespace F = kiln::nn::functional;
 using kiln::IntList;
 using kiln::Tensor;
-
-double max_rel_err(const Tensor& a, const Tensor& b) {
-  kiln::NoGradGuard ng;
-  Tensor d = kiln::abs(a.detach().to(kiln::DType::F64) - b.detach().to(kiln::DType::F64));
-  return (d / (kiln::abs(b.detach().to(kiln::DType::F64)) + 1.0)).max().item<double>();
-}
+using kiln::bench::max_rel_err;
+using kiln::bench::bn_composite;
+using kiln::bench::ln_composite;
 
 void row(const char* name, double fused, double composite, double bytes) {
   std::printf("%-48s fused %8.3f ms %7.2f GB/s | composite %8.3f ms %7.2f GB/s | %5.2fx\n", name,
               fused * 1e3, bytes / fused / 1e9, composite * 1e3, bytes / composite / 1e9,
               composite / fused);
-}
-
-Tensor bn_composite(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
-  Tensor m = x.mean({0, 2, 3}, true);
-  Tensor v = x.var({0, 2, 3}, 0, true);
-  return (x - m) / kiln::sqrt(v + eps) * w.view({1, -1, 1, 1}) + b.view({1, -1, 1, 1});
-}
-
-Tensor ln_composite(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
-  Tensor m = x.mean({-1}, true);
-  Tensor v = x.var({-1}, 0, true);
-  return (x - m) / kiln::sqrt(v + eps) * w + b;
 }
 
 template <class Fused, class Comp>

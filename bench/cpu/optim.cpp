@@ -26,26 +26,6 @@ namespace {
 using kiln::bench::gpt2_124m_shapes;
 using kiln::bench::resnet18_shapes;
 
-struct Unfused {  // AdamW as a per-parameter loop of tensor ops (what a plain implementation does)
-  std::vector<Tensor> params, m, v;
-  double lr, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd;
-  int t = 0;
-  void step() {
-    NoGradGuard ng;
-    ++t;
-    const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
-    for (size_t i = 0; i < params.size(); ++i) {
-      Tensor p = params[i].detach();
-      const Tensor& g = params[i].grad();
-      p.mul_(1 - lr * wd);
-      m[i].mul_(b1).add_(g, 1 - b1);
-      v[i].mul_(b2).add_(g * g, 1 - b2);
-      Tensor denom = v[i].sqrt().div_(std::sqrt(bc2)).add_(eps);
-      p.add_(m[i] / denom, -lr / bc1);
-    }
-  }
-};
-
 void run(const char* name, const std::vector<IntList>& shapes) {
   manual_seed(0);
   std::vector<Tensor> fused_p, loop_p;
@@ -62,9 +42,7 @@ void run(const char* name, const std::vector<IntList>& shapes) {
   }
   const double lr = 1e-3, wd = 0.1;
   optim::AdamW opt(fused_p, optim::AdamWOptions(lr).weight_decay(wd));
-  Unfused ref{loop_p, {}, {}, lr};
-  ref.wd = wd;
-  for (auto& p : loop_p) { ref.m.push_back(zeros_like(p)); ref.v.push_back(zeros_like(p)); }
+  bench::LoopAdamW ref(loop_p, lr, wd);
 
   // validate: three steps of each agree
   for (int k = 0; k < 3; ++k) { opt.step(); ref.step(); }

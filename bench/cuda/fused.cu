@@ -24,12 +24,7 @@ namespace F = kiln::nn::functional;
 namespace gpu = kiln::bench::gpu;
 using kiln::DType;
 using kiln::Tensor;
-
-double max_rel_err(const Tensor& a, const Tensor& b) {
-  kiln::NoGradGuard ng;
-  Tensor x = a.detach().to(DType::F32), y = b.detach().to(x.device()).to(DType::F32);
-  return (kiln::abs(x - y) / (kiln::abs(y) + 1.0)).max().item<double>();
-}
+using kiln::bench::max_rel_err;
 
 // rec: the case name recorded for compare.py (empty: the printed name).
 void row(const std::string& name, double fused_ms, double chain_ms, double bytes, double copy_gbs,

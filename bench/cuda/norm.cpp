@@ -21,24 +21,9 @@ namespace F = kiln::nn::functional;
 namespace gpu = kiln::bench::gpu;
 using kiln::DType;
 using kiln::Tensor;
-
-double max_rel_err(const Tensor& a, const Tensor& b) {
-  kiln::NoGradGuard ng;
-  Tensor x = a.detach().cpu().to(DType::F64), y = b.detach().cpu().to(DType::F64);
-  return (kiln::abs(x - y) / (kiln::abs(y) + 1.0)).max().item<double>();
-}
-
-Tensor bn_composite(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
-  Tensor m = x.mean({0, 2, 3}, true);
-  Tensor v = x.var({0, 2, 3}, 0, true);
-  return (x - m) / kiln::sqrt(v + eps) * w.view({1, -1, 1, 1}) + b.view({1, -1, 1, 1});
-}
-
-Tensor ln_composite(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
-  Tensor m = x.mean({-1}, true);
-  Tensor v = x.var({-1}, 0, true);
-  return (x - m) / kiln::sqrt(v + eps) * w + b;
-}
+using kiln::bench::max_rel_err;
+using kiln::bench::bn_composite;
+using kiln::bench::ln_composite;
 
 void row(const std::string& name, double fused_ms, double comp_ms, double bytes, double copy_gbs) {
   const double gf = gpu::gbs(bytes, fused_ms), gc = gpu::gbs(bytes, comp_ms);

@@ -31,27 +31,6 @@ using kiln::bench::resnet18_shapes;
 
 const Device kGpu = Device::cuda(0);
 
-// AdamW as a per-parameter loop of tensor ops (what a plain implementation launches).
-struct LoopAdamW {
-  std::vector<Tensor> params, m, v;
-  double lr = 1e-3, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
-  int t = 0;
-  void step() {
-    NoGradGuard ng;
-    ++t;
-    const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
-    for (size_t i = 0; i < params.size(); ++i) {
-      Tensor p = params[i].detach();
-      const Tensor& g = params[i].grad();
-      p.mul_(1 - lr * wd);
-      m[i].mul_(b1).add_(g, 1 - b1);
-      v[i].mul_(b2).add_(g * g, 1 - b2);
-      Tensor denom = v[i].sqrt().div_(std::sqrt(bc2)).add_(eps);
-      p.add_(m[i] / denom, -lr / bc1);
-    }
-  }
-};
-
 double max_abs_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   NoGradGuard ng;
   double e = 0;
@@ -83,12 +62,7 @@ void run(const char* name, const std::vector<IntList>& shapes, double copy_gbs) 
 
   // ---- 1. AdamW step
   optim::AdamW opt(fused_p, optim::AdamWOptions(1e-3).weight_decay(0.1));
-  LoopAdamW ref;
-  ref.params = loop_p;
-  for (const Tensor& p : loop_p) {
-    ref.m.push_back(zeros_like(p));
-    ref.v.push_back(zeros_like(p));
-  }
+  bench::LoopAdamW ref(loop_p, 1e-3, 0.1);
   for (int k = 0; k < 3; ++k) {
     opt.step();
     ref.step();

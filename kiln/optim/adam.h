@@ -10,14 +10,17 @@
 namespace kiln::optim {
 
 namespace detail {
-void validate_adam_like(const char* name, double lr, const std::tuple<double, double>& betas,
-                        double eps, double weight_decay);
-std::map<std::string, double> adam_like_map(double lr, const std::tuple<double, double>& betas,
-                                            double eps, double weight_decay, bool maximize);
-void adam_like_from_map(const char* name, const std::map<std::string, double>& m, double& lr,
-                        std::tuple<double, double>& betas, double& eps, double& weight_decay,
-                        bool& maximize);
-double map_get(const char* name, const std::map<std::string, double>& m, const char* key);
+// Adam, AdamW and LAMB check their shared options the same way.
+void validate_adam_like(const char* name, double lr, const Betas& betas, double eps, double weight_decay);
+// ... and save the same options under the same names.
+template <class Visit>
+void visit_adam_like(Visit& visit, double& lr, Betas& betas, double& eps, double& weight_decay, bool& maximize) {
+  visit("lr", lr);
+  visit("betas", betas);
+  visit("eps", eps);
+  visit("weight_decay", weight_decay);
+  visit("maximize", maximize);
+}
 }  // namespace detail
 
 // The state of one parameter of Adam, AdamW and LAMB: the first and second moments.
@@ -28,8 +31,9 @@ class AdamParamState : public OptimizerParamState {
   BufferSlots buffer_slots() override { return {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}}; }
 };
 
-class AdamOptions : public OptimizerOptions {
+class AdamOptions : public OptimizerOptionsBase<AdamOptions> {
  public:
+  static constexpr const char* kName = "Adam";
   AdamOptions() = default;
   AdamOptions(double lr) : lr_(lr) {}  // NOLINT: implicit, like libtorch
   KILN_ARG(double, lr) = 1e-3;
@@ -39,31 +43,18 @@ class AdamOptions : public OptimizerOptions {
   KILN_ARG(bool, maximize) = false;
 
  public:
-  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<AdamOptions>(*this); }
-  const char* optimizer_name() const override { return "Adam"; }
-  double get_lr() const override { return lr_; }
-  void set_lr(double lr) override { lr_ = lr; }
-  double get_momentum() const override { return std::get<0>(betas_); }
-  void set_momentum(double m) override { std::get<0>(betas_) = m; }
+  static constexpr auto kMomentumOption = &AdamOptions::betas_;
+  template <class Visit>
+  static void for_each_option(AdamOptions& self, Visit&& visit) {
+    detail::visit_adam_like(visit, self.lr_, self.betas_, self.eps_, self.weight_decay_, self.maximize_);
+  }
   void validate() const override;
-  std::map<std::string, double> to_map() const override;
-  void from_map(const std::map<std::string, double>& values) override;
 };
 
-class Adam : public Optimizer {
+struct AdamRule;
+class Adam : public FusedOptimizer<AdamOptions, AdamParamState, AdamRule> {
  public:
-  Adam(std::vector<Tensor> params, const AdamOptions& options = {});
-  Adam(std::vector<ParamGroup> groups, const AdamOptions& options = {});
-  // This optimizer's state of `param` (nullptr before its first step).
-  const AdamParamState* state(const Tensor& param) const {
-    return static_cast<const AdamParamState*>(Optimizer::state(param));
-  }
-
- protected:
-  std::unique_ptr<OptimizerParamState> make_param_state() const override;
-  int buffers_needed(const OptimizerOptions& options) const override;
-  void run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
-                       const kernels::StepScalars& scalars) const override;
+  using FusedOptimizer::FusedOptimizer;
 };
 
 }  // namespace kiln::optim

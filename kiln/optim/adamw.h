@@ -8,8 +8,9 @@
 
 namespace kiln::optim {
 
-class AdamWOptions : public OptimizerOptions {
+class AdamWOptions : public OptimizerOptionsBase<AdamWOptions> {
  public:
+  static constexpr const char* kName = "AdamW";
   AdamWOptions() = default;
   AdamWOptions(double lr) : lr_(lr) {}  // NOLINT: implicit, like libtorch
   KILN_ARG(double, lr) = 1e-3;
@@ -19,31 +20,18 @@ class AdamWOptions : public OptimizerOptions {
   KILN_ARG(bool, maximize) = false;
 
  public:
-  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<AdamWOptions>(*this); }
-  const char* optimizer_name() const override { return "AdamW"; }
-  double get_lr() const override { return lr_; }
-  void set_lr(double lr) override { lr_ = lr; }
-  double get_momentum() const override { return std::get<0>(betas_); }
-  void set_momentum(double m) override { std::get<0>(betas_) = m; }
+  static constexpr auto kMomentumOption = &AdamWOptions::betas_;
+  template <class Visit>
+  static void for_each_option(AdamWOptions& self, Visit&& visit) {
+    detail::visit_adam_like(visit, self.lr_, self.betas_, self.eps_, self.weight_decay_, self.maximize_);
+  }
   void validate() const override;
-  std::map<std::string, double> to_map() const override;
-  void from_map(const std::map<std::string, double>& values) override;
 };
 
-class AdamW : public Optimizer {
+struct AdamWRule;
+class AdamW : public FusedOptimizer<AdamWOptions, AdamParamState, AdamWRule> {
  public:
-  AdamW(std::vector<Tensor> params, const AdamWOptions& options = {});
-  AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options = {});
-  // This optimizer's state of `param` (nullptr before its first step).
-  const AdamParamState* state(const Tensor& param) const {
-    return static_cast<const AdamParamState*>(Optimizer::state(param));
-  }
-
- protected:
-  std::unique_ptr<OptimizerParamState> make_param_state() const override;
-  int buffers_needed(const OptimizerOptions& options) const override;
-  void run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
-                       const kernels::StepScalars& scalars) const override;
+  using FusedOptimizer::FusedOptimizer;
 };
 
 }  // namespace kiln::optim

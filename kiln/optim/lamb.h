@@ -10,8 +10,9 @@
 
 namespace kiln::optim {
 
-class LAMBOptions : public OptimizerOptions {
+class LAMBOptions : public OptimizerOptionsBase<LAMBOptions> {
  public:
+  static constexpr const char* kName = "LAMB";
   LAMBOptions() = default;
   LAMBOptions(double lr) : lr_(lr) {}  // NOLINT: implicit, like libtorch
   KILN_ARG(double, lr) = 1e-3;
@@ -22,31 +23,19 @@ class LAMBOptions : public OptimizerOptions {
   KILN_ARG(bool, maximize) = false;
 
  public:
-  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<LAMBOptions>(*this); }
-  const char* optimizer_name() const override { return "LAMB"; }
-  double get_lr() const override { return lr_; }
-  void set_lr(double lr) override { lr_ = lr; }
-  double get_momentum() const override { return std::get<0>(betas_); }
-  void set_momentum(double m) override { std::get<0>(betas_) = m; }
+  static constexpr auto kMomentumOption = &LAMBOptions::betas_;
+  template <class Visit>
+  static void for_each_option(LAMBOptions& self, Visit&& visit) {
+    detail::visit_adam_like(visit, self.lr_, self.betas_, self.eps_, self.weight_decay_, self.maximize_);
+    visit("bias_correction", self.bias_correction_);
+  }
   void validate() const override;
-  std::map<std::string, double> to_map() const override;
-  void from_map(const std::map<std::string, double>& values) override;
 };
 
-class LAMB : public Optimizer {
+struct LAMBRule;
+class LAMB : public FusedOptimizer<LAMBOptions, AdamParamState, LAMBRule> {
  public:
-  LAMB(std::vector<Tensor> params, const LAMBOptions& options = {});
-  LAMB(std::vector<ParamGroup> groups, const LAMBOptions& options = {});
-  // This optimizer's state of `param` (nullptr before its first step).
-  const AdamParamState* state(const Tensor& param) const {
-    return static_cast<const AdamParamState*>(Optimizer::state(param));
-  }
-
- protected:
-  std::unique_ptr<OptimizerParamState> make_param_state() const override;
-  int buffers_needed(const OptimizerOptions& options) const override;
-  void run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
-                       const kernels::StepScalars& scalars) const override;
+  using FusedOptimizer::FusedOptimizer;
 };
 
 }  // namespace kiln::optim

@@ -10,8 +10,9 @@
 
 namespace kiln::optim {
 
-class LARSOptions : public OptimizerOptions {
+class LARSOptions : public OptimizerOptionsBase<LARSOptions> {
  public:
+  static constexpr const char* kName = "LARS";
   LARSOptions() = default;
   LARSOptions(double lr) : lr_(lr) {}  // NOLINT: implicit, like libtorch
   KILN_ARG(double, lr) = 1e-3;
@@ -24,31 +25,22 @@ class LARSOptions : public OptimizerOptions {
   KILN_ARG(bool, maximize) = false;
 
  public:
-  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<LARSOptions>(*this); }
-  const char* optimizer_name() const override { return "LARS"; }
-  double get_lr() const override { return lr_; }
-  void set_lr(double lr) override { lr_ = lr; }
-  double get_momentum() const override { return momentum_; }
-  void set_momentum(double m) override { momentum_ = m; }
+  static constexpr auto kMomentumOption = &LARSOptions::momentum_;
+  template <class Visit>
+  static void for_each_option(LARSOptions& self, Visit&& visit) {
+    detail::visit_sgd_like(visit, self.lr_, self.momentum_, self.dampening_, self.weight_decay_);
+    visit("trust_coefficient", self.trust_coefficient_);
+    visit("eps", self.eps_);
+    visit("nesterov", self.nesterov_);
+    visit("maximize", self.maximize_);
+  }
   void validate() const override;
-  std::map<std::string, double> to_map() const override;
-  void from_map(const std::map<std::string, double>& values) override;
 };
 
-class LARS : public Optimizer {
+struct LARSRule;
+class LARS : public FusedOptimizer<LARSOptions, SGDParamState, LARSRule> {
  public:
-  LARS(std::vector<Tensor> params, const LARSOptions& options = {});
-  LARS(std::vector<ParamGroup> groups, const LARSOptions& options = {});
-  // This optimizer's state of `param` (nullptr before its first step).
-  const SGDParamState* state(const Tensor& param) const {
-    return static_cast<const SGDParamState*>(Optimizer::state(param));
-  }
-
- protected:
-  std::unique_ptr<OptimizerParamState> make_param_state() const override;
-  int buffers_needed(const OptimizerOptions& options) const override;
-  void run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
-                       const kernels::StepScalars& scalars) const override;
+  using FusedOptimizer::FusedOptimizer;
 };
 
 }  // namespace kiln::optim

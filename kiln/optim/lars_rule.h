@@ -5,12 +5,9 @@
 //   norm pass:   sums of p^2 and of the raw (still scaled) grad^2
 //   trust ratio: trust_coefficient * ||p|| / (||g|| + weight_decay * ||p|| + eps), with ||g|| the
 //                unscaled gradient's norm; 1 when either norm is 0
-//   update pass: g = grad / grad_scale (negated when maximizing);  d = trust * (g + weight_decay * p)
-//                buf = d on the buffer's first step, else momentum * buf + (1 - dampening) * d
-//                d = nesterov ? d + momentum * buf : buf;  p -= lr * d
-// Without momentum there is no buffer and d is applied directly.
-#include "kiln/core/macros.h"
-#include "kiln/kernels/multi_tensor.h"
+//   update pass: g = grad / grad_scale (negated when maximizing);  d = trust * (g + weight_decay * p),
+//                then the momentum step of momentum_rule.h
+#include "kiln/optim/momentum_rule.h"
 
 namespace kiln::optim {
 
@@ -34,17 +31,11 @@ struct LARSRule {
   };
 
   template <class T>
-  struct Update {
-    T lr, weight_decay, momentum, one_minus_dampening, grad_mul, trust;
-    bool use_momentum, first, nesterov;
+  struct Update : MomentumStep<T> {
+    T trust;
     KILN_INLINE void operator()(T& p, T g, T& momentum_buffer, T& /*unused*/) const {
-      g = g * grad_mul;
-      T d = trust * (g + weight_decay * p);
-      if (use_momentum) {
-        momentum_buffer = first ? d : momentum * momentum_buffer + one_minus_dampening * d;
-        d = nesterov ? d + momentum * momentum_buffer : momentum_buffer;
-      }
-      p = p - lr * d;
+      g = g * this->grad_mul;
+      this->apply(p, trust * (g + this->weight_decay * p), momentum_buffer);
     }
   };
 
@@ -65,15 +56,8 @@ struct LARSRule {
   template <class T>
   KILN_INLINE Update<T> update(const kernels::UpdateScalars& s) const {
     Update<T> f;
-    f.lr = T(s.lr);
-    f.weight_decay = T(weight_decay);
-    f.momentum = T(momentum);
-    f.one_minus_dampening = T(1.0 - dampening);
-    f.grad_mul = T(maximize ? -s.inv_grad_scale : s.inv_grad_scale);
+    set_momentum_step<T>(f, *this, s);
     f.trust = T(s.trust);
-    f.use_momentum = momentum != 0.0;
-    f.first = s.fresh_buffers;
-    f.nesterov = nesterov;
     return f;
   }
 };

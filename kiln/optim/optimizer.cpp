@@ -10,6 +10,42 @@
 
 namespace kiln::optim {
 
+// ---------------------------------------------------------------- options in a state_dict
+
+namespace detail {
+
+void put_option(std::map<std::string, double>& values, const char* key, double value) {
+  values[key] = value;
+}
+void put_option(std::map<std::string, double>& values, const char* key, bool value) {
+  values[key] = value ? 1.0 : 0.0;
+}
+void put_option(std::map<std::string, double>& values, const char* /*key*/, const Betas& value) {
+  values["beta1"] = std::get<0>(value);
+  values["beta2"] = std::get<1>(value);
+}
+
+void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* key,
+                double& value) {
+  auto it = values.find(key);
+  KILN_CHECK(it != values.end(), optimizer, "::load_state_dict: parameter group option '", key,
+             "' is missing");
+  value = it->second;
+}
+void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* key,
+                bool& value) {
+  double number = 0;
+  get_option(optimizer, values, key, number);
+  value = number != 0.0;
+}
+void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* /*key*/,
+                Betas& value) {
+  get_option(optimizer, values, "beta1", std::get<0>(value));
+  get_option(optimizer, values, "beta2", std::get<1>(value));
+}
+
+}  // namespace detail
+
 // ---------------------------------------------------------------- ParamGroup
 
 ParamGroup::ParamGroup(std::vector<Tensor> params) : params_(std::move(params)) {}

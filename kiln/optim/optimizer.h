@@ -56,6 +56,55 @@ class OptimizerOptions {
   virtual void from_map(const std::map<std::string, double>& values) = 0;
 };
 
+namespace detail {
+// One option in a state_dict map: doubles as they are, booleans as 0/1, betas as "beta1"/"beta2".
+void put_option(std::map<std::string, double>& values, const char* key, double value);
+void put_option(std::map<std::string, double>& values, const char* key, bool value);
+void put_option(std::map<std::string, double>& values, const char* key, const Betas& value);
+// The same read back; throws kiln::Error naming `optimizer` when the option is missing.
+void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* key,
+                double& value);
+void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* key,
+                bool& value);
+void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* key,
+                Betas& value);
+// The momentum LR schedules cycle: a plain momentum option, or beta1 of the betas.
+inline double& momentum_in(double& momentum) { return momentum; }
+inline double& momentum_in(Betas& betas) { return std::get<0>(betas); }
+}  // namespace detail
+
+// What every optimizer's options implement the same way, from members of Derived:
+//   kName                        the optimizer's name ("AdamW")
+//   lr()                         the KILN_ARG learning rate
+//   kMomentumOption              pointer to the field schedules cycle (momentum_ or betas_)
+//   for_each_option(self, visit) calls visit(key, field) for each state_dict option of self
+template <class Derived>
+class OptimizerOptionsBase : public OptimizerOptions {
+ public:
+  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<Derived>(self()); }
+  const char* optimizer_name() const override { return Derived::kName; }
+  double get_lr() const override { return self().lr(); }
+  void set_lr(double lr) override { self().lr(lr); }
+  double get_momentum() const override { return detail::momentum_in(self().*Derived::kMomentumOption); }
+  void set_momentum(double m) override { detail::momentum_in(self().*Derived::kMomentumOption) = m; }
+  std::map<std::string, double> to_map() const override {
+    std::map<std::string, double> values;
+    Derived::for_each_option(self(), [&](const char* key, const auto& field) {
+      detail::put_option(values, key, field);
+    });
+    return values;
+  }
+  void from_map(const std::map<std::string, double>& values) override {
+    Derived::for_each_option(self(), [&](const char* key, auto& field) {
+      detail::get_option(Derived::kName, values, key, field);
+    });
+  }
+
+ private:
+  // const_cast only to share momentum_in between the getter and the setter; nothing is written.
+  Derived& self() const { return const_cast<Derived&>(static_cast<const Derived&>(*this)); }
+};
+
 // A list of parameters with their own options. Without options the optimizer's defaults apply.
 class ParamGroup {
  public:
@@ -198,6 +247,31 @@ class Optimizer {
   std::unique_ptr<OptimizerOptions> defaults_;
   std::unordered_map<const TensorImpl*, std::unique_ptr<OptimizerParamState>> state_;
   bool fused_ = true;
+};
+
+// An optimizer over options `Options`, per-parameter state `ParamState` and the update rule
+// `Rule` (kiln/optim/<name>_rule.h): the constructors and state() of the libtorch frontend. The
+// step members are defined in kiln/optim/fused_optimizer_impl.h and instantiated once, in the
+// optimizer's .cpp, where its rule and step kernel are known.
+template <class Options, class ParamState, class Rule>
+class FusedOptimizer : public Optimizer {
+ public:
+  FusedOptimizer(std::vector<Tensor> params, const Options& options = {})
+      : Optimizer({ParamGroup(std::move(params))}, options.clone()) {}
+  FusedOptimizer(std::vector<ParamGroup> groups, const Options& options = {})
+      : Optimizer(std::move(groups), options.clone()) {}
+  // This optimizer's state of `param` (nullptr before its first step).
+  const ParamState* state(const Tensor& param) const {
+    return static_cast<const ParamState*>(Optimizer::state(param));
+  }
+
+ protected:
+  std::unique_ptr<OptimizerParamState> make_param_state() const override {
+    return std::make_unique<ParamState>();
+  }
+  int buffers_needed(const OptimizerOptions& options) const override;
+  void run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
+                       const kernels::StepScalars& scalars) const override;
 };
 
 }  // namespace kiln::optim

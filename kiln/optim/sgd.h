@@ -10,14 +10,26 @@
 namespace kiln::optim {
 
 // The state of one parameter of SGD and LARS: the momentum buffer (undefined without momentum).
+namespace detail {
+// SGD and LARS save their shared options under the same names.
+template <class Visit>
+void visit_sgd_like(Visit& visit, double& lr, double& momentum, double& dampening, double& weight_decay) {
+  visit("lr", lr);
+  visit("momentum", momentum);
+  visit("dampening", dampening);
+  visit("weight_decay", weight_decay);
+}
+}  // namespace detail
+
 class SGDParamState : public OptimizerParamState {
  public:
   Tensor momentum_buffer;
   BufferSlots buffer_slots() override { return {{"momentum_buffer", &momentum_buffer}}; }
 };
 
-class SGDOptions : public OptimizerOptions {
+class SGDOptions : public OptimizerOptionsBase<SGDOptions> {
  public:
+  static constexpr const char* kName = "SGD";
   SGDOptions() = default;
   SGDOptions(double lr) : lr_(lr) {}  // NOLINT: implicit, like libtorch
   KILN_ARG(double, lr) = 1e-3;
@@ -28,31 +40,20 @@ class SGDOptions : public OptimizerOptions {
   KILN_ARG(bool, maximize) = false;
 
  public:
-  std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<SGDOptions>(*this); }
-  const char* optimizer_name() const override { return "SGD"; }
-  double get_lr() const override { return lr_; }
-  void set_lr(double lr) override { lr_ = lr; }
-  double get_momentum() const override { return momentum_; }
-  void set_momentum(double m) override { momentum_ = m; }
+  static constexpr auto kMomentumOption = &SGDOptions::momentum_;
+  template <class Visit>
+  static void for_each_option(SGDOptions& self, Visit&& visit) {
+    detail::visit_sgd_like(visit, self.lr_, self.momentum_, self.dampening_, self.weight_decay_);
+    visit("nesterov", self.nesterov_);
+    visit("maximize", self.maximize_);
+  }
   void validate() const override;
-  std::map<std::string, double> to_map() const override;
-  void from_map(const std::map<std::string, double>& values) override;
 };
 
-class SGD : public Optimizer {
+struct SGDRule;
+class SGD : public FusedOptimizer<SGDOptions, SGDParamState, SGDRule> {
  public:
-  SGD(std::vector<Tensor> params, const SGDOptions& options = {});
-  SGD(std::vector<ParamGroup> groups, const SGDOptions& options = {});
-  // This optimizer's state of `param` (nullptr before its first step).
-  const SGDParamState* state(const Tensor& param) const {
-    return static_cast<const SGDParamState*>(Optimizer::state(param));
-  }
-
- protected:
-  std::unique_ptr<OptimizerParamState> make_param_state() const override;
-  int buffers_needed(const OptimizerOptions& options) const override;
-  void run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
-                       const kernels::StepScalars& scalars) const override;
+  using FusedOptimizer::FusedOptimizer;
 };
 
 }  // namespace kiln::optim

@@ -15,11 +15,6 @@ using namespace kiln_test;
 
 namespace {
 
-using kiln::DType;
-using kiln::IntList;
-using kiln::Reduction;
-using kiln::Tensor;
-
 // Reference (log-)softmax of row-major data with shape `sizes` along `dim`, in double.
 std::vector<double> ref_softmax(const std::vector<double>& x, const IntList& sizes, int64_t dim, bool log) {
   int64_t outer = 1, inner = 1, n = sizes[dim];

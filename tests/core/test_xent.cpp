@@ -18,10 +18,6 @@ using namespace kiln_test;
 
 namespace {
 
-using kiln::DType;
-using kiln::IntList;
-using kiln::Reduction;
-using kiln::Tensor;
 namespace xent = kiln::kernels::xent;
 
 Tensor labels(const std::vector<int64_t>& t) { return kiln::tensor(t); }

@@ -1,4 +1,4 @@
-// CUDA vs CPU for the normalisation, dropout and leaky-ReLU kernels (kiln/kernels/norm_kernels.h):
+// CUDA vs CPU for the normalisation, dropout and leaky-ReLU kernels (kiln/kernels/norm.h, dropout.h, activation.h):
 // batch norm (train and eval, [N, C] and [N, C, S] layouts, channels-last input, running
 // statistics; plain and with the fused ReLU), layer norm and RMS norm (warp-per-row and
 // block-per-row sizes), forward and backward through the functional API and the raw kernels

@@ -3,24 +3,9 @@
 // in training and eval mode, for odd sizes (a last row/column outside every window), with and
 // without affine parameters; f64 gradchecks; the composite fallback for channels-last inputs;
 // errors.
-#include <catch2/catch.hpp>
-
-#include <string>
-#include <vector>
-
-#include <kiln/kiln.h>
-#include <kiln/nn/functional.h>
-#include "tests/test_util.h"
-
-using namespace kiln_test;
+#include "tests/nn/nn_test_util.h"
 
 namespace {
-
-namespace F = kiln::nn::functional;
-using kiln::DType;
-using kiln::IntList;
-using kiln::Tensor;
-using TL = std::vector<Tensor>;
 
 Tensor composite(const Tensor& x, const Tensor& rm, const Tensor& rv, const Tensor& w,
                  const Tensor& b, bool training) {
@@ -41,18 +26,14 @@ Run run(bool use_fused, const Tensor& x0, const Tensor& w0, const Tensor& b0, co
         bool training, bool affine, bool channels_last_input = false) {
   Run r;
   Tensor x = (channels_last_input ? channels_last(x0) : x0.clone()).detach().requires_grad_();
-  Tensor w = affine ? w0.clone().requires_grad_() : Tensor();
-  Tensor b = affine ? b0.clone().requires_grad_() : Tensor();
-  const int64_t C = x0.size(1);
-  r.rm = kiln::arange(static_cast<double>(C), x0.dtype()) * 0.25 - 0.5;
-  r.rv = kiln::arange(static_cast<double>(C), x0.dtype()) * 0.3 + 0.5;
-  r.y = use_fused ? fused(x, r.rm, r.rv, w, b, training) : composite(x, r.rm, r.rv, w, b, training);
+  const BatchNormArgs bn(affine, w0, b0, x0.size(1), x0.dtype());
+  r.rm = bn.running_mean;
+  r.rv = bn.running_var;
+  r.y = use_fused ? fused(x, r.rm, r.rv, bn.weight, bn.bias, training)
+                  : composite(x, r.rm, r.rv, bn.weight, bn.bias, training);
   r.y.backward(g);
   r.dx = x.grad();
-  if (affine) {
-    r.dw = w.grad();
-    r.db = b.grad();
-  }
+  bn.take_grads(r.dw, r.db);
   return r;
 }
 

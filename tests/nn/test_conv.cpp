@@ -1,24 +1,11 @@
 // Convolutions: conv2d, conv1d and conv_transpose2d against direct loops in double written here
 // (stride, padding, dilation, groups, depthwise, no bias, odd sizes, batch 3), in NCHW and
 // channels-last layouts and for non-contiguous inputs; f64 gradchecks of every input; errors.
-#include <catch2/catch.hpp>
-
 #include <cmath>
-#include <string>
-#include <vector>
 
-#include <kiln/kiln.h>
-#include <kiln/nn/functional.h>
-#include "tests/test_util.h"
-
-using namespace kiln_test;
+#include "tests/nn/nn_test_util.h"
 
 namespace {
-
-namespace F = kiln::nn::functional;
-using kiln::DType;
-using kiln::IntList;
-using kiln::Tensor;
 
 bool is_channels_last(const Tensor& t) {
   return t.stride(1) == 1 && t.stride(3) == t.size(1) && t.stride(2) == t.size(3) * t.size(1);

@@ -4,28 +4,14 @@
 // mode, for odd sizes, 1-3 input channels, padding 0-2, dilation, with and without affine
 // parameters; f64 gradchecks; which calls take the fused path and which the composite one;
 // nn::ConvBatchNormReLU2d; errors.
-#include <catch2/catch.hpp>
-
 #include <cmath>
-#include <string>
-#include <vector>
 
-#include <kiln/kiln.h>
 #include <kiln/kernels/conv_block.h>
 #include <kiln/kernels/conv.h>
 #include <kiln/kernels/norm.h>
-#include <kiln/nn/functional.h>
-#include "tests/test_util.h"
-
-using namespace kiln_test;
+#include "tests/nn/nn_test_util.h"
 
 namespace {
-
-namespace F = kiln::nn::functional;
-using kiln::DType;
-using kiln::IntList;
-using kiln::Tensor;
-using TL = std::vector<Tensor>;
 
 struct Case {
   IntList x;     // N, C, H, W
@@ -51,10 +37,10 @@ Run run(bool fused, const Case& c, const Tensor& x0, const Tensor& cw0, const Te
   Run r;
   Tensor x = x_grad ? x0.clone().requires_grad_() : x0;
   Tensor cw = cw0.clone().requires_grad_();
-  Tensor w = affine ? w0.clone().requires_grad_() : Tensor();
-  Tensor b = affine ? b0.clone().requires_grad_() : Tensor();
-  r.rm = kiln::arange(static_cast<double>(c.K), x0.dtype()) * 0.25 - 0.5;
-  r.rv = kiln::arange(static_cast<double>(c.K), x0.dtype()) * 0.3 + 0.5;
+  const BatchNormArgs bn(affine, w0, b0, c.K, x0.dtype());
+  const Tensor &w = bn.weight, &b = bn.bias;
+  r.rm = bn.running_mean;
+  r.rv = bn.running_var;
   const F::Conv2dParams p = params_of(c);
   r.y = fused ? F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, r.rm, r.rv, w, b, training)
               : F::max_pool2d(kiln::relu(F::batch_norm(F::conv2d(x, cw, Tensor(), p), r.rm, r.rv, w, b,
@@ -63,10 +49,7 @@ Run run(bool fused, const Case& c, const Tensor& x0, const Tensor& cw0, const Te
   r.y.backward(g);
   r.dcw = cw.grad();
   if (x_grad) r.dx = x.grad();
-  if (affine) {
-    r.dw = w.grad();
-    r.db = b.grad();
-  }
+  bn.take_grads(r.dw, r.db);
   return r;
 }
 

@@ -1,23 +1,10 @@
 // batch_norm, layer_norm, group_norm, rms_norm: forward against references computed here in
 // double, running statistics, eval mode, channels-last inputs, f64 gradchecks, error paths.
-#include <catch2/catch.hpp>
-
 #include <cmath>
-#include <string>
-#include <vector>
 
-#include <kiln/kiln.h>
-#include <kiln/nn/functional.h>
-#include "tests/test_util.h"
-
-using namespace kiln_test;
+#include "tests/nn/nn_test_util.h"
 
 namespace {
-
-namespace F = kiln::nn::functional;
-using kiln::DType;
-using kiln::IntList;
-using kiln::Tensor;
 
 // Reference batch norm on row-major [N, C, S] data; also returns the batch mean and biased var.
 std::vector<double> ref_bn(const std::vector<double>& x, int64_t N, int64_t C, int64_t S,

@@ -1,26 +1,13 @@
 // Pooling: max_pool2d, avg_pool2d (count_include_pad both ways) and adaptive_avg_pool2d against
 // direct loops in double written here, for NCHW, channels-last and non-contiguous inputs; ties in
 // max_pool2d send the gradient to the first maximum (as PyTorch does); f64 gradchecks; errors.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <string>
-#include <vector>
 
-#include <kiln/kiln.h>
-#include <kiln/nn/functional.h>
-#include "tests/test_util.h"
-
-using namespace kiln_test;
+#include "tests/nn/nn_test_util.h"
 
 namespace {
-
-namespace F = kiln::nn::functional;
-using kiln::DType;
-using kiln::IntList;
-using kiln::Tensor;
 
 void pcheck(const Tensor& got, const std::vector<double>& want, double tol, const std::string& what) {
   INFO(what);

@@ -1,6 +1,6 @@
 // Differentiable convolutions: conv2d, conv1d (conv2d on [N, C, 1, L]) and conv_transpose2d.
 // Argument checks and shape inference live here; the math is three raw kernels
-// (kiln/kernels/nn_kernels.h): forward, backward-to-input and backward-to-weight. A transposed
+// (kiln/kernels/conv.h): forward, backward-to-input and backward-to-weight. A transposed
 // convolution is the backward-to-input kernel run forward, so its backward reuses the other two:
 //   conv2d:            y  = fwd(x, w) + b    dx = bwd_input(dy, w)   dw = bwd_weight(dy, x)
 //   conv_transpose2d:  y  = bwd_input(x, w)  dx = fwd(dy, w)         dw = bwd_weight(x, dy)

@@ -1,5 +1,5 @@
 // batch_norm (and the fused batch_norm_relu), layer_norm, group_norm, rms_norm: argument checks,
-// the fused kernels of kiln/kernels/norm_kernels.h, running-statistics updates, and the recorded
+// the fused kernels of kiln/kernels/norm.h, running-statistics updates, and the recorded
 // backward.
 // Backward uses the fused backward kernels; when a graph of the backward itself is being recorded
 // (create_graph) it uses a composite formula of differentiable ops instead, so second
@@ -147,7 +147,7 @@ enum class BnEpilogue { None, Relu, ReluMaxPool2x2 };
 
 // batch_norm; with Relu the fused batch_norm_relu: relu(batch_norm(...)) in one kernel whose
 // backward recomputes the ReLU mask from the saved input; with ReluMaxPool2x2 the fused
-// batch_norm_relu_max_pool2d (kiln/kernels/norm_kernels.h).
+// batch_norm_relu_max_pool2d (kiln/kernels/conv_block.h).
 // batch_mean / batch_var (training with the fused pool only; optional): x's batch statistics
 // already taken by the op that produced x (detail::conv2d_with_batch_stats), so the statistics
 // pass over x is skipped.
