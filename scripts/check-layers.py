@@ -30,6 +30,8 @@ KERNEL_FORBIDDEN = [
     (re.compile(r'#include\s+[<"]kiln/core/autograd\.h[>"]'), "includes the autograd engine"),
     (re.compile(r"\bNoGradGuard\b"), "needs a NoGradGuard (it calls differentiable ops)"),
     (re.compile(r"\brecord_function\b"), "records autograd nodes"),
+    (re.compile(r"\.(add_|sub_|mul_|div_|copy_|fill_|zero_|clone|contiguous)\("),
+     "calls a differentiable Tensor method (use the kernels of kernels/copy_fill.h, pointwise.h)"),
 ]
 INCLUDE = re.compile(r'^\s*#\s*include\s+[<"](kiln/[^>"]+)[>"]', re.M)
 
@@ -73,7 +75,7 @@ def self_test() -> int:
         root = pathlib.Path(tmp)
         files = {
             "kiln/core/upward.h": '#include "kiln/nn/module.h"\n',
-            "kiln/kernels/records.cpp": '#include "kiln/core/autograd.h"\nNoGradGuard ng;\n',
+            "kiln/kernels/records.cpp": '#include "kiln/core/autograd.h"\nNoGradGuard ng;\nx.add_(y);\n',
             "kiln/ops/fine.cpp": '#include "kiln/kernels/matmul.h"\n#include "kiln/config.h"\n',
         }
         for name, text in files.items():
@@ -82,7 +84,8 @@ def self_test() -> int:
         found = check(root)
     expected = ["kiln/core/upward.h:1: kiln/core includes kiln/nn/module.h",
                 "kiln/kernels/records.cpp:1: a kernel includes the autograd engine",
-                "kiln/kernels/records.cpp:2: a kernel needs a NoGradGuard"]
+                "kiln/kernels/records.cpp:2: a kernel needs a NoGradGuard",
+                "kiln/kernels/records.cpp:3: a kernel calls a differentiable Tensor method"]
     missing = [e for e in expected if not any(f.startswith(e) for f in found)]
     if missing or len(found) != len(expected):
         print("check-layers self-test failed; found:", *found, "missing:", *missing, sep="\n  ")

@@ -44,6 +44,7 @@
 #include "kiln/core/macros.h"
 #include "kiln/core/tensor.h"
 #include "kiln/kernels/dispatch.h"
+#include "kiln/kernels/pointwise.h"
 
 namespace kiln::math {
 
@@ -177,6 +178,19 @@ inline bool same_layout(const Tensor& a, const Tensor& b) {
   for (int64_t d = 0; d < a.dim(); ++d)
     if (a.size(d) != 1 && a.stride(d) != b.stride(d)) return false;
   return true;
+}
+
+// The rare strided cases of the multi-tensor kernels, through the strided pointwise kernels:
+// t *= s, and d += weight * (s - d). Both bump the version counter as an in-place op does.
+inline void scale_strided_(const Tensor& t, double s) {
+  unary(UnaryOp::MulScalar, t, t, s, 0.0);
+  t.storage()->bump_version();
+}
+inline void lerp_strided_(const Tensor& d, const Tensor& s, double weight) {
+  Tensor diff = empty(d.sizes(), TensorOptions().dtype(d.dtype()).device(d.device()));
+  binary(BinaryOp::Sub, diff, s, d, 1.0, 0.0);
+  binary(BinaryOp::Add, d, d, diff, weight, 0.0);
+  d.storage()->bump_version();
 }
 
 namespace detail {

@@ -36,8 +36,8 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale
     g.storage()->bump_version();
   }
   if (bad > 0) {
-    Tensor f = found_inf;
-    f.fill_(1.0);
+    fill(found_inf, 1.0);
+    found_inf.storage()->bump_version();
   }
 }
 

@@ -110,7 +110,7 @@ void scale_(const std::vector<Tensor>& tensors, const Tensor& scale) {
     KILN_CHECK(t.defined() && t.device().is_cpu() && t.is_floating_point(),
                "multi_tensor_scale_: tensor ", i, " must be a defined floating-point CPU tensor");
     if (!is_dense(t)) {  // rare: scale through the strided pointwise path
-      const_cast<Tensor&>(t).mul_(s);
+      scale_strided_(t, s);
       continue;
     }
     numels[i] = t.numel();
@@ -148,7 +148,7 @@ void lerp_(const std::vector<Tensor>& dst, const std::vector<Tensor>& src, doubl
                "multi_tensor_lerp_: pair ", i, " must be floating tensors of one dtype and sizes, got ",
                d.dtype(), " ", d.sizes(), " and ", s.dtype(), " ", s.sizes());
     if (!is_dense(d) || !same_layout(d, s)) {  // rare: the strided pointwise path
-      const_cast<Tensor&>(d).add_(s - d, weight);
+      lerp_strided_(d, s, weight);
       continue;
     }
     numels[i] = d.numel();

@@ -30,6 +30,7 @@
 // shipped and supported, and is far smaller to use, so the deprecation warnings are silenced here.
 #include "kiln/config.h"
 #include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/pointwise.h"
 #include "kiln/kernels/reduce.h"
 #include "kiln/kernels/conv.h"
 #include "kiln/kernels/memory_format.h"
@@ -542,7 +543,7 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
   DeviceGuard guard(x);
   if (x.numel() == 0) {  // no input channels: the output is the bias
     fill(out, 0.0);
-    if (bias.defined()) Tensor(out).add_(bias.view({1, g.K, 1, 1}));
+    if (bias.defined()) binary(BinaryOp::Add, out, out, bias.detach().view({1, g.K, 1, 1}), 1.0, 0.0);
     return;
   }
   try {
@@ -555,7 +556,7 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
     KILN_CUDNN_CHECK(cudnnConvolutionForward(h.h, s.one(), d.x.d, x.data_ptr(), d.w.d, w.data_ptr(), d.conv.d,
                                              static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ptr_of(ws),
                                              c.workspace, s.zero(), d.y.d, out.data_ptr()));
-    if (bias.defined()) Tensor(out).add_(bias.view({1, g.K, 1, 1}));
+    if (bias.defined()) binary(BinaryOp::Add, out, out, bias.detach().view({1, g.K, 1, 1}), 1.0, 0.0);
   } catch (const kiln::Error& e) {
     annotate(op, g, x.dtype(), e);
   }

@@ -314,7 +314,7 @@ void lerp_(const std::vector<Tensor>& dst, const std::vector<Tensor>& src, doubl
     KILN_CHECK(d.dtype() == s.dtype() && d.sizes() == s.sizes(), op, ": pair ", i,
                " must share dtype and sizes, got ", d.dtype(), " ", d.sizes(), " and ", s.dtype(), " ", s.sizes());
     if (!is_dense(d) || !same_layout(d, s)) {  // rare: the strided pointwise path
-      const_cast<Tensor&>(d).add_(s - d, weight);
+      lerp_strided_(d, s, weight);
       continue;
     }
     if (d.numel() > 0) items.push_back({d.numel(), d.dtype(), static_cast<int>(i)});
