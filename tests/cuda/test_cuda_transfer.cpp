@@ -32,6 +32,17 @@ TEST_CASE("strided and converting transfers", "[cuda]") {
   REQUIRE(kiln::equal(dev.cpu(), host.to(DType::F32)));
 }
 
+TEST_CASE("a host tensor copied into a strided device tensor lands element by element", "[cuda]") {
+  auto host = kiln::arange(12, DType::F64).reshape({3, 4});
+  auto dev_t = kiln::zeros({4, 3}, kiln::TensorOptions().dtype(DType::F32).device(kiln::Device::cuda(0))).t();
+  REQUIRE_FALSE(dev_t.is_contiguous());
+  {
+    kiln::NoGradGuard ng;
+    dev_t.copy_(host);  // converts on the host, uploads densely, scatters on the device
+  }
+  REQUIRE(kiln::equal(dev_t.cpu(), host.to(DType::F32)));
+}
+
 TEST_CASE("mixing devices in one op is an error naming both", "[cuda]") {
   auto x = kiln::ones({3}, kiln::Device::cuda(0));
   REQUIRE_THROWS_WITH(kiln::ones({3}) + x, Catch::Contains("cpu") && Catch::Contains("cuda:0"));
