@@ -6,6 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache
   libeigen3-dev catch2 zlib1g-dev nlohmann-json3-dev libcli11-dev libfmt-dev libstb-dev
+  libgloo-dev  # the CPU process group of kiln/distributed
   dataset-fashion-mnist fortunes
   python3  # the kiln-train end-to-end test reads its JSON summary with it
 )

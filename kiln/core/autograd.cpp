@@ -241,7 +241,11 @@ struct GraphTask {
   // autograd::grad: which (node, slot) pairs to capture, and where.
   std::unordered_map<Node*, std::vector<std::pair<uint32_t, size_t>>> captures;
   TensorList captured;
+  std::vector<std::function<void()>> final_callbacks;  // queue_callback, run after the graph
 };
+
+// The graph task this thread is running backward for (queue_callback adds to it).
+thread_local GraphTask* t_current_task = nullptr;
 
 void compute_dependencies(GraphTask& task, const std::vector<Node*>& roots) {
   std::vector<Node*> stack;
@@ -315,6 +319,12 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, b
   }
 
   compute_dependencies(task, root_nodes);
+
+  struct RestoreCurrentTask {
+    GraphTask* prev;
+    ~RestoreCurrentTask() { t_current_task = prev; }
+  } restore_task{t_current_task};
+  t_current_task = &task;
 
   struct RestoreGradMode {
     bool prev;
@@ -398,6 +408,12 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, b
     }
   }
 
+  // Callbacks may queue more callbacks; run until none is left.
+  for (size_t i = 0; i < task.final_callbacks.size(); ++i) {
+    auto callback = std::move(task.final_callbacks[i]);
+    callback();
+  }
+
   if (capture_mode) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       KILN_CHECK(task.captured[i].defined() || allow_unused, "autograd::grad: input ", i,
@@ -406,6 +422,12 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, b
     }
   }
   return task.captured;
+}
+
+void queue_callback(std::function<void()> callback) {
+  KILN_CHECK(t_current_task != nullptr, "autograd::queue_callback: can only be called while "
+             "backward runs (from a hook or a node's backward)");
+  t_current_task->final_callbacks.push_back(std::move(callback));
 }
 
 TensorList grad(const TensorList& outputs, const TensorList& inputs,

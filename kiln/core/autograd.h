@@ -195,6 +195,12 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, b
                         bool create_graph, const TensorList& inputs = {},
                         bool allow_unused = false);
 
+// Runs `callback` once the backward pass that is running on this thread has finished every node
+// (torch's Variable._execution_engine.queue_callback): what DDP uses to finish its gradient
+// reduction after the last hook. Throws kiln::Error outside a backward pass. Callbacks run in the
+// order queued; a callback may queue another. When backward throws, queued callbacks are dropped.
+void queue_callback(std::function<void()> callback);
+
 // torch.autograd.grad: d(sum outputs·grad_outputs)/d(inputs).
 TensorList grad(const TensorList& outputs, const TensorList& inputs,
                 const TensorList& grad_outputs = {}, bool retain_graph = false,
