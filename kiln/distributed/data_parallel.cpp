@@ -126,7 +126,8 @@ void DistributedDataParallel::check_same_parameters_on_all_ranks() {
        << (is_param ? i : i - static_cast<int64_t>(named_params.size())) << " ('"
        << items[static_cast<size_t>(i)].first << "' on rank " << me
        << ") differs across ranks: rank 0 has " << describe_row(ref);
-    for (int r : differing) os << ", rank " << r << " has " << describe_row(a + (r * rows + i) * width);
+    for (int r : differing)
+      os << ", rank " << r << " has " << describe_row(a + (r * rows + i) * width);
     os << "; every rank must build the same model";
     KILN_FAIL(os.str());
   }
@@ -146,11 +147,15 @@ void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& te
   }
 }
 
-Tensor DistributedDataParallel::forward(const Tensor& input) {
+void DistributedDataParallel::before_forward() {
   reducer_->prepare_for_forward();
   // Only forwards that will be reduced broadcast: a rank may evaluate alone under NoGradGuard.
   if (options_.broadcast_buffers() && reducer_->sync() && GradMode::is_enabled())
     broadcast_from_rank0(module_->buffers());
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& input) {
+  before_forward();
   return module_->forward(input);
 }
 

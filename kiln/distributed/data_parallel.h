@@ -62,6 +62,15 @@ class DistributedDataParallel : public nn::Module {
 
   // The model's forward (after the buffer broadcast).
   Tensor forward(const Tensor& input) override;
+  // For models whose forward takes other arguments: DDP's work before a forward, then fn(model):
+  //   ddp.forward_with([&](nn::Module& m) { return static_cast<Net&>(m).forward(a, b); });
+  template <class Fn>
+  auto forward_with(Fn&& fn) {
+    before_forward();
+    return fn(*module_);
+  }
+  // What forward() does first: rethrows a failed reduction, broadcasts rank 0's buffers.
+  void before_forward();
   nn::Module& module() { return *module_; }
   const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }
   const Group& group() const { return group_; }

@@ -35,10 +35,10 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   std::vector<char> ready;       // in this backward
   std::vector<char> used;        // since the last reduction (no_sync backwards included)
   size_t next_launch = 0;
-  bool recording = true;          // the first backward records the order gradients arrive in
+  bool recording = true;  // the first backward records the order gradients arrive in
   std::vector<size_t> observed;
   bool rebuilt = false;
-  std::string error;              // sticky: set when a backward could not be reduced
+  std::string error;  // sticky: set when a backward could not be reduced
 
   std::vector<std::vector<size_t>> plan_buckets(const std::vector<size_t>& order) const;
   void build_buckets(const std::vector<std::vector<size_t>>& groups);
@@ -271,7 +271,8 @@ void Reducer::State::rebuild_in_observed_order() {
   group->broadcast({t}, 0)->wait();
   Tensor host = t.cpu();
   std::vector<size_t> chosen(params.size());
-  for (size_t k = 0; k < params.size(); ++k) chosen[k] = static_cast<size_t>(host.data_ptr<int64_t>()[k]);
+  for (size_t k = 0; k < params.size(); ++k)
+    chosen[k] = static_cast<size_t>(host.data_ptr<int64_t>()[k]);
 
   std::vector<std::vector<size_t>> groups = plan_buckets(chosen);
   std::vector<std::vector<size_t>> current;
@@ -320,9 +321,10 @@ void Reducer::prepare_for_forward() {
   if (!s.error.empty()) KILN_FAIL(s.error);
   if (s.callback_queued) {
     // The previous backward stopped before its end (it threw): its reduction never finished.
-    s.error = "DistributedDataParallel: the previous backward pass did not finish, so its "
-              "gradient reduction is incomplete and the ranks may disagree; this model cannot "
-              "train on";
+    s.error =
+        "DistributedDataParallel: the previous backward pass did not finish, so its "
+        "gradient reduction is incomplete and the ranks may disagree; this model cannot "
+        "train on";
     KILN_FAIL(s.error);
   }
 }

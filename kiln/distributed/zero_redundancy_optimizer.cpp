@@ -10,7 +10,7 @@ namespace kiln::distributed {
 
 // The parameters of one dtype and device, flattened in order and padded to world_size slices.
 struct ZeroRedundancyOptimizer::FlatGroup {
-  std::vector<size_t> members;  // indices into params_
+  std::vector<size_t> members;   // indices into params_
   std::vector<int64_t> offsets;  // of each member in the flat buffers
   int64_t numel = 0;             // without padding
   int64_t shard_numel = 0;       // padded numel / world_size
@@ -23,9 +23,15 @@ struct ZeroRedundancyOptimizer::FlatGroup {
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params,
                                                  LocalOptimizerFactory make_local_optimizer,
                                                  Group group)
-    : params_(std::move(params)), group_(group ? std::move(group) : default_group()) {
-  KILN_CHECK(make_local_optimizer != nullptr, "ZeroRedundancyOptimizer: no local optimizer factory");
-  KILN_CHECK(!params_.empty(), "ZeroRedundancyOptimizer: no parameters to optimize");
+    : group_(group ? std::move(group) : default_group()) {
+  KILN_CHECK(make_local_optimizer != nullptr,
+             "ZeroRedundancyOptimizer: no local optimizer factory");
+  // Frozen parameters stay out of the flat buffers: a missing gradient there would count as
+  // zeros and weight decay would still move them.
+  for (Tensor& p : params) {
+    if (p.defined() && p.requires_grad()) params_.push_back(std::move(p));
+  }
+  KILN_CHECK(!params_.empty(), "ZeroRedundancyOptimizer: no parameters that require grad");
   std::unordered_set<const TensorImpl*> seen;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
@@ -105,7 +111,8 @@ void ZeroRedundancyOptimizer::step() {
   local_->step();
 
   // 4. Every rank gets every slice back, and the parameters are copied from the full buffer.
-  for (auto& fg : flats_) works.push_back(group_->all_gather_into_tensor(fg->flat_param, fg->shard));
+  for (auto& fg : flats_)
+    works.push_back(group_->all_gather_into_tensor(fg->flat_param, fg->shard));
   for (size_t f = 0; f < flats_.size(); ++f) {
     works[f]->wait();
     FlatGroup& fg = *flats_[f];
@@ -168,8 +175,10 @@ void ZeroRedundancyOptimizer::load_state_dict(const ZeroStateDict& dict) {
              "ZeroRedundancyOptimizer::load_state_dict: the state was saved by rank ", dict.rank,
              " of ", dict.world_size, ", but this is rank ", group_->rank(), " of ", group_->size(),
              "; the state is per rank, load each rank's own file in a job of the same size");
-  KILN_CHECK(dict.shard_numels == mine, "ZeroRedundancyOptimizer::load_state_dict: the saved "
-             "slices have ", dict.shard_numels, " elements, this optimizer's have ", mine,
+  KILN_CHECK(dict.shard_numels == mine,
+             "ZeroRedundancyOptimizer::load_state_dict: the saved "
+             "slices have ",
+             dict.shard_numels, " elements, this optimizer's have ", mine,
              " (different parameters)");
   local_->load_state_dict(dict.local);
 }

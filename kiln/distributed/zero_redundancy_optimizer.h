@@ -12,10 +12,11 @@
 //   kiln::optim::StepLR sched(zero.local_optimizer(), ...);   // schedules drive the local one
 //
 // Layout: the parameters of each dtype and device are flattened, in order, into one buffer
-// padded to a multiple of world_size; rank r owns elements [r * n / world, (r + 1) * n / world).
-// step():
+// padded to a multiple of world_size; rank r owns the r-th of world_size equal slices.
+// Parameters that do not require grad are left out. step():
 //   1. the gradients are packed into the flat gradient buffer (a missing gradient counts as
-//      zeros: the optimizer sees a contiguous slice, not parameters);
+//      zeros: the optimizer sees a contiguous slice, not parameters, so weight decay still
+//      applies to a parameter that got no gradient this step);
 //   2. reduce_scatter_tensor(Avg): each rank gets the averaged gradient of its slice;
 //   3. the wrapped optimizer updates the slice, a separate tensor holding this rank's elements
 //      (read again from the parameters each step, so a model.load_state_dict is seen);
@@ -50,8 +51,8 @@ LocalOptimizerFactory local_optimizer(const Options& options) {
 struct ZeroStateDict {
   int rank = 0;
   int world_size = 1;
-  std::vector<int64_t> shard_numels;     // per flat group, what this rank owns
-  optim::OptimizerStateDict local;       // the wrapped optimizer's state_dict
+  std::vector<int64_t> shard_numels;  // per flat group, what this rank owns
+  optim::OptimizerStateDict local;    // the wrapped optimizer's state_dict
 };
 
 class ZeroRedundancyOptimizer {
@@ -77,8 +78,8 @@ class ZeroRedundancyOptimizer {
   const std::vector<Tensor>& parameters() const { return params_; }
   // This rank's slice of each flat group (the local optimizer's parameters).
   std::vector<Tensor> shards() const;
-  int64_t owned_numel() const;   // elements this rank updates (padding included)
-  int64_t total_numel() const;   // elements of all parameters (no padding)
+  int64_t owned_numel() const;  // elements this rank updates (padding included)
+  int64_t total_numel() const;  // elements of all parameters (no padding)
   const Group& group() const { return group_; }
 
   // Per rank (see above).

@@ -1,24 +1,24 @@
 // DistributedDataParallel over Gloo, ranks as processes (tests/distributed/worker/ddp.cpp holds
 // the rank programs), and DistributedSampler's sharding.
-#include <catch2/catch.hpp>
+#include <kiln/kiln.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <kiln/kiln.h>
 
 #include "tests/distributed/spawn.h"
 
 namespace {
 
 using kiln_test::describe;
-using kiln_test::SpawnOptions;
 using kiln_test::spawn_ranks;
+using kiln_test::SpawnOptions;
 
 // Runs `scenario` on `world` ranks and requires every rank to exit 0.
-void run_ranks(int world, const std::vector<std::string>& scenario_and_args, double deadline = 120) {
+void run_ranks(int world, const std::vector<std::string>& scenario_and_args,
+               double deadline = 120) {
   std::vector<std::string> argv = {KILN_DIST_WORKER};
   argv.insert(argv.end(), scenario_and_args.begin(), scenario_and_args.end());
   SpawnOptions opts;
@@ -38,7 +38,8 @@ TEST_CASE("DDP: an MLP's gradients and AdamW steps match one process on the full
   run_ranks(world, {"ddp_train", "model=mlp", "steps=3"});
 }
 
-TEST_CASE("DDP: gradient accumulation under no_sync issues no collective and reduces the sum", "[ddp]") {
+TEST_CASE("DDP: gradient accumulation under no_sync issues no collective and reduces the sum",
+          "[ddp]") {
   run_ranks(2, {"ddp_train", "model=mlp", "steps=3", "accum=3"});
 }
 
@@ -64,10 +65,12 @@ TEST_CASE("DDP: find_unused_parameters with a never-used and a rank-dependent pa
   INFO("world size " << world);
   run_ranks(world, {"ddp_train", "model=unused", "steps=3", "find_unused=1"});
   run_ranks(world, {"ddp_train", "model=branch", "steps=3", "find_unused=1"});
-  run_ranks(world, {"ddp_train", "model=branch", "steps=2", "find_unused=1", "view=1", "cap_bytes=100"});
+  run_ranks(world,
+            {"ddp_train", "model=branch", "steps=2", "find_unused=1", "view=1", "cap_bytes=100"});
 }
 
-TEST_CASE("DDP: an unused parameter without find_unused_parameters is an Error naming it", "[ddp]") {
+TEST_CASE("DDP: an unused parameter without find_unused_parameters is an Error naming it",
+          "[ddp]") {
   run_ranks(2, {"ddp_unused_error"});
 }
 
@@ -78,7 +81,8 @@ TEST_CASE("DDP: ranks with different models fail at construction naming the diff
 
 // ---------------------------------------------------------------- DistributedSampler
 
-TEST_CASE("DistributedSampler: disjoint shards of equal length covering the data set", "[sampler]") {
+TEST_CASE("DistributedSampler: disjoint shards of equal length covering the data set",
+          "[sampler]") {
   const int64_t n = GENERATE(12, 13, 2, 0);
   const int world = GENERATE(1, 3, 4);
   const bool shuffle = GENERATE(false, true);
@@ -99,7 +103,8 @@ TEST_CASE("DistributedSampler: disjoint shards of equal length covering the data
   REQUIRE(static_cast<int64_t>(all.size()) - n < world);
 }
 
-TEST_CASE("DistributedSampler: padding repeats the first samples; drop_last drops the tail", "[sampler]") {
+TEST_CASE("DistributedSampler: padding repeats the first samples; drop_last drops the tail",
+          "[sampler]") {
   // 10 samples on 4 ranks: 12 slots, samples 0 and 1 again; rank r takes r, r + 4, r + 8.
   std::vector<std::vector<int64_t>> expected = {{0, 4, 8}, {1, 5, 9}, {2, 6, 0}, {3, 7, 1}};
   for (int r = 0; r < 4; ++r) {

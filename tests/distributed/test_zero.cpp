@@ -1,6 +1,6 @@
-// ZeroRedundancyOptimizer (ZeRO-1) over Gloo, ranks as processes (tests/distributed/worker/zero.cpp).
+// ZeroRedundancyOptimizer (ZeRO-1) over Gloo, ranks as processes
+// (tests/distributed/worker/zero.cpp).
 #include <catch2/catch.hpp>
-
 #include <string>
 #include <vector>
 
@@ -22,7 +22,8 @@ void run_zero_ranks(int world, const std::vector<std::string>& scenario_and_args
 
 }  // namespace
 
-TEST_CASE("ZeRO-1: AdamW on shards matches plain AdamW, with 1/world of the state per rank", "[zero]") {
+TEST_CASE("ZeRO-1: AdamW on shards matches plain AdamW, with 1/world of the state per rank",
+          "[zero]") {
   const int world = GENERATE(2, 3);  // 212 parameters: 3 ranks need padding
   INFO("world size " << world);
   run_zero_ranks(world, {"zero_matches_adamw", "steps=5"});

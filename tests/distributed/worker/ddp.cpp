@@ -1,6 +1,8 @@
 // Rank programs of tests/distributed/test_ddp.cpp. Each rank trains a DDP replica on its slice of
 // a global batch and, in the same process, a single-process reference model on the whole batch;
 // gradients and parameters must agree with the reference and across ranks.
+#include <kiln/kiln.h>
+
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -8,8 +10,6 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <kiln/kiln.h>
 
 #include "kiln/distributed/data_parallel.h"
 #include "kiln/distributed/distributed.h"
@@ -86,7 +86,8 @@ KILN_SCENARIO("ddp_train") {
   DistributedDataParallelOptions options;
   options.find_unused_parameters(a.integer("find_unused", 0) != 0)
       .gradient_as_bucket_view(a.integer("view", 0) != 0);
-  if (cap_bytes > 0) options.bucket_cap_mb(cap_bytes / (1 << 20)).first_bucket_mb(cap_bytes / (1 << 20));
+  if (cap_bytes > 0)
+    options.bucket_cap_mb(cap_bytes / (1 << 20)).first_bucket_mb(cap_bytes / (1 << 20));
   DistributedDataParallel ddp(model, options, group);
   KILN_EXPECT(kiln::equal(kiln_test::flat_parameters(*model), kiln_test::flat_parameters(*ref)),
               "after construction every rank holds rank 0's parameters");
@@ -102,7 +103,9 @@ KILN_SCENARIO("ddp_train") {
 
   for (int64_t step = 0; step < steps; ++step) {
     const Batch batch = kiln_test::global_batch(rows * accum * world, config, 100 + step);
-    const auto slice = [&](int64_t r, int64_t k) { return batch.rows((r * accum + k) * rows, rows); };
+    const auto slice = [&](int64_t r, int64_t k) {
+      return batch.rows((r * accum + k) * rows, rows);
+    };
 
     opt.zero_grad();
     for (int64_t k = 0; k < accum; ++k) {
@@ -151,9 +154,10 @@ KILN_SCENARIO("ddp_train") {
     opt.step();
     ref_opt.step();
   }
-  kiln_test::expect_close(kiln_test::flat_parameters(*model), kiln_test::flat_parameters(*ref), kRtol,
-                          "parameters after " + std::to_string(steps) + " AdamW steps");
-  kiln_test::expect_same_on_all_ranks(kiln_test::flat_parameters(*model), "parameters after training");
+  kiln_test::expect_close(kiln_test::flat_parameters(*model), kiln_test::flat_parameters(*ref),
+                          kRtol, "parameters after " + std::to_string(steps) + " AdamW steps");
+  kiln_test::expect_same_on_all_ranks(kiln_test::flat_parameters(*model),
+                                      "parameters after training");
   KILN_EXPECT(ddp.buckets_rebuilt(), "the buckets are rebuilt after the first iteration");
   kiln::distributed::destroy_process_group();
 }
@@ -170,11 +174,12 @@ KILN_SCENARIO("ddp_bucket_order") {
   auto group = std::make_shared<kiln_test::RecordingGroup>(kiln::distributed::default_group());
   // 100 bytes: fc1 (weight 512 B + bias 64 B) and fc2 (256 B + 16 B) land in one bucket each.
   const double cap = 100.0 / (1 << 20);
-  DistributedDataParallel ddp(model, DistributedDataParallelOptions().bucket_cap_mb(cap).first_bucket_mb(cap),
-                              group);
+  DistributedDataParallel ddp(
+      model, DistributedDataParallelOptions().bucket_cap_mb(cap).first_bucket_mb(cap), group);
   // named_parameters: fc2.weight 0, fc2.bias 1, fc1.weight 2, fc1.bias 3
   using Buckets = std::vector<std::vector<size_t>>;
-  KILN_EXPECT((ddp.bucket_indices() == Buckets{{3, 2}, {1, 0}}), "initial buckets in reverse order");
+  KILN_EXPECT((ddp.bucket_indices() == Buckets{{3, 2}, {1, 0}}),
+              "initial buckets in reverse order");
   const int64_t fc1_numel = 16 * 8 + 16, fc2_numel = 4 * 16 + 4;
 
   const auto all_reduces_of_one_step = [&](int64_t step) {
@@ -193,8 +198,9 @@ KILN_SCENARIO("ddp_bucket_order") {
               "iteration 1 launches fc1's bucket, then fc2's (bucket order, not readiness)");
   KILN_EXPECT(ddp.buckets_rebuilt(), "rebuilt after the first iteration");
   const Buckets rebuilt = ddp.bucket_indices();
-  KILN_EXPECT(rebuilt.size() == 2 && rebuilt[0].size() == 2 && rebuilt[0][0] <= 1 && rebuilt[0][1] <= 1,
-              "after the rebuild fc2 (indices 0, 1) comes first");
+  KILN_EXPECT(
+      rebuilt.size() == 2 && rebuilt[0].size() == 2 && rebuilt[0][0] <= 1 && rebuilt[0][1] <= 1,
+      "after the rebuild fc2 (indices 0, 1) comes first");
   auto second = all_reduces_of_one_step(1);
   KILN_EXPECT((second == std::vector<int64_t>{fc2_numel, fc1_numel}),
               "iteration 2 launches fc2's bucket first");
@@ -288,7 +294,8 @@ KILN_SCENARIO("ddp_overlap") {
     kiln::distributed::barrier();
     const auto t0 = clock::now();
     for (int64_t i = 0; i < iters; ++i) body();
-    return std::chrono::duration<double, std::milli>(clock::now() - t0).count() / static_cast<double>(iters);
+    return std::chrono::duration<double, std::milli>(clock::now() - t0).count() /
+           static_cast<double>(iters);
   };
   const double alone = time([&] {
     model->zero_grad();
@@ -302,16 +309,18 @@ KILN_SCENARIO("ddp_overlap") {
     Tensor flat = kiln::cat(grads, 0);
     kiln::distributed::all_reduce(flat, kiln::distributed::ReduceOp::Avg);
   });
-  DistributedDataParallel ddp(model, DistributedDataParallelOptions().bucket_cap_mb(a.real("cap_mb", 25)));
+  DistributedDataParallel ddp(model,
+                              DistributedDataParallelOptions().bucket_cap_mb(a.real("cap_mb", 25)));
   const double overlapped = time([&] {
     ddp.zero_grad();
     kiln::mse_loss(ddp.forward(x), y).backward();
   });
   if (kiln::distributed::rank() == 0) {
-    std::printf("ddp_overlap: %lld params in %zu buckets, %d ranks: fwd+bwd %.2f ms, "
-                "+ all-reduce after %.2f ms, DDP %.2f ms\n",
-                static_cast<long long>(model->parameter_count()), ddp.bucket_indices().size(),
-                kiln::distributed::world_size(), alone, after, overlapped);
+    std::printf(
+        "ddp_overlap: %lld params in %zu buckets, %d ranks: fwd+bwd %.2f ms, "
+        "+ all-reduce after %.2f ms, DDP %.2f ms\n",
+        static_cast<long long>(model->parameter_count()), ddp.bucket_indices().size(),
+        kiln::distributed::world_size(), alone, after, overlapped);
   }
   kiln::distributed::destroy_process_group();
 }

@@ -2,6 +2,8 @@
 // What the DDP and ZeRO rank programs share: a small configurable network, a global batch every
 // rank can regenerate, key=value arguments, closeness checks that throw with the worst element,
 // and a process group wrapper that records the collectives issued through it.
+#include <kiln/kiln.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -10,8 +12,6 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <kiln/kiln.h>
 
 #include "kiln/distributed/distributed.h"
 #include "kiln/distributed/process_group.h"
@@ -69,7 +69,8 @@ class Net : public kiln::nn::Module {
     if (c.batch_norm) bn = register_module("bn", std::make_shared<kiln::nn::BatchNorm1d>(c.hidden));
     if (!c.swapped) register_module("fc2", fc2);
     if (c.extra) extra = register_module("extra", std::make_shared<kiln::nn::Linear>(c.in, c.out));
-    if (c.unused) unused = register_module("unused", std::make_shared<kiln::nn::Linear>(c.in, c.out));
+    if (c.unused)
+      unused = register_module("unused", std::make_shared<kiln::nn::Linear>(c.in, c.out));
   }
   kiln::Tensor forward(const kiln::Tensor& x) override {
     kiln::Tensor h = fc1->forward(x);
@@ -86,11 +87,16 @@ class Net : public kiln::nn::Module {
 inline NetConfig net_config(const std::string& model) {
   NetConfig c;
   if (model == "mlp") return c;
-  if (model == "bn") c.batch_norm = true;
-  else if (model == "unused") c.unused = true;
-  else if (model == "branch") c.extra = true;
-  else if (model == "swapped") c.swapped = true;
-  else throw std::runtime_error("unknown model " + model);
+  if (model == "bn")
+    c.batch_norm = true;
+  else if (model == "unused")
+    c.unused = true;
+  else if (model == "branch")
+    c.extra = true;
+  else if (model == "swapped")
+    c.swapped = true;
+  else
+    throw std::runtime_error("unknown model " + model);
   return c;
 }
 
@@ -114,8 +120,7 @@ inline Batch global_batch(int64_t n, const NetConfig& c, uint64_t seed) {
 inline void expect_close(const kiln::Tensor& a, const kiln::Tensor& b, double rtol,
                          const std::string& what) {
   kiln::NoGradGuard ng;
-  if (a.sizes() != b.sizes())
-    throw std::runtime_error(what + ": sizes differ");
+  if (a.sizes() != b.sizes()) throw std::runtime_error(what + ": sizes differ");
   kiln::Tensor x = a.detach().to(kiln::DType::F64).contiguous();
   kiln::Tensor y = b.detach().to(kiln::DType::F64).contiguous();
   const double* p = x.data_ptr<double>();
@@ -134,8 +139,8 @@ inline void expect_close(const kiln::Tensor& a, const kiln::Tensor& b, double rt
   if (at >= 0) {
     std::ostringstream os;
     os.precision(10);
-    os << what << ": element " << at << " is " << p[at] << ", expected " << q[at]
-       << " (rtol " << rtol << ", tensor scale " << scale << ")";
+    os << what << ": element " << at << " is " << p[at] << ", expected " << q[at] << " (rtol "
+       << rtol << ", tensor scale " << scale << ")";
     throw std::runtime_error(os.str());
   }
 }
@@ -144,7 +149,8 @@ inline void expect_close(const kiln::Tensor& a, const kiln::Tensor& b, double rt
 inline kiln::Tensor flat_parameters(const kiln::nn::Module& m) {
   kiln::NoGradGuard ng;
   std::vector<kiln::Tensor> parts;
-  for (const auto& p : m.parameters()) parts.push_back(p.detach().reshape({-1}).to(kiln::DType::F64));
+  for (const auto& p : m.parameters())
+    parts.push_back(p.detach().reshape({-1}).to(kiln::DType::F64));
   return kiln::cat(parts, 0);
 }
 
@@ -194,7 +200,8 @@ class RecordingGroup : public kiln::distributed::ProcessGroup {
     note("reduce_scatter", {out});
     return inner_->reduce_scatter(std::move(out), std::move(in), op);
   }
-  std::shared_ptr<Work> reduce_scatter_tensor(kiln::Tensor out, kiln::Tensor in, ReduceOp op) override {
+  std::shared_ptr<Work> reduce_scatter_tensor(kiln::Tensor out, kiln::Tensor in,
+                                              ReduceOp op) override {
     note("reduce_scatter_tensor", {out});
     return inner_->reduce_scatter_tensor(std::move(out), std::move(in), op);
   }
