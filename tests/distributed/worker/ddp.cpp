@@ -201,9 +201,21 @@ KILN_SCENARIO("ddp_bucket_order") {
   KILN_EXPECT(
       rebuilt.size() == 2 && rebuilt[0].size() == 2 && rebuilt[0][0] <= 1 && rebuilt[0][1] <= 1,
       "after the rebuild fc2 (indices 0, 1) comes first");
+  // Overlap: when the first of fc1's gradients arrives (fc1's bucket is still incomplete), fc2's
+  // bucket has been launched already - during backward, not after it.
+  int64_t launched_before_fc1 = -1;
+  for (Tensor* p : {&model->fc1->weight, &model->fc1->bias}) {
+    p->register_post_accumulate_grad_hook([&](Tensor&) {
+      if (launched_before_fc1 >= 0) return;
+      launched_before_fc1 = 0;
+      for (const auto& c : group->calls) launched_before_fc1 += c.op == "all_reduce";
+    });
+  }
   auto second = all_reduces_of_one_step(1);
   KILN_EXPECT((second == std::vector<int64_t>{fc2_numel, fc1_numel}),
               "iteration 2 launches fc2's bucket first");
+  KILN_EXPECT(launched_before_fc1 == 1, "fc2's bucket is launched while backward still runs (",
+              launched_before_fc1, " all-reduces before fc1's gradient)");
   kiln_test::expect_same_on_all_ranks(kiln_test::flat_parameters(*model), "parameters");
   for (const auto& p : model->parameters())
     kiln_test::expect_same_on_all_ranks(p.grad().reshape({-1}), "gradients");
