@@ -83,6 +83,15 @@ bool nccl_available();
 // KILN_DISTRIBUTED_DEBUG=1: wraps `group` so that before each collective the ranks all-gather a
 // fingerprint of it (sequence number, op, dtype, sizes, root) and raise an Error naming the ranks
 // that disagree instead of running mismatched collectives.
-std::shared_ptr<ProcessGroup> make_debug_process_group(std::shared_ptr<ProcessGroup> group);
+// The fingerprints travel through `store` (this group's namespace), so the check works for every
+// backend and never needs the collective it is checking.
+std::shared_ptr<ProcessGroup> make_debug_process_group(std::shared_ptr<ProcessGroup> group,
+                                                       std::shared_ptr<Store> store);
+
+// For backends: what a collective is about to do, in words and as a fingerprint the debug check
+// compares ("all_reduce(Sum) float32 [[4, 3]]"), and the one check of its tensors' layout.
+std::string describe_tensors(const std::vector<Tensor>& tensors);
+void check_collective_tensors(const char* collective, const std::vector<Tensor>& tensors,
+                              DeviceType device_type, const std::string& backend);
 
 }  // namespace kiln::distributed

@@ -24,7 +24,7 @@ class Work {
   Work& operator=(const Work&) = delete;
 
   // Non-blocking.
-  bool is_completed() const;
+  virtual bool is_completed() const;  // NCCL queries its end event
   bool is_success() const;  // completed without an error
   // The error, when it failed (null otherwise).
   std::exception_ptr exception() const;

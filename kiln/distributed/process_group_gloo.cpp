@@ -1,0 +1,445 @@
+// The "gloo" process group: CPU tensors over Gloo's TCP transport (docs/distributed.md, "Gloo").
+//
+// Collectives run in issue order on one worker thread per group, so the caller's thread (the
+// backward pass, for DDP) keeps computing while the bytes move. Gloo's own timeout bounds every
+// operation, a peer that dies closes its sockets and fails the operation at once, and the first
+// failure breaks the group: every later collective fails with an Error that names the first.
+#include "kiln/config.h"
+#include "kiln/distributed/process_group.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "kiln/core/error.h"
+
+#if KILN_WITH_GLOO
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <unistd.h>
+
+#include "kiln/distributed/gloo_store.h"
+#include "kiln/distributed/store.h"
+#endif
+
+namespace kiln::distributed {
+
+#if !KILN_WITH_GLOO
+
+bool gloo_available() { return false; }
+
+std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store>, int, int,
+                                                      const ProcessGroupOptions&) {
+  KILN_FAIL("init_process_group: kiln was built without Gloo, so the \"gloo\" backend (CPU "
+            "tensors) is not available; install libgloo-dev and rebuild (docs/distributed.md)");
+}
+
+#else
+
+bool gloo_available() { return true; }
+
+namespace {
+
+// Elementwise reductions in the type's arithmetic type (float for f16/bf16). Max and Min
+// propagate NaN, as PyTorch's reductions do.
+struct SumOp { template <class T> T operator()(T a, T b) const { return a + b; } };
+struct ProductOp { template <class T> T operator()(T a, T b) const { return a * b; } };
+struct MaxOp {
+  template <class T> T operator()(T a, T b) const {
+    if (a != a) return a;
+    if (b != b) return b;
+    return a < b ? b : a;
+  }
+};
+struct MinOp {
+  template <class T> T operator()(T a, T b) const {
+    if (a != a) return a;
+    if (b != b) return b;
+    return b < a ? b : a;
+  }
+};
+
+template <class T, class Op>
+void reduce_elements(void* out, const void* a, const void* b, size_t n) {
+  using M = opmath_t<T>;
+  auto* o = static_cast<T*>(out);
+  auto* x = static_cast<const T*>(a);
+  auto* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = T(Op{}(M(x[i]), M(y[i])));
+}
+
+template <class T>
+::gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return &reduce_elements<T, SumOp>;  // Avg divides afterwards
+    case ReduceOp::Product: return &reduce_elements<T, ProductOp>;
+    case ReduceOp::Max: return &reduce_elements<T, MaxOp>;
+    case ReduceOp::Min: return &reduce_elements<T, MinOp>;
+  }
+  return nullptr;
+}
+
+// Avg = Sum / size, in the tensor's arithmetic type.
+template <class T>
+void divide_elements(void* data, size_t n, int size) {
+  using M = opmath_t<T>;
+  auto* p = static_cast<T*>(data);
+  for (size_t i = 0; i < n; ++i) p[i] = T(M(p[i]) / M(size));
+}
+
+// Which address the other ranks reach this one at: GLOO_SOCKET_IFNAME (an interface, as in
+// PyTorch), else loopback when the job is on loopback, else this host's name.
+::gloo::transport::tcp::attr device_attr() {
+  ::gloo::transport::tcp::attr attr;
+  if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface && *iface) {
+    attr.iface = iface;
+    return attr;
+  }
+  const char* master = std::getenv("MASTER_ADDR");
+  std::string m = master ? master : "127.0.0.1";
+  if (m.empty() || m == "localhost" || m.rfind("127.", 0) == 0) {
+    attr.hostname = "127.0.0.1";
+  } else {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    attr.hostname = host;
+  }
+  return attr;
+}
+
+class GlooProcessGroup;
+
+class GlooWork final : public Work {
+ public:
+  GlooWork(std::string description, std::weak_ptr<GlooProcessGroup> group,
+           std::chrono::milliseconds timeout)
+      : Work(std::move(description)), group_(std::move(group)), timeout_(timeout) {}
+
+ protected:
+  void on_timeout() override;
+  std::chrono::milliseconds default_timeout() const override {
+    // A little beyond Gloo's own timeout, so Gloo's error (naming the operation) wins.
+    return timeout_ + std::chrono::seconds(5);
+  }
+
+ private:
+  std::weak_ptr<GlooProcessGroup> group_;
+  std::chrono::milliseconds timeout_;
+};
+
+class GlooProcessGroup final : public ProcessGroup,
+                               public std::enable_shared_from_this<GlooProcessGroup> {
+ public:
+  GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size,
+                   const ProcessGroupOptions& options)
+      : ProcessGroup(rank, size), store_(std::move(store)), timeout_(options.timeout) {
+    KILN_CHECK(size >= 1 && rank >= 0 && rank < size, "gloo process group: rank ", rank,
+               " is outside a group of ", size);
+    auto device = ::gloo::transport::tcp::CreateDevice(device_attr());
+    context_ = std::make_shared<::gloo::rendezvous::Context>(rank, size);
+    context_->setTimeout(timeout_);
+    GlooStoreAdapter adapter(store_);
+    try {
+      context_->connectFullMesh(adapter, device);
+    } catch (const kiln::Error& e) {
+      KILN_FAIL("gloo process group: rank ", rank, " of ", size,
+                " could not connect to its peers: ", e.what());
+    } catch (const std::exception& e) {
+      KILN_FAIL("gloo process group: rank ", rank, " of ", size,
+                " could not connect to its peers: ", e.what());
+    }
+    worker_ = std::thread([this] { run_worker(); });
+  }
+
+  ~GlooProcessGroup() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+  }
+
+  std::string backend_name() const override { return "gloo"; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
+  std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, ReduceOp op) override {
+    check_collective_tensors("all_reduce", tensors, DeviceType::CPU, "gloo");
+    const DType dtype = tensors[0].dtype();
+    KILN_CHECK(op != ReduceOp::Avg || is_floating(dtype), "all_reduce: ReduceOp::Avg needs a "
+               "floating-point tensor, got ", dtype_name(dtype), " (use Sum and divide)");
+    return enqueue("all_reduce", std::string("(") + reduce_op_name(op) + ") " + describe_tensors(tensors),
+                   [this, tensors, op, dtype](uint32_t tag) {
+      // A list is one operation on a packed buffer (fewer rounds of messages than one each).
+      const bool packed = tensors.size() > 1;
+      size_t bytes = 0;
+      for (const auto& t : tensors) bytes += t.nbytes();
+      std::vector<uint8_t> flat;
+      uint8_t* data = static_cast<uint8_t*>(tensors[0].data_ptr());
+      if (packed) {
+        flat.resize(bytes);
+        size_t at = 0;
+        for (const auto& t : tensors) {
+          std::memcpy(flat.data() + at, t.data_ptr(), t.nbytes());
+          at += t.nbytes();
+        }
+        data = flat.data();
+      }
+      const size_t n = bytes / element_size(dtype);
+      dispatch_numeric(dtype, "all_reduce", [&](auto tag_type) {
+        using T = typename decltype(tag_type)::type;
+        ::gloo::AllreduceOptions opts(context_);
+        opts.setOutput(reinterpret_cast<T*>(data), n);
+        opts.setReduceFunction(reduce_function<T>(op));
+        opts.setTag(tag);
+        opts.setTimeout(timeout_);
+        ::gloo::allreduce(opts);
+        if (op == ReduceOp::Avg) divide_elements<T>(data, n, size());
+      });
+      if (packed) {
+        size_t at = 0;
+        for (const auto& t : tensors) {
+          std::memcpy(t.data_ptr(), flat.data() + at, t.nbytes());
+          at += t.nbytes();
+        }
+      }
+    });
+  }
+
+  std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, int root) override {
+    check_collective_tensors("broadcast", tensors, DeviceType::CPU, "gloo");
+    check_root("broadcast", root);
+    return enqueue("broadcast", "(root " + std::to_string(root) + ") " + describe_tensors(tensors),
+                   [this, tensors, root](uint32_t tag) {
+      for (const auto& t : tensors) {
+        if (t.numel() == 0) continue;
+        ::gloo::BroadcastOptions opts(context_);
+        opts.setOutput(static_cast<uint8_t*>(t.data_ptr()), t.nbytes());
+        opts.setRoot(root);
+        opts.setTag(tag);
+        opts.setTimeout(timeout_);
+        ::gloo::broadcast(opts);
+      }
+    });
+  }
+
+  std::shared_ptr<Work> all_gather(std::vector<Tensor> outputs, Tensor input) override {
+    check_collective_tensors("all_gather", {input}, DeviceType::CPU, "gloo");
+    KILN_CHECK(static_cast<int>(outputs.size()) == size(), "all_gather: expected ", size(),
+               " output tensors (one per rank), got ", outputs.size());
+    std::vector<Tensor> all = outputs;
+    all.push_back(input);
+    check_collective_tensors("all_gather", all, DeviceType::CPU, "gloo");
+    for (size_t r = 0; r < outputs.size(); ++r) {
+      KILN_CHECK(outputs[r].numel() == input.numel(), "all_gather: output ", r, " has ",
+                 outputs[r].numel(), " elements, the input ", input.numel());
+    }
+    return enqueue("all_gather", describe_tensors({input}), [this, outputs, input](uint32_t tag) {
+      std::vector<uint8_t> flat(input.nbytes() * size());
+      gather_bytes(flat.data(), input, tag);
+      for (size_t r = 0; r < outputs.size(); ++r)
+        std::memcpy(outputs[r].data_ptr(), flat.data() + r * input.nbytes(), input.nbytes());
+    });
+  }
+
+  std::shared_ptr<Work> all_gather_into_tensor(Tensor output, Tensor input) override {
+    check_collective_tensors("all_gather_into_tensor", {output, input}, DeviceType::CPU, "gloo");
+    KILN_CHECK(output.numel() == input.numel() * size(), "all_gather_into_tensor: the output "
+               "needs world_size x ", input.numel(), " = ", input.numel() * size(),
+               " elements, got ", output.numel());
+    return enqueue("all_gather_into_tensor", describe_tensors({input}),
+                   [this, output, input](uint32_t tag) {
+      gather_bytes(static_cast<uint8_t*>(output.data_ptr()), input, tag);
+    });
+  }
+
+  std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs,
+                                       ReduceOp op) override {
+    KILN_CHECK(static_cast<int>(inputs.size()) == size(), "reduce_scatter: expected ", size(),
+               " input tensors (one per rank), got ", inputs.size());
+    std::vector<Tensor> all = inputs;
+    all.push_back(output);
+    check_collective_tensors("reduce_scatter", all, DeviceType::CPU, "gloo");
+    for (size_t r = 0; r < inputs.size(); ++r) {
+      KILN_CHECK(inputs[r].numel() == output.numel(), "reduce_scatter: input ", r, " has ",
+                 inputs[r].numel(), " elements, the output ", output.numel());
+    }
+    return enqueue("reduce_scatter", std::string("(") + reduce_op_name(op) + ") " + describe_tensors({output}),
+                   [this, output, inputs, op](uint32_t tag) {
+      std::vector<uint8_t> flat(output.nbytes() * size());
+      for (size_t r = 0; r < inputs.size(); ++r)
+        std::memcpy(flat.data() + r * output.nbytes(), inputs[r].data_ptr(), output.nbytes());
+      reduce_slice(flat, output, op, tag);
+    });
+  }
+
+  std::shared_ptr<Work> reduce_scatter_tensor(Tensor output, Tensor input, ReduceOp op) override {
+    check_collective_tensors("reduce_scatter_tensor", {output, input}, DeviceType::CPU, "gloo");
+    KILN_CHECK(input.numel() == output.numel() * size(), "reduce_scatter_tensor: the input "
+               "needs world_size x ", output.numel(), " = ", output.numel() * size(),
+               " elements, got ", input.numel());
+    return enqueue("reduce_scatter_tensor", std::string("(") + reduce_op_name(op) + ") " + describe_tensors({input}),
+                   [this, output, input, op](uint32_t tag) {
+      std::vector<uint8_t> flat(input.nbytes());
+      std::memcpy(flat.data(), input.data_ptr(), input.nbytes());
+      reduce_slice(flat, output, op, tag);
+    });
+  }
+
+  std::shared_ptr<Work> barrier() override {
+    return enqueue("barrier", "", [this](uint32_t tag) {
+      ::gloo::BarrierOptions opts(context_);
+      opts.setTag(tag);
+      opts.setTimeout(timeout_);
+      ::gloo::barrier(opts);
+    });
+  }
+
+  void abort() override {
+    std::deque<Task> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (broken_.empty()) broken_ = "the process group was aborted";
+      dropped.swap(queue_);
+    }
+    for (auto& task : dropped) task.work->mark_failed(broken_error(task.work->description()));
+    // Unblocks an operation that is waiting on a peer (it fails with Gloo's error).
+    try {
+      context_->closeConnections();
+    } catch (...) {
+    }
+  }
+
+ private:
+  struct Task {
+    std::shared_ptr<Work> work;
+    uint32_t tag;
+    std::function<void(uint32_t)> run;
+  };
+
+  void check_root(const char* collective, int root) const {
+    KILN_CHECK(root >= 0 && root < size(), collective, ": root ", root, " is not a rank of this "
+               "group of ", size());
+  }
+
+  std::exception_ptr broken_error(const std::string& description) const {
+    return std::make_exception_ptr(Error(detail::concat(
+        description, ": not run, because the process group failed earlier (", broken_,
+        "); destroy it and initialise a new one")));
+  }
+
+  // Gloo's allgather: every rank's bytes of `input`, in rank order, into `out`.
+  void gather_bytes(uint8_t* out, const Tensor& input, uint32_t tag) {
+    ::gloo::AllgatherOptions opts(context_);
+    opts.setInput(static_cast<uint8_t*>(input.data_ptr()), input.nbytes());
+    opts.setOutput(out, input.nbytes() * size());
+    opts.setTag(tag);
+    opts.setTimeout(timeout_);
+    ::gloo::allgather(opts);
+  }
+
+  // Reduces the whole packed buffer over ranks, then keeps this rank's slice. Gloo has no
+  // reduce-scatter with a reduction function of ours; an all-reduce moves twice the bytes of a
+  // ring reduce-scatter (docs/distributed.md says so).
+  void reduce_slice(std::vector<uint8_t>& flat, const Tensor& output, ReduceOp op, uint32_t tag) {
+    const DType dtype = output.dtype();
+    const size_t n = flat.size() / element_size(dtype);
+    dispatch_numeric(dtype, "reduce_scatter", [&](auto tag_type) {
+      using T = typename decltype(tag_type)::type;
+      ::gloo::AllreduceOptions opts(context_);
+      opts.setOutput(reinterpret_cast<T*>(flat.data()), n);
+      opts.setReduceFunction(reduce_function<T>(op));
+      opts.setTag(tag);
+      opts.setTimeout(timeout_);
+      ::gloo::allreduce(opts);
+    });
+    uint8_t* mine = flat.data() + static_cast<size_t>(rank()) * output.nbytes();
+    if (op == ReduceOp::Avg) {
+      dispatch_floating(dtype, "reduce_scatter (Avg)", [&](auto tag_type) {
+        using T = typename decltype(tag_type)::type;
+        divide_elements<T>(mine, static_cast<size_t>(output.numel()), size());
+      });
+    }
+    std::memcpy(output.data_ptr(), mine, output.nbytes());
+  }
+
+  std::shared_ptr<Work> enqueue(const char* collective, const std::string& what,
+                                std::function<void(uint32_t)> run) {
+    const uint64_t seq = next_sequence_number();
+    std::string description = detail::concat(collective, " #", seq, " ", what, " on rank ", rank(),
+                                             " of a gloo group of ", size());
+    auto work = std::make_shared<GlooWork>(description, weak_from_this(), timeout_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!broken_.empty()) {
+        work->mark_failed(broken_error(description));
+        return work;
+      }
+      queue_.push_back({work, static_cast<uint32_t>(seq), std::move(run)});
+    }
+    cv_.notify_all();
+    return work;
+  }
+
+  void run_worker() {
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, nothing left
+        task = std::move(queue_.front());
+        queue_.pop_front();
+        if (!broken_.empty()) {
+          task.work->mark_failed(broken_error(task.work->description()));
+          continue;
+        }
+      }
+      try {
+        task.run(task.tag);
+        task.work->mark_completed();
+      } catch (const std::exception& e) {
+        std::string message = detail::concat(
+            task.work->description(), " failed: ", e.what(),
+            ". A peer process has probably exited or been killed (its connection closed), or "
+            "did not reach this collective within the timeout of ", timeout_.count(), " ms");
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (broken_.empty()) broken_ = message;
+        }
+        task.work->mark_failed(std::make_exception_ptr(Error(message)));
+      }
+    }
+  }
+
+  std::shared_ptr<Store> store_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<::gloo::rendezvous::Context> context_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool stop_ = false;
+  std::string broken_;  // the first failure; non-empty: every later collective fails
+  std::thread worker_;
+};
+
+void GlooWork::on_timeout() {
+  if (auto group = group_.lock()) group->abort();
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank,
+                                                      int size, const ProcessGroupOptions& options) {
+  return std::make_shared<GlooProcessGroup>(std::move(store), rank, size, options);
+}
+
+#endif  // KILN_WITH_GLOO
+
+}  // namespace kiln::distributed
