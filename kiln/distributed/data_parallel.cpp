@@ -138,7 +138,22 @@ void DistributedDataParallel::broadcast_from_rank0(const std::vector<Tensor>& te
   NoGradGuard no_grad;
   std::vector<Tensor> dense;
   for (const Tensor& t : tensors) dense.push_back(t.is_contiguous() ? t : t.contiguous());
-  group_->broadcast(dense, 0)->wait();
+  // One coalesced broadcast per dtype (a list must share one), in first-appearance order so
+  // every rank issues the same calls.
+  std::vector<std::vector<Tensor>> by_dtype;
+  for (const Tensor& t : dense) {
+    auto same = std::find_if(by_dtype.begin(), by_dtype.end(), [&](const std::vector<Tensor>& g) {
+      return g.front().dtype() == t.dtype() && g.front().device() == t.device();
+    });
+    if (same == by_dtype.end()) {
+      by_dtype.push_back({t});
+    } else {
+      same->push_back(t);
+    }
+  }
+  std::vector<std::shared_ptr<Work>> works;
+  for (auto& g : by_dtype) works.push_back(group_->broadcast(g, 0));
+  for (auto& w : works) w->wait();
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (!dense[i].is_same(tensors[i])) {
       Tensor t = tensors[i];
