@@ -1,5 +1,6 @@
 #pragma once
-// DistributedDataParallel: data parallelism across processes (torch.nn.parallel.DDP's shape).
+// DistributedDataParallel: data parallelism across processes (torch.nn.parallel.DDP's shape;
+// docs/data_parallel.md).
 // Every rank holds a full replica of the model and feeds it its own part of the batch; backward
 // averages the gradients across ranks while it runs (kiln/distributed/reducer.h), so after
 // loss.backward() every rank holds the same gradients and an ordinary optimizer keeps the

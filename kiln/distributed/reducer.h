@@ -1,6 +1,7 @@
 #pragma once
-// The gradient reducer behind DistributedDataParallel (docs/distributed.md, "DDP"): it averages
-// the gradients of a model's parameters across the ranks of a group while backward still runs.
+// The gradient reducer behind DistributedDataParallel (docs/data_parallel.md, "DDP"): it
+// averages the gradients of a model's parameters across the ranks of a group while backward
+// still runs.
 //
 //   - Parameters that require grad are packed into buckets, in reverse registration order (the
 //     order backward usually produces their gradients), one dtype and device per bucket, capped

@@ -1,7 +1,7 @@
 #pragma once
-// ZeroRedundancyOptimizer: ZeRO stage 1 (docs/distributed.md, "ZeRO-1"). Each rank keeps the
-// optimizer state of one slice of the parameters only, so Adam's two moments (and f32 master
-// weights) take 1/world_size of the memory per rank.
+// ZeroRedundancyOptimizer: ZeRO stage 1 (docs/data_parallel.md, "ZeRO-1"). Each rank keeps
+// the optimizer state of one slice of the parameters only, so Adam's two moments (and f32
+// master weights) take 1/world_size of the memory per rank.
 //
 //   kiln::optim::ZeroRedundancyOptimizer zero(
 //       model->parameters(),
