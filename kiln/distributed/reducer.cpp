@@ -230,7 +230,20 @@ void Reducer::State::finalize() {
     used_map = tensor(flags, TensorOptions().dtype(DType::F32).device(meta_device()));
     used_work = group->all_reduce({used_map}, ReduceOp::Sum);
   }
-  for (Bucket& b : buckets) b.work->wait();
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    try {
+      buckets[k].work->wait();
+    } catch (const std::exception& e) {
+      // Sticky: the ranks' gradients now disagree, training must not go on.
+      error = detail::concat(
+          "DistributedDataParallel: the all-reduce of gradient bucket ", k, " of ", buckets.size(),
+          " failed: ", e.what(),
+          ". If another rank stopped with an error about parameters that received no gradient, "
+          "pass find_unused_parameters(true)");
+      reset_iteration();
+      KILN_FAIL(error);
+    }
+  }
   std::vector<float> globally_used(params.size(), 1.0f);
   if (used_work) {
     used_work->wait();

@@ -67,11 +67,21 @@ TEST_CASE("DDP: find_unused_parameters with a never-used and a rank-dependent pa
   run_ranks(world, {"ddp_train", "model=branch", "steps=3", "find_unused=1"});
   run_ranks(world,
             {"ddp_train", "model=branch", "steps=2", "find_unused=1", "view=1", "cap_bytes=100"});
+  // `extra` gets its only gradient in a no_sync micro-batch: the reduction must include it
+  for (const char* view : {"view=0", "view=1"})
+    run_ranks(world, {"ddp_train", "model=branch", "steps=3", "find_unused=1", "accum=2",
+                      "extra_micro=0", view});
 }
 
 TEST_CASE("DDP: an unused parameter without find_unused_parameters is an Error naming it",
           "[ddp]") {
   run_ranks(2, {"ddp_unused_error"});
+}
+
+TEST_CASE("DDP: a parameter unused on some ranks only: an Error on every rank, no hang", "[ddp]") {
+  const int world = GENERATE(2, 3);
+  INFO("world size " << world);
+  run_ranks(world, {"ddp_unused_on_some_ranks"}, 60);
 }
 
 TEST_CASE("DDP: ranks with different models fail at construction naming the difference", "[ddp]") {

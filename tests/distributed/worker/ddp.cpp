@@ -62,7 +62,8 @@ void expect_grads_match(const Net& model, const Net& ref, const std::string& whe
 
 // Args: model=mlp|bn|unused|branch|swapped, steps, accum (micro-batches per step, all but the
 // last under no_sync), rows (per rank and micro-batch), cap_bytes (bucket cap, also the first
-// bucket), view=0|1 (gradient_as_bucket_view), find_unused=0|1.
+// bucket), view=0|1 (gradient_as_bucket_view), find_unused=0|1, extra_micro (model=branch:
+// the micro-batch in which rank 0 uses `extra`; -1, the default: all of them).
 KILN_SCENARIO("ddp_train") {
   Args a(args);
   kiln::distributed::init_process_group("gloo");
@@ -80,7 +81,11 @@ KILN_SCENARIO("ddp_train") {
   // Other ranks start elsewhere: DDP must copy rank 0's parameters.
   kiln::manual_seed(kSeed + static_cast<uint64_t>(rank));
   auto model = std::make_shared<Net>(config);
-  if (model_name == "branch") model->use_extra = rank == 0;  // `extra` is unused on other ranks
+  // model=branch: `extra` takes part on rank 0 only (in micro-batch extra_micro, or all).
+  const int64_t extra_micro = a.integer("extra_micro", -1);
+  const auto extra_active = [&](int r, int64_t k) {
+    return model_name != "branch" || (r == 0 && (extra_micro < 0 || k == extra_micro));
+  };
 
   auto group = std::make_shared<kiln_test::RecordingGroup>(kiln::distributed::default_group());
   DistributedDataParallelOptions options;
@@ -110,6 +115,7 @@ KILN_SCENARIO("ddp_train") {
     opt.zero_grad();
     for (int64_t k = 0; k < accum; ++k) {
       const Batch b = slice(rank, k);
+      model->use_extra = extra_active(rank, k);
       if (k + 1 < accum) {
         auto guard = ddp.no_sync();
         const uint64_t before = group->sequence_number();
@@ -133,9 +139,9 @@ KILN_SCENARIO("ddp_train") {
       std::vector<Tensor> after_rank0, after_mine;
       for (int s = 0; s < world; ++s) {
         load_buffers(*ref, start);
-        ref->use_extra = model_name != "branch" || s == 0;
         for (int64_t k = 0; k < accum; ++k) {
           const Batch b = slice(s, k);
+          ref->use_extra = extra_active(s, k);
           Tensor loss = kiln::mse_loss(ref->forward(b.x), b.y) / static_cast<double>(world * accum);
           loss.backward();
         }
@@ -151,6 +157,20 @@ KILN_SCENARIO("ddp_train") {
       }
     }
     expect_grads_match(*model, *ref, "step " + std::to_string(step));
+    if (options.gradient_as_bucket_view()) {
+      // The gradients are views into their bucket: one storage per bucket.
+      const auto params = model->parameters();
+      for (const auto& bucket : ddp.bucket_indices()) {
+        std::shared_ptr<kiln::Storage> storage;
+        for (size_t i : bucket) {
+          const Tensor& g = params[i].grad();
+          if (!g.defined()) continue;  // no rank used it
+          if (!storage) storage = g.storage();
+          KILN_EXPECT(g.storage() == storage, "gradient_as_bucket_view: parameter ", i,
+                      "'s gradient is not in its bucket");
+        }
+      }
+    }
     opt.step();
     ref_opt.step();
   }
@@ -334,5 +354,36 @@ KILN_SCENARIO("ddp_overlap") {
         static_cast<long long>(model->parameter_count()), ddp.bucket_indices().size(),
         kiln::distributed::world_size(), alone, after, overlapped);
   }
+  kiln::distributed::destroy_process_group();
+}
+
+// `extra` takes part on rank 0 only, without find_unused_parameters: the other ranks raise the
+// Error naming it at the end of backward and leave; rank 0, whose bucket went out alone, gets an
+// Error from the collective when they are gone - no rank hangs.
+KILN_SCENARIO("ddp_unused_on_some_ranks") {
+  kiln::distributed::init_process_group("gloo");
+  const int rank = kiln::distributed::rank();
+  const NetConfig config = kiln_test::net_config("branch");
+  kiln::manual_seed(kSeed);
+  auto model = std::make_shared<Net>(config);
+  model->use_extra = rank == 0;
+  DistributedDataParallel ddp(model);
+  const Batch b = kiln_test::global_batch(4, config, 3);
+  std::string message;
+  try {
+    kiln::mse_loss(ddp.forward(b.x), b.y).backward();
+  } catch (const kiln::Error& e) {
+    message = e.what();
+  }
+  if (rank == 0) {
+    KILN_EXPECT(message.find("DistributedDataParallel: the all-reduce of gradient bucket 0 of 1 "
+                             "failed") != std::string::npos,
+                "rank 0's all-reduce must fail once its peers left: ", message);
+  } else {
+    KILN_EXPECT(message.find("'extra.weight'") != std::string::npos &&
+                    message.find("find_unused_parameters(true)") != std::string::npos,
+                "the error names the parameter and the option: ", message);
+  }
+  std::printf("rank %d: %s\n", rank, message.c_str());
   kiln::distributed::destroy_process_group();
 }
