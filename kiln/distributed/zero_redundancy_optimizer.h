@@ -21,7 +21,9 @@
 //   3. the wrapped optimizer updates the slice, a separate tensor holding this rank's elements
 //      (read again from the parameters each step, so a model.load_state_dict is seen);
 //   4. all_gather_into_tensor rebuilds the full flat buffer; the parameters are copied from it.
-// Every rank calls step() together (it issues collectives).
+// Every rank calls step() together (it issues collectives). Memory per rank: the optimizer state
+// of its slice, plus one padded flat copy of the parameters and one of the gradients (the
+// collectives' buffers).
 //
 // state_dict() is per rank: the local optimizer's state for this rank's slice, with the layout
 // it belongs to. Save one file per rank and load each on the same rank of a job with the same
