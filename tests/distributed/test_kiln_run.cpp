@@ -49,10 +49,10 @@ class KilnRun {
     int out[2], err[2];
     REQUIRE(::pipe(out) == 0);
     REQUIRE(::pipe(err) == 0);
-    for (int fd : {out[0], err[0]}) {
-      ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-    }
+    // every end close-on-exec: kiln-run gets the write ends as 1 and 2 only, so that the ranks
+    // (which inherit kiln-run's other descriptors) cannot hold the test's pipes open
+    for (int fd : {out[0], out[1], err[0], err[1]}) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    for (int fd : {out[0], err[0]}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     std::vector<std::string> argv_s = {KILN_RUN};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     std::vector<std::string> env_s = env;
@@ -342,7 +342,7 @@ TEST_CASE("kiln-run --no-prefix passes the lines through as they are", "[distrib
   }
 }
 
-TEST_CASE("kiln-run stops the other ranks when one exits with 3, and exits with 3",
+TEST_CASE("kiln-run stops the other ranks when one exits with 3 and exits with 3",
           "[distributed][kiln-run]") {
   // a kill timeout longer than the test's bound: the sleeping rank must end by SIGTERM
   KilnRun run({"--nproc-per-node", "2", "--kill-timeout", "50", kWorker, "launcher_fail", "0", "3",
@@ -410,6 +410,54 @@ TEST_CASE("kiln-run forwards SIGTERM and SIGINT to every rank", "[distributed][k
       for (pid_t p : run.rank_pids()) CHECK(process_gone(p));
     }
   }
+}
+
+TEST_CASE("kiln-run SIGKILLs the ranks at a second SIGTERM", "[distributed][kiln-run]") {
+  // no rank fails (there is no rank 99) and every one ignores SIGTERM
+  KilnRun run({"--nproc-per-node", "2", "--kill-timeout", "50", kWorker, "launcher_fail", "99",
+               "0", "0", "ignore_term"});
+  const bool ready = run.wait_for_lines(" ready pid=", 2, 60);
+  if (ready) {
+    run.send(SIGTERM);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    run.send(SIGTERM);
+  }
+  run.finish(40);
+  INFO(run.describe());
+  REQUIRE(ready);
+  REQUIRE_FALSE(run.timed_out);
+  CHECK(run.signal == SIGTERM);
+  CHECK(run.err.find("kiln-run: got SIGTERM again; killing the ranks") != std::string::npos);
+  for (pid_t p : run.rank_pids()) CHECK(process_gone(p));
+}
+
+TEST_CASE("kiln-run splits a line longer than 64 KiB into prefixed pieces", "[distributed][kiln-run]") {
+  // 150000 bytes in one line, then a line of exactly 64 KiB, which stays whole
+  KilnRun run({"sh", "-c",
+               "head -c 150000 /dev/zero | tr '\\0' x; echo; echo after; "
+               "head -c 65536 /dev/zero | tr '\\0' y; echo"});
+  run.finish(60);
+  INFO(run.describe().substr(0, 2000));
+  REQUIRE(run.exit_code == 0);
+  const auto lines = lines_of(run.out);
+  REQUIRE(lines.size() == 5);
+  CHECK(lines[0] == "[rank 0] " + std::string(65536, 'x'));
+  CHECK(lines[1] == "[rank 0] " + std::string(65536, 'x'));
+  CHECK(lines[2] == "[rank 0] " + std::string(150000 - 2 * 65536, 'x'));
+  CHECK(lines[3] == "[rank 0] after");
+  CHECK(lines[4] == "[rank 0] " + std::string(65536, 'y'));
+}
+
+TEST_CASE("kiln-run does not wait long for output a rank's leftover process holds open",
+          "[distributed][kiln-run]") {
+  // the background sleep keeps the rank's stdout pipe open after the rank itself exited
+  KilnRun run({"sh", "-c", "sleep 20 & echo started"});
+  run.finish(60);
+  INFO(run.describe());
+  REQUIRE_FALSE(run.timed_out);
+  CHECK(run.exit_code == 0);
+  CHECK(run.out == "[rank 0] started\n");
+  CHECK(run.seconds_taken < 15);
 }
 
 TEST_CASE("kiln-run exits with 127 when the program cannot be run", "[distributed][kiln-run]") {

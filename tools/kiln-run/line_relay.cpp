@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -38,21 +39,27 @@ void LineRelay::feed(const char* data, std::size_t n) {
   const char* end = data + n;
   while (data < end) {
     const char* nl = static_cast<const char*>(std::memchr(data, '\n', end - data));
-    if (!nl) {
-      partial_.append(data, end);
-      break;
+    const char* text_end = nl ? nl : end;
+    while (data < text_end) {
+      // a full piece is written only once more text follows, so a line of exactly kMaxLine
+      // bytes stays one line
+      if (partial_.size() == kMaxLine) {
+        batch += prefix_;
+        batch += partial_;
+        batch += '\n';
+        partial_.clear();
+      }
+      const std::size_t take =
+          std::min<std::size_t>(text_end - data, kMaxLine - partial_.size());
+      partial_.append(data, take);
+      data += take;
     }
+    if (!nl) break;
     batch += prefix_;
     batch += partial_;
-    batch.append(data, nl + 1);
+    batch += '\n';
     partial_.clear();
     data = nl + 1;
-  }
-  while (partial_.size() >= kMaxLine) {
-    batch += prefix_;
-    batch.append(partial_, 0, kMaxLine);
-    batch += '\n';
-    partial_.erase(0, kMaxLine);
   }
   if (!batch.empty()) write_all(out_, batch);
 }
