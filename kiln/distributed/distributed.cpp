@@ -168,15 +168,18 @@ void rendezvous(Store& store, int rank, int world_size, std::chrono::millisecond
   store.set(key(rank), std::string(host) + " pid " + std::to_string(::getpid()));
   std::vector<std::string> keys;
   for (int r = 0; r < world_size; ++r) keys.push_back(key(r));
+  // Rank 0 hosts the store and gives up last, so every other rank can still read which ranks
+  // are missing when its own wait ends.
+  const auto wait_for = rank == 0 ? timeout + std::chrono::seconds(2) : timeout;
   try {
-    store.wait(keys, timeout);
+    store.wait(keys, wait_for);
   } catch (const Error&) {
     std::vector<int> missing;
     for (int r = 0; r < world_size; ++r) {
       if (!store.check({key(r)})) missing.push_back(r);
     }
     if (missing.empty()) throw;
-    KILN_FAIL("init_process_group: rank ", rank, " waited ", timeout.count(), " ms at ", where,
+    KILN_FAIL("init_process_group: rank ", rank, " waited ", wait_for.count(), " ms at ", where,
               " but ranks ", missing, " of ", world_size, " never joined (not started, crashed "
               "before init_process_group, or given another MASTER_ADDR/MASTER_PORT)");
   }

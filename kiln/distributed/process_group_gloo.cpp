@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include "kiln/core/error.h"
@@ -154,6 +156,7 @@ class GlooProcessGroup final : public ProcessGroup,
       KILN_FAIL("gloo process group: rank ", rank, " of ", size,
                 " could not connect to its peers: ", e.what());
     }
+    learn_peer_addresses();
     worker_ = std::thread([this] { run_worker(); });
   }
 
@@ -334,6 +337,35 @@ class GlooProcessGroup final : public ProcessGroup,
         "); destroy it and initialise a new one")));
   }
 
+  // Gloo's errors name a socket address ("Read error [10.0.0.2]:41234: Connection reset by
+  // peer"). Each rank publishes the addresses of its pairs, so a failure can name the peer rank.
+  void learn_peer_addresses() {
+    std::string mine;
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      mine += context_->getPair(r)->address().str() + "\n";
+    }
+    store_->set("pair_addresses/" + std::to_string(rank()), mine);
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      std::stringstream lines(store_->get_string("pair_addresses/" + std::to_string(r)));
+      std::string address;
+      while (std::getline(lines, address)) {
+        if (!address.empty()) peer_by_address_[address] = r;
+      }
+    }
+  }
+
+  // "; the peer is rank 2" when the error names one of its addresses.
+  std::string peer_hint(const std::string& what) const {
+    for (const auto& [address, r] : peer_by_address_) {
+      if (what.find(address) != std::string::npos) {
+        return detail::concat(". The peer is rank ", r, ": it has probably exited or been killed");
+      }
+    }
+    return "";
+  }
+
   // Gloo's allgather: every rank's bytes of `input`, in rank order, into `out`.
   void gather_bytes(uint8_t* out, const Tensor& input, uint32_t tag) {
     ::gloo::AllgatherOptions opts(context_);
@@ -405,10 +437,13 @@ class GlooProcessGroup final : public ProcessGroup,
         task.run(task.tag);
         task.work->mark_completed();
       } catch (const std::exception& e) {
-        std::string message = detail::concat(
-            task.work->description(), " failed: ", e.what(),
-            ". A peer process has probably exited or been killed (its connection closed), or "
-            "did not reach this collective within the timeout of ", timeout_.count(), " ms");
+        std::string hint = peer_hint(e.what());
+        if (hint.empty()) {
+          hint = detail::concat(". A peer process has probably exited or been killed (its "
+                                "connection closed), or did not reach this collective within the "
+                                "timeout of ", timeout_.count(), " ms");
+        }
+        std::string message = detail::concat(task.work->description(), " failed: ", e.what(), hint);
         {
           std::lock_guard<std::mutex> lock(mu_);
           if (broken_.empty()) broken_ = message;
@@ -426,6 +461,7 @@ class GlooProcessGroup final : public ProcessGroup,
   std::deque<Task> queue_;
   bool stop_ = false;
   std::string broken_;  // the first failure; non-empty: every later collective fails
+  std::map<std::string, int> peer_by_address_;
   std::thread worker_;
 };
 
