@@ -23,6 +23,7 @@
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "kiln/distributed/gloo_store.h"
@@ -115,6 +116,16 @@ void divide_elements(void* data, size_t n, int size) {
   return attr;
 }
 
+// Gloo writes to its sockets without MSG_NOSIGNAL: a peer that died would kill this process with
+// SIGPIPE instead of failing the collective with an error. Ignored only where nobody installed a
+// handler (a write to a closed pipe then fails with EPIPE instead).
+void ignore_sigpipe() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 class GlooProcessGroup;
 
 class GlooWork final : public Work {
@@ -140,9 +151,11 @@ class GlooProcessGroup final : public ProcessGroup,
  public:
   GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size,
                    const ProcessGroupOptions& options)
-      : ProcessGroup(rank, size), store_(std::move(store)), timeout_(options.timeout) {
+      : ProcessGroup(rank, size), store_(std::move(store)), timeout_(options.timeout),
+        exited_ranks_(options.exited_ranks) {
     KILN_CHECK(size >= 1 && rank >= 0 && rank < size, "gloo process group: rank ", rank,
                " is outside a group of ", size);
+    ignore_sigpipe();
     auto device = ::gloo::transport::tcp::CreateDevice(device_attr());
     context_ = std::make_shared<::gloo::rendezvous::Context>(rank, size);
     context_->setTimeout(timeout_);
@@ -356,8 +369,24 @@ class GlooProcessGroup final : public ProcessGroup,
     }
   }
 
-  // "; the peer is rank 2" when the error names one of its addresses.
+  // ". Rank 2 has exited" when the store saw a rank's process go away (its connection to the
+  // store closes a moment after its sockets to us, hence the short wait), else the rank whose
+  // address the error names.
   std::string peer_hint(const std::string& what) const {
+    if (exited_ranks_) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      do {
+        std::vector<int> exited = exited_ranks_();
+        if (!exited.empty()) {
+          std::string list;
+          for (size_t i = 0; i < exited.size(); ++i) list += (i ? ", " : "") + std::to_string(exited[i]);
+          return detail::concat(". Rank", exited.size() > 1 ? "s " : " ", list,
+                                exited.size() > 1 ? " have" : " has",
+                                " exited (or been killed) in the meantime");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      } while (std::chrono::steady_clock::now() < until);
+    }
     for (const auto& [address, r] : peer_by_address_) {
       if (what.find(address) != std::string::npos) {
         return detail::concat(". The peer is rank ", r, ": it has probably exited or been killed");
@@ -462,6 +491,7 @@ class GlooProcessGroup final : public ProcessGroup,
   bool stop_ = false;
   std::string broken_;  // the first failure; non-empty: every later collective fails
   std::map<std::string, int> peer_by_address_;
+  std::function<std::vector<int>()> exited_ranks_;
   std::thread worker_;
 };
 

@@ -83,6 +83,11 @@ class TCPStore final : public Store {
   const std::string& host() const;
   int port() const;
 
+  // The server sets `key` (to "disconnected") when this process's connection to it closes: when
+  // the process exits or is killed, even by SIGKILL. init_process_group uses it so that a
+  // collective that failed can name the rank that died.
+  void set_on_disconnect(const std::string& key);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

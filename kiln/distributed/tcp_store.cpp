@@ -46,7 +46,7 @@ using net::Deadline;
 using net::IoStatus;
 using std::chrono::milliseconds;
 
-enum Command : uint8_t { kSet = 1, kGet, kAdd, kCheck, kWait, kDelete, kNumKeys };
+enum Command : uint8_t { kSet = 1, kGet, kAdd, kCheck, kWait, kDelete, kNumKeys, kOnDisconnect };
 enum Status : uint8_t { kOk = 0, kTimeout, kError };
 
 // Bounds on what a peer may announce, so a stray connection (a port scanner, a misconfigured
@@ -234,10 +234,23 @@ class StoreServer {
 
   void serve(int fd) {
     Message req;
+    std::string on_disconnect;  // ON_DISCONNECT: the key set when this client goes away
     while (recv_message(fd, req, Deadline::max()) == IoStatus::Ok) {
+      if (req.tag == kOnDisconnect && req.fields.size() == 1) {
+        on_disconnect = string_of(req.fields[0]);
+        if (send_message(fd, ok(), Deadline::max()) != IoStatus::Ok) break;
+        continue;
+      }
       std::optional<Message> reply = handle(req, fd);
-      if (!reply) return;  // stopping, or a request this server does not understand
-      if (send_message(fd, *reply, Deadline::max()) != IoStatus::Ok) return;
+      if (!reply) break;  // stopping, or a request this server does not understand
+      if (send_message(fd, *reply, Deadline::max()) != IoStatus::Ok) break;
+    }
+    if (!on_disconnect.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!stopping_) {
+        data_[on_disconnect] = bytes_of("disconnected");
+        cv_.notify_all();
+      }
     }
   }
 
@@ -361,6 +374,7 @@ struct TCPStore::Impl {
   std::mutex mu;
   std::vector<int> idle;
   bool lost = false;
+  int watch_fd = -1;  // set_on_disconnect's connection
 
   ~Impl() {
     for (int& fd : idle) net::close_fd(fd);
@@ -463,7 +477,25 @@ TCPStore::TCPStore(const std::string& host, int port, const TCPStoreOptions& opt
   }
 }
 
-TCPStore::~TCPStore() = default;
+TCPStore::~TCPStore() {
+  if (impl_->watch_fd >= 0) net::close_fd(impl_->watch_fd);
+}
+
+void TCPStore::set_on_disconnect(const std::string& key) {
+  KILN_CHECK(impl_->watch_fd < 0, "TCPStore::set_on_disconnect: already set for this store");
+  // A connection of its own that stays open, idle, for the life of this store: the kernel closes
+  // it when the process ends, however it ends.
+  int fd = net::connect_with_retry(impl_->host, impl_->port, deadline_after(timeout()), timeout());
+  Deadline deadline = deadline_after(timeout());
+  Message reply;
+  IoStatus s = send_message(fd, Message{kOnDisconnect, {bytes_of(key)}}, deadline);
+  if (s == IoStatus::Ok) s = recv_message(fd, reply, deadline);
+  if (s != IoStatus::Ok || reply.tag != kOk) {
+    net::close_fd(fd);
+    KILN_FAIL("TCPStore::set_on_disconnect: the store server at ", impl_->where, " did not accept it");
+  }
+  impl_->watch_fd = fd;
+}
 
 const std::string& TCPStore::host() const { return impl_->host; }
 int TCPStore::port() const { return impl_->port; }
