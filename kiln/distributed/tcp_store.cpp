@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <list>
@@ -204,7 +205,11 @@ class StoreServer {
       if (rc < 0 && errno == EINTR) continue;
       if (rc < 0 || (p[1].revents & POLLIN)) return;
       int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) continue;  // EAGAIN after a client gave up, EMFILE, ...: keep serving the others
+      if (fd < 0) {
+        // out of descriptors: the pending connection stays readable, so pause instead of spinning
+        if (errno == EMFILE || errno == ENFILE) std::this_thread::sleep_for(milliseconds(50));
+        continue;  // EAGAIN after a client gave up, ...: keep serving the others
+      }
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       std::lock_guard<std::mutex> lock(conn_mu_);

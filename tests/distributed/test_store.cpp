@@ -1,6 +1,10 @@
 // The TCP key-value store (kiln/distributed/store.h): commands and their values, blocking GET and
 // WAIT across clients, every timeout path with a time bound, a server that goes away, the join
 // count, concurrent adds (threads and processes), PrefixStore namespaces, the Gloo adapter.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -282,6 +286,46 @@ TEST_CASE("TCPStore: connecting to a port nobody serves fails after the timeout"
                            std::to_string(port) + " within 400 ms"));
   CHECK(took >= 0.35);
   CHECK(took < 2.0);
+}
+
+TEST_CASE("TCPStore: a server that accepts but never answers is a timeout on the client") {
+  // a listening socket nobody serves: the kernel completes the connection, no reply ever comes
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(fd, 16) == 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  double took = 0;
+  std::string msg = error_of([&] { TCPStore c("127.0.0.1", port, client_options(milliseconds(300))); },
+                             &took);
+  ::close(fd);
+  CHECK_THAT(msg, Contains("timed out after 300 ms waiting for the store server at 127.0.0.1:" +
+                           std::to_string(port) + " to answer"));
+  CHECK(took >= 0.25);
+  CHECK(took < 1.5);
+}
+
+TEST_CASE("TCPStore: a peer speaking another protocol is dropped, the others are served") {
+  TCPStore server("127.0.0.1", 0, server_options());
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(server.port()));
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const std::string http = "GET / HTTP/1.0\r\n\r\n";
+  REQUIRE(::send(fd, http.data(), http.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(http.size()));
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char c;
+  CHECK(::recv(fd, &c, 1, 0) == 0);  // closed by the server, nothing answered
+  ::close(fd);
+  server.set("still", std::string("fine"));
+  CHECK(server.get_string("still") == "fine");
 }
 
 TEST_CASE("TCPStore: bad ports and a taken port are errors") {
