@@ -4,7 +4,9 @@
 // called, instead of a hang or a silently wrong result. It costs a store round trip per
 // collective, so it is off by default.
 #include <map>
+#include <algorithm>
 #include <sstream>
+#include <thread>
 
 #include "kiln/core/error.h"
 #include "kiln/distributed/process_group.h"
@@ -79,6 +81,14 @@ class DebugProcessGroup final : public ProcessGroup {
     // Every rank has read the keys of seq - 1 before writing those of seq, so seq - 2 is free.
     if (seq >= 2) store_->delete_key(key(seq - 2, rank()));
     if (by_fingerprint.size() > 1) {
+      // Every rank reports the mismatch itself: rank 0, which hosts the job's store, waits
+      // (bounded) until all have read the fingerprints before it throws and takes the store
+      // with it.
+      const std::string read_key = "fingerprint/" + std::to_string(seq) + "/read";
+      store_->add(read_key, 1);
+      const auto deadline = std::chrono::steady_clock::now() + std::min(timeout(), std::chrono::milliseconds(10000));
+      while (rank() == 0 && store_->add(read_key, 0) < size() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
       std::ostringstream os;
       os << "KILN_DISTRIBUTED_DEBUG: collective #" << seq << " differs across ranks:";
       for (const auto& [what, ranks] : by_fingerprint) {

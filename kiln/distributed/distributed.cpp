@@ -140,9 +140,11 @@ std::vector<std::string> parse_backends(const std::string& backend) {
 
 // One process group over `store` (a namespace of its own) with the chosen backends.
 Group make_group(const std::vector<std::string>& backends, const std::shared_ptr<Store>& store,
-                 int rank, int size, std::chrono::milliseconds timeout) {
+                 int rank, int size, std::chrono::milliseconds timeout,
+                 std::function<std::vector<int>()> exited_ranks) {
   ProcessGroupOptions options;
   options.timeout = timeout;
+  options.exited_ranks = std::move(exited_ranks);
   std::shared_ptr<ProcessGroup> cpu, cuda;
   for (const auto& b : backends) {
     auto ns = std::make_shared<PrefixStore>(b, store);
@@ -159,6 +161,61 @@ Group make_group(const std::vector<std::string>& backends, const std::shared_ptr
   return group;
 }
 
+std::string exited_key(int global_rank) { return "exited/" + std::to_string(global_rank); }
+
+// Called by a group whose collective failed: which members (as group ranks) the job's store saw
+// exit without having reported a failed collective themselves, i.e. the ranks that died rather
+// than the ranks that gave up because of them. The store's server lives in rank 0: when it is
+// gone, rank 0 is what exited.
+std::function<std::vector<int>()> exited_members(std::shared_ptr<Store> job_store,
+                                                 std::vector<int> members, int self) {
+  std::weak_ptr<Store> weak = job_store;
+  return [weak, members, self] {
+    std::vector<int> exited;
+    auto store = weak.lock();
+    if (!store) return exited;
+    for (size_t i = 0; i < members.size(); ++i) {
+      try {
+        if (members[i] == self) {
+          store->set("failed/" + std::to_string(self), std::string("1"));
+          continue;
+        }
+        if (store->check({exited_key(members[i])}) &&
+            !store->check({"failed/" + std::to_string(members[i])}))
+          exited.push_back(static_cast<int>(i));
+      } catch (const Error&) {
+        auto zero = std::find(members.begin(), members.end(), 0);
+        if (zero != members.end()) return std::vector<int>{static_cast<int>(zero - members.begin())};
+        return exited;
+      }
+    }
+    return exited;
+  };
+}
+
+// At exit, rank 0 (which hosts the store) keeps it up a few seconds more, until the other ranks
+// are gone too: a rank whose collective failed because a peer died asks the store which rank it
+// was, and must not find the store gone merely because rank 0 reached exit() first.
+void keep_store_for_peers_at_exit() {
+  State& s = state();
+  std::shared_ptr<Store> store;
+  int world_size = 1;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    store = s.store;
+    world_size = s.world_size;
+  }
+  if (!store || world_size <= 1) return;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  std::vector<std::string> others;
+  for (int r = 1; r < world_size; ++r) others.push_back(exited_key(r));
+  try {
+    while (!store->check(others) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } catch (const Error&) {
+  }
+}
+
 // Every rank announces itself; an Error names the ranks that did not within the timeout.
 void rendezvous(Store& store, int rank, int world_size, std::chrono::milliseconds timeout,
                 const std::string& where) {
@@ -168,15 +225,18 @@ void rendezvous(Store& store, int rank, int world_size, std::chrono::millisecond
   store.set(key(rank), std::string(host) + " pid " + std::to_string(::getpid()));
   std::vector<std::string> keys;
   for (int r = 0; r < world_size; ++r) keys.push_back(key(r));
+  // Rank 0 hosts the store and gives up last, so every other rank can still read which ranks
+  // are missing when its own wait ends.
+  const auto wait_for = rank == 0 ? timeout + std::chrono::seconds(2) : timeout;
   try {
-    store.wait(keys, timeout);
+    store.wait(keys, wait_for);
   } catch (const Error&) {
     std::vector<int> missing;
     for (int r = 0; r < world_size; ++r) {
       if (!store.check({key(r)})) missing.push_back(r);
     }
     if (missing.empty()) throw;
-    KILN_FAIL("init_process_group: rank ", rank, " waited ", timeout.count(), " ms at ", where,
+    KILN_FAIL("init_process_group: rank ", rank, " waited ", wait_for.count(), " ms at ", where,
               " but ranks ", missing, " of ", world_size, " never joined (not started, crashed "
               "before init_process_group, or given another MASTER_ADDR/MASTER_PORT)");
   }
@@ -221,13 +281,22 @@ void init_process_group(const InitOptions& options) {
     TCPStoreOptions so;
     so.is_server = rank == 0;
     so.timeout = options.timeout;
-    store = std::make_shared<TCPStore>(env.master_addr, env.master_port, so);
+    auto tcp = std::make_shared<TCPStore>(env.master_addr, env.master_port, so);
+    tcp->set_on_disconnect(exited_key(rank));
+    static bool registered = false;
+    if (rank == 0 && !registered) {
+      registered = true;
+      std::atexit(keep_store_for_peers_at_exit);
+    }
+    store = tcp;
     where = "the store on " + env.master_addr + ":" + std::to_string(env.master_port);
   }
   store->set_timeout(options.timeout);
   rendezvous(*store, rank, world_size, options.timeout, where);
+  std::vector<int> all(world_size);
+  for (int r = 0; r < world_size; ++r) all[r] = r;
   Group group = make_group(backends, std::make_shared<PrefixStore>("default", store), rank,
-                           world_size, options.timeout);
+                           world_size, options.timeout, exited_members(store, all, rank));
 
   std::lock_guard<std::mutex> lock(s.mu);
   s.store = store;
@@ -237,8 +306,6 @@ void init_process_group(const InitOptions& options) {
   s.rank = rank;
   s.world_size = world_size;
   s.groups_created = 0;
-  std::vector<int> all(world_size);
-  for (int r = 0; r < world_size; ++r) all[r] = r;
   s.global_ranks[group.get()] = all;
   s.initialized = true;
 }
@@ -327,7 +394,8 @@ Group new_group(const std::vector<int>& ranks, const std::string& backend,
   } else {
     const int group_rank = static_cast<int>(it - members.begin());
     lock.unlock();  // connecting waits on the other members
-    group = make_group(backends, store, group_rank, static_cast<int>(members.size()), group_timeout);
+    group = make_group(backends, store, group_rank, static_cast<int>(members.size()), group_timeout,
+                       exited_members(s.store, members, s.rank));
     lock.lock();
   }
   s.global_ranks[group.get()] = members;

@@ -8,6 +8,7 @@
 // kiln/distributed/distributed.h wait on it unless asked for async_op.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@ const char* reduce_op_name(ReduceOp op);
 
 struct ProcessGroupOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // The group ranks known to have exited (init_process_group answers from the store, whose
+  // server notices a dead process's connection close). A failed collective names them.
+  std::function<std::vector<int>()> exited_ranks;
 };
 
 class ProcessGroup {

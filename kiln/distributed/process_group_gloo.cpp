@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include "kiln/core/error.h"
@@ -21,6 +23,7 @@
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "kiln/distributed/gloo_store.h"
@@ -113,6 +116,16 @@ void divide_elements(void* data, size_t n, int size) {
   return attr;
 }
 
+// Gloo writes to its sockets without MSG_NOSIGNAL: a peer that died would kill this process with
+// SIGPIPE instead of failing the collective with an error. Ignored only where nobody installed a
+// handler (a write to a closed pipe then fails with EPIPE instead).
+void ignore_sigpipe() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 class GlooProcessGroup;
 
 class GlooWork final : public Work {
@@ -138,9 +151,11 @@ class GlooProcessGroup final : public ProcessGroup,
  public:
   GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size,
                    const ProcessGroupOptions& options)
-      : ProcessGroup(rank, size), store_(std::move(store)), timeout_(options.timeout) {
+      : ProcessGroup(rank, size), store_(std::move(store)), timeout_(options.timeout),
+        exited_ranks_(options.exited_ranks) {
     KILN_CHECK(size >= 1 && rank >= 0 && rank < size, "gloo process group: rank ", rank,
                " is outside a group of ", size);
+    ignore_sigpipe();
     auto device = ::gloo::transport::tcp::CreateDevice(device_attr());
     context_ = std::make_shared<::gloo::rendezvous::Context>(rank, size);
     context_->setTimeout(timeout_);
@@ -154,6 +169,7 @@ class GlooProcessGroup final : public ProcessGroup,
       KILN_FAIL("gloo process group: rank ", rank, " of ", size,
                 " could not connect to its peers: ", e.what());
     }
+    learn_peer_addresses();
     worker_ = std::thread([this] { run_worker(); });
   }
 
@@ -334,6 +350,51 @@ class GlooProcessGroup final : public ProcessGroup,
         "); destroy it and initialise a new one")));
   }
 
+  // Gloo's errors name a socket address ("Read error [10.0.0.2]:41234: Connection reset by
+  // peer"). Each rank publishes the addresses of its pairs, so a failure can name the peer rank.
+  void learn_peer_addresses() {
+    std::string mine;
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      mine += context_->getPair(r)->address().str() + "\n";
+    }
+    store_->set("pair_addresses/" + std::to_string(rank()), mine);
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      std::stringstream lines(store_->get_string("pair_addresses/" + std::to_string(r)));
+      std::string address;
+      while (std::getline(lines, address)) {
+        if (!address.empty()) peer_by_address_[address] = r;
+      }
+    }
+  }
+
+  // ". Rank 2 has exited" when the store saw a rank's process go away (its connection to the
+  // store closes a moment after its sockets to us, hence the short wait), else the rank whose
+  // address the error names.
+  std::string peer_hint(const std::string& what) const {
+    if (exited_ranks_) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      do {
+        std::vector<int> exited = exited_ranks_();
+        if (!exited.empty()) {
+          std::string list;
+          for (size_t i = 0; i < exited.size(); ++i) list += (i ? ", " : "") + std::to_string(exited[i]);
+          return detail::concat(". Rank", exited.size() > 1 ? "s " : " ", list,
+                                exited.size() > 1 ? " have" : " has",
+                                " exited (or been killed) in the meantime");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      } while (std::chrono::steady_clock::now() < until);
+    }
+    for (const auto& [address, r] : peer_by_address_) {
+      if (what.find(address) != std::string::npos) {
+        return detail::concat(". The peer is rank ", r, ": it has probably exited or been killed");
+      }
+    }
+    return "";
+  }
+
   // Gloo's allgather: every rank's bytes of `input`, in rank order, into `out`.
   void gather_bytes(uint8_t* out, const Tensor& input, uint32_t tag) {
     ::gloo::AllgatherOptions opts(context_);
@@ -405,10 +466,13 @@ class GlooProcessGroup final : public ProcessGroup,
         task.run(task.tag);
         task.work->mark_completed();
       } catch (const std::exception& e) {
-        std::string message = detail::concat(
-            task.work->description(), " failed: ", e.what(),
-            ". A peer process has probably exited or been killed (its connection closed), or "
-            "did not reach this collective within the timeout of ", timeout_.count(), " ms");
+        std::string hint = peer_hint(e.what());
+        if (hint.empty()) {
+          hint = detail::concat(". A peer process has probably exited or been killed (its "
+                                "connection closed), or did not reach this collective within the "
+                                "timeout of ", timeout_.count(), " ms");
+        }
+        std::string message = detail::concat(task.work->description(), " failed: ", e.what(), hint);
         {
           std::lock_guard<std::mutex> lock(mu_);
           if (broken_.empty()) broken_ = message;
@@ -426,6 +490,8 @@ class GlooProcessGroup final : public ProcessGroup,
   std::deque<Task> queue_;
   bool stop_ = false;
   std::string broken_;  // the first failure; non-empty: every later collective fails
+  std::map<std::string, int> peer_by_address_;
+  std::function<std::vector<int>()> exited_ranks_;
   std::thread worker_;
 };
 

@@ -55,7 +55,9 @@ struct TCPStoreOptions {
   int world_size = -1;    // >0: the server's constructor waits until this many clients joined
   bool is_server = false;  // this process hosts the server (rank 0)
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
-  // When false, a failed connect is retried until the timeout (the server may start later).
+  // With world_size > 0, the server's constructor waits for the others to join (false: returns
+  // as soon as it is up). Every client retries a failed connect until the timeout either way,
+  // since the server may start later.
   bool wait_for_workers = true;
 };
 
@@ -80,6 +82,11 @@ class TCPStore final : public Store {
 
   const std::string& host() const;
   int port() const;
+
+  // The server sets `key` (to "disconnected") when this process's connection to it closes: when
+  // the process exits or is killed, even by SIGKILL. init_process_group uses it so that a
+  // collective that failed can name the rank that died.
+  void set_on_disconnect(const std::string& key);
 
  private:
   struct Impl;

@@ -1,0 +1,109 @@
+// Collectives over the gloo process group, each test a job of 2-4 rank processes over loopback
+// (tests/distributed/spawn.h) that must finish within its deadline.
+#include <catch2/catch.hpp>
+
+#include "tests/distributed/spawn.h"
+
+using kiln_test::describe;
+using kiln_test::spawn_ranks;
+using kiln_test::SpawnOptions;
+
+namespace {
+
+bool all_exited_with(const std::vector<kiln_test::RankResult>& results, int code) {
+  for (const auto& r : results) {
+    if (r.exit_code != code || r.signal != 0) return false;
+  }
+  return true;
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("collectives: every collective and reduction, 2 and 3 ranks") {
+  for (int world : {2, 3}) {
+    SpawnOptions opt;
+    opt.world_size = world;
+    opt.deadline_seconds = 60;
+    auto results = spawn_ranks({KILN_DIST_WORKER, "collectives"}, opt);
+    INFO(describe(results));
+    REQUIRE(all_exited_with(results, 0));
+  }
+}
+
+TEST_CASE("collectives: new_group with a non-member rank") {
+  SpawnOptions opt;
+  opt.world_size = 3;
+  opt.deadline_seconds = 60;
+  auto results = spawn_ranks({KILN_DIST_WORKER, "new_group"}, opt);
+  INFO(describe(results));
+  REQUIRE(all_exited_with(results, 0));
+}
+
+TEST_CASE("collectives: bad input is a kiln::Error on every rank and the ranks stay in step") {
+  SpawnOptions opt;
+  opt.world_size = 2;
+  opt.deadline_seconds = 60;
+  auto results = spawn_ranks({KILN_DIST_WORKER, "bad_input"}, opt);
+  INFO(describe(results));
+  REQUIRE(all_exited_with(results, 0));
+}
+
+TEST_CASE("failures: a rank killed with SIGKILL mid-training makes every survivor raise an Error") {
+  // 4 ranks started by hand (no kiln-run); rank 2 dies at step 20. The timeout is 10 s, so each
+  // survivor must fail within 10 s plus a few; a dead peer's closed sockets usually fail it at once.
+  for (int victim : {2, 0}) {  // 0 also hosts the store
+    SpawnOptions opt;
+    opt.world_size = 4;
+    opt.deadline_seconds = 40;
+    auto results = spawn_ranks({KILN_DIST_WORKER, "peer_killed", std::to_string(victim), "20", "10"}, opt);
+    INFO("victim " << victim << "\n" << describe(results));
+    for (int r = 0; r < 4; ++r) {
+      if (r == victim) {
+        CHECK(results[r].signal == SIGKILL);
+        continue;
+      }
+      CHECK_FALSE(results[r].killed_at_deadline);
+      CHECK(results[r].exit_code == 3);
+      CHECK(results[r].seconds < 10 + 8);
+      CHECK(contains(results[r].output, "all_reduce #"));
+      CHECK(contains(results[r].output, "failed"));
+      // The store's server saw the victim's connection close (or, for rank 0, is gone with it).
+      CHECK(contains(results[r].output, "Rank " + std::to_string(victim) + " has exited"));
+    }
+  }
+}
+
+TEST_CASE("failures: a rank that never joins ends the rendezvous with an Error naming it") {
+  SpawnOptions opt;
+  opt.world_size = 3;
+  opt.ranks = {0, 1};  // rank 2 is never started
+  opt.deadline_seconds = 30;
+  auto results = spawn_ranks({KILN_DIST_WORKER, "join", "3"}, opt);
+  INFO(describe(results));
+  for (const auto& r : results) {
+    CHECK_FALSE(r.killed_at_deadline);
+    CHECK(r.exit_code == 5);
+    CHECK(r.seconds < 3 + 8);
+    CHECK(contains(r.output, "ranks [2] of 3 never joined"));
+  }
+}
+
+TEST_CASE("failures: mismatched collectives under KILN_DISTRIBUTED_DEBUG name both sides") {
+  SpawnOptions opt;
+  opt.world_size = 3;
+  opt.deadline_seconds = 40;
+  opt.env["KILN_DISTRIBUTED_DEBUG"] = "1";
+  auto results = spawn_ranks({KILN_DIST_WORKER, "mismatch"}, opt);
+  INFO(describe(results));
+  for (const auto& r : results) {
+    CHECK_FALSE(r.killed_at_deadline);
+    CHECK(r.exit_code == 4);
+    CHECK(contains(r.output, "collective #1 differs across ranks"));
+    CHECK(contains(r.output, "ranks 0, 1 called all_reduce(Sum) float32 [[10]]"));
+    CHECK(contains(r.output, "rank 2 called all_reduce(Sum) float32 [[12]]"));
+  }
+}
