@@ -19,6 +19,7 @@
 #include <kiln/utils/utils.h>
 
 #include "options.h"
+#include "parallel.h"
 #include "step_graph.h"
 #include "tasks.h"
 
@@ -27,6 +28,7 @@ namespace {
 using kiln::Tensor;
 using kiln_train::Options;
 namespace optim = kiln::optim;
+namespace dist = kiln::distributed;
 namespace fs = std::filesystem;
 
 std::atomic<bool> g_interrupted{false};
@@ -83,8 +85,10 @@ struct Position {
 };
 
 nlohmann::json identity(const Options& o) {
+  // batch_size is this rank's share: with the world size it names the global batch.
   return {{"model", o.model}, {"optimizer", o.optimizer}, {"batch_size", o.batch_size}, {"schedule", o.schedule},
-          {"epochs", o.epochs}, {"grad_accum", o.grad_accum}, {"ema", o.ema}, {"channels_last", o.channels_last}};
+          {"epochs", o.epochs}, {"grad_accum", o.grad_accum}, {"ema", o.ema}, {"channels_last", o.channels_last},
+          {"world_size", o.world_size}, {"zero", o.zero}};
 }
 
 void save_checkpoint(const std::string& path, const Options& o, kiln::nn::Module& model, optim::Optimizer& opt,
@@ -212,11 +216,24 @@ std::string speedups_summary(const Options& o) {
   add(true, "gradients set to none, no_grad validation, no bias before BatchNorm, input normalisation, fused ops");
   add(!kiln::debug::current().any(), "debug APIs off (anomaly detection, sync-debug, deterministic algorithms)");
   add(o.flush_denormal && kiln::flush_denormal(), "denormals flushed to zero on the CPU (--flush-denormal)");
+  add(o.world_size > 1, "data parallel over " + std::to_string(o.world_size) + " ranks: " +
+                            (o.zero ? "ZeRO-1 (--zero)" : "DDP, bucketed all-reduce overlapping backward"));
   return s;
+}
+
+// With --zero each rank's checkpoint holds its own share of the optimizer state: rank r > 0
+// reads and writes "<name>.rank<r>.safetensors" next to rank 0's file.
+std::string rank_path(const Options& o, const std::string& path) {
+  if (!o.zero || o.rank == 0) return path;
+  const std::string ext = ".safetensors";
+  const bool has_ext = path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+  return (has_ext ? path.substr(0, path.size() - ext.size()) : path) + ".rank" + std::to_string(o.rank) + ext;
 }
 
 int run(Options o) {
   kiln_train::validate(o, kiln::cuda::is_available());
+  kiln_train::init_parallel(o);  // under a launcher: joins the job, o.batch_size becomes this rank's share
+  const bool main_rank = o.rank == 0;
   if (o.threads > 0) omp_set_num_threads(o.threads);
   // After the thread count: the setting is applied to the OpenMP pool as it is now.
   if (o.flush_denormal) kiln::set_flush_denormal(true);
@@ -233,48 +250,80 @@ int run(Options o) {
   auto& model = task->model();
   auto& loader = task->train_loader();
   auto params = model.parameters();
-  auto opt = make_optimizer(o, params);
+  // Data parallel: DDP averages the gradients during backward (rank 0's parameters and buffers
+  // are copied to every rank first); --zero instead shards the optimizer, whose step
+  // reduce-scatters the gradients and all-gathers the parameters.
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  std::unique_ptr<dist::ZeroRedundancyOptimizer> zero;
+  std::unique_ptr<optim::Optimizer> opt;
+  if (o.world_size > 1 && !o.zero) {
+    std::shared_ptr<kiln::nn::Module> shared(&model, [](kiln::nn::Module*) {});  // the task owns it
+    ddp = std::make_unique<dist::DistributedDataParallel>(
+        shared, dist::DistributedDataParallelOptions().bucket_cap_mb(o.ddp_bucket_mb));
+  }
+  if (o.zero && o.world_size > 1) {
+    for (auto& t : model.parameters()) dist::broadcast(t, 0);
+    for (auto& t : model.buffers()) dist::broadcast(t, 0);
+    zero = std::make_unique<dist::ZeroRedundancyOptimizer>(
+        params, [&o](std::vector<Tensor> shard) { return make_optimizer(o, shard); });
+  } else {
+    opt = make_optimizer(o, params);
+  }
+  // What schedules, checkpoints and logs see: the optimizer, or ZeRO's over this rank's slices.
+  optim::Optimizer& opt_ref = zero ? zero->local_optimizer() : *opt;
   const int64_t batches = loader.size();
   const int64_t steps_per_epoch = batches / o.grad_accum;
   KILN_CHECK(steps_per_epoch > 0, "--grad-accum ", o.grad_accum, " exceeds the ", batches, " batches of an epoch");
   int64_t total_steps = steps_per_epoch * o.epochs;
   if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
-  auto sched = make_schedule(o, *opt, total_steps);
+  auto sched = make_schedule(o, opt_ref, total_steps);
   std::unique_ptr<optim::EMA> ema = o.ema > 0 ? std::make_unique<optim::EMA>(model, o.ema) : nullptr;
   // Loss scaling for f16 only (bf16 has f32's range); a no-op otherwise and on the CPU.
   kiln::amp::GradScaler scaler(kiln::amp::GradScalerOptions().enabled(o.amp == "fp16" && kiln::cuda::is_available()));
-  for (const auto& w : kiln::nn::lint(model, false)) std::printf("%s\n", w.c_str());
+  if (main_rank)
+    for (const auto& w : kiln::nn::lint(model, false)) std::printf("%s\n", w.c_str());
 
   Position pos;
   if (!o.resume.empty()) {
-    pos = load_checkpoint(o.resume, o, model, *opt, sched.get(), ema.get());
-    std::printf("resumed from %s at epoch %lld, batch %lld, step %lld\n", o.resume.c_str(),
+    pos = load_checkpoint(rank_path(o, o.resume), o, model, opt_ref, sched.get(), ema.get());
+    if (main_rank) std::printf("resumed from %s at epoch %lld, batch %lld, step %lld\n", o.resume.c_str(),
                 static_cast<long long>(pos.epoch), static_cast<long long>(pos.batch_in_epoch), static_cast<long long>(pos.step));
   }
   fs::create_directories(o.out);
   const bool appending = !o.resume.empty();
-  kiln::utils::CsvWriter csv(o.out + "/metrics.csv",
-                             {"step", "epoch", "loss", "lr", "grad_norm", "samples_per_second", "test_accuracy"}, appending);
-  kiln::utils::SummaryWriter tb(o.out);
+  // Rank 0 alone logs, plots and writes the model (every rank writes checkpoints with --zero).
+  std::optional<kiln::utils::CsvWriter> csv;
+  std::optional<kiln::utils::SummaryWriter> tb;
+  if (main_rank) {
+    csv.emplace(o.out + "/metrics.csv",
+                std::vector<std::string>{"step", "epoch", "loss", "lr", "grad_norm", "samples_per_second", "test_accuracy"},
+                appending);
+    tb.emplace(o.out);
+  }
+  std::ostream no_output(nullptr);  // progress bars of ranks other than 0
   std::vector<double> plot_steps, plot_loss, plot_lr, plot_epochs, plot_acc;
 
-  std::printf("kiln-train: %s on %s, %lld parameters, %lld batches/epoch of %lld, %lld epochs, %s + %s\n",
-              o.model.c_str(), o.device.c_str(), static_cast<long long>(model.parameter_count()),
-              static_cast<long long>(batches), static_cast<long long>(o.batch_size), static_cast<long long>(o.epochs),
-              o.optimizer.c_str(), o.schedule.c_str());
-  std::printf("speed-ups:\n%s", speedups_summary(o).c_str());
-  if (!kiln::debug::summary().empty()) std::printf("%s\n", kiln::debug::summary().c_str());
+  if (main_rank) {
+    std::printf("kiln-train: %s on %s, %lld parameters, %lld batches/epoch of %lld%s, %lld epochs, %s + %s\n",
+                o.model.c_str(), o.device.c_str(), static_cast<long long>(model.parameter_count()),
+                static_cast<long long>(batches), static_cast<long long>(o.batch_size),
+                o.world_size > 1 ? (" per rank x " + std::to_string(o.world_size) + " ranks").c_str() : "",
+                static_cast<long long>(o.epochs), o.optimizer.c_str(), o.schedule.c_str());
+    std::printf("speed-ups:\n%s", speedups_summary(o).c_str());
+    if (!kiln::debug::summary().empty()) std::printf("%s\n", kiln::debug::summary().c_str());
+  }
   std::signal(SIGINT, on_sigint);
 
   double test_acc = -1;
   bool stop = false;
-  const std::string ckpt_path = o.out + "/checkpoint.safetensors";
-  kiln_train::StepGraph graph_state(o.cuda_graphs, *opt);
+  const std::string ckpt_path = rank_path(o, o.out + "/checkpoint.safetensors");
+  const bool writes_checkpoints = main_rank || zero;
+  kiln_train::StepGraph graph_state(o.cuda_graphs, opt_ref);
   Tensor grad_norm;  // a device tensor written by clip_grad_norm (inside the graph with --cuda-graphs)
   for (int64_t epoch = pos.epoch; epoch < o.epochs && !stop; ++epoch) {
     loader.set_epoch(epoch);
     kiln::utils::Progress progress(batches, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o.epochs),
-                                   std::cout, tty);
+                                   main_rank ? std::cout : no_output, tty && main_rank);
     int64_t b = 0, micro = 0, window_samples = 0;
     double window_start = now_seconds(), epoch_start = now_seconds(), last_loss = 0, sps = 0;
     for (auto& batch : loader) {
@@ -291,15 +340,25 @@ int run(Options o) {
           // Mixed precision (docs/guide.md, speed-up 4): matmuls/convs in bf16/f16, losses and norms in f32.
           std::optional<kiln::amp::Autocast> autocast;
           if (o.amp != "off") autocast.emplace(o.amp == "bf16" ? kiln::DType::BF16 : kiln::DType::F16);
+          if (ddp) ddp->before_forward();  // rank 0's buffers (BatchNorm statistics) to every rank
           l = task->loss(bt);
         }
-        scaler.scale(o.grad_accum > 1 ? l / static_cast<double>(o.grad_accum) : l).backward();
+        {
+          // Accumulating micro-batches issue no collective; the last one reduces their sum.
+          std::optional<dist::DistributedDataParallel::NoSyncGuard> no_sync;
+          if (ddp && !last_micro) no_sync.emplace(ddp->no_sync());
+          scaler.scale(o.grad_accum > 1 ? l / static_cast<double>(o.grad_accum) : l).backward();
+        }
         if (last_micro) {
           if (o.clip_grad > 0) {
             scaler.unscale(*opt);  // clip the true gradients
             grad_norm = optim::clip_grad_norm(params, o.clip_grad);
           }
-          scaler.step(*opt);  // skipped on the device when a gradient overflowed (f16)
+          if (zero) {
+            zero->step();
+          } else {
+            scaler.step(*opt);  // skipped on the device when a gradient overflowed (f16)
+          }
         }
         return l;
       };
@@ -319,7 +378,11 @@ int run(Options o) {
       window_samples += task->samples_per_batch(batch);
       if (last_micro) {
         scaler.update();
-        if (!graph_state.captured()) opt->zero_grad();  // to none; a captured step owns its gradients
+        if (zero) {
+          zero->zero_grad();
+        } else if (!graph_state.captured()) {
+          opt->zero_grad();  // to none; a captured step owns its gradients
+        }
         if (sched) sched->step();
         if (ema) ema->update();
         ++pos.step;
@@ -329,28 +392,37 @@ int run(Options o) {
           sps = static_cast<double>(window_samples) / (t - window_start);
           window_start = t;
           window_samples = 0;
-          const double lr = opt->param_groups()[0].lr();
+          const double lr = opt_ref.param_groups()[0].lr();
           const double gn = grad_norm.defined() ? grad_norm.item<double>() : -1;
-          csv.write_row({pos.step, epoch + 1, last_loss, lr, gn >= 0 ? kiln::utils::CsvCell(gn) : kiln::utils::CsvCell(),
-                         sps, kiln::utils::CsvCell()});
+          if (csv) csv->write_row({pos.step, epoch + 1, last_loss, lr, gn >= 0 ? kiln::utils::CsvCell(gn) : kiln::utils::CsvCell(),
+                                   sps * o.world_size, kiln::utils::CsvCell()});
           std::vector<std::pair<std::string, double>> scalars = {{"train/loss", last_loss}, {"train/lr", lr},
-                                                                 {"train/samples_per_second", sps}};
+                                                                 {"train/samples_per_second", sps * o.world_size}};
           if (gn >= 0) scalars.push_back({"train/grad_norm", gn});
           if (scaler.is_enabled()) scalars.push_back({"train/loss_scale", scaler.get_scale()});
-          tb.add_scalars(scalars, pos.step);
+          if (tb) tb->add_scalars(scalars, pos.step);
           plot_steps.push_back(static_cast<double>(pos.step));
           plot_loss.push_back(last_loss);
           plot_lr.push_back(lr);
         }
       }
       progress.update(b, {{"loss", last_loss}}, sps);
-      if (g_interrupted) {
+      // Several ranks stop together: the signal may reach them at different steps, so they agree
+      // at the log points (where the loss is read anyway), all at the same step.
+      bool interrupted = g_interrupted;
+      if (o.world_size > 1) {
+        interrupted = last_micro && pos.step % o.log_every == 0 &&
+                      kiln_train::any_rank(o, g_interrupted, kiln_train::device_of(o));
+      }
+      if (interrupted) {
         pos.epoch = epoch;
         pos.batch_in_epoch = b;
         pos.train_seconds += now_seconds() - epoch_start;
-        save_checkpoint(ckpt_path, o, model, *opt, sched.get(), ema.get(), pos);
+        if (writes_checkpoints) save_checkpoint(ckpt_path, o, model, opt_ref, sched.get(), ema.get(), pos);
         progress.finish();
-        std::printf("interrupted: wrote %s; continue with --resume %s\n", ckpt_path.c_str(), ckpt_path.c_str());
+        if (main_rank)
+          std::printf("interrupted: wrote %s; continue with --resume %s\n", ckpt_path.c_str(), ckpt_path.c_str());
+        kiln_train::finish_parallel(o);
         return 130;
       }
       if (o.max_steps > 0 && pos.step >= o.max_steps) {
@@ -361,6 +433,15 @@ int run(Options o) {
     if (cuda) kiln::cuda::synchronize();  // the epoch's time includes its queued GPU work
     pos.train_seconds += now_seconds() - epoch_start;
     progress.finish({{"loss", last_loss}});
+    pos.epoch = epoch + 1;
+    pos.batch_in_epoch = 0;
+    if (writes_checkpoints) {
+      // The latest checkpoint, and one per epoch to go back to.
+      save_checkpoint(ckpt_path, o, model, opt_ref, sched.get(), ema.get(), pos);
+      fs::copy_file(ckpt_path, rank_path(o, o.out + "/checkpoint-epoch" + std::to_string(epoch + 1) + ".safetensors"),
+                    fs::copy_options::overwrite_existing);
+    }
+    if (!main_rank) continue;  // rank 0 evaluates (the replicas are identical) and logs
     {
       std::optional<optim::EMA::Swap> swap;
       if (ema) swap.emplace(*ema);
@@ -369,20 +450,18 @@ int run(Options o) {
     const auto& st = loader.stats();
     std::printf("epoch %lld: test accuracy %.2f%%%s, loader wait %.1f%% of the epoch\n", static_cast<long long>(epoch + 1),
                 100 * test_acc, ema ? " (EMA weights)" : "", 100 * st.wait_fraction());
-    csv.write_row({pos.step, epoch + 1, last_loss, opt->param_groups()[0].lr(), kiln::utils::CsvCell(),
-                   kiln::utils::CsvCell(), test_acc});
-    tb.add_scalar("test/accuracy", test_acc, pos.step);
-    tb.flush();
+    csv->write_row({pos.step, epoch + 1, last_loss, opt_ref.param_groups()[0].lr(), kiln::utils::CsvCell(),
+                    kiln::utils::CsvCell(), test_acc});
+    tb->add_scalar("test/accuracy", test_acc, pos.step);
+    tb->flush();
     plot_epochs.push_back(static_cast<double>(pos.step));
     plot_acc.push_back(test_acc);
-    pos.epoch = epoch + 1;
-    pos.batch_in_epoch = 0;
-    // The latest checkpoint, and one per epoch to go back to.
-    save_checkpoint(ckpt_path, o, model, *opt, sched.get(), ema.get(), pos);
-    fs::copy_file(ckpt_path, o.out + "/checkpoint-epoch" + std::to_string(epoch + 1) + ".safetensors",
-                  fs::copy_options::overwrite_existing);
   }
 
+  if (!main_rank) {
+    kiln_train::finish_parallel(o);
+    return 0;
+  }
   if (ema) ema->copy_to_model();
   kiln::save(model, o.out + "/model.safetensors", {{"model", o.model}});
   std::vector<kiln::utils::Series> series = {{"train loss", plot_steps, plot_loss},
@@ -393,13 +472,17 @@ int run(Options o) {
   if (!sample.empty()) std::printf("--- sample ---\n%s\n--------------\n", sample.c_str());
   std::printf("wrote %s/{metrics.csv, plot.png, model.safetensors, checkpoint*.safetensors} and TensorBoard events\n",
               o.out.c_str());
-  const double sps_total = pos.train_seconds > 0 ? static_cast<double>(pos.samples) / pos.train_seconds : 0;
+  // Every rank trains the same number of samples (equal shards, drop_last): the job's throughput
+  // is rank 0's times the world size.
+  const double sps_total =
+      pos.train_seconds > 0 ? static_cast<double>(pos.samples) * o.world_size / pos.train_seconds : 0;
   nlohmann::ordered_json summary = {{"model", o.model}, {"device", o.device}, {"epochs", o.epochs},
                             {"train_seconds", pos.train_seconds}, {"samples_per_second", sps_total},
-                            {"test_accuracy", test_acc},
+                            {"test_accuracy", test_acc}, {"world_size", o.world_size},
                             {"peak_memory_bytes", cuda ? static_cast<int64_t>(kiln::cuda::memory_stats(0).peak_reserved_bytes)
                                                        : peak_rss_bytes()}};
   if (cuda) summary["peak_host_memory_bytes"] = peak_rss_bytes();
+  kiln_train::finish_parallel(o);
   std::cout << summary.dump() << std::endl;
   return 0;
 }

@@ -47,6 +47,12 @@ Options parse(int argc, char** argv) {
   app.add_flag("--find-lr", o.find_lr, "run the LR range test, print and plot the suggestion, and exit");
   app.add_option("--log-every", o.log_every, "optimizer steps between logged metrics")->check(CLI::PositiveNumber);
   app.add_option("--threads", o.threads, "CPU threads for the kernels (0: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--dist-timeout", o.dist_timeout, "under a launcher: seconds a collective or the rendezvous "
+                 "may take before it is an error")->check(CLI::PositiveNumber);
+  app.add_option("--ddp-bucket-mb", o.ddp_bucket_mb, "under a launcher: DDP's gradient bucket size in MiB")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--zero", o.zero, "under a launcher: ZeRO-1, the optimizer state sharded across ranks "
+               "(adamw, adam or sgd)");
   app.add_option("--flush-denormal", o.flush_denormal,
                  "CPU: flush denormal floats to zero, true/false (kiln::set_flush_denormal)");
   try {
@@ -76,6 +82,13 @@ void validate(Options& o, bool cuda_available) {
   KILN_CHECK(!(o.channels_last && (o.model == "mlp" || o.model == "gpt")), "--channels-last applies to ",
              "convolutional models (cnn, resnet18), not --model ", o.model);
   KILN_CHECK(o.gpt_size == "char" || o.model == "gpt", "--gpt-size applies to --model gpt, not --model ", o.model);
+  KILN_CHECK(!(o.zero && o.optimizer != "adamw" && o.optimizer != "adam" && o.optimizer != "sgd"), "--zero shards ",
+             "the optimizer's state as flat slices: ", o.optimizer, " computes per-parameter trust ratios, which a ",
+             "slice does not have; use adamw, adam or sgd");
+  KILN_CHECK(!(o.zero && o.clip_grad > 0), "--zero averages the gradients inside its step (reduce-scatter), so a ",
+             "global norm for --clip-grad is not available before it; drop one of them");
+  KILN_CHECK(!(o.zero && o.amp == "fp16"), "--zero with --amp fp16 is not supported (the loss scaler steps a ",
+             "whole optimizer); use --amp bf16");
   if (o.model == "gpt" && o.max_steps == 0) o.max_steps = 300;
   if (o.model == "gpt" && o.batch_size == 128) o.batch_size = 32;
 }

@@ -35,6 +35,15 @@ struct Options {
   int64_t log_every = 50;             // optimizer steps between metric rows
   int threads = 0;                    // OpenMP threads for the kernels; 0: all cores
   bool flush_denormal = true;         // CPU: denormal floats read and written as 0 (FTZ/DAZ)
+  // Data parallelism, when a launcher (kiln-run, torchrun, mpirun, srun) started several ranks
+  // (docs/distributed.md, "kiln-train on several processes").
+  double dist_timeout = 300;          // seconds a collective or the rendezvous may take
+  double ddp_bucket_mb = 25;          // DDP's gradient bucket cap
+  bool zero = false;                  // ZeRO-1: optimizer state sharded across ranks
+  // Set by kiln-train, not flags: this rank's place in the job and its GPU.
+  int rank = 0;
+  int world_size = 1;
+  int cuda_device = 0;
 };
 
 // Parses argv (exits on --help / bad syntax, like every CLI11 program) and validates the

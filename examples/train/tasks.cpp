@@ -35,15 +35,7 @@ class VisionTask : public Task {
       : o_(o),
         train_(dataset_root(o), data::Split::Train),
         test_(dataset_root(o), data::Split::Test),
-        loader_(train_, data::LoaderOptions()
-                            .batch_size(o.batch_size)
-                            .shuffle(true)
-                            .drop_last(true)
-                            .workers(o.workers)
-                            .pin_memory(o.pin_memory)
-                            .device(device_of(o))
-                            .seed(o.seed)
-                            .transform(vision_transform(o))) {
+        loader_(train_, train_loader_options(o, train_.size()).transform(vision_transform(o))) {
     if (o.model == "cnn") {
       cnn_ = std::make_unique<nn::models::FashionCNN>();
       model_ = cnn_.get();
@@ -150,8 +142,7 @@ class TextTask : public Task {
         split_(text_.size() * 9 / 10),
         train_(text_, 0, split_),
         val_(text_, split_ + config_.block_size(), text_.size()),
-        loader_(train_, data::LoaderOptions().batch_size(o.batch_size).shuffle(true).drop_last(true)
-                            .workers(o.workers).pin_memory(o.pin_memory).device(device_of(o)).seed(o.seed)),
+        loader_(train_, train_loader_options(o, train_.size())),
         gpt_([&] {
           nn::models::GPTConfig c = config_;
           KILN_CHECK(text_.vocab_size() <= c.vocab_size(), "the corpus has ", text_.vocab_size(),
@@ -215,6 +206,17 @@ class TextTask : public Task {
 };
 
 }  // namespace
+
+data::LoaderOptions train_loader_options(const Options& o, int64_t n) {
+  auto opts = data::LoaderOptions().batch_size(o.batch_size).drop_last(true).workers(o.workers)
+                  .pin_memory(o.pin_memory).device(device_of(o)).seed(o.seed);
+  if (o.world_size > 1) {
+    // The same permutation on every rank (same seed and epoch), each rank its own slice.
+    return opts.sampler(std::make_shared<data::DistributedSampler>(n, o.rank, o.world_size, /*shuffle=*/true,
+                                                                   o.seed, /*drop_last=*/true));
+  }
+  return opts.shuffle(true);
+}
 
 std::unique_ptr<Task> make_task(const Options& o) {
   if (o.model == "gpt") return std::make_unique<TextTask>(o);

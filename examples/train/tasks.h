@@ -25,9 +25,12 @@ class Task {
 };
 
 std::unique_ptr<Task> make_task(const Options& o);
+// The training loader's sampling: shuffled, drop_last, and under a launcher this rank's shard of
+// each epoch (a DistributedSampler over the dataset's `n` samples).
+kiln::data::LoaderOptions train_loader_options(const Options& o, int64_t n);
 // The device --device resolved to (after validate()).
 inline kiln::Device device_of(const Options& o) {
-  return o.device == "cuda" ? kiln::Device::cuda(0) : kiln::Device::cpu();
+  return o.device == "cuda" ? kiln::Device::cuda(o.cuda_device) : kiln::Device::cpu();
 }
 
 }  // namespace kiln_train

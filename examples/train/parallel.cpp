@@ -1,0 +1,49 @@
+#include "parallel.h"
+
+#include <chrono>
+
+namespace dist = kiln::distributed;
+
+namespace kiln_train {
+
+bool init_parallel(Options& o) {
+  if (!dist::launched_distributed()) return false;
+  const dist::LaunchEnv env = dist::read_launch_env();
+  KILN_CHECK(o.batch_size % env.world_size == 0, "--batch-size ", o.batch_size, " is the global batch; it must ",
+             "divide among the ", env.world_size, " ranks");
+  KILN_CHECK(!o.cuda_graphs, "--cuda-graphs captures one process's step; with ", env.world_size,
+             " ranks the gradient all-reduces run inside backward, which a graph cannot replay yet");
+  KILN_CHECK(!o.find_lr, "--find-lr runs on one process; start it without a launcher");
+  o.rank = env.rank;
+  o.world_size = env.world_size;
+  if (o.device == "cuda") {
+    // One GPU per rank on each node, as torchrun's users expect.
+    KILN_CHECK(env.local_rank < kiln::cuda::device_count(), "rank ", env.rank, " has LOCAL_RANK ", env.local_rank,
+               " but this node has ", kiln::cuda::device_count(), " GPUs; start at most that many ranks per node");
+    o.cuda_device = env.local_rank;
+    kiln::cuda::set_device(o.cuda_device);
+  }
+  o.batch_size /= env.world_size;
+  dist::init_process_group("auto", std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000)));
+  return true;
+}
+
+void finish_parallel(const Options& o) {
+  if (o.world_size > 1) dist::destroy_process_group();
+}
+
+bool any_rank(const Options& o, bool flag, const kiln::Device& device) {
+  if (o.world_size <= 1) return flag;
+  kiln::Tensor t = kiln::full({1}, flag ? 1.0 : 0.0, kiln::TensorOptions().device(device));
+  dist::all_reduce(t, dist::ReduceOp::Max);
+  return t.item<double>() > 0;
+}
+
+int64_t sum_over_ranks(const Options& o, int64_t value, const kiln::Device& device) {
+  if (o.world_size <= 1) return value;
+  kiln::Tensor t = kiln::full({1}, static_cast<double>(value), kiln::TensorOptions().dtype(kiln::DType::F64).device(device));
+  dist::all_reduce(t);
+  return static_cast<int64_t>(t.item<double>());
+}
+
+}  // namespace kiln_train

@@ -1,0 +1,28 @@
+#pragma once
+// kiln-train on several processes (docs/distributed.md, "kiln-train on several processes"): when a
+// launcher started this process as one rank of several, kiln-train joins the job, trains its
+// shard of each global batch under DistributedDataParallel (or ZeRO-1 with --zero), and rank 0
+// alone logs, plots and writes the model.
+#include <memory>
+
+#include <kiln/distributed/distributed.h>
+#include <kiln/kiln.h>
+
+#include "options.h"
+
+namespace kiln_train {
+
+// Joins the job when the environment says this process is one of several ranks: fills
+// o.rank / o.world_size / o.cuda_device (LOCAL_RANK) and turns o.batch_size, the global batch,
+// into this rank's share. Returns false (and changes nothing) for a single process.
+bool init_parallel(Options& o);
+void finish_parallel(const Options& o);
+
+// True on every rank when `flag` is true on any rank (a collective: every rank calls it at the
+// same step). What makes all ranks stop at the same step after a signal reached some of them.
+bool any_rank(const Options& o, bool flag, const kiln::Device& device);
+
+// The sum over ranks of a count (samples trained), for the job's throughput.
+int64_t sum_over_ranks(const Options& o, int64_t value, const kiln::Device& device);
+
+}  // namespace kiln_train
