@@ -43,6 +43,14 @@ set(KILN_PUBLIC_HEADERS
   data/tensor_dataset.h
   data/text.h
   data/transforms.h
+  distributed/data_parallel.h
+  distributed/distributed.h
+  distributed/launch_env.h
+  distributed/process_group.h
+  distributed/reducer.h
+  distributed/store.h
+  distributed/work.h
+  distributed/zero_redundancy_optimizer.h
   nn/activation.h
   nn/attention.h
   nn/checkpoint.h

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# kiln-train data-parallel on the CPU, 2 ranks over loopback (CTest runs this with the binaries):
+#   ddp-resume   under kiln-run: 2 epochs straight == epoch-1 checkpoint + resume, bitwise; the
+#                JSON summary says world_size 2; the ranks' replicas stay identical
+#   zero-resume  the same with --zero (each rank resumes its own optimizer shard)
+#   kill         ranks started by hand (no launcher): rank 1 killed with SIGKILL mid-training;
+#                rank 0 must fail with an Error naming the collective and rank 1 within
+#                --dist-timeout plus a few seconds, never hang; under kiln-run the job exits 137
+#   sigint       SIGINT to kiln-run: every rank stops at the same step, rank 0 checkpoints,
+#                exit 130, and the run resumes from that checkpoint
+set -euo pipefail
+train="$1"
+run="$2"
+what="$3"
+tmp=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
+common=(--device cpu --model mlp --workers 2 --seed 7)
+port=$((20000 + RANDOM % 20000))
+
+fail() { echo "FAIL: $*"; exit 1; }
+json_of() { grep '^\[rank 0\] {' "$1" | tail -n 1 | sed 's/^\[rank 0\] //'; }
+
+case "$what" in
+ddp-resume | zero-resume)
+  extra=()
+  [ "$what" = zero-resume ] && extra=(--zero)
+  timeout 300 "$run" --nproc-per-node 2 --master-port "$port" "$train" "${common[@]}" "${extra[@]}" --log-every 100 --epochs 2 \
+    --out "$tmp/a" > "$tmp/a.log" 2>&1 || { cat "$tmp/a.log"; fail "the 2-rank run failed"; }
+  timeout 300 "$run" --nproc-per-node 2 --master-port $((port + 1)) "$train" "${common[@]}" "${extra[@]}" --log-every 100 --epochs 2 \
+    --out "$tmp/b" --resume "$tmp/a/checkpoint-epoch1.safetensors" > "$tmp/b.log" 2>&1 \
+    || { cat "$tmp/b.log"; fail "the resumed 2-rank run failed"; }
+  grep -q "resumed from" "$tmp/b.log" || fail "no resume message"
+  cmp "$tmp/a/model.safetensors" "$tmp/b/model.safetensors" || fail "final weights differ after resume"
+  json_of "$tmp/a.log" | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); assert d["world_size"]==2 and 0.8 < d["test_accuracy"] <= 1, d' \
+    || fail "the JSON summary lacks world_size 2 or a trained accuracy: $(json_of "$tmp/a.log")"
+  [ "$(grep -c '^\[rank 1\] {' "$tmp/a.log" || true)" = 0 ] || fail "rank 1 printed a summary; only rank 0 reports"
+  if [ "$what" = zero-resume ]; then
+    [ -s "$tmp/a/checkpoint.rank1.safetensors" ] || fail "rank 1 wrote no checkpoint of its optimizer shard"
+  fi
+  echo "$what: identical weights after resume, world_size 2"
+  ;;
+kill)
+  # By hand, as a cluster scheduler without kiln-run would start them.
+  for r in 0 1; do
+    env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
+      "$train" "${common[@]}" --log-every 100 --epochs 3 --dist-timeout 20 --out "$tmp/k" > "$tmp/k$r.log" 2>&1 &
+    eval "pid$r=$!"
+  done
+  for _ in $(seq 1 300); do grep -q "samples/s" "$tmp/k0.log" 2>/dev/null && break; sleep 0.1; done
+  grep -q "samples/s" "$tmp/k0.log" || { cat "$tmp/k0.log"; fail "rank 0 did not start training"; }
+  start=$(date +%s)
+  kill -9 "$pid1"
+  set +e
+  # A deadline of our own: a rank 0 that hangs fails the test instead of blocking it.
+  for _ in $(seq 1 300); do kill -0 "$pid0" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid0" 2>/dev/null; then kill -9 "$pid0"; fail "rank 0 still running 30 s after rank 1 was killed"; fi
+  wait "$pid0"; rc=$?
+  set -e
+  elapsed=$(( $(date +%s) - start ))
+  [ $rc -ne 0 ] || fail "rank 0 exited 0 after its peer died"
+  grep -q "all_reduce #" "$tmp/k0.log" || { cat "$tmp/k0.log"; fail "the error does not name the collective"; }
+  grep -q "Rank 1 has exited" "$tmp/k0.log" || { cat "$tmp/k0.log"; fail "the error does not name rank 1"; }
+  [ $elapsed -le 25 ] || fail "rank 0 took $elapsed s to fail (timeout 20 s)"
+  echo "kill: rank 0 failed in ${elapsed}s: $(grep -o 'all_reduce #[0-9]*' "$tmp/k0.log" | head -1)"
+  # Under kiln-run: the job ends with the killed rank's status.
+  "$run" --nproc-per-node 2 --master-port $((port + 2)) "$train" "${common[@]}" --log-every 100 --epochs 3 --dist-timeout 20 \
+    --out "$tmp/k2" > "$tmp/kr.log" 2>&1 &
+  runpid=$!
+  for _ in $(seq 1 300); do grep -q "samples/s" "$tmp/kr.log" 2>/dev/null && break; sleep 0.1; done
+  victim=$(pgrep -f -- "--out $tmp/k2" | while read -r p; do
+    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx RANK=1; then echo "$p"; fi; done | head -1)
+  [ -n "$victim" ] || fail "could not find rank 1 of the kiln-run job"
+  kill -9 "$victim"
+  set +e
+  for _ in $(seq 1 300); do kill -0 "$runpid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$runpid" 2>/dev/null; then kill -9 "$runpid"; fail "kiln-run still running 30 s after rank 1 was killed"; fi
+  wait "$runpid"; rc=$?
+  set -e
+  [ $rc -eq 137 ] || { cat "$tmp/kr.log"; fail "kiln-run exited $rc, expected 137 (rank 1 killed by SIGKILL)"; }
+  echo "kill: kiln-run exited 137"
+  ;;
+sigint)
+  "$run" --nproc-per-node 2 --master-port "$port" "$train" "${common[@]}" --epochs 1 --log-every 20 \
+    --out "$tmp/s" > "$tmp/s.log" 2>&1 &
+  runpid=$!
+  for _ in $(seq 1 300); do grep -q "samples/s" "$tmp/s.log" 2>/dev/null && break; sleep 0.1; done
+  kill -0 "$runpid" 2>/dev/null || { cat "$tmp/s.log"; fail "the job ended before it could be interrupted"; }
+  kill -INT "$runpid"
+  set +e
+  for _ in $(seq 1 300); do kill -0 "$runpid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$runpid" 2>/dev/null; then kill -9 "$runpid"; fail "kiln-run still running 30 s after SIGINT"; fi
+  wait "$runpid"; rc=$?
+  set -e
+  # kiln-run ends by the signal it got (130 in a shell) or with the ranks' status 130.
+  [ $rc -eq 130 ] || { cat "$tmp/s.log"; fail "exit code $rc, expected 130"; }
+  grep -q "interrupted" "$tmp/s.log" || { cat "$tmp/s.log"; fail "no interrupted message"; }
+  [ -s "$tmp/s/checkpoint.safetensors" ] || fail "no checkpoint written"
+  timeout 300 "$run" --nproc-per-node 2 --master-port $((port + 1)) "$train" "${common[@]}" --epochs 1 --log-every 20 \
+    --out "$tmp/s2" --resume "$tmp/s/checkpoint.safetensors" > "$tmp/s2.log" 2>&1 || { cat "$tmp/s2.log"; fail "resume failed"; }
+  grep -q "resumed from" "$tmp/s2.log" || fail "no resume message"
+  echo "sigint: both ranks stopped, checkpoint written, resumed"
+  ;;
+*)
+  fail "unknown check '$what'"
+  ;;
+esac
