@@ -151,6 +151,42 @@ TEST_CASE("leaf hooks and post-accumulate-grad hooks", "[autograd]") {
   REQUIRE_THROWS_AS(nonleaf.register_post_accumulate_grad_hook([](Tensor&) {}), kiln::Error);
 }
 
+TEST_CASE("queue_callback runs after the whole backward pass, in order, and may queue more", "[autograd]") {
+  auto a = kiln::tensor({1.0, 2.0}, f64(true));
+  auto b = kiln::tensor({3.0}, f64(true));
+  std::vector<std::string> events;
+  // Queued from a's hook: b's gradient (accumulated later in the pass) must exist by then.
+  a.register_post_accumulate_grad_hook([&](Tensor&) {
+    events.push_back("a");
+    kiln::autograd::queue_callback([&] {
+      events.push_back("first");
+      REQUIRE(b.grad().defined());
+      REQUIRE(at(b.grad(), 0) == Approx(3.0));
+      kiln::autograd::queue_callback([&] { events.push_back("nested"); });
+    });
+    kiln::autograd::queue_callback([&] { events.push_back("second"); });
+  });
+  b.register_post_accumulate_grad_hook([&](Tensor&) { events.push_back("b"); });
+  ((a * 2.0).sum() + (b * b).sum() * 0.5).backward();
+  REQUIRE(events.size() == 5);
+  REQUIRE(events[2] == "first");
+  REQUIRE(events[3] == "second");
+  REQUIRE(events[4] == "nested");
+  // Outside backward it is an error; a failed backward drops what was queued.
+  REQUIRE_THROWS_WITH(kiln::autograd::queue_callback([] {}), Catch::Contains("while backward runs"));
+  bool ran = false;
+  auto c = kiln::tensor({1.0}, f64(true));
+  c.register_post_accumulate_grad_hook([&](Tensor&) {
+    kiln::autograd::queue_callback([&] { ran = true; });
+  });
+  auto d = kiln::tensor({1.0}, f64(true));
+  d.register_hook([](const Tensor& g) -> Tensor { throw kiln::Error("hook failed"); });
+  REQUIRE_THROWS_WITH((c * 1.0 + d * 1.0).sum().backward(), Catch::Contains("hook failed"));
+  REQUIRE_FALSE(ran);
+  (c * 1.0).sum().backward();  // the engine is usable afterwards
+  REQUIRE(ran);
+}
+
 TEST_CASE("retain_grad keeps a non-leaf's gradient", "[autograd]") {
   auto x = kiln::tensor({1.0, -2.0}, f64(true));
   auto y = x * 4.0;
