@@ -86,12 +86,12 @@ void bn_coefficients(int64_t C, const T* wp, const T* bp, const ST* mp, const ST
 }
 
 // The gradient reaching the batch norm: g itself, or with the fused ReLU g where the
-// pre-activation bn_pre(x, a, b) is positive, else 0 (ReLU's backward with the pre-activation in
+// pre-activation bn_pre(x, a, b) is positive or NaN, else 0 (ReLU's backward with the pre-activation in
 // the role of its output, as math::ReluBackward).
 template <bool kRelu, class T, class O>
 inline O bn_grad_in(T g, T x, O a, O b) {
   if constexpr (kRelu)
-    return keep_or_zero(bn_pre(x, a, b) > O(0), static_cast<O>(g));
+    return keep_or_zero(!(bn_pre(x, a, b) <= O(0)), static_cast<O>(g));
   else
     return static_cast<O>(g);
 }

@@ -76,7 +76,7 @@ __device__ __forceinline__ opmath_t<T> bn_pre(T x, opmath_t<T> a, opmath_t<T> b)
   return fma_rn(static_cast<opmath_t<T>>(x), a, b);
 }
 
-// The gradient entering the batch norm: g, or with the fused ReLU g where bn_pre(x, a, b) > 0
+// The gradient entering the batch norm: g, or with the fused ReLU g where !(bn_pre(x, a, b) <= 0)
 // (math::ReluBackward with the pre-activation in the role of relu's output).
 template <bool kRelu, class T>
 __device__ __forceinline__ opmath_t<T> bn_grad_in(T g, T x, opmath_t<T> a, opmath_t<T> b) {
