@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -29,8 +30,9 @@ using kiln_train::Options;
 namespace optim = kiln::optim;
 namespace fs = std::filesystem;
 
-std::atomic<bool> g_interrupted{false};
-void on_sigint(int) { g_interrupted = true; }
+// The signal that asked to stop (SIGINT or SIGTERM, handled alike: checkpoint and exit 128 + signal).
+std::atomic<int> g_interrupted{0};
+void on_stop_signal(int sig) { g_interrupted = sig; }
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -264,7 +266,8 @@ int run(Options o) {
               o.optimizer.c_str(), o.schedule.c_str());
   std::printf("speed-ups:\n%s", speedups_summary(o).c_str());
   if (!kiln::debug::summary().empty()) std::printf("%s\n", kiln::debug::summary().c_str());
-  std::signal(SIGINT, on_sigint);
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);  // what job schedulers send before killing a job
 
   double test_acc = -1;
   bool stop = false;
@@ -331,6 +334,21 @@ int run(Options o) {
           window_samples = 0;
           const double lr = opt->param_groups()[0].lr();
           const double gn = grad_norm.defined() ? grad_norm.item<double>() : -1;
+          // Without loss scaling a non-finite loss or gradient norm only gets worse: stop with the
+          // step that showed it. Checked where the loss is read anyway (every --log-every steps),
+          // so no step pays a host sync for it; the GradScaler skips such steps by itself.
+          if (!scaler.is_enabled() && (!std::isfinite(last_loss) || (grad_norm.defined() && !std::isfinite(gn)))) {
+            progress.finish();
+            const bool loss_bad = !std::isfinite(last_loss);
+            const double bad = loss_bad ? last_loss : gn;
+            std::fprintf(stderr,
+                         "kiln-train: the %s is %s at step %lld (epoch %lld; checked every --log-every %lld steps); "
+                         "stopping before the optimizer turns the weights into NaN. Lower --lr, or check the data\n",
+                         loss_bad ? "loss" : "gradient norm", std::isnan(bad) ? "nan" : bad > 0 ? "inf" : "-inf",
+                         static_cast<long long>(pos.step), static_cast<long long>(epoch + 1),
+                         static_cast<long long>(o.log_every));
+            return 3;
+          }
           csv.write_row({pos.step, epoch + 1, last_loss, lr, gn >= 0 ? kiln::utils::CsvCell(gn) : kiln::utils::CsvCell(),
                          sps, kiln::utils::CsvCell()});
           std::vector<std::pair<std::string, double>> scalars = {{"train/loss", last_loss}, {"train/lr", lr},
@@ -350,8 +368,9 @@ int run(Options o) {
         pos.train_seconds += now_seconds() - epoch_start;
         save_checkpoint(ckpt_path, o, model, *opt, sched.get(), ema.get(), pos);
         progress.finish();
-        std::printf("interrupted: wrote %s; continue with --resume %s\n", ckpt_path.c_str(), ckpt_path.c_str());
-        return 130;
+        std::printf("interrupted (%s): wrote %s; continue with --resume %s\n", g_interrupted == SIGTERM ? "SIGTERM" : "SIGINT",
+                    ckpt_path.c_str(), ckpt_path.c_str());
+        return 128 + g_interrupted;
       }
       if (o.max_steps > 0 && pos.step >= o.max_steps) {
         stop = true;
