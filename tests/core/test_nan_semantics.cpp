@@ -200,3 +200,29 @@ TEST_CASE("NaN and Inf: the fused BatchNorm + ReLU backward passes a NaN pre-act
   y.backward(kiln::ones_like(y));
   check_close(values(x.grad()), {1, 0, 1, 0}, 0, 0);
 }
+
+TEST_CASE("NaN and Inf: nn::ConvBatchNormReLU2d keeps a NaN where the unfused chain does", "[nan]") {
+  // eval: the running statistics are finite, so only the windows touching the NaN's conv outputs
+  // are NaN; both the pooled block and the block without a pool against the layers one by one.
+  namespace nn = kiln::nn;
+  kiln::manual_seed(5);
+  auto conv = std::make_shared<nn::Conv2d>(nn::Conv2dOptions(1, 4, 3).padding(1).bias(false));
+  auto bn = std::make_shared<nn::BatchNorm2d>(4);
+  nn::MaxPool2d pool(nn::Pool2dOptions(2));
+  nn::ConvBatchNormReLU2d pooled(conv, bn, std::make_shared<nn::MaxPool2d>(nn::Pool2dOptions(2)));
+  nn::ConvBatchNormReLU2d plain(conv, bn);
+  pooled.eval();
+  Tensor x = kiln::randn({2, 1, 8, 8});
+  x.data_ptr<float>()[3 * 8 + 4] = NAN;  // sample 0, row 3, column 4
+  kiln::NoGradGuard ng;
+  Tensor chain = kiln::relu((*bn)((*conv)(x)));
+  std::vector<double> want_plain = values(chain), want_pooled = values(pool(chain));
+  int nans = 0;
+  for (double v : want_pooled) nans += std::isnan(v);
+  CHECK(nans == 4 * 4);  // the 3x3 conv spreads the NaN over rows 2-4, columns 3-5: 4 windows per channel
+  check_close(values(pooled(x)), want_pooled, 1e-5, 1e-5, "pooled");
+  check_close(values(plain(x)), want_plain, 1e-5, 1e-5, "plain");
+  // training: the NaN reaches every channel's batch statistics, so everything is NaN, never 0
+  pooled.train();
+  for (double v : values(pooled(x))) CHECK(std::isnan(v));
+}
