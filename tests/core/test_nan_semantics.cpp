@@ -191,7 +191,6 @@ TEST_CASE("NaN and Inf: relu's double-backward formula lets a NaN output's gradi
 TEST_CASE("NaN and Inf: the fused BatchNorm + ReLU backward passes a NaN pre-activation's gradient", "[nan]") {
   // eval mode, channel 0's bias NaN: its pre-activations are NaN, and PyTorch's relu backward
   // (threshold_backward on the output) lets g through them; BN's eval backward is g * w * invstd.
-  // (A NaN *input* would give a NaN dx here, see docs/guide.md, "NaN and Inf".)
   Tensor x = kiln::tensor({1.0, -1.0, 2.0, -3.0}, f64()).reshape({2, 2}).requires_grad_(true);
   Tensor rm = kiln::zeros({2}, f64()), rv = kiln::ones({2}, f64());
   Tensor w = kiln::ones({2}, f64()), b = kiln::tensor({nan_, 0.0}, f64());
@@ -199,6 +198,28 @@ TEST_CASE("NaN and Inf: the fused BatchNorm + ReLU backward passes a NaN pre-act
   check_close(values(y), {nan_, 0, nan_, 0}, 0, 0);
   y.backward(kiln::ones_like(y));
   check_close(values(x.grad()), {1, 0, 1, 0}, 0, 0);
+}
+
+TEST_CASE("NaN and Inf: eval-mode batch norm's input gradient at a NaN or inf input is g * w * invstd", "[nan]") {
+  // PyTorch's eval backward has no x term; kiln's dx = g k1 + x k2 + k3 has k2 = k3 = 0 there and
+  // must not turn NaN * 0 into a NaN gradient. Plain, with the fused ReLU, and with the pool.
+  Tensor rm = kiln::zeros({2}, f64()), rv = kiln::ones({2}, f64()), w = kiln::tensor({2.0, 3.0}, f64());
+  for (bool relu : {false, true}) {
+    INFO("relu " << relu);
+    Tensor x = kiln::tensor({nan_, -1.0, inf, 2.0}, f64()).reshape({2, 2}).requires_grad_(true);
+    Tensor y = relu ? F::batch_norm_relu(x, rm, rv, w, Tensor(), false, 0.1, 0.0)
+                    : F::batch_norm(x, rm, rv, w, Tensor(), false, 0.1, 0.0);
+    check_close(values(y), relu ? std::vector<double>{nan_, 0, inf, 6} : std::vector<double>{nan_, -3, inf, 6}, 0, 0);
+    y.backward(kiln::ones_like(y));
+    check_close(values(x.grad()), relu ? std::vector<double>{2, 0, 2, 3} : std::vector<double>{2, 3, 2, 3}, 0, 0);
+  }
+  // [1, 1, 2, 2] through BN + ReLU + 2x2 pool: the window's max is the NaN, which gets g * w
+  Tensor x = kiln::tensor({1.0, nan_, -2.0, 3.0}, f64()).reshape({1, 1, 2, 2}).requires_grad_(true);
+  Tensor y = F::batch_norm_relu_max_pool2d(x, kiln::zeros({1}, f64()), kiln::ones({1}, f64()), kiln::tensor({2.0}, f64()),
+                                           Tensor(), false, 0.1, 0.0);
+  check_close(values(y), {nan_}, 0, 0);
+  y.backward(kiln::ones_like(y));
+  check_close(values(x.grad()), {0, 2, 0, 0}, 0, 0);
 }
 
 TEST_CASE("NaN and Inf: nn::ConvBatchNormReLU2d keeps a NaN where the unfused chain does", "[nan]") {

@@ -134,7 +134,7 @@ struct PooledBnBackward {
     const int64_t c = p % b.C, HW = b.H * b.W, OHW = b.OH * b.OW;
     const O a2 = k2[c], a3 = k3[c], a1 = k1[c];
 #pragma omp simd
-    for (int64_t i = 0; i < HW; ++i) dpl[i] = static_cast<T>(static_cast<O>(xpl[i]) * a2 + a3);
+    for (int64_t i = 0; i < HW; ++i) dpl[i] = static_cast<T>(bn_x_term(static_cast<O>(xpl[i]), a2) + a3);
     const T* gpl = gp + p * OHW;
     const T* ypl = yp + p * OHW;
     const int32_t* ipl = ip + p * OHW;

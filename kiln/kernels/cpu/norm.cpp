@@ -316,7 +316,7 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
             const O rac = kRelu ? ra[c] : O(0), rbc = kRelu ? rb[c] : O(0);
 #pragma omp simd
             for (int64_t i = 0; i < S; ++i)
-              dr[i] = static_cast<T>(bn_grad_in<kRelu>(gr[i], xr[i], rac, rbc) * a1 + static_cast<O>(xr[i]) * a2 + a3);
+              dr[i] = static_cast<T>(bn_grad_in<kRelu>(gr[i], xr[i], rac, rbc) * a1 + bn_x_term(static_cast<O>(xr[i]), a2) + a3);
           }
       } else {
         const O* p1 = k1.data();
@@ -333,7 +333,7 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
           for (int64_t c = 0; c < C; ++c)
             dr[c] = static_cast<T>(
                 bn_grad_in<kRelu>(gr[c], xr[c], kRelu ? rap[c] : O(0), kRelu ? rbp[c] : O(0)) * p1[c] +
-                static_cast<O>(xr[c]) * p2[c] + p3[c]);
+                bn_x_term(static_cast<O>(xr[c]), p2[c]) + p3[c]);
         }
       }
     });
