@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Usage: scripts/check-package.sh BUILD_DIR
-# Installs an already-built kiln into a temporary prefix, then builds and runs tests/package,
-# a separate CMake project that does find_package(kiln) + target_link_libraries(app kiln::kiln).
+# Installs an already-built kiln into a temporary prefix, runs the installed executables (they
+# must find the installed libkiln through their RPATH, with no LD_LIBRARY_PATH), then builds and
+# runs tests/package, a separate CMake project that does find_package(kiln) +
+# target_link_libraries(app kiln::kiln).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,6 +30,24 @@ cmake --install "$BUILD_DIR" --prefix "$PREFIX" >"$TMP/install.log" || {
 }
 # Only the public headers are installed (cmake/kiln_public_headers.cmake and config.h).
 echo "installed $(find "$PREFIX/include/kiln" -name '*.h' | wc -l) headers under $PREFIX/include/kiln"
+
+# The installed binaries load the installed library (examples/CMakeLists.txt sets their RPATH).
+if [[ -x "$PREFIX/bin/kiln-train" ]]; then
+  echo "+ $PREFIX/bin/kiln-train --help"
+  env -u LD_LIBRARY_PATH "$PREFIX/bin/kiln-train" --help >"$TMP/help.log" 2>&1 || {
+    cat "$TMP/help.log" >&2
+    echo "check-package: the installed kiln-train does not run" >&2
+    exit 1
+  }
+  grep -q -- "--lr" "$TMP/help.log" || { cat "$TMP/help.log" >&2; echo "check-package: no --help from kiln-train" >&2; exit 1; }
+  if ldd "$PREFIX/bin/kiln-train" | grep -q "libkiln.so.0 => $PREFIX/"; then
+    echo "kiln-train loads $PREFIX's libkiln.so.0"
+  else
+    ldd "$PREFIX/bin/kiln-train" >&2
+    echo "check-package: the installed kiln-train does not load the installed libkiln" >&2
+    exit 1
+  fi
+fi
 
 gen=()
 if command -v ninja >/dev/null 2>&1; then

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -31,8 +32,9 @@ namespace optim = kiln::optim;
 namespace dist = kiln::distributed;
 namespace fs = std::filesystem;
 
-std::atomic<bool> g_interrupted{false};
-void on_sigint(int) { g_interrupted = true; }
+// The signal that asked to stop (SIGINT or SIGTERM, handled alike: checkpoint and exit 128 + signal).
+std::atomic<int> g_interrupted{0};
+void on_stop_signal(int sig) { g_interrupted = sig; }
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -312,7 +314,8 @@ int run(Options o) {
     std::printf("speed-ups:\n%s", speedups_summary(o).c_str());
     if (!kiln::debug::summary().empty()) std::printf("%s\n", kiln::debug::summary().c_str());
   }
-  std::signal(SIGINT, on_sigint);
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);  // what job schedulers send before killing a job
 
   double test_acc = -1;
   bool stop = false;
@@ -394,6 +397,22 @@ int run(Options o) {
           window_samples = 0;
           const double lr = opt_ref.param_groups()[0].lr();
           const double gn = grad_norm.defined() ? grad_norm.item<double>() : -1;
+          // Without loss scaling a non-finite loss or gradient norm only gets worse: stop with the
+          // step that showed it. Checked where the loss is read anyway (every --log-every steps),
+          // so no step pays a host sync for it; the GradScaler skips such steps by itself. Under
+          // a launcher the rank that sees it exits and the launcher stops the others.
+          if (!scaler.is_enabled() && (!std::isfinite(last_loss) || (grad_norm.defined() && !std::isfinite(gn)))) {
+            progress.finish();
+            const bool loss_bad = !std::isfinite(last_loss);
+            const double bad = loss_bad ? last_loss : gn;
+            std::fprintf(stderr,
+                         "kiln-train: the %s is %s at step %lld (epoch %lld; checked every --log-every %lld steps); "
+                         "stopping before the optimizer turns the weights into NaN. Lower --lr, or check the data\n",
+                         loss_bad ? "loss" : "gradient norm", std::isnan(bad) ? "nan" : bad > 0 ? "inf" : "-inf",
+                         static_cast<long long>(pos.step), static_cast<long long>(epoch + 1),
+                         static_cast<long long>(o.log_every));
+            return 3;
+          }
           if (csv) csv->write_row({pos.step, epoch + 1, last_loss, lr, gn >= 0 ? kiln::utils::CsvCell(gn) : kiln::utils::CsvCell(),
                                    sps * o.world_size, kiln::utils::CsvCell()});
           std::vector<std::pair<std::string, double>> scalars = {{"train/loss", last_loss}, {"train/lr", lr},
@@ -409,21 +428,23 @@ int run(Options o) {
       progress.update(b, {{"loss", last_loss}}, sps);
       // Several ranks stop together: the signal may reach them at different steps, so they agree
       // at the log points (where the loss is read anyway), all at the same step.
-      bool interrupted = g_interrupted;
+      int stop_signal = g_interrupted;
       if (o.world_size > 1) {
-        interrupted = last_micro && pos.step % o.log_every == 0 &&
-                      kiln_train::any_rank(o, g_interrupted, kiln_train::device_of(o));
+        stop_signal = last_micro && pos.step % o.log_every == 0
+                     ? kiln_train::max_over_ranks(o, g_interrupted, kiln_train::device_of(o))
+                     : 0;
       }
-      if (interrupted) {
+      if (stop_signal != 0) {
         pos.epoch = epoch;
         pos.batch_in_epoch = b;
         pos.train_seconds += now_seconds() - epoch_start;
         if (writes_checkpoints) save_checkpoint(ckpt_path, o, model, opt_ref, sched.get(), ema.get(), pos);
         progress.finish();
         if (main_rank)
-          std::printf("interrupted: wrote %s; continue with --resume %s\n", ckpt_path.c_str(), ckpt_path.c_str());
+          std::printf("interrupted (%s): wrote %s; continue with --resume %s\n", stop_signal == SIGTERM ? "SIGTERM" : "SIGINT",
+                      ckpt_path.c_str(), ckpt_path.c_str());
         kiln_train::finish_parallel(o);
-        return 130;
+        return 128 + stop_signal;
       }
       if (o.max_steps > 0 && pos.step >= o.max_steps) {
         stop = true;

@@ -32,18 +32,11 @@ void finish_parallel(const Options& o) {
   if (o.world_size > 1) dist::destroy_process_group();
 }
 
-bool any_rank(const Options& o, bool flag, const kiln::Device& device) {
-  if (o.world_size <= 1) return flag;
-  kiln::Tensor t = kiln::full({1}, flag ? 1.0 : 0.0, kiln::TensorOptions().device(device));
-  dist::all_reduce(t, dist::ReduceOp::Max);
-  return t.item<double>() > 0;
-}
-
-int64_t sum_over_ranks(const Options& o, int64_t value, const kiln::Device& device) {
+int max_over_ranks(const Options& o, int value, const kiln::Device& device) {
   if (o.world_size <= 1) return value;
-  kiln::Tensor t = kiln::full({1}, static_cast<double>(value), kiln::TensorOptions().dtype(kiln::DType::F64).device(device));
-  dist::all_reduce(t);
-  return static_cast<int64_t>(t.item<double>());
+  kiln::Tensor t = kiln::full({1}, static_cast<double>(value), kiln::TensorOptions().device(device));
+  dist::all_reduce(t, dist::ReduceOp::Max);
+  return static_cast<int>(t.item<double>());
 }
 
 }  // namespace kiln_train

@@ -18,11 +18,8 @@ namespace kiln_train {
 bool init_parallel(Options& o);
 void finish_parallel(const Options& o);
 
-// True on every rank when `flag` is true on any rank (a collective: every rank calls it at the
-// same step). What makes all ranks stop at the same step after a signal reached some of them.
-bool any_rank(const Options& o, bool flag, const kiln::Device& device);
-
-// The sum over ranks of a count (samples trained), for the job's throughput.
-int64_t sum_over_ranks(const Options& o, int64_t value, const kiln::Device& device);
+// The largest of every rank's `value` (a collective: every rank calls it at the same step). What
+// makes all ranks stop at the same step after a signal reached some of them (value: the signal).
+int max_over_ranks(const Options& o, int value, const kiln::Device& device);
 
 }  // namespace kiln_train

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/arg.h"
@@ -16,7 +17,16 @@
 
 namespace kiln {
 
-using IntList = std::vector<int64_t>;
+// Sizes, strides, dims: a std::vector<int64_t> in every respect (it converts both ways), but a
+// type of namespace kiln, so that `std::cout << t.sizes()` finds kiln's operator<< by
+// argument-dependent lookup from any namespace and prints [2, 3] as libtorch does; a plain
+// std::vector (an alias) would only find std's operators.
+struct IntList : std::vector<int64_t> {
+  using std::vector<int64_t>::vector;
+  IntList() = default;
+  IntList(const std::vector<int64_t>& v) : std::vector<int64_t>(v) {}                // NOLINT: implicit by design
+  IntList(std::vector<int64_t>&& v) noexcept : std::vector<int64_t>(std::move(v)) {}  // NOLINT
+};
 
 namespace autograd {
 class Node;
@@ -220,7 +230,7 @@ class Tensor {
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
-std::ostream& operator<<(std::ostream& os, const IntList& sizes);
+std::ostream& operator<<(std::ostream& os, const IntList& sizes);  // [2, 3]
 
 // ---- creation
 Tensor empty(const IntList& sizes, const TensorOptions& opts = {});

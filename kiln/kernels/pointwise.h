@@ -29,7 +29,7 @@ enum class BinaryOp : uint8_t {
   Sub,        // a - alpha * b
   Mul, Div, Pow, Maximum, Minimum,
   // fused backward formulas g = a, (x or y) = b
-  ReluBackward,      // g * (y > 0)
+  ReluBackward,      // y <= 0 ? 0 : g (a NaN y passes g, as PyTorch)
   SigmoidBackward,   // g * y * (1 - y)
   TanhBackward,      // g * (1 - y^2)
   GeluErfBackward,   // g * gelu'(x)

@@ -42,7 +42,7 @@ class LeakyReLU : public Module {
  public:
   explicit LeakyReLU(double negative_slope = 0.01) : Module("LeakyReLU"), negative_slope(negative_slope) {}
   Tensor forward(const Tensor& x) override { return functional::leaky_relu(x, negative_slope); }
-  std::string extra_repr() const override { return "negative_slope=" + std::to_string(negative_slope); }
+  std::string extra_repr() const override { return "negative_slope=" + float_repr(negative_slope); }
   double negative_slope;
 };
 
@@ -58,7 +58,7 @@ class Dropout : public Module {
  public:
   explicit Dropout(double p = 0.5);
   Tensor forward(const Tensor& x) override { return functional::dropout(x, p, is_training()); }
-  std::string extra_repr() const override { return "p=" + std::to_string(p); }
+  std::string extra_repr() const override { return "p=" + float_repr(p); }
   double p;
 };
 

@@ -185,7 +185,7 @@ Tensor BatchNorm::forward(const Tensor& x) {
 
 std::string BatchNorm::extra_repr() const {
   std::ostringstream os;
-  os << options.num_features() << ", eps=" << options.eps() << ", momentum=" << options.momentum()
+  os << options.num_features() << ", eps=" << float_repr(options.eps()) << ", momentum=" << float_repr(options.momentum())
      << ", affine=" << (options.affine() ? "True" : "False")
      << ", track_running_stats=" << (options.track_running_stats() ? "True" : "False");
   if (options.fused_relu()) os << ", fused_relu=True";
@@ -205,7 +205,7 @@ Tensor LayerNorm::forward(const Tensor& x) {
 
 std::string LayerNorm::extra_repr() const {
   std::ostringstream os;
-  os << "(" << shape_str(options.normalized_shape()) << ",), eps=" << options.eps()
+  os << "(" << shape_str(options.normalized_shape()) << ",), eps=" << float_repr(options.eps())
      << ", elementwise_affine=" << (options.elementwise_affine() ? "True" : "False");
   return os.str();
 }

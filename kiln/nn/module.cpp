@@ -1,6 +1,10 @@
 #include "kiln/nn/module.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <sstream>
 
@@ -282,6 +286,24 @@ std::string Module::str() const {
   return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const Module& m) { return os << m.str(); }
+std::ostream& operator<<(std::ostream& os, const Module& m) { return os << m.str() << '\n'; }
+
+std::string float_repr(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[48];
+  int digits = 1;  // the fewest significant digits that read back as v
+  for (; digits < 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+  const int exp10 = std::atoi(std::strchr(buf, 'e') + 1);
+  if (exp10 < -4 || exp10 >= 16) return buf;  // Python's switch to scientific notation: 1e-05
+  std::snprintf(buf, sizeof buf, "%.*f", std::max(digits - 1 - exp10, 0), v);
+  std::string s = buf;
+  if (s.find('.') == std::string::npos) s += ".0";
+  return s;
+}
 
 }  // namespace kiln::nn

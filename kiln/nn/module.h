@@ -118,7 +118,13 @@ class Module {
   std::vector<std::shared_ptr<Module>> owned_;
 };
 
+// str() and a newline, as print(module) in Python.
 std::ostream& operator<<(std::ostream& os, const Module& m);
+
+// A double as Python's repr writes it: the shortest form that reads back to the same value
+// (0.1, 1e-05, 0.3333333333333333), with ".0" on integral values (1.0). For extra_repr, so
+// Dropout prints "p=0.1" as PyTorch does, not std::to_string's "0.100000".
+std::string float_repr(double v);
 
 // "No bias before BatchNorm": warnings for each conv/linear with a bias that
 // feeds a normalisation layer directly inside a Sequential, or is followed by one in

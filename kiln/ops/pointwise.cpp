@@ -283,7 +283,7 @@ Tensor sigmoid(const Tensor& x) {
 Tensor relu(const Tensor& x) {
   return unary_with_grad("ReluBackward", UnaryOp::Relu, x,
                          [](const Tensor& g, const SavedTensor&, const SavedTensor& y) {
-                           if (create_graph_mode()) return g * (y.get() > 0.0).to(g.dtype());
+                           if (create_graph_mode()) return g * logical_not(y.get() <= 0.0).to(g.dtype());  // as ReluBackward
                            return binary_raw(BinaryOp::ReluBackward, g, y.get());
                          },
                          false, true);

@@ -137,7 +137,8 @@ std::tuple<Tensor, Tensor> minmax_dim(const Tensor& x, int64_t dim, bool keepdim
   return {values, indices};
 }
 
-// Full reduction: gradient is split evenly between tied extreme elements (PyTorch's rule).
+// Full reduction: gradient is split evenly between tied extreme elements (PyTorch's rule; a NaN
+// result ties with the NaN elements, so they get the gradient rather than 0/0 everywhere).
 Tensor minmax_all(const Tensor& x, bool is_max) {
   const char* name = is_max ? "max" : "min";
   KILN_CHECK(x.defined(), name, ": input is undefined");
@@ -148,7 +149,8 @@ Tensor minmax_all(const Tensor& x, bool is_max) {
     SavedTensor sx(x, name), so = SavedTensor::output(out, name);
     autograd::record_function(is_max ? "MaxBackward" : "MinBackward", {&x}, {&out},
                               [=](const TensorList& g) {
-      Tensor mask = (sx.get() == so.get()).to(g[0].dtype());
+      Tensor xs = sx.get(), os = so.get();
+      Tensor mask = logical_or(xs == os, logical_and(isnan(xs), isnan(os))).to(g[0].dtype());
       return TensorList{mask * (g[0] / mask.sum())};
     });
   }

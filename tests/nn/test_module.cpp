@@ -2,6 +2,8 @@
 // containers, lint; the design brief's user example compiles and trains.
 #include <catch2/catch.hpp>
 
+#include <sstream>
+
 #include <kiln/kiln.h>
 #include <kiln/nn/nn.h>
 
@@ -173,6 +175,26 @@ TEST_CASE("printing shows the tree and the parameter count", "[module]") {
   REQUIRE(s.find("(c1): Conv2d(1, 32, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=False)") != std::string::npos);
   REQUIRE(s.find("(fc): Linear(in_features=6272, out_features=10, bias=True)") != std::string::npos);
   REQUIRE(s.find("parameters: " + std::to_string(288 + 64 + 62730)) != std::string::npos);
+}
+
+TEST_CASE("printing: floats as Python's repr, a newline at the end", "[module]") {
+  REQUIRE(nn::float_repr(0.1) == "0.1");
+  REQUIRE(nn::float_repr(1.0) == "1.0");
+  REQUIRE(nn::float_repr(100.0) == "100.0");
+  REQUIRE(nn::float_repr(0.0) == "0.0");
+  REQUIRE(nn::float_repr(1e-5) == "1e-05");
+  REQUIRE(nn::float_repr(2.5e-7) == "2.5e-07");
+  REQUIRE(nn::float_repr(0.0001) == "0.0001");
+  REQUIRE(nn::float_repr(1.0 / 3) == "0.3333333333333333");
+  REQUIRE(nn::float_repr(-123.456) == "-123.456");
+  REQUIRE(nn::float_repr(1e16) == "1e+16");
+  REQUIRE(nn::Dropout(0.1).extra_repr() == "p=0.1");
+  REQUIRE(nn::LeakyReLU(0.2).extra_repr() == "negative_slope=0.2");
+  REQUIRE(nn::BatchNorm2d(8).extra_repr() == "8, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True");
+  nn::Dropout d(0.1);
+  std::ostringstream os;
+  os << d;
+  REQUIRE(os.str() == "Dropout(p=0.1)\nparameters: 0\n");
 }
 
 TEST_CASE("lint flags a biased conv feeding BatchNorm, not the zoo", "[module][lint]") {

@@ -3,6 +3,8 @@
 #   resume   2 epochs straight == epoch-1 checkpoint + resume, bitwise (fixed worker count)
 #   errors   missing dataset, invalid flag combination, corrupt and mismatched checkpoints
 #   sigint   Ctrl-C writes a checkpoint and exits with 130; the run then resumes
+#   sigterm  the same for SIGTERM (what a job scheduler sends), exit 143
+#   nan      an absurd --lr makes the loss non-finite: stops with the step named, exit 3
 set -euo pipefail
 bin="$1"
 what="$2"
@@ -53,19 +55,32 @@ errors)
   [ $rc -eq 2 ] && grep -q "model=\"mlp\"" <<< "$out" || fail "mismatched checkpoint: rc=$rc: $out"
   echo "errors: all explained"
   ;;
-sigint)
+sigint|sigterm)
+  sig=$(tr a-z A-Z <<< "${what#sig}")
+  want_rc=$([ "$sig" = INT ] && echo 130 || echo 143)
   "$bin" "${common[@]}" --epochs 1 --out "$tmp/s" > "$tmp/s.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 100); do grep -q "samples/s" "$tmp/s.log" 2>/dev/null && break; sleep 0.1; done
-  kill -INT $pid
+  kill -"$sig" $pid
   set +e
   wait $pid; rc=$?
   set -e
-  [ $rc -eq 130 ] || fail "expected exit 130 after SIGINT, got $rc: $(cat "$tmp/s.log")"
-  grep -q "interrupted: wrote" "$tmp/s.log" || fail "no interruption message"
+  [ $rc -eq "$want_rc" ] || fail "expected exit $want_rc after SIG$sig, got $rc: $(cat "$tmp/s.log")"
+  grep -q "interrupted (SIG$sig): wrote" "$tmp/s.log" || fail "no interruption message"
   "$bin" "${common[@]}" --epochs 1 --out "$tmp/s" --resume "$tmp/s/checkpoint.safetensors" > "$tmp/s2.log"
-  tail -n 1 "$tmp/s2.log" | grep -q '"test_accuracy"' || fail "resume after SIGINT did not finish"
-  echo "sigint: checkpointed and resumed"
+  tail -n 1 "$tmp/s2.log" | grep -q '"test_accuracy"' || fail "resume after SIG$sig did not finish"
+  echo "$what: checkpointed and resumed"
+  ;;
+nan)
+  set +e
+  out=$("$bin" --device cpu --model mlp --workers 2 --seed 7 --optimizer sgd --lr 1e30 --log-every 1 \
+        --max-steps 50 --out "$tmp/n" 2>&1); rc=$?
+  set -e
+  [ $rc -eq 3 ] || fail "expected exit 3 on a non-finite loss, got $rc: $out"
+  grep -Eq "kiln-train: the (loss|gradient norm) is (nan|inf|-inf) at step [0-9]+ \(epoch 1" <<< "$out" \
+    || fail "no non-finite message: $out"
+  [ ! -e "$tmp/n/model.safetensors" ] || fail "a NaN model was saved"
+  echo "nan: stopped at $(grep -Eo 'step [0-9]+' <<< "$out" | head -1)"
   ;;
 *) fail "unknown check $what" ;;
 esac

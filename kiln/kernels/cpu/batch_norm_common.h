@@ -39,6 +39,11 @@ inline O keep_or_zero(bool keep, O v) {
   return r;
 }
 
+// The x * k2 term of dx = g * k1 + x * k2 + k3, 0 when k2 is (eval mode): a NaN or inf input
+// then gets PyTorch's eval gradient g * w * invstd instead of NaN * 0.
+template <class O>
+inline O bn_x_term(O x, O k2) { return k2 == O(0) ? O(0) : x * k2; }
+
 // After the backward's per-channel sums sum_g = sum(g) and dot = sum(g * (x - mean)) over the
 // M = N * S elements of each channel: writes dweight = dot * invstd and dbias = sum_g (each when
 // wanted) and returns the coefficients of dx = g * k1 + x * k2 + k3:

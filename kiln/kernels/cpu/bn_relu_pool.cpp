@@ -2,14 +2,14 @@
 // conv -> BN -> ReLU -> max-pool block of VGG-style CNNs such as the Fashion-MNIST CNN.
 //
 // Forward: with a_c = invstd_c * w_c and b_c = bias_c - mean_c * a_c, each window's four values
-// go through y = max(0, fma(x, a_c, b_c)) and are max-pooled at once (max_pool_2x2.h): neither
+// go through y = relu(fma(x, a_c, b_c)) and are max-pooled at once (max_pool_2x2.h): neither
 // the normalised tensor nor the ReLU output is ever written. Only the pooled output and the
 // argmax indices (int32 flat h * W + w, as max_pool2d's) leave the kernel.
 //
 // Backward, from the pooled gradient gout: the gradient reaching BatchNorm is gout at each
-// window's argmax where that element's pre-activation was positive, and 0 everywhere else. The
-// pooled output itself says where: out = max(0, pre at the argmax) > 0 exactly when the mask is
-// on. With the forward's x at the argmax (pooled_x), both passes read only pooled-size tensors
+// window's argmax where that element's pre-activation was positive (or NaN, as PyTorch's relu
+// backward), and 0 everywhere else. The pooled output itself says where: out = relu(pre at the
+// argmax) is positive or NaN exactly when the mask is on. With the forward's x at the argmax (pooled_x), both passes read only pooled-size tensors
 // except for pass 2's own x and dx:
 //   pass 1 (training, or dweight/dbias wanted): per channel, sum_g = sum of those gradients and
 //          dot = sum of gradient * (pooled_x - mean) -- contiguous, vectorised;
@@ -117,7 +117,7 @@ struct PooledBnBackward {
           const T* xpl = pxp + at;
 #pragma omp simd reduction(+ : s, d)
           for (int64_t o = 0; o < OHW; ++o) {
-            const double gv = keep_or_zero(ypl[o] > T(0), static_cast<double>(gpl[o]));
+            const double gv = keep_or_zero(!(ypl[o] <= T(0)), static_cast<double>(gpl[o]));
             s += gv;
             d += gv * (static_cast<double>(xpl[o]) - m);
           }
@@ -134,7 +134,7 @@ struct PooledBnBackward {
     const int64_t c = p % b.C, HW = b.H * b.W, OHW = b.OH * b.OW;
     const O a2 = k2[c], a3 = k3[c], a1 = k1[c];
 #pragma omp simd
-    for (int64_t i = 0; i < HW; ++i) dpl[i] = static_cast<T>(static_cast<O>(xpl[i]) * a2 + a3);
+    for (int64_t i = 0; i < HW; ++i) dpl[i] = static_cast<T>(bn_x_term(static_cast<O>(xpl[i]), a2) + a3);
     const T* gpl = gp + p * OHW;
     const T* ypl = yp + p * OHW;
     const int32_t* ipl = ip + p * OHW;
@@ -142,7 +142,7 @@ struct PooledBnBackward {
     // scatter vectorises; no branch: the mask is on about half the time.
 #pragma omp simd
     for (int64_t o = 0; o < OHW; ++o) {
-      const O gv = keep_or_zero(ypl[o] > T(0), static_cast<O>(gpl[o]));
+      const O gv = keep_or_zero(!(ypl[o] <= T(0)), static_cast<O>(gpl[o]));
       dpl[ipl[o]] = static_cast<T>(static_cast<O>(dpl[ipl[o]]) + gv * a1);
     }
   }

@@ -12,14 +12,14 @@
 // One pass over the (small) input gives s and G: per-sample sums in T, f64 across samples.
 //
 // Forward. Per sample, each channel's conv plane is computed into a cache-resident buffer and
-// pooled through y -> max(0, fma(y, a_k, b_k)) by max_pool_2x2.h's row kernel (the same code and
+// pooled through y -> relu(fma(y, a_k, b_k)) by max_pool_2x2.h's row kernel (the same code and
 // rounding as batch_norm_relu_max_pool2d), writing only the pooled output and a one-byte code
-// per window: bit 0 the argmax's column, bit 1 its row, bit 2 whether its ReLU was on (out > 0).
+// per window: bit 0 the argmax's column, bit 1 its row, bit 2 whether its ReLU was on (out > 0 or NaN).
 // The backward then reads 1 byte per pooled element besides the gradient, not 8 (int32 indices
 // and the output for the mask).
 //
 // Backward. The gradient reaching BatchNorm is gout at each window's argmax where the ReLU was
-// on (out > 0) and 0 elsewhere. With S_k = sum of those gradients times the patch at their
+// on (out > 0 or NaN) and 0 elsewhere. With S_k = sum of those gradients times the patch at their
 // argmax and sum_g_k = sum of the gradients:
 //   dot_k = sum g (y - mean_k) = w_k . S_k - mean_k sum_g_k,
 // batch_norm_backward's coefficients give dy = g k1 + y k2 + k3, and the conv weight gradient is

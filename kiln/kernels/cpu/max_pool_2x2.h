@@ -32,22 +32,21 @@ struct Identity {
 #endif
 };
 
-// y = max(0, x * a + b), always as one fused multiply-add, so that the scalar and vector paths
-// (and a backward that recomputes the ReLU mask from x) agree bit for bit. A NaN becomes 0, as
-// kiln::relu does.
+// y = relu(x * a + b), always as one fused multiply-add, so that the scalar and vector paths
+// (and a backward that recomputes the ReLU mask from x) agree bit for bit. A NaN stays NaN, as
+// in kiln::relu (math::Relu).
 template <class O>
 struct AffineRelu {
   O a, b;
   template <class T> O pre(T v) const { return std::fma(static_cast<O>(v), a, b); }
   template <class T> O operator()(T v) const {
     const O p = pre(v);
-    return p > O(0) ? p : O(0);
+    return p <= O(0) ? O(0) : p;
   }
 #if defined(__AVX512F__)
-  __m512 operator()(__m512 v) const {  // max_ps(NaN, 0) returns the second operand: 0
-    return _mm512_max_ps(_mm512_fmadd_ps(v, _mm512_set1_ps(static_cast<float>(a)),
-                                         _mm512_set1_ps(static_cast<float>(b))),
-                         _mm512_setzero_ps());
+  __m512 operator()(__m512 v) const {  // keep p where !(p <= 0): positives and NaN
+    const __m512 p = _mm512_fmadd_ps(v, _mm512_set1_ps(static_cast<float>(a)), _mm512_set1_ps(static_cast<float>(b)));
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NLE_UQ), p);
   }
 #endif
 };
@@ -56,7 +55,8 @@ struct AffineRelu {
 // r0, r1 are unit-stride input rows, base the flat index of r0[0], W the plane's width. raw, when
 // not null, receives the untransformed input at the argmax. code, when not null, receives a byte
 // per window instead of (or besides) idx, which may then be null: bit 0 the argmax's column in
-// the window, bit 1 its row, bit 2 out > 0 (the fused conv block's backward reads only that).
+// the window, bit 1 its row, bit 2 !(out <= 0), the ReLU's gradient mask, on for a NaN as in
+// PyTorch's relu backward (the fused conv block's backward reads only that).
 template <class T, class Out, class F>
 inline void max_2x2_row_pair(const T* r0, const T* r1, Out* out, int32_t* idx, int64_t OW,
                              int32_t base, int32_t W, F f, T* raw = nullptr, uint8_t* code = nullptr) {
@@ -100,7 +100,7 @@ inline void max_2x2_row_pair(const T* r0, const T* r1, Out* out, int32_t* idx, i
       if (idx) _mm512_mask_storeu_epi32(idx + ow, m_out, _mm512_mask_blend_epi32(t, j0, j1));
       if (code) {
         const __mmask16 col = static_cast<__mmask16>((t & t1) | (~t & t0));
-        const __mmask16 on = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_GT_OQ);
+        const __mmask16 on = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_NLE_UQ);
         const __m512i c = _mm512_or_si512(_mm512_or_si512(_mm512_maskz_set1_epi32(col, 1), _mm512_maskz_set1_epi32(t, 2)),
                                           _mm512_maskz_set1_epi32(on, 4));
         _mm512_mask_cvtepi32_storeu_epi8(code + ow, m_out, c);
@@ -124,7 +124,7 @@ inline void max_2x2_row_pair(const T* r0, const T* r1, Out* out, int32_t* idx, i
     if (idx) idx[ow] = bi;
     if (code) {
       const int32_t j = bi - i, row = j >= W ? 1 : 0;
-      code[ow] = static_cast<uint8_t>((j - row * W) | (row << 1) | (out[ow] > Out(0) ? 4 : 0));
+      code[ow] = static_cast<uint8_t>((j - row * W) | (row << 1) | (out[ow] <= Out(0) ? 0 : 4));
     }
     if (raw) {
       const int32_t j = bi - i;  // 0, 1 (row 0) or W, W + 1 (row 1)

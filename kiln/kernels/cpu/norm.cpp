@@ -86,12 +86,12 @@ void bn_coefficients(int64_t C, const T* wp, const T* bp, const ST* mp, const ST
 }
 
 // The gradient reaching the batch norm: g itself, or with the fused ReLU g where the
-// pre-activation bn_pre(x, a, b) is positive, else 0 (ReLU's backward with the pre-activation in
+// pre-activation bn_pre(x, a, b) is positive or NaN, else 0 (ReLU's backward with the pre-activation in
 // the role of its output, as math::ReluBackward).
 template <bool kRelu, class T, class O>
 inline O bn_grad_in(T g, T x, O a, O b) {
   if constexpr (kRelu)
-    return keep_or_zero(bn_pre(x, a, b) > O(0), static_cast<O>(g));
+    return keep_or_zero(!(bn_pre(x, a, b) <= O(0)), static_cast<O>(g));
   else
     return static_cast<O>(g);
 }
@@ -316,7 +316,7 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
             const O rac = kRelu ? ra[c] : O(0), rbc = kRelu ? rb[c] : O(0);
 #pragma omp simd
             for (int64_t i = 0; i < S; ++i)
-              dr[i] = static_cast<T>(bn_grad_in<kRelu>(gr[i], xr[i], rac, rbc) * a1 + static_cast<O>(xr[i]) * a2 + a3);
+              dr[i] = static_cast<T>(bn_grad_in<kRelu>(gr[i], xr[i], rac, rbc) * a1 + bn_x_term(static_cast<O>(xr[i]), a2) + a3);
           }
       } else {
         const O* p1 = k1.data();
@@ -333,7 +333,7 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
           for (int64_t c = 0; c < C; ++c)
             dr[c] = static_cast<T>(
                 bn_grad_in<kRelu>(gr[c], xr[c], kRelu ? rap[c] : O(0), kRelu ? rbp[c] : O(0)) * p1[c] +
-                static_cast<O>(xr[c]) * p2[c] + p3[c]);
+                bn_x_term(static_cast<O>(xr[c]), p2[c]) + p3[c]);
         }
       }
     });

@@ -76,7 +76,7 @@ __device__ __forceinline__ opmath_t<T> bn_pre(T x, opmath_t<T> a, opmath_t<T> b)
   return fma_rn(static_cast<opmath_t<T>>(x), a, b);
 }
 
-// The gradient entering the batch norm: g, or with the fused ReLU g where bn_pre(x, a, b) > 0
+// The gradient entering the batch norm: g, or with the fused ReLU g where !(bn_pre(x, a, b) <= 0)
 // (math::ReluBackward with the pre-activation in the role of relu's output).
 template <bool kRelu, class T>
 __device__ __forceinline__ opmath_t<T> bn_grad_in(T g, T x, opmath_t<T> a, opmath_t<T> b) {
@@ -384,7 +384,7 @@ __device__ __forceinline__ void bn_affine_elem(T* __restrict__ out, const T* __r
   using O = opmath_t<T>;
   if constexpr (kTwo) {
     O v = bn_grad_in<kRelu>(in0[j], in1[j], rac, rbc) * c0;
-    v = v + static_cast<O>(in1[j]) * c1;
+    v = v + (c1 == O(0) ? O(0) : static_cast<O>(in1[j]) * c1);  // eval: no NaN * 0 (cpu bn_x_term)
     out[j] = static_cast<T>(v + c2);
   } else {
     const O v = bn_pre(in0[j], c0, c2);

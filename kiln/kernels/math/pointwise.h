@@ -41,7 +41,8 @@ struct Sign {
     else return T((T(0) < x) - (x < T(0)));
   }
 };
-struct Relu { template <class T> KILN_INLINE T operator()(T x) const { return x > T(0) ? x : T(0); } };
+// `x <= 0 ? 0 : x`, not `x > 0 ? x : 0`: a NaN passes through, as torch.relu (docs/guide.md, "NaN and Inf").
+struct Relu { template <class T> KILN_INLINE T operator()(T x) const { return x <= T(0) ? T(0) : x; } };
 
 struct Sigmoid {
   template <class T> KILN_INLINE T operator()(T x) const { return T(1) / (T(1) + exp_(-x)); }
@@ -120,8 +121,8 @@ struct Minimum {
 };
 
 // ---- fused backward formulas: (g, saved) -> dL/dx
-struct ReluBackward {  // saved = y
-  template <class T> KILN_INLINE T operator()(T g, T y) const { return y > T(0) ? g : T(0); }
+struct ReluBackward {  // saved = y; PyTorch's threshold_backward: a NaN output lets g through
+  template <class T> KILN_INLINE T operator()(T g, T y) const { return y <= T(0) ? T(0) : g; }
 };
 struct SigmoidBackward {  // saved = y
   template <class T> KILN_INLINE T operator()(T g, T y) const { return g * y * (T(1) - y); }
