@@ -208,6 +208,7 @@ class GlooProcessGroup final : public ProcessGroup,
         data = flat.data();
       }
       const size_t n = bytes / element_size(dtype);
+      if (n == 0) return;  // every rank has the same sizes: nothing to exchange
       dispatch_numeric(dtype, "all_reduce", [&](auto tag_type) {
         using T = typename decltype(tag_type)::type;
         ::gloo::AllreduceOptions opts(context_);
@@ -397,6 +398,7 @@ class GlooProcessGroup final : public ProcessGroup,
 
   // Gloo's allgather: every rank's bytes of `input`, in rank order, into `out`.
   void gather_bytes(uint8_t* out, const Tensor& input, uint32_t tag) {
+    if (input.nbytes() == 0) return;
     ::gloo::AllgatherOptions opts(context_);
     opts.setInput(static_cast<uint8_t*>(input.data_ptr()), input.nbytes());
     opts.setOutput(out, input.nbytes() * size());
@@ -411,6 +413,7 @@ class GlooProcessGroup final : public ProcessGroup,
   void reduce_slice(std::vector<uint8_t>& flat, const Tensor& output, ReduceOp op, uint32_t tag) {
     const DType dtype = output.dtype();
     const size_t n = flat.size() / element_size(dtype);
+    if (n == 0) return;
     dispatch_numeric(dtype, "reduce_scatter", [&](auto tag_type) {
       using T = typename decltype(tag_type)::type;
       ::gloo::AllreduceOptions opts(context_);

@@ -157,3 +157,12 @@ TEST_CASE("DistributedSampler: set_epoch reshuffles, identically on every rank",
   kiln::data::DistributedSampler follow(n, 0, world, true, 11);
   REQUIRE(follow.indices(1) == epoch1[0]);
 }
+
+TEST_CASE("DDP: the model zoo's FashionCNN and a tiny GPT match one process, with no_sync accumulation",
+          "[ddp]") {
+  const int world = GENERATE(2, 3);
+  for (const char* model : {"model=cnn", "model=gpt"}) {
+    INFO("world size " << world << ", " << model);
+    run_ranks(world, {"ddp_zoo", model, "steps=3", "accum=2"});
+  }
+}

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "kiln/distributed/distributed.h"
@@ -77,6 +78,38 @@ KILN_SCENARIO("collectives") {
     auto nan = kiln::full({3}, r == 0 ? std::nan("") : 1.0);
     dist::all_reduce(nan, dist::ReduceOp::Max);
     KILN_EXPECT(std::isnan(nan.data_ptr<float>()[0]), "Max with a NaN on rank 0");
+  }
+  // Random data: every rank ends bitwise identical, and equal to the serial reduction of all
+  // ranks' inputs (each rank can make every rank's input: the seed is the rank) within rounding.
+  for (int64_t m : {int64_t(0), int64_t(1), int64_t(w - 1), int64_t(1000003)}) {
+    auto input_of = [&](int q) {
+      kiln::manual_seed(1000 + q);
+      return kiln::randn({m});
+    };
+    auto t = input_of(r);
+    dist::all_reduce(t);
+    auto serial = kiln::zeros({m}, kiln::TensorOptions().dtype(kiln::DType::F64));
+    for (int q = 0; q < w; ++q) serial = serial + input_of(q).to(kiln::DType::F64);
+    auto diff = m ? (t.to(kiln::DType::F64) - serial).abs().max().item<double>() : 0.0;
+    KILN_EXPECT(diff <= 1e-5 * w, "random all_reduce of ", m, " elements is off the serial sum by ", diff);
+    std::vector<kiln::Tensor> everyone;
+    dist::all_gather(everyone, t);
+    for (int q = 0; q < w; ++q) {
+      KILN_EXPECT(std::memcmp(everyone[q].data_ptr(), t.data_ptr(), t.nbytes()) == 0, "rank ", q,
+                  "'s all_reduce result differs bitwise from rank ", r, "'s (", m, " elements)");
+    }
+    // Sizes smaller than the world and empty ones through the sliced collectives too.
+    auto out = kiln::empty({m});
+    auto in = kiln::cat(std::vector<kiln::Tensor>(w, kiln::full({m}, double(r + 1))), 0);
+    dist::reduce_scatter_tensor(out, in);
+    expect_equal(out, kiln::full({m}, w * (w + 1) / 2.0), "reduce_scatter_tensor of " + std::to_string(m));
+    auto gathered = kiln::empty({w * m});
+    dist::all_gather_into_tensor(gathered, kiln::full({m}, double(r)));
+    for (int q = 0; q < w && m > 0; ++q)
+      expect_equal(gathered.narrow(0, q * m, m), kiln::full({m}, double(q)), "all_gather_into_tensor slot");
+    auto b = r == 0 ? kiln::full({m}, 5.0) : kiln::zeros({m});
+    dist::broadcast(b, 0);
+    expect_equal(b, kiln::full({m}, 5.0), "broadcast of " + std::to_string(m));
   }
   // Coalesced, async
   {
