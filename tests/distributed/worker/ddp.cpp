@@ -18,13 +18,9 @@
 
 namespace {
 
-using kiln::Tensor;
+using namespace kiln_test;  // Args, Batch, Net, NetConfig, Tensor
 using kiln::distributed::DistributedDataParallel;
 using kiln::distributed::DistributedDataParallelOptions;
-using kiln_test::Args;
-using kiln_test::Batch;
-using kiln_test::Net;
-using kiln_test::NetConfig;
 
 constexpr uint64_t kSeed = 1234;
 constexpr double kRtol = 1e-5;
@@ -251,25 +247,17 @@ KILN_SCENARIO("ddp_unused_error") {
   auto model = std::make_shared<Net>(config);
   DistributedDataParallel ddp(model);
   const Batch b = kiln_test::global_batch(4, config, 3);
-  std::string message;
-  try {
-    kiln::mse_loss(ddp.forward(b.x), b.y).backward();
-  } catch (const kiln::Error& e) {
-    message = e.what();
-  }
+  const std::string message =
+      kiln_test::error_message([&] { kiln::mse_loss(ddp.forward(b.x), b.y).backward(); });
   KILN_EXPECT(!message.empty(), "backward with an unused parameter must throw");
   KILN_EXPECT(message.find("'unused.weight'") != std::string::npos &&
                   message.find("'unused.bias'") != std::string::npos,
               "the error names the parameters: ", message);
   KILN_EXPECT(message.find("find_unused_parameters(true)") != std::string::npos,
               "the error names the option: ", message);
-  bool again = false;
-  try {
-    ddp.forward(b.x);
-  } catch (const kiln::Error& e) {
-    again = std::string(e.what()).find("'unused.weight'") != std::string::npos;
-  }
-  KILN_EXPECT(again, "the next forward raises the same error");
+  const std::string again = kiln_test::error_message([&] { ddp.forward(b.x); });
+  KILN_EXPECT(again.find("'unused.weight'") != std::string::npos,
+              "the next forward raises the same error");
   kiln::distributed::destroy_process_group();
 }
 
@@ -284,12 +272,7 @@ KILN_SCENARIO("ddp_mismatch") {
   if (rank == 1 && kind == "shape") config.hidden = 17;
   if (rank == 1 && kind == "count") config.unused = true;
   auto model = std::make_shared<Net>(config);
-  std::string message;
-  try {
-    DistributedDataParallel ddp(model);
-  } catch (const kiln::Error& e) {
-    message = e.what();
-  }
+  const std::string message = kiln_test::error_message([&] { DistributedDataParallel ddp(model); });
   KILN_EXPECT(!message.empty(), "DDP over different models must throw");
   if (kind == "shape") {
     KILN_EXPECT(message.find("parameter 0 ('fc1.weight'") != std::string::npos &&
@@ -369,12 +352,8 @@ KILN_SCENARIO("ddp_unused_on_some_ranks") {
   model->use_extra = rank == 0;
   DistributedDataParallel ddp(model);
   const Batch b = kiln_test::global_batch(4, config, 3);
-  std::string message;
-  try {
-    kiln::mse_loss(ddp.forward(b.x), b.y).backward();
-  } catch (const kiln::Error& e) {
-    message = e.what();
-  }
+  const std::string message =
+      kiln_test::error_message([&] { kiln::mse_loss(ddp.forward(b.x), b.y).backward(); });
   if (rank == 0) {
     KILN_EXPECT(message.find("DistributedDataParallel: the all-reduce of gradient bucket 0 of 1 "
                              "failed") != std::string::npos,
