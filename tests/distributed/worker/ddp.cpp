@@ -25,6 +25,12 @@ using kiln::distributed::DistributedDataParallelOptions;
 constexpr uint64_t kSeed = 1234;
 constexpr double kRtol = 1e-5;
 
+// A Net of `config` whose parameters are drawn after manual_seed(seed).
+std::shared_ptr<Net> seeded_net(const NetConfig& config, uint64_t seed = kSeed) {
+  kiln::manual_seed(seed);
+  return std::make_shared<Net>(config);
+}
+
 std::vector<Tensor> buffer_copies(const kiln::nn::Module& m) {
   kiln::NoGradGuard ng;
   std::vector<Tensor> out;
@@ -72,11 +78,9 @@ KILN_SCENARIO("ddp_train") {
   const int64_t rows = a.integer("rows", 4);
   const double cap_bytes = a.real("cap_bytes", 0);
 
-  kiln::manual_seed(kSeed);
-  auto ref = std::make_shared<Net>(config);
+  auto ref = seeded_net(config);
   // Other ranks start elsewhere: DDP must copy rank 0's parameters.
-  kiln::manual_seed(kSeed + static_cast<uint64_t>(rank));
-  auto model = std::make_shared<Net>(config);
+  auto model = seeded_net(config, kSeed + static_cast<uint64_t>(rank));
   // model=branch: `extra` takes part on rank 0 only (in micro-batch extra_micro, or all).
   const int64_t extra_micro = a.integer("extra_micro", -1);
   const auto extra_active = [&](int r, int64_t k) {
@@ -185,8 +189,7 @@ KILN_SCENARIO("ddp_bucket_order") {
   kiln::distributed::init_process_group("gloo");
   const int rank = kiln::distributed::rank();
   const NetConfig config = kiln_test::net_config("swapped");
-  kiln::manual_seed(kSeed);
-  auto model = std::make_shared<Net>(config);
+  auto model = seeded_net(config);
   auto group = std::make_shared<kiln_test::RecordingGroup>(kiln::distributed::default_group());
   // 100 bytes: fc1 (weight 512 B + bias 64 B) and fc2 (256 B + 16 B) land in one bucket each.
   const double cap = 100.0 / (1 << 20);
@@ -243,8 +246,7 @@ KILN_SCENARIO("ddp_bucket_order") {
 KILN_SCENARIO("ddp_unused_error") {
   kiln::distributed::init_process_group("gloo");
   const NetConfig config = kiln_test::net_config("unused");
-  kiln::manual_seed(kSeed);
-  auto model = std::make_shared<Net>(config);
+  auto model = seeded_net(config);
   DistributedDataParallel ddp(model);
   const Batch b = kiln_test::global_batch(4, config, 3);
   const std::string message =
@@ -347,8 +349,7 @@ KILN_SCENARIO("ddp_unused_on_some_ranks") {
   kiln::distributed::init_process_group("gloo");
   const int rank = kiln::distributed::rank();
   const NetConfig config = kiln_test::net_config("branch");
-  kiln::manual_seed(kSeed);
-  auto model = std::make_shared<Net>(config);
+  auto model = seeded_net(config);
   model->use_extra = rank == 0;
   DistributedDataParallel ddp(model);
   const Batch b = kiln_test::global_batch(4, config, 3);
