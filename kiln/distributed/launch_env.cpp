@@ -2,13 +2,12 @@
 // launcher started it (the variables each one sets are listed in launch_env.h).
 #include "kiln/distributed/launch_env.h"
 
-#include <cerrno>
 #include <cstdlib>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/core/error.h"
+#include "kiln/distributed/parse_int.h"
 
 namespace kiln::distributed {
 
@@ -32,15 +31,6 @@ constexpr Launcher kLaunchers[] = {
 };
 
 const char* get(const char* name) { return std::getenv(name); }
-
-std::optional<long long> parse_int(const std::string& s) {
-  if (s.empty()) return std::nullopt;
-  errno = 0;
-  char* end = nullptr;
-  long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno != 0 || end != s.c_str() + s.size()) return std::nullopt;
-  return v;
-}
 
 // The integer in `name`, which must be >= `min`; throws naming the variable otherwise.
 int read_int(const char* name, long long min) {

@@ -248,15 +248,7 @@ class GlooProcessGroup final : public ProcessGroup,
 
   std::shared_ptr<Work> all_gather(std::vector<Tensor> outputs, Tensor input) override {
     check_collective_tensors("all_gather", {input}, DeviceType::CPU, "gloo");
-    KILN_CHECK(static_cast<int>(outputs.size()) == size(), "all_gather: expected ", size(),
-               " output tensors (one per rank), got ", outputs.size());
-    std::vector<Tensor> all = outputs;
-    all.push_back(input);
-    check_collective_tensors("all_gather", all, DeviceType::CPU, "gloo");
-    for (size_t r = 0; r < outputs.size(); ++r) {
-      KILN_CHECK(outputs[r].numel() == input.numel(), "all_gather: output ", r, " has ",
-                 outputs[r].numel(), " elements, the input ", input.numel());
-    }
+    check_one_per_rank("all_gather", outputs, "output", input, "input");
     return enqueue("all_gather", describe_tensors({input}), [this, outputs, input](uint32_t tag) {
       std::vector<uint8_t> flat(input.nbytes() * size());
       gather_bytes(flat.data(), input, tag);
@@ -278,15 +270,7 @@ class GlooProcessGroup final : public ProcessGroup,
 
   std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs,
                                        ReduceOp op) override {
-    KILN_CHECK(static_cast<int>(inputs.size()) == size(), "reduce_scatter: expected ", size(),
-               " input tensors (one per rank), got ", inputs.size());
-    std::vector<Tensor> all = inputs;
-    all.push_back(output);
-    check_collective_tensors("reduce_scatter", all, DeviceType::CPU, "gloo");
-    for (size_t r = 0; r < inputs.size(); ++r) {
-      KILN_CHECK(inputs[r].numel() == output.numel(), "reduce_scatter: input ", r, " has ",
-                 inputs[r].numel(), " elements, the output ", output.numel());
-    }
+    check_one_per_rank("reduce_scatter", inputs, "input", output, "output");
     return enqueue("reduce_scatter", std::string("(") + reduce_op_name(op) + ") " + describe_tensors({output}),
                    [this, output, inputs, op](uint32_t tag) {
       std::vector<uint8_t> flat(output.nbytes() * size());
@@ -339,6 +323,23 @@ class GlooProcessGroup final : public ProcessGroup,
     uint32_t tag;
     std::function<void(uint32_t)> run;
   };
+
+  // The list side of all_gather (outputs) and reduce_scatter (inputs): one tensor per rank, each
+  // with as many elements as `single`, the tensor on the other side.
+  void check_one_per_rank(const char* collective, const std::vector<Tensor>& per_rank,
+                          const char* per_rank_kind, const Tensor& single,
+                          const char* single_kind) const {
+    KILN_CHECK(static_cast<int>(per_rank.size()) == size(), collective, ": expected ", size(), " ",
+               per_rank_kind, " tensors (one per rank), got ", per_rank.size());
+    std::vector<Tensor> all = per_rank;
+    all.push_back(single);
+    check_collective_tensors(collective, all, DeviceType::CPU, "gloo");
+    for (size_t r = 0; r < per_rank.size(); ++r) {
+      KILN_CHECK(per_rank[r].numel() == single.numel(), collective, ": ", per_rank_kind, " ", r,
+                 " has ", per_rank[r].numel(), " elements, the ", single_kind, " ",
+                 single.numel());
+    }
+  }
 
   void check_root(const char* collective, int root) const {
     KILN_CHECK(root >= 0 && root < size(), collective, ": root ", root, " is not a rank of this "

@@ -35,6 +35,7 @@
 #include <unordered_map>
 
 #include "kiln/core/error.h"
+#include "kiln/distributed/parse_int.h"
 #include "kiln/distributed/socket.h"
 #include "kiln/distributed/store.h"
 
@@ -127,16 +128,6 @@ IoStatus recv_message(int fd, Message& m, Deadline deadline) {
   return IoStatus::Ok;
 }
 
-std::optional<int64_t> parse_decimal(const Bytes& b) {
-  std::string s = string_of(b);
-  if (s.empty()) return std::nullopt;
-  errno = 0;
-  char* end = nullptr;
-  long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno != 0 || end != s.c_str() + s.size()) return std::nullopt;
-  return v;
-}
-
 Deadline deadline_after(milliseconds timeout) {
   return Clock::now() + std::clamp(timeout, milliseconds(0), kMaxTimeout);
 }
@@ -185,7 +176,7 @@ class StoreServer {
     std::unique_lock<std::mutex> lock(mu_);
     auto count = [&] {
       auto it = data_.find(key);
-      return it == data_.end() ? int64_t(0) : parse_decimal(it->second).value_or(0);
+      return it == data_.end() ? int64_t(0) : parse_int(string_of(it->second)).value_or(0);
     };
     cv_.wait_until(lock, deadline, [&] { return stopping_ || count() >= target; });
     return count();
@@ -307,7 +298,7 @@ class StoreServer {
         int64_t value = 0;
         auto it = data_.find(key);
         if (it != data_.end()) {
-          auto old = parse_decimal(it->second);
+          auto old = parse_int(string_of(it->second));
           if (!old) {
             return Message{kError, {bytes_of("the value at key '" + key +
                                              "' is not an integer: cannot add to it")}};

@@ -5,17 +5,11 @@
 #include "tests/distributed/spawn.h"
 
 using kiln_test::describe;
+using kiln_test::require_ranks_pass;
 using kiln_test::spawn_ranks;
 using kiln_test::SpawnOptions;
 
 namespace {
-
-bool all_exited_with(const std::vector<kiln_test::RankResult>& results, int code) {
-  for (const auto& r : results) {
-    if (r.exit_code != code || r.signal != 0) return false;
-  }
-  return true;
-}
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -24,32 +18,15 @@ bool contains(const std::string& haystack, const std::string& needle) {
 }  // namespace
 
 TEST_CASE("collectives: every collective and reduction, 1 to 4 ranks") {
-  for (int world : {1, 2, 3, 4}) {
-    SpawnOptions opt;
-    opt.world_size = world;
-    opt.deadline_seconds = 60;
-    auto results = spawn_ranks({KILN_DIST_WORKER, "collectives"}, opt);
-    INFO(describe(results));
-    REQUIRE(all_exited_with(results, 0));
-  }
+  for (int world : {1, 2, 3, 4}) require_ranks_pass(world, {"collectives"}, 60);
 }
 
 TEST_CASE("collectives: new_group with a non-member rank") {
-  SpawnOptions opt;
-  opt.world_size = 3;
-  opt.deadline_seconds = 60;
-  auto results = spawn_ranks({KILN_DIST_WORKER, "new_group"}, opt);
-  INFO(describe(results));
-  REQUIRE(all_exited_with(results, 0));
+  require_ranks_pass(3, {"new_group"}, 60);
 }
 
 TEST_CASE("collectives: bad input is a kiln::Error on every rank and the ranks stay in step") {
-  SpawnOptions opt;
-  opt.world_size = 2;
-  opt.deadline_seconds = 60;
-  auto results = spawn_ranks({KILN_DIST_WORKER, "bad_input"}, opt);
-  INFO(describe(results));
-  REQUIRE(all_exited_with(results, 0));
+  require_ranks_pass(2, {"bad_input"}, 60);
 }
 
 TEST_CASE("failures: a rank killed with SIGKILL mid-training makes every survivor raise an Error") {

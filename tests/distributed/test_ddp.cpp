@@ -10,83 +10,63 @@
 
 #include "tests/distributed/spawn.h"
 
-namespace {
-
-using kiln_test::describe;
-using kiln_test::spawn_ranks;
-using kiln_test::SpawnOptions;
-
-// Runs `scenario` on `world` ranks and requires every rank to exit 0.
-void run_ranks(int world, const std::vector<std::string>& scenario_and_args,
-               double deadline = 120) {
-  std::vector<std::string> argv = {KILN_DIST_WORKER};
-  argv.insert(argv.end(), scenario_and_args.begin(), scenario_and_args.end());
-  SpawnOptions opts;
-  opts.world_size = world;
-  opts.deadline_seconds = deadline;
-  auto results = spawn_ranks(argv, opts);
-  INFO(describe(results));
-  REQUIRE(results.size() == static_cast<size_t>(world));
-  for (const auto& r : results) REQUIRE(r.exit_code == 0);
-}
-
-}  // namespace
+using kiln_test::require_ranks_pass;
 
 TEST_CASE("DDP: an MLP's gradients and AdamW steps match one process on the full batch", "[ddp]") {
   const int world = GENERATE(2, 3);
   INFO("world size " << world);
-  run_ranks(world, {"ddp_train", "model=mlp", "steps=3"});
+  require_ranks_pass(world, {"ddp_train", "model=mlp", "steps=3"});
 }
 
 TEST_CASE("DDP: gradient accumulation under no_sync issues no collective and reduces the sum",
           "[ddp]") {
-  run_ranks(2, {"ddp_train", "model=mlp", "steps=3", "accum=3"});
+  require_ranks_pass(2, {"ddp_train", "model=mlp", "steps=3", "accum=3"});
 }
 
 TEST_CASE("DDP: several small buckets, with and without gradient_as_bucket_view", "[ddp]") {
   const int view = GENERATE(0, 1);
   INFO("gradient_as_bucket_view " << view);
-  run_ranks(3, {"ddp_train", "model=mlp", "steps=3", "accum=2", "cap_bytes=100",
-                "view=" + std::to_string(view)});
+  require_ranks_pass(3, {"ddp_train", "model=mlp", "steps=3", "accum=2", "cap_bytes=100",
+                         "view=" + std::to_string(view)});
 }
 
 TEST_CASE("DDP: BatchNorm model, buffers broadcast from rank 0 at each forward", "[ddp]") {
   const int world = GENERATE(2, 3);
   INFO("world size " << world);
-  run_ranks(world, {"ddp_train", "model=bn", "steps=3"});
+  require_ranks_pass(world, {"ddp_train", "model=bn", "steps=3"});
 }
 
 TEST_CASE("DDP: buckets launch in bucket order and are rebuilt in the observed order", "[ddp]") {
-  run_ranks(2, {"ddp_bucket_order"});
+  require_ranks_pass(2, {"ddp_bucket_order"});
 }
 
 TEST_CASE("DDP: find_unused_parameters with a never-used and a rank-dependent parameter", "[ddp]") {
   const int world = GENERATE(2, 3);
   INFO("world size " << world);
-  run_ranks(world, {"ddp_train", "model=unused", "steps=3", "find_unused=1"});
-  run_ranks(world, {"ddp_train", "model=branch", "steps=3", "find_unused=1"});
-  run_ranks(world,
-            {"ddp_train", "model=branch", "steps=2", "find_unused=1", "view=1", "cap_bytes=100"});
+  require_ranks_pass(world, {"ddp_train", "model=unused", "steps=3", "find_unused=1"});
+  require_ranks_pass(world, {"ddp_train", "model=branch", "steps=3", "find_unused=1"});
+  require_ranks_pass(
+      world, {"ddp_train", "model=branch", "steps=2", "find_unused=1", "view=1", "cap_bytes=100"});
   // `extra` gets its only gradient in a no_sync micro-batch: the reduction must include it
   for (const char* view : {"view=0", "view=1"})
-    run_ranks(world, {"ddp_train", "model=branch", "steps=3", "find_unused=1", "accum=2",
-                      "extra_micro=0", view});
+    require_ranks_pass(world, {"ddp_train", "model=branch", "steps=3", "find_unused=1", "accum=2",
+                               "extra_micro=0", view});
 }
 
 TEST_CASE("DDP: an unused parameter without find_unused_parameters is an Error naming it",
           "[ddp]") {
-  run_ranks(2, {"ddp_unused_error"});
+  require_ranks_pass(2, {"ddp_unused_error"});
 }
 
 TEST_CASE("DDP: a parameter unused on some ranks only: an Error on every rank, no hang", "[ddp]") {
   const int world = GENERATE(2, 3);
   INFO("world size " << world);
-  run_ranks(world, {"ddp_unused_on_some_ranks"}, 60);
+  require_ranks_pass(world, {"ddp_unused_on_some_ranks"}, 60);
 }
 
 TEST_CASE("DDP: ranks with different models fail at construction naming the difference", "[ddp]") {
-  run_ranks(2, {"ddp_mismatch", "kind=shape"});
-  run_ranks(2, {"ddp_mismatch", "kind=count"});
+  require_ranks_pass(2, {"ddp_mismatch", "kind=shape"});
+  require_ranks_pass(2, {"ddp_mismatch", "kind=count"});
 }
 
 // ---------------------------------------------------------------- DistributedSampler
@@ -163,6 +143,6 @@ TEST_CASE("DDP: the model zoo's FashionCNN and a tiny GPT match one process, wit
   const int world = GENERATE(2, 3);
   for (const char* model : {"model=cnn", "model=gpt"}) {
     INFO("world size " << world << ", " << model);
-    run_ranks(world, {"ddp_zoo", model, "steps=3", "accum=2"});
+    kiln_test::require_ranks_pass(world, {"ddp_zoo", model, "steps=3", "accum=2"});
   }
 }

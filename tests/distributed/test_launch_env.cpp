@@ -5,9 +5,11 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "kiln/core/error.h"
 #include "kiln/distributed/launch_env.h"
@@ -25,6 +27,9 @@ const char* const kVars[] = {
     "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
     "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
     "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
+
+// (name, value) pairs of environment variables.
+using Vars = std::initializer_list<std::pair<const char*, std::string>>;
 
 // Clears every launcher variable for the test's lifetime, then restores what was there.
 class CleanEnv {
@@ -46,6 +51,9 @@ class CleanEnv {
     }
   }
   void set(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
+  void set(Vars vars) {
+    for (const auto& [name, value] : vars) set(name, value);
+  }
 
  private:
   std::map<std::string, std::optional<std::string>> saved_;
@@ -60,95 +68,70 @@ std::string error_of_read() {
   return "";
 }
 
+// error_of_read() in an environment where of the launcher variables only `vars` are set.
+std::string error_with(Vars vars) {
+  CleanEnv env;
+  env.set(vars);
+  return error_of_read();
+}
+
+// CHECKs every field of `e` against `want`.
+void check_env(const LaunchEnv& e, const LaunchEnv& want) {
+  CHECK(e.rank == want.rank);
+  CHECK(e.world_size == want.world_size);
+  CHECK(e.local_rank == want.local_rank);
+  CHECK(e.local_world_size == want.local_world_size);
+  CHECK(e.master_addr == want.master_addr);
+  CHECK(e.master_port == want.master_port);
+  CHECK(e.source == want.source);
+}
+
 }  // namespace
+
+// The expected LaunchEnvs below list rank, world_size, local_rank, local_world_size,
+// master_addr, master_port, source.
 
 TEST_CASE("launch env: defaults when no launcher set anything") {
   CleanEnv env;
-  LaunchEnv e = read_launch_env();
-  CHECK(e.rank == 0);
-  CHECK(e.world_size == 1);
-  CHECK(e.local_rank == 0);
-  CHECK(e.local_world_size == 1);
-  CHECK(e.master_addr == "127.0.0.1");
-  CHECK(e.master_port == 29500);
-  CHECK(e.source == "none");
+  check_env(read_launch_env(), {0, 1, 0, 1, "127.0.0.1", 29500, "none"});
   CHECK_FALSE(launched_distributed());
 }
 
 TEST_CASE("launch env: torchrun / kiln-run variables") {
   CleanEnv env;
-  env.set("RANK", "5");
-  env.set("WORLD_SIZE", "8");
-  env.set("LOCAL_RANK", "1");
-  env.set("LOCAL_WORLD_SIZE", "4");
-  env.set("MASTER_ADDR", "node07");
-  env.set("MASTER_PORT", "12345");
-  LaunchEnv e = read_launch_env();
-  CHECK(e.rank == 5);
-  CHECK(e.world_size == 8);
-  CHECK(e.local_rank == 1);
-  CHECK(e.local_world_size == 4);
-  CHECK(e.master_addr == "node07");
-  CHECK(e.master_port == 12345);
-  CHECK(e.source == "torchrun");
+  env.set({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
+           {"MASTER_ADDR", "node07"}, {"MASTER_PORT", "12345"}});
+  check_env(read_launch_env(), {5, 8, 1, 4, "node07", 12345, "torchrun"});
   CHECK(launched_distributed());
 
   // one process launched by torchrun is not distributed
-  env.set("RANK", "0");
-  env.set("WORLD_SIZE", "1");
+  env.set({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
   CHECK_FALSE(launched_distributed());
   CHECK(read_launch_env().source == "torchrun");
 }
 
 TEST_CASE("launch env: Open MPI's mpirun") {
   CleanEnv env;
-  env.set("OMPI_COMM_WORLD_RANK", "3");
-  env.set("OMPI_COMM_WORLD_SIZE", "4");
-  env.set("OMPI_COMM_WORLD_LOCAL_RANK", "1");
-  env.set("OMPI_COMM_WORLD_LOCAL_SIZE", "2");
-  env.set("MASTER_ADDR", "10.1.2.3");
-  LaunchEnv e = read_launch_env();
-  CHECK(e.rank == 3);
-  CHECK(e.world_size == 4);
-  CHECK(e.local_rank == 1);
-  CHECK(e.local_world_size == 2);
-  CHECK(e.master_addr == "10.1.2.3");
-  CHECK(e.master_port == 29500);
-  CHECK(e.source == "mpirun");
+  env.set({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+           {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+           {"MASTER_ADDR", "10.1.2.3"}});
+  check_env(read_launch_env(), {3, 4, 1, 2, "10.1.2.3", 29500, "mpirun"});
   CHECK(launched_distributed());
 }
 
 TEST_CASE("launch env: MPICH / Intel MPI (PMI)") {
   CleanEnv env;
-  env.set("PMI_RANK", "2");
-  env.set("PMI_SIZE", "3");
-  env.set("MPI_LOCALRANKID", "0");
-  env.set("MPI_LOCALNRANKS", "1");
-  LaunchEnv e = read_launch_env();
-  CHECK(e.rank == 2);
-  CHECK(e.world_size == 3);
-  CHECK(e.local_rank == 0);
-  CHECK(e.local_world_size == 1);
-  CHECK(e.master_addr == "127.0.0.1");
-  CHECK(e.source == "mpirun");
+  env.set({{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}, {"MPI_LOCALRANKID", "0"},
+           {"MPI_LOCALNRANKS", "1"}});
+  check_env(read_launch_env(), {2, 3, 0, 1, "127.0.0.1", 29500, "mpirun"});
   CHECK(launched_distributed());
 }
 
 TEST_CASE("launch env: Slurm's srun, MASTER_ADDR from the first host of the node list") {
   CleanEnv env;
-  env.set("SLURM_PROCID", "6");
-  env.set("SLURM_NTASKS", "8");
-  env.set("SLURM_LOCALID", "2");
-  env.set("SLURM_NTASKS_PER_NODE", "4");
-  env.set("SLURM_JOB_NODELIST", "node[03-05,07],gpu1");
-  LaunchEnv e = read_launch_env();
-  CHECK(e.rank == 6);
-  CHECK(e.world_size == 8);
-  CHECK(e.local_rank == 2);
-  CHECK(e.local_world_size == 4);
-  CHECK(e.master_addr == "node03");
-  CHECK(e.master_port == 29500);
-  CHECK(e.source == "slurm");
+  env.set({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "2"},
+           {"SLURM_NTASKS_PER_NODE", "4"}, {"SLURM_JOB_NODELIST", "node[03-05,07],gpu1"}});
+  check_env(read_launch_env(), {6, 8, 2, 4, "node03", 29500, "slurm"});
   CHECK(launched_distributed());
 
   const std::pair<const char*, const char*> lists[] = {
@@ -174,79 +157,35 @@ TEST_CASE("launch env: Slurm's srun, MASTER_ADDR from the first host of the node
 TEST_CASE("launch env: the first launcher wins per field") {
   CleanEnv env;
   // torchrun inside a Slurm allocation: torchrun's values, Slurm's node list for the address
-  env.set("RANK", "1");
-  env.set("WORLD_SIZE", "2");
-  env.set("SLURM_PROCID", "0");
-  env.set("SLURM_NTASKS", "1");
-  env.set("SLURM_LOCALID", "0");
-  env.set("SLURM_NTASKS_PER_NODE", "3");
-  env.set("SLURM_JOB_NODELIST", "head[1-4]");
-  LaunchEnv e = read_launch_env();
-  CHECK(e.rank == 1);
-  CHECK(e.world_size == 2);
-  CHECK(e.local_rank == 0);          // SLURM_LOCALID: torchrun set none
-  CHECK(e.local_world_size == 3);    // SLURM_NTASKS_PER_NODE
-  CHECK(e.master_addr == "head1");
-  CHECK(e.source == "torchrun");
-  CHECK(launched_distributed());     // WORLD_SIZE says 2
+  env.set({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"},
+           {"SLURM_LOCALID", "0"}, {"SLURM_NTASKS_PER_NODE", "3"},
+           {"SLURM_JOB_NODELIST", "head[1-4]"}});
+  // local rank and local world size from SLURM_LOCALID and SLURM_NTASKS_PER_NODE: torchrun set
+  // neither
+  check_env(read_launch_env(), {1, 2, 0, 3, "head1", 29500, "torchrun"});
+  CHECK(launched_distributed());  // WORLD_SIZE says 2
 }
 
 TEST_CASE("launch env: bad values are errors naming the variable") {
-  {
-    CleanEnv env;
-    env.set("RANK", "two");
-    CHECK_THAT(error_of_read(), Contains("RANK='two'"));
-  }
-  {
-    CleanEnv env;
-    env.set("WORLD_SIZE", "0");
-    CHECK_THAT(error_of_read(), Contains("WORLD_SIZE='0'"));
-  }
+  CHECK_THAT(error_with({{"RANK", "two"}}), Contains("RANK='two'"));
+  CHECK_THAT(error_with({{"WORLD_SIZE", "0"}}), Contains("WORLD_SIZE='0'"));
   {
     CleanEnv env;
     env.set("OMPI_COMM_WORLD_SIZE", "4x");
     CHECK_THAT(error_of_read(), Contains("OMPI_COMM_WORLD_SIZE='4x'"));
     CHECK_FALSE(launched_distributed());  // an unreadable size says nothing
   }
-  {
-    CleanEnv env;
-    env.set("LOCAL_RANK", "-1");
-    CHECK_THAT(error_of_read(), Contains("LOCAL_RANK='-1'"));
+  CHECK_THAT(error_with({{"LOCAL_RANK", "-1"}}), Contains("LOCAL_RANK='-1'"));
+  CHECK_THAT(error_with({{"SLURM_NTASKS", ""}}), Contains("SLURM_NTASKS=''"));
+  CHECK_THAT(error_with({{"RANK", "99999999999999999999"}}), Contains("RANK="));
+  for (const char* port : {"http", "70000", "0"}) {
+    CHECK_THAT(error_with({{"MASTER_PORT", port}}),
+               Contains("MASTER_PORT='" + std::string(port) + "'"));
   }
-  {
-    CleanEnv env;
-    env.set("SLURM_NTASKS", "");
-    CHECK_THAT(error_of_read(), Contains("SLURM_NTASKS=''"));
-  }
-  {
-    CleanEnv env;
-    env.set("RANK", "99999999999999999999");
-    CHECK_THAT(error_of_read(), Contains("RANK="));
-  }
-  {
-    CleanEnv env;
-    env.set("MASTER_PORT", "http");
-    CHECK_THAT(error_of_read(), Contains("MASTER_PORT='http'"));
-    env.set("MASTER_PORT", "70000");
-    CHECK_THAT(error_of_read(), Contains("MASTER_PORT='70000'"));
-    env.set("MASTER_PORT", "0");
-    CHECK_THAT(error_of_read(), Contains("MASTER_PORT='0'"));
-  }
-  {
-    CleanEnv env;
-    env.set("RANK", "4");
-    env.set("WORLD_SIZE", "4");
-    CHECK_THAT(error_of_read(), Contains("RANK=4 is not below WORLD_SIZE=4"));
-  }
-  {
-    CleanEnv env;
-    env.set("PMI_RANK", "1");  // no size anywhere: the world of one has no rank 1
-    CHECK_THAT(error_of_read(), Contains("PMI_RANK=1 is not below"));
-  }
-  {
-    CleanEnv env;
-    env.set("LOCAL_RANK", "2");
-    env.set("LOCAL_WORLD_SIZE", "2");
-    CHECK_THAT(error_of_read(), Contains("LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2"));
-  }
+  CHECK_THAT(error_with({{"RANK", "4"}, {"WORLD_SIZE", "4"}}),
+             Contains("RANK=4 is not below WORLD_SIZE=4"));
+  // no size anywhere: the world of one has no rank 1
+  CHECK_THAT(error_with({{"PMI_RANK", "1"}}), Contains("PMI_RANK=1 is not below"));
+  CHECK_THAT(error_with({{"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}}),
+             Contains("LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2"));
 }

@@ -19,6 +19,20 @@ port=$((20000 + RANDOM % 20000))
 
 fail() { echo "FAIL: $*"; exit 1; }
 json_of() { grep '^\[rank 0\] {' "$1" | tail -n 1 | sed 's/^\[rank 0\] //'; }
+# Waits up to 30 s for the log $1 to show training (a throughput line).
+wait_for_training() {
+  for _ in $(seq 1 300); do grep -q "samples/s" "$1" 2>/dev/null && break; sleep 0.1; done
+}
+# Waits up to 30 s for the background process $1 to end and sets rc to its exit status; a deadline
+# of our own, so that a process that hangs fails the test ("$2 still running 30 s after $3")
+# instead of blocking it.
+wait_exit() {
+  for _ in $(seq 1 300); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$1" 2>/dev/null; then kill -9 "$1"; fail "$2 still running 30 s after $3"; fi
+  set +e
+  wait "$1"; rc=$?
+  set -e
+}
 
 case "$what" in
 ddp-resume | zero-resume)
@@ -46,16 +60,11 @@ kill)
       "$train" "${common[@]}" --log-every 100 --epochs 3 --dist-timeout 20 --out "$tmp/k" > "$tmp/k$r.log" 2>&1 &
     eval "pid$r=$!"
   done
-  for _ in $(seq 1 300); do grep -q "samples/s" "$tmp/k0.log" 2>/dev/null && break; sleep 0.1; done
+  wait_for_training "$tmp/k0.log"
   grep -q "samples/s" "$tmp/k0.log" || { cat "$tmp/k0.log"; fail "rank 0 did not start training"; }
   start=$(date +%s)
   kill -9 "$pid1"
-  set +e
-  # A deadline of our own: a rank 0 that hangs fails the test instead of blocking it.
-  for _ in $(seq 1 300); do kill -0 "$pid0" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$pid0" 2>/dev/null; then kill -9 "$pid0"; fail "rank 0 still running 30 s after rank 1 was killed"; fi
-  wait "$pid0"; rc=$?
-  set -e
+  wait_exit "$pid0" "rank 0" "rank 1 was killed"
   elapsed=$(( $(date +%s) - start ))
   [ $rc -ne 0 ] || fail "rank 0 exited 0 after its peer died"
   grep -q "all_reduce #" "$tmp/k0.log" || { cat "$tmp/k0.log"; fail "the error does not name the collective"; }
@@ -66,16 +75,12 @@ kill)
   "$run" --nproc-per-node 2 --master-port $((port + 2)) "$train" "${common[@]}" --log-every 100 --epochs 3 --dist-timeout 20 \
     --out "$tmp/k2" > "$tmp/kr.log" 2>&1 &
   runpid=$!
-  for _ in $(seq 1 300); do grep -q "samples/s" "$tmp/kr.log" 2>/dev/null && break; sleep 0.1; done
+  wait_for_training "$tmp/kr.log"
   victim=$(pgrep -f -- "--out $tmp/k2" | while read -r p; do
     if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx RANK=1; then echo "$p"; fi; done | head -1)
   [ -n "$victim" ] || fail "could not find rank 1 of the kiln-run job"
   kill -9 "$victim"
-  set +e
-  for _ in $(seq 1 300); do kill -0 "$runpid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$runpid" 2>/dev/null; then kill -9 "$runpid"; fail "kiln-run still running 30 s after rank 1 was killed"; fi
-  wait "$runpid"; rc=$?
-  set -e
+  wait_exit "$runpid" "kiln-run" "rank 1 was killed"
   [ $rc -eq 137 ] || { cat "$tmp/kr.log"; fail "kiln-run exited $rc, expected 137 (rank 1 killed by SIGKILL)"; }
   echo "kill: kiln-run exited 137"
   ;;
@@ -83,14 +88,10 @@ sigint)
   "$run" --nproc-per-node 2 --master-port "$port" "$train" "${common[@]}" --epochs 1 --log-every 20 \
     --out "$tmp/s" > "$tmp/s.log" 2>&1 &
   runpid=$!
-  for _ in $(seq 1 300); do grep -q "samples/s" "$tmp/s.log" 2>/dev/null && break; sleep 0.1; done
+  wait_for_training "$tmp/s.log"
   kill -0 "$runpid" 2>/dev/null || { cat "$tmp/s.log"; fail "the job ended before it could be interrupted"; }
   kill -INT "$runpid"
-  set +e
-  for _ in $(seq 1 300); do kill -0 "$runpid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$runpid" 2>/dev/null; then kill -9 "$runpid"; fail "kiln-run still running 30 s after SIGINT"; fi
-  wait "$runpid"; rc=$?
-  set -e
+  wait_exit "$runpid" "kiln-run" "SIGINT"
   # kiln-run ends by the signal it got (130 in a shell) or with the ranks' status 130.
   [ $rc -eq 130 ] || { cat "$tmp/s.log"; fail "exit code $rc, expected 130"; }
   grep -q "interrupted" "$tmp/s.log" || { cat "$tmp/s.log"; fail "no interrupted message"; }

@@ -18,16 +18,18 @@
 
 namespace {
 
-using kiln::Tensor;
+using namespace kiln_test;  // Args, Batch, Net, NetConfig, Tensor
 using kiln::distributed::DistributedDataParallel;
 using kiln::distributed::DistributedDataParallelOptions;
-using kiln_test::Args;
-using kiln_test::Batch;
-using kiln_test::Net;
-using kiln_test::NetConfig;
 
 constexpr uint64_t kSeed = 1234;
 constexpr double kRtol = 1e-5;
+
+// A Net of `config` whose parameters are drawn after manual_seed(seed).
+std::shared_ptr<Net> seeded_net(const NetConfig& config, uint64_t seed = kSeed) {
+  kiln::manual_seed(seed);
+  return std::make_shared<Net>(config);
+}
 
 std::vector<Tensor> buffer_copies(const kiln::nn::Module& m) {
   kiln::NoGradGuard ng;
@@ -76,11 +78,9 @@ KILN_SCENARIO("ddp_train") {
   const int64_t rows = a.integer("rows", 4);
   const double cap_bytes = a.real("cap_bytes", 0);
 
-  kiln::manual_seed(kSeed);
-  auto ref = std::make_shared<Net>(config);
+  auto ref = seeded_net(config);
   // Other ranks start elsewhere: DDP must copy rank 0's parameters.
-  kiln::manual_seed(kSeed + static_cast<uint64_t>(rank));
-  auto model = std::make_shared<Net>(config);
+  auto model = seeded_net(config, kSeed + static_cast<uint64_t>(rank));
   // model=branch: `extra` takes part on rank 0 only (in micro-batch extra_micro, or all).
   const int64_t extra_micro = a.integer("extra_micro", -1);
   const auto extra_active = [&](int r, int64_t k) {
@@ -189,8 +189,7 @@ KILN_SCENARIO("ddp_bucket_order") {
   kiln::distributed::init_process_group("gloo");
   const int rank = kiln::distributed::rank();
   const NetConfig config = kiln_test::net_config("swapped");
-  kiln::manual_seed(kSeed);
-  auto model = std::make_shared<Net>(config);
+  auto model = seeded_net(config);
   auto group = std::make_shared<kiln_test::RecordingGroup>(kiln::distributed::default_group());
   // 100 bytes: fc1 (weight 512 B + bias 64 B) and fc2 (256 B + 16 B) land in one bucket each.
   const double cap = 100.0 / (1 << 20);
@@ -247,29 +246,20 @@ KILN_SCENARIO("ddp_bucket_order") {
 KILN_SCENARIO("ddp_unused_error") {
   kiln::distributed::init_process_group("gloo");
   const NetConfig config = kiln_test::net_config("unused");
-  kiln::manual_seed(kSeed);
-  auto model = std::make_shared<Net>(config);
+  auto model = seeded_net(config);
   DistributedDataParallel ddp(model);
   const Batch b = kiln_test::global_batch(4, config, 3);
-  std::string message;
-  try {
-    kiln::mse_loss(ddp.forward(b.x), b.y).backward();
-  } catch (const kiln::Error& e) {
-    message = e.what();
-  }
+  const std::string message =
+      kiln_test::error_message([&] { kiln::mse_loss(ddp.forward(b.x), b.y).backward(); });
   KILN_EXPECT(!message.empty(), "backward with an unused parameter must throw");
   KILN_EXPECT(message.find("'unused.weight'") != std::string::npos &&
                   message.find("'unused.bias'") != std::string::npos,
               "the error names the parameters: ", message);
   KILN_EXPECT(message.find("find_unused_parameters(true)") != std::string::npos,
               "the error names the option: ", message);
-  bool again = false;
-  try {
-    ddp.forward(b.x);
-  } catch (const kiln::Error& e) {
-    again = std::string(e.what()).find("'unused.weight'") != std::string::npos;
-  }
-  KILN_EXPECT(again, "the next forward raises the same error");
+  const std::string again = kiln_test::error_message([&] { ddp.forward(b.x); });
+  KILN_EXPECT(again.find("'unused.weight'") != std::string::npos,
+              "the next forward raises the same error");
   kiln::distributed::destroy_process_group();
 }
 
@@ -284,12 +274,7 @@ KILN_SCENARIO("ddp_mismatch") {
   if (rank == 1 && kind == "shape") config.hidden = 17;
   if (rank == 1 && kind == "count") config.unused = true;
   auto model = std::make_shared<Net>(config);
-  std::string message;
-  try {
-    DistributedDataParallel ddp(model);
-  } catch (const kiln::Error& e) {
-    message = e.what();
-  }
+  const std::string message = kiln_test::error_message([&] { DistributedDataParallel ddp(model); });
   KILN_EXPECT(!message.empty(), "DDP over different models must throw");
   if (kind == "shape") {
     KILN_EXPECT(message.find("parameter 0 ('fc1.weight'") != std::string::npos &&
@@ -364,17 +349,12 @@ KILN_SCENARIO("ddp_unused_on_some_ranks") {
   kiln::distributed::init_process_group("gloo");
   const int rank = kiln::distributed::rank();
   const NetConfig config = kiln_test::net_config("branch");
-  kiln::manual_seed(kSeed);
-  auto model = std::make_shared<Net>(config);
+  auto model = seeded_net(config);
   model->use_extra = rank == 0;
   DistributedDataParallel ddp(model);
   const Batch b = kiln_test::global_batch(4, config, 3);
-  std::string message;
-  try {
-    kiln::mse_loss(ddp.forward(b.x), b.y).backward();
-  } catch (const kiln::Error& e) {
-    message = e.what();
-  }
+  const std::string message =
+      kiln_test::error_message([&] { kiln::mse_loss(ddp.forward(b.x), b.y).backward(); });
   if (rank == 0) {
     KILN_EXPECT(message.find("DistributedDataParallel: the all-reduce of gradient bucket 0 of 1 "
                              "failed") != std::string::npos,

@@ -1,11 +1,13 @@
 #pragma once
 // What the DDP and ZeRO rank programs share: a small configurable network, a global batch every
 // rank can regenerate, key=value arguments, closeness checks that throw with the worst element,
-// and a process group wrapper that records the collectives issued through it.
+// the message of an expected Error, and a process group wrapper that records the collectives
+// issued through it.
 #include <kiln/kiln.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -17,6 +19,9 @@
 #include "kiln/distributed/process_group.h"
 
 namespace kiln_test {
+
+// The kiln name the rank programs use most, in scope wherever `using namespace kiln_test;` is.
+using kiln::Tensor;
 
 // key=value arguments of a scenario.
 class Args {
@@ -143,6 +148,16 @@ inline void expect_close(const kiln::Tensor& a, const kiln::Tensor& b, double rt
        << rtol << ", tensor scale " << scale << ")";
     throw std::runtime_error(os.str());
   }
+}
+
+// The message of the kiln::Error `body` throws, "" when it throws none.
+inline std::string error_message(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const kiln::Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // Every parameter, flattened into one f64 vector (for comparisons across ranks).
