@@ -223,6 +223,20 @@ class Tensor {
   Tensor index_select(int64_t dim, const Tensor& index) const;
   Tensor gather(int64_t dim, const Tensor& index) const;
 
+  // ---- model-writer ops (kiln/ops/pointwise.cpp, masking.cpp, sort_scan.cpp, sampling.cpp)
+  Tensor sin() const;
+  Tensor cos() const;
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+  Tensor masked_fill(const Tensor& mask, double value) const;
+  Tensor& masked_fill_(const Tensor& mask, double value);  // in place: not recorded by autograd
+  Tensor cumsum(int64_t dim) const;
+  Tensor cumprod(int64_t dim) const;
+  std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;  // values, indices
+  Tensor argsort(int64_t dim = -1, bool descending = false) const;
+  std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true,
+                                  bool sorted = true) const;  // values, indices
+
   std::string str() const;  // what operator<< prints
 
  private:
@@ -362,6 +376,30 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_i
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_index = -100,
                 Reduction reduction = Reduction::Mean);
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+
+// ---- model-writer ops, as libtorch's (docs/guide.md, "Op list")
+Tensor sin(const Tensor& a);
+Tensor cos(const Tensor& a);
+// Elements above (tril) / below (triu) the given diagonal of the last two dims set to 0.
+Tensor tril(const Tensor& a, int64_t diagonal = 0);
+Tensor triu(const Tensor& a, int64_t diagonal = 0);
+// a with `value` where the bool mask (broadcast to a's shape) is true.
+Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);
+// Inclusive scans along dim; integer and bool inputs give int64, as PyTorch.
+Tensor cumsum(const Tensor& a, int64_t dim);
+Tensor cumprod(const Tensor& a, int64_t dim);
+// Stable sort along dim; NaN sorts as the largest value. Returns (values, int64 indices).
+std::tuple<Tensor, Tensor> sort(const Tensor& a, int64_t dim = -1, bool descending = false);
+Tensor argsort(const Tensor& a, int64_t dim = -1, bool descending = false);
+// The k largest (smallest) along dim, in sorted order (also when sorted = false).
+std::tuple<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim = -1, bool largest = true,
+                                bool sorted = true);
+class Generator;
+// num_samples int64 category indices per row of a 1-D [n] or 2-D [rows, n] tensor of
+// non-negative weights (not necessarily normalised). generator: nullptr = the default one of
+// probs' device.
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false,
+                   Generator* generator = nullptr);
 
 // ---- RNG
 // Seeds every device's default Philox generator.

@@ -51,6 +51,8 @@ void visit_unary(UnaryOp op, double a, double b, V&& v) {
     case UnaryOp::RDivScalar: return v(RDivScalar{a}, op_types::Floating{});
     case UnaryOp::RPowScalar: return v(RPowScalar{a}, op_types::Floating{});
     case UnaryOp::Erf: return v(Erf{}, op_types::Floating{});
+    case UnaryOp::Sin: return v(Sin{}, op_types::Floating{});
+    case UnaryOp::Cos: return v(Cos{}, op_types::Floating{});
     case UnaryOp::IsNan: return v(IsNan{}, op_types::Predicate{});
     case UnaryOp::IsInf: return v(IsInf{}, op_types::Predicate{});
     case UnaryOp::IsFinite: return v(IsFinite{}, op_types::Predicate{});

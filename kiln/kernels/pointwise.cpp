@@ -7,6 +7,7 @@ const char* op_name(UnaryOp op) {
   static const char* names[] = {"neg", "exp", "log", "sqrt", "rsqrt", "abs", "tanh", "sigmoid",
                                 "relu", "gelu", "gelu_tanh", "silu", "square", "reciprocal",
                                 "sign", "pow", "clamp", "add", "mul", "rsub", "rdiv", "rpow", "erf",
+                                "sin", "cos",
                                 "isnan", "isinf", "isfinite", "logical_not"};
   return names[static_cast<int>(op)];
 }

@@ -20,6 +20,7 @@ enum class UnaryOp : uint8_t {
   RDivScalar,  // a / x
   RPowScalar,  // a^x
   Erf,
+  Sin, Cos,
   // predicates: output dtype bool
   IsNan, IsInf, IsFinite, LogicalNot,
 };

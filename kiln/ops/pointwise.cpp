@@ -262,6 +262,19 @@ Tensor erf(const Tensor& x) {
                          true, false);
 }
 
+// sin' = cos, cos' = -sin; both backward formulas are differentiable ops (second derivatives).
+Tensor sin(const Tensor& x) {
+  return unary_with_grad("SinBackward", UnaryOp::Sin, x,
+                         [](const Tensor& g, const SavedTensor& x, const SavedTensor&) { return g * cos(x.get()); },
+                         true, false);
+}
+
+Tensor cos(const Tensor& x) {
+  return unary_with_grad("CosBackward", UnaryOp::Cos, x,
+                         [](const Tensor& g, const SavedTensor& x, const SavedTensor&) { return -(g * sin(x.get())); },
+                         true, false);
+}
+
 Tensor tanh(const Tensor& x) {
   return unary_with_grad("TanhBackward", UnaryOp::Tanh, x,
                          [](const Tensor& g, const SavedTensor&, const SavedTensor& y) {
@@ -467,6 +480,8 @@ Tensor Tensor::sqrt() const { return kiln::sqrt(*this); }
 Tensor Tensor::rsqrt() const { return kiln::rsqrt(*this); }
 Tensor Tensor::abs() const { return kiln::abs(*this); }
 Tensor Tensor::tanh() const { return kiln::tanh(*this); }
+Tensor Tensor::sin() const { return kiln::sin(*this); }
+Tensor Tensor::cos() const { return kiln::cos(*this); }
 Tensor Tensor::sigmoid() const { return kiln::sigmoid(*this); }
 Tensor Tensor::relu() const { return kiln::relu(*this); }
 Tensor Tensor::gelu(const std::string& approximate) const { return kiln::gelu(*this, approximate); }

@@ -13,9 +13,9 @@ namespace kiln::math {
 // The float and double overloads of the math functions, visible unqualified here (and ahead of
 // kiln's tensor ops of the same names): <cmath>'s on the host, CUDA's global ones under nvcc.
 #if defined(__CUDACC__)
-using ::cos; using ::erf; using ::exp; using ::log; using ::pow; using ::sqrt; using ::tanh;
+using ::cos; using ::erf; using ::exp; using ::log; using ::pow; using ::sin; using ::sqrt; using ::tanh;
 #else
-using std::cos; using std::erf; using std::exp; using std::log; using std::pow;
+using std::cos; using std::erf; using std::exp; using std::log; using std::pow; using std::sin;
 using std::sqrt; using std::tanh;
 #endif
 
@@ -33,6 +33,8 @@ struct Abs {
 };
 struct Erf { template <class T> KILN_INLINE T operator()(T x) const { return erf(x); } };
 struct Tanh { template <class T> KILN_INLINE T operator()(T x) const { return tanh(x); } };
+struct Sin { template <class T> KILN_INLINE T operator()(T x) const { return sin(x); } };
+struct Cos { template <class T> KILN_INLINE T operator()(T x) const { return cos(x); } };
 struct Square { template <class T> KILN_INLINE T operator()(T x) const { return x * x; } };
 struct Reciprocal { template <class T> KILN_INLINE T operator()(T x) const { return T(1) / x; } };
 struct Sign {
