@@ -844,7 +844,9 @@ void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
   dispatch_conv_dtype(grad_x.dtype(), "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
     run_tuned_into(Direction::BackwardInput, g, grad_x.dtype(), grad_x, grad_out,
-                   [&](const Tensor& gx, const Tensor& gy, const ConvGeometry& f) { backward_input_impl<T>(gx, gy, w, f); });
+                   [&](const Tensor& gx, const Tensor& gy, const ConvGeometry& f) {
+                     backward_input_impl<T>(gx, gy, w, f);
+                   });
   });
 }
 KILN_REGISTER_KERNEL(kernels::conv2d_backward_input, CPU, conv2d_backward_input);

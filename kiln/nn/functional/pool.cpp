@@ -112,9 +112,10 @@ Tensor avg_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride,
   const MemoryFormat fmt = out_format(x);
   Tensor out = kernels::empty_4d({g.N, g.C, g.OH, g.OW}, x.options(), fmt);
   kernels::avg_pool2d_forward(out, x.detach(), g, count_include_pad);
-  record_pool_backward("AvgPool2dBackward", op, x, out, fmt, [g, count_include_pad](const Tensor& dx, const Tensor& gy) {
-    kernels::avg_pool2d_backward(dx, gy, g, count_include_pad);
-  });
+  record_pool_backward("AvgPool2dBackward", op, x, out, fmt,
+                       [g, count_include_pad](const Tensor& dx, const Tensor& gy) {
+                         kernels::avg_pool2d_backward(dx, gy, g, count_include_pad);
+                       });
   return out;
 }
 
