@@ -23,11 +23,9 @@
 namespace {
 
 namespace F = kiln::nn::functional;
+using namespace kiln::bench;  // max_rel_err, the composites
 using kiln::IntList;
 using kiln::Tensor;
-using kiln::bench::max_rel_err;
-using kiln::bench::bn_composite;
-using kiln::bench::ln_composite;
 
 void row(const char* name, double fused, double composite, double bytes) {
   std::printf("%-48s fused %8.3f ms %7.2f GB/s | composite %8.3f ms %7.2f GB/s | %5.2fx\n", name,

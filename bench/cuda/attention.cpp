@@ -56,11 +56,8 @@ double rel_err(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 int main() {
-  gpu::require_gpu("bench_cuda_attention");
-  kiln::manual_seed(0);
+  const cudaDeviceProp prop = gpu::start("bench_cuda_attention");
   const kiln::Device dev = kiln::Device::cuda(0);
-  cudaDeviceProp prop;
-  gpu::check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("device: %s\n", prop.name);
   std::printf("%-32s %10s %10s %7s %9s %11s %11s %7s\n", "shape [B, H, T, D], causal, dtype", "fused fwd",
               "naive fwd", "ratio", "fwd TF/s", "fused f+b", "naive f+b", "ratio");

@@ -154,6 +154,32 @@ inline double copy_bandwidth_gbs(size_t bytes) {
   return 2.0 * bytes / (ms * 1e-3) / 1e9;
 }
 
+// The device the benches run on.
+inline const kiln::Device kGpu = kiln::Device::cuda(0);
+
 inline double gbs(double bytes, double ms) { return bytes / (ms * 1e-3) / 1e9; }
+
+// A bench's opening: exits 77 without a device, seeds kiln's generator with 0 and returns the
+// properties of device 0.
+inline cudaDeviceProp start(const char* bench_name) {
+  require_gpu(bench_name);
+  kiln::manual_seed(0);
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  return prop;
+}
+
+// One row of a fused kernel against its peer (`peer`: "unfused", "composite"): time, GB/s and % of
+// copy bandwidth printed under `name` (a column `width` wide), both timings recorded under bench
+// and case_name with impl "kiln" and `peer`. bytes: the fused kernel's minimal traffic.
+inline void fused_row(const char* bench, int width, const char* peer, const std::string& name,
+                      const std::string& case_name, double fused_ms, double peer_ms, double bytes,
+                      double copy_gbs) {
+  const double gf = gbs(bytes, fused_ms), gp = gbs(bytes, peer_ms);
+  std::printf("%-*s fused %8.3f ms %7.0f GB/s (%3.0f%% of copy) | %s %8.3f ms %7.0f GB/s | %5.2fx\n", width,
+              name.c_str(), fused_ms, gf, 100.0 * gf / copy_gbs, peer, peer_ms, gp, peer_ms / fused_ms);
+  record(bench, case_name, "kiln", fused_ms, gpu::bytes(bytes));
+  record(bench, case_name, peer, peer_ms, gpu::bytes(bytes));
+}
 
 }  // namespace kiln::bench::gpu

@@ -17,8 +17,8 @@ namespace {
 using kiln::DType;
 using kiln::Tensor;
 namespace gpu = kiln::bench::gpu;
+using gpu::kGpu;
 
-const kiln::Device kGpu = kiln::Device::cuda(0);
 constexpr int64_t kRows = 8192, kCols = 8192;  // 64M elements
 constexpr double kTarget = 85.0;
 
@@ -56,8 +56,7 @@ void run(const Case& c, double ceiling) {
 }  // namespace
 
 int main() {
-  gpu::require_gpu("bench_cuda_elementwise");
-  kiln::manual_seed(0);
+  gpu::start("bench_cuda_elementwise");
   const int64_t n = kRows * kCols;
   const double f4 = 4.0 * n, f2 = 2.0 * n;
   const double ceiling = gpu::copy_bandwidth_gbs(static_cast<size_t>(f4));

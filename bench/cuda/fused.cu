@@ -27,15 +27,10 @@ using kiln::Tensor;
 using kiln::bench::max_rel_err;
 
 // rec: the case name recorded for compare.py (empty: the printed name).
+// e.g. "gelu float32 [67108864] forward", "bias+gelu forward+backward [16384, 4096] bfloat16"
 void row(const std::string& name, double fused_ms, double chain_ms, double bytes, double copy_gbs,
          const std::string& rec = "") {
-  const double gf = gpu::gbs(bytes, fused_ms), gc = gpu::gbs(bytes, chain_ms);
-  std::printf("%-40s fused %8.3f ms %7.0f GB/s (%3.0f%% of copy) | unfused %8.3f ms %7.0f GB/s | %5.2fx\n",
-              name.c_str(), fused_ms, gf, 100.0 * gf / copy_gbs, chain_ms, gc, chain_ms / fused_ms);
-  // e.g. "gelu float32 [67108864] forward", "bias+gelu forward+backward [16384, 4096] bfloat16"
-  const std::string& case_name = rec.empty() ? name : rec;
-  gpu::record("fused", case_name, "kiln", fused_ms, gpu::bytes(bytes));
-  gpu::record("fused", case_name, "unfused", chain_ms, gpu::bytes(bytes));
+  gpu::fused_row("fused", 40, "unfused", name, rec.empty() ? name : rec, fused_ms, chain_ms, bytes, copy_gbs);
 }
 
 double tol_of(DType dt) { return dt == DType::F32 ? 1e-5 : dt == DType::F16 ? 4e-3 : 3e-2; }
@@ -132,10 +127,7 @@ void bench_bias_ops(DType dt, int64_t rows, int64_t cols, double copy_gbs) {
 }  // namespace
 
 int main() {
-  gpu::require_gpu("bench_cuda_fused");
-  kiln::manual_seed(0);
-  cudaDeviceProp prop{};
-  gpu::check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  const cudaDeviceProp prop = gpu::start("bench_cuda_fused");
   const int64_t n = int64_t{64} << 20;  // 64M elements
   const double copy_gbs = gpu::copy_bandwidth_gbs(static_cast<size_t>(n) * 4);
   std::printf("device: %s; device copy of %lld MiB: %.0f GB/s (read + write)\n", prop.name,

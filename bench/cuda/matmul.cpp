@@ -154,10 +154,7 @@ void linear_gelu_row(DType dt, int64_t M, int64_t Kd, int64_t N) {
 }  // namespace
 
 int main() {
-  gpu::require_gpu("bench_cuda_matmul");
-  kiln::manual_seed(0);
-  cudaDeviceProp prop{};
-  gpu::check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  const cudaDeviceProp prop = gpu::start("bench_cuda_matmul");
   std::printf("device: %s\n", prop.name);
   kiln::cuda::set_allow_tf32(true);
   cublasHandle_t h = nullptr;

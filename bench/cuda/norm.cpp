@@ -18,20 +18,13 @@
 namespace {
 
 namespace F = kiln::nn::functional;
-namespace gpu = kiln::bench::gpu;
+using namespace kiln::bench;  // gpu::, max_rel_err, the composites
 using kiln::DType;
 using kiln::Tensor;
-using kiln::bench::max_rel_err;
-using kiln::bench::bn_composite;
-using kiln::bench::ln_composite;
 
+// recorded under the printed name, e.g. "layer_norm f32 [16384,768] forward+backward"
 void row(const std::string& name, double fused_ms, double comp_ms, double bytes, double copy_gbs) {
-  const double gf = gpu::gbs(bytes, fused_ms), gc = gpu::gbs(bytes, comp_ms);
-  std::printf("%-44s fused %8.3f ms %7.0f GB/s (%3.0f%% of copy) | composite %8.3f ms %7.0f GB/s | %5.2fx\n",
-              name.c_str(), fused_ms, gf, 100.0 * gf / copy_gbs, comp_ms, gc, comp_ms / fused_ms);
-  // recorded under the printed name, e.g. "layer_norm f32 [16384,768] forward+backward"
-  gpu::record("norm", name, "kiln", fused_ms, gpu::bytes(bytes));
-  gpu::record("norm", name, "composite", comp_ms, gpu::bytes(bytes));
+  gpu::fused_row("norm", 44, "composite", name, name, fused_ms, comp_ms, bytes, copy_gbs);
 }
 
 // fused(x, w, b) / comp(x, w, b) on GPU tensors; the CPU runs `fused` on CPU copies as the reference.
@@ -96,10 +89,7 @@ void run(const std::string& name, const Tensor& x_cpu, const Tensor& w_cpu, cons
 }  // namespace
 
 int main() {
-  gpu::require_gpu("bench_cuda_norm");
-  kiln::manual_seed(0);
-  cudaDeviceProp prop{};
-  gpu::check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  const cudaDeviceProp prop = gpu::start("bench_cuda_norm");
   std::printf("device: %s\n", prop.name);
   const double eps = 1e-5;
   auto bn = [&](const Tensor& a, const Tensor& w, const Tensor& b) {

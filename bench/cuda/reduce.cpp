@@ -15,12 +15,11 @@
 
 namespace {
 
+using namespace kiln::bench;  // gpu::, validate
 using kiln::DType;
 using kiln::IntList;
 using kiln::Tensor;
-namespace gpu = kiln::bench::gpu;
-
-const kiln::Device kGpu = kiln::Device::cuda(0);
+using gpu::kGpu;
 
 std::string shape_str(const IntList& s) {
   std::string r = "[";
@@ -50,8 +49,7 @@ void run(const std::string& name, const Tensor& x_cpu, const std::function<Tenso
 }  // namespace
 
 int main() {
-  gpu::require_gpu("bench_cuda_reduce");
-  kiln::manual_seed(0);
+  gpu::start("bench_cuda_reduce");
   const double ceiling = gpu::copy_bandwidth_gbs(size_t{256} << 20);
   std::printf("device copy bandwidth (256 MiB, read + write): %.1f GB/s\n", ceiling);
   for (IntList s : {IntList{8192, 8192}, IntList{65536, 1024}, IntList{1024, 65536}, IntList{4194304, 16}}) {

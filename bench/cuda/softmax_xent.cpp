@@ -22,12 +22,11 @@
 
 namespace {
 
+namespace gpu = kiln::bench::gpu;
+using gpu::kGpu;
 using kiln::DType;
 using kiln::Reduction;
 using kiln::Tensor;
-namespace gpu = kiln::bench::gpu;
-
-const kiln::Device kGpu = kiln::Device::cuda(0);
 constexpr int64_t kVocab = 50257;
 
 double excess_error(const Tensor& gpu_out, const Tensor& cpu_out, double rtol) {
@@ -141,8 +140,7 @@ void xent_rows(int64_t R, DType dt, double ceiling) {
 }  // namespace
 
 int main() {
-  gpu::require_gpu("bench_cuda_softmax_xent");
-  kiln::manual_seed(0);
+  gpu::start("bench_cuda_softmax_xent");
   const double ceiling = gpu::copy_bandwidth_gbs(size_t{256} << 20);
   std::printf("device copy bandwidth (256 MiB, read + write): %.1f GB/s\n", ceiling);
   std::printf("GB/s: the fused kernels' minimal traffic (the composites move more for the same result)\n");

@@ -27,8 +27,7 @@ bool same_bytes(const Tensor& dev, const void* host, size_t n) {
 }  // namespace
 
 int main() {
-  gpu::require_gpu("bench_cuda_transfer");
-  kiln::manual_seed(0);
+  gpu::start("bench_cuda_transfer");
   cudaStream_t s = gpu::current_stream();
   std::printf("host -> device; GB/s = bytes copied per second; ratios: kiln / raw CUDA on the same kind of memory\n");
   std::printf("%8s | %12s %12s %6s | %12s %12s %6s | %s\n", "MiB", "kiln pinned", "raw pinned", "ratio",

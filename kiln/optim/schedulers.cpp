@@ -162,22 +162,17 @@ double OneCycleLR::anneal(double start, double end, double pct) const {
 double OneCycleLR::lr_at(int64_t t, size_t) const {
   KILN_CHECK(t <= total_, "OneCycleLR: tried to step ", t, " times; the specified number of total "
              "steps is ", total_);
-  double start = 0.0;
-  for (size_t i = 0; i < phases_.size(); ++i) {
-    const Phase& p = phases_[i];
-    if (static_cast<double>(t) <= p.end_step || i + 1 == phases_.size())
-      return anneal(p.start_lr, p.end_lr, (static_cast<double>(t) - start) / (p.end_step - start));
-    start = p.end_step;
-  }
-  return 0.0;
+  return phase_value(t, &Phase::start_lr, &Phase::end_lr);
 }
 
-double OneCycleLR::momentum_at(int64_t t) const {
+double OneCycleLR::momentum_at(int64_t t) const { return phase_value(t, &Phase::start_m, &Phase::end_m); }
+
+double OneCycleLR::phase_value(int64_t t, double Phase::*from, double Phase::*to) const {
   double start = 0.0;
   for (size_t i = 0; i < phases_.size(); ++i) {
     const Phase& p = phases_[i];
     if (static_cast<double>(t) <= p.end_step || i + 1 == phases_.size())
-      return anneal(p.start_m, p.end_m, (static_cast<double>(t) - start) / (p.end_step - start));
+      return anneal(p.*from, p.*to, (static_cast<double>(t) - start) / (p.end_step - start));
     start = p.end_step;
   }
   return 0.0;

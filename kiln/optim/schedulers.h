@@ -170,6 +170,8 @@ class OneCycleLR : public LRScheduler {
     double end_step, start_lr, end_lr, start_m, end_m;  // lr values as multiples of max_lr
   };
   double anneal(double start, double end, double pct) const;
+  // The value at step t annealed from p.*from to p.*to within the phase p holding t.
+  double phase_value(int64_t t, double Phase::*from, double Phase::*to) const;
   double max_lr_;
   int64_t total_;
   OneCycleLROptions o_;

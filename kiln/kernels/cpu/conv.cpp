@@ -104,55 +104,65 @@ inline ShiftedTap shifted_tap(const ConvGeometry& g, int64_t ki, int64_t kj) {
   return t;
 }
 
+// Calls f(c, ki, kj, row) for every tap of Cg channels, row = (c * kh + ki) * kw + kj being its
+// row of the im2col matrix.
+template <class F>
+inline void for_each_tap(int64_t Cg, const ConvGeometry& g, F&& f) {
+  for (int64_t c = 0; c < Cg; ++c)
+    for (int64_t ki = 0; ki < g.kh; ++ki)
+      for (int64_t kj = 0; kj < g.kw; ++kj) f(c, ki, kj, (c * g.kh + ki) * g.kw + kj);
+}
+
+// Zeroes the columns of a same-width tap's im2col row that wrapped into the neighbouring rows.
+template <class T>
+inline void zero_wrapped_columns(T* row, const ShiftedTap& t, int64_t OW) {
+  for (int64_t r = t.first - t.zero_lo + OW; r < t.last; r += OW)
+    for (int64_t j = 0; j < t.zero_lo + t.zero_hi; ++j) row[r - t.zero_hi + j] = T(0);
+}
+
 // x: one sample's Cg planes [Cg, H, W]; col [Cg*kh*kw, OH*OW].
 template <class T>
 void im2col(const T* x, T* col, int64_t Cg, const ConvGeometry& g) {
   const int64_t HW = g.H * g.W, OW = g.OW;
   if (is_same_width_unit_stride(g)) {
     const int64_t OHW = g.OH * OW;
-    for (int64_t c = 0; c < Cg; ++c)
-      for (int64_t ki = 0; ki < g.kh; ++ki)
-        for (int64_t kj = 0; kj < g.kw; ++kj) {
-          T* row = col + ((c * g.kh + ki) * g.kw + kj) * OHW;
-          const ShiftedTap t = shifted_tap(g, ki, kj);
-          if (t.empty) {
-            std::fill(row, row + OHW, T(0));
-            continue;
-          }
-          std::fill(row, row + t.first, T(0));
-          std::memcpy(row + t.first, x + c * HW + t.first + t.D, (t.last - t.first) * sizeof(T));
-          std::fill(row + t.last, row + OHW, T(0));
-          // the columns that wrapped into the neighbouring rows
-          for (int64_t r = t.first - t.zero_lo + OW; r < t.last; r += OW)
-            for (int64_t j = 0; j < t.zero_lo + t.zero_hi; ++j) row[r - t.zero_hi + j] = T(0);
-        }
+    for_each_tap(Cg, g, [&](int64_t c, int64_t ki, int64_t kj, int64_t tap) {
+      T* row = col + tap * OHW;
+      const ShiftedTap t = shifted_tap(g, ki, kj);
+      if (t.empty) {
+        std::fill(row, row + OHW, T(0));
+        return;
+      }
+      std::fill(row, row + t.first, T(0));
+      std::memcpy(row + t.first, x + c * HW + t.first + t.D, (t.last - t.first) * sizeof(T));
+      std::fill(row + t.last, row + OHW, T(0));
+      zero_wrapped_columns(row, t, OW);
+    });
     return;
   }
-  for (int64_t c = 0; c < Cg; ++c)
-    for (int64_t ki = 0; ki < g.kh; ++ki)
-      for (int64_t kj = 0; kj < g.kw; ++kj) {
-        T* row = col + ((c * g.kh + ki) * g.kw + kj) * g.OH * OW;
-        const T* xc = x + c * HW;
-        const int64_t off = kj * g.dw - g.pw;
-        int64_t lo, hi;
-        valid_range(OW, g.sw, off, g.W, lo, hi);
-        for (int64_t oh = 0; oh < g.OH; ++oh) {
-          T* r = row + oh * OW;
-          const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
-          if (ih < 0 || ih >= g.H) {
-            std::fill(r, r + OW, T(0));
-            continue;
-          }
-          const T* xr = xc + ih * g.W;
-          std::fill(r, r + lo, T(0));
-          if (g.sw == 1) {
-            if (hi > lo) std::memcpy(r + lo, xr + lo + off, (hi - lo) * sizeof(T));
-          } else {
-            for (int64_t ow = lo; ow < hi; ++ow) r[ow] = xr[ow * g.sw + off];
-          }
-          std::fill(r + hi, r + OW, T(0));
-        }
+  for_each_tap(Cg, g, [&](int64_t c, int64_t ki, int64_t kj, int64_t tap) {
+    T* row = col + tap * g.OH * OW;
+    const T* xc = x + c * HW;
+    const int64_t off = kj * g.dw - g.pw;
+    int64_t lo, hi;
+    valid_range(OW, g.sw, off, g.W, lo, hi);
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      T* r = row + oh * OW;
+      const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
+      if (ih < 0 || ih >= g.H) {
+        std::fill(r, r + OW, T(0));
+        continue;
       }
+      const T* xr = xc + ih * g.W;
+      std::fill(r, r + lo, T(0));
+      if (g.sw == 1) {
+        if (hi > lo) std::memcpy(r + lo, xr + lo + off, (hi - lo) * sizeof(T));
+      } else {
+        for (int64_t ow = lo; ow < hi; ++ow) r[ow] = xr[ow * g.sw + off];
+      }
+      std::fill(r + hi, r + OW, T(0));
+    }
+  });
 }
 
 // The adjoint of im2col: dx [Cg, H, W] += scatter(col). dx must be zeroed by the caller. col is
@@ -162,42 +172,37 @@ void col2im(T* col, T* dx, int64_t Cg, const ConvGeometry& g) {
   const int64_t HW = g.H * g.W, OW = g.OW;
   if (is_same_width_unit_stride(g)) {
     const int64_t OHW = g.OH * OW;
-    for (int64_t c = 0; c < Cg; ++c)
-      for (int64_t ki = 0; ki < g.kh; ++ki)
-        for (int64_t kj = 0; kj < g.kw; ++kj) {
-          T* row = col + ((c * g.kh + ki) * g.kw + kj) * OHW;
-          const ShiftedTap t = shifted_tap(g, ki, kj);
-          if (t.empty) continue;
-          for (int64_t r = t.first - t.zero_lo + OW; r < t.last; r += OW)
-            for (int64_t j = 0; j < t.zero_lo + t.zero_hi; ++j) row[r - t.zero_hi + j] = T(0);
-          T* xs = dx + c * HW + (t.first + t.D);  // t.first + t.D >= 0: the span's first input
-          const T* rs = row + t.first;
+    for_each_tap(Cg, g, [&](int64_t c, int64_t ki, int64_t kj, int64_t tap) {
+      T* row = col + tap * OHW;
+      const ShiftedTap t = shifted_tap(g, ki, kj);
+      if (t.empty) return;
+      zero_wrapped_columns(row, t, OW);
+      T* xs = dx + c * HW + (t.first + t.D);  // t.first + t.D >= 0: the span's first input
+      const T* rs = row + t.first;
 #pragma omp simd
-          for (int64_t i = 0; i < t.last - t.first; ++i) xs[i] += rs[i];
-        }
+      for (int64_t i = 0; i < t.last - t.first; ++i) xs[i] += rs[i];
+    });
     return;
   }
-  for (int64_t c = 0; c < Cg; ++c)
-    for (int64_t ki = 0; ki < g.kh; ++ki)
-      for (int64_t kj = 0; kj < g.kw; ++kj) {
-        const T* row = col + ((c * g.kh + ki) * g.kw + kj) * g.OH * OW;
-        T* xc = dx + c * HW;
-        const int64_t off = kj * g.dw - g.pw;
-        int64_t lo, hi;
-        valid_range(OW, g.sw, off, g.W, lo, hi);
-        for (int64_t oh = 0; oh < g.OH; ++oh) {
-          const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
-          if (ih < 0 || ih >= g.H) continue;
-          const T* r = row + oh * OW;
-          T* xr = xc + ih * g.W + off;
-          if (g.sw == 1) {
+  for_each_tap(Cg, g, [&](int64_t c, int64_t ki, int64_t kj, int64_t tap) {
+    const T* row = col + tap * g.OH * OW;
+    T* xc = dx + c * HW;
+    const int64_t off = kj * g.dw - g.pw;
+    int64_t lo, hi;
+    valid_range(OW, g.sw, off, g.W, lo, hi);
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      const int64_t ih = oh * g.sh - g.ph + ki * g.dh;
+      if (ih < 0 || ih >= g.H) continue;
+      const T* r = row + oh * OW;
+      T* xr = xc + ih * g.W + off;
+      if (g.sw == 1) {
 #pragma omp simd
-            for (int64_t ow = lo; ow < hi; ++ow) xr[ow] += r[ow];
-          } else {
-            for (int64_t ow = lo; ow < hi; ++ow) xr[ow * g.sw] += r[ow];
-          }
-        }
+        for (int64_t ow = lo; ow < hi; ++ow) xr[ow] += r[ow];
+      } else {
+        for (int64_t ow = lo; ow < hi; ++ow) xr[ow * g.sw] += r[ow];
       }
+    }
+  });
 }
 
 // ------------------------------------------------------------------------- NHWC: im2row
@@ -234,6 +239,18 @@ void im2row(const T* x, T* P, int64_t samples, int64_t c0, int64_t Cg, const Con
         }
       }
   }
+}
+
+// The NHWC patch matrix of samples [n0, n1) and group gi: (n1 - n0) * OH * OW rows of Ckk. A 1x1
+// stride-1 convolution (pw) reads the input rows in place; others im2row into buf (large enough).
+template <class T>
+CMap<T> nhwc_patches(const T* xp, T* buf, int64_t n0, int64_t n1, int64_t gi, int64_t Cg, int64_t Ckk, bool pw,
+                     const ConvGeometry& g) {
+  const int64_t rows = (n1 - n0) * g.OH * g.OW;
+  const T* xb = xp + n0 * g.H * g.W * g.C;
+  if (pw) return CMap<T>(xb + gi * Cg, rows, Ckk, OuterStride<>(g.C));
+  im2row(xb, buf, n1 - n0, gi * Cg, Cg, g);
+  return CMap<T>(buf, rows, Ckk, OuterStride<>(Ckk));
 }
 
 // The adjoint of im2row: dx (block of samples, NHWC, zeroed by the caller) += scatter(P).
@@ -419,15 +436,7 @@ void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const T
     auto& buf = bufs[t];
     if (!pw && static_cast<int64_t>(buf.size()) < rows * Ckk) buf.resize(rows * Ckk);
     for (int64_t gi = 0; gi < G; ++gi) {
-      const T* xb = xp + n0 * HW * g.C;
-      const T* pp = xb + gi * Cg;
-      int64_t pstride = g.C;
-      if (!pw) {
-        im2row(xb, buf.data(), n1 - n0, gi * Cg, Cg, g);
-        pp = buf.data();
-        pstride = Ckk;
-      }
-      CMap<T> P(pp, rows, Ckk, OuterStride<>(pstride));
+      const CMap<T> P = nhwc_patches(xp, buf.data(), n0, n1, gi, Cg, Ckk, pw, g);
       CMap<T> Wg(wr.data() + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
       MMap<T> O(op + n0 * OHW * g.K + gi * Kg, rows, Kg, OuterStride<>(g.K));
       if (bp) {
@@ -574,15 +583,7 @@ void backward_weight_impl(const Tensor& gw, const Tensor& gb, const Tensor& gy, 
           db += dY.colwise().sum();
         }
         if (!want_w) continue;
-        const T* xb = xp + n0 * HW * g.C;
-        const T* pp = xb + gi * Cg;
-        int64_t pstride = g.C;
-        if (!pw) {
-          im2row(xb, buf.data(), n1 - n0, gi * Cg, Cg, g);
-          pp = buf.data();
-          pstride = Ckk;
-        }
-        CMap<T> P(pp, rows, Ckk, OuterStride<>(pstride));
+        const CMap<T> P = nhwc_patches(xp, buf.data(), n0, n1, gi, Cg, Ckk, pw, g);
         MMap<T> dW(dws[t].data() + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
         dW.noalias() += dY.transpose() * P;
       }
@@ -690,6 +691,29 @@ void run_tuned(Direction d, const ConvGeometry& g, DType dt, Native&& native, Ot
   if (!use_other) native();
 }
 
+// run_tuned for impl(dst, src, geometry), which writes dst: the other layout's variant runs it on
+// a converted src into a scratch dst in that layout, then copies the scratch back.
+template <class Impl>
+void run_tuned_into(Direction d, const ConvGeometry& g, DType dt, const Tensor& dst, const Tensor& src, Impl&& impl) {
+  run_tuned(d, g, dt, [&] { impl(dst, src, g); },
+            [&] {
+              const ConvGeometry f = flipped(g);
+              Tensor scratch = empty_4d(dst.sizes(), dst.options(), format_of(f));
+              impl(scratch, converted(src, f), f);
+              copy(dst, scratch);
+            });
+}
+
+// Runs f(float{}) or f(double{}), the dtypes of the CPU kernels; others are an error.
+template <class F>
+void dispatch_conv_dtype(DType dt, const char* op, F&& f) {
+  switch (dt) {
+    case DType::F32: return f(float{});
+    case DType::F64: return f(double{});
+    default: KILN_FAIL(op, ": dtype ", dt, " is not supported by the CPU kernel");
+  }
+}
+
 }  // namespace
 
 void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -700,21 +724,11 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
   if (out.numel() == 0) return;
   Tensor w = contiguous_weight(weight);
   Tensor b = bias.defined() ? contiguous(bias) : Tensor();
-  auto run = [&](auto tag) {
+  dispatch_conv_dtype(x.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
-    run_tuned(Direction::Forward, g, x.dtype(), [&] { forward_impl<T>(out, x, w, b, g); },
-              [&] {
-                const ConvGeometry f = flipped(g);
-                Tensor o = empty_4d(out.sizes(), out.options(), format_of(f));
-                forward_impl<T>(o, converted(x, f), w, b, f);
-                copy(out, o);
-              });
-  };
-  switch (x.dtype()) {
-    case DType::F32: return run(float{});
-    case DType::F64: return run(double{});
-    default: KILN_FAIL("conv2d: dtype ", x.dtype(), " is not supported by the CPU kernel");
-  }
+    run_tuned_into(Direction::Forward, g, x.dtype(), out, x,
+                   [&](const Tensor& o, const Tensor& in, const ConvGeometry& f) { forward_impl<T>(o, in, w, b, f); });
+  });
 }
 KILN_REGISTER_KERNEL(kernels::conv2d_forward, CPU, conv2d_forward);
 
@@ -735,11 +749,9 @@ void conv2d_forward_batch_stats(const Tensor& out, const Tensor& mean, const Ten
   Tensor w = contiguous_weight(weight);
   Tensor b = bias.defined() ? contiguous(bias) : Tensor();
   std::vector<double> per_sample(g.N * g.K * 2);
-  switch (x.dtype()) {
-    case DType::F32: forward_impl<float>(out, x, w, b, g, per_sample.data()); break;
-    case DType::F64: forward_impl<double>(out, x, w, b, g, per_sample.data()); break;
-    default: KILN_FAIL("conv2d: dtype ", x.dtype(), " is not supported by the CPU kernel");
-  }
+  dispatch_conv_dtype(x.dtype(), "conv2d", [&](auto tag) {
+    forward_impl<decltype(tag)>(out, x, w, b, g, per_sample.data());
+  });
   // Chan et al.'s pairwise update, sample by sample: the same result whichever thread ran which
   // sample.
   auto write = [&](auto* mp, auto* vp) {
@@ -813,11 +825,9 @@ void conv2d_backward_generated(const Tensor& grad_x, const Tensor& grad_weight, 
     return;
   }
   Tensor w = contiguous_weight(weight);
-  switch (x.dtype()) {
-    case DType::F32: return backward_generated_impl<float>(grad_x, grad_weight, x, w, g, make_dy);
-    case DType::F64: return backward_generated_impl<double>(grad_x, grad_weight, x, w, g, make_dy);
-    default: KILN_FAIL(op, ": dtype ", x.dtype(), " is not supported by the CPU kernel");
-  }
+  dispatch_conv_dtype(x.dtype(), op, [&](auto tag) {
+    backward_generated_impl<decltype(tag)>(grad_x, grad_weight, x, w, g, make_dy);
+  });
 }
 
 void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
@@ -831,21 +841,13 @@ void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
     return;
   }
   Tensor w = contiguous_weight(weight);
-  auto run = [&](auto tag) {
+  dispatch_conv_dtype(grad_x.dtype(), "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
-    run_tuned(Direction::BackwardInput, g, grad_x.dtype(), [&] { backward_input_impl<T>(grad_x, grad_out, w, g); },
-              [&] {
-                const ConvGeometry f = flipped(g);
-                Tensor gx = empty_4d(grad_x.sizes(), grad_x.options(), format_of(f));
-                backward_input_impl<T>(gx, converted(grad_out, f), w, f);
-                copy(grad_x, gx);
-              });
-  };
-  switch (grad_x.dtype()) {
-    case DType::F32: return run(float{});
-    case DType::F64: return run(double{});
-    default: KILN_FAIL("conv2d_backward_input: dtype ", grad_x.dtype(), " is not supported");
-  }
+    run_tuned_into(Direction::BackwardInput, g, grad_x.dtype(), grad_x, grad_out,
+                   [&](const Tensor& gx, const Tensor& gy, const ConvGeometry& f) {
+                     backward_input_impl<T>(gx, gy, w, f);
+                   });
+  });
 }
 KILN_REGISTER_KERNEL(kernels::conv2d_backward_input, CPU, conv2d_backward_input);
 
@@ -861,7 +863,7 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
     if (grad_bias.defined()) fill(grad_bias, 0.0);
     return;
   }
-  auto run = [&](auto tag) {
+  dispatch_conv_dtype(x.dtype(), "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);
     run_tuned(Direction::BackwardWeight, g, x.dtype(),
               [&] { backward_weight_impl<T>(grad_weight, grad_bias, grad_out, x, g); },
@@ -869,12 +871,7 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
                 const ConvGeometry f = flipped(g);
                 backward_weight_impl<T>(grad_weight, grad_bias, converted(grad_out, f), converted(x, f), f);
               });
-  };
-  switch (x.dtype()) {
-    case DType::F32: return run(float{});
-    case DType::F64: return run(double{});
-    default: KILN_FAIL("conv2d_backward_weight: dtype ", x.dtype(), " is not supported");
-  }
+  });
 }
 KILN_REGISTER_KERNEL(kernels::conv2d_backward_weight, CPU, conv2d_backward_weight);
 

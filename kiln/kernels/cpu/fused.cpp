@@ -33,6 +33,20 @@ RowsCols rows_cols(const Tensor& t) {
   return {k == 0 ? 0 : t.numel() / k, k};
 }
 
+// Runs f(tag, rows, cols) with t seen as [rows, cols] (cols: its last dimension), tag the dispatch
+// tag of t's dtype.
+template <class F>
+void dispatch_rows(const Tensor& t, const char* name, F&& f) {
+  const RowsCols rc = rows_cols(t);
+  dispatch_floating(t.dtype(), name, [&](auto tag) { f(tag, rc.rows, rc.cols); });
+}
+
+// 1 / (1 - p), the scale of kept elements (0 when everything is dropped).
+template <class O>
+O dropout_scale(double p) {
+  return p >= 1.0 ? O(0) : static_cast<O>(1.0 / (1.0 - p));
+}
+
 // Bias as opmath values (f16/bf16 bias widened once, not once per row).
 template <class T, class O = opmath_t<T>>
 std::vector<O> bias_values(const Tensor& bias, int64_t k) {
@@ -89,9 +103,7 @@ void with_gelu(GeluApprox approx, F&& f) {
 }  // namespace
 
 void bias_gelu(const Tensor& y, const Tensor& x, const Tensor& bias, GeluApprox approx) {
-  const RowsCols rc = rows_cols(x);
-  const int64_t rows = rc.rows, cols = rc.cols;
-  dispatch_floating(x.dtype(), "bias_gelu", [&](auto tag) {
+  dispatch_rows(x, "bias_gelu", [&](auto tag, int64_t rows, int64_t cols) {
     using T = typename decltype(tag)::type;
     using O = opmath_t<T>;
     const std::vector<O> b = bias_values<T>(bias, cols);
@@ -114,9 +126,7 @@ KILN_REGISTER_KERNEL(kernels::backend::bias_gelu, CPU, bias_gelu);
 
 void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, const Tensor& x,
                         const Tensor& bias, GeluApprox approx) {
-  const RowsCols rc = rows_cols(x);
-  const int64_t rows = rc.rows, cols = rc.cols;
-  dispatch_floating(x.dtype(), "bias_gelu_backward", [&](auto tag) {
+  dispatch_rows(x, "bias_gelu_backward", [&](auto tag, int64_t rows, int64_t cols) {
     using T = typename decltype(tag)::type;
     using O = opmath_t<T>;
     const std::vector<O> b = bias_values<T>(bias, cols);
@@ -141,13 +151,11 @@ KILN_REGISTER_KERNEL(kernels::backend::bias_gelu_backward, CPU, bias_gelu_backwa
 
 void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, const Tensor& residual,
                       double p, uint64_t seed, uint64_t offset) {
-  const RowsCols rc = rows_cols(x);
-  const int64_t rows = rc.rows, cols = rc.cols;
-  dispatch_floating(x.dtype(), "bias_dropout_add", [&](auto tag) {
+  dispatch_rows(x, "bias_dropout_add", [&](auto tag, int64_t rows, int64_t cols) {
     using T = typename decltype(tag)::type;
     using O = opmath_t<T>;
     const std::vector<O> b = bias_values<T>(bias, cols);
-    const O scale = p >= 1.0 ? O(0) : static_cast<O>(1.0 / (1.0 - p));
+    const O scale = dropout_scale<O>(p);
     const math::BiasDropoutAdd f{math::DropoutMask{seed, offset, static_cast<float>(p)}};
     const T* xp = static_cast<const T*>(x.data_ptr());
     const T* rp = static_cast<const T*>(residual.data_ptr());
@@ -173,12 +181,10 @@ KILN_REGISTER_KERNEL(kernels::backend::bias_dropout_add, CPU, bias_dropout_add);
 
 void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, double p,
                                uint64_t seed, uint64_t offset) {
-  const RowsCols rc = rows_cols(g);
-  const int64_t rows = rc.rows, cols = rc.cols;
-  dispatch_floating(g.dtype(), "bias_dropout_add_backward", [&](auto tag) {
+  dispatch_rows(g, "bias_dropout_add_backward", [&](auto tag, int64_t rows, int64_t cols) {
     using T = typename decltype(tag)::type;
     using O = opmath_t<T>;
-    const O scale = p >= 1.0 ? O(0) : static_cast<O>(1.0 / (1.0 - p));
+    const O scale = dropout_scale<O>(p);
     const math::DropoutGrad f{math::DropoutMask{seed, offset, static_cast<float>(p)}};
     const T* gp = static_cast<const T*>(g.data_ptr());
     T* dp = static_cast<T*>(dx.data_ptr());

@@ -36,6 +36,7 @@
 #include "kiln/core/error.h"
 #include "kiln/kernels/cpu/batch_norm_common.h"
 #include "kiln/kernels/math/pointwise.h"
+#include "kiln/kernels/math/with_flag.h"
 #include "kiln/kernels/norm.h"
 
 namespace kiln::kernels::cpu {
@@ -94,16 +95,6 @@ inline O bn_grad_in(T g, T x, O a, O b) {
     return keep_or_zero(!(bn_pre(x, a, b) <= O(0)), static_cast<O>(g));
   else
     return static_cast<O>(g);
-}
-
-// Runs f(std::true_type) or f(std::false_type): the ReLU epilogue as a compile-time flag, so the
-// plain batch norm's loops carry no mask.
-template <class F>
-void with_relu(bool relu, F&& f) {
-  if (relu)
-    f(std::true_type{});
-  else
-    f(std::false_type{});
 }
 
 }  // namespace
@@ -185,7 +176,7 @@ void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, 
     // ---- pass 2: y = x * a + b per channel (then max(0, .) with the fused ReLU)
     std::vector<O> a, b;
     bn_coefficients(C, wp, bp, mp, ip, a, b);
-    with_relu(relu, [&](auto relu_flag) {
+    math::with_flag(relu, [&](auto relu_flag) {
       constexpr bool kRelu = decltype(relu_flag)::value;
       auto out = [](T xv, O ac, O bc) {
         const O v = bn_pre(xv, ac, bc);
@@ -248,7 +239,7 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
     std::vector<O> ra, rb;
     if (relu) bn_coefficients(C, wp, cptr<T>(bias), mp, ip, ra, rb);
 
-    with_relu(relu, [&](auto relu_flag) {
+    math::with_flag(relu, [&](auto relu_flag) {
       constexpr bool kRelu = decltype(relu_flag)::value;
       // ---- pass 1: sum_g = sum(g), dot = sum(g * (x - mean)) per channel (g masked with relu)
       std::vector<double> sum_g(C, 0.0), dot(C, 0.0);

@@ -43,6 +43,61 @@ void for_planes(const PoolGeometry& g, int64_t work_per_plane, F&& f) {
   for (int64_t p = 0; p < planes; ++p) f(p / g.C, p % g.C);
 }
 
+// The in-bounds part [s, e) of window o along one axis: start o * stride - pad, length k, input n.
+inline void clip_window(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t n, int64_t& s, int64_t& e) {
+  const int64_t start = o * stride - pad;
+  s = std::max<int64_t>(start, 0);
+  e = std::min(start + k, n);
+}
+
+// Adaptive windows: window i covers [floor(i * in / out), ceil((i + 1) * in / out)).
+inline int64_t ad_start(int64_t i, int64_t in, int64_t out) { return (i * in) / out; }
+inline int64_t ad_end(int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; }
+
+// Window o's in-bounds part [s, e) along an axis of `in` inputs and `out` outputs: adaptive, or
+// clipped from start o * stride - pad and length k.
+template <bool kAdaptive>
+inline void window_bounds(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t in, int64_t out, int64_t& s,
+                          int64_t& e) {
+  if constexpr (kAdaptive) {
+    s = ad_start(o, in, out);
+    e = ad_end(o, in, out);
+  } else {
+    clip_window(o, stride, pad, k, in, s, e);
+  }
+}
+
+// Calls f(oh, ow, hs, he, ws, we) for every output position of a plane in row order, with its
+// window's in-bounds rows [hs, he) and columns [ws, we) (the adaptive windows when kAdaptive).
+template <bool kAdaptive, class F>
+inline void for_windows(const PoolGeometry& g, F&& f) {
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    int64_t hs, he;
+    window_bounds<kAdaptive>(oh, g.sh, g.ph, g.kh, g.H, g.OH, hs, he);
+    for (int64_t ow = 0; ow < g.OW; ++ow) {
+      int64_t ws, we;
+      window_bounds<kAdaptive>(ow, g.sw, g.pw, g.kw, g.W, g.OW, ws, we);
+      f(oh, ow, hs, he, ws, we);
+    }
+  }
+}
+
+// Sum of a plane over rows [hs, he) and columns [ws, we).
+template <class T>
+inline T window_sum(const T* p, int64_t sh, int64_t sw, int64_t hs, int64_t he, int64_t ws, int64_t we) {
+  T s = 0;
+  for (int64_t h = hs; h < he; ++h)
+    for (int64_t w = ws; w < we; ++w) s += p[h * sh + w * sw];
+  return s;
+}
+
+// Adds v to a plane over rows [hs, he) and columns [ws, we).
+template <class T>
+inline void window_add(T* p, int64_t sh, int64_t sw, int64_t hs, int64_t he, int64_t ws, int64_t we, T v) {
+  for (int64_t h = hs; h < he; ++h)
+    for (int64_t w = ws; w < we; ++w) p[h * sh + w * sw] += v;
+}
+
 template <class T>
 void max_fwd(const Tensor& out, const Tensor& idx, const Tensor& x, const PoolGeometry& g) {
   View4<const T> X(x);
@@ -55,11 +110,11 @@ void max_fwd(const Tensor& out, const Tensor& idx, const Tensor& x, const PoolGe
 #pragma omp parallel for schedule(static) if (rows > 1 && g.N * g.C * g.OH * g.OW * g.kh * g.kw >= 32768)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t n = r / g.OH, oh = r % g.OH;
-      const int64_t h0 = oh * g.sh - g.ph;
-      const int64_t hs = std::max<int64_t>(h0, 0), he = std::min(h0 + g.kh, g.H);
+      int64_t hs, he;
+      clip_window(oh, g.sh, g.ph, g.kh, g.H, hs, he);
       for (int64_t ow = 0; ow < g.OW; ++ow) {
-        const int64_t w0 = ow * g.sw - g.pw;
-        const int64_t ws = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, g.W);
+        int64_t ws, we;
+        clip_window(ow, g.sw, g.pw, g.kw, g.W, ws, we);
         T* op = O.plane(n, 0) + oh * O.sh + ow * O.sw;
         int32_t* ip = I.plane(n, 0) + oh * I.sh + ow * I.sw;
         const int32_t first = static_cast<int32_t>(hs * g.W + ws);
@@ -111,21 +166,15 @@ void max_fwd(const Tensor& out, const Tensor& idx, const Tensor& x, const PoolGe
       }
       return;
     }
-    for (int64_t oh = 0; oh < g.OH; ++oh) {
-      const int64_t h0 = oh * g.sh - g.ph;
-      const int64_t hs = std::max<int64_t>(h0, 0), he = std::min(h0 + g.kh, g.H);
-      for (int64_t ow = 0; ow < g.OW; ++ow) {
-        const int64_t w0 = ow * g.sw - g.pw;
-        const int64_t ws = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, g.W);
-        T best = -std::numeric_limits<T>::infinity();
-        int32_t bi = static_cast<int32_t>(hs * g.W + ws);
-        for (int64_t h = hs; h < he; ++h)
-          for (int64_t w = ws; w < we; ++w)
-            take_max(xp[h * X.sh + w * X.sw], static_cast<int32_t>(h * g.W + w), best, bi);
-        op[oh * O.sh + ow * O.sw] = best;
-        ip[oh * I.sh + ow * I.sw] = bi;
-      }
-    }
+    for_windows<false>(g, [&](int64_t oh, int64_t ow, int64_t hs, int64_t he, int64_t ws, int64_t we) {
+      T best = -std::numeric_limits<T>::infinity();
+      int32_t bi = static_cast<int32_t>(hs * g.W + ws);
+      for (int64_t h = hs; h < he; ++h)
+        for (int64_t w = ws; w < we; ++w)
+          take_max(xp[h * X.sh + w * X.sw], static_cast<int32_t>(h * g.W + w), best, bi);
+      op[oh * O.sh + ow * O.sw] = best;
+      ip[oh * I.sh + ow * I.sw] = bi;
+    });
   });
 }
 
@@ -228,19 +277,11 @@ void avg_fwd(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool inc
   for_planes(g, g.OH * g.OW * g.kh * g.kw, [&](int64_t n, int64_t c) {
     const T* xp = X.plane(n, c);
     T* op = O.plane(n, c);
-    for (int64_t oh = 0; oh < g.OH; ++oh) {
-      const int64_t h0 = oh * g.sh - g.ph;
-      const int64_t hs = std::max<int64_t>(h0, 0), he = std::min(h0 + g.kh, g.H);
-      for (int64_t ow = 0; ow < g.OW; ++ow) {
-        const int64_t w0 = ow * g.sw - g.pw;
-        const int64_t ws = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, g.W);
-        T s = 0;
-        for (int64_t h = hs; h < he; ++h)
-          for (int64_t w = ws; w < we; ++w) s += xp[h * X.sh + w * X.sw];
-        const int64_t d = avg_divisor(hs, he, ws, we, g, include_pad);
-        op[oh * O.sh + ow * O.sw] = d > 0 ? s / T(d) : T(0);
-      }
-    }
+    for_windows<false>(g, [&](int64_t oh, int64_t ow, int64_t hs, int64_t he, int64_t ws, int64_t we) {
+      const T s = window_sum(xp, X.sh, X.sw, hs, he, ws, we);
+      const int64_t d = avg_divisor(hs, he, ws, we, g, include_pad);
+      op[oh * O.sh + ow * O.sw] = d > 0 ? s / T(d) : T(0);
+    });
   });
 }
 
@@ -252,24 +293,12 @@ void avg_bwd(const Tensor& gx, const Tensor& gy, const PoolGeometry& g, bool inc
     T* gxp = GX.plane(n, c);
     const T* gyp = GY.plane(n, c);
     zero_plane(gxp, GX, g.H, g.W);
-    for (int64_t oh = 0; oh < g.OH; ++oh) {
-      const int64_t h0 = oh * g.sh - g.ph;
-      const int64_t hs = std::max<int64_t>(h0, 0), he = std::min(h0 + g.kh, g.H);
-      for (int64_t ow = 0; ow < g.OW; ++ow) {
-        const int64_t w0 = ow * g.sw - g.pw;
-        const int64_t ws = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, g.W);
-        const int64_t d = avg_divisor(hs, he, ws, we, g, include_pad);
-        if (d == 0) continue;
-        const T v = gyp[oh * GY.sh + ow * GY.sw] / T(d);
-        for (int64_t h = hs; h < he; ++h)
-          for (int64_t w = ws; w < we; ++w) gxp[h * GX.sh + w * GX.sw] += v;
-      }
-    }
+    for_windows<false>(g, [&](int64_t oh, int64_t ow, int64_t hs, int64_t he, int64_t ws, int64_t we) {
+      const int64_t d = avg_divisor(hs, he, ws, we, g, include_pad);
+      if (d > 0) window_add(gxp, GX.sh, GX.sw, hs, he, ws, we, gyp[oh * GY.sh + ow * GY.sw] / T(d));
+    });
   });
 }
-
-inline int64_t ad_start(int64_t i, int64_t in, int64_t out) { return (i * in) / out; }
-inline int64_t ad_end(int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; }
 
 template <class T>
 void adaptive_fwd(const Tensor& out, const Tensor& x, const PoolGeometry& g) {
@@ -278,16 +307,9 @@ void adaptive_fwd(const Tensor& out, const Tensor& x, const PoolGeometry& g) {
   for_planes(g, g.H * g.W + g.OH * g.OW, [&](int64_t n, int64_t c) {
     const T* xp = X.plane(n, c);
     T* op = O.plane(n, c);
-    for (int64_t oh = 0; oh < g.OH; ++oh) {
-      const int64_t hs = ad_start(oh, g.H, g.OH), he = ad_end(oh, g.H, g.OH);
-      for (int64_t ow = 0; ow < g.OW; ++ow) {
-        const int64_t ws = ad_start(ow, g.W, g.OW), we = ad_end(ow, g.W, g.OW);
-        T s = 0;
-        for (int64_t h = hs; h < he; ++h)
-          for (int64_t w = ws; w < we; ++w) s += xp[h * X.sh + w * X.sw];
-        op[oh * O.sh + ow * O.sw] = s / T((he - hs) * (we - ws));
-      }
-    }
+    for_windows<true>(g, [&](int64_t oh, int64_t ow, int64_t hs, int64_t he, int64_t ws, int64_t we) {
+      op[oh * O.sh + ow * O.sw] = window_sum(xp, X.sh, X.sw, hs, he, ws, we) / T((he - hs) * (we - ws));
+    });
   });
 }
 
@@ -299,15 +321,9 @@ void adaptive_bwd(const Tensor& gx, const Tensor& gy, const PoolGeometry& g) {
     T* gxp = GX.plane(n, c);
     const T* gyp = GY.plane(n, c);
     zero_plane(gxp, GX, g.H, g.W);
-    for (int64_t oh = 0; oh < g.OH; ++oh) {
-      const int64_t hs = ad_start(oh, g.H, g.OH), he = ad_end(oh, g.H, g.OH);
-      for (int64_t ow = 0; ow < g.OW; ++ow) {
-        const int64_t ws = ad_start(ow, g.W, g.OW), we = ad_end(ow, g.W, g.OW);
-        const T v = gyp[oh * GY.sh + ow * GY.sw] / T((he - hs) * (we - ws));
-        for (int64_t h = hs; h < he; ++h)
-          for (int64_t w = ws; w < we; ++w) gxp[h * GX.sh + w * GX.sw] += v;
-      }
-    }
+    for_windows<true>(g, [&](int64_t oh, int64_t ow, int64_t hs, int64_t he, int64_t ws, int64_t we) {
+      window_add(gxp, GX.sh, GX.sw, hs, he, ws, we, gyp[oh * GY.sh + ow * GY.sw] / T((he - hs) * (we - ws)));
+    });
   });
 }
 

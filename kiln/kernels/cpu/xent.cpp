@@ -15,6 +15,7 @@
 #include "kiln/core/error.h"
 #include "kiln/kernels/cpu/loops.h"
 #include "kiln/kernels/cross_entropy.h"
+#include "kiln/kernels/math/xent_dispatch.h"
 
 namespace kiln::kernels::cpu {
 
@@ -91,18 +92,15 @@ void backward_rows(T* dx, const opmath_t<T>* grad, int64_t grad_stride, const T*
 void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& logits,
                            const Tensor& target, int64_t ignore_index, double label_smoothing) {
   const int64_t R = logits.size(0), C = logits.size(1);
-  if (R == 0) return;
-  dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+  xent::dispatch_logits_targets(logits, target, "cross_entropy", [&](auto tag, auto itag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    dispatch_index(target.dtype(), "cross_entropy", [&](auto itag) {
-      using I = typename decltype(itag)::type;
-      const I* tp = static_cast<const I*>(target.data_ptr());
-      check_targets(tp, R, C, ignore_index);
-      forward_rows<T, I>(static_cast<M*>(loss.data_ptr()), static_cast<M*>(lse.data_ptr()),
-                         static_cast<const T*>(logits.data_ptr()), tp, R, C, ignore_index,
-                         label_smoothing);
-    });
+    using I = typename decltype(itag)::type;
+    const I* tp = static_cast<const I*>(target.data_ptr());
+    check_targets(tp, R, C, ignore_index);
+    forward_rows<T, I>(static_cast<M*>(loss.data_ptr()), static_cast<M*>(lse.data_ptr()),
+                       static_cast<const T*>(logits.data_ptr()), tp, R, C, ignore_index,
+                       label_smoothing);
   });
 }
 KILN_REGISTER_KERNEL(kernels::backend::cross_entropy_forward, CPU, cross_entropy_forward);
@@ -111,19 +109,16 @@ void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& 
                             const Tensor& lse, const Tensor& target, int64_t ignore_index,
                             double label_smoothing) {
   const int64_t R = logits.size(0), C = logits.size(1);
-  if (R == 0) return;
   const int64_t grad_stride = grad.numel() == 1 ? 0 : 1;
-  dispatch_floating(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
+  xent::dispatch_logits_targets(logits, target, "cross_entropy_backward", [&](auto tag, auto itag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    dispatch_index(target.dtype(), "cross_entropy_backward", [&](auto itag) {
-      using I = typename decltype(itag)::type;
-      backward_rows<T, I>(static_cast<T*>(dx.data_ptr()), static_cast<const M*>(grad.data_ptr()),
-                          grad_stride, static_cast<const T*>(logits.data_ptr()),
-                          static_cast<const M*>(lse.data_ptr()),
-                          static_cast<const I*>(target.data_ptr()), R, C, ignore_index,
-                          label_smoothing);
-    });
+    using I = typename decltype(itag)::type;
+    backward_rows<T, I>(static_cast<T*>(dx.data_ptr()), static_cast<const M*>(grad.data_ptr()),
+                        grad_stride, static_cast<const T*>(logits.data_ptr()),
+                        static_cast<const M*>(lse.data_ptr()),
+                        static_cast<const I*>(target.data_ptr()), R, C, ignore_index,
+                        label_smoothing);
   });
 }
 KILN_REGISTER_KERNEL(kernels::backend::cross_entropy_backward, CPU, cross_entropy_backward);

@@ -109,6 +109,47 @@ __device__ __forceinline__ M row_sum(M v) {
   return v;
 }
 
+// The register-tile product of every tile kernel: for this thread's tile rows ty + 16 i and
+// columns tx + 16 j, acc[i][j] += sum_{d < n} A(ty + 16 i, d) * B(tx + 16 j, d) with
+// A(r, d) = A[r * a_row + d * a_col] and B(c, d) = B[c * b_row + d * b_col] (shared memory). The
+// strides are compile-time constants at every call, so this inlines to the loops written out.
+template <int RI, int RJ, class M>
+__device__ __forceinline__ void tile_mma(M (&acc)[RI][RJ], const M* A, int a_row, int a_col,
+                                         const M* B, int b_row, int b_col, int n) {
+  const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
+  for (int d = 0; d < n; ++d) {
+    M a[RI], b[RJ];
+#pragma unroll
+    for (int i = 0; i < RI; ++i) a[i] = A[(ty + kSide * i) * a_row + d * a_col];
+#pragma unroll
+    for (int j = 0; j < RJ; ++j) b[j] = B[(tx + kSide * j) * b_row + d * b_col];
+#pragma unroll
+    for (int i = 0; i < RI; ++i)
+#pragma unroll
+      for (int j = 0; j < RJ; ++j) acc[i][j] += a[i] * b[j];
+  }
+}
+
+template <int RI, int RJ, class M>
+__device__ __forceinline__ void zero_tile(M (&t)[RI][RJ]) {
+#pragma unroll
+  for (int i = 0; i < RI; ++i)
+#pragma unroll
+    for (int j = 0; j < RJ; ++j) t[i][j] = 0;
+}
+
+// The backward kernels' recomputation, on [rows][ld] tiles: s = A B^T over D columns and
+// dp = dA dB^T over Dv columns (dQ: A, B, dA, dB = Q, K, dO, V; dK/dV the transposes).
+template <int RI, int RJ, class M>
+__device__ __forceinline__ void scores_and_dp(M (&s)[RI][RJ], M (&dp)[RI][RJ], const M* A,
+                                              const M* B, const M* dA, const M* dB, int ld, int D,
+                                              int Dv) {
+  zero_tile(s);
+  zero_tile(dp);
+  tile_mma(s, A, ld, 1, B, ld, 1, D);
+  tile_mma(dp, dA, ld, 1, dB, ld, 1, Dv);
+}
+
 // dst [ROWS][HD + 1] (shared) <- src [valid_rows][cols] (global, row-major), converted to M;
 // rows >= valid_rows and columns >= cols are zero.
 template <int ROWS, int HD, class T, class M>
@@ -118,6 +159,15 @@ __device__ __forceinline__ void load_tile(M* dst, const T* src, int valid_rows, 
     dst[r * (HD + 1) + c] =
         (r < valid_rows && c < cols) ? static_cast<M>(src[static_cast<int64_t>(r) * cols + c]) : M(0);
   }
+}
+
+// Rows [row0, row0 + n) of one batch entry's two operands into shared tiles: X [ROWS][HD + 1] from
+// x (D columns) and Y from y (Dv columns); the operand pairs are (K, V) and (Q, dO).
+template <int ROWS, int HD, class T, class M>
+__device__ __forceinline__ void load_tile_pair(M* X, M* Y, const T* x, const T* y, int64_t row0,
+                                               int n, int D, int Dv) {
+  load_tile<ROWS, HD>(X, x + row0 * D, n, D);
+  load_tile<ROWS, HD>(Y, y + row0 * Dv, n, Dv);
 }
 
 // ---------------------------------------------------------------------------- forward
@@ -145,39 +195,24 @@ attention_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const
   load_tile<BQ, HD>(Qs, q + (b * Tq + q0) * D, nq, D);
 
   M m[RQ], l[RQ], acc[RQ][RC];
+  zero_tile(acc);
 #pragma unroll
   for (int i = 0; i < RQ; ++i) {
     m[i] = ninf;
     l[i] = 0;
-#pragma unroll
-    for (int c = 0; c < RC; ++c) acc[i][c] = 0;
   }
 
   const int kend = causal ? imin(Tk, q0 + nq) : Tk;  // keys after the last query row: all masked
   for (int k0 = 0; k0 < kend; k0 += BK) {
     const int nk = imin(BK, kend - k0);
     __syncthreads();  // every thread is done with the previous tile's Ks, Vs, Ps
-    load_tile<BK, HD>(Ks, k + (b * Tk + k0) * D, nk, D);
-    load_tile<BK, HD>(Vs, v + (b * Tk + k0) * Dv, nk, Dv);
+    load_tile_pair<BK, HD>(Ks, Vs, k, v, b * Tk + k0, nk, D, Dv);
     __syncthreads();
 
     // s = Q K^T for this thread's rows (ty + 16 i) and keys (tx + 16 j)
     M s[RQ][RK];
-#pragma unroll
-    for (int i = 0; i < RQ; ++i)
-#pragma unroll
-      for (int j = 0; j < RK; ++j) s[i][j] = 0;
-    for (int d = 0; d < D; ++d) {
-      M a[RQ], kk[RK];
-#pragma unroll
-      for (int i = 0; i < RQ; ++i) a[i] = Qs[(ty + kSide * i) * LD + d];
-#pragma unroll
-      for (int j = 0; j < RK; ++j) kk[j] = Ks[(tx + kSide * j) * LD + d];
-#pragma unroll
-      for (int i = 0; i < RQ; ++i)
-#pragma unroll
-        for (int j = 0; j < RK; ++j) s[i][j] += a[i] * kk[j];
-    }
+    zero_tile(s);
+    tile_mma(s, Qs, LD, 1, Ks, LD, 1, D);
 
     // online softmax: new running max, rescale what was accumulated, P = exp(s - max)
 #pragma unroll
@@ -211,17 +246,7 @@ attention_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const
     __syncthreads();  // Ps complete
 
     // acc += P V for this thread's rows and output columns (tx + 16 c)
-    for (int j = 0; j < nk; ++j) {
-      M p[RQ], vv[RC];
-#pragma unroll
-      for (int i = 0; i < RQ; ++i) p[i] = Ps[(ty + kSide * i) * LP + j];
-#pragma unroll
-      for (int c = 0; c < RC; ++c) vv[c] = Vs[j * LD + tx + kSide * c];
-#pragma unroll
-      for (int i = 0; i < RQ; ++i)
-#pragma unroll
-        for (int c = 0; c < RC; ++c) acc[i][c] += p[i] * vv[c];
-    }
+    tile_mma(acc, Ps, LP, 1, Vs, 1, LD, nk);
   }
 
 #pragma unroll
@@ -277,54 +302,26 @@ attention_backward_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, c
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
   const M ninf = neg_inf<M>();
 
-  load_tile<BQ, HD>(Qs, q + (b * Tq + q0) * D, nq, D);
-  load_tile<BQ, HD>(Gs, g + (b * Tq + q0) * Dv, nq, Dv);
+  load_tile_pair<BQ, HD>(Qs, Gs, q, g, b * Tq + q0, nq, D, Dv);
   M L[RQ], dl[RQ], acc[RQ][RC];
 #pragma unroll
   for (int i = 0; i < RQ; ++i) {
     const int qi = q0 + ty + kSide * i;
     L[i] = qi < Tq ? lse[b * Tq + qi] : ninf;  // padding rows: P = 0
     dl[i] = qi < Tq ? delta[b * Tq + qi] : M(0);
-#pragma unroll
-    for (int c = 0; c < RC; ++c) acc[i][c] = 0;
   }
+  zero_tile(acc);
 
   const int kend = causal ? imin(Tk, q0 + nq) : Tk;
   for (int k0 = 0; k0 < kend; k0 += BK) {
     const int nk = imin(BK, kend - k0);
     __syncthreads();  // done with the previous Ks, Vs, dSs
-    load_tile<BK, HD>(Ks, k + (b * Tk + k0) * D, nk, D);
-    load_tile<BK, HD>(Vs, v + (b * Tk + k0) * Dv, nk, Dv);
+    load_tile_pair<BK, HD>(Ks, Vs, k, v, b * Tk + k0, nk, D, Dv);
     __syncthreads();
 
     // s = Q K^T and dp = dO V^T for rows ty + 16 i, keys tx + 16 j
     M s[RQ][RK], dp[RQ][RK];
-#pragma unroll
-    for (int i = 0; i < RQ; ++i)
-#pragma unroll
-      for (int j = 0; j < RK; ++j) s[i][j] = dp[i][j] = 0;
-    for (int d = 0; d < D; ++d) {
-      M a[RQ], kk[RK];
-#pragma unroll
-      for (int i = 0; i < RQ; ++i) a[i] = Qs[(ty + kSide * i) * LD + d];
-#pragma unroll
-      for (int j = 0; j < RK; ++j) kk[j] = Ks[(tx + kSide * j) * LD + d];
-#pragma unroll
-      for (int i = 0; i < RQ; ++i)
-#pragma unroll
-        for (int j = 0; j < RK; ++j) s[i][j] += a[i] * kk[j];
-    }
-    for (int d = 0; d < Dv; ++d) {
-      M a[RQ], vv[RK];
-#pragma unroll
-      for (int i = 0; i < RQ; ++i) a[i] = Gs[(ty + kSide * i) * LD + d];
-#pragma unroll
-      for (int j = 0; j < RK; ++j) vv[j] = Vs[(tx + kSide * j) * LD + d];
-#pragma unroll
-      for (int i = 0; i < RQ; ++i)
-#pragma unroll
-        for (int j = 0; j < RK; ++j) dp[i][j] += a[i] * vv[j];
-    }
+    scores_and_dp(s, dp, Qs, Ks, Gs, Vs, LD, D, Dv);
     // dS = P * (dP - delta) with P = exp(s * scale - lse)
 #pragma unroll
     for (int i = 0; i < RQ; ++i) {
@@ -340,17 +337,7 @@ attention_backward_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, c
     __syncthreads();  // dSs complete
 
     // acc += dS K for rows ty + 16 i, columns tx + 16 c
-    for (int j = 0; j < nk; ++j) {
-      M ds[RQ], kk[RC];
-#pragma unroll
-      for (int i = 0; i < RQ; ++i) ds[i] = dSs[(ty + kSide * i) * LP + j];
-#pragma unroll
-      for (int c = 0; c < RC; ++c) kk[c] = Ks[j * LD + tx + kSide * c];
-#pragma unroll
-      for (int i = 0; i < RQ; ++i)
-#pragma unroll
-        for (int c = 0; c < RC; ++c) acc[i][c] += ds[i] * kk[c];
-    }
+    tile_mma(acc, dSs, LP, 1, Ks, 1, LD, nk);
   }
 
 #pragma unroll
@@ -394,21 +381,17 @@ attention_backward_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k,
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
   const M ninf = neg_inf<M>();
 
-  load_tile<BK, HD>(Ks, k + (b * Tk + k0) * D, nk, D);
-  load_tile<BK, HD>(Vs, v + (b * Tk + k0) * Dv, nk, Dv);
+  load_tile_pair<BK, HD>(Ks, Vs, k, v, b * Tk + k0, nk, D, Dv);
   M dK[RK][RC], dV[RK][RC];
-#pragma unroll
-  for (int a = 0; a < RK; ++a)
-#pragma unroll
-    for (int c = 0; c < RC; ++c) dK[a][c] = dV[a][c] = 0;
+  zero_tile(dK);
+  zero_tile(dV);
 
   // Causal: queries before k0 see none of these keys (BQ == BK, so this is k0 itself).
   const int qstart = causal ? (k0 / BQ) * BQ : 0;
   for (int q0 = qstart; q0 < Tq; q0 += BQ) {
     const int nq = imin(BQ, Tq - q0);
     __syncthreads();  // done with the previous Qs, Gs, Pt, dSt, Ls, Dl
-    load_tile<BQ, HD>(Qs, q + (b * Tq + q0) * D, nq, D);
-    load_tile<BQ, HD>(Gs, g + (b * Tq + q0) * Dv, nq, Dv);
+    load_tile_pair<BQ, HD>(Qs, Gs, q, g, b * Tq + q0, nq, D, Dv);
     for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
       Ls[i] = i < nq ? lse[b * Tq + q0 + i] : ninf;
       Dl[i] = i < nq ? delta[b * Tq + q0 + i] : M(0);
@@ -417,32 +400,7 @@ attention_backward_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k,
 
     // s^T = K Q^T and dp^T = V dO^T for keys ty + 16 a, queries tx + 16 c
     M s[RK][RQ], dp[RK][RQ];
-#pragma unroll
-    for (int a = 0; a < RK; ++a)
-#pragma unroll
-      for (int c = 0; c < RQ; ++c) s[a][c] = dp[a][c] = 0;
-    for (int d = 0; d < D; ++d) {
-      M kk[RK], qq[RQ];
-#pragma unroll
-      for (int a = 0; a < RK; ++a) kk[a] = Ks[(ty + kSide * a) * LD + d];
-#pragma unroll
-      for (int c = 0; c < RQ; ++c) qq[c] = Qs[(tx + kSide * c) * LD + d];
-#pragma unroll
-      for (int a = 0; a < RK; ++a)
-#pragma unroll
-        for (int c = 0; c < RQ; ++c) s[a][c] += kk[a] * qq[c];
-    }
-    for (int d = 0; d < Dv; ++d) {
-      M vv[RK], gg[RQ];
-#pragma unroll
-      for (int a = 0; a < RK; ++a) vv[a] = Vs[(ty + kSide * a) * LD + d];
-#pragma unroll
-      for (int c = 0; c < RQ; ++c) gg[c] = Gs[(tx + kSide * c) * LD + d];
-#pragma unroll
-      for (int a = 0; a < RK; ++a)
-#pragma unroll
-        for (int c = 0; c < RQ; ++c) dp[a][c] += vv[a] * gg[c];
-    }
+    scores_and_dp(s, dp, Ks, Qs, Vs, Gs, LD, D, Dv);
 #pragma unroll
     for (int a = 0; a < RK; ++a) {
       const int key = ty + kSide * a;
@@ -459,26 +417,8 @@ attention_backward_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k,
     __syncthreads();  // Pt, dSt complete
 
     // dV += P^T dO and dK += dS^T Q for keys ty + 16 a, columns tx + 16 c
-    for (int i = 0; i < nq; ++i) {
-      M pp[RK], ds[RK], gg[RC], qq[RC];
-#pragma unroll
-      for (int a = 0; a < RK; ++a) {
-        pp[a] = Pt[(ty + kSide * a) * LT + i];
-        ds[a] = dSt[(ty + kSide * a) * LT + i];
-      }
-#pragma unroll
-      for (int c = 0; c < RC; ++c) {
-        gg[c] = Gs[i * LD + tx + kSide * c];
-        qq[c] = Qs[i * LD + tx + kSide * c];
-      }
-#pragma unroll
-      for (int a = 0; a < RK; ++a)
-#pragma unroll
-        for (int c = 0; c < RC; ++c) {
-          dV[a][c] += pp[a] * gg[c];
-          dK[a][c] += ds[a] * qq[c];
-        }
-    }
+    tile_mma(dV, Pt, LT, 1, Gs, 1, LD, nq);
+    tile_mma(dK, dSt, LT, 1, Qs, 1, LD, nq);
   }
 
 #pragma unroll

@@ -79,6 +79,14 @@ std::string cudnn_last_error() {
                           __FILE__, __LINE__);                                                 \
   } while (0)
 
+// The count a cuDNN query writes through `&got` (algorithm counts), checked as above.
+#define KILN_CUDNN_COUNT(call) \
+  [&] {                        \
+    int got = 0;               \
+    KILN_CUDNN_CHECK(call);    \
+    return got;                \
+  }()
+
 namespace {
 
 // ------------------------------------------------------------------- device and stream
@@ -150,27 +158,19 @@ struct Handle {
 
 // ---------------------------------------------------------------------------- descriptors
 
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc() { KILN_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d)); }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
+// An owned cuDNN descriptor of type D, made and freed by the given cuDNN calls.
+template <class D, cudnnStatus_t (*Create)(D*), cudnnStatus_t (*Destroy)(D)>
+struct Desc {
+  D d = nullptr;
+  Desc() { KILN_CUDNN_CHECK(Create(&d)); }
+  ~Desc() { Destroy(d); }
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
 };
-struct FilterDesc {
-  cudnnFilterDescriptor_t d = nullptr;
-  FilterDesc() { KILN_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d)); }
-  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
-  FilterDesc(const FilterDesc&) = delete;
-  FilterDesc& operator=(const FilterDesc&) = delete;
-};
-struct ConvDesc {
-  cudnnConvolutionDescriptor_t d = nullptr;
-  ConvDesc() { KILN_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d)); }
-  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
-  ConvDesc(const ConvDesc&) = delete;
-  ConvDesc& operator=(const ConvDesc&) = delete;
-};
+using TensorDesc = Desc<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+using FilterDesc = Desc<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
+using ConvDesc =
+    Desc<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
 
 cudnnDataType_t data_type(DType t, const char* op) {
   switch (t) {
@@ -259,89 +259,62 @@ enum class Direction : int64_t { Forward = 1, BackwardData = 2, BackwardFilter =
 // Workspaces above this are never asked for (cuDNN's FFT algorithms can want several GiB).
 constexpr size_t kMaxWorkspace = size_t{1} << 30;
 
-// Per-direction calls, so the search below is written once.
-struct FwdOps {
-  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+// Per-direction calls, so the search below is written once. Each direction's cuDNN calls take
+// their descriptors in the order (A, B, conv, Out), Out being the buffer written: forward
+// (x, w, y), backward data (w, y, x), backward filter (x, y, w).
+enum class Slot { X, W, Y };
+
+template <Slot S>
+auto desc_of(const ConvDescs& d) {
+  if constexpr (S == Slot::X) return d.x.d;
+  else if constexpr (S == Slot::W) return d.w.d;
+  else return d.y.d;
+}
+
+template <Slot S>
+void* data_of(void* x, void* w, void* y) {
+  return S == Slot::X ? x : S == Slot::W ? w : y;
+}
+
+template <class PerfT, class AlgoT, Slot A, Slot B, Slot Out, auto MaxCount, auto Heuristics, auto Find,
+          auto Workspace>
+struct ConvOps {
+  using Perf = PerfT;
+  static int max_count(cudnnHandle_t h) { return KILN_CUDNN_COUNT(MaxCount(h, &got)); }
+  static int heuristics(cudnnHandle_t h, const ConvDescs& d, int n, Perf* p) {
+    return KILN_CUDNN_COUNT(Heuristics(h, desc_of<A>(d), desc_of<B>(d), d.conv.d, desc_of<Out>(d), n, &got, p));
+  }
+  // x, w, y: the data of the descriptors of those names (the Out one is written)
+  static int find(cudnnHandle_t h, const ConvDescs& d, void* x, void* w, void* y, int n, Perf* p, void* ws,
+                  size_t wsz) {
+    return KILN_CUDNN_COUNT(Find(h, desc_of<A>(d), data_of<A>(x, w, y), desc_of<B>(d), data_of<B>(x, w, y),
+                                 d.conv.d, desc_of<Out>(d), data_of<Out>(x, w, y), n, &got, p, ws, wsz));
+  }
+  // Workspace bytes of `algo` under the descriptor's current math type (status, no throw).
+  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, int algo, size_t* s) {
+    return Workspace(h, desc_of<A>(d), desc_of<B>(d), d.conv.d, desc_of<Out>(d), static_cast<AlgoT>(algo), s);
+  }
+};
+
+struct FwdOps
+    : ConvOps<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t, Slot::X, Slot::W, Slot::Y,
+              cudnnGetConvolutionForwardAlgorithmMaxCount, cudnnGetConvolutionForwardAlgorithm_v7,
+              cudnnFindConvolutionForwardAlgorithmEx, cudnnGetConvolutionForwardWorkspaceSize> {
   static constexpr const char* name = "conv2d (cuDNN forward)";
-  static int max_count(cudnnHandle_t h) {
-    int n = 0;
-    KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &n));
-    return n;
-  }
-  static int heuristics(cudnnHandle_t h, const ConvDescs& d, int n, Perf* p) {
-    int got = 0;
-    KILN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, n, &got, p));
-    return got;
-  }
-  // x: input, w: filter, y: output (the buffer written)
-  static int find(cudnnHandle_t h, const ConvDescs& d, const void* x, const void* w, void* y, int n,
-                  Perf* p, void* ws, size_t wsz) {
-    int got = 0;
-    KILN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.d, x, d.w.d, w, d.conv.d, d.y.d, y, n,
-                                                            &got, p, ws, wsz));
-    return got;
-  }
-  // Workspace bytes of `algo` under the descriptor's current math type (status, no throw).
-  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, int algo, size_t* s) {
-    return cudnnGetConvolutionForwardWorkspaceSize(
-        h, d.x.d, d.w.d, d.conv.d, d.y.d, static_cast<cudnnConvolutionFwdAlgo_t>(algo), s);
-  }
 };
 
-struct BwdDataOps {
-  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+struct BwdDataOps
+    : ConvOps<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t, Slot::W, Slot::Y, Slot::X,
+              cudnnGetConvolutionBackwardDataAlgorithmMaxCount, cudnnGetConvolutionBackwardDataAlgorithm_v7,
+              cudnnFindConvolutionBackwardDataAlgorithmEx, cudnnGetConvolutionBackwardDataWorkspaceSize> {
   static constexpr const char* name = "conv2d_backward_input (cuDNN backward data)";
-  static int max_count(cudnnHandle_t h) {
-    int n = 0;
-    KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &n));
-    return n;
-  }
-  static int heuristics(cudnnHandle_t h, const ConvDescs& d, int n, Perf* p) {
-    int got = 0;
-    KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d, n, &got, p));
-    return got;
-  }
-  // x: grad_x (written), w: filter, y: grad_out
-  static int find(cudnnHandle_t h, const ConvDescs& d, void* x, const void* w, const void* y, int n,
-                  Perf* p, void* ws, size_t wsz) {
-    int got = 0;
-    KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.d, w, d.y.d, y, d.conv.d, d.x.d, x, n,
-                                                                 &got, p, ws, wsz));
-    return got;
-  }
-  // Workspace bytes of `algo` under the descriptor's current math type (status, no throw).
-  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, int algo, size_t* s) {
-    return cudnnGetConvolutionBackwardDataWorkspaceSize(
-        h, d.w.d, d.y.d, d.conv.d, d.x.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), s);
-  }
 };
 
-struct BwdFilterOps {
-  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+struct BwdFilterOps
+    : ConvOps<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t, Slot::X, Slot::Y, Slot::W,
+              cudnnGetConvolutionBackwardFilterAlgorithmMaxCount, cudnnGetConvolutionBackwardFilterAlgorithm_v7,
+              cudnnFindConvolutionBackwardFilterAlgorithmEx, cudnnGetConvolutionBackwardFilterWorkspaceSize> {
   static constexpr const char* name = "conv2d_backward_weight (cuDNN backward filter)";
-  static int max_count(cudnnHandle_t h) {
-    int n = 0;
-    KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &n));
-    return n;
-  }
-  static int heuristics(cudnnHandle_t h, const ConvDescs& d, int n, Perf* p) {
-    int got = 0;
-    KILN_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d, n, &got, p));
-    return got;
-  }
-  // x: input, w: grad_weight (written), y: grad_out
-  static int find(cudnnHandle_t h, const ConvDescs& d, const void* x, void* w, const void* y, int n,
-                  Perf* p, void* ws, size_t wsz) {
-    int got = 0;
-    KILN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.d, x, d.y.d, y, d.conv.d, d.w.d, w, n,
-                                                                   &got, p, ws, wsz));
-    return got;
-  }
-  // Workspace bytes of `algo` under the descriptor's current math type (status, no throw).
-  static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, int algo, size_t* s) {
-    return cudnnGetConvolutionBackwardFilterWorkspaceSize(
-        h, d.x.d, d.y.d, d.conv.d, d.w.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), s);
-  }
 };
 
 // Largest power of two (at most 16) dividing the address: cuDNN's kernels can depend on it.
@@ -400,8 +373,8 @@ bool workspace_for(const Handle& h, const ConvDescs& d, int algo, cudnnMathType_
   return Ops::workspace(h.h, d, algo, bytes) == CUDNN_STATUS_SUCCESS;
 }
 
-// The algorithm (cached, or searched now) and a workspace for it. `a`, `b`, `c` are the data
-// pointers in the order Ops::find takes them; the written one may be overwritten by the search.
+// The algorithm (cached, or searched now) and a workspace for it. `a`, `b`, `c` are the data of
+// the x, w and y descriptors (Ops::find's order); the written one may be overwritten by the search.
 // On return the convolution descriptor's math type is the choice's.
 template <class Ops>
 kiln::cudnn::detail::AlgoChoice choose(const Handle& h, const ConvDescs& d, const ConvGeometry& g,

@@ -43,6 +43,7 @@
 #include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/norm.h"
 #include "kiln/kernels/math/pointwise.h"
+#include "kiln/kernels/math/with_flag.h"
 
 namespace kiln::kernels::cuda {
 
@@ -179,6 +180,35 @@ __device__ __forceinline__ void group_sum2(double& a, double& b) {
 
 // ------------------------------------------------------------------ batch norm kernels
 
+// Adds up the P partial pairs of column col of ncols, stored at part[p * ncols + col] and
+// part[P * ncols + p * ncols + col] (every partials kernel of this file writes that layout).
+__device__ __forceinline__ void sum_partials(const double* __restrict__ part, int64_t P, int64_t ncols,
+                                             int64_t col, double& a, double& b) {
+  a = 0;
+  b = 0;
+  for (int64_t p = 0; p < P; ++p) {
+    a += part[p * ncols + col];
+    b += part[P * ncols + p * ncols + col];
+  }
+}
+
+// Adds element i to a channel's two sums: backward sum g' and sum g' (x - center) with g' the
+// (ReLU-masked) gradient, forward sum d and sum d^2 with d = x - center (g is not read).
+template <bool kBackward, bool kRelu, class T, class O>
+__device__ __forceinline__ void bn_accumulate(double& a, double& b, const T* __restrict__ x,
+                                              const T* __restrict__ g, int64_t i, double center, O ra, O rb) {
+  const double xv = to_d(x[i]);
+  if constexpr (kBackward) {
+    const double gv = static_cast<double>(bn_grad_in<kRelu>(g[i], x[i], ra, rb));
+    a += gv;
+    b += gv * (xv - center);
+  } else {
+    const double d = xv - center;
+    a += d;
+    b += d * d;
+  }
+}
+
 // Per-channel partial sums over [N, C, S], S > 1. Block (p, c): threads (tx, ty) visit rows
 // n = p * by + ty, p * by + ty + P * by, ... and elements s = tx, tx + bx, ... of each row.
 //   kBackward = false: a = sum(x - shift_c), b = sum((x - shift_c)^2), shift_c = x[n=0, c, s=0]
@@ -201,18 +231,8 @@ __global__ void bn_partials_planes_kernel(const T* __restrict__ x, const T* __re
     double a = 0, b = 0;
     for (int64_t n = p * blockDim.y + threadIdx.y; n < N; n += row_step) {
       const int64_t base = (n * C + c) * S;
-      for (int64_t s = threadIdx.x; s < S; s += blockDim.x) {
-        const double xv = to_d(x[base + s]);
-        if constexpr (kBackward) {
-          const double gv = static_cast<double>(bn_grad_in<kRelu>(g[base + s], x[base + s], ra, rb));
-          a += gv;
-          b += gv * (xv - center);
-        } else {
-          const double d = xv - center;
-          a += d;
-          b += d * d;
-        }
-      }
+      for (int64_t s = threadIdx.x; s < S; s += blockDim.x)
+        bn_accumulate<kBackward, kRelu>(a, b, x, g, base + s, center, ra, rb);
     }
     block_sum2(a, b);
     if (threadIdx.x == 0 && threadIdx.y == 0) {
@@ -226,6 +246,25 @@ __global__ void bn_partials_planes_kernel(const T* __restrict__ x, const T* __re
 // cb * 32 + tx and rows n = p * 8 + ty, step P * 8; the 8 row-partials are added in shared memory.
 constexpr int kColX = 32, kColY = 8;
 
+// The end of the column kernels (blockDim (kColX, kColY), block y = partial p of P): adds up the
+// (a, b) of the kColY threads of each column in shared memory, and row 0 stores them for column
+// `col` (when valid) at part[p * ncols + col] and part[P * ncols + p * ncols + col].
+__device__ __forceinline__ void store_column_partials(double a, double b, bool valid, double* __restrict__ part,
+                                                      int64_t p, int64_t P, int64_t ncols, int64_t col) {
+  __shared__ double sa[kColY][kColX], sb[kColY][kColX];
+  sa[threadIdx.y][threadIdx.x] = a;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && valid) {
+    for (int j = 1; j < kColY; ++j) {
+      a += sa[j][threadIdx.x];
+      b += sb[j][threadIdx.x];
+    }
+    part[p * ncols + col] = a;
+    part[P * ncols + p * ncols + col] = b;
+  }
+}
+
 template <class T, bool kBackward, bool kRelu>
 __global__ void bn_partials_columns_kernel(const T* __restrict__ x, const T* __restrict__ g,
                                            const stat_t<T>* __restrict__ mean,
@@ -233,37 +272,16 @@ __global__ void bn_partials_columns_kernel(const T* __restrict__ x, const T* __r
                                            int64_t N, int64_t C) {
   using O = opmath_t<T>;
   static_assert(kBackward || !kRelu, "the ReLU mask only applies to the backward sums");
-  __shared__ double sa[kColY][kColX], sb[kColY][kColX];
   const int64_t P = gridDim.y, p = blockIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kColX + threadIdx.x;
   double a = 0, b = 0;
   if (c < C) {
     const double center = kBackward ? static_cast<double>(mean[c]) : to_d(x[c]);
     const O ra = kRelu ? relu_coef[c] : O(0), rb = kRelu ? relu_coef[C + c] : O(0);
-    for (int64_t n = p * kColY + threadIdx.y; n < N; n += P * kColY) {
-      const double xv = to_d(x[n * C + c]);
-      if constexpr (kBackward) {
-        const double gv = static_cast<double>(bn_grad_in<kRelu>(g[n * C + c], x[n * C + c], ra, rb));
-        a += gv;
-        b += gv * (xv - center);
-      } else {
-        const double d = xv - center;
-        a += d;
-        b += d * d;
-      }
-    }
+    for (int64_t n = p * kColY + threadIdx.y; n < N; n += P * kColY)
+      bn_accumulate<kBackward, kRelu>(a, b, x, g, n * C + c, center, ra, rb);
   }
-  sa[threadIdx.y][threadIdx.x] = a;
-  sb[threadIdx.y][threadIdx.x] = b;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int j = 1; j < kColY; ++j) {
-      a += sa[j][threadIdx.x];
-      b += sb[j][threadIdx.x];
-    }
-    part[p * C + c] = a;
-    part[P * C + p * C + c] = b;
-  }
+  store_column_partials(a, b, c < C, part, p, P, C, c);
 }
 
 // Launches the partial sums of one of the two layouts; returns P (partials per channel).
@@ -311,11 +329,8 @@ __global__ void bn_forward_finalize_kernel(const double* __restrict__ part, int6
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += stride) {
     if (training) {
-      double s = 0, ss = 0;
-      for (int64_t p = 0; p < P; ++p) {
-        s += part[p * C + c];
-        ss += part[P * C + p * C + c];
-      }
+      double s, ss;
+      sum_partials(part, P, C, c, s, ss);
       const double shift = to_d(x[c * S]);
       const double md = s / static_cast<double>(M);
       const double v = clamp_nonneg(ss / static_cast<double>(M) - md * md);
@@ -353,11 +368,8 @@ __global__ void bn_backward_finalize_kernel(const double* __restrict__ part, int
   using O = opmath_t<T>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += stride) {
-    double sum_g = 0, dot = 0;
-    for (int64_t p = 0; p < P; ++p) {
-      sum_g += part[p * C + c];
-      dot += part[P * C + p * C + c];
-    }
+    double sum_g, dot;
+    sum_partials(part, P, C, c, sum_g, dot);
     const double is = static_cast<double>(invstd[c]);
     if (dw) dw[c] = from_d<T>(dot * is);
     if (db) db[c] = from_d<T>(sum_g);
@@ -457,6 +469,20 @@ void bn_ncs(const char* op, const Tensor& x, int64_t& N, int64_t& C, int64_t& S)
 
 // ------------------------------------------------------------------ row norm kernels
 
+// A thread's place in the row kernels, a warp (kWarp) or a block per row: lane t of `size`
+// threads working on rows first, first + step, ...
+template <bool kWarp>
+struct RowGroup {
+  int t, size;
+  int64_t first, step;
+  __device__ RowGroup()
+      : t(kWarp ? threadIdx.x % 32 : threadIdx.x),
+        size(kWarp ? 32 : blockDim.x),
+        first(static_cast<int64_t>(blockIdx.x) * per_block() + (kWarp ? threadIdx.x / 32 : 0)),
+        step(static_cast<int64_t>(gridDim.x) * per_block()) {}
+  __device__ static int64_t per_block() { return kWarp ? blockDim.x / 32 : 1; }
+};
+
 // One row per warp (kWarp) or per block. Statistics as on the CPU (double sums of x - shift,
 // shift = the row's first element for layer norm, 0 for RMS norm); then
 // y = (x - mean) * invstd [* w] [+ b] in opmath.
@@ -467,13 +493,10 @@ __global__ void row_norm_forward_kernel(T* __restrict__ y, stat_t<T>* __restrict
                                         int64_t K, bool rms, double eps) {
   using O = opmath_t<T>;
   using ST = stat_t<T>;
-  const int t = kWarp ? threadIdx.x % 32 : threadIdx.x;
-  const int group = kWarp ? 32 : blockDim.x;
-  const int64_t per_block = kWarp ? blockDim.x / 32 : 1;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * per_block + (kWarp ? threadIdx.x / 32 : 0);
-  const int64_t step = static_cast<int64_t>(gridDim.x) * per_block;
+  const RowGroup<kWarp> rg;
+  const int t = rg.t, group = rg.size;
   const double Kd = static_cast<double>(K);
-  for (int64_t r = first; r < R; r += step) {
+  for (int64_t r = rg.first; r < R; r += rg.step) {
     const T* xr = x + r * K;
     T* yr = y + r * K;
     const double shift = rms || K == 0 ? 0.0 : to_d(xr[0]);
@@ -513,12 +536,9 @@ __global__ void row_norm_dx_kernel(T* __restrict__ dx, const T* __restrict__ g, 
                                    const T* __restrict__ w, const stat_t<T>* __restrict__ mean,
                                    const stat_t<T>* __restrict__ invstd, int64_t R, int64_t K, bool rms) {
   using O = opmath_t<T>;
-  const int t = kWarp ? threadIdx.x % 32 : threadIdx.x;
-  const int group = kWarp ? 32 : blockDim.x;
-  const int64_t per_block = kWarp ? blockDim.x / 32 : 1;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * per_block + (kWarp ? threadIdx.x / 32 : 0);
-  const int64_t step = static_cast<int64_t>(gridDim.x) * per_block;
-  for (int64_t r = first; r < R; r += step) {
+  const RowGroup<kWarp> rg;
+  const int t = rg.t, group = rg.size;
+  for (int64_t r = rg.first; r < R; r += rg.step) {
     const T* xr = x + r * K;
     const T* gr = g + r * K;
     const O m = rms ? O(0) : static_cast<O>(mean[r]);
@@ -550,7 +570,6 @@ __global__ void row_norm_col_partials_kernel(const T* __restrict__ g, const T* _
                                              const stat_t<T>* __restrict__ invstd, double* __restrict__ part,
                                              int64_t R, int64_t K, bool rms) {
   using O = opmath_t<T>;
-  __shared__ double sa[kColY][kColX], sb[kColY][kColX];
   const int64_t P = gridDim.y, p = blockIdx.y;
   const int64_t k = static_cast<int64_t>(blockIdx.x) * kColX + threadIdx.x;
   double a = 0, b = 0;
@@ -563,17 +582,7 @@ __global__ void row_norm_col_partials_kernel(const T* __restrict__ g, const T* _
       b += static_cast<double>(gv);
     }
   }
-  sa[threadIdx.y][threadIdx.x] = a;
-  sb[threadIdx.y][threadIdx.x] = b;
-  __syncthreads();
-  if (threadIdx.y == 0 && k < K) {
-    for (int j = 1; j < kColY; ++j) {
-      a += sa[j][threadIdx.x];
-      b += sb[j][threadIdx.x];
-    }
-    part[p * K + k] = a;
-    part[P * K + p * K + k] = b;
-  }
+  store_column_partials(a, b, k < K, part, p, P, K, k);
 }
 
 template <class T>
@@ -581,11 +590,8 @@ __global__ void row_norm_col_finalize_kernel(const double* __restrict__ part, in
                                              T* __restrict__ db, int64_t K) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < K; k += stride) {
-    double a = 0, b = 0;
-    for (int64_t p = 0; p < P; ++p) {
-      a += part[p * K + k];
-      b += part[P * K + p * K + k];
-    }
+    double a, b;
+    sum_partials(part, P, K, k, a, b);
     if (dw) dw[k] = from_d<T>(a);
     if (db) db[k] = from_d<T>(b);
   }
@@ -594,37 +600,43 @@ __global__ void row_norm_col_finalize_kernel(const double* __restrict__ part, in
 // Rows up to this long get one warp each; longer rows one block.
 constexpr int64_t kWarpRowMax = 1024;
 
+// Calls launch(warp, grid) for R rows of K elements: warp = std::true_type (a warp per row) for
+// rows up to kWarpRowMax, else std::false_type (a block per row); grid is the launch's block count.
+template <class Launch>
+void launch_per_row(int64_t R, int64_t K, Launch&& launch) {
+  if (K <= kWarpRowMax) {
+    const int64_t warps = kThreads / 32;
+    launch(std::true_type{}, static_cast<unsigned>(std::min<int64_t>((R + warps - 1) / warps, 65535 * 8)));
+  } else {
+    launch(std::false_type{}, static_cast<unsigned>(std::min<int64_t>(R, 65535 * 8)));
+  }
+}
+
 template <class T>
 void launch_row_norm_forward(T* y, stat_t<T>* mean, stat_t<T>* invstd, const T* x, const T* w, const T* b,
                              int64_t R, int64_t K, bool rms, double eps, cudaStream_t stream) {
-  if (K <= kWarpRowMax) {
-    const int64_t warps = kThreads / 32;
-    const unsigned grid = static_cast<unsigned>(std::min<int64_t>((R + warps - 1) / warps, 65535 * 8));
-    row_norm_forward_kernel<T, true><<<grid, kThreads, 0, stream>>>(y, mean, invstd, x, w, b, R, K, rms, eps);
-    KILN_CUDA_CHECK_LAUNCH("row_norm_forward_kernel (warp per row)");
-  } else {
-    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(R, 65535 * 8));
-    row_norm_forward_kernel<T, false><<<grid, kThreads, 0, stream>>>(y, mean, invstd, x, w, b, R, K, rms, eps);
-    KILN_CUDA_CHECK_LAUNCH("row_norm_forward_kernel (block per row)");
-  }
+  launch_per_row(R, K, [&](auto warp, unsigned grid) {
+    row_norm_forward_kernel<T, decltype(warp)::value><<<grid, kThreads, 0, stream>>>(y, mean, invstd, x, w, b, R,
+                                                                                     K, rms, eps);
+    KILN_CUDA_CHECK_LAUNCH(warp ? "row_norm_forward_kernel (warp per row)" : "row_norm_forward_kernel (block per row)");
+  });
+}
+
+// Checks the row norm's operands (x, `other`, invstd, and mean unless rms, all defined; x splits into
+// invstd.numel() rows) and returns the row length K.
+int64_t row_norm_length(const char* op, const Tensor& x, const Tensor& other, const char* other_name,
+                        const Tensor& invstd, const Tensor& mean, bool rms) {
+  KILN_CHECK(x.defined() && other.defined() && invstd.defined() && (rms || mean.defined()), op, ": input, ",
+             other_name, ", invstd (and mean for layer norm) must be defined");
+  const int64_t R = invstd.numel();
+  KILN_CHECK(R == 0 ? x.numel() == 0 : x.numel() % R == 0, op, ": input of ", x.numel(),
+             " elements cannot be split into ", R, " rows");
+  return R > 0 ? x.numel() / R : 0;
 }
 
 }  // namespace
 
 // ------------------------------------------------------------------------------ batch norm
-
-namespace {
-
-// Runs f(std::true_type) or f(std::false_type): the fused ReLU as a template flag of the kernels.
-template <class F>
-void with_relu(bool relu, F&& f) {
-  if (relu)
-    f(std::true_type{});
-  else
-    f(std::false_type{});
-}
-
-}  // namespace
 
 void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Tensor& mean, const Tensor& invstd, const Tensor& var, bool training,
@@ -656,7 +668,7 @@ void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, 
         training ? static_cast<const double*>(part.data_ptr()) : nullptr, P, xp, cptr<T>(weight), cptr<T>(bias),
         mptr<ST>(mean), mptr<ST>(invstd), training ? mptr<ST>(var) : nullptr, mptr<O>(coef), C, S, M, training, eps);
     KILN_CUDA_CHECK_LAUNCH("bn_forward_finalize_kernel");
-    with_relu(relu, [&](auto relu_flag) {
+    math::with_flag(relu, [&](auto relu_flag) {
       constexpr bool kRelu = decltype(relu_flag)::value;
       launch_bn_affine<T, false, kRelu>(mptr<T>(y), xp, nullptr, cptr<O>(coef), nullptr, N, C, S, stream);
     });
@@ -705,7 +717,7 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
       KILN_CUDA_CHECK_LAUNCH("bn_fold_kernel");
     }
     const O* rc = cptr<O>(relu_coef);
-    with_relu(relu, [&](auto relu_flag) {
+    math::with_flag(relu, [&](auto relu_flag) {
       constexpr bool kRelu = decltype(relu_flag)::value;
       Tensor part;
       int64_t P = 0;
@@ -727,12 +739,7 @@ KILN_REGISTER_KERNEL(kernels::batch_norm_backward, CUDA, batch_norm_backward);
 void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
                       const Tensor& weight, const Tensor& bias, bool rms, double eps) {
   const char* op = rms ? "rms_norm" : "layer_norm";
-  KILN_CHECK(x.defined() && y.defined() && invstd.defined() && (rms || mean.defined()), op,
-             ": input, output, invstd (and mean for layer norm) must be defined");
-  const int64_t R = invstd.numel();
-  KILN_CHECK(R == 0 ? x.numel() == 0 : x.numel() % R == 0, op, ": input of ", x.numel(),
-             " elements cannot be split into ", R, " rows");
-  const int64_t K = R > 0 ? x.numel() / R : 0;
+  const int64_t K = row_norm_length(op, x, y, "output", invstd, mean, rms), R = invstd.numel();
   const DType dt = x.dtype();
   check_data(op, dt, {{&x, "input", x.numel()}, {&y, "output", x.numel()}, {&weight, "weight", K}});
   if (!rms) check_data(op, dt, {{&bias, "bias", K}});
@@ -754,12 +761,7 @@ void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& db
                        const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
                        const Tensor& invstd, bool rms) {
   const char* op = rms ? "rms_norm_backward" : "layer_norm_backward";
-  KILN_CHECK(x.defined() && g.defined() && invstd.defined() && (rms || mean.defined()), op,
-             ": input, grad_output, invstd (and mean for layer norm) must be defined");
-  const int64_t R = invstd.numel();
-  KILN_CHECK(R == 0 ? x.numel() == 0 : x.numel() % R == 0, op, ": input of ", x.numel(),
-             " elements cannot be split into ", R, " rows");
-  const int64_t K = R > 0 ? x.numel() / R : 0;
+  const int64_t K = row_norm_length(op, x, g, "grad_output", invstd, mean, rms), R = invstd.numel();
   const DType dt = x.dtype();
   const Tensor db = rms ? Tensor() : dbias;  // RMS norm has no bias
   check_data(op, dt, {{&x, "input", x.numel()}, {&g, "grad_output", x.numel()}, {&dx, "grad_input", x.numel()},
@@ -782,18 +784,11 @@ void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& db
     const ST* mp = rms ? nullptr : cptr<ST>(mean);
     const ST* ip = cptr<ST>(invstd);
     if (dx.defined()) {
-      if (K <= kWarpRowMax) {
-        const int64_t warps = kThreads / 32;
-        const unsigned grid = static_cast<unsigned>(std::min<int64_t>((R + warps - 1) / warps, 65535 * 8));
-        row_norm_dx_kernel<T, true><<<grid, kThreads, 0, stream>>>(mptr<T>(dx), gp, xp, cptr<T>(weight), mp, ip,
-                                                                   R, K, rms);
-        KILN_CUDA_CHECK_LAUNCH("row_norm_dx_kernel (warp per row)");
-      } else {
-        const unsigned grid = static_cast<unsigned>(std::min<int64_t>(R, 65535 * 8));
-        row_norm_dx_kernel<T, false><<<grid, kThreads, 0, stream>>>(mptr<T>(dx), gp, xp, cptr<T>(weight), mp, ip,
-                                                                    R, K, rms);
-        KILN_CUDA_CHECK_LAUNCH("row_norm_dx_kernel (block per row)");
-      }
+      launch_per_row(R, K, [&](auto warp, unsigned grid) {
+        row_norm_dx_kernel<T, decltype(warp)::value><<<grid, kThreads, 0, stream>>>(mptr<T>(dx), gp, xp,
+                                                                                    cptr<T>(weight), mp, ip, R, K, rms);
+        KILN_CUDA_CHECK_LAUNCH(warp ? "row_norm_dx_kernel (warp per row)" : "row_norm_dx_kernel (block per row)");
+      });
     }
     if ((dweight.defined() || db.defined()) && K > 0) {
       const int64_t kblocks = (K + kColX - 1) / kColX;

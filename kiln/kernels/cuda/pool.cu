@@ -33,73 +33,63 @@ using pool_math::unflatten;
 // the channels innermost.
 bool channels_inner(const Tensor& t) { return t.size(1) > 1 && t.stride(1) == 1; }
 
-#define KILN_GRID_STRIDE(i, n)                                                              \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);   \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-
-template <class T>
-__global__ void max_pool_fwd_kernel(View4<const T> X, View4<T> O, View4<int32_t> I,
-                                    PoolGeometry g, bool cl) {
-  KILN_GRID_STRIDE(i, g.N * g.C * g.OH * g.OW) {
-    int64_t n, c, oh, ow;
-    unflatten(i, g.C, g.OH, g.OW, cl, n, c, oh, ow);
-    opmath_t<T> best;
-    int32_t bi;
-    pool_math::max_fwd_at<T>(X, g, n, c, oh, ow, best, bi);
-    O.at(n, c, oh, ow) = static_cast<T>(best);
-    I.at(n, c, oh, ow) = bi;
-  }
-}
-
-template <class T>
-__global__ void max_pool_bwd_kernel(View4<T> GX, View4<const T> GY, View4<const int32_t> I,
-                                    PoolGeometry g, bool cl) {
-  KILN_GRID_STRIDE(i, g.N * g.C * g.H * g.W) {
+// One thread per element (n, c, h, w) of the written tensor [N, C, H, W] in a grid-stride loop,
+// unflattened channels-innermost when cl; f(n, c, h, w) computes and writes it (the functors below).
+template <class F>
+__global__ void pool_kernel(F f, int64_t N, int64_t C, int64_t H, int64_t W, bool cl) {
+  const int64_t total = N * C * H * W;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t n, c, h, w;
-    unflatten(i, g.C, g.H, g.W, cl, n, c, h, w);
-    GX.at(n, c, h, w) = static_cast<T>(pool_math::max_bwd_at<T>(GY, I, g, n, c, h, w));
+    unflatten(i, C, H, W, cl, n, c, h, w);
+    f(n, c, h, w);
   }
 }
 
-template <class T>
-__global__ void avg_pool_fwd_kernel(View4<const T> X, View4<T> O, PoolGeometry g, bool cl,
-                                    bool include_pad) {
-  KILN_GRID_STRIDE(i, g.N * g.C * g.OH * g.OW) {
-    int64_t n, c, oh, ow;
-    unflatten(i, g.C, g.OH, g.OW, cl, n, c, oh, ow);
-    O.at(n, c, oh, ow) = static_cast<T>(pool_math::avg_fwd_at<T>(X, g, include_pad, n, c, oh, ow));
-  }
-}
+enum class Pool { Max, Avg, Adaptive };
 
-template <class T>
-__global__ void avg_pool_bwd_kernel(View4<T> GX, View4<const T> GY, PoolGeometry g, bool cl,
-                                    bool include_pad) {
-  KILN_GRID_STRIDE(i, g.N * g.C * g.H * g.W) {
-    int64_t n, c, h, w;
-    unflatten(i, g.C, g.H, g.W, cl, n, c, h, w);
-    GX.at(n, c, h, w) = static_cast<T>(pool_math::avg_bwd_at<T>(GY, g, include_pad, n, c, h, w));
+// Output element (n, c, oh, ow) of a forward pass: O (and I, the argmax, for max) from X.
+template <class T, Pool P>
+struct PoolForward {
+  View4<const T> X;
+  View4<T> O;
+  View4<int32_t> I;  // max only
+  PoolGeometry g;
+  bool include_pad;  // avg only
+  __device__ void operator()(int64_t n, int64_t c, int64_t oh, int64_t ow) const {
+    if constexpr (P == Pool::Max) {
+      opmath_t<T> best;
+      int32_t bi;
+      pool_math::max_fwd_at<T>(X, g, n, c, oh, ow, best, bi);
+      O.at(n, c, oh, ow) = static_cast<T>(best);
+      I.at(n, c, oh, ow) = bi;
+    } else if constexpr (P == Pool::Avg) {
+      O.at(n, c, oh, ow) = static_cast<T>(pool_math::avg_fwd_at<T>(X, g, include_pad, n, c, oh, ow));
+    } else {
+      O.at(n, c, oh, ow) = static_cast<T>(pool_math::adaptive_fwd_at<T>(X, g, n, c, oh, ow));
+    }
   }
-}
+};
 
-template <class T>
-__global__ void adaptive_fwd_kernel(View4<const T> X, View4<T> O, PoolGeometry g, bool cl) {
-  KILN_GRID_STRIDE(i, g.N * g.C * g.OH * g.OW) {
-    int64_t n, c, oh, ow;
-    unflatten(i, g.C, g.OH, g.OW, cl, n, c, oh, ow);
-    O.at(n, c, oh, ow) = static_cast<T>(pool_math::adaptive_fwd_at<T>(X, g, n, c, oh, ow));
+// Input gradient element (n, c, h, w) of a backward pass, gathered from GY.
+template <class T, Pool P>
+struct PoolBackward {
+  View4<T> GX;
+  View4<const T> GY;
+  View4<const int32_t> I;  // max only
+  PoolGeometry g;
+  bool include_pad;  // avg only
+  __device__ void operator()(int64_t n, int64_t c, int64_t h, int64_t w) const {
+    opmath_t<T> v;
+    if constexpr (P == Pool::Max)
+      v = pool_math::max_bwd_at<T>(GY, I, g, n, c, h, w);
+    else if constexpr (P == Pool::Avg)
+      v = pool_math::avg_bwd_at<T>(GY, g, include_pad, n, c, h, w);
+    else
+      v = pool_math::adaptive_bwd_at<T>(GY, g, n, c, h, w);
+    GX.at(n, c, h, w) = static_cast<T>(v);
   }
-}
-
-template <class T>
-__global__ void adaptive_bwd_kernel(View4<T> GX, View4<const T> GY, PoolGeometry g, bool cl) {
-  KILN_GRID_STRIDE(i, g.N * g.C * g.H * g.W) {
-    int64_t n, c, h, w;
-    unflatten(i, g.C, g.H, g.W, cl, n, c, h, w);
-    GX.at(n, c, h, w) = static_cast<T>(pool_math::adaptive_bwd_at<T>(GY, g, n, c, h, w));
-  }
-}
-
-#undef KILN_GRID_STRIDE
+};
 
 // ------------------------------------------------------------------------------ host side
 
@@ -121,122 +111,94 @@ void check_sizes(const char* op, const Tensor& t, const PoolGeometry& g, bool is
              h, ", ", w, "]");
 }
 
+// Launches pool_kernel over the elements of `written` (one of f's operands, on the current device).
+template <class F>
+void launch(const F& f, const Tensor& written, const char* name) {
+  pool_kernel<<<grid_for(written.numel()), kThreads, 0, stream_for(written)>>>(
+      f, written.size(0), written.size(1), written.size(2), written.size(3), channels_inner(written));
+  KILN_CUDA_CHECK_LAUNCH(name);
+}
+
+// The direction kBackward of pool P: forward writes dst = out [N, C, OH, OW] (and, for max, the
+// int32 argmax indices) from src = x [N, C, H, W]; backward writes dst = grad_x from src = grad_out
+// (and the indices), zeros when grad_out is empty. Operands are checked first.
+template <Pool P, bool kBackward>
+void run_pool(const char* op, const Tensor& dst, const Tensor& src, const Tensor& indices, const PoolGeometry& g,
+              bool include_pad) {
+  const Tensor& in = kBackward ? dst : src;
+  const Tensor& out = kBackward ? src : dst;
+  if constexpr (P != Pool::Max)
+    check_operands(op, in, {&dst, &src});
+  else if constexpr (kBackward)
+    check_operands(op, in, {&dst, &src, &indices});
+  else
+    check_operands(op, in, {&dst, &indices, &src});
+  check_sizes(op, in, g, false);
+  check_sizes(op, out, g, true);
+  if constexpr (P == Pool::Max) {
+    check_sizes(op, indices, g, true);
+    KILN_CHECK(indices.dtype() == DType::I32, op, ": indices must be int32, got ", indices.dtype());
+    if (!kBackward)
+      KILN_CHECK(g.H * g.W <= INT32_MAX, op, ": planes larger than 2^31 elements are not supported");
+  }
+  if (dst.numel() == 0) return;
+  if constexpr (P == Pool::Adaptive) {
+    if (kBackward)
+      KILN_CHECK(g.OH > 0 && g.OW > 0, op, ": empty output size");
+    else
+      KILN_CHECK(g.H > 0 && g.W > 0, op, ": empty spatial input");
+  }
+  DeviceGuard guard(dst);
+  if (kBackward && src.numel() == 0) {
+    fill(dst, 0.0);
+    return;
+  }
+  dispatch_floating(dst.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (kBackward) {
+      const auto I = indices.defined() ? view4<const int32_t>(indices) : View4<const int32_t>{};
+      launch(PoolBackward<T, P>{view4<T>(dst), view4<const T>(src), I, g, include_pad}, dst, op);
+    } else {
+      const auto I = indices.defined() ? view4<int32_t>(indices) : View4<int32_t>{};
+      launch(PoolForward<T, P>{view4<const T>(src), view4<T>(dst), I, g, include_pad}, dst, op);
+    }
+  });
+}
+
 }  // namespace
 
 void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& x,
                         const PoolGeometry& g) {
-  const char* op = "max_pool2d";
-  check_operands(op, x, {&out, &indices, &x});
-  check_sizes(op, x, g, false);
-  check_sizes(op, out, g, true);
-  check_sizes(op, indices, g, true);
-  KILN_CHECK(indices.dtype() == DType::I32, op, ": indices must be int32, got ", indices.dtype());
-  KILN_CHECK(g.H * g.W <= INT32_MAX, op, ": planes larger than 2^31 elements are not supported");
-  if (out.numel() == 0) return;
-  DeviceGuard guard(x);
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    max_pool_fwd_kernel<T><<<grid_for(out.numel()), kThreads, 0, stream_for(x)>>>(
-        view4<const T>(x), view4<T>(out), view4<int32_t>(indices), g, channels_inner(out));
-    KILN_CUDA_CHECK_LAUNCH("max_pool_fwd_kernel");
-  });
+  run_pool<Pool::Max, false>("max_pool2d", out, x, indices, g, false);
 }
 KILN_REGISTER_KERNEL(kernels::max_pool2d_forward, CUDA, max_pool2d_forward);
 
 void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
                          const PoolGeometry& g) {
-  const char* op = "max_pool2d_backward";
-  check_operands(op, grad_x, {&grad_x, &grad_out, &indices});
-  check_sizes(op, grad_x, g, false);
-  check_sizes(op, grad_out, g, true);
-  check_sizes(op, indices, g, true);
-  KILN_CHECK(indices.dtype() == DType::I32, op, ": indices must be int32, got ", indices.dtype());
-  if (grad_x.numel() == 0) return;
-  DeviceGuard guard(grad_x);
-  if (grad_out.numel() == 0) {
-    fill(grad_x, 0.0);
-    return;
-  }
-  dispatch_floating(grad_x.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    max_pool_bwd_kernel<T><<<grid_for(grad_x.numel()), kThreads, 0, stream_for(grad_x)>>>(
-        view4<T>(grad_x), view4<const T>(grad_out), view4<const int32_t>(indices), g,
-        channels_inner(grad_x));
-    KILN_CUDA_CHECK_LAUNCH("max_pool_bwd_kernel");
-  });
+  run_pool<Pool::Max, true>("max_pool2d_backward", grad_x, grad_out, indices, g, false);
 }
 KILN_REGISTER_KERNEL(kernels::max_pool2d_backward, CUDA, max_pool2d_backward);
 
 void avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& g,
                         bool count_include_pad) {
-  const char* op = "avg_pool2d";
-  check_operands(op, x, {&out, &x});
-  check_sizes(op, x, g, false);
-  check_sizes(op, out, g, true);
-  if (out.numel() == 0) return;
-  DeviceGuard guard(x);
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    avg_pool_fwd_kernel<T><<<grid_for(out.numel()), kThreads, 0, stream_for(x)>>>(
-        view4<const T>(x), view4<T>(out), g, channels_inner(out), count_include_pad);
-    KILN_CUDA_CHECK_LAUNCH("avg_pool_fwd_kernel");
-  });
+  run_pool<Pool::Avg, false>("avg_pool2d", out, x, Tensor(), g, count_include_pad);
 }
 KILN_REGISTER_KERNEL(kernels::avg_pool2d_forward, CUDA, avg_pool2d_forward);
 
 void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,
                          bool count_include_pad) {
-  const char* op = "avg_pool2d_backward";
-  check_operands(op, grad_x, {&grad_x, &grad_out});
-  check_sizes(op, grad_x, g, false);
-  check_sizes(op, grad_out, g, true);
-  if (grad_x.numel() == 0) return;
-  DeviceGuard guard(grad_x);
-  if (grad_out.numel() == 0) {
-    fill(grad_x, 0.0);
-    return;
-  }
-  dispatch_floating(grad_x.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    avg_pool_bwd_kernel<T><<<grid_for(grad_x.numel()), kThreads, 0, stream_for(grad_x)>>>(
-        view4<T>(grad_x), view4<const T>(grad_out), g, channels_inner(grad_x), count_include_pad);
-    KILN_CUDA_CHECK_LAUNCH("avg_pool_bwd_kernel");
-  });
+  run_pool<Pool::Avg, true>("avg_pool2d_backward", grad_x, grad_out, Tensor(), g, count_include_pad);
 }
 KILN_REGISTER_KERNEL(kernels::avg_pool2d_backward, CUDA, avg_pool2d_backward);
 
 void adaptive_avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& g) {
-  const char* op = "adaptive_avg_pool2d";
-  check_operands(op, x, {&out, &x});
-  check_sizes(op, x, g, false);
-  check_sizes(op, out, g, true);
-  if (out.numel() == 0) return;
-  KILN_CHECK(g.H > 0 && g.W > 0, op, ": empty spatial input");
-  DeviceGuard guard(x);
-  dispatch_floating(x.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    adaptive_fwd_kernel<T><<<grid_for(out.numel()), kThreads, 0, stream_for(x)>>>(
-        view4<const T>(x), view4<T>(out), g, channels_inner(out));
-    KILN_CUDA_CHECK_LAUNCH("adaptive_fwd_kernel");
-  });
+  run_pool<Pool::Adaptive, false>("adaptive_avg_pool2d", out, x, Tensor(), g, false);
 }
 KILN_REGISTER_KERNEL(kernels::adaptive_avg_pool2d_forward, CUDA, adaptive_avg_pool2d_forward);
 
 void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out,
                                   const PoolGeometry& g) {
-  const char* op = "adaptive_avg_pool2d_backward";
-  check_operands(op, grad_x, {&grad_x, &grad_out});
-  check_sizes(op, grad_x, g, false);
-  check_sizes(op, grad_out, g, true);
-  if (grad_x.numel() == 0) return;
-  KILN_CHECK(g.OH > 0 && g.OW > 0, op, ": empty output size");
-  DeviceGuard guard(grad_x);
-  dispatch_floating(grad_x.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    adaptive_bwd_kernel<T><<<grid_for(grad_x.numel()), kThreads, 0, stream_for(grad_x)>>>(
-        view4<T>(grad_x), view4<const T>(grad_out), g, channels_inner(grad_x));
-    KILN_CUDA_CHECK_LAUNCH("adaptive_bwd_kernel");
-  });
+  run_pool<Pool::Adaptive, true>("adaptive_avg_pool2d_backward", grad_x, grad_out, Tensor(), g, false);
 }
 KILN_REGISTER_KERNEL(kernels::adaptive_avg_pool2d_backward, CUDA, adaptive_avg_pool2d_backward);
 

@@ -68,6 +68,20 @@ KILN_INLINE void covering(int64_t i, int64_t stride, int64_t pad, int64_t k, int
   hi = imin((i + pad) / stride, out_n - 1);
 }
 
+// window() along both axes: rows [hs, he) and columns [ws, we) of output window (oh, ow).
+KILN_INLINE void window2d(int64_t oh, int64_t ow, const PoolGeometry& g, int64_t& hs, int64_t& he, int64_t& ws,
+                          int64_t& we) {
+  window(oh, g.sh, g.ph, g.kh, g.H, hs, he);
+  window(ow, g.sw, g.pw, g.kw, g.W, ws, we);
+}
+
+// covering() along both axes: the windows oh in [oh0, oh1], ow in [ow0, ow1] around input (h, w).
+KILN_INLINE void covering2d(int64_t h, int64_t w, const PoolGeometry& g, int64_t& oh0, int64_t& oh1,
+                            int64_t& ow0, int64_t& ow1) {
+  covering(h, g.sh, g.ph, g.kh, g.OH, oh0, oh1);
+  covering(w, g.sw, g.pw, g.kw, g.OW, ow0, ow1);
+}
+
 // Adaptive windows: window o covers [floor(o * n / out_n), ceil((o + 1) * n / out_n)).
 KILN_INLINE int64_t ad_start(int64_t o, int64_t n, int64_t out_n) { return (o * n) / out_n; }
 KILN_INLINE int64_t ad_end(int64_t o, int64_t n, int64_t out_n) {
@@ -89,14 +103,24 @@ KILN_INLINE int64_t avg_divisor(int64_t hs, int64_t he, int64_t ws, int64_t we,
 
 // ---------------------------------------------------------------------- per-element bodies
 
+// Sum of X[n, c] over rows [hs, he) and columns [ws, we), in opmath.
+template <class T>
+KILN_INLINE opmath_t<T> box_sum(const View4<const T>& X, int64_t n, int64_t c, int64_t hs, int64_t he, int64_t ws,
+                                int64_t we) {
+  using M = opmath_t<T>;
+  M s = 0;
+  for (int64_t h = hs; h < he; ++h)
+    for (int64_t w = ws; w < we; ++w) s += static_cast<M>(X.at(n, c, h, w));
+  return s;
+}
+
 // Max of window (oh, ow) and the flat offset h * W + w of its first maximum (a NaN wins).
 template <class T>
 KILN_INLINE void max_fwd_at(const View4<const T>& X, const PoolGeometry& g, int64_t n, int64_t c,
                             int64_t oh, int64_t ow, opmath_t<T>& best, int32_t& bi) {
   using M = opmath_t<T>;
   int64_t hs, he, ws, we;
-  window(oh, g.sh, g.ph, g.kh, g.H, hs, he);
-  window(ow, g.sw, g.pw, g.kw, g.W, ws, we);
+  window2d(oh, ow, g, hs, he, ws, we);
   best = -static_cast<M>(INFINITY);
   bi = static_cast<int32_t>(hs * g.W + ws);
   for (int64_t h = hs; h < he; ++h)
@@ -115,8 +139,7 @@ KILN_INLINE opmath_t<T> max_bwd_at(const View4<const T>& GY, const View4<const i
                                    const PoolGeometry& g, int64_t n, int64_t c, int64_t h, int64_t w) {
   using M = opmath_t<T>;
   int64_t oh0, oh1, ow0, ow1;
-  covering(h, g.sh, g.ph, g.kh, g.OH, oh0, oh1);
-  covering(w, g.sw, g.pw, g.kw, g.OW, ow0, ow1);
+  covering2d(h, w, g, oh0, oh1, ow0, ow1);
   const int32_t self = static_cast<int32_t>(h * g.W + w);
   M acc = 0;
   for (int64_t oh = oh0; oh <= oh1; ++oh)
@@ -128,13 +151,10 @@ KILN_INLINE opmath_t<T> max_bwd_at(const View4<const T>& GY, const View4<const i
 template <class T>
 KILN_INLINE opmath_t<T> avg_fwd_at(const View4<const T>& X, const PoolGeometry& g, bool include_pad,
                                    int64_t n, int64_t c, int64_t oh, int64_t ow) {
-  using M = opmath_t<T>;
   int64_t hs, he, ws, we;
-  window(oh, g.sh, g.ph, g.kh, g.H, hs, he);
-  window(ow, g.sw, g.pw, g.kw, g.W, ws, we);
-  M s = 0;
-  for (int64_t h = hs; h < he; ++h)
-    for (int64_t w = ws; w < we; ++w) s += static_cast<M>(X.at(n, c, h, w));
+  window2d(oh, ow, g, hs, he, ws, we);
+  using M = opmath_t<T>;
+  const M s = box_sum<T>(X, n, c, hs, he, ws, we);
   const int64_t d = avg_divisor(hs, he, ws, we, g, include_pad);
   return d > 0 ? s / static_cast<M>(d) : M(0);
 }
@@ -144,8 +164,7 @@ KILN_INLINE opmath_t<T> avg_bwd_at(const View4<const T>& GY, const PoolGeometry&
                                    int64_t n, int64_t c, int64_t h, int64_t w) {
   using M = opmath_t<T>;
   int64_t oh0, oh1, ow0, ow1;
-  covering(h, g.sh, g.ph, g.kh, g.OH, oh0, oh1);
-  covering(w, g.sw, g.pw, g.kw, g.OW, ow0, ow1);
+  covering2d(h, w, g, oh0, oh1, ow0, ow1);
   M acc = 0;
   for (int64_t oh = oh0; oh <= oh1; ++oh) {
     int64_t hs, he;
@@ -167,10 +186,7 @@ KILN_INLINE opmath_t<T> adaptive_fwd_at(const View4<const T>& X, const PoolGeome
   using M = opmath_t<T>;
   const int64_t hs = ad_start(oh, g.H, g.OH), he = ad_end(oh, g.H, g.OH);
   const int64_t ws = ad_start(ow, g.W, g.OW), we = ad_end(ow, g.W, g.OW);
-  M s = 0;
-  for (int64_t h = hs; h < he; ++h)
-    for (int64_t w = ws; w < we; ++w) s += static_cast<M>(X.at(n, c, h, w));
-  return s / static_cast<M>((he - hs) * (we - ws));
+  return box_sum<T>(X, n, c, hs, he, ws, we) / static_cast<M>((he - hs) * (we - ws));
 }
 
 template <class T>

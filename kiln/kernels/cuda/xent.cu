@@ -23,6 +23,7 @@
 #include "kiln/kernels/cuda/block_reduce.cuh"
 #include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/cross_entropy.h"
+#include "kiln/kernels/math/xent_dispatch.h"
 
 namespace kiln::kernels::cuda {
 
@@ -244,30 +245,27 @@ unsigned blocks_for_rows(int64_t R, bool warp_per_row) {
 void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& logits,
                            const Tensor& target, int64_t ignore_index, double label_smoothing) {
   const int64_t R = logits.size(0), C = logits.size(1);
-  if (R == 0) return;
   DeviceGuard guard(logits);
   const bool warp_per_row = C <= kWarpRowMaxC;
   const unsigned blocks = blocks_for_rows(R, warp_per_row);
-  dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+  xent::dispatch_logits_targets(logits, target, "cross_entropy", [&](auto tag, auto itag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    dispatch_index(target.dtype(), "cross_entropy", [&](auto itag) {
-      using I = typename decltype(itag)::type;
-      const T* x = static_cast<const T*>(logits.data_ptr());
-      const I* t = static_cast<const I*>(target.data_ptr());
-      M* lp = static_cast<M*>(loss.data_ptr());
-      M* sp = static_cast<M*>(lse.data_ptr());
-      const M eps = static_cast<M>(label_smoothing);
-      if (warp_per_row) {
-        xent_forward_warp_kernel<T, I><<<blocks, kThreads, 0, stream_for(logits)>>>(
-            x, t, lp, sp, R, C, ignore_index, eps);
-        KILN_CUDA_CHECK_LAUNCH("xent_forward_warp_kernel");
-      } else {
-        xent_forward_block_kernel<T, I><<<blocks, kThreads, 0, stream_for(logits)>>>(
-            x, t, lp, sp, R, C, ignore_index, eps);
-        KILN_CUDA_CHECK_LAUNCH("xent_forward_block_kernel");
-      }
-    });
+    using I = typename decltype(itag)::type;
+    const T* x = static_cast<const T*>(logits.data_ptr());
+    const I* t = static_cast<const I*>(target.data_ptr());
+    M* lp = static_cast<M*>(loss.data_ptr());
+    M* sp = static_cast<M*>(lse.data_ptr());
+    const M eps = static_cast<M>(label_smoothing);
+    if (warp_per_row) {
+      xent_forward_warp_kernel<T, I><<<blocks, kThreads, 0, stream_for(logits)>>>(
+          x, t, lp, sp, R, C, ignore_index, eps);
+      KILN_CUDA_CHECK_LAUNCH("xent_forward_warp_kernel");
+    } else {
+      xent_forward_block_kernel<T, I><<<blocks, kThreads, 0, stream_for(logits)>>>(
+          x, t, lp, sp, R, C, ignore_index, eps);
+      KILN_CUDA_CHECK_LAUNCH("xent_forward_block_kernel");
+    }
   });
 }
 KILN_REGISTER_KERNEL(kernels::backend::cross_entropy_forward, CUDA, cross_entropy_forward);
@@ -276,23 +274,20 @@ void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& 
                             const Tensor& lse, const Tensor& target, int64_t ignore_index,
                             double label_smoothing) {
   const int64_t R = logits.size(0), C = logits.size(1);
-  if (R == 0) return;
   DeviceGuard guard(logits);
   const bool warp_per_row = C <= kWarpRowMaxC;
   const unsigned blocks = blocks_for_rows(R, warp_per_row);
   const int64_t grad_stride = grad.numel() == 1 ? 0 : 1;
-  dispatch_floating(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
+  xent::dispatch_logits_targets(logits, target, "cross_entropy_backward", [&](auto tag, auto itag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    dispatch_index(target.dtype(), "cross_entropy_backward", [&](auto itag) {
-      using I = typename decltype(itag)::type;
-      xent_backward_kernel<T, I><<<blocks, kThreads, 0, stream_for(logits)>>>(
-          static_cast<T*>(dx.data_ptr()), static_cast<const M*>(grad.data_ptr()), grad_stride,
-          static_cast<const T*>(logits.data_ptr()), static_cast<const M*>(lse.data_ptr()),
-          static_cast<const I*>(target.data_ptr()), R, C, ignore_index,
-          static_cast<M>(label_smoothing), warp_per_row);
-      KILN_CUDA_CHECK_LAUNCH("xent_backward_kernel");
-    });
+    using I = typename decltype(itag)::type;
+    xent_backward_kernel<T, I><<<blocks, kThreads, 0, stream_for(logits)>>>(
+        static_cast<T*>(dx.data_ptr()), static_cast<const M*>(grad.data_ptr()), grad_stride,
+        static_cast<const T*>(logits.data_ptr()), static_cast<const M*>(lse.data_ptr()),
+        static_cast<const I*>(target.data_ptr()), R, C, ignore_index,
+        static_cast<M>(label_smoothing), warp_per_row);
+    KILN_CUDA_CHECK_LAUNCH("xent_backward_kernel");
   });
 }
 KILN_REGISTER_KERNEL(kernels::backend::cross_entropy_backward, CUDA, cross_entropy_backward);

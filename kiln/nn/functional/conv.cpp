@@ -20,6 +20,7 @@
 #include "kiln/kernels/memory_format.h"
 #include "kiln/nn/functional.h"
 #include "kiln/nn/functional/detail.h"
+#include "kiln/nn/functional/pair_arg.h"
 
 namespace kiln::nn::functional {
 
@@ -29,11 +30,42 @@ using kernels::ConvGeometry;
 
 namespace {
 
-// {a} -> {a, a}; {a, b} stays; anything else is an error naming the op.
-IntList pair_arg(const char* op, const char* what, const IntList& v) {
-  KILN_CHECK(v.size() == 1 || v.size() == 2, op, ": ", what, " must have 1 or 2 values, got ", v);
-  return v.size() == 1 ? IntList{v[0], v[0]} : v;
+using detail::pair_arg;
+
+// A 2-D convolution's input: [N, C, H, W] or an unbatched [C, H, W].
+void check_image_input(const char* op, const Tensor& x) {
+  KILN_CHECK(x.dim() == 4 || x.dim() == 3, op,
+             ": expected a 4-D input [N, C, H, W] (or 3-D [C, H, W]), got sizes ", x.sizes());
 }
+
+// Under autocast, true with the operands cast to its low-precision dtype when that changed any of
+// them (the op then runs again on x2, w2, b2 with autocast off); false otherwise.
+bool autocast_operands(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& x2, Tensor& w2, Tensor& b2) {
+  if (!amp::autocast_dtype()) return false;  // kiln/core/autocast.h
+  x2 = amp::to_autocast_low(x);
+  w2 = amp::to_autocast_low(w);
+  b2 = amp::to_autocast_low(b);
+  return !x2.is_same(x) || !w2.is_same(w) || (b.defined() && !b2.is_same(b));
+}
+
+// What a convolution's backward keeps: which gradients it computes, x (needed for dw only) and
+// the weight (for dx only) saved, the operands' sizes and options. A private copy x of the
+// input x_in (x != x_in) cannot be modified, so it is saved instead of x_in.
+struct ConvSaved {
+  bool gx, gw, gb;
+  SavedTensor sx, sw;
+  IntList xsizes, wsizes;
+  TensorOptions opts;
+  ConvSaved(const char* node, const Tensor& x_in, const Tensor& x, const Tensor& weight, const Tensor& bias)
+      : gx(x_in.requires_grad()),
+        gw(weight.requires_grad()),
+        gb(bias.defined() && bias.requires_grad()),
+        sx(gw ? SavedTensor(x.data_ptr() == x_in.data_ptr() ? x_in : x, node) : SavedTensor()),
+        sw(gx ? SavedTensor(weight, node) : SavedTensor()),
+        xsizes(x_in.sizes()),
+        wsizes(weight.sizes()),
+        opts(x.options()) {}
+};
 
 void check_common(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
   KILN_CHECK(x.defined(), op, ": input is undefined");
@@ -52,7 +84,32 @@ void check_common(const char* op, const Tensor& x, const Tensor& weight, const T
   }
 }
 
+
 bool is_half(DType d) { return d == DType::F16 || d == DType::BF16; }
+
+// The front shared by conv2d and conv_transpose2d: checks the operands and reruns the op,
+// again(x, w, b), on the autocast dtype (autocast off), on an unbatched [C, H, W] input made a
+// batch of one (squeezed back), and on the CPU for f16/bf16 in f32 (cast back). An undefined
+// result: the op goes on itself. weight_layout names the expected 4-D weight in the error.
+template <class Again>
+Tensor conv_front(const char* op, const char* weight_layout, const Tensor& x, const Tensor& weight,
+                  const Tensor& bias, Again&& again) {
+  Tensor x2, w2, b2;
+  if (autocast_operands(x, weight, bias, x2, w2, b2)) {  // autocast: low precision
+    amp::NoAutocastGuard off;
+    return again(x2, w2, b2);
+  }
+  check_common(op, x, weight, bias);
+  check_image_input(op, x);
+  if (x.dim() == 3) return again(x.unsqueeze(0), weight, bias).squeeze(0);
+  KILN_CHECK(weight.dim() == 4, op, ": expected a 4-D weight ", weight_layout, ", got sizes ", weight.sizes(),
+             " (input sizes ", x.sizes(), ")");
+  if (is_half(x.dtype()) && x.device().is_cpu()) {  // CUDA: cuDNN takes f16/bf16 natively
+    Tensor b = bias.defined() ? bias.to(DType::F32) : Tensor();
+    return again(x.to(DType::F32), weight.to(DType::F32), b).to(x.dtype());
+  }
+  return Tensor();
+}
 
 MemoryFormat kernel_format(const Tensor& x) {
   return kernels::memory_format(x) == MemoryFormat::ChannelsLast ? MemoryFormat::ChannelsLast
@@ -73,6 +130,21 @@ Tensor as_format(const Tensor& t, MemoryFormat fmt) {
             "yet");
 }
 
+// Records a convolution's backward node `node`: dx is allocated like the input (in fmt) when
+// wanted, and backward(c, grad_out, gy, dx) (gy: grad_out in fmt) returns {dx, dw, db}.
+template <class Backward>
+void record_conv_backward(const char* node, const char* op, const Tensor& x_in, const Tensor& x,
+                          const Tensor& weight, const Tensor& bias, Tensor& out, MemoryFormat fmt,
+                          Backward backward) {
+  if (!autograd::any_requires_grad({&x_in, &weight, &bias})) return;
+  const ConvSaved c(node, x_in, x, weight, bias);
+  autograd::record_function(node, {&x_in, &weight, &bias}, {&out}, [=](const TensorList& grads) {
+    if (GradMode::is_enabled()) no_double_backward(op);
+    const Tensor dx = c.gx ? kernels::empty_4d(c.xsizes, c.opts, fmt) : Tensor();
+    return backward(c, grads[0], as_format(grads[0], fmt), dx);
+  });
+}
+
 }  // namespace
 
 namespace {
@@ -82,24 +154,10 @@ namespace {
 Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
                    const Conv2dParams& params, Tensor* batch_mean, Tensor* batch_var,
                    kernels::ConvGeometry* geometry = nullptr) {
-  if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
-    Tensor x2 = amp::to_autocast_low(x_in), w2 = amp::to_autocast_low(weight), b2 = amp::to_autocast_low(bias);
-    if (!x2.is_same(x_in) || !w2.is_same(weight) || (bias.defined() && !b2.is_same(bias))) {
-      amp::NoAutocastGuard off;
-      return conv2d(x2, w2, b2, params);
-    }
-  }
   const char* op = "conv2d";
-  check_common(op, x_in, weight, bias);
-  KILN_CHECK(x_in.dim() == 4 || x_in.dim() == 3, op,
-             ": expected a 4-D input [N, C, H, W] (or 3-D [C, H, W]), got sizes ", x_in.sizes());
-  if (x_in.dim() == 3) return conv2d(x_in.unsqueeze(0), weight, bias, params).squeeze(0);
-  KILN_CHECK(weight.dim() == 4, op, ": expected a 4-D weight [C_out, C_in / groups, kH, kW], got sizes ",
-             weight.sizes(), " (input sizes ", x_in.sizes(), ")");
-  if (is_half(x_in.dtype()) && x_in.device().is_cpu()) {  // CUDA: cuDNN takes f16/bf16 natively
-    Tensor b = bias.defined() ? bias.to(DType::F32) : Tensor();
-    return conv2d(x_in.to(DType::F32), weight.to(DType::F32), b, params).to(x_in.dtype());
-  }
+  Tensor rerun = conv_front(op, "[C_out, C_in / groups, kH, kW]", x_in, weight, bias,
+                            [&](const Tensor& x, const Tensor& w, const Tensor& b) { return conv2d(x, w, b, params); });
+  if (rerun.defined()) return rerun;
   const IntList stride = pair_arg(op, "stride", params.stride);
   const IntList padding = pair_arg(op, "padding", params.padding);
   const IntList dilation = pair_arg(op, "dilation", params.dilation);
@@ -155,34 +213,19 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
     kernels::conv2d_forward(out, x, w, b, g);
   }
 
-  if (autograd::any_requires_grad({&x_in, &weight, &bias})) {
-    const bool gx = x_in.requires_grad(), gw = weight.requires_grad(),
-               gb = bias.defined() && bias.requires_grad();
-    // x is needed for dw only, w for dx only. A private copy (x != x_in) cannot be modified.
-    SavedTensor sx = gw ? SavedTensor(x.data_ptr() == x_in.data_ptr() ? x_in : x, "Conv2dBackward")
-                        : SavedTensor();
-    SavedTensor sw = gx ? SavedTensor(weight, "Conv2dBackward") : SavedTensor();
-    const IntList xsizes = x_in.sizes(), wsizes = weight.sizes();
-    const TensorOptions opts = x.options();
-    autograd::record_function("Conv2dBackward", {&x_in, &weight, &bias}, {&out},
-                              [=](const TensorList& grads) {
-      if (GradMode::is_enabled()) no_double_backward("conv2d");
-      Tensor gy = as_format(grads[0], fmt);
-      Tensor dx, dw, db;
-      if (gx) {
-        dx = kernels::empty_4d(xsizes, opts, fmt);
-        kernels::conv2d_backward_input(dx, gy, sw.get().detach().contiguous(), g);
-      }
-      if (gw || gb) {
-        if (gw) dw = empty(wsizes, opts);
-        if (gb) db = empty({g.K}, opts);
-        Tensor xs = gw ? as_format(sx.get().detach(), fmt) : Tensor();
-        if (gw) kernels::conv2d_backward_weight(dw, db, gy, xs, g);
-        else db = grads[0].sum({0, 2, 3});
-      }
-      return TensorList{dx, dw, db};
-    });
-  }
+  record_conv_backward("Conv2dBackward", op, x_in, x, weight, bias, out, fmt,
+                       [g, fmt](const ConvSaved& c, const Tensor& grad_out, const Tensor& gy, const Tensor& dx) {
+    if (c.gx) kernels::conv2d_backward_input(dx, gy, c.sw.get().detach().contiguous(), g);
+    Tensor dw, db;
+    if (c.gw || c.gb) {
+      if (c.gw) dw = empty(c.wsizes, c.opts);
+      if (c.gb) db = empty({g.K}, c.opts);
+      Tensor xs = c.gw ? as_format(c.sx.get().detach(), fmt) : Tensor();
+      if (c.gw) kernels::conv2d_backward_weight(dw, db, gy, xs, g);
+      else db = grad_out.sum({0, 2, 3});
+    }
+    return TensorList{dx, dw, db};
+  });
   return out;
 }
 
@@ -232,26 +275,12 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
 
 Tensor conv_transpose2d(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
                         const ConvTranspose2dParams& params) {
-  if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
-    Tensor x2 = amp::to_autocast_low(x_in), w2 = amp::to_autocast_low(weight), b2 = amp::to_autocast_low(bias);
-    if (!x2.is_same(x_in) || !w2.is_same(weight) || (bias.defined() && !b2.is_same(bias))) {
-      amp::NoAutocastGuard off;
-      return conv_transpose2d(x2, w2, b2, params);
-    }
-  }
   const char* op = "conv_transpose2d";
-  check_common(op, x_in, weight, bias);
-  KILN_CHECK(x_in.dim() == 4 || x_in.dim() == 3, op,
-             ": expected a 4-D input [N, C, H, W] (or 3-D [C, H, W]), got sizes ", x_in.sizes());
-  if (x_in.dim() == 3) return conv_transpose2d(x_in.unsqueeze(0), weight, bias, params).squeeze(0);
-  KILN_CHECK(weight.dim() == 4, op,
-             ": expected a 4-D weight [C_in, C_out / groups, kH, kW], got sizes ", weight.sizes(),
-             " (input sizes ", x_in.sizes(), ")");
-  if (is_half(x_in.dtype()) && x_in.device().is_cpu()) {  // CUDA: cuDNN takes f16/bf16 natively
-    Tensor b = bias.defined() ? bias.to(DType::F32) : Tensor();
-    return conv_transpose2d(x_in.to(DType::F32), weight.to(DType::F32), b, params)
-        .to(x_in.dtype());
-  }
+  Tensor rerun = conv_front(op, "[C_in, C_out / groups, kH, kW]", x_in, weight, bias,
+                            [&](const Tensor& x, const Tensor& w, const Tensor& b) {
+                              return conv_transpose2d(x, w, b, params);
+                            });
+  if (rerun.defined()) return rerun;
   const IntList stride = pair_arg(op, "stride", params.stride);
   const IntList padding = pair_arg(op, "padding", params.padding);
   const IntList opad = pair_arg(op, "output_padding", params.output_padding);
@@ -306,32 +335,17 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& weight, const Tensor& 
     out.add_(bias.detach().view({1, Cout, 1, 1}));
   }
 
-  if (autograd::any_requires_grad({&x_in, &weight, &bias})) {
-    const bool gx = x_in.requires_grad(), gw = weight.requires_grad(),
-               gb = bias.defined() && bias.requires_grad();
-    SavedTensor sx = gw ? SavedTensor(x.data_ptr() == x_in.data_ptr() ? x_in : x,
-                                      "ConvTranspose2dBackward")
-                        : SavedTensor();
-    SavedTensor sw = gx ? SavedTensor(weight, "ConvTranspose2dBackward") : SavedTensor();
-    const IntList xsizes = x_in.sizes(), wsizes = weight.sizes();
-    const TensorOptions opts = x.options();
-    autograd::record_function("ConvTranspose2dBackward", {&x_in, &weight, &bias}, {&out},
-                              [=](const TensorList& grads) {
-      if (GradMode::is_enabled()) no_double_backward("conv_transpose2d");
-      Tensor gy = as_format(grads[0], fmt);
-      Tensor dx, dw, db;
-      if (gx) {
-        dx = kernels::empty_4d(xsizes, opts, fmt);
-        kernels::conv2d_forward(dx, gy, sw.get().detach().contiguous(), Tensor(), g);
-      }
-      if (gw) {
-        dw = empty(wsizes, opts);
-        kernels::conv2d_backward_weight(dw, Tensor(), as_format(sx.get().detach(), fmt), gy, g);
-      }
-      if (gb) db = gy.sum({0, 2, 3});
-      return TensorList{dx, dw, db};
-    });
-  }
+  record_conv_backward("ConvTranspose2dBackward", op, x_in, x, weight, bias, out, fmt,
+                       [g, fmt](const ConvSaved& c, const Tensor&, const Tensor& gy, const Tensor& dx) {
+    if (c.gx) kernels::conv2d_forward(dx, gy, c.sw.get().detach().contiguous(), Tensor(), g);
+    Tensor dw, db;
+    if (c.gw) {
+      dw = empty(c.wsizes, c.opts);
+      kernels::conv2d_backward_weight(dw, Tensor(), as_format(c.sx.get().detach(), fmt), gy, g);
+    }
+    if (c.gb) db = gy.sum({0, 2, 3});
+    return TensorList{dx, dw, db};
+  });
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include "kiln/kernels/memory_format.h"
 #include "kiln/kernels/pool.h"
 #include "kiln/nn/functional.h"
+#include "kiln/nn/functional/pair_arg.h"
 
 namespace kiln::nn::functional {
 
@@ -19,10 +20,7 @@ using kernels::PoolGeometry;
 
 namespace {
 
-IntList pair_arg(const char* op, const char* what, const IntList& v) {
-  KILN_CHECK(v.size() == 1 || v.size() == 2, op, ": ", what, " must have 1 or 2 values, got ", v);
-  return v.size() == 1 ? IntList{v[0], v[0]} : v;
-}
+using detail::pair_arg;
 
 bool is_half(DType d) { return d == DType::F16 || d == DType::BF16; }
 
@@ -65,6 +63,22 @@ PoolGeometry window_geometry(const char* op, const Tensor& x, const IntList& ker
   KILN_FAIL(op, ": double backward (create_graph=true through pooling) is not implemented yet");
 }
 
+// Records out's backward node: the input gradient is a new tensor like x (in fmt) that
+// kernel(dx, grad_out) fills. Double backward is not implemented.
+template <class Kernel>
+void record_pool_backward(const char* node, const char* op, const Tensor& x, Tensor& out, MemoryFormat fmt,
+                          Kernel kernel) {
+  if (!autograd::any_requires_grad({&x})) return;
+  const IntList xs = x.sizes();
+  const TensorOptions opts = x.options();
+  autograd::record_function(node, {&x}, {&out}, [=](const TensorList& grads) {
+    if (GradMode::is_enabled()) no_double_backward(op);
+    Tensor dx = kernels::empty_4d(xs, opts, fmt);
+    kernel(dx, grads[0]);
+    return TensorList{dx};
+  });
+}
+
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride,
@@ -80,16 +94,9 @@ Tensor max_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride,
   Tensor out = kernels::empty_4d({g.N, g.C, g.OH, g.OW}, x.options(), fmt);
   Tensor idx = kernels::empty_4d({g.N, g.C, g.OH, g.OW}, TensorOptions(DType::I32).device(x.device()), fmt);
   kernels::max_pool2d_forward(out, idx, xd, g);
-  if (autograd::any_requires_grad({&x})) {
-    const IntList xs = x.sizes();
-    const TensorOptions opts = x.options();
-    autograd::record_function("MaxPool2dBackward", {&x}, {&out}, [=](const TensorList& grads) {
-      if (GradMode::is_enabled()) no_double_backward("max_pool2d");
-      Tensor dx = kernels::empty_4d(xs, opts, fmt);
-      kernels::max_pool2d_backward(dx, grads[0], idx, g);
-      return TensorList{dx};
-    });
-  }
+  record_pool_backward("MaxPool2dBackward", op, x, out, fmt, [idx, g](const Tensor& dx, const Tensor& gy) {
+    kernels::max_pool2d_backward(dx, gy, idx, g);
+  });
   return out;
 }
 
@@ -105,16 +112,10 @@ Tensor avg_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride,
   const MemoryFormat fmt = out_format(x);
   Tensor out = kernels::empty_4d({g.N, g.C, g.OH, g.OW}, x.options(), fmt);
   kernels::avg_pool2d_forward(out, x.detach(), g, count_include_pad);
-  if (autograd::any_requires_grad({&x})) {
-    const IntList xs = x.sizes();
-    const TensorOptions opts = x.options();
-    autograd::record_function("AvgPool2dBackward", {&x}, {&out}, [=](const TensorList& grads) {
-      if (GradMode::is_enabled()) no_double_backward("avg_pool2d");
-      Tensor dx = kernels::empty_4d(xs, opts, fmt);
-      kernels::avg_pool2d_backward(dx, grads[0], g, count_include_pad);
-      return TensorList{dx};
-    });
-  }
+  record_pool_backward("AvgPool2dBackward", op, x, out, fmt,
+                       [g, count_include_pad](const Tensor& dx, const Tensor& gy) {
+                         kernels::avg_pool2d_backward(dx, gy, g, count_include_pad);
+                       });
   return out;
 }
 
@@ -133,17 +134,9 @@ Tensor adaptive_avg_pool2d(const Tensor& x, const IntList& output_size) {
   const MemoryFormat fmt = out_format(x);
   Tensor out = kernels::empty_4d({g.N, g.C, g.OH, g.OW}, x.options(), fmt);
   kernels::adaptive_avg_pool2d_forward(out, x.detach(), g);
-  if (autograd::any_requires_grad({&x})) {
-    const IntList xs = x.sizes();
-    const TensorOptions opts = x.options();
-    autograd::record_function("AdaptiveAvgPool2dBackward", {&x}, {&out},
-                              [=](const TensorList& grads) {
-      if (GradMode::is_enabled()) no_double_backward("adaptive_avg_pool2d");
-      Tensor dx = kernels::empty_4d(xs, opts, fmt);
-      kernels::adaptive_avg_pool2d_backward(dx, grads[0], g);
-      return TensorList{dx};
-    });
-  }
+  record_pool_backward("AdaptiveAvgPool2dBackward", op, x, out, fmt, [g](const Tensor& dx, const Tensor& gy) {
+    kernels::adaptive_avg_pool2d_backward(dx, gy, g);
+  });
   return out;
 }
 
