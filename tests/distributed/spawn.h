@@ -11,7 +11,6 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -161,21 +160,6 @@ inline std::string describe(const std::vector<RankResult>& results) {
        << results[i].output << "\n";
   }
   return os.str();
-}
-
-// Runs the rank program kiln-dist-worker (tests/distributed/worker) with `scenario_and_args` on
-// `world` ranks and REQUIREs every rank to exit 0; a failure shows every rank's output.
-inline void require_ranks_pass(int world, const std::vector<std::string>& scenario_and_args,
-                               double deadline_seconds = 120) {
-  std::vector<std::string> argv = {KILN_DIST_WORKER};
-  argv.insert(argv.end(), scenario_and_args.begin(), scenario_and_args.end());
-  SpawnOptions opts;
-  opts.world_size = world;
-  opts.deadline_seconds = deadline_seconds;
-  auto results = spawn_ranks(argv, opts);
-  INFO(describe(results));
-  REQUIRE(results.size() == static_cast<size_t>(world));
-  for (const auto& r : results) REQUIRE(r.exit_code == 0);
 }
 
 }  // namespace kiln_test

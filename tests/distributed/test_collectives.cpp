@@ -2,7 +2,7 @@
 // (tests/distributed/spawn.h) that must finish within its deadline.
 #include <catch2/catch.hpp>
 
-#include "tests/distributed/spawn.h"
+#include "tests/distributed/require_ranks.h"
 
 using kiln_test::describe;
 using kiln_test::require_ranks_pass;

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/distributed/spawn.h"
+#include "tests/distributed/require_ranks.h"
 
 using kiln_test::require_ranks_pass;
 
