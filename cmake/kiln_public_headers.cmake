@@ -15,6 +15,7 @@ set(KILN_PUBLIC_HEADERS
   core/cuda_graph.h
   core/cuda_stream.h
   core/cudnn.h
+  core/custom_function.h
   core/debug.h
   core/denormal.h
   core/determinism.h
@@ -30,6 +31,7 @@ set(KILN_PUBLIC_HEADERS
   core/storage.h
   core/sync_debug.h
   core/tensor.h
+  core/threads.h
   data/cifar.h
   data/collate.h
   data/data.h
@@ -69,6 +71,7 @@ set(KILN_PUBLIC_HEADERS
   nn/nn.h
   nn/normalization.h
   nn/options.h
+  nn/sampling.h
   nn/serialize.h
   optim/adam.h
   optim/adamw.h

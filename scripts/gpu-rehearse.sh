@@ -45,7 +45,7 @@ export PATH="$work/venv/bin:/usr/local/cuda/bin:$PATH"
 python3 - "$work/hide.txt" <<'PY'
 import glob, os, subprocess, sys
 packages = ["libeigen3-dev", "catch2", "libcli11-dev", "nlohmann-json3-dev", "libstb-dev", "zlib1g-dev",
-            "libfmt-dev", "dataset-fashion-mnist", "fortunes", "fortunes-min"]
+            "libfmt-dev", "libgloo-dev", "dataset-fashion-mnist", "fortunes", "fortunes-min"]
 hidden = set()
 for p in packages:
     r = subprocess.run(["dpkg", "-L", p], capture_output=True, text=True)

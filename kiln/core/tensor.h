@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -36,10 +37,23 @@ struct AutogradMeta;
 // Chainable creation options, as in libtorch: TensorOptions().dtype(DType::F64).requires_grad(true)
 struct TensorOptions {
   TensorOptions() = default;
-  TensorOptions(DType d) : dtype_(d) {}    // NOLINT: implicit, like libtorch
+  TensorOptions(DType d) : dtype_(d), has_dtype_(true) {}  // NOLINT: implicit, like libtorch
   TensorOptions(Device d) : device_(d) {}  // NOLINT
 
-  KILN_ARG(DType, dtype) = DType::F32;
+  TensorOptions& dtype(DType d) {
+    dtype_ = d;
+    has_dtype_ = true;
+    return *this;
+  }
+  DType dtype() const noexcept { return dtype_; }  // F32 unless named
+  // Whether a dtype was named: kiln::tensor({1, 2}) is int64 unless one was (libtorch).
+  bool has_dtype() const noexcept { return has_dtype_; }
+
+ private:
+  DType dtype_ = DType::F32;
+  bool has_dtype_ = false;
+
+ public:
   KILN_ARG(Device, device) = Device::cpu();
   KILN_ARG(bool, requires_grad) = false;
   // page-locked host memory (CPU tensors only), for asynchronous copies to a GPU
@@ -237,6 +251,21 @@ class Tensor {
   std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true,
                                   bool sorted = true) const;  // values, indices
 
+  // ---- libtorch's shape, logical and norm helpers (ops/shape_extra.cpp), composed of the ops
+  // above, so differentiable and on every device
+  Tensor repeat(const IntList& repeats) const;  // tile: one count per dim (leading dims added)
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;  // views, ceil(size / chunks) each
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;  // views, the last may be smaller
+  std::vector<Tensor> split(const IntList& split_sizes, int64_t dim = 0) const;  // sizes sum to size(dim)
+  Tensor all() const;  // bool: every element is non-zero
+  Tensor all(int64_t dim, bool keepdim = false) const;
+  Tensor any() const;  // bool: some element is non-zero
+  Tensor any(int64_t dim, bool keepdim = false) const;
+  // vector p-norm over dims (all when empty); p = inf / -inf: max / min |x|, p = 0: count of
+  // non-zeros; the gradient at a zero norm is 0 (as PyTorch)
+  Tensor norm(double p = 2.0) const;
+  Tensor norm(double p, const IntList& dims, bool keepdim = false) const;
+
   std::string str() const;  // what operator<< prints
 
  private:
@@ -272,9 +301,22 @@ template <class T>
 Tensor tensor(const std::vector<T>& values) {
   return tensor(values, TensorOptions().dtype(dtype_of<T>::value));
 }
-inline Tensor tensor(std::initializer_list<double> values, const TensorOptions& opts = {}) {
-  return tensor(std::vector<double>(values), opts);
-}
+// One element of a kiln::tensor({...}) literal, remembering how it was written.
+struct TensorLiteral {
+  enum class Kind : uint8_t { Bool, Int, Float };
+  template <class T, std::enable_if_t<std::is_arithmetic<T>::value, int> = 0>
+  TensorLiteral(T v)  // NOLINT: implicit, so that {1, 2, 3} converts
+      : f(static_cast<double>(v)), i(static_cast<int64_t>(v)),
+        kind(std::is_same<T, bool>::value ? Kind::Bool
+             : std::is_integral<T>::value ? Kind::Int : Kind::Float) {}
+  double f;
+  int64_t i;
+  Kind kind;
+};
+// As libtorch: kiln::tensor({1, 2, 0, 3}) is int64, kiln::tensor({1.5, 2.0}) float32 (a list
+// with any floating value is float32), kiln::tensor({true, false}) bool; a dtype named in opts
+// wins.
+Tensor tensor(std::initializer_list<TensorLiteral> values, const TensorOptions& opts = {});
 Tensor scalar_tensor(double value, const TensorOptions& opts = {});
 // Zero-copy view of memory the caller owns (torch.from_blob / as_tensor). `deleter` (may be
 // empty) runs when the last tensor viewing the memory is destroyed.
@@ -400,6 +442,22 @@ class Generator;
 // probs' device.
 Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false,
                    Generator* generator = nullptr);
+
+// ---- libtorch's shape, creation and contraction helpers (ops/shape_extra.cpp)
+// steps values from start to end inclusive (torch.linspace); float32 unless opts names a dtype.
+Tensor linspace(double start, double end, int64_t steps, const TensorOptions& opts = {});
+// t's sizes and device; opts' dtype when it names one, and requires_grad
+Tensor full_like(const Tensor& t, double value, const TensorOptions& opts);
+std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& a, const IntList& split_sizes, int64_t dim = 0);
+Tensor all(const Tensor& a);
+Tensor any(const Tensor& a);
+Tensor norm(const Tensor& a, double p = 2.0, const IntList& dims = {}, bool keepdim = false);
+// torch.einsum for equations of letters ("ij,jk->ik", "bhqd,bhkd->bhqk", "i,j->ij", "ii->",
+// "ij->ji", "ij->"; the output may be left implicit), any number of operands, by permute,
+// reshape, sum and matmul. No "..." and no broadcasting of size-1 dims: those throw kiln::Error.
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& tensors);
 
 // ---- RNG
 // Seeds every device's default Philox generator.

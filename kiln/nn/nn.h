@@ -14,6 +14,7 @@
 #include "kiln/nn/linear_gelu.h"
 #include "kiln/nn/loss.h"
 #include "kiln/nn/models/models.h"
+#include "kiln/nn/sampling.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/normalization.h"
 #include "kiln/nn/serialize.h"

@@ -62,6 +62,25 @@ template Tensor tensor(const std::vector<bool>&, const TensorOptions&);
 template Tensor tensor(const std::vector<Half>&, const TensorOptions&);
 template Tensor tensor(const std::vector<BFloat16>&, const TensorOptions&);
 
+Tensor tensor(std::initializer_list<TensorLiteral> values, const TensorOptions& opts) {
+  // The kind of the list: bool if every element is, float if any is, int otherwise.
+  bool all_bool = values.size() > 0, any_float = values.size() == 0;
+  for (const auto& v : values) {
+    all_bool = all_bool && v.kind == TensorLiteral::Kind::Bool;
+    any_float = any_float || v.kind == TensorLiteral::Kind::Float;
+  }
+  TensorOptions o = opts;
+  if (!opts.has_dtype()) o.dtype(all_bool ? DType::Bool : any_float ? DType::F32 : DType::I64);
+  if (all_bool || !any_float) {
+    std::vector<int64_t> v;
+    for (const auto& x : values) v.push_back(x.i);
+    return tensor(v, o);
+  }
+  std::vector<double> v;
+  for (const auto& x : values) v.push_back(x.f);
+  return tensor(v, o);
+}
+
 // ---------------------------------------------------------------- random
 
 Tensor rand(const IntList& sizes, const TensorOptions& opts) {

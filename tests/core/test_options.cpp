@@ -14,8 +14,12 @@ namespace utils = kiln::utils;
 
 static_assert(std::is_same_v<decltype(TensorOptions().dtype(DType::F64)), TensorOptions&>,
               "setters return the options for chaining");
-static_assert(std::is_same_v<decltype(std::declval<const TensorOptions&>().dtype()), const DType&>,
+static_assert(std::is_same_v<decltype(std::declval<const TensorOptions&>().device()), const Device&>,
               "getters read without copying");
+// dtype() is written by hand (it also records that a dtype was named: has_dtype()) and returns
+// the one-byte enum by value.
+static_assert(std::is_same_v<decltype(std::declval<const TensorOptions&>().dtype()), DType>,
+              "dtype() returns the enum");
 
 TEST_CASE("TensorOptions: defaults, setters, implicit construction", "[options]") {
   const TensorOptions defaults;

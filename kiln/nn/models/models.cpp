@@ -169,9 +169,14 @@ Tensor GPT::forward(const Tensor& idx) {
 }
 
 Tensor GPT::generate(const Tensor& idx_in, int64_t max_new_tokens, double temperature, int64_t top_k) {
+  KILN_CHECK(temperature > 0, "GPT::generate: temperature must be positive");
+  return generate(idx_in, max_new_tokens, SamplingOptions().temperature(temperature).top_k(top_k));
+}
+
+Tensor GPT::generate(const Tensor& idx_in, int64_t max_new_tokens, const SamplingOptions& sampling,
+                     Generator* generator) {
   KILN_CHECK(idx_in.dim() == 2 && idx_in.size(0) == 1, "GPT::generate: expected [1, T] indices, got ",
              idx_in.sizes());
-  KILN_CHECK(temperature > 0, "GPT::generate: temperature must be positive");
   NoGradGuard ng;
   bool was_training = is_training();
   eval();
@@ -182,26 +187,8 @@ Tensor GPT::generate(const Tensor& idx_in, int64_t max_new_tokens, double temper
     int64_t start = std::max<int64_t>(0, static_cast<int64_t>(tokens.size()) - config.block_size());
     std::vector<int64_t> window(tokens.begin() + start, tokens.end());
     Tensor ctx = kiln::tensor(window).view({1, -1}).to(wte.weight.device());  // the model's device
-    Tensor logits = forward(ctx).select(1, -1).squeeze(0).to(Device::cpu(), DType::F64) / temperature;
-    Tensor probs = kiln::softmax(logits, 0).contiguous();
-    const double* p = probs.data_ptr<double>();
-    const int64_t V = probs.numel();
-    std::vector<double> w(p, p + V);
-    if (top_k > 0 && top_k < V) {
-      std::vector<double> sorted = w;
-      std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<>());
-      double kth = sorted[top_k - 1];
-      for (double& x : w) if (x < kth) x = 0;
-    }
-    double total = 0;
-    for (double x : w) total += x;
-    double r = kiln::rand({1}, DType::F64).item<double>() * total, acc = 0;
-    int64_t next = V - 1;
-    for (int64_t i = 0; i < V; ++i) {
-      acc += w[i];
-      if (r < acc) { next = i; break; }
-    }
-    tokens.push_back(next);
+    Tensor logits = forward(ctx).select(1, -1).squeeze(0);
+    tokens.push_back(sample_next_token(logits, sampling, generator).item<int64_t>());
   }
   train(was_training);
   return kiln::tensor(tokens).view({1, -1});

@@ -10,6 +10,7 @@
 #include "kiln/nn/embedding.h"
 #include "kiln/nn/linear.h"
 #include "kiln/nn/normalization.h"
+#include "kiln/nn/sampling.h"
 
 namespace kiln::nn::models {
 
@@ -96,6 +97,10 @@ class GPT : public Module {
   Tensor forward(const Tensor& idx) override;
   // Samples `max_new_tokens` tokens after `idx` [1, T] (temperature, optional top-k), no grad.
   Tensor generate(const Tensor& idx, int64_t max_new_tokens, double temperature = 1.0, int64_t top_k = 0);
+  // The same with every sampling option (temperature 0: greedy; top_k; top_p), drawing from
+  // `generator` (the CPU default generator when null); see kiln/nn/sampling.h.
+  Tensor generate(const Tensor& idx, int64_t max_new_tokens, const SamplingOptions& sampling,
+                  Generator* generator = nullptr);
 
   GPTConfig config;
   Embedding wte, wpe;
