@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -161,6 +162,16 @@ inline void check_grad_scaler_backoff_and_growth(kiln::amp::GradScaler& scaler, 
     opt.zero_grad();
   }
   REQUIRE(scaler.get_scale() == 65536.0);
+}
+
+// The message of the kiln::Error `fn` throws ("" when it throws none).
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const kiln::Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace kiln_test

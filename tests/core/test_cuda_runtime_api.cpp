@@ -6,6 +6,9 @@
 #include <string>
 
 #include <kiln/kiln.h>
+#include "tests/test_util.h"
+
+using kiln_test::error_of;
 
 using kiln::cuda::SyncDebugMode;
 
@@ -16,14 +19,6 @@ struct ModeRestore {
   ~ModeRestore() { kiln::cuda::set_sync_debug_mode(saved); }
 };
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 }  // namespace
 
 TEST_CASE("sync-debug mode is off by default and reports by mode", "[core][cuda][sync_debug]") {

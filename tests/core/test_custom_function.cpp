@@ -118,14 +118,6 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
   return m;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 

@@ -13,16 +13,6 @@ using kiln::TensorOptions;
 
 using namespace kiln_test;
 
-namespace {
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
 
 TEST_CASE("tensor literals: int64, float32, bool, explicit dtype wins", "[factory]") {
   auto i = kiln::tensor({1, 2, 0, 3});
