@@ -4,36 +4,19 @@
 #include <type_traits>
 
 #include "kiln/core/error.h"
-#include "kiln/kernels/copy_fill.h"
 #include "kiln/kernels/cpu/loops.h"
-#include "kiln/kernels/reduce_layout.h"
 #include "kiln/kernels/sort_scan.h"
 
 namespace kiln::kernels::cpu {
-
-namespace {
-
-// The row of `sizes` with `dim` last, as permuted by dim_last_rows, scattered back: out is
-// contiguous in in's layout, so the scan result is written through a permuted view of it.
-Tensor dim_last_view(const Tensor& out, int64_t dim) {
-  IntList perm;
-  for (int64_t d = 0; d < out.dim(); ++d)
-    if (d != dim) perm.push_back(d);
-  if (out.dim() > 0) perm.push_back(dim);
-  return out.detach().permute(perm);
-}
-
-}  // namespace
 
 void scan(ScanOp op, const Tensor& out, const Tensor& in, int64_t dim, bool reverse) {
   KILN_CHECK(out.dtype() == in.dtype() && out.sizes() == in.sizes() && out.is_contiguous(),
              "scan: bad output");
   if (in.numel() == 0) return;
-  const int64_t n = in.dim() == 0 ? 1 : in.size(dim);
-  Tensor src = dim_last_rows(in, dim);
-  const bool direct = dim == in.dim() - 1 || in.dim() == 0;
-  Tensor dst = direct ? out : empty(src.sizes(), out.options());
-  const int64_t rows = src.numel() / n;
+  const RowsAlongDim layout(out, in, dim);
+  const Tensor& src = layout.src;
+  const Tensor& dst = layout.dst;
+  const int64_t n = layout.n, rows = layout.rows;
   dispatch_numeric(in.dtype(), op == ScanOp::Sum ? "cumsum" : "cumprod", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, double, int64_t>;
@@ -52,7 +35,7 @@ void scan(ScanOp op, const Tensor& out, const Tensor& in, int64_t dim, bool reve
       }
     }
   });
-  if (!direct) copy(dim_last_view(out, dim), dst);
+  layout.finish();
 }
 KILN_REGISTER_KERNEL(kernels::scan, CPU, scan);
 
@@ -60,11 +43,10 @@ void argsort(const Tensor& indices, const Tensor& in, int64_t dim, bool descendi
   KILN_CHECK(indices.dtype() == DType::I64 && indices.sizes() == in.sizes() && indices.is_contiguous(),
              "sort: bad indices output");
   if (in.numel() == 0) return;
-  const int64_t n = in.dim() == 0 ? 1 : in.size(dim);
-  Tensor src = dim_last_rows(in, dim);
-  const bool direct = dim == in.dim() - 1 || in.dim() == 0;
-  Tensor dst = direct ? indices : empty(src.sizes(), indices.options());
-  const int64_t rows = src.numel() / n;
+  const RowsAlongDim layout(indices, in, dim);
+  const Tensor& src = layout.src;
+  const Tensor& dst = layout.dst;
+  const int64_t n = layout.n, rows = layout.rows;
   dispatch_all(in.dtype(), "sort", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
@@ -84,7 +66,7 @@ void argsort(const Tensor& indices, const Tensor& in, int64_t dim, bool descendi
       std::stable_sort(ix, ix + n, less);
     }
   });
-  if (!direct) copy(dim_last_view(indices, dim), dst);
+  layout.finish();
 }
 KILN_REGISTER_KERNEL(kernels::argsort, CPU, argsort);
 

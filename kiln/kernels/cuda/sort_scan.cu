@@ -9,22 +9,12 @@
 //            shared memory.
 #include <type_traits>
 
-#include "kiln/kernels/copy_fill.h"
 #include "kiln/kernels/cuda/launch.cuh"
-#include "kiln/kernels/reduce_layout.h"
 #include "kiln/kernels/sort_scan.h"
 
 namespace kiln::kernels::cuda {
 
 namespace {
-
-Tensor dim_last_view(const Tensor& out, int64_t dim) {
-  IntList perm;
-  for (int64_t d = 0; d < out.dim(); ++d)
-    if (d != dim) perm.push_back(d);
-  if (out.dim() > 0) perm.push_back(dim);
-  return out.detach().permute(perm);
-}
 
 template <class T, class A>
 __global__ void scan_kernel(const T* in, T* out, int64_t rows, int64_t n, bool prod, bool reverse) {
@@ -73,11 +63,10 @@ void scan(ScanOp op, const Tensor& out, const Tensor& in, int64_t dim, bool reve
   KILN_CHECK(out.dtype() == in.dtype() && out.sizes() == in.sizes() && out.is_contiguous(),
              "scan: bad output");
   if (in.numel() == 0) return;
-  const int64_t n = in.dim() == 0 ? 1 : in.size(dim);
-  Tensor src = dim_last_rows(in, dim);
-  const bool direct = dim == in.dim() - 1 || in.dim() == 0;
-  Tensor dst = direct ? out : empty(src.sizes(), out.options());
-  const int64_t rows = src.numel() / n;
+  const RowsAlongDim layout(out, in, dim);
+  const Tensor& src = layout.src;
+  const Tensor& dst = layout.dst;
+  const int64_t n = layout.n, rows = layout.rows;
   DeviceGuard g(in);
   dispatch_numeric(in.dtype(), op == ScanOp::Sum ? "cumsum" : "cumprod", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -87,7 +76,7 @@ void scan(ScanOp op, const Tensor& out, const Tensor& in, int64_t dim, bool reve
         op == ScanOp::Prod, reverse);
     KILN_CUDA_CHECK_LAUNCH("scan_kernel");
   });
-  if (!direct) copy(dim_last_view(out, dim), dst);
+  layout.finish();
 }
 KILN_REGISTER_KERNEL(kernels::scan, CUDA, scan);
 
@@ -95,11 +84,10 @@ void argsort(const Tensor& indices, const Tensor& in, int64_t dim, bool descendi
   KILN_CHECK(indices.dtype() == DType::I64 && indices.sizes() == in.sizes() && indices.is_contiguous(),
              "sort: bad indices output");
   if (in.numel() == 0) return;
-  const int64_t n = in.dim() == 0 ? 1 : in.size(dim);
-  Tensor src = dim_last_rows(in, dim);
-  const bool direct = dim == in.dim() - 1 || in.dim() == 0;
-  Tensor dst = direct ? indices : empty(src.sizes(), indices.options());
-  const int64_t rows = src.numel() / n;
+  const RowsAlongDim layout(indices, in, dim);
+  const Tensor& src = layout.src;
+  const Tensor& dst = layout.dst;
+  const int64_t n = layout.n, rows = layout.rows;
   DeviceGuard g(in);
   dispatch_all(in.dtype(), "sort", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -107,7 +95,7 @@ void argsort(const Tensor& indices, const Tensor& in, int64_t dim, bool descendi
         static_cast<const T*>(src.data_ptr()), static_cast<int64_t*>(dst.data_ptr()), rows, n, descending);
     KILN_CUDA_CHECK_LAUNCH("argsort_kernel");
   });
-  if (!direct) copy(dim_last_view(indices, dim), dst);
+  layout.finish();
 }
 KILN_REGISTER_KERNEL(kernels::argsort, CUDA, argsort);
 
