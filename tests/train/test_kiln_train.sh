@@ -43,6 +43,14 @@ errors)
   out=$("$bin" --device cpu --model cnn --gpt-size 124m --out "$tmp/x" 2>&1); rc=$?
   set -e
   [ $rc -eq 2 ] && grep -q "gpt-size applies to --model gpt" <<< "$out" || fail "gpt-size on cnn: rc=$rc: $out"
+  set +e
+  out=$("$bin" --device cpu --zero --optimizer lamb --out "$tmp/x" 2>&1); rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q "per-parameter trust ratios" <<< "$out" || fail "zero with lamb: rc=$rc: $out"
+  set +e
+  out=$("$bin" --device cpu --zero --clip-grad 1 --out "$tmp/x" 2>&1); rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q "drop one of them" <<< "$out" || fail "zero with clip-grad: rc=$rc: $out"
   printf 'garbage' > "$tmp/bad.safetensors"
   set +e
   out=$("$bin" "${common[@]}" --resume "$tmp/bad.safetensors" --out "$tmp/x" 2>&1); rc=$?

@@ -6,6 +6,7 @@
 #   kill         ranks started by hand (no launcher): rank 1 killed with SIGKILL mid-training;
 #                rank 0 must fail with an Error naming the collective and rank 1 within
 #                --dist-timeout plus a few seconds, never hang; under kiln-run the job exits 137
+#   errors       a global batch that does not divide among the ranks: every rank exits 2 naming it
 #   sigint       SIGINT to kiln-run: every rank stops at the same step, rank 0 checkpoints,
 #                exit 130, and the run resumes from that checkpoint
 set -euo pipefail
@@ -100,6 +101,15 @@ sigint)
     --out "$tmp/s2" --resume "$tmp/s/checkpoint.safetensors" > "$tmp/s2.log" 2>&1 || { cat "$tmp/s2.log"; fail "resume failed"; }
   grep -q "resumed from" "$tmp/s2.log" || fail "no resume message"
   echo "sigint: both ranks stopped, checkpoint written, resumed"
+  ;;
+errors)
+  set +e
+  out=$(timeout 120 "$run" --nproc-per-node 2 --master-port "$port" "$train" "${common[@]}" --batch-size 127 \
+    --out "$tmp/e" 2>&1); rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q "global batch; it must divide among the 2 ranks" <<< "$out" \
+    || fail "indivisible batch: rc=$rc: $out"
+  echo "errors: explained"
   ;;
 *)
   fail "unknown check '$what'"
