@@ -159,7 +159,10 @@ class StoreServer {
     accept_thread_.join();
     // wakes connection threads blocked in recv(); those in a GET/WAIT see stopping_
     std::lock_guard<std::mutex> lock(conn_mu_);
-    for (Connection& c : conns_) ::shutdown(c.fd, SHUT_RDWR);
+    // The read side only: a thread blocked in recv() wakes with EOF, while one that is sending
+    // the reply to a request it already carried out (a SET another rank's exit was waiting
+    // for) still delivers it; each thread shuts its socket fully when it ends.
+    for (Connection& c : conns_) ::shutdown(c.fd, SHUT_RD);
     for (Connection& c : conns_) {
       c.thread.join();
       net::close_fd(c.fd);
