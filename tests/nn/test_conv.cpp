@@ -67,6 +67,11 @@ const std::vector<Cfg> kConfigs = {
     {1, 1, 28, 28, 8, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false},// the CNN's first layer shape
     {2, 3, 3, 1, 2, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true},   // W = 1: side taps never read the image
     {1, 2, 2, 3, 2, 5, 5, {1, 1}, {2, 2}, {1, 1}, 1, false},  // 5x5 "same" on a 2x3 plane
+    // batches of 5-7 small planes: the NCHW kernels put several samples into one GEMM (blocks of
+    // 2-3 samples and a last single one), also with groups, stride 2 and pointwise
+    {7, 4, 5, 4, 6, 3, 3, {1, 1}, {1, 1}, {1, 1}, 2, true},
+    {5, 3, 7, 5, 4, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, true},
+    {7, 3, 3, 3, 4, 1, 1, {1, 1}, {0, 0}, {1, 1}, 1, false},
 };
 
 }  // namespace
@@ -129,6 +134,9 @@ TEST_CASE("conv2d: gradcheck (f64)", "[conv][gradcheck]") {
       {2, 2, 4, 5, 3, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false},
       {1, 2, 2, 3, 2, 5, 5, {1, 1}, {2, 2}, {1, 1}, 1, true},
       {2, 1, 3, 1, 2, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false},
+      // several samples per NCHW GEMM block (see the forward test's configs)
+      {5, 2, 3, 3, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, 2, true},
+      {5, 3, 2, 2, 2, 1, 1, {1, 1}, {0, 0}, {1, 1}, 1, false},
   };
   for (size_t i = 0; i < cfgs.size(); ++i) {
     const Cfg& c = cfgs[i];
@@ -158,6 +166,9 @@ TEST_CASE("conv2d: CNN-sized gradients match a double-precision run", "[conv]") 
   p.padding = {1, 1};
   Tensor x64 = kiln::randn({4, 8, 14, 14}, f64()), w64 = kiln::randn({16, 8, 3, 3}, f64());
   Tensor gy = kiln::randn({4, 16, 14, 14}, f64());
+  // and a ResNet stage-4 sized one, 4x4 planes: 9 samples, batched into multi-sample GEMM blocks
+  Tensor xs64 = kiln::randn({9, 40, 4, 4}, f64()), ws64 = kiln::randn({24, 40, 3, 3}, f64());
+  Tensor gys = kiln::randn({9, 24, 4, 4}, f64());
   Tensor xr = x64.detach().requires_grad_(), wr = w64.detach().requires_grad_();
   F::conv2d(xr, wr, Tensor(), p).backward(gy);
   for (bool cl : {false, true}) {
@@ -170,6 +181,15 @@ TEST_CASE("conv2d: CNN-sized gradients match a double-precision run", "[conv]") 
     check_close_rel(x.grad(), values(xr.grad()), 1e-4, "dx");
     check_close_rel(w.grad(), values(wr.grad()), 1e-4, "dw");
   }
+  Tensor xsr = xs64.detach().requires_grad_(), wsr = ws64.detach().requires_grad_();
+  Tensor ys = F::conv2d(xsr, wsr, Tensor(), p);
+  ys.backward(gys);
+  Tensor xs = xs64.to(DType::F32).requires_grad_(), ws = ws64.to(DType::F32).requires_grad_();
+  Tensor ys32 = F::conv2d(xs, ws, Tensor(), p);
+  ys32.backward(gys.to(DType::F32));
+  check_close_rel(ys32, values(ys), 1e-4, "small planes: y");
+  check_close_rel(xs.grad(), values(xsr.grad()), 1e-4, "small planes: dx");
+  check_close_rel(ws.grad(), values(wsr.grad()), 1e-4, "small planes: dw");
 }
 
 TEST_CASE("conv1d: forward and gradcheck", "[conv]") {

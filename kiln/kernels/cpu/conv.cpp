@@ -48,6 +48,7 @@
 #include "kiln/core/error.h"
 #include "kiln/kernels/conv.h"
 #include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/conv_block.h"
 #include "kiln/kernels/memory_format.h"
 
@@ -120,14 +121,15 @@ inline void zero_wrapped_columns(T* row, const ShiftedTap& t, int64_t OW) {
     for (int64_t j = 0; j < t.zero_lo + t.zero_hi; ++j) row[r - t.zero_hi + j] = T(0);
 }
 
-// x: one sample's Cg planes [Cg, H, W]; col [Cg*kh*kw, OH*OW].
+// x: one sample's Cg planes [Cg, H, W]; col [Cg*kh*kw, OH*OW] with row stride ld (>= OH*OW:
+// a block of samples puts each sample's columns side by side).
 template <class T>
-void im2col(const T* x, T* col, int64_t Cg, const ConvGeometry& g) {
+void im2col(const T* x, T* col, int64_t Cg, const ConvGeometry& g, int64_t ld) {
   const int64_t HW = g.H * g.W, OW = g.OW;
   if (is_same_width_unit_stride(g)) {
     const int64_t OHW = g.OH * OW;
     for_each_tap(Cg, g, [&](int64_t c, int64_t ki, int64_t kj, int64_t tap) {
-      T* row = col + tap * OHW;
+      T* row = col + tap * ld;
       const ShiftedTap t = shifted_tap(g, ki, kj);
       if (t.empty) {
         std::fill(row, row + OHW, T(0));
@@ -141,7 +143,7 @@ void im2col(const T* x, T* col, int64_t Cg, const ConvGeometry& g) {
     return;
   }
   for_each_tap(Cg, g, [&](int64_t c, int64_t ki, int64_t kj, int64_t tap) {
-    T* row = col + tap * g.OH * OW;
+    T* row = col + tap * ld;
     const T* xc = x + c * HW;
     const int64_t off = kj * g.dw - g.pw;
     int64_t lo, hi;
@@ -165,15 +167,15 @@ void im2col(const T* x, T* col, int64_t Cg, const ConvGeometry& g) {
   });
 }
 
-// The adjoint of im2col: dx [Cg, H, W] += scatter(col). dx must be zeroed by the caller. col is
-// scratch: the same-width path zeroes its wrapped columns so that each tap is one span add.
+// The adjoint of im2col: dx [Cg, H, W] += scatter(col), col's row stride ld. dx must be zeroed by
+// the caller. col is scratch: the same-width path zeroes its wrapped columns so that each tap is
+// one span add.
 template <class T>
-void col2im(T* col, T* dx, int64_t Cg, const ConvGeometry& g) {
+void col2im(T* col, T* dx, int64_t Cg, const ConvGeometry& g, int64_t ld) {
   const int64_t HW = g.H * g.W, OW = g.OW;
   if (is_same_width_unit_stride(g)) {
-    const int64_t OHW = g.OH * OW;
     for_each_tap(Cg, g, [&](int64_t c, int64_t ki, int64_t kj, int64_t tap) {
-      T* row = col + tap * OHW;
+      T* row = col + tap * ld;
       const ShiftedTap t = shifted_tap(g, ki, kj);
       if (t.empty) return;
       zero_wrapped_columns(row, t, OW);
@@ -185,7 +187,7 @@ void col2im(T* col, T* dx, int64_t Cg, const ConvGeometry& g) {
     return;
   }
   for_each_tap(Cg, g, [&](int64_t c, int64_t ki, int64_t kj, int64_t tap) {
-    const T* row = col + tap * g.OH * OW;
+    const T* row = col + tap * ld;
     T* xc = dx + c * HW;
     const int64_t off = kj * g.dw - g.pw;
     int64_t lo, hi;
@@ -244,13 +246,13 @@ void im2row(const T* x, T* P, int64_t samples, int64_t c0, int64_t Cg, const Con
 // The NHWC patch matrix of samples [n0, n1) and group gi: (n1 - n0) * OH * OW rows of Ckk. A 1x1
 // stride-1 convolution (pw) reads the input rows in place; others im2row into buf (large enough).
 template <class T>
-CMap<T> nhwc_patches(const T* xp, T* buf, int64_t n0, int64_t n1, int64_t gi, int64_t Cg, int64_t Ckk, bool pw,
-                     const ConvGeometry& g) {
+MatrixView<const T> nhwc_patches(const T* xp, T* buf, int64_t n0, int64_t n1, int64_t gi, int64_t Cg,
+                                 int64_t Ckk, bool pw, const ConvGeometry& g) {
   const int64_t rows = (n1 - n0) * g.OH * g.OW;
   const T* xb = xp + n0 * g.H * g.W * g.C;
-  if (pw) return CMap<T>(xb + gi * Cg, rows, Ckk, OuterStride<>(g.C));
+  if (pw) return row_major(xb + gi * Cg, rows, Ckk, g.C);
   im2row(xb, buf, n1 - n0, gi * Cg, Cg, g);
-  return CMap<T>(buf, rows, Ckk, OuterStride<>(Ckk));
+  return row_major<const T>(buf, rows, Ckk, Ckk);
 }
 
 // The adjoint of im2row: dx (block of samples, NHWC, zeroed by the caller) += scatter(P).
@@ -326,6 +328,58 @@ int64_t samples_per_block(const ConvGeometry& g) {
   return spb;
 }
 
+// Samples per NCHW block. One sample's GEMMs have OH*OW columns: a 4x4 plane makes a 16-column
+// product that streams the whole weight once per sample. So small planes are batched until a
+// block has ~256 columns, within ~4 MB of patch matrix and at least two blocks per thread.
+int64_t nchw_samples_per_block(const ConvGeometry& g, int nt) {
+  const int64_t ohw = std::max<int64_t>(g.OH * g.OW, 1);
+  const int64_t col_bytes = std::max<int64_t>(g.kh * g.kw * (g.C / g.groups), 1) * ohw * 4;
+  int64_t spb = std::max<int64_t>(1, (256 + ohw - 1) / ohw);
+  spb = std::min(spb, std::max<int64_t>(1, (4 << 20) / col_bytes));
+  spb = std::min(spb, std::max<int64_t>(1, g.N / (2 * nt)));
+  return spb;
+}
+
+// An NCHW block of samples [n0, n1): its GEMMs have cols = nb * OH*OW columns, sample-major.
+// nb samples' planes [nb][rows][ohw] <-> one [rows, nb * ohw] matrix, sample-major columns.
+template <class T>
+void planes_to_block(const T* planes, T* block, int64_t nb, int64_t rows, int64_t ohw) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < nb; ++i) std::memcpy(block + (r * nb + i) * ohw, planes + (i * rows + r) * ohw, ohw * sizeof(T));
+}
+template <class T>
+void block_to_planes(const T* block, T* planes, int64_t nb, int64_t rows, int64_t ohw) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < nb; ++i) std::memcpy(planes + (i * rows + r) * ohw, block + (r * nb + i) * ohw, ohw * sizeof(T));
+}
+
+struct NchwBlock {
+  int64_t n0, nb, cols;
+  bool single;          // one sample: its planes are already a [rows, OH*OW] matrix
+  bool in_place_input;  // a single sample of a pointwise convolution: x is the patch matrix
+  NchwBlock(const ConvGeometry& g, int64_t n0_, int64_t n1, bool pw)
+      : n0(n0_), nb(n1 - n0_), cols((n1 - n0_) * g.OH * g.OW), single(n1 - n0_ == 1), in_place_input(pw && single) {}
+
+  // Sizes buf as [patch matrix (Ckk x cols, unless the input serves in place) | a [K, cols]
+  // output or output-gradient block (unless a single sample's planes serve as they are)] and
+  // returns the second part.
+  template <class T>
+  T* scratch(std::vector<T>& buf, int64_t Ckk, int64_t K) const {
+    const int64_t col_size = in_place_input ? 0 : Ckk * cols;
+    const int64_t need = col_size + (single ? 0 : K * cols);
+    if (static_cast<int64_t>(buf.size()) < need) buf.resize(need);
+    return buf.data() + col_size;
+  }
+  // The block's output gradient (gy: the whole NCHW gradient) as one [K, cols] matrix.
+  template <class T>
+  const T* gathered(const T* gy, T* scratch, const ConvGeometry& g) const {
+    const T* planes = gy + n0 * g.K * g.OH * g.OW;
+    if (single) return planes;
+    planes_to_block(planes, scratch, nb, g.K, g.OH * g.OW);
+    return scratch;
+  }
+};
+
 // Weight [K, Cg, kh, kw] -> [K, kh, kw, Cg] (contiguous), the column order of the NHWC patches.
 template <class T>
 std::vector<T> weight_to_hwc(const T* w, const ConvGeometry& g) {
@@ -398,32 +452,33 @@ void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const T
   const int64_t OHW = g.OH * g.OW, HW = g.H * g.W;
   const bool pw = is_pointwise(g);
   const int nt = threads_for(g);
+  // out rows [k0, k0 + rows) of ld-strided C := bias (the GEMM then accumulates onto it)
+  auto fill_bias = [&](T* c, int64_t k0, int64_t rows, int64_t cols, int64_t ld) {
+    for (int64_t k = 0; k < rows; ++k) std::fill(c + k * ld, c + k * ld + cols, bp[k0 + k]);
+  };
   if (!g.channels_last) {
-    const int64_t col_size = pw ? 0 : Ckk * OHW;
+    const int64_t spb = nchw_samples_per_block(g, nt);
     std::vector<std::vector<T>> bufs(nt);
-    for_blocks(g.N, 1, nt, [&](int t, int64_t n, int64_t) {
+    for_blocks(g.N, spb, nt, [&](int t, int64_t n0, int64_t n1) {
+      const NchwBlock b(g, n0, n1, pw);
       auto& buf = bufs[t];
-      if (static_cast<int64_t>(buf.size()) < col_size) buf.resize(col_size);
+      T* scratch = b.scratch(buf, Ckk, g.K);
+      T* yb = b.single ? op + n0 * g.K * OHW : scratch;  // the block's output as [K, cols]
       for (int64_t gi = 0; gi < G; ++gi) {
-        const T* xg = xp + (n * g.C + gi * Cg) * HW;
-        const T* colp = xg;
-        if (!pw) {
-          im2col(xg, buf.data(), Cg, g);
-          colp = buf.data();
-        }
-        CMap<T> col(colp, Ckk, OHW, OuterStride<>(OHW));
-        CMap<T> W(wp + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
-        MMap<T> O(op + (n * g.K + gi * Kg) * OHW, Kg, OHW, OuterStride<>(OHW));
-        if (bp) {
-          for (int64_t k = 0; k < Kg; ++k) O.row(k).setConstant(bp[gi * Kg + k]);
-          O.noalias() += W * col;
-        } else {
-          O.noalias() = W * col;
-        }
+        const T* colp = b.in_place_input ? xp + (n0 * g.C + gi * Cg) * HW : buf.data();
+        if (!b.in_place_input)
+          for (int64_t i = 0; i < b.nb; ++i)
+            im2col(xp + ((n0 + i) * g.C + gi * Cg) * HW, buf.data() + i * OHW, Cg, g, b.cols);
+        T* yg = yb + gi * Kg * b.cols;
+        if (bp) fill_bias(yg, gi * Kg, Kg, b.cols, b.cols);
+        gemm(row_major(wp + gi * Kg * Ckk, Kg, Ckk, Ckk), row_major(colp, Ckk, b.cols, b.cols),
+             row_major(yg, Kg, b.cols, b.cols), bp != nullptr);
       }
-      if (stats)  // the sample's output planes are still in cache
-        for (int64_t k = 0; k < g.K; ++k)
-          plane_mean_m2(op + (n * g.K + k) * OHW, OHW, stats + (n * g.K + k) * 2);
+      if (!b.single) block_to_planes(yb, op + n0 * g.K * OHW, b.nb, g.K, OHW);
+      if (stats)  // the block's output planes are still in cache
+        for (int64_t n = n0; n < n1; ++n)
+          for (int64_t k = 0; k < g.K; ++k)
+            plane_mean_m2(op + (n * g.K + k) * OHW, OHW, stats + (n * g.K + k) * 2);
     }, /*any_order=*/true);
     return;
   }
@@ -436,62 +491,53 @@ void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const T
     auto& buf = bufs[t];
     if (!pw && static_cast<int64_t>(buf.size()) < rows * Ckk) buf.resize(rows * Ckk);
     for (int64_t gi = 0; gi < G; ++gi) {
-      const CMap<T> P = nhwc_patches(xp, buf.data(), n0, n1, gi, Cg, Ckk, pw, g);
-      CMap<T> Wg(wr.data() + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
-      MMap<T> O(op + n0 * OHW * g.K + gi * Kg, rows, Kg, OuterStride<>(g.K));
-      if (bp) {
-        Eigen::Map<const Eigen::Matrix<T, 1, Dynamic>> b(bp + gi * Kg, Kg);
-        O = b.replicate(rows, 1);
-        O.noalias() += P * Wg.transpose();
-      } else {
-        O.noalias() = P * Wg.transpose();
-      }
+      const MatrixView<const T> P = nhwc_patches(xp, buf.data(), n0, n1, gi, Cg, Ckk, pw, g);
+      T* o = op + n0 * OHW * g.K + gi * Kg;
+      if (bp)
+        for (int64_t r = 0; r < rows; ++r) std::copy_n(bp + gi * Kg, Kg, o + r * g.K);
+      gemm(P, row_major(wr.data() + gi * Kg * Ckk, Kg, Ckk, Ckk).t(), row_major(o, rows, Kg, g.K),
+           bp != nullptr);
     }
   }, /*any_order=*/true);
 }
 
 // ------------------------------------------------------------------------- backward: input
 
-// One NCHW sample's input gradient gx_n [C, H, W] (overwritten) from its output gradient dy_n
-// [K, OH, OW]: per group dcol = W^T dY, then col2im; a pointwise conv writes W^T dY directly.
-// col: Cg*kh*kw * OH*OW scratch (unused when pointwise).
+// The input gradient of a block of nb NCHW samples, gx_b [nb, C, H, W] (overwritten), from their
+// output gradient as one [K, cols] matrix dy_b (cols = nb * OH*OW, sample-major columns): per
+// group dcol = W^T dY, then col2im per sample; a single pointwise sample gets W^T dY directly.
+// col: Cg*kh*kw * cols scratch (unused in the direct case).
 template <class T>
-void sample_input_grad(T* gx_n, const T* dy_n, const T* wp, T* col, const ConvGeometry& g) {
+void block_input_grad(T* gx_b, const T* dy_b, int64_t nb, const T* wp, T* col, const ConvGeometry& g) {
   const int64_t G = g.groups, Cg = g.C / G, Kg = g.K / G, Ckk = Cg * g.kh * g.kw;
-  const int64_t OHW = g.OH * g.OW, HW = g.H * g.W;
-  const bool pw = is_pointwise(g);
-  if (!pw) std::fill(gx_n, gx_n + g.C * HW, T(0));
+  const int64_t OHW = g.OH * g.OW, HW = g.H * g.W, cols = nb * OHW;
+  const bool direct = is_pointwise(g) && nb == 1;
+  if (!direct) std::fill(gx_b, gx_b + nb * g.C * HW, T(0));
   for (int64_t gi = 0; gi < G; ++gi) {
-    CMap<T> W(wp + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
-    CMap<T> dY(dy_n + gi * Kg * OHW, Kg, OHW, OuterStride<>(OHW));
-    if (pw) {  // col is the input itself: write the gradient in place
-      MMap<T> dX(gx_n + gi * Cg * HW, Ckk, OHW, OuterStride<>(OHW));
-      dX.noalias() = W.transpose() * dY;
+    const auto Wt = row_major(wp + gi * Kg * Ckk, Kg, Ckk, Ckk).t();
+    const auto dY = row_major(dy_b + gi * Kg * cols, Kg, cols, cols);
+    if (direct) {  // col is the input itself: write the gradient in place
+      gemm(Wt, dY, row_major(gx_b + gi * Cg * HW, Ckk, OHW, OHW), false);
       continue;
     }
-    MMap<T> dcol(col, Ckk, OHW, OuterStride<>(OHW));
-    dcol.noalias() = W.transpose() * dY;
-    col2im(col, gx_n + gi * Cg * HW, Cg, g);
+    gemm(Wt, dY, row_major(col, Ckk, cols, cols), false);
+    for (int64_t i = 0; i < nb; ++i) col2im(col + i * OHW, gx_b + (i * g.C + gi * Cg) * HW, Cg, g, cols);
   }
 }
 
-// dw [K, Cg*kh*kw] += one NCHW sample's weight gradient: per group dY col(x_n)^T. col as above.
+// dw [K, Cg*kh*kw] += a block's weight gradient: per group dY col(x_b)^T, dy_b as above and x_b
+// the block's nb NCHW input samples. col: scratch as above.
 template <class T>
-void add_sample_weight_grad(T* dw, const T* dy_n, const T* x_n, T* col, const ConvGeometry& g) {
+void add_block_weight_grad(T* dw, const T* dy_b, const T* x_b, int64_t nb, T* col, const ConvGeometry& g) {
   const int64_t G = g.groups, Cg = g.C / G, Kg = g.K / G, Ckk = Cg * g.kh * g.kw;
-  const int64_t OHW = g.OH * g.OW, HW = g.H * g.W;
-  const bool pw = is_pointwise(g);
+  const int64_t OHW = g.OH * g.OW, HW = g.H * g.W, cols = nb * OHW;
+  const bool direct = is_pointwise(g) && nb == 1;
   for (int64_t gi = 0; gi < G; ++gi) {
-    CMap<T> dY(dy_n + gi * Kg * OHW, Kg, OHW, OuterStride<>(OHW));
-    const T* xg = x_n + gi * Cg * HW;
-    const T* colp = xg;
-    if (!pw) {
-      im2col(xg, col, Cg, g);
-      colp = col;
-    }
-    CMap<T> C(colp, Ckk, OHW, OuterStride<>(OHW));
-    MMap<T> dW(dw + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
-    dW.noalias() += dY * C.transpose();
+    const T* colp = direct ? x_b + gi * Cg * HW : col;
+    if (!direct)
+      for (int64_t i = 0; i < nb; ++i) im2col(x_b + (i * g.C + gi * Cg) * HW, col + i * OHW, Cg, g, cols);
+    gemm(row_major(dy_b + gi * Kg * cols, Kg, cols, cols), row_major(colp, Ckk, cols, cols).t(),
+         row_major(dw + gi * Kg * Ckk, Kg, Ckk, Ckk), true);
   }
 }
 
@@ -506,11 +552,12 @@ void backward_input_impl(const Tensor& gx, const Tensor& gy, const Tensor& w_t,
   const bool pw = is_pointwise(g);
   const int nt = threads_for(g);
   if (!g.channels_last) {
+    const int64_t spb = nchw_samples_per_block(g, nt);
     std::vector<std::vector<T>> bufs(nt);
-    for_blocks(g.N, 1, nt, [&](int t, int64_t n, int64_t) {
-      auto& buf = bufs[t];
-      if (!pw && static_cast<int64_t>(buf.size()) < Ckk * OHW) buf.resize(Ckk * OHW);
-      sample_input_grad(gxp + n * g.C * HW, gyp + n * g.K * OHW, wp, buf.data(), g);
+    for_blocks(g.N, spb, nt, [&](int t, int64_t n0, int64_t n1) {
+      const NchwBlock b(g, n0, n1, pw);
+      T* scratch = b.scratch(bufs[t], Ckk, g.K);
+      block_input_grad(gxp + n0 * g.C * HW, b.gathered(gyp, scratch, g), b.nb, wp, bufs[t].data(), g);
     }, /*any_order=*/true);
     return;
   }
@@ -524,15 +571,13 @@ void backward_input_impl(const Tensor& gx, const Tensor& gy, const Tensor& w_t,
     T* gxb = gxp + n0 * HW * g.C;
     if (!pw) std::fill(gxb, gxb + (n1 - n0) * HW * g.C, T(0));
     for (int64_t gi = 0; gi < G; ++gi) {
-      CMap<T> Wg(wr.data() + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
-      CMap<T> dY(gyp + n0 * OHW * g.K + gi * Kg, rows, Kg, OuterStride<>(g.K));
+      const auto Wg = row_major(wr.data() + gi * Kg * Ckk, Kg, Ckk, Ckk);
+      const auto dY = row_major(gyp + n0 * OHW * g.K + gi * Kg, rows, Kg, g.K);
       if (pw) {
-        MMap<T> dX(gxb + gi * Cg, rows, Cg, OuterStride<>(g.C));
-        dX.noalias() = dY * Wg;
+        gemm(dY, Wg, row_major(gxb + gi * Cg, rows, Cg, g.C), false);
         continue;
       }
-      MMap<T> dP(buf.data(), rows, Ckk, OuterStride<>(Ckk));
-      dP.noalias() = dY * Wg;
+      gemm(dY, Wg, row_major(buf.data(), rows, Ckk, Ckk), false);
       row2im(buf.data(), gxb, n1 - n0, gi * Cg, Cg, g);
     }
   }, /*any_order=*/true);
@@ -558,16 +603,19 @@ void backward_weight_impl(const Tensor& gw, const Tensor& gb, const Tensor& gy, 
     if (want_b && dbs[t].empty()) dbs[t].assign(g.K, T(0));
   };
   if (!g.channels_last) {
-    for_blocks(g.N, 1, nt, [&](int t, int64_t n, int64_t) {
+    const int64_t spb = nchw_samples_per_block(g, nt);
+    for_blocks(g.N, spb, nt, [&](int t, int64_t n0, int64_t n1) {
       init(t);
-      auto& buf = bufs[t];
-      if (want_w && !pw && static_cast<int64_t>(buf.size()) < Ckk * OHW) buf.resize(Ckk * OHW);
-      if (want_b) {
-        CMap<T> dY(gyp + n * g.K * OHW, g.K, OHW, OuterStride<>(OHW));
-        Eigen::Map<Eigen::Matrix<T, Dynamic, 1>> db(dbs[t].data(), g.K);
-        db += dY.rowwise().sum();
-      }
-      if (want_w) add_sample_weight_grad(dws[t].data(), gyp + n * g.K * OHW, xp + n * g.C * HW, buf.data(), g);
+      const NchwBlock b(g, n0, n1, pw);
+      if (want_b)
+        for (int64_t n = n0; n < n1; ++n) {
+          CMap<T> dY(gyp + n * g.K * OHW, g.K, OHW, OuterStride<>(OHW));
+          Eigen::Map<Eigen::Matrix<T, Dynamic, 1>> db(dbs[t].data(), g.K);
+          db += dY.rowwise().sum();
+        }
+      if (!want_w) return;
+      T* scratch = b.scratch(bufs[t], Ckk, g.K);
+      add_block_weight_grad(dws[t].data(), b.gathered(gyp, scratch, g), xp + n0 * g.C * HW, b.nb, bufs[t].data(), g);
     });
   } else {
     const int64_t spb = samples_per_block(g);
@@ -583,9 +631,9 @@ void backward_weight_impl(const Tensor& gw, const Tensor& gb, const Tensor& gy, 
           db += dY.colwise().sum();
         }
         if (!want_w) continue;
-        const CMap<T> P = nhwc_patches(xp, buf.data(), n0, n1, gi, Cg, Ckk, pw, g);
-        MMap<T> dW(dws[t].data() + gi * Kg * Ckk, Kg, Ckk, OuterStride<>(Ckk));
-        dW.noalias() += dY.transpose() * P;
+        const MatrixView<const T> P = nhwc_patches(xp, buf.data(), n0, n1, gi, Cg, Ckk, pw, g);
+        gemm(row_major(gyp + n0 * OHW * g.K + gi * Kg, rows, Kg, g.K).t(), P,
+             row_major(dws[t].data() + gi * Kg * Ckk, Kg, Ckk, Ckk), true);
       }
     });
   }
@@ -795,9 +843,9 @@ void backward_generated_impl(const Tensor& gx, const Tensor& gw, const Tensor& x
       if (want_w) dws[t].assign(g.K * Ckk, T(0));
     }
     make_dy(n, dy.data());
-    if (want_w) add_sample_weight_grad(dws[t].data(), dy.data(), xp + n * g.C * HW, col.data(), g);
+    if (want_w) add_block_weight_grad(dws[t].data(), dy.data(), xp + n * g.C * HW, 1, col.data(), g);
     // col is free again: the weight gradient is done with it
-    if (gxp) sample_input_grad(gxp + n * g.C * HW, dy.data(), wp, col.data(), g);
+    if (gxp) block_input_grad(gxp + n * g.C * HW, dy.data(), 1, wp, col.data(), g);
   });
   if (want_w) {
     T* out = gw.data_ptr<T>();

@@ -1,0 +1,350 @@
+// kiln's CPU GEMM (kernels/cpu/gemm.h). The f32 kernel follows the classic packed design (see
+// docs/kernels.md, "The CPU GEMM"):
+//
+//   for each NC-wide column block of C          (B block: KC x NC, lives in L2/L3)
+//     for each KC-deep slice of the inner dim   (pack B's slice into NR-wide panels)
+//       for each MC-tall row block of C         (pack A's block into MR-tall panels, lives in L2)
+//         for each NR-wide panel, each MR-tall panel:  the micro-kernel
+//
+// The micro-kernel keeps a 12 x 32 tile of C in 24 AVX-512 registers and, per step of the inner
+// dimension, loads two vectors of B's panel and broadcasts 12 values of A's panel: 24 FMAs per
+// 14 loads, all from L1/L2 because the panels are packed contiguously. Packing also absorbs any
+// operand strides (transposed views), pads the edges with zeros, and reads each operand once
+// per block. A last panel of at most 16 columns runs a 12 x 16 tile instead of a padded one.
+#include "kiln/kernels/cpu/gemm.h"
+
+#include <Eigen/Core>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define KILN_OWN_SGEMM 1
+#else
+#define KILN_OWN_SGEMM 0
+#endif
+
+#include "kiln/core/error.h"
+
+namespace kiln::kernels::cpu {
+
+namespace {
+
+// ---------------------------------------------------------------------------------- Eigen path
+
+template <class T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+using AnyStride = Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>;
+
+// Calls f with an Eigen map of v: row-major or column-major (no copy) when one stride is 1,
+// otherwise a general strided map (Eigen copies it inside the product).
+template <class T, class F>
+void with_eigen(MatrixView<const T> v, F&& f) {
+  if (v.cs == 1) {
+    f(Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>(v.p, v.rows, v.cols, Eigen::OuterStride<>(v.rs)));
+  } else if (v.rs == 1) {
+    f(Eigen::Map<const ColMat<T>, 0, Eigen::OuterStride<>>(v.p, v.rows, v.cols, Eigen::OuterStride<>(v.cs)));
+  } else {
+    f(Eigen::Map<const RowMat<T>, 0, AnyStride>(v.p, v.rows, v.cols, AnyStride(v.rs, v.cs)));
+  }
+}
+
+// C row-major (cs == 1); Eigen parallelises the product itself unless inside a parallel region.
+template <class T>
+void eigen_gemm(MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c, bool accumulate) {
+  Eigen::Map<RowMat<T>, 0, Eigen::OuterStride<>> C(c.p, c.rows, c.cols, Eigen::OuterStride<>(c.rs));
+  with_eigen(a, [&](const auto& A) {
+    with_eigen(b, [&](const auto& B) {
+      if (accumulate) {
+        C.noalias() += A * B;
+      } else {
+        C.noalias() = A * B;
+      }
+    });
+  });
+}
+
+// C := 0 (or left alone) for an empty inner dimension, which no kernel loop touches.
+template <class T>
+void empty_product(MatrixView<T> c, bool accumulate) {
+  if (accumulate) return;
+  for (int64_t i = 0; i < c.rows; ++i)
+    for (int64_t j = 0; j < c.cols; ++j) c.p[i * c.rs + j] = T(0);
+}
+
+#if KILN_OWN_SGEMM
+// ---------------------------------------------------------------------------------- own f32
+
+constexpr int kMR = 12;        // rows of C per micro-tile
+constexpr int kNR = 32;        // columns of C per micro-tile (two 16-float vectors)
+constexpr int64_t kKC = 256;   // inner-dimension slice: a 12 x 256 A panel + a 256 x 32 B panel ~ 44 KB (L1)
+constexpr int64_t kMC = 144;   // rows per packed A block: 144 x 256 floats = 144 KB (L2)
+constexpr int64_t kNC = 2048;  // columns per packed B block: 256 x 2048 floats = 2 MB (L2/L3)
+
+// Per-thread, 64-byte aligned scratch for the packed panels, grown as needed and kept.
+struct PackBuffer {
+  float* p = nullptr;
+  size_t n = 0;
+  ~PackBuffer() { std::free(p); }
+  float* get(size_t want) {
+    if (want > n) {
+      std::free(p);
+      const size_t bytes = (want * sizeof(float) + 63) / 64 * 64;
+      p = static_cast<float*>(std::aligned_alloc(64, bytes));
+      KILN_CHECK(p != nullptr, "gemm: out of memory for a ", bytes, "-byte packing buffer");
+      n = want;
+    }
+    return p;
+  }
+};
+
+inline __mmask16 lane_mask(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
+
+// Reads an up-to-16 x 16 tile (rows x cols valid; the rest read as zero) at src with row stride
+// ld and writes its transpose: cols rows of `width` floats at dst with row stride dld, of which
+// the first min(rows, width) hold data and the rest zeros. A 16 x 16 transpose in registers is
+// three rounds of shuffles: 32-bit pairs, 64-bit pairs, then 128-bit lanes.
+inline void transpose_tile(const float* src, int64_t ld, int64_t rows, int64_t cols, float* dst, int64_t dld,
+                           int width) {
+  const __mmask16 cm = lane_mask(cols);
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(cm, src + i * ld) : _mm512_setzero_ps();
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // r[4g + c]: lane L holds column 4L + c of rows 4g..4g+3
+  for (int g = 0; g < 4; ++g) {
+    const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+    r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  const __mmask16 wm = lane_mask(width);
+  for (int c = 0; c < 4; ++c) {
+    const __m512 v = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), w = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+    const __m512 x = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88), y = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+    const __m512 out[4] = {_mm512_shuffle_f32x4(v, x, 0x88), _mm512_shuffle_f32x4(w, y, 0x88),
+                           _mm512_shuffle_f32x4(v, x, 0xDD), _mm512_shuffle_f32x4(w, y, 0xDD)};
+    for (int l = 0; l < 4; ++l)  // out[l] is column 4l + c of the tile
+      if (4 * l + c < cols) _mm512_mask_storeu_ps(dst + (4 * l + c) * dld, wm, out[l]);
+  }
+}
+
+// The width of the panel starting at column j0 of an nc-wide block: 32, or 16 for a last panel
+// of at most 16 columns (no work wasted on padding there).
+inline int panel_width(int64_t remaining) { return remaining > 16 ? kNR : 16; }
+
+// One packed panel: dst[k * width + j] = src[j * js + k * ks] for j < valid and k < kc, zeros
+// for j in [valid, width). j runs along the panel (C's rows for A, C's columns for B), k along
+// the inner dimension.
+void pack_panel(const float* src, int64_t js, int64_t ks, int64_t valid, int64_t kc, int width, float* dst) {
+  if (js == 1) {  // the panel's values for one k are contiguous: one copy per k
+    for (int64_t k = 0; k < kc; ++k) {
+      std::memcpy(dst + k * width, src + k * ks, valid * sizeof(float));
+      std::fill(dst + k * width + valid, dst + (k + 1) * width, 0.0f);
+    }
+  } else if (ks == 1) {  // contiguous along k (a row of A, a transposed B): register transposes
+    for (int64_t k0 = 0; k0 < kc; k0 += 16)
+      for (int jj = 0; jj < width; jj += 16)
+        transpose_tile(src + jj * js + k0, js, std::clamp<int64_t>(valid - jj, 0, 16), std::min<int64_t>(16, kc - k0),
+                       dst + k0 * width + jj, width, std::min(16, width - jj));
+  } else {  // general strides
+    for (int64_t k = 0; k < kc; ++k) std::fill(dst + k * width + valid, dst + (k + 1) * width, 0.0f);
+    for (int64_t j = 0; j < valid; ++j)
+      for (int64_t k = 0; k < kc; ++k) dst[k * width + j] = src[j * js + k * ks];
+  }
+}
+
+// B(pc.., jc..) -> panels [nc / width][kc][width], zero-padded on the right.
+void pack_b(MatrixView<const float> b, int64_t pc, int64_t kc, int64_t jc, int64_t nc, float* dst) {
+  for (int64_t j0 = 0; j0 < nc; ) {
+    const int w = panel_width(nc - j0);
+    pack_panel(b.p + pc * b.rs + (jc + j0) * b.cs, b.cs, b.rs, std::min<int64_t>(w, nc - j0), kc, w, dst);
+    dst += kc * w;
+    j0 += w;
+  }
+}
+
+// A(ic.., pc..) -> panels [ceil(mc / 12)][kc][12], zero-padded at the bottom.
+void pack_a(MatrixView<const float> a, int64_t ic, int64_t mc, int64_t pc, int64_t kc, float* dst) {
+  for (int64_t i0 = 0; i0 < mc; i0 += kMR) {
+    pack_panel(a.p + (ic + i0) * a.rs + pc * a.cs, a.rs, a.cs, std::min<int64_t>(kMR, mc - i0), kc, kMR, dst);
+    dst += kc * kMR;
+  }
+}
+
+// C tile (mr x nr, row stride ldc) = (accumulate ? C : 0) + Ap Bp over kc steps. NV: vectors of
+// 16 columns per row (2: the 12 x 32 tile, 1: the 12 x 16 tile).
+template <int NV>
+void micro_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int64_t mr,
+                  int64_t nr, bool accumulate) {
+  __m512 acc[kMR][NV];
+#pragma GCC unroll 12
+  for (int r = 0; r < kMR; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 bv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(bp + 16 * v);
+#pragma GCC unroll 12
+    for (int r = 0; r < kMR; ++r) {
+      const __m512 av = _mm512_set1_ps(ap[r]);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+    ap += kMR;
+    bp += 16 * NV;
+  }
+  __mmask16 mask[NV];
+#pragma GCC unroll 2
+  for (int v = 0; v < NV; ++v) mask[v] = lane_mask(nr - 16 * v);
+#pragma GCC unroll 12
+  for (int r = 0; r < kMR; ++r) {
+    if (r >= mr) break;
+    float* row = c + r * ldc;
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      if (!mask[v]) continue;
+      __m512 x = acc[r][v];
+      if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], row + 16 * v));
+      _mm512_mask_storeu_ps(row + 16 * v, mask[v], x);
+    }
+  }
+}
+
+// One thread's product over all of C (row-major, cs == 1).
+void own_sgemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c, bool accumulate) {
+  thread_local PackBuffer a_buf, b_buf;
+  const int64_t M = c.rows, N = c.cols, K = a.cols;
+  float* ap = a_buf.get(static_cast<size_t>((kMC + kMR) * kKC));
+  float* bp = b_buf.get(static_cast<size_t>((kNC + kNR) * kKC));
+  for (int64_t jc = 0; jc < N; jc += kNC) {
+    const int64_t nc = std::min(kNC, N - jc);
+    for (int64_t pc = 0; pc < K; pc += kKC) {
+      const int64_t kc = std::min(kKC, K - pc);
+      const bool acc = accumulate || pc > 0;
+      pack_b(b, pc, kc, jc, nc, bp);
+      for (int64_t ic = 0; ic < M; ic += kMC) {
+        const int64_t mc = std::min(kMC, M - ic);
+        pack_a(a, ic, mc, pc, kc, ap);
+        const float* bpanel = bp;
+        for (int64_t j0 = 0; j0 < nc; ) {
+          const int w = panel_width(nc - j0);
+          const int64_t nr = std::min<int64_t>(w, nc - j0);
+          const float* apanel = ap;
+          for (int64_t i0 = 0; i0 < mc; i0 += kMR) {
+            float* ct = c.p + (ic + i0) * c.rs + jc + j0;
+            const int64_t mr = std::min<int64_t>(kMR, mc - i0);
+            if (w == kNR) {
+              micro_kernel<2>(kc, apanel, bpanel, ct, c.rs, mr, nr, acc);
+            } else {
+              micro_kernel<1>(kc, apanel, bpanel, ct, c.rs, mr, nr, acc);
+            }
+            apanel += kc * kMR;
+          }
+          bpanel += kc * w;
+          j0 += w;
+        }
+      }
+    }
+  }
+}
+
+// Splits C among threads: by columns when it is wide enough (each thread packs all of A and
+// its own columns of B), else by rows; small products stay on one thread.
+void own_sgemm_parallel(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c,
+                        bool accumulate, int threads) {
+  const int64_t M = c.rows, N = c.cols, K = a.cols;
+  const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  int nt = threads;
+  if (flops < 4e6) nt = 1;
+  const bool by_cols = N >= 2 * kNR * nt;
+  if (!by_cols && M < 2 * kMR * nt) nt = 1;
+  if (nt <= 1) {
+    own_sgemm(a, b, c, accumulate);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num(), n = omp_get_num_threads();
+    if (by_cols) {
+      const int64_t panels = (N + kNR - 1) / kNR;
+      const int64_t j0 = panels * t / n * kNR, j1 = std::min(N, panels * (t + 1) / n * kNR);
+      if (j1 > j0)
+        own_sgemm(a, {b.p + j0 * b.cs, b.rows, j1 - j0, b.rs, b.cs},
+                  {c.p + j0, c.rows, j1 - j0, c.rs, 1}, accumulate);
+    } else {
+      const int64_t panels = (M + kMR - 1) / kMR;
+      const int64_t i0 = panels * t / n * kMR, i1 = std::min(M, panels * (t + 1) / n * kMR);
+      if (i1 > i0)
+        own_sgemm({a.p + i0 * a.rs, i1 - i0, a.cols, a.rs, a.cs}, b,
+                  {c.p + i0 * c.rs, i1 - i0, c.cols, c.rs, 1}, accumulate);
+    }
+  }
+}
+#endif  // KILN_OWN_SGEMM
+
+template <class T>
+void check_shapes(MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c) {
+  KILN_CHECK(a.rows == c.rows && b.cols == c.cols && a.cols == b.rows, "gemm: [", a.rows, ", ", a.cols,
+             "] @ [", b.rows, ", ", b.cols, "] -> [", c.rows, ", ", c.cols, "]: shapes do not match");
+  KILN_CHECK(c.cs == 1 || c.rs == 1 || c.rows <= 1 || c.cols <= 1,
+             "gemm: the output needs a unit stride in one dimension");
+}
+
+int resolve_threads(int threads) {
+  if (threads > 0) return threads;
+  return omp_in_parallel() ? 1 : omp_get_max_threads();
+}
+
+}  // namespace
+
+void gemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c, bool accumulate,
+          int threads) {
+  check_shapes(a, b, c);
+  if (c.rows == 0 || c.cols == 0) return;
+  if (c.cs != 1) {  // column-major C: compute C^T = B^T A^T, which is row-major
+    if (c.cols == 1) {
+      c.cs = 1;  // a single column: any row stride works as a row-major leading dimension
+    } else {
+      gemm(b.t(), a.t(), c.t(), accumulate, threads);
+      return;
+    }
+  }
+  if (a.cols == 0) return empty_product(c, accumulate);
+#if KILN_OWN_SGEMM
+  own_sgemm_parallel(a, b, c, accumulate, resolve_threads(threads));
+#else
+  (void)resolve_threads(threads);
+  eigen_gemm(a, b, c, accumulate);
+#endif
+}
+
+void gemm(MatrixView<const double> a, MatrixView<const double> b, MatrixView<double> c, bool accumulate,
+          int threads) {
+  check_shapes(a, b, c);
+  if (c.rows == 0 || c.cols == 0) return;
+  if (c.cs != 1) {
+    if (c.cols == 1) {
+      c.cs = 1;
+    } else {
+      gemm(b.t(), a.t(), c.t(), accumulate, threads);
+      return;
+    }
+  }
+  if (a.cols == 0) return empty_product(c, accumulate);
+  eigen_gemm(a, b, c, accumulate);
+}
+
+bool gemm_uses_own_kernel() { return KILN_OWN_SGEMM != 0; }
+
+}  // namespace kiln::kernels::cpu

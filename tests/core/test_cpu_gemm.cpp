@@ -1,0 +1,104 @@
+// The CPU GEMM under every dense kernel (kiln/kernels/cpu/gemm.h) against a triple loop in
+// double: sizes around its tile edges (12 rows, 16/32 columns, 256-deep slices), every
+// combination of transposed operands, accumulate or overwrite, an empty inner dimension, a
+// column-major output, and multi-threaded splits by rows and by columns.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/kernels/cpu/gemm.h"
+
+namespace {
+
+using kiln::kernels::cpu::gemm;
+using kiln::kernels::cpu::MatrixView;
+
+template <class T>
+struct Case {
+  int64_t M, N, K;
+  bool ta, tb, accumulate;
+  int threads;
+};
+
+// Runs one product with A stored [M, K] (or [K, M] when ta) and B [K, N] (or [N, K] when tb) and
+// returns the worst error relative to 1 + |reference|.
+template <class T>
+double max_error(const Case<T>& c, std::mt19937& rng) {
+  std::normal_distribution<double> nd;
+  std::vector<T> a(c.M * c.K), b(c.K * c.N), out(c.M * c.N);
+  for (auto& v : a) v = static_cast<T>(nd(rng));
+  for (auto& v : b) v = static_cast<T>(nd(rng));
+  for (auto& v : out) v = static_cast<T>(nd(rng));
+  auto A = [&](int64_t i, int64_t k) { return static_cast<double>(c.ta ? a[k * c.M + i] : a[i * c.K + k]); };
+  auto B = [&](int64_t k, int64_t j) { return static_cast<double>(c.tb ? b[j * c.K + k] : b[k * c.N + j]); };
+  std::vector<double> want(c.M * c.N);
+  for (int64_t i = 0; i < c.M; ++i)
+    for (int64_t j = 0; j < c.N; ++j) {
+      double s = c.accumulate ? static_cast<double>(out[i * c.N + j]) : 0.0;
+      for (int64_t k = 0; k < c.K; ++k) s += A(i, k) * B(k, j);
+      want[i * c.N + j] = s;
+    }
+  MatrixView<const T> av = c.ta ? MatrixView<const T>{a.data(), c.M, c.K, 1, c.M}
+                                : MatrixView<const T>{a.data(), c.M, c.K, c.K, 1};
+  MatrixView<const T> bv = c.tb ? MatrixView<const T>{b.data(), c.K, c.N, 1, c.K}
+                                : MatrixView<const T>{b.data(), c.K, c.N, c.N, 1};
+  gemm(av, bv, MatrixView<T>{out.data(), c.M, c.N, c.N, 1}, c.accumulate, c.threads);
+  double err = 0;
+  for (int64_t i = 0; i < c.M * c.N; ++i) {
+    const double d = std::abs(static_cast<double>(out[i]) - want[i]) / (1 + std::abs(want[i]));
+    err = std::isnan(d) ? INFINITY : std::max(err, d);
+  }
+  return err;
+}
+
+}  // namespace
+
+TEST_CASE("cpu gemm: f32 and f64 against a triple loop, all transposes, tile edges", "[gemm]") {
+  std::mt19937 rng(7);
+  int checked = 0;
+  for (int64_t M : {1, 11, 12, 13, 37, 150})
+    for (int64_t N : {1, 15, 16, 17, 33, 70})
+      for (int64_t K : {1, 3, 255, 257})
+        for (int flags = 0; flags < 8; ++flags) {
+          const bool ta = flags & 1, tb = flags & 2, acc = flags & 4;
+          INFO("M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb << " acc " << acc);
+          // f32 accumulates in float: error ~ K * 2^-24 * |terms|
+          CHECK(max_error(Case<float>{M, N, K, ta, tb, acc, 1}, rng) < 2e-5 * std::sqrt(double(K)) + 1e-6);
+          CHECK(max_error(Case<double>{M, N, K, ta, tb, acc, 1}, rng) < 1e-12);
+          ++checked;
+        }
+  CHECK(checked == 6 * 6 * 4 * 8);
+}
+
+TEST_CASE("cpu gemm: multi-threaded splits by columns and by rows equal one thread", "[gemm]") {
+  std::mt19937 rng(8);
+  // wide (split by columns), tall (split by rows), and wide over 2048 columns (two column blocks)
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{40, 300, 70}, {300, 20, 70}, {13, 2100, 9}})
+    for (bool tb : {false, true}) {
+      INFO("M " << M << " N " << N << " K " << K << " tb " << tb);
+      CHECK(max_error(Case<float>{M, N, K, false, tb, true, 2}, rng) < 1e-4);
+      CHECK(max_error(Case<float>{M, N, K, true, tb, false, 3}, rng) < 1e-4);
+    }
+}
+
+TEST_CASE("cpu gemm: empty inner dimension, column-major output, shape errors", "[gemm]") {
+  std::vector<float> a(6, 1.0f), b(6, 2.0f), c(4, 5.0f);
+  // K = 0: overwrite gives zeros, accumulate leaves C alone
+  gemm(MatrixView<const float>{a.data(), 2, 0, 1, 1}, MatrixView<const float>{b.data(), 0, 2, 2, 1},
+       MatrixView<float>{c.data(), 2, 2, 2, 1}, true);
+  CHECK(c == std::vector<float>{5, 5, 5, 5});
+  gemm(MatrixView<const float>{a.data(), 2, 0, 1, 1}, MatrixView<const float>{b.data(), 0, 2, 2, 1},
+       MatrixView<float>{c.data(), 2, 2, 2, 1}, false);
+  CHECK(c == std::vector<float>{0, 0, 0, 0});
+  // column-major C (rs 1, cs 2): C[i][j] at c[i + 2j]; A = [[1,2,3],[4,5,6]], B = ones * 2
+  std::vector<float> a2{1, 2, 3, 4, 5, 6};
+  gemm(MatrixView<const float>{a2.data(), 2, 3, 3, 1}, MatrixView<const float>{b.data(), 3, 2, 2, 1},
+       MatrixView<float>{c.data(), 2, 2, 1, 2}, false);
+  CHECK(c == std::vector<float>{12, 30, 12, 30});
+  CHECK_THROWS_WITH(gemm(MatrixView<const float>{a2.data(), 2, 3, 3, 1}, MatrixView<const float>{b.data(), 2, 3, 3, 1},
+                         MatrixView<float>{c.data(), 2, 3, 3, 1}, false),
+                    Catch::Contains("gemm: [2, 3] @ [2, 3] -> [2, 3]: shapes do not match"));
+}
