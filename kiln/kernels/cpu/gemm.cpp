@@ -186,6 +186,13 @@ void pack_a(MatrixView<const float> a, int64_t ic, int64_t mc, int64_t pc, int64
 template <int NV>
 void micro_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int64_t mr,
                   int64_t nr, bool accumulate) {
+  // C's tile is read at the end; asking for it now hides the miss behind the FMAs (C is often
+  // far larger than the caches: a weight gradient's [512, 4608] is 9 MB)
+  if (accumulate)
+    for (int64_t r = 0; r < mr; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+      if (NV == 2) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
+    }
   __m512 acc[kMR][NV];
 #pragma GCC unroll 12
   for (int r = 0; r < kMR; ++r)
