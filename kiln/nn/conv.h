@@ -5,17 +5,24 @@
 
 namespace kiln::nn {
 
+// The constructor and fields every convolution's options share, `Size` being int64_t (1-D) or
+// Size2 (2-D). A macro rather than a base struct: KILN_ARG's setters return the struct they are
+// declared in, and a chain such as `ConvTranspose2dOptions(...).stride(2).output_padding(1)`
+// must keep the full type.
+#define KILN_CONV_OPTIONS(Options, Size)                                                        \
+  Options(int64_t in_channels, int64_t out_channels, Size kernel_size)                          \
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}    \
+  KILN_ARG(int64_t, in_channels);                                                               \
+  KILN_ARG(int64_t, out_channels);                                                              \
+  KILN_ARG(Size, kernel_size);                                                                  \
+  KILN_ARG(Size, stride) = 1;                                                                   \
+  KILN_ARG(Size, padding) = 0;                                                                  \
+  KILN_ARG(Size, dilation) = 1;                                                                 \
+  KILN_ARG(int64_t, groups) = 1;                                                                \
+  KILN_ARG(bool, bias) = true
+
 struct Conv2dOptions {
-  Conv2dOptions(int64_t in_channels, int64_t out_channels, Size2 kernel_size)
-      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  KILN_ARG(int64_t, in_channels);
-  KILN_ARG(int64_t, out_channels);
-  KILN_ARG(Size2, kernel_size);
-  KILN_ARG(Size2, stride) = 1;
-  KILN_ARG(Size2, padding) = 0;
-  KILN_ARG(Size2, dilation) = 1;
-  KILN_ARG(int64_t, groups) = 1;
-  KILN_ARG(bool, bias) = true;
+  KILN_CONV_OPTIONS(Conv2dOptions, Size2);
 };
 
 // [N, C_in, H, W] -> [N, C_out, H', W']; weight [C_out, C_in / groups, kH, kW].
@@ -33,16 +40,7 @@ class Conv2d : public Module {
 };
 
 struct Conv1dOptions {
-  Conv1dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
-      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  KILN_ARG(int64_t, in_channels);
-  KILN_ARG(int64_t, out_channels);
-  KILN_ARG(int64_t, kernel_size);
-  KILN_ARG(int64_t, stride) = 1;
-  KILN_ARG(int64_t, padding) = 0;
-  KILN_ARG(int64_t, dilation) = 1;
-  KILN_ARG(int64_t, groups) = 1;
-  KILN_ARG(bool, bias) = true;
+  KILN_CONV_OPTIONS(Conv1dOptions, int64_t);
 };
 
 // [N, C_in, L] -> [N, C_out, L'].
@@ -57,17 +55,8 @@ class Conv1d : public Module {
 };
 
 struct ConvTranspose2dOptions {
-  ConvTranspose2dOptions(int64_t in_channels, int64_t out_channels, Size2 kernel_size)
-      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
-  KILN_ARG(int64_t, in_channels);
-  KILN_ARG(int64_t, out_channels);
-  KILN_ARG(Size2, kernel_size);
-  KILN_ARG(Size2, stride) = 1;
-  KILN_ARG(Size2, padding) = 0;
+  KILN_CONV_OPTIONS(ConvTranspose2dOptions, Size2);
   KILN_ARG(Size2, output_padding) = 0;
-  KILN_ARG(Size2, dilation) = 1;
-  KILN_ARG(int64_t, groups) = 1;
-  KILN_ARG(bool, bias) = true;
 };
 
 // weight [C_in, C_out / groups, kH, kW]
