@@ -257,20 +257,17 @@ std::string Flatten::extra_repr() const {
   return "start_dim=" + std::to_string(start_dim) + ", end_dim=" + std::to_string(end_dim);
 }
 
-Tensor MaxPool2d::forward(const Tensor& x) {
-  return F::max_pool2d(x, options.kernel_size().list(), options.stride().list(), options.padding().list());
-}
-std::string MaxPool2d::extra_repr() const {
+std::string Pool2d::extra_repr() const {
   return "kernel_size=" + pair_str(options.kernel_size()) + ", stride=" + pair_str(options.stride()) +
          ", padding=" + pair_str(options.padding());
 }
 
+Tensor MaxPool2d::forward(const Tensor& x) {
+  return F::max_pool2d(x, options.kernel_size().list(), options.stride().list(), options.padding().list());
+}
+
 Tensor AvgPool2d::forward(const Tensor& x) {
   return F::avg_pool2d(x, options.kernel_size().list(), options.stride().list(), options.padding().list());
-}
-std::string AvgPool2d::extra_repr() const {
-  return "kernel_size=" + pair_str(options.kernel_size()) + ", stride=" + pair_str(options.stride()) +
-         ", padding=" + pair_str(options.padding());
 }
 
 std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pair_str(output_size); }
