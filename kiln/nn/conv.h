@@ -21,12 +21,24 @@ namespace kiln::nn {
   KILN_ARG(int64_t, groups) = 1;                                                                \
   KILN_ARG(bool, bias) = true
 
+// The members every convolution module has: its options, its weight and its bias (undefined
+// without bias).
+template <class Options>
+class ConvModule : public Module {
+ public:
+  Options options;
+  Tensor weight, bias;
+
+ protected:
+  ConvModule(const char* type_name, const Options& options) : Module(type_name), options(options) {}
+};
+
 struct Conv2dOptions {
   KILN_CONV_OPTIONS(Conv2dOptions, Size2);
 };
 
 // [N, C_in, H, W] -> [N, C_out, H', W']; weight [C_out, C_in / groups, kH, kW].
-class Conv2d : public Module {
+class Conv2d : public ConvModule<Conv2dOptions> {
  public:
   explicit Conv2d(const Conv2dOptions& options);
   Conv2d(int64_t in, int64_t out, int64_t kernel) : Conv2d(Conv2dOptions(in, out, kernel)) {}
@@ -34,9 +46,6 @@ class Conv2d : public Module {
   functional::Conv2dParams params() const;  // stride, padding, dilation, groups for F::conv2d
   std::string extra_repr() const override;
   void reset_parameters();
-
-  Conv2dOptions options;
-  Tensor weight, bias;
 };
 
 struct Conv1dOptions {
@@ -44,14 +53,11 @@ struct Conv1dOptions {
 };
 
 // [N, C_in, L] -> [N, C_out, L'].
-class Conv1d : public Module {
+class Conv1d : public ConvModule<Conv1dOptions> {
  public:
   explicit Conv1d(const Conv1dOptions& options);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
-
-  Conv1dOptions options;
-  Tensor weight, bias;
 };
 
 struct ConvTranspose2dOptions {
@@ -60,14 +66,11 @@ struct ConvTranspose2dOptions {
 };
 
 // weight [C_in, C_out / groups, kH, kW]
-class ConvTranspose2d : public Module {
+class ConvTranspose2d : public ConvModule<ConvTranspose2dOptions> {
  public:
   explicit ConvTranspose2d(const ConvTranspose2dOptions& options);
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
-
-  ConvTranspose2dOptions options;
-  Tensor weight, bias;
 };
 
 }  // namespace kiln::nn
