@@ -18,8 +18,9 @@ void LARSOptions::validate() const {
 }
 
 LARSRule rule_of(const LARSOptions& o) {
-  return LARSRule{o.momentum(), o.dampening(), o.weight_decay(), o.trust_coefficient(), o.eps(),
-                  o.nesterov(), o.maximize()};
+  return LARSRule{{o.momentum(), o.dampening(), o.weight_decay(), o.nesterov(), o.maximize()},
+                  o.trust_coefficient(),
+                  o.eps()};
 }
 KILN_FUSED_OPTIMIZER_CPU(LARSOptions, SGDParamState, LARSRule, lars_step);
 

@@ -16,7 +16,7 @@ void SGDOptions::validate() const {
 }
 
 SGDRule rule_of(const SGDOptions& o) {
-  return SGDRule{o.momentum(), o.dampening(), o.weight_decay(), o.nesterov(), o.maximize()};
+  return SGDRule{{o.momentum(), o.dampening(), o.weight_decay(), o.nesterov(), o.maximize()}};
 }
 KILN_FUSED_OPTIMIZER_CPU(SGDOptions, SGDParamState, SGDRule, sgd_step);
 
