@@ -35,6 +35,24 @@ struct BatchNormArgs {
   }
 };
 
+// The BatchNorm side of one run of a fused block or of its composite: the weight and bias
+// gradients (undefined without affine) and the running statistics after the run.
+struct BatchNormRun {
+  Tensor dw, db, rm, rv;
+};
+
+// check_same_tensor on the BatchNorm sides of two runs: the weight and bias gradients (with
+// affine) within grad_tol, the running statistics within stats_tol.
+inline void check_same_batch_norm(const BatchNormRun& got, const BatchNormRun& want, bool affine, double grad_tol,
+                                  double stats_tol) {
+  if (affine) {
+    check_same_tensor(got.dw, want.dw, grad_tol, "BatchNorm weight gradient");
+    check_same_tensor(got.db, want.db, grad_tol, "BatchNorm bias gradient");
+  }
+  check_same_tensor(got.rm, want.rm, stats_tol, "running_mean");
+  check_same_tensor(got.rv, want.rv, stats_tol, "running_var");
+}
+
 // The f64 gradchecks F::batch_norm and F::batch_norm_relu share; bn(x, running_mean, running_var,
 // weight, bias, training) runs the op. On x [3, 2, 2, 3] with weight w and bias b: of x, w and b in
 // training, of x alone without affine, and in eval with running statistics; then of a fresh [N, C]
