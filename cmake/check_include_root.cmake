@@ -6,11 +6,8 @@
 #   cmake -DCXX=<c++ compiler> -DLIBRARY_INCLUDE_DIRS="<dir>|<dir>..." -DSOURCE_DIR=<repository>
 #         -DWORK_DIR=<scratch folder> -P cmake/check_include_root.cmake
 cmake_minimum_required(VERSION 3.25)
-foreach(var CXX LIBRARY_INCLUDE_DIRS SOURCE_DIR WORK_DIR)
-  if(NOT DEFINED ${var})
-    message(FATAL_ERROR "check_include_root: -D${var}=... is required")
-  endif()
-endforeach()
+include(${CMAKE_CURRENT_LIST_DIR}/require_script_args.cmake)
+require_script_args(check_include_root CXX LIBRARY_INCLUDE_DIRS SOURCE_DIR WORK_DIR)
 
 string(REPLACE "|" ";" include_dirs "${LIBRARY_INCLUDE_DIRS}")
 set(include_flags)

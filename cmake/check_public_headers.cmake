@@ -10,11 +10,8 @@
 # EXTRA_INCLUDE makes the probe include one more header next to kiln.h; the self-test of this
 # check uses it to show that an uninstalled header is reported.
 cmake_minimum_required(VERSION 3.25)
-foreach(var CXX SOURCE_DIR INCLUDE_ROOT WORK_DIR)
-  if(NOT DEFINED ${var})
-    message(FATAL_ERROR "check_public_headers: -D${var}=... is required")
-  endif()
-endforeach()
+include(${CMAKE_CURRENT_LIST_DIR}/require_script_args.cmake)
+require_script_args(check_public_headers CXX SOURCE_DIR INCLUDE_ROOT WORK_DIR)
 include(${SOURCE_DIR}/cmake/kiln_public_headers.cmake)
 
 set(probe_text "#include <kiln/kiln.h>\n")

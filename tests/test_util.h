@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <kiln/kiln.h>
+#include "error_of.h"  // by its place next to this header: test_cuda has no repository root on its include path
 
 namespace kiln_test {
 
@@ -162,16 +163,6 @@ inline void check_grad_scaler_backoff_and_growth(kiln::amp::GradScaler& scaler, 
     opt.zero_grad();
   }
   REQUIRE(scaler.get_scale() == 65536.0);
-}
-
-// The message of the kiln::Error `fn` throws ("" when it throws none).
-inline std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace kiln_test

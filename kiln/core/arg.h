@@ -16,3 +16,17 @@
                                                            \
  private:                                                  \
   T name##_
+
+// KILN_ARG in a base that several options structs share (CRTP: `template <class Derived> class
+// XLikeOptions`): the setter returns Derived&, so a chain that goes on with a setter of Derived
+// keeps its type. The field is protected, for Derived's members.
+#define KILN_BASE_ARG(Derived, T, name)                    \
+ public:                                                   \
+  inline Derived& name(const T& new_##name) {              \
+    this->name##_ = new_##name;                            \
+    return static_cast<Derived&>(*this);                   \
+  }                                                        \
+  inline const T& name() const noexcept { return this->name##_; } \
+                                                           \
+ protected:                                                \
+  T name##_

@@ -29,6 +29,18 @@
 
 namespace kiln::cuda::internal {
 
+// A cudaStreamQuery / cudaEventQuery result: false while the work is still running
+// (cudaErrorNotReady, cleared from the last-error slot), true once it has finished; any other
+// error throws.
+inline bool query_finished(cudaError_t e) {
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  KILN_CUDA_CHECK(e);
+  return true;
+}
+
 // Makes `device` current for a scope and restores the previous device after it (multi-GPU
 // processes); the one guard the CUDA code shares.
 class DeviceGuard {

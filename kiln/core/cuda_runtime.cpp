@@ -200,13 +200,7 @@ class PinnedBackend final : public AllocatorBackend {
   }
   bool stream_done(void* stream) override {
     if (stream == kHostStream) return true;
-    cudaError_t e = cudaStreamQuery(static_cast<cudaStream_t>(stream));
-    if (e == cudaErrorNotReady) {
-      cudaGetLastError();
-      return false;
-    }
-    KILN_CUDA_CHECK(e);
-    return true;
+    return internal::query_finished(cudaStreamQuery(static_cast<cudaStream_t>(stream)));
   }
   void* record_event(void* stream) override {
     if (stream == kHostStream) return stream;
@@ -224,13 +218,7 @@ class PinnedBackend final : public AllocatorBackend {
   }
   bool event_done(void* ev) override {
     if (ev == kHostStream) return true;
-    cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(ev));
-    if (e == cudaErrorNotReady) {
-      cudaGetLastError();
-      return false;
-    }
-    KILN_CUDA_CHECK(e);
-    return true;
+    return internal::query_finished(cudaEventQuery(static_cast<cudaEvent_t>(ev)));
   }
   void synchronize_event(void* ev) override {
     if (ev == kHostStream) return;

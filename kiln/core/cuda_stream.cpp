@@ -81,13 +81,7 @@ void synchronize_stream(const Stream& s) {
 
 bool stream_query(const Stream& s) {
   KILN_CHECK(s.device.is_cuda(), "stream_query: not a CUDA stream (", s.device, ")");
-  cudaError_t e = cudaStreamQuery(native(s));
-  if (e == cudaErrorNotReady) {
-    cudaGetLastError();
-    return false;
-  }
-  KILN_CUDA_CHECK(e);
-  return true;
+  return internal::query_finished(cudaStreamQuery(native(s)));
 }
 
 bool is_capturing(const Stream& s) {
@@ -148,13 +142,7 @@ void Event::record() { record(current_stream()); }
 
 bool Event::query() const {
   if (!event_) return true;
-  cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event_));
-  if (e == cudaErrorNotReady) {
-    cudaGetLastError();
-    return false;
-  }
-  KILN_CUDA_CHECK(e);
-  return true;
+  return internal::query_finished(cudaEventQuery(static_cast<cudaEvent_t>(event_)));
 }
 
 void Event::synchronize() const {

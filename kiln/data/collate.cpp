@@ -72,22 +72,12 @@ void convert_into(const Tensor& batch, int64_t row, const Tensor& sample, const 
   int64_t c = src.dim() == 3 ? src.size(0) : 1;
   int64_t hw = src.numel() / std::max<int64_t>(c, 1);
   size_t off = static_cast<size_t>(row * batch.stride(0));
-  switch (batch.dtype()) {
-    case DType::F32:
-      convert_dispatch_in(src, batch.data_ptr<float>() + off, c, hw, conv.channels_last, a.data(), b.data());
-      break;
-    case DType::F16:
-      convert_dispatch_in(src, batch.data_ptr<Half>() + off, c, hw, conv.channels_last, a.data(), b.data());
-      break;
-    case DType::BF16:
-      convert_dispatch_in(src, batch.data_ptr<BFloat16>() + off, c, hw, conv.channels_last, a.data(), b.data());
-      break;
-    case DType::F64:
-      convert_dispatch_in(src, batch.data_ptr<double>() + off, c, hw, conv.channels_last, a.data(), b.data());
-      break;
-    default:
-      KILN_FAIL("collate: conversion to ", batch.dtype(), " is not supported");
-  }
+  // Checked here so that the message stays collate's own.
+  KILN_CHECK(is_floating(batch.dtype()), "collate: conversion to ", batch.dtype(), " is not supported");
+  dispatch_floating(batch.dtype(), "collate", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    convert_dispatch_in(src, batch.data_ptr<T>() + off, c, hw, conv.channels_last, a.data(), b.data());
+  });
 }
 
 // Stacks or pads one field (inputs or targets). Returns the batch tensor; fills `mask` when the

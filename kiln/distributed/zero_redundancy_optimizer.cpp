@@ -125,16 +125,7 @@ void ZeroRedundancyOptimizer::step() {
 
 void ZeroRedundancyOptimizer::zero_grad(bool set_to_none) {
   NoGradGuard no_grad;
-  for (Tensor& p : params_) {
-    if (!p.grad().defined()) continue;
-    if (set_to_none) {
-      p.set_grad(Tensor());
-    } else {
-      Tensor& g = p.mutable_grad();
-      if (g.grad_fn()) g = g.detach();
-      g.zero_();
-    }
-  }
+  for (Tensor& p : params_) optim::detail::zero_grad(p, set_to_none);
 }
 
 void ZeroRedundancyOptimizer::set_lr(double lr) {

@@ -78,20 +78,26 @@ struct Pool2dOptions {
   KILN_ARG(Size2, padding) = 0;
 };
 
-class MaxPool2d : public Module {
+// What MaxPool2d and AvgPool2d share: their options and how they print.
+class Pool2d : public Module {
  public:
-  MaxPool2d(const Pool2dOptions& options) : Module("MaxPool2d"), options(options) {}  // NOLINT
-  Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;
   Pool2dOptions options;
+
+ protected:
+  Pool2d(const char* type_name, const Pool2dOptions& options) : Module(type_name), options(options) {}
 };
 
-class AvgPool2d : public Module {
+class MaxPool2d : public Pool2d {
  public:
-  AvgPool2d(const Pool2dOptions& options) : Module("AvgPool2d"), options(options) {}  // NOLINT
+  MaxPool2d(const Pool2dOptions& options) : Pool2d("MaxPool2d", options) {}  // NOLINT
   Tensor forward(const Tensor& x) override;
-  std::string extra_repr() const override;
-  Pool2dOptions options;
+};
+
+class AvgPool2d : public Pool2d {
+ public:
+  AvgPool2d(const Pool2dOptions& options) : Pool2d("AvgPool2d", options) {}  // NOLINT
+  Tensor forward(const Tensor& x) override;
 };
 
 class AdaptiveAvgPool2d : public Module {

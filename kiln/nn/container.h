@@ -14,9 +14,7 @@ class ModuleList : public Module {
  public:
   ModuleList() : Module("ModuleList") {}
   template <class... M>
-  explicit ModuleList(std::shared_ptr<M>... modules) : ModuleList() {
-    (push_back(std::move(modules)), ...);
-  }
+  explicit ModuleList(std::shared_ptr<M>... modules) : ModuleList("ModuleList", std::move(modules)...) {}
   void push_back(std::shared_ptr<Module> module);  // named by its index
   void push_back(const std::string& name, std::shared_ptr<Module> module);
   template <class M, class... Args>
@@ -37,7 +35,11 @@ class ModuleList : public Module {
   auto end() const { return items_.end(); }
 
  protected:
-  explicit ModuleList(const char* type_name) : Module(type_name) {}
+  // For subclasses: their type name, then their first modules.
+  template <class... M>
+  explicit ModuleList(const char* type_name, std::shared_ptr<M>... modules) : Module(type_name) {
+    (push_back(std::move(modules)), ...);
+  }
   std::vector<std::shared_ptr<Module>> items_;
 };
 
@@ -45,9 +47,7 @@ class Sequential : public ModuleList {
  public:
   Sequential() : ModuleList("Sequential") {}
   template <class... M>
-  explicit Sequential(std::shared_ptr<M>... modules) : Sequential() {
-    (push_back(std::move(modules)), ...);
-  }
+  explicit Sequential(std::shared_ptr<M>... modules) : ModuleList("Sequential", std::move(modules)...) {}
   Tensor forward(const Tensor& x) override;  // the modules in order (fused runs as one)
   // Modules [begin, end) in order; a fused run entirely inside the range runs fused.
   Tensor forward_range(size_t begin, size_t end, const Tensor& x);

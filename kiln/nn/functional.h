@@ -39,12 +39,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               int64_t stride = 1, int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
 // weight [C_in, C_out / groups, kH, kW]
-struct ConvTranspose2dParams {
-  IntList stride{1, 1};
-  IntList padding{0, 0};
+struct ConvTranspose2dParams : Conv2dParams {  // conv2d's parameters, plus:
   IntList output_padding{0, 0};
-  IntList dilation{1, 1};
-  int64_t groups = 1;
 };
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                         const ConvTranspose2dParams& params = {});

@@ -57,7 +57,7 @@ std::string Linear::extra_repr() const {
 
 // ---------------------------------------------------------------- convolutions
 
-Conv2d::Conv2d(const Conv2dOptions& o) : Module("Conv2d"), options(o) {
+Conv2d::Conv2d(const Conv2dOptions& o) : ConvModule("Conv2d", o) {
   KILN_CHECK(o.groups() > 0 && o.in_channels() % o.groups() == 0 && o.out_channels() % o.groups() == 0,
              "Conv2d: in_channels (", o.in_channels(), ") and out_channels (", o.out_channels(),
              ") must be divisible by groups (", o.groups(), ")");
@@ -90,7 +90,7 @@ std::string Conv2d::extra_repr() const {
   return s;
 }
 
-Conv1d::Conv1d(const Conv1dOptions& o) : Module("Conv1d"), options(o) {
+Conv1d::Conv1d(const Conv1dOptions& o) : ConvModule("Conv1d", o) {
   KILN_CHECK(o.groups() > 0 && o.in_channels() % o.groups() == 0 && o.out_channels() % o.groups() == 0,
              "Conv1d: in_channels (", o.in_channels(), ") and out_channels (", o.out_channels(),
              ") must be divisible by groups (", o.groups(), ")");
@@ -109,7 +109,7 @@ std::string Conv1d::extra_repr() const {
          std::to_string(options.stride()) + ",)" + (options.bias() ? "" : ", bias=False");
 }
 
-ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& o) : Module("ConvTranspose2d"), options(o) {
+ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& o) : ConvModule("ConvTranspose2d", o) {
   KILN_CHECK(o.groups() > 0 && o.in_channels() % o.groups() == 0 && o.out_channels() % o.groups() == 0,
              "ConvTranspose2d: channels must be divisible by groups (", o.groups(), ")");
   weight = register_parameter("weight", empty({o.in_channels(), o.out_channels() / o.groups(),
@@ -257,20 +257,17 @@ std::string Flatten::extra_repr() const {
   return "start_dim=" + std::to_string(start_dim) + ", end_dim=" + std::to_string(end_dim);
 }
 
-Tensor MaxPool2d::forward(const Tensor& x) {
-  return F::max_pool2d(x, options.kernel_size().list(), options.stride().list(), options.padding().list());
-}
-std::string MaxPool2d::extra_repr() const {
+std::string Pool2d::extra_repr() const {
   return "kernel_size=" + pair_str(options.kernel_size()) + ", stride=" + pair_str(options.stride()) +
          ", padding=" + pair_str(options.padding());
 }
 
+Tensor MaxPool2d::forward(const Tensor& x) {
+  return F::max_pool2d(x, options.kernel_size().list(), options.stride().list(), options.padding().list());
+}
+
 Tensor AvgPool2d::forward(const Tensor& x) {
   return F::avg_pool2d(x, options.kernel_size().list(), options.stride().list(), options.padding().list());
-}
-std::string AvgPool2d::extra_repr() const {
-  return "kernel_size=" + pair_str(options.kernel_size()) + ", stride=" + pair_str(options.stride()) +
-         ", padding=" + pair_str(options.padding());
 }
 
 std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pair_str(output_size); }

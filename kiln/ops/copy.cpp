@@ -4,6 +4,7 @@
 #include "kiln/core/cuda.h"
 #include "kiln/core/tensor.h"
 #include "kiln/kernels/copy_fill.h"
+#include "kiln/ops/op_helpers.h"
 
 namespace kiln {
 
@@ -52,14 +53,7 @@ Tensor Tensor::pin_memory() const {
 
 // ---------------------------------------------------------------- in-place
 
-namespace {
-void check_inplace(const Tensor& t, const char* op) {
-  KILN_CHECK(t.defined(), op, ": tensor is undefined");
-  KILN_CHECK(!(GradMode::is_enabled() && t.requires_grad()), op,
-             ": in-place operation on a tensor that requires grad while grad mode is on; "
-             "wrap it in kiln::NoGradGuard or use the out-of-place op");
-}
-}  // namespace
+using detail::check_inplace;
 
 Tensor& Tensor::zero_() { return fill_(0.0); }
 

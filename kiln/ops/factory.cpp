@@ -83,26 +83,28 @@ Tensor tensor(std::initializer_list<TensorLiteral> values, const TensorOptions& 
 
 // ---------------------------------------------------------------- random
 
-Tensor rand(const IntList& sizes, const TensorOptions& opts) {
-  KILN_CHECK(is_floating(opts.dtype()), "rand: dtype must be floating point, got ", opts.dtype());
+namespace {
+// rand and randn: a floating tensor that the kernel `fill` (fill_uniform, fill_normal) fills from
+// the device's default generator; requires_grad is set only after the fill.
+template <class FillKernel>
+Tensor random_floating(const char* op, const IntList& sizes, const TensorOptions& opts, const FillKernel& fill) {
+  KILN_CHECK(is_floating(opts.dtype()), op, ": dtype must be floating point, got ", opts.dtype());
   TensorOptions o = opts;
   o.requires_grad(false);
   Tensor t = empty(sizes, o);
   auto [seed, offset] = default_generator(opts.device()).reserve(t.numel());
-  kernels::fill_uniform(t, seed, offset);
+  fill(t, seed, offset);
   if (opts.requires_grad()) t.requires_grad_(true);
   return t;
 }
+}  // namespace
+
+Tensor rand(const IntList& sizes, const TensorOptions& opts) {
+  return random_floating("rand", sizes, opts, kernels::fill_uniform);
+}
 
 Tensor randn(const IntList& sizes, const TensorOptions& opts) {
-  KILN_CHECK(is_floating(opts.dtype()), "randn: dtype must be floating point, got ", opts.dtype());
-  TensorOptions o = opts;
-  o.requires_grad(false);
-  Tensor t = empty(sizes, o);
-  auto [seed, offset] = default_generator(opts.device()).reserve(t.numel());
-  kernels::fill_normal(t, seed, offset);
-  if (opts.requires_grad()) t.requires_grad_(true);
-  return t;
+  return random_floating("randn", sizes, opts, kernels::fill_normal);
 }
 
 Tensor randint(int64_t low, int64_t high, const IntList& sizes, const TensorOptions& opts) {

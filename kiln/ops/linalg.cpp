@@ -24,6 +24,12 @@ void check_operands(const char* op, const Tensor& a, const Tensor& b) {
              b.dtype(), " (sizes ", a.sizes(), " and ", b.sizes(), ")");
 }
 
+// The inner sizes k (of a) and k2 (of b) must agree; the message names the operands' full sizes.
+void check_inner_sizes(const char* op, const Tensor& a, const Tensor& b, int64_t k, int64_t k2) {
+  KILN_CHECK(k == k2, op, ": shapes ", a.sizes(), " and ", b.sizes(), " cannot be multiplied (", k, " != ",
+             k2, ")");
+}
+
 // C = A @ B on 2-D or 3-D operands with matching batch, with backward
 // dA = dC @ B^T, dB = A^T @ dC.
 Tensor product(const char* name, const Tensor& a, const Tensor& b) {
@@ -46,49 +52,39 @@ Tensor product(const char* name, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// Autocast (kiln/core/autocast.h) runs the products in low precision: when it casts an operand,
+// the result of `op` on the cast operands, computed with autocast off; else undefined.
+Tensor autocast_rerun(const Tensor& a, const Tensor& b, Tensor (*op)(const Tensor&, const Tensor&)) {
+  if (!amp::autocast_dtype()) return Tensor();
+  Tensor a2 = amp::to_autocast_low(a), b2 = amp::to_autocast_low(b);
+  if (a2.is_same(a) && b2.is_same(b)) return Tensor();
+  amp::NoAutocastGuard off;
+  return op(a2, b2);
+}
+
 }  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
-  if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
-    Tensor a2 = amp::to_autocast_low(a), b2 = amp::to_autocast_low(b);
-    if (!a2.is_same(a) || !b2.is_same(b)) {
-      amp::NoAutocastGuard off;
-      return mm(a2, b2);
-    }
-  }
+  if (Tensor low = autocast_rerun(a, b, mm); low.defined()) return low;
   check_operands("mm", a, b);
   KILN_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D matrices, got sizes ", a.sizes(),
              " and ", b.sizes());
-  KILN_CHECK(a.size(1) == b.size(0), "mm: shapes ", a.sizes(), " and ", b.sizes(),
-             " cannot be multiplied (", a.size(1), " != ", b.size(0), ")");
+  check_inner_sizes("mm", a, b, a.size(1), b.size(0));
   return product("Mm", a, b);
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
-  if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
-    Tensor a2 = amp::to_autocast_low(a), b2 = amp::to_autocast_low(b);
-    if (!a2.is_same(a) || !b2.is_same(b)) {
-      amp::NoAutocastGuard off;
-      return bmm(a2, b2);
-    }
-  }
+  if (Tensor low = autocast_rerun(a, b, bmm); low.defined()) return low;
   check_operands("bmm", a, b);
   KILN_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D batches, got sizes ", a.sizes(),
              " and ", b.sizes());
   KILN_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: ", a.sizes(), " and ", b.sizes());
-  KILN_CHECK(a.size(2) == b.size(1), "bmm: shapes ", a.sizes(), " and ", b.sizes(),
-             " cannot be multiplied (", a.size(2), " != ", b.size(1), ")");
+  check_inner_sizes("bmm", a, b, a.size(2), b.size(1));
   return product("Bmm", a, b);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
-    Tensor a2 = amp::to_autocast_low(a), b2 = amp::to_autocast_low(b);
-    if (!a2.is_same(a) || !b2.is_same(b)) {
-      amp::NoAutocastGuard off;
-      return matmul(a2, b2);
-    }
-  }
+  if (Tensor low = autocast_rerun(a, b, matmul); low.defined()) return low;
   check_operands("matmul", a, b);
   const int64_t da = a.dim(), db = b.dim();
   KILN_CHECK(da >= 1 && db >= 1, "matmul: both operands need at least one dimension, got sizes ",
@@ -103,8 +99,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (db <= 2) {
     // [..., n, k] @ [k, m]: fold the batch into the rows (one big GEMM)
     Tensor bb = db == 1 ? b.unsqueeze(1) : b;
-    KILN_CHECK(a.size(-1) == bb.size(0), "matmul: shapes ", a.sizes(), " and ", b.sizes(),
-               " cannot be multiplied (", a.size(-1), " != ", bb.size(0), ")");
+    check_inner_sizes("matmul", a, b, a.size(-1), bb.size(0));
     IntList out_shape = a.sizes();
     out_shape.back() = bb.size(1);
     Tensor r = mm(a.reshape({-1, a.size(-1)}), bb).reshape(out_shape);
@@ -116,8 +111,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   IntList ba(aa.sizes().begin(), aa.sizes().end() - 2), bbs(bb.sizes().begin(), bb.sizes().end() - 2);
   IntList batch = broadcast_shapes(ba, bbs, "matmul");
   int64_t n = aa.size(-2), k = aa.size(-1), k2 = bb.size(-2), m = bb.size(-1);
-  KILN_CHECK(k == k2, "matmul: shapes ", a.sizes(), " and ", b.sizes(), " cannot be multiplied (",
-             k, " != ", k2, ")");
+  check_inner_sizes("matmul", a, b, k, k2);
   int64_t B = 1;
   for (int64_t s : batch) B *= s;
   IntList ea = batch, eb = batch;

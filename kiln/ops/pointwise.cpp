@@ -10,6 +10,7 @@
 #include "kiln/kernels/pointwise.h"
 #include "kiln/kernels/reduce.h"
 #include "kiln/kernels/softmax.h"
+#include "kiln/ops/op_helpers.h"
 
 namespace kiln {
 
@@ -496,16 +497,11 @@ Tensor Tensor::clamp_max(double hi) const { return kiln::clamp(*this, -INFINITY,
 // ---------------------------------------------------------------- in-place (not recorded)
 
 namespace {
-void check_inplace_op(const Tensor& t, const char* op) {
-  KILN_CHECK(t.defined(), op, ": tensor is undefined");
-  KILN_CHECK(!(GradMode::is_enabled() && t.requires_grad()), op,
-             ": in-place operation on a tensor that requires grad while grad mode is on; "
-             "wrap it in kiln::NoGradGuard or use the out-of-place op");
-}
+using detail::check_inplace;
 
 // Runs a binary kernel writing into `self` (which must already have the broadcast shape).
 Tensor& binary_inplace(Tensor& self, BinaryOp op, const Tensor& other, const char* name, double alpha = 1) {
-  check_inplace_op(self, name);
+  check_inplace(self, name);
   check_same_device(name, self, other);
   IntList shape = broadcast_shapes(self.sizes(), other.sizes(), name);
   KILN_CHECK(shape == self.sizes(), name, ": the result of sizes ", shape,
@@ -521,7 +517,7 @@ Tensor& binary_inplace(Tensor& self, BinaryOp op, const Tensor& other, const cha
 }
 
 Tensor& unary_inplace(Tensor& self, UnaryOp op, const char* name, double a, double b = 0) {
-  check_inplace_op(self, name);
+  check_inplace(self, name);
   kernels::unary(op, self, self, a, b);
   self.storage()->bump_version();
   return self;

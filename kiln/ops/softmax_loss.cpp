@@ -9,11 +9,13 @@
 #include "kiln/kernels/reduce.h"
 #include "kiln/kernels/softmax.h"
 #include "kiln/kernels/cross_entropy.h"
+#include "kiln/ops/op_helpers.h"
 
 namespace kiln {
 
 using autograd::SavedTensor;
 using autograd::TensorList;
+using detail::reduce_loss;
 
 namespace {
 
@@ -60,15 +62,6 @@ Tensor softmax_impl(const Tensor& x_in, int64_t dim_in, bool log) {
     });
   }
   return out;
-}
-
-Tensor reduce_loss(const Tensor& per_element, Reduction reduction) {
-  switch (reduction) {
-    case Reduction::None: return per_element;
-    case Reduction::Sum: return per_element.sum();
-    case Reduction::Mean: return per_element.mean();
-  }
-  return per_element;
 }
 
 // Flattens [N, C, d1, ...] logits to [N*d1*..., C] rows and the targets to match.

@@ -19,14 +19,9 @@ void validate_adam_like(const char* name, double lr, const Betas& betas, double 
 
 }  // namespace detail
 
-void AdamOptions::validate() const { detail::validate_adam_like(kName, lr_, betas_, eps_, weight_decay_); }
-
 AdamRule rule_of(const AdamOptions& o) {
   return AdamRule{std::get<0>(o.betas()), std::get<1>(o.betas()), o.eps(), o.weight_decay(), o.maximize()};
 }
-const kernels::MultiTensorStep<AdamRule>& step_kernel_of(const AdamRule&) { return adam_step; }
-template class FusedOptimizer<AdamOptions, AdamParamState, AdamRule>;
-
-KILN_REGISTER_KERNEL(adam_step, CPU, &kernels::cpu::multi_tensor_step<AdamRule>);
+KILN_FUSED_OPTIMIZER_CPU(AdamOptions, AdamParamState, AdamRule, adam_step);
 
 }  // namespace kiln::optim

@@ -21,6 +21,28 @@ void visit_adam_like(Visit& visit, double& lr, Betas& betas, double& eps, double
   visit("weight_decay", weight_decay);
   visit("maximize", maximize);
 }
+
+// The options Adam, AdamW and LAMB share, checked and saved the same way; each derived class
+// gives its name (kName) and its defaults of eps and weight_decay.
+template <class Derived>
+class AdamLikeOptions : public OptimizerOptionsBase<Derived> {
+  KILN_BASE_ARG(Derived, double, lr);
+  KILN_BASE_ARG(Derived, Betas, betas) = std::make_tuple(0.9, 0.999);
+  KILN_BASE_ARG(Derived, double, eps);
+  KILN_BASE_ARG(Derived, double, weight_decay);
+  KILN_BASE_ARG(Derived, bool, maximize) = false;
+
+ public:
+  static constexpr auto kMomentumOption = &AdamLikeOptions::betas_;
+  template <class Visit>
+  static void for_each_option(Derived& self, Visit&& visit) {
+    visit_adam_like(visit, self.lr_, self.betas_, self.eps_, self.weight_decay_, self.maximize_);
+  }
+  void validate() const override { validate_adam_like(Derived::kName, lr_, betas_, eps_, weight_decay_); }
+
+ protected:
+  AdamLikeOptions(double lr, double eps, double weight_decay) : lr_(lr), eps_(eps), weight_decay_(weight_decay) {}
+};
 }  // namespace detail
 
 // The state of one parameter of Adam, AdamW and LAMB: the first and second moments.
@@ -31,24 +53,12 @@ class AdamParamState : public OptimizerParamState {
   BufferSlots buffer_slots() override { return {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}}; }
 };
 
-class AdamOptions : public OptimizerOptionsBase<AdamOptions> {
+// lr, betas (0.9, 0.999), eps, weight_decay and maximize (false): see detail::AdamLikeOptions.
+class AdamOptions : public detail::AdamLikeOptions<AdamOptions> {
  public:
   static constexpr const char* kName = "Adam";
-  AdamOptions() = default;
-  AdamOptions(double lr) : lr_(lr) {}  // NOLINT: implicit, like libtorch
-  KILN_ARG(double, lr) = 1e-3;
-  KILN_ARG(Betas, betas) = std::make_tuple(0.9, 0.999);
-  KILN_ARG(double, eps) = 1e-8;
-  KILN_ARG(double, weight_decay) = 0.0;
-  KILN_ARG(bool, maximize) = false;
-
- public:
-  static constexpr auto kMomentumOption = &AdamOptions::betas_;
-  template <class Visit>
-  static void for_each_option(AdamOptions& self, Visit&& visit) {
-    detail::visit_adam_like(visit, self.lr_, self.betas_, self.eps_, self.weight_decay_, self.maximize_);
-  }
-  void validate() const override;
+  AdamOptions(double lr = 1e-3)  // NOLINT: implicit, like libtorch
+      : AdamLikeOptions(lr, /*eps=*/1e-8, /*weight_decay=*/0.0) {}
 };
 
 struct AdamRule;

@@ -8,24 +8,12 @@
 
 namespace kiln::optim {
 
-class AdamWOptions : public OptimizerOptionsBase<AdamWOptions> {
+// lr, betas (0.9, 0.999), eps, weight_decay and maximize (false): see detail::AdamLikeOptions.
+class AdamWOptions : public detail::AdamLikeOptions<AdamWOptions> {
  public:
   static constexpr const char* kName = "AdamW";
-  AdamWOptions() = default;
-  AdamWOptions(double lr) : lr_(lr) {}  // NOLINT: implicit, like libtorch
-  KILN_ARG(double, lr) = 1e-3;
-  KILN_ARG(Betas, betas) = std::make_tuple(0.9, 0.999);
-  KILN_ARG(double, eps) = 1e-8;
-  KILN_ARG(double, weight_decay) = 1e-2;
-  KILN_ARG(bool, maximize) = false;
-
- public:
-  static constexpr auto kMomentumOption = &AdamWOptions::betas_;
-  template <class Visit>
-  static void for_each_option(AdamWOptions& self, Visit&& visit) {
-    detail::visit_adam_like(visit, self.lr_, self.betas_, self.eps_, self.weight_decay_, self.maximize_);
-  }
-  void validate() const override;
+  AdamWOptions(double lr = 1e-3)  // NOLINT: implicit, like libtorch
+      : AdamLikeOptions(lr, /*eps=*/1e-8, /*weight_decay=*/1e-2) {}
 };
 
 struct AdamWRule;

@@ -3,7 +3,7 @@
 // find the optimizer's pieces by argument-dependent lookup in kiln::optim:
 //   Rule rule_of(const Options&)                                   the update rule of a group
 //   const kernels::MultiTensorStep<Rule>& step_kernel_of(const Rule&)   its registered kernel
-// The .cpp defines both, then instantiates `template class FusedOptimizer<Options, ParamState, Rule>;`.
+// The .cpp defines rule_of, then KILN_FUSED_OPTIMIZER_CPU(...) for the rest.
 #include "kiln/kernels/multi_tensor.h"
 #include "kiln/optim/optimizer.h"
 
@@ -23,3 +23,11 @@ void FusedOptimizer<Options, ParamState, Rule>::run_step_kernel(const OptimizerO
 }
 
 }  // namespace kiln::optim
+
+// The part of an optimizer's .cpp that is the same for every optimizer (inside kiln::optim):
+// step_kernel_of returns the rule's MultiTensorStep `step`, whose CPU kernel is registered here,
+// and FusedOptimizer is instantiated.
+#define KILN_FUSED_OPTIMIZER_CPU(Options, ParamState, Rule, step)                     \
+  const kernels::MultiTensorStep<Rule>& step_kernel_of(const Rule&) { return step; }  \
+  template class FusedOptimizer<Options, ParamState, Rule>;                           \
+  KILN_REGISTER_KERNEL(step, CPU, &kernels::cpu::multi_tensor_step<Rule>)

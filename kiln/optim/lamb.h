@@ -10,26 +10,20 @@
 
 namespace kiln::optim {
 
-class LAMBOptions : public OptimizerOptionsBase<LAMBOptions> {
+// lr, betas (0.9, 0.999), eps, weight_decay and maximize (false) as detail::AdamLikeOptions, and:
+class LAMBOptions : public detail::AdamLikeOptions<LAMBOptions> {
  public:
   static constexpr const char* kName = "LAMB";
-  LAMBOptions() = default;
-  LAMBOptions(double lr) : lr_(lr) {}  // NOLINT: implicit, like libtorch
-  KILN_ARG(double, lr) = 1e-3;
-  KILN_ARG(Betas, betas) = std::make_tuple(0.9, 0.999);
-  KILN_ARG(double, eps) = 1e-6;
-  KILN_ARG(double, weight_decay) = 1e-2;
+  LAMBOptions(double lr = 1e-3)  // NOLINT: implicit, like libtorch
+      : AdamLikeOptions(lr, /*eps=*/1e-6, /*weight_decay=*/1e-2) {}
   KILN_ARG(bool, bias_correction) = true;
-  KILN_ARG(bool, maximize) = false;
 
  public:
-  static constexpr auto kMomentumOption = &LAMBOptions::betas_;
   template <class Visit>
   static void for_each_option(LAMBOptions& self, Visit&& visit) {
-    detail::visit_adam_like(visit, self.lr_, self.betas_, self.eps_, self.weight_decay_, self.maximize_);
+    AdamLikeOptions::for_each_option(self, visit);
     visit("bias_correction", self.bias_correction_);
   }
-  void validate() const override;
 };
 
 struct LAMBRule;

@@ -18,12 +18,10 @@ void LARSOptions::validate() const {
 }
 
 LARSRule rule_of(const LARSOptions& o) {
-  return LARSRule{o.momentum(), o.dampening(), o.weight_decay(), o.trust_coefficient(), o.eps(),
-                  o.nesterov(), o.maximize()};
+  return LARSRule{{o.momentum(), o.dampening(), o.weight_decay(), o.nesterov(), o.maximize()},
+                  o.trust_coefficient(),
+                  o.eps()};
 }
-const kernels::MultiTensorStep<LARSRule>& step_kernel_of(const LARSRule&) { return lars_step; }
-template class FusedOptimizer<LARSOptions, SGDParamState, LARSRule>;
-
-KILN_REGISTER_KERNEL(lars_step, CPU, &kernels::cpu::multi_tensor_step<LARSRule>);
+KILN_FUSED_OPTIMIZER_CPU(LARSOptions, SGDParamState, LARSRule, lars_step);
 
 }  // namespace kiln::optim

@@ -10,22 +10,16 @@
 
 namespace kiln::optim {
 
-class LARSOptions : public OptimizerOptionsBase<LARSOptions> {
+// lr, momentum (0.9), dampening (0), weight_decay (0), nesterov and maximize (false) as
+// detail::SGDLikeOptions, and:
+class LARSOptions : public detail::SGDLikeOptions<LARSOptions> {
  public:
   static constexpr const char* kName = "LARS";
-  LARSOptions() = default;
-  LARSOptions(double lr) : lr_(lr) {}  // NOLINT: implicit, like libtorch
-  KILN_ARG(double, lr) = 1e-3;
-  KILN_ARG(double, momentum) = 0.9;
-  KILN_ARG(double, dampening) = 0.0;
-  KILN_ARG(double, weight_decay) = 0.0;
+  LARSOptions(double lr = 1e-3) : SGDLikeOptions(lr, /*momentum=*/0.9) {}  // NOLINT: implicit, like libtorch
   KILN_ARG(double, trust_coefficient) = 1e-3;
   KILN_ARG(double, eps) = 1e-8;
-  KILN_ARG(bool, nesterov) = false;
-  KILN_ARG(bool, maximize) = false;
 
  public:
-  static constexpr auto kMomentumOption = &LARSOptions::momentum_;
   template <class Visit>
   static void for_each_option(LARSOptions& self, Visit&& visit) {
     detail::visit_sgd_like(visit, self.lr_, self.momentum_, self.dampening_, self.weight_decay_);

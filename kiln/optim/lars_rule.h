@@ -11,17 +11,12 @@
 
 namespace kiln::optim {
 
-struct LARSRule {
+struct LARSRule : MomentumRule {
   static constexpr const char* kStepName = "lars_step";
-  static constexpr int kMaxBuffers = 1;  // momentum_buffer
   static constexpr bool kPerTensorNorms = true;
   static constexpr int kNormPassBuffers = 0;
-  static constexpr bool kUpdateReadsGrad = true;
 
-  double momentum, dampening, weight_decay, trust_coefficient, eps;
-  bool nesterov, maximize;
-
-  KILN_INLINE int num_buffers() const { return momentum != 0.0 ? 1 : 0; }
+  double trust_coefficient, eps;
 
   template <class T>
   struct SquaredNorms {

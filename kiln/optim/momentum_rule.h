@@ -4,11 +4,22 @@
 // direction d (the scaled gradient with weight decay; for LARS also times the trust ratio):
 //   buf = d on the buffer's first step, else momentum * buf + (1 - dampening) * d
 //   d = nesterov ? d + momentum * buf : buf;  p -= lr * d
-// Without momentum there is no buffer and d is applied directly.
+// Without momentum there is no buffer and d is applied directly. MomentumRule holds the options and
+// the buffer the two rules share.
 #include "kiln/core/macros.h"
 #include "kiln/kernels/multi_tensor.h"
 
 namespace kiln::optim {
+
+struct MomentumRule {
+  static constexpr int kMaxBuffers = 1;  // momentum_buffer
+  static constexpr bool kUpdateReadsGrad = true;
+
+  double momentum, dampening, weight_decay;
+  bool nesterov, maximize;
+
+  KILN_INLINE int num_buffers() const { return momentum != 0.0 ? 1 : 0; }
+};
 
 template <class T>
 struct MomentumStep {
@@ -23,9 +34,9 @@ struct MomentumStep {
   }
 };
 
-// Fills `f` from a rule with the options momentum, dampening, weight_decay, nesterov, maximize.
-template <class T, class Rule>
-KILN_INLINE void set_momentum_step(MomentumStep<T>& f, const Rule& rule, const kernels::UpdateScalars& s) {
+// Fills `f` from the rule's options.
+template <class T>
+KILN_INLINE void set_momentum_step(MomentumStep<T>& f, const MomentumRule& rule, const kernels::UpdateScalars& s) {
   f.lr = T(s.lr);
   f.weight_decay = T(rule.weight_decay);
   f.momentum = T(rule.momentum);

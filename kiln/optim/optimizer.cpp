@@ -269,18 +269,20 @@ Tensor Optimizer::step(const std::function<Tensor()>& closure) {
   return loss;
 }
 
+void detail::zero_grad(Tensor& param, bool set_to_none) {
+  if (!param.grad().defined()) return;
+  if (set_to_none) {
+    param.set_grad(Tensor());
+  } else {
+    Tensor& g = param.mutable_grad();
+    if (g.grad_fn()) g = g.detach();
+    g.zero_();
+  }
+}
+
 void Optimizer::zero_grad(bool set_to_none) {
   for (ParamGroup& g : groups_) {
-    for (Tensor& p : g.params()) {
-      if (!p.grad().defined()) continue;
-      if (set_to_none) {
-        p.set_grad(Tensor());
-      } else {
-        Tensor& gr = p.mutable_grad();
-        if (gr.grad_fn()) gr = gr.detach();
-        gr.zero_();
-      }
-    }
+    for (Tensor& p : g.params()) detail::zero_grad(p, set_to_none);
   }
 }
 

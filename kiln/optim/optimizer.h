@@ -71,6 +71,9 @@ void get_option(const char* optimizer, const std::map<std::string, double>& valu
 // The momentum LR schedules cycle: a plain momentum option, or beta1 of the betas.
 inline double& momentum_in(double& momentum) { return momentum; }
 inline double& momentum_in(Betas& betas) { return std::get<0>(betas); }
+// zero_grad for one parameter (Optimizer's and ZeroRedundancyOptimizer's): its gradient dropped
+// (set_to_none) or zeroed in place, first detached when it has a graph.
+void zero_grad(Tensor& param, bool set_to_none);
 }  // namespace detail
 
 // What every optimizer's options implement the same way, from members of Derived:

@@ -56,32 +56,27 @@ void LRScheduler::load_state_dict(const SchedulerStateDict& d) {
 
 // ---------------------------------------------------------------- simple schedules
 
+double GammaDecayLR::lr_at(int64_t t, size_t g) const {
+  return base_lrs_[g] * std::pow(gamma_, static_cast<double>(decays(t)));
+}
+
 StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma)
-    : LRScheduler(opt), step_size_(step_size), gamma_(gamma) {
+    : GammaDecayLR(opt, gamma), step_size_(step_size) {
   KILN_CHECK(step_size > 0, "StepLR: step_size must be positive, got ", step_size);
   initialize();
 }
-double StepLR::lr_at(int64_t t, size_t g) const {
-  return base_lrs_[g] * std::pow(gamma_, static_cast<double>(t / step_size_));
-}
 
 MultiStepLR::MultiStepLR(Optimizer& opt, std::vector<int64_t> milestones, double gamma)
-    : LRScheduler(opt), milestones_(std::move(milestones)), gamma_(gamma) {
+    : GammaDecayLR(opt, gamma), milestones_(std::move(milestones)) {
   std::sort(milestones_.begin(), milestones_.end());
   initialize();
 }
-double MultiStepLR::lr_at(int64_t t, size_t g) const {
+int64_t MultiStepLR::decays(int64_t t) const {
   // bisect_right: milestones <= t (a repeated milestone counts twice, as PyTorch's Counter does)
-  auto k = std::upper_bound(milestones_.begin(), milestones_.end(), t) - milestones_.begin();
-  return base_lrs_[g] * std::pow(gamma_, static_cast<double>(k));
+  return std::upper_bound(milestones_.begin(), milestones_.end(), t) - milestones_.begin();
 }
 
-ExponentialLR::ExponentialLR(Optimizer& opt, double gamma) : LRScheduler(opt), gamma_(gamma) {
-  initialize();
-}
-double ExponentialLR::lr_at(int64_t t, size_t g) const {
-  return base_lrs_[g] * std::pow(gamma_, static_cast<double>(t));
-}
+ExponentialLR::ExponentialLR(Optimizer& opt, double gamma) : GammaDecayLR(opt, gamma) { initialize(); }
 
 LinearLR::LinearLR(Optimizer& opt, double start_factor, double end_factor, int64_t total_iters)
     : LRScheduler(opt), start_(start_factor), end_(end_factor), total_(total_iters) {

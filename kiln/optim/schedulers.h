@@ -55,36 +55,51 @@ class LRScheduler {
   std::vector<double> last_lrs_;
 };
 
+// lr = base * gamma^decays(t): the decaying schedules below differ only in how many times the
+// lr has decayed by step t.
+class GammaDecayLR : public LRScheduler {
+ public:
+  double lr_at(int64_t t, size_t g) const override;
+
+ protected:
+  GammaDecayLR(Optimizer& opt, double gamma) : LRScheduler(opt), gamma_(gamma) {}
+  virtual int64_t decays(int64_t t) const = 0;
+
+ private:
+  double gamma_;
+};
+
 // lr = base * gamma^floor(t / step_size)
-class StepLR : public LRScheduler {
+class StepLR : public GammaDecayLR {
  public:
   StepLR(Optimizer& opt, int64_t step_size, double gamma = 0.1);
-  double lr_at(int64_t t, size_t g) const override;
+
+ protected:
+  int64_t decays(int64_t t) const override { return t / step_size_; }
 
  private:
   int64_t step_size_;
-  double gamma_;
 };
 
 // lr = base * gamma^(number of milestones <= t)
-class MultiStepLR : public LRScheduler {
+class MultiStepLR : public GammaDecayLR {
  public:
   MultiStepLR(Optimizer& opt, std::vector<int64_t> milestones, double gamma = 0.1);
-  double lr_at(int64_t t, size_t g) const override;
+
+ protected:
+  int64_t decays(int64_t t) const override;
 
  private:
   std::vector<int64_t> milestones_;
-  double gamma_;
 };
 
 // lr = base * gamma^t
-class ExponentialLR : public LRScheduler {
+class ExponentialLR : public GammaDecayLR {
  public:
   ExponentialLR(Optimizer& opt, double gamma);
-  double lr_at(int64_t t, size_t g) const override;
 
- private:
-  double gamma_;
+ protected:
+  int64_t decays(int64_t t) const override { return t; }
 };
 
 // PyTorch's LinearLR: lr = base * (start + (end - start) * min(t, total_iters) / total_iters)

@@ -16,11 +16,8 @@ void SGDOptions::validate() const {
 }
 
 SGDRule rule_of(const SGDOptions& o) {
-  return SGDRule{o.momentum(), o.dampening(), o.weight_decay(), o.nesterov(), o.maximize()};
+  return SGDRule{{o.momentum(), o.dampening(), o.weight_decay(), o.nesterov(), o.maximize()}};
 }
-const kernels::MultiTensorStep<SGDRule>& step_kernel_of(const SGDRule&) { return sgd_step; }
-template class FusedOptimizer<SGDOptions, SGDParamState, SGDRule>;
-
-KILN_REGISTER_KERNEL(sgd_step, CPU, &kernels::cpu::multi_tensor_step<SGDRule>);
+KILN_FUSED_OPTIMIZER_CPU(SGDOptions, SGDParamState, SGDRule, sgd_step);
 
 }  // namespace kiln::optim

@@ -19,6 +19,30 @@ void visit_sgd_like(Visit& visit, double& lr, double& momentum, double& dampenin
   visit("dampening", dampening);
   visit("weight_decay", weight_decay);
 }
+
+// The options SGD and LARS share; each derived class gives its name (kName), its default
+// momentum and validate. for_each_option saves SGD's options (LARS, with more, has its own).
+template <class Derived>
+class SGDLikeOptions : public OptimizerOptionsBase<Derived> {
+  KILN_BASE_ARG(Derived, double, lr);
+  KILN_BASE_ARG(Derived, double, momentum);
+  KILN_BASE_ARG(Derived, double, dampening) = 0.0;
+  KILN_BASE_ARG(Derived, double, weight_decay) = 0.0;
+  KILN_BASE_ARG(Derived, bool, nesterov) = false;
+  KILN_BASE_ARG(Derived, bool, maximize) = false;
+
+ public:
+  static constexpr auto kMomentumOption = &SGDLikeOptions::momentum_;
+  template <class Visit>
+  static void for_each_option(Derived& self, Visit&& visit) {
+    visit_sgd_like(visit, self.lr_, self.momentum_, self.dampening_, self.weight_decay_);
+    visit("nesterov", self.nesterov_);
+    visit("maximize", self.maximize_);
+  }
+
+ protected:
+  SGDLikeOptions(double lr, double momentum) : lr_(lr), momentum_(momentum) {}
+};
 }  // namespace detail
 
 class SGDParamState : public OptimizerParamState {
@@ -27,26 +51,12 @@ class SGDParamState : public OptimizerParamState {
   BufferSlots buffer_slots() override { return {{"momentum_buffer", &momentum_buffer}}; }
 };
 
-class SGDOptions : public OptimizerOptionsBase<SGDOptions> {
+// lr, momentum (0), dampening (0), weight_decay (0), nesterov and maximize (false): see
+// detail::SGDLikeOptions.
+class SGDOptions : public detail::SGDLikeOptions<SGDOptions> {
  public:
   static constexpr const char* kName = "SGD";
-  SGDOptions() = default;
-  SGDOptions(double lr) : lr_(lr) {}  // NOLINT: implicit, like libtorch
-  KILN_ARG(double, lr) = 1e-3;
-  KILN_ARG(double, momentum) = 0.0;
-  KILN_ARG(double, dampening) = 0.0;
-  KILN_ARG(double, weight_decay) = 0.0;
-  KILN_ARG(bool, nesterov) = false;
-  KILN_ARG(bool, maximize) = false;
-
- public:
-  static constexpr auto kMomentumOption = &SGDOptions::momentum_;
-  template <class Visit>
-  static void for_each_option(SGDOptions& self, Visit&& visit) {
-    detail::visit_sgd_like(visit, self.lr_, self.momentum_, self.dampening_, self.weight_decay_);
-    visit("nesterov", self.nesterov_);
-    visit("maximize", self.maximize_);
-  }
+  SGDOptions(double lr = 1e-3) : SGDLikeOptions(lr, /*momentum=*/0.0) {}  // NOLINT: implicit, like libtorch
   void validate() const override;
 };
 

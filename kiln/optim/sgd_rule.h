@@ -7,16 +7,9 @@
 
 namespace kiln::optim {
 
-struct SGDRule {
+struct SGDRule : MomentumRule {
   static constexpr const char* kStepName = "sgd_step";
-  static constexpr int kMaxBuffers = 1;  // momentum_buffer
   static constexpr bool kPerTensorNorms = false;
-  static constexpr bool kUpdateReadsGrad = true;
-
-  double momentum, dampening, weight_decay;
-  bool nesterov, maximize;
-
-  KILN_INLINE int num_buffers() const { return momentum != 0.0 ? 1 : 0; }
 
   template <class T>
   struct Update : MomentumStep<T> {

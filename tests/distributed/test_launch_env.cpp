@@ -86,6 +86,14 @@ void check_env(const LaunchEnv& e, const LaunchEnv& want) {
   CHECK(e.source == want.source);
 }
 
+// Sets `vars` in `env`, then CHECKs read_launch_env() against `want` and that the launch counts
+// as distributed.
+void check_launch(CleanEnv& env, Vars vars, const LaunchEnv& want) {
+  env.set(vars);
+  check_env(read_launch_env(), want);
+  CHECK(launched_distributed());
+}
+
 }  // namespace
 
 // The expected LaunchEnvs below list rank, world_size, local_rank, local_world_size,
@@ -99,10 +107,10 @@ TEST_CASE("launch env: defaults when no launcher set anything") {
 
 TEST_CASE("launch env: torchrun / kiln-run variables") {
   CleanEnv env;
-  env.set({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-           {"MASTER_ADDR", "node07"}, {"MASTER_PORT", "12345"}});
-  check_env(read_launch_env(), {5, 8, 1, 4, "node07", 12345, "torchrun"});
-  CHECK(launched_distributed());
+  check_launch(env,
+               {{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
+                {"MASTER_ADDR", "node07"}, {"MASTER_PORT", "12345"}},
+               {5, 8, 1, 4, "node07", 12345, "torchrun"});
 
   // one process launched by torchrun is not distributed
   env.set({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
@@ -112,27 +120,25 @@ TEST_CASE("launch env: torchrun / kiln-run variables") {
 
 TEST_CASE("launch env: Open MPI's mpirun") {
   CleanEnv env;
-  env.set({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-           {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-           {"MASTER_ADDR", "10.1.2.3"}});
-  check_env(read_launch_env(), {3, 4, 1, 2, "10.1.2.3", 29500, "mpirun"});
-  CHECK(launched_distributed());
+  check_launch(env,
+               {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                {"MASTER_ADDR", "10.1.2.3"}},
+               {3, 4, 1, 2, "10.1.2.3", 29500, "mpirun"});
 }
 
 TEST_CASE("launch env: MPICH / Intel MPI (PMI)") {
   CleanEnv env;
-  env.set({{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}, {"MPI_LOCALRANKID", "0"},
-           {"MPI_LOCALNRANKS", "1"}});
-  check_env(read_launch_env(), {2, 3, 0, 1, "127.0.0.1", 29500, "mpirun"});
-  CHECK(launched_distributed());
+  check_launch(env, {{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "1"}},
+               {2, 3, 0, 1, "127.0.0.1", 29500, "mpirun"});
 }
 
 TEST_CASE("launch env: Slurm's srun, MASTER_ADDR from the first host of the node list") {
   CleanEnv env;
-  env.set({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "2"},
-           {"SLURM_NTASKS_PER_NODE", "4"}, {"SLURM_JOB_NODELIST", "node[03-05,07],gpu1"}});
-  check_env(read_launch_env(), {6, 8, 2, 4, "node03", 29500, "slurm"});
-  CHECK(launched_distributed());
+  check_launch(env,
+               {{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "2"},
+                {"SLURM_NTASKS_PER_NODE", "4"}, {"SLURM_JOB_NODELIST", "node[03-05,07],gpu1"}},
+               {6, 8, 2, 4, "node03", 29500, "slurm"});
 
   const std::pair<const char*, const char*> lists[] = {
       {"gpu1,node[1-2]", "gpu1"},

@@ -9,6 +9,15 @@ using kiln::Tensor;
 namespace nn = kiln::nn;
 
 namespace {
+// Appends `layers` pairs of Linear(width, width) and the activation Act to `seq`.
+template <class Act>
+void add_linear_stack(nn::Sequential& seq, int layers, int64_t width) {
+  for (int i = 0; i < layers; ++i) {
+    seq.push_back(std::make_shared<nn::Linear>(width, width));
+    seq.push_back(std::make_shared<Act>());
+  }
+}
+
 struct Block : nn::Module {
   nn::Linear a{16, 64}, b{64, 16};
   nn::Dropout drop{0.3};
@@ -51,10 +60,7 @@ TEST_CASE("checkpointed gradients equal plain ones, dropout included", "[checkpo
 TEST_CASE("checkpoint_sequential matches the plain Sequential", "[checkpoint]") {
   kiln::manual_seed(2);
   nn::Sequential seq;
-  for (int i = 0; i < 4; ++i) {
-    seq.push_back(std::make_shared<nn::Linear>(12, 12));
-    seq.push_back(std::make_shared<nn::Tanh>());
-  }
+  add_linear_stack<nn::Tanh>(seq, 4, 12);
   Tensor x = kiln::randn({5, 12});
   seq(x).sum().backward();
   std::vector<Tensor> plain;
@@ -86,10 +92,7 @@ TEST_CASE("checkpointing keeps the segment's activations out of memory", "[check
 TEST_CASE("checkpointing lowers the CPU allocator's peak over a deep stack", "[checkpoint]") {
   kiln::manual_seed(4);
   nn::Sequential seq;
-  for (int i = 0; i < 8; ++i) {
-    seq.push_back(std::make_shared<nn::Linear>(256, 256));
-    seq.push_back(std::make_shared<nn::GELU>());
-  }
+  add_linear_stack<nn::GELU>(seq, 8, 256);
   Tensor x = kiln::randn({512, 256}, kiln::TensorOptions().requires_grad(true));
   auto peak_of = [&](bool checkpointed) {
     kiln::reset_cpu_peak_memory();

@@ -26,8 +26,8 @@ F::Conv2dParams params_of(const Case& c) {
   return p;
 }
 
-struct Run {
-  Tensor y, dcw, dw, db, dx, rm, rv;
+struct Run : BatchNormRun {
+  Tensor y, dcw, dx;
   std::string node;
 };
 
@@ -90,12 +90,7 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: equals conv2d -> batch_norm -> rel
           const double tol = dt == DType::F32 ? 1e-4 : 1e-10;
           same(f.y, r.y, tol, "output");
           same(f.dcw, r.dcw, tol, "conv weight gradient");
-          if (affine) {
-            same(f.dw, r.dw, tol, "BatchNorm weight gradient");
-            same(f.db, r.db, tol, "BatchNorm bias gradient");
-          }
-          same(f.rm, r.rm, dt == DType::F32 ? 1e-6 : 1e-12, "running_mean");
-          same(f.rv, r.rv, dt == DType::F32 ? 1e-6 : 1e-12, "running_var");
+          check_same_batch_norm(f, r, affine, tol, dt == DType::F32 ? 1e-6 : 1e-12);
         }
 }
 
@@ -114,10 +109,7 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: calls the small-patch kernel canno
   same(f.y, r.y, 1e-5, "output");
   same(f.dx, r.dx, 1e-5, "input gradient");
   same(f.dcw, r.dcw, 1e-5, "conv weight gradient");
-  same(f.dw, r.dw, 1e-5, "BatchNorm weight gradient");
-  same(f.db, r.db, 1e-5, "BatchNorm bias gradient");
-  same(f.rm, r.rm, 1e-6, "running_mean");
-  same(f.rv, r.rv, 1e-6, "running_var");
+  check_same_batch_norm(f, r, /*affine=*/true, 1e-5, 1e-6);
   kiln::NoGradGuard ng;
   auto both = [&](const Tensor& xx, const Tensor& ww, const Tensor& bias, const F::Conv2dParams& p,
                   const char* what) {

@@ -354,6 +354,19 @@ std::vector<Tensor> clones(const std::vector<Tensor>& ps) {
   return out;
 }
 
+// Steps `oa` (over `a`) and `ob` (over `b`) with the gradients of steps from..to-1, then REQUIREs
+// the two parameter lists equal.
+void step_both_and_compare(std::vector<Tensor>& a, optim::Optimizer& oa, std::vector<Tensor>& b,
+                           optim::Optimizer& ob, int from, int to) {
+  for (int k = from; k < to; ++k) {
+    set_grads(a, k);
+    set_grads(b, k);
+    oa.step();
+    ob.step();
+  }
+  for (size_t i = 0; i < a.size(); ++i) REQUIRE(equal(a[i], b[i]));
+}
+
 using MakeAny = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
 
 std::vector<std::pair<const char*, MakeAny>> all_optimizers() {
@@ -385,13 +398,7 @@ TEST_CASE("the fused multi-tensor step equals a per-parameter loop bitwise", "[o
       auto fused = make_opt(a);
       auto loop = make_opt(b);
       loop->set_fused(false);
-      for (int k = 0; k < 3; ++k) {
-        set_grads(a, k);
-        set_grads(b, k);
-        fused->step();
-        loop->step();
-      }
-      for (size_t i = 0; i < a.size(); ++i) REQUIRE(equal(a[i], b[i]));
+      step_both_and_compare(a, *fused, b, *loop, 0, 3);
     }
   }
 }
@@ -436,13 +443,7 @@ TEST_CASE("state_dict round trip resumes identically", "[optim]") {
       opt2->param_groups()[0].set_lr(123.0);  // overwritten by the load
       opt2->load_state_dict(sd2);
       CHECK(opt2->param_groups()[0].lr() == opt->param_groups()[0].lr());
-      for (int k = 3; k < 5; ++k) {
-        set_grads(a, k);
-        set_grads(b, k);
-        opt->step();
-        opt2->step();
-      }
-      for (size_t i = 0; i < a.size(); ++i) REQUIRE(equal(a[i], b[i]));
+      step_both_and_compare(a, *opt, b, *opt2, 3, 5);
       // the saved dict is a deep copy: later steps did not change it
       CHECK(sd.state.at(0).at("step").item<double>() == 3.0);
     }

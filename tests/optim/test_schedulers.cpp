@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "kiln/core/error.h"
@@ -21,6 +23,15 @@ double lr_after(S& s, optim::Optimizer& opt, int64_t t) {
   while (s.last_step() < t) s.step();
   return opt.param_groups()[0].lr();
 }
+
+// CHECKs lr_after at each (step, lr) in order.
+template <class S>
+void check_lrs(S& s, optim::Optimizer& opt, std::initializer_list<std::pair<int64_t, double>> want) {
+  for (const auto& [t, lr] : want) {
+    INFO("step " << t);
+    CHECK(lr_after(s, opt, t) == Approx(lr));
+  }
+}
 }  // namespace
 
 TEST_CASE("StepLR, MultiStepLR, ExponentialLR", "[sched]") {
@@ -28,18 +39,12 @@ TEST_CASE("StepLR, MultiStepLR, ExponentialLR", "[sched]") {
   SECTION("StepLR") {
     optim::SGD opt({w}, 0.1);
     optim::StepLR s(opt, 3, 0.5);
-    CHECK(lr_after(s, opt, 0) == Approx(0.1));
-    CHECK(lr_after(s, opt, 2) == Approx(0.1));
-    CHECK(lr_after(s, opt, 3) == Approx(0.05));
-    CHECK(lr_after(s, opt, 7) == Approx(0.025));
+    check_lrs(s, opt, {{0, 0.1}, {2, 0.1}, {3, 0.05}, {7, 0.025}});
   }
   SECTION("MultiStepLR") {
     optim::SGD opt({w}, 1.0);
     optim::MultiStepLR s(opt, {2, 5}, 0.1);
-    CHECK(lr_after(s, opt, 1) == Approx(1.0));
-    CHECK(lr_after(s, opt, 2) == Approx(0.1));
-    CHECK(lr_after(s, opt, 4) == Approx(0.1));
-    CHECK(lr_after(s, opt, 5) == Approx(0.01));
+    check_lrs(s, opt, {{1, 1.0}, {2, 0.1}, {4, 0.1}, {5, 0.01}});
     CHECK(s.get_last_lr()[0] == Approx(0.01));
   }
   SECTION("ExponentialLR") {
@@ -152,10 +157,7 @@ TEST_CASE("CyclicLR: triangular, triangular2, exp_range", "[sched]") {
     optim::SGD opt({w}, 0.1);
     optim::CyclicLR s(opt, 0.0, 1.0, optim::CyclicLROptions().step_size_up(2).step_size_down(6)
                                          .mode(optim::CyclicMode::Triangular2).cycle_momentum(false));
-    CHECK(lr_after(s, opt, 2) == Approx(1.0));
-    CHECK(lr_after(s, opt, 5) == Approx(0.5));
-    CHECK(lr_after(s, opt, 10) == Approx(0.5));
-    CHECK(lr_after(s, opt, 18) == Approx(0.25));
+    check_lrs(s, opt, {{2, 1.0}, {5, 0.5}, {10, 0.5}, {18, 0.25}});
   }
   SECTION("exp_range") {
     optim::Adam opt({w}, 0.1);

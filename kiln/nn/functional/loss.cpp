@@ -9,11 +9,13 @@
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
 #include "kiln/nn/functional.h"
+#include "kiln/ops/op_helpers.h"
 
 namespace kiln::nn::functional {
 
 using autograd::SavedTensor;
 using autograd::TensorList;
+using kiln::detail::reduce_loss;
 
 namespace {
 
@@ -28,15 +30,6 @@ void check_pair(const char* op, const Tensor& input, const Tensor& target) {
              target.dtype());
 }
 
-Tensor reduce(const Tensor& per_element, Reduction reduction) {
-  switch (reduction) {
-    case Reduction::None: return per_element;
-    case Reduction::Sum: return per_element.sum();
-    case Reduction::Mean: return per_element.mean();
-  }
-  return per_element;
-}
-
 // softplus(-x) = log(1 + exp(-x)), computed without overflow.
 Tensor softplus_neg(const Tensor& x) { return log(exp(-abs(x)) + 1.0) + kiln::relu(-x); }
 
@@ -48,7 +41,7 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
     if (!i2.is_same(input) || !t2.is_same(target)) return l1_loss(i2, t2, reduction);
   }
   check_pair("l1_loss", input, target);
-  return reduce(abs(input - target), reduction);
+  return reduce_loss(abs(input - target), reduction);
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
@@ -58,11 +51,11 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
   }
   check_pair("smooth_l1_loss", input, target);
   KILN_CHECK(beta >= 0, "smooth_l1_loss: beta must be non-negative, got ", beta);
-  if (beta == 0.0) return reduce(abs(input - target), reduction);
+  if (beta == 0.0) return reduce_loss(abs(input - target), reduction);
   Tensor d = input - target;
   Tensor ad = abs(d);
   Tensor per = where(ad < beta, d * d * (0.5 / beta), ad - 0.5 * beta);
-  return reduce(per, reduction);
+  return reduce_loss(per, reduction);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
@@ -118,7 +111,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
       return TensorList{gi_out, gt_out, gp_out};
     });
   }
-  return reduce(per, reduction);
+  return reduce_loss(per, reduction);
 }
 
 }  // namespace kiln::nn::functional

@@ -250,14 +250,14 @@ KILN_SCENARIO("ddp_unused_error") {
   DistributedDataParallel ddp(model);
   const Batch b = kiln_test::global_batch(4, config, 3);
   const std::string message =
-      kiln_test::error_message([&] { kiln::mse_loss(ddp.forward(b.x), b.y).backward(); });
+      kiln_test::error_of([&] { kiln::mse_loss(ddp.forward(b.x), b.y).backward(); });
   KILN_EXPECT(!message.empty(), "backward with an unused parameter must throw");
   KILN_EXPECT(message.find("'unused.weight'") != std::string::npos &&
                   message.find("'unused.bias'") != std::string::npos,
               "the error names the parameters: ", message);
   KILN_EXPECT(message.find("find_unused_parameters(true)") != std::string::npos,
               "the error names the option: ", message);
-  const std::string again = kiln_test::error_message([&] { ddp.forward(b.x); });
+  const std::string again = kiln_test::error_of([&] { ddp.forward(b.x); });
   KILN_EXPECT(again.find("'unused.weight'") != std::string::npos,
               "the next forward raises the same error");
   kiln::distributed::destroy_process_group();
@@ -274,7 +274,7 @@ KILN_SCENARIO("ddp_mismatch") {
   if (rank == 1 && kind == "shape") config.hidden = 17;
   if (rank == 1 && kind == "count") config.unused = true;
   auto model = std::make_shared<Net>(config);
-  const std::string message = kiln_test::error_message([&] { DistributedDataParallel ddp(model); });
+  const std::string message = kiln_test::error_of([&] { DistributedDataParallel ddp(model); });
   KILN_EXPECT(!message.empty(), "DDP over different models must throw");
   if (kind == "shape") {
     KILN_EXPECT(message.find("parameter 0 ('fc1.weight'") != std::string::npos &&
@@ -354,7 +354,7 @@ KILN_SCENARIO("ddp_unused_on_some_ranks") {
   DistributedDataParallel ddp(model);
   const Batch b = kiln_test::global_batch(4, config, 3);
   const std::string message =
-      kiln_test::error_message([&] { kiln::mse_loss(ddp.forward(b.x), b.y).backward(); });
+      kiln_test::error_of([&] { kiln::mse_loss(ddp.forward(b.x), b.y).backward(); });
   if (rank == 0) {
     KILN_EXPECT(message.find("DistributedDataParallel: the all-reduce of gradient bucket 0 of 1 "
                              "failed") != std::string::npos,

@@ -17,6 +17,7 @@
 
 #include "kiln/distributed/distributed.h"
 #include "kiln/distributed/process_group.h"
+#include "tests/error_of.h"  // error_of
 
 namespace kiln_test {
 
@@ -148,16 +149,6 @@ inline void expect_close(const kiln::Tensor& a, const kiln::Tensor& b, double rt
        << rtol << ", tensor scale " << scale << ")";
     throw std::runtime_error(os.str());
   }
-}
-
-// The message of the kiln::Error `body` throws, "" when it throws none.
-inline std::string error_message(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const kiln::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // Every parameter, flattened into one f64 vector (for comparisons across ranks).

@@ -137,7 +137,7 @@ KILN_SCENARIO("zero_state_dict_resume") {
   if (kiln::distributed::world_size() > 1) {
     kiln::distributed::ZeroStateDict other = saved;
     other.rank = (other.rank + 1) % other.world_size;
-    const std::string message = kiln_test::error_message([&] { zero2.load_state_dict(other); });
+    const std::string message = kiln_test::error_of([&] { zero2.load_state_dict(other); });
     KILN_EXPECT(message.find("saved by rank") != std::string::npos,
                 "loading another rank's state is an Error");
   }
