@@ -1,6 +1,5 @@
 #pragma once
-// The CPU GEMM under the convolution kernels: C = A B, or C += A B. (matmul still runs Eigen:
-// on the GPT's linear-layer shapes this kernel does not beat it yet.)
+// The CPU GEMM under the convolution and matmul kernels: C = A B, or C += A B.
 //
 // Operands are strided views, so a transposed operand is the same memory with its strides
 // swapped and costs no copy. f32 runs kiln's own packed AVX-512 kernel where the build targets

@@ -1,10 +1,13 @@
-// CPU matrix multiply through Eigen's GEMM (multi-threaded with OpenMP). Operands are mapped in
+// CPU matrix multiply: f32 and f64 through the CPU GEMM (kernels/cpu/gemm.h), integers through
+// Eigen's GEMM (multi-threaded with OpenMP). Operands are used in
 // place whenever one of their strides is 1 (row- or column-major, any leading dimension), so
 // transposed views cost no copy. 16-bit inputs are widened to f32 first.
 #include <Eigen/Core>
+#include <type_traits>
 #include <omp.h>
 
 #include "kiln/kernels/copy_fill.h"
+#include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/matmul.h"
 #include "kiln/kernels/pointwise.h"
 #include "kiln/kernels/reduce.h"
@@ -55,6 +58,13 @@ void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b) {
   const int64_t brs = b.stride(-2), bcs = b.stride(-1);
   const int64_t abs_ = batched ? a.stride(0) : 0, bbs = batched ? b.stride(0) : 0;
   auto one = [&](int64_t i) {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      // f32/f64: the CPU GEMM (kiln's own AVX-512 kernel for f32); it splits a product among
+      // threads itself unless it runs inside the batch loop below
+      gemm(MatrixView<const T>{ap + i * abs_, M, K, ars, acs}, MatrixView<const T>{bp + i * bbs, K, N, brs, bcs},
+           row_major(cp + i * M * N, M, N, N), false);
+      return;
+    }
     Eigen::Map<RowMat<T>> C(cp + i * M * N, M, N);
     with_matrix(ap + i * abs_, M, K, ars, acs, [&](const auto& A) {
       with_matrix(bp + i * bbs, K, N, brs, bcs, [&](const auto& Bm) {
