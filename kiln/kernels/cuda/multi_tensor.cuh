@@ -129,6 +129,28 @@ __device__ __forceinline__ void for_each_run(int64_t begin, int64_t end, bool ve
   }
 }
 
+// This block's chunk: returns the tensor it belongs to and sets [begin, end), its element range
+// within that tensor (tensor_of, then chunk_range: every chunk kernel starts so).
+template <int MaxT>
+__device__ __forceinline__ int block_chunk(const ChunkMap<MaxT>& m, int64_t& begin, int64_t& end) {
+  const int t = tensor_of(m, blockIdx.x);
+  chunk_range(m, t, begin, end);
+  return t;
+}
+
+// x[i] = f(x[i]) for i in [begin, end), in the runs of for_each_run (vector loads where x is aligned).
+template <class P, class F>
+__device__ __forceinline__ void update_in_place(P* x, int64_t begin, int64_t end, F f) {
+  for_each_run(begin, end, vec_aligned(x), [&](auto len, int64_t i) {
+    constexpr int N = decltype(len)::value;
+    P r[N];
+    load_n<N>(x + i, r);
+#pragma unroll
+    for (int j = 0; j < N; ++j) r[j] = f(r[j]);
+    store_n<N>(x + i, r);
+  });
+}
+
 // ---------------------------------------------------------------- host side
 
 // One tensor of a multi-tensor call: its element count (> 0), dtype, and position in the caller's lists.
@@ -335,9 +357,8 @@ template <class Rule, class P, int NBuf>
 __global__ void __launch_bounds__(mt::kBlock) step_update_kernel(OptimMeta a, StepArgs<Rule> s) {
   if (skip_step(s.found_inf)) return;
   using S = state_t<P>;
-  const int t = mt::tensor_of(a.map, blockIdx.x);
   int64_t begin, end;
-  mt::chunk_range(a.map, t, begin, end);
+  const int t = mt::block_chunk(a.map, begin, end);
   const auto f = s.rule.template update<S>(update_scalars(a, s, t));
   optim_chunk<P, Rule::kUpdateReadsGrad, NBuf, true>(a, t, begin, end, f);
 }
@@ -347,9 +368,8 @@ template <class Rule, class P>
 __global__ void __launch_bounds__(mt::kBlock) step_norms_kernel(OptimMeta a, StepArgs<Rule> s) {
   if (skip_step(s.found_inf)) return;
   using S = state_t<P>;
-  const int t = mt::tensor_of(a.map, blockIdx.x);
   int64_t begin, end;
-  mt::chunk_range(a.map, t, begin, end);
+  const int t = mt::block_chunk(a.map, begin, end);
   const auto f = s.rule.template norm_terms<S>(update_scalars(a, s, t));
   double sum_a = 0.0, sum_b = 0.0;
   optim_chunk<P, true, Rule::kNormPassBuffers, false>(a, t, begin, end, [&](S& x, S g, S& b0, S& b1) {
