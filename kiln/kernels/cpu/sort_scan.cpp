@@ -13,10 +13,8 @@ void scan(ScanOp op, const Tensor& out, const Tensor& in, int64_t dim, bool reve
   on_rows_along_dim(out, in, dim, [&](const Tensor& src, const Tensor& dst, int64_t rows, int64_t n) {
     dispatch_numeric(in.dtype(), op == ScanOp::Sum ? "cumsum" : "cumprod", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      const T* p = static_cast<const T*>(src.data_ptr());
-      T* q = static_cast<T*>(dst.data_ptr());
-#pragma omp parallel for schedule(static) if (src.numel() >= kParallelGrain)
-      for (int64_t r = 0; r < rows; ++r) scan_row(p + r * n, q + r * n, n, op == ScanOp::Prod, reverse);
+      for_each_contiguous_row(static_cast<const T*>(src.data_ptr()), static_cast<T*>(dst.data_ptr()), rows, n,
+                              [&](const T* x, T* y) { scan_row(x, y, n, op == ScanOp::Prod, reverse); });
     });
   });
 }
@@ -28,17 +26,13 @@ void argsort(const Tensor& indices, const Tensor& in, int64_t dim, bool descendi
     dispatch_all(in.dtype(), "sort", [&](auto tag) {
       using T = typename decltype(tag)::type;
       using M = opmath_t<T>;
-      const T* p = static_cast<const T*>(src.data_ptr());
-      int64_t* q = static_cast<int64_t*>(dst.data_ptr());
-#pragma omp parallel for schedule(static) if (src.numel() >= kParallelGrain)
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* x = p + r * n;
-        int64_t* ix = q + r * n;
+      for_each_contiguous_row(static_cast<const T*>(src.data_ptr()), static_cast<int64_t*>(dst.data_ptr()), rows,
+                              n, [&](const T* x, int64_t* ix) {
         std::iota(ix, ix + n, int64_t(0));
         std::stable_sort(ix, ix + n, [&](int64_t i, int64_t j) {
           return sorts_before(static_cast<M>(x[i]), static_cast<M>(x[j]), descending);
         });
-      }
+      });
     });
   });
 }
