@@ -20,12 +20,11 @@ namespace {
 template <class P>
 __global__ void __launch_bounds__(mt::kBlock) unscale_kernel(mt::ListMeta<1> a, const float* inv_scale, float* found_inf) {
   using M = opmath_t<P>;
-  int64_t begin, end;
-  const int t = mt::block_chunk(a.map, begin, end);
-  P* x = static_cast<P*>(a.ptr[0][t]);
+  const mt::Chunk ch = mt::block_chunk(a.map);
+  P* x = static_cast<P*>(a.ptr[0][ch.t]);
   const M inv = static_cast<M>(*inv_scale);
   bool bad = false;
-  mt::update_in_place(x, begin, end, [&](P r) {
+  mt::update_in_place(x, ch.begin, ch.end, [&](P r) {
     const M v = static_cast<M>(r);
     bad |= (v - v) != (v - v);  // NaN for Inf and NaN inputs, 0 otherwise
     return static_cast<P>(v * inv);

@@ -46,12 +46,11 @@ __global__ void increment_steps_kernel(StepMeta sm, const float* found_inf) {
 // Per chunk: sum of |x|^p (NormTerm), or max |x| when `inf` (NaN wins), accumulated in double.
 template <class P>
 __global__ void __launch_bounds__(kBlock) norm_partials_kernel(ListMeta<1> a, double p, bool inf, double* partials) {
-  int64_t begin, end;
-  const int t = mt::block_chunk(a.map, begin, end);
-  const P* x = static_cast<const P*>(a.ptr[0][t]);
+  const mt::Chunk ch = mt::block_chunk(a.map);
+  const P* x = static_cast<const P*>(a.ptr[0][ch.t]);
   const math::NormTerm term{p};
   double acc = 0.0;
-  mt::for_each_run(begin, end, mt::vec_aligned(x), [&](auto len, int64_t i) {
+  mt::for_each_run(ch.begin, ch.end, mt::vec_aligned(x), [&](auto len, int64_t i) {
     constexpr int N = decltype(len)::value;
     P r[N];
     mt::load_n<N>(x + i, r);
@@ -84,23 +83,21 @@ __global__ void __launch_bounds__(kBlock) norm_final_kernel(const double* partia
 template <class P>
 __global__ void __launch_bounds__(kBlock) scale_kernel(ListMeta<1> a, const double* scale) {
   using M = opmath_t<P>;
-  int64_t begin, end;
-  const int t = mt::block_chunk(a.map, begin, end);
-  P* x = static_cast<P*>(a.ptr[0][t]);
+  const mt::Chunk ch = mt::block_chunk(a.map);
+  P* x = static_cast<P*>(a.ptr[0][ch.t]);
   const M k = static_cast<M>(*scale);
-  mt::update_in_place(x, begin, end, [&](P r) { return static_cast<P>(static_cast<M>(r) * k); });
+  mt::update_in_place(x, ch.begin, ch.end, [&](P r) { return static_cast<P>(static_cast<M>(r) * k); });
 }
 
 // x = x + w (y - x) (math::LerpOp), in the opmath type.
 template <class P>
 __global__ void __launch_bounds__(kBlock) lerp_kernel(ListMeta<2> a, double weight) {
   using M = opmath_t<P>;
-  int64_t begin, end;
-  const int t = mt::block_chunk(a.map, begin, end);
-  P* x = static_cast<P*>(a.ptr[0][t]);
-  const P* y = static_cast<const P*>(a.ptr[1][t]);
+  const mt::Chunk ch = mt::block_chunk(a.map);
+  P* x = static_cast<P*>(a.ptr[0][ch.t]);
+  const P* y = static_cast<const P*>(a.ptr[1][ch.t]);
   const math::LerpOp<M> f{static_cast<M>(weight)};
-  mt::for_each_run(begin, end, mt::vec_aligned(x) && mt::vec_aligned(y), [&](auto len, int64_t i) {
+  mt::for_each_run(ch.begin, ch.end, mt::vec_aligned(x) && mt::vec_aligned(y), [&](auto len, int64_t i) {
     constexpr int N = decltype(len)::value;
     P rx[N], ry[N];
     mt::load_n<N>(x + i, rx);

@@ -129,13 +129,18 @@ __device__ __forceinline__ void for_each_run(int64_t begin, int64_t end, bool ve
   }
 }
 
-// This block's chunk: returns the tensor it belongs to and sets [begin, end), its element range
-// within that tensor (tensor_of, then chunk_range: every chunk kernel starts so).
+// This block's chunk, where every chunk kernel starts: tensor t of the launch and the element
+// range [begin, end) within it.
+struct Chunk {
+  int t;
+  int64_t begin, end;
+};
 template <int MaxT>
-__device__ __forceinline__ int block_chunk(const ChunkMap<MaxT>& m, int64_t& begin, int64_t& end) {
-  const int t = tensor_of(m, blockIdx.x);
-  chunk_range(m, t, begin, end);
-  return t;
+__device__ __forceinline__ Chunk block_chunk(const ChunkMap<MaxT>& m) {
+  Chunk ch;
+  ch.t = tensor_of(m, blockIdx.x);
+  chunk_range(m, ch.t, ch.begin, ch.end);
+  return ch;
 }
 
 // x[i] = f(x[i]) for i in [begin, end), in the runs of for_each_run (vector loads where x is aligned).
@@ -357,10 +362,9 @@ template <class Rule, class P, int NBuf>
 __global__ void __launch_bounds__(mt::kBlock) step_update_kernel(OptimMeta a, StepArgs<Rule> s) {
   if (skip_step(s.found_inf)) return;
   using S = state_t<P>;
-  int64_t begin, end;
-  const int t = mt::block_chunk(a.map, begin, end);
-  const auto f = s.rule.template update<S>(update_scalars(a, s, t));
-  optim_chunk<P, Rule::kUpdateReadsGrad, NBuf, true>(a, t, begin, end, f);
+  const mt::Chunk ch = mt::block_chunk(a.map);
+  const auto f = s.rule.template update<S>(update_scalars(a, s, ch.t));
+  optim_chunk<P, Rule::kUpdateReadsGrad, NBuf, true>(a, ch.t, ch.begin, ch.end, f);
 }
 
 // The norm pass of a rule with per-tensor norms: per chunk, the sums of the rule's NormTerms.
@@ -368,11 +372,10 @@ template <class Rule, class P>
 __global__ void __launch_bounds__(mt::kBlock) step_norms_kernel(OptimMeta a, StepArgs<Rule> s) {
   if (skip_step(s.found_inf)) return;
   using S = state_t<P>;
-  int64_t begin, end;
-  const int t = mt::block_chunk(a.map, begin, end);
-  const auto f = s.rule.template norm_terms<S>(update_scalars(a, s, t));
+  const mt::Chunk ch = mt::block_chunk(a.map);
+  const auto f = s.rule.template norm_terms<S>(update_scalars(a, s, ch.t));
   double sum_a = 0.0, sum_b = 0.0;
-  optim_chunk<P, true, Rule::kNormPassBuffers, false>(a, t, begin, end, [&](S& x, S g, S& b0, S& b1) {
+  optim_chunk<P, true, Rule::kNormPassBuffers, false>(a, ch.t, ch.begin, ch.end, [&](S& x, S g, S& b0, S& b1) {
     const NormTerms n = f(x, g, b0, b1);
     sum_a += n.a;
     sum_b += n.b;
