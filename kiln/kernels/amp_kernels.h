@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kiln/core/error.h"
 #include "kiln/core/macros.h"
 #include "kiln/core/tensor.h"
 #include "kiln/kernels/dispatch.h"
@@ -49,5 +50,19 @@ inline Kernel<void(const std::vector<Tensor>& grads, const Tensor& inv_scale, co
 inline Kernel<void(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
                    double growth_factor, double backoff_factor, int64_t growth_interval)>
     amp_update_scale_{"amp_update_scale_"};
+
+// What both backends' amp_update_scale_ check of their operands.
+inline void check_update_scale_args(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf) {
+  KILN_CHECK(scale.defined() && growth_tracker.defined() && found_inf.defined() && scale.numel() == 1 &&
+                 (scale.dtype() == DType::F32 || scale.dtype() == DType::F64) && growth_tracker.numel() == 1 &&
+                 growth_tracker.dtype() == DType::I64 && found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
+             "amp_update_scale_: expected one-element scale (f32/f64), growth_tracker (i64) and found_inf (f32)");
+}
+
+// amp_update_scale_ writes scale and growth_tracker in place; record it as an in-place op would.
+inline void bump_scale_versions(const Tensor& scale, const Tensor& growth_tracker) {
+  scale.storage()->bump_version();
+  growth_tracker.storage()->bump_version();
+}
 
 }  // namespace kiln::kernels

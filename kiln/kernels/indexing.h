@@ -42,6 +42,19 @@ void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tens
 // the host: an explicit synchronisation point when the tensor lives on a device.
 std::pair<int64_t, int64_t> index_min_max(const Tensor& index, const char* op);
 
+// Runs f(TypeTag<U>) with U the unsigned integer of dt's element size: the backends' gathers only
+// move bits, whatever the dtype.
+template <class F>
+void dispatch_by_size(DType dt, F&& f) {
+  switch (element_size(dt)) {
+    case 1: return f(TypeTag<uint8_t>{});
+    case 2: return f(TypeTag<uint16_t>{});
+    case 4: return f(TypeTag<uint32_t>{});
+    case 8: return f(TypeTag<uint64_t>{});
+    default: KILN_FAIL("gather: unsupported element size ", element_size(dt));
+  }
+}
+
 // The backends' slots behind the checked entry points above (arguments already checked; `dim`
 // wrapped to be non-negative).
 namespace backend {

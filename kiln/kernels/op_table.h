@@ -24,6 +24,10 @@ struct Predicate {};  // any input dtype, bool output
 template <class Types>
 constexpr bool is_predicate_op = std::is_same_v<Types, op_types::Predicate>;
 
+// The element type an op writes for inputs of type T: bool for predicates, else T.
+template <class Types, class T>
+using op_out_t = std::conditional_t<is_predicate_op<Types>, bool, T>;
+
 template <class V>
 void visit_unary(UnaryOp op, double a, double b, V&& v) {
   using namespace math;

@@ -43,19 +43,14 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale
 
 void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
                       double growth_factor, double backoff_factor, int64_t growth_interval) {
-  KILN_CHECK(scale.defined() && growth_tracker.defined() && found_inf.defined() &&
-                 scale.numel() == 1 && (scale.dtype() == DType::F32 || scale.dtype() == DType::F64) &&
-                 growth_tracker.numel() == 1 && growth_tracker.dtype() == DType::I64 &&
-                 found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
-             "amp_update_scale_: expected one-element scale (f32/f64), growth_tracker (i64) and found_inf (f32)");
+  check_update_scale_args(scale, growth_tracker, found_inf);
   double s = scale.item<double>();
   int64_t t = growth_tracker.item<int64_t>();
   math::update_loss_scale(s, t, found_inf.item<float>() != 0.0f, growth_factor, backoff_factor, growth_interval);
   if (scale.dtype() == DType::F32) *scale.data_ptr<float>() = static_cast<float>(s);
   else *scale.data_ptr<double>() = s;
   *growth_tracker.data_ptr<int64_t>() = t;
-  scale.storage()->bump_version();
-  growth_tracker.storage()->bump_version();
+  bump_scale_versions(scale, growth_tracker);
 }
 
 }  // namespace

@@ -122,18 +122,6 @@ Steps steps_of(const Space& s) {
   return st;
 }
 
-// Storage type with the element's size: gathers only move bits, whatever the dtype.
-template <class F>
-void dispatch_by_size(DType t, F&& f) {
-  switch (element_size(t)) {
-    case 1: return f(TypeTag<uint8_t>{});
-    case 2: return f(TypeTag<uint16_t>{});
-    case 4: return f(TypeTag<uint32_t>{});
-    case 8: return f(TypeTag<uint64_t>{});
-    default: KILN_FAIL("gather: unsupported element size ", element_size(t));
-  }
-}
-
 // Every value of `index` in [0, bound), or an Error naming the op, the value and the dimension.
 void check_range(const Tensor& index, int64_t bound, int64_t dim, const char* op) {
   if (index.numel() == 0) return;

@@ -14,6 +14,14 @@ namespace kiln::kernels::cpu {
 // Below this many elements a kernel runs on the calling thread (thread start-up costs more).
 constexpr int64_t kParallelGrain = 32768;
 
+// body(x, y) for each of `rows` contiguous rows of n elements, x = in + r * n and y = out + r * n;
+// the rows are spread over OpenMP threads when there are kParallelGrain elements or more.
+template <class I, class O, class Body>
+void for_each_contiguous_row(const I* in, O* out, int64_t rows, int64_t n, Body&& body) {
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) body(in + r * n, out + r * n);
+}
+
 // Calls row(ptrs, n, inner_strides) for every contiguous run of the iteration space.
 template <class RowFn>
 void for_each_row(const PointwiseIter& it, RowFn row) {

@@ -29,8 +29,7 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& in, double a, double b) 
   visit_unary(op, a, b, [&](auto f, auto types) {
     dispatch_op_types(types, in.dtype(), name, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (is_predicate_op<decltype(types)>) unary_loop<bool, T>(it, f);
-      else unary_loop<T, T>(it, f);
+      unary_loop<op_out_t<decltype(types), T>, T>(it, f);
     });
   });
 }
@@ -51,8 +50,7 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& x, const Tensor& y, do
   visit_binary(op, alpha, beta, [&](auto f, auto types) {
     dispatch_op_types(types, x.dtype(), name, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (is_predicate_op<decltype(types)>) binary_loop<bool, T>(it, f);
-      else binary_loop<T, T>(it, f);
+      binary_loop<op_out_t<decltype(types), T>, T>(it, f);
     });
   });
 }

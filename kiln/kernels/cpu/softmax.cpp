@@ -21,12 +21,8 @@ void softmax(const Tensor& out, const Tensor& in, bool log) {
   dispatch_floating(in.dtype(), log ? "log_softmax" : "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    const T* ip = static_cast<const T*>(in.data_ptr());
-    T* op = static_cast<T*>(out.data_ptr());
-#pragma omp parallel for schedule(static) if (in.numel() >= kParallelGrain)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* x = ip + r * n;
-      T* y = op + r * n;
+    for_each_contiguous_row(static_cast<const T*>(in.data_ptr()), static_cast<T*>(out.data_ptr()), rows, n,
+                            [&](const T* x, T* y) {
       M mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
       for (int64_t i = 0; i < n; ++i) mx = std::max(mx, static_cast<M>(x[i]));
@@ -42,7 +38,7 @@ void softmax(const Tensor& out, const Tensor& in, bool log) {
         M inv = M(1) / sum;
         for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(math::exp_(static_cast<M>(x[i]) - mx) * inv);
       }
-    }
+    });
   });
 }
 KILN_REGISTER_KERNEL(kernels::softmax, CPU, softmax);

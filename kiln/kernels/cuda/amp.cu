@@ -20,23 +20,14 @@ namespace {
 template <class P>
 __global__ void __launch_bounds__(mt::kBlock) unscale_kernel(mt::ListMeta<1> a, const float* inv_scale, float* found_inf) {
   using M = opmath_t<P>;
-  const int t = mt::tensor_of(a.map, blockIdx.x);
-  int64_t begin, end;
-  mt::chunk_range(a.map, t, begin, end);
-  P* x = static_cast<P*>(a.ptr[0][t]);
+  const mt::Chunk ch = mt::block_chunk(a.map);
+  P* x = static_cast<P*>(a.ptr[0][ch.t]);
   const M inv = static_cast<M>(*inv_scale);
   bool bad = false;
-  mt::for_each_run(begin, end, mt::vec_aligned(x), [&](auto len, int64_t i) {
-    constexpr int N = decltype(len)::value;
-    P r[N];
-    mt::load_n<N>(x + i, r);
-#pragma unroll
-    for (int j = 0; j < N; ++j) {
-      const M v = static_cast<M>(r[j]);
-      bad |= (v - v) != (v - v);  // NaN for Inf and NaN inputs, 0 otherwise
-      r[j] = static_cast<P>(v * inv);
-    }
-    mt::store_n<N>(x + i, r);
+  mt::update_in_place(x, ch.begin, ch.end, [&](P r) {
+    const M v = static_cast<M>(r);
+    bad |= (v - v) != (v - v);  // NaN for Inf and NaN inputs, 0 otherwise
+    return static_cast<P>(v * inv);
   });
   if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
 }
@@ -89,10 +80,7 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale
 
 void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
                       double growth_factor, double backoff_factor, int64_t growth_interval) {
-  KILN_CHECK(scale.defined() && growth_tracker.defined() && found_inf.defined() && scale.numel() == 1 && (scale.dtype() == DType::F32 || scale.dtype() == DType::F64) &&
-                 growth_tracker.numel() == 1 && growth_tracker.dtype() == DType::I64 &&
-                 found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
-             "amp_update_scale_: expected one-element scale (f32/f64), growth_tracker (i64) and found_inf (f32)");
+  check_update_scale_args(scale, growth_tracker, found_inf);
   DeviceGuard guard(scale);
   cudaStream_t stream = stream_for(scale);
   if (scale.dtype() == DType::F32) {
@@ -105,8 +93,7 @@ void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const T
                                                      growth_interval);
   }
   KILN_CUDA_CHECK_LAUNCH("update_scale_kernel");
-  scale.storage()->bump_version();
-  growth_tracker.storage()->bump_version();
+  bump_scale_versions(scale, growth_tracker);
 }
 
 }  // namespace

@@ -498,6 +498,27 @@ Tensor filter_for(const Tensor& w, const ConvGeometry& g) {
                     e.file(), e.line());
 }
 
+// The forward and backward-data calls' common part: descriptors, handle and scaling constants for
+// t (the tensor whose device and dtype they take), the filter in the descriptors' layout, and the
+// algorithm with its workspace for the data a and c of the x and y descriptors (as in choose);
+// then call(h, d, s, w, choice, ws) makes the cuDNN call. A kiln::Error is annotated with the
+// geometry.
+template <class Ops, class Call>
+void run_with_filter(const char* op, const ConvGeometry& g, Direction dir, const Tensor& t, const Tensor& weight,
+                     void* a, void* c, Call&& call) {
+  try {
+    ConvDescs d(g, t.dtype(), op);
+    Handle h(t);
+    Scalars s(t.dtype());
+    Tensor w = filter_for(weight, g);
+    Tensor ws;
+    const kiln::cudnn::detail::AlgoChoice choice = choose<Ops>(h, d, g, dir, t, a, w.data_ptr(), c, ws);
+    call(h, d, s, w, choice, ws);
+  } catch (const kiln::Error& e) {
+    annotate(op, g, t.dtype(), e);
+  }
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------- entry points
@@ -519,20 +540,13 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
     if (bias.defined()) binary(BinaryOp::Add, out, out, bias.detach().view({1, g.K, 1, 1}), 1.0, 0.0);
     return;
   }
-  try {
-    ConvDescs d(g, x.dtype(), op);
-    Handle h(x);
-    Scalars s(x.dtype());
-    Tensor w = filter_for(weight, g);
-    Tensor ws;
-    auto c = choose<FwdOps>(h, d, g, Direction::Forward, x, x.data_ptr(), w.data_ptr(), out.data_ptr(), ws);
+  run_with_filter<FwdOps>(op, g, Direction::Forward, x, weight, x.data_ptr(), out.data_ptr(),
+                          [&](Handle& h, ConvDescs& d, Scalars& s, Tensor& w, const auto& c, Tensor& ws) {
     KILN_CUDNN_CHECK(cudnnConvolutionForward(h.h, s.one(), d.x.d, x.data_ptr(), d.w.d, w.data_ptr(), d.conv.d,
                                              static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ptr_of(ws),
                                              c.workspace, s.zero(), d.y.d, out.data_ptr()));
     if (bias.defined()) binary(BinaryOp::Add, out, out, bias.detach().view({1, g.K, 1, 1}), 1.0, 0.0);
-  } catch (const kiln::Error& e) {
-    annotate(op, g, x.dtype(), e);
-  }
+  });
 }
 KILN_REGISTER_KERNEL(kernels::conv2d_forward, CUDA, conv2d_forward);
 
@@ -549,20 +563,12 @@ void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
     fill(grad_x, 0.0);
     return;
   }
-  try {
-    ConvDescs d(g, grad_x.dtype(), op);
-    Handle h(grad_x);
-    Scalars s(grad_x.dtype());
-    Tensor w = filter_for(weight, g);
-    Tensor ws;
-    auto c = choose<BwdDataOps>(h, d, g, Direction::BackwardData, grad_x, grad_x.data_ptr(), w.data_ptr(),
-                                grad_out.data_ptr(), ws);
+  run_with_filter<BwdDataOps>(op, g, Direction::BackwardData, grad_x, weight, grad_x.data_ptr(), grad_out.data_ptr(),
+                              [&](Handle& h, ConvDescs& d, Scalars& s, Tensor& w, const auto& c, Tensor& ws) {
     KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h.h, s.one(), d.w.d, w.data_ptr(), d.y.d, grad_out.data_ptr(),
                                                   d.conv.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
                                                   ptr_of(ws), c.workspace, s.zero(), d.x.d, grad_x.data_ptr()));
-  } catch (const kiln::Error& e) {
-    annotate(op, g, grad_x.dtype(), e);
-  }
+  });
 }
 KILN_REGISTER_KERNEL(kernels::conv2d_backward_input, CUDA, conv2d_backward_input);
 

@@ -130,10 +130,11 @@ __device__ __forceinline__ bool in_bounds(const Bounds& b, int64_t idx) {
 
 // ---------------------------------------------------------------- kernels
 
-// other[p] = self[p with p[dim] = index[p]] (T: a storage type of the element's size; 0 bits for
-// an out-of-range index).
-template <class T, class I>
-__global__ void gather_kernel(IndexSpace s, const T* self, const I* index, T* other, Bounds b) {
+// f(idx, self_at, other_at) for every position (column c, k along dim) of the space, one thread
+// each: idx is the index value there, self_at self's offset at the column (idx not yet applied
+// along dim), other_at other's offset at the position.
+template <class I, class F>
+__device__ __forceinline__ void for_each_position(const IndexSpace& s, const I* index, F f) {
   const int64_t total = s.columns * s.K;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
@@ -141,8 +142,17 @@ __global__ void gather_kernel(IndexSpace s, const T* self, const I* index, T* ot
     int64_t off[3];
     column_offsets(s, c, off);
     const int64_t idx = static_cast<int64_t>(index[off[1] + k * s.kstride[1]]);
-    other[off[2] + k * s.kstride[2]] = in_bounds(b, idx) ? self[off[0] + idx * s.kstride[0]] : T(0);
+    f(idx, off[0], off[2] + k * s.kstride[2]);
   }
+}
+
+// other[p] = self[p with p[dim] = index[p]] (T: a storage type of the element's size; 0 bits for
+// an out-of-range index).
+template <class T, class I>
+__global__ void gather_kernel(IndexSpace s, const T* self, const I* index, T* other, Bounds b) {
+  for_each_position(s, index, [&](int64_t idx, int64_t self_at, int64_t other_at) {
+    other[other_at] = in_bounds(b, idx) ? self[self_at + idx * s.kstride[0]] : T(0);
+  });
 }
 
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
@@ -164,15 +174,9 @@ constexpr bool kHasAtomicAdd = !std::is_same_v<T, uint8_t>;
 // self[p with p[dim] = index[p]] += other[p], one thread per position, atomic adds.
 template <class T, class I>
 __global__ void scatter_add_atomic_kernel(IndexSpace s, T* self, const I* index, const T* other, Bounds b) {
-  const int64_t total = s.columns * s.K;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
-    const int64_t c = i % s.columns, k = i / s.columns;
-    int64_t off[3];
-    column_offsets(s, c, off);
-    const int64_t idx = static_cast<int64_t>(index[off[1] + k * s.kstride[1]]);
-    if (in_bounds(b, idx)) atomic_add(self + off[0] + idx * s.kstride[0], other[off[2] + k * s.kstride[2]]);
-  }
+  for_each_position(s, index, [&](int64_t idx, int64_t self_at, int64_t other_at) {
+    if (in_bounds(b, idx)) atomic_add(self + self_at + idx * s.kstride[0], other[other_at]);
+  });
 }
 
 // Deterministic scatter_add: one thread per column adds the K positions in order (the CPU's
@@ -271,17 +275,6 @@ __global__ void min_max_final_kernel(const int64_t* partial, int nblocks, int64_
 }
 
 // ---------------------------------------------------------------- host side
-
-template <class F>
-void dispatch_by_size(DType t, F&& f) {  // gathers only move bits
-  switch (element_size(t)) {
-    case 1: return f(TypeTag<uint8_t>{});
-    case 2: return f(TypeTag<uint16_t>{});
-    case 4: return f(TypeTag<uint32_t>{});
-    case 8: return f(TypeTag<uint64_t>{});
-    default: KILN_FAIL("gather: unsupported element size ", element_size(t));
-  }
-}
 
 void run_gather(const IndexSpace& s, const Tensor& self, const Tensor& index, const Tensor& other, const Bounds& b,
                 const char* op) {

@@ -46,13 +46,11 @@ __global__ void increment_steps_kernel(StepMeta sm, const float* found_inf) {
 // Per chunk: sum of |x|^p (NormTerm), or max |x| when `inf` (NaN wins), accumulated in double.
 template <class P>
 __global__ void __launch_bounds__(kBlock) norm_partials_kernel(ListMeta<1> a, double p, bool inf, double* partials) {
-  const int t = mt::tensor_of(a.map, blockIdx.x);
-  int64_t begin, end;
-  mt::chunk_range(a.map, t, begin, end);
-  const P* x = static_cast<const P*>(a.ptr[0][t]);
+  const mt::Chunk ch = mt::block_chunk(a.map);
+  const P* x = static_cast<const P*>(a.ptr[0][ch.t]);
   const math::NormTerm term{p};
   double acc = 0.0;
-  mt::for_each_run(begin, end, mt::vec_aligned(x), [&](auto len, int64_t i) {
+  mt::for_each_run(ch.begin, ch.end, mt::vec_aligned(x), [&](auto len, int64_t i) {
     constexpr int N = decltype(len)::value;
     P r[N];
     mt::load_n<N>(x + i, r);
@@ -85,32 +83,21 @@ __global__ void __launch_bounds__(kBlock) norm_final_kernel(const double* partia
 template <class P>
 __global__ void __launch_bounds__(kBlock) scale_kernel(ListMeta<1> a, const double* scale) {
   using M = opmath_t<P>;
-  const int t = mt::tensor_of(a.map, blockIdx.x);
-  int64_t begin, end;
-  mt::chunk_range(a.map, t, begin, end);
-  P* x = static_cast<P*>(a.ptr[0][t]);
+  const mt::Chunk ch = mt::block_chunk(a.map);
+  P* x = static_cast<P*>(a.ptr[0][ch.t]);
   const M k = static_cast<M>(*scale);
-  mt::for_each_run(begin, end, mt::vec_aligned(x), [&](auto len, int64_t i) {
-    constexpr int N = decltype(len)::value;
-    P r[N];
-    mt::load_n<N>(x + i, r);
-#pragma unroll
-    for (int j = 0; j < N; ++j) r[j] = static_cast<P>(static_cast<M>(r[j]) * k);
-    mt::store_n<N>(x + i, r);
-  });
+  mt::update_in_place(x, ch.begin, ch.end, [&](P r) { return static_cast<P>(static_cast<M>(r) * k); });
 }
 
 // x = x + w (y - x) (math::LerpOp), in the opmath type.
 template <class P>
 __global__ void __launch_bounds__(kBlock) lerp_kernel(ListMeta<2> a, double weight) {
   using M = opmath_t<P>;
-  const int t = mt::tensor_of(a.map, blockIdx.x);
-  int64_t begin, end;
-  mt::chunk_range(a.map, t, begin, end);
-  P* x = static_cast<P*>(a.ptr[0][t]);
-  const P* y = static_cast<const P*>(a.ptr[1][t]);
+  const mt::Chunk ch = mt::block_chunk(a.map);
+  P* x = static_cast<P*>(a.ptr[0][ch.t]);
+  const P* y = static_cast<const P*>(a.ptr[1][ch.t]);
   const math::LerpOp<M> f{static_cast<M>(weight)};
-  mt::for_each_run(begin, end, mt::vec_aligned(x) && mt::vec_aligned(y), [&](auto len, int64_t i) {
+  mt::for_each_run(ch.begin, ch.end, mt::vec_aligned(x) && mt::vec_aligned(y), [&](auto len, int64_t i) {
     constexpr int N = decltype(len)::value;
     P rx[N], ry[N];
     mt::load_n<N>(x + i, rx);
@@ -213,23 +200,33 @@ namespace {
 
 // ---------------------------------------------------------------- norm, scale, lerp
 
-Tensor norm(const std::vector<Tensor>& tensors, double norm_type) {
-  const char* op = "multi_tensor_norm";
-  KILN_CHECK(norm_type > 0, op, ": norm_type must be positive (or inf), got ", norm_type);
-  const bool inf = std::isinf(norm_type);
-  bool any_f64 = false;
+// The list of norm and scale_, checked (defined, floating, on one CUDA device: returned) and made
+// dense: dense[i] is tensors[i] or, when that is not dense, a contiguous copy; items: the
+// non-empty ones.
+Device dense_list(const char* op, const std::vector<Tensor>& tensors, std::vector<Tensor>& dense,
+                  std::vector<Item>& items) {
   Device dev = Device::cpu();
-  std::vector<Tensor> dense(tensors.size());
-  std::vector<Item> items;
+  dense.resize(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     KILN_CHECK(t.defined(), op, ": tensor ", i, " is undefined");
     if (i == 0) dev = t.device();
     check_cuda_tensor(t, dev, op, i);
-    any_f64 |= t.dtype() == DType::F64;
     dense[i] = is_dense(t) ? t : contiguous(t);
     if (t.numel() > 0) items.push_back({t.numel(), t.dtype(), static_cast<int>(i)});
   }
+  return dev;
+}
+
+Tensor norm(const std::vector<Tensor>& tensors, double norm_type) {
+  const char* op = "multi_tensor_norm";
+  KILN_CHECK(norm_type > 0, op, ": norm_type must be positive (or inf), got ", norm_type);
+  const bool inf = std::isinf(norm_type);
+  std::vector<Tensor> dense;
+  std::vector<Item> items;
+  const Device dev = dense_list(op, tensors, dense, items);
+  bool any_f64 = false;
+  for (const Tensor& t : tensors) any_f64 |= t.dtype() == DType::F64;
   const DType out_dtype = any_f64 ? DType::F64 : DType::F32;
   if (items.empty()) return zeros({}, TensorOptions().dtype(out_dtype).device(dev));
   DeviceGuard guard(dense[items.front().index]);
@@ -263,20 +260,13 @@ void scale_(const std::vector<Tensor>& tensors, const Tensor& scale) {
   const char* op = "multi_tensor_scale_";
   if (tensors.empty()) return;
   KILN_CHECK(scale.defined(), op, ": scale is undefined");
-  Device dev = Device::cpu();
-  // Non-dense tensors are scaled in a dense copy, then copied back.
-  std::vector<Tensor> work(tensors.size());
-  std::vector<std::pair<Tensor, Tensor>> copy_back;
+  std::vector<Tensor> work;
   std::vector<Item> items;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
-    KILN_CHECK(t.defined(), op, ": tensor ", i, " is undefined");
-    if (i == 0) dev = t.device();
-    check_cuda_tensor(t, dev, op, i);
-    work[i] = is_dense(t) ? t : contiguous(t);
-    if (!is_dense(t)) copy_back.emplace_back(t, work[i]);
-    if (t.numel() > 0) items.push_back({t.numel(), t.dtype(), static_cast<int>(i)});
-  }
+  const Device dev = dense_list(op, tensors, work, items);
+  // Non-dense tensors are scaled in a dense copy, then copied back.
+  std::vector<std::pair<Tensor, Tensor>> copy_back;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (!is_dense(tensors[i])) copy_back.emplace_back(tensors[i], work[i]);
   if (items.empty()) return;
   const Tensor k = device_scalar(scale, DType::F64, dev, op, "scale");
   DeviceGuard guard(work[items.front().index]);

@@ -129,6 +129,33 @@ __device__ __forceinline__ void for_each_run(int64_t begin, int64_t end, bool ve
   }
 }
 
+// This block's chunk, where every chunk kernel starts: tensor t of the launch and the element
+// range [begin, end) within it.
+struct Chunk {
+  int t;
+  int64_t begin, end;
+};
+template <int MaxT>
+__device__ __forceinline__ Chunk block_chunk(const ChunkMap<MaxT>& m) {
+  Chunk ch;
+  ch.t = tensor_of(m, blockIdx.x);
+  chunk_range(m, ch.t, ch.begin, ch.end);
+  return ch;
+}
+
+// x[i] = f(x[i]) for i in [begin, end), in the runs of for_each_run (vector loads where x is aligned).
+template <class P, class F>
+__device__ __forceinline__ void update_in_place(P* x, int64_t begin, int64_t end, F f) {
+  for_each_run(begin, end, vec_aligned(x), [&](auto len, int64_t i) {
+    constexpr int N = decltype(len)::value;
+    P r[N];
+    load_n<N>(x + i, r);
+#pragma unroll
+    for (int j = 0; j < N; ++j) r[j] = f(r[j]);
+    store_n<N>(x + i, r);
+  });
+}
+
 // ---------------------------------------------------------------- host side
 
 // One tensor of a multi-tensor call: its element count (> 0), dtype, and position in the caller's lists.
@@ -335,11 +362,9 @@ template <class Rule, class P, int NBuf>
 __global__ void __launch_bounds__(mt::kBlock) step_update_kernel(OptimMeta a, StepArgs<Rule> s) {
   if (skip_step(s.found_inf)) return;
   using S = state_t<P>;
-  const int t = mt::tensor_of(a.map, blockIdx.x);
-  int64_t begin, end;
-  mt::chunk_range(a.map, t, begin, end);
-  const auto f = s.rule.template update<S>(update_scalars(a, s, t));
-  optim_chunk<P, Rule::kUpdateReadsGrad, NBuf, true>(a, t, begin, end, f);
+  const mt::Chunk ch = mt::block_chunk(a.map);
+  const auto f = s.rule.template update<S>(update_scalars(a, s, ch.t));
+  optim_chunk<P, Rule::kUpdateReadsGrad, NBuf, true>(a, ch.t, ch.begin, ch.end, f);
 }
 
 // The norm pass of a rule with per-tensor norms: per chunk, the sums of the rule's NormTerms.
@@ -347,12 +372,10 @@ template <class Rule, class P>
 __global__ void __launch_bounds__(mt::kBlock) step_norms_kernel(OptimMeta a, StepArgs<Rule> s) {
   if (skip_step(s.found_inf)) return;
   using S = state_t<P>;
-  const int t = mt::tensor_of(a.map, blockIdx.x);
-  int64_t begin, end;
-  mt::chunk_range(a.map, t, begin, end);
-  const auto f = s.rule.template norm_terms<S>(update_scalars(a, s, t));
+  const mt::Chunk ch = mt::block_chunk(a.map);
+  const auto f = s.rule.template norm_terms<S>(update_scalars(a, s, ch.t));
   double sum_a = 0.0, sum_b = 0.0;
-  optim_chunk<P, true, Rule::kNormPassBuffers, false>(a, t, begin, end, [&](S& x, S g, S& b0, S& b1) {
+  optim_chunk<P, true, Rule::kNormPassBuffers, false>(a, ch.t, ch.begin, ch.end, [&](S& x, S g, S& b0, S& b1) {
     const NormTerms n = f(x, g, b0, b1);
     sum_a += n.a;
     sum_b += n.b;

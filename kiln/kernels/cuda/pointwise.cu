@@ -19,8 +19,7 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& in, double a, double b) 
   visit_unary(op, a, b, [&](auto f, auto types) {
     dispatch_op_types(types, in.dtype(), name, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (is_predicate_op<decltype(types)>) launch_pointwise<bool, T, 2>(it, out, f);
-      else launch_pointwise<T, T, 2>(it, out, f);
+      launch_pointwise<op_out_t<decltype(types), T>, T, 2>(it, out, f);
     });
   });
 }
@@ -35,8 +34,7 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& x, const Tensor& y, do
   visit_binary(op, alpha, beta, [&](auto f, auto types) {
     dispatch_op_types(types, x.dtype(), name, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (is_predicate_op<decltype(types)>) launch_pointwise<bool, T, 3>(it, out, f);
-      else launch_pointwise<T, T, 3>(it, out, f);
+      launch_pointwise<op_out_t<decltype(types), T>, T, 3>(it, out, f);
     });
   });
 }
