@@ -57,6 +57,34 @@ Tensor avg_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride 
                   const IntList& padding = {0, 0}, bool count_include_pad = true);
 Tensor adaptive_avg_pool2d(const Tensor& x, const IntList& output_size);
 
+// ---- padding and resizing (kiln/nn/functional/resample.cpp), composed of cat, narrow and
+// index_select, so differentiable (and twice differentiable) on every device.
+// pad lists (left, right) pairs starting with the last dim, as torch.nn.functional.pad:
+// {1, 2} pads the last dim, {1, 1, 2, 2} the last two. mode "constant" pads any number of dims
+// with `value`, and a negative amount crops; "reflect" (the edge is not repeated: the amount must
+// be smaller than the dim), "replicate" (the edge is repeated) and "circular" (wraps around; at
+// most the dim's size) pad the last 1, 2 or 3 dims of an input with one or two more dims
+// ([N, C, W] / [C, W], [N, C, H, W] / [C, H, W], [N, C, D, H, W] / [C, D, H, W]), amounts >= 0.
+Tensor pad(const Tensor& x, const IntList& pad, const std::string& mode = "constant", double value = 0.0);
+
+struct InterpolateOptions {
+  // The output's spatial size, or the factor(s) to scale it by: exactly one of the two. One value
+  // applies to every spatial dim. With scale_factor the output is floor(size * factor) and the
+  // source coordinates use 1 / factor, as PyTorch (recompute_scale_factor unset).
+  KILN_ARG(IntList, size);
+  KILN_ARG(std::vector<double>, scale_factor);
+  // "nearest" (PyTorch's legacy floor rule), "nearest-exact" (pixel centres), "linear" ([N, C, W]
+  // input) or "bilinear" ([N, C, H, W] input).
+  KILN_ARG(std::string, mode) = "nearest";
+  // linear / bilinear: corners of input and output aligned (source = dst * (in - 1) / (out - 1)),
+  // else pixel centres (source = (dst + 0.5) * in / out - 0.5, clamped at 0). Nearest modes
+  // refuse true.
+  KILN_ARG(bool, align_corners) = false;
+};
+// x [N, C, W] or [N, C, H, W] -> the same with the new spatial size; the values and the gradient
+// are PyTorch's (bilinear runs as two separable linear passes, which rounds a little differently).
+Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
+
 // ---- normalisation
 // x [N, C, *]. In training mode uses batch statistics and, when running_mean/var are defined,
 // updates them in place: running = (1 - momentum) * running + momentum * batch (unbiased var).
