@@ -74,15 +74,16 @@ struct InterpolateOptions {
   KILN_ARG(IntList, size);
   KILN_ARG(std::vector<double>, scale_factor);
   // "nearest" (PyTorch's legacy floor rule), "nearest-exact" (pixel centres), "linear" ([N, C, W]
-  // input) or "bilinear" ([N, C, H, W] input).
+  // input), "bilinear" or "bicubic" (Keys, A = -0.75; [N, C, H, W] input), "area" (adaptive
+  // average pooling).
   KILN_ARG(std::string, mode) = "nearest";
-  // linear / bilinear: corners of input and output aligned (source = dst * (in - 1) / (out - 1)),
-  // else pixel centres (source = (dst + 0.5) * in / out - 0.5, clamped at 0). Nearest modes
-  // refuse true.
+  // linear / bilinear / bicubic: corners of input and output aligned (source = dst * (in - 1) /
+  // (out - 1)), else pixel centres (source = (dst + 0.5) * in / out - 0.5; clamped at 0 except
+  // for bicubic). The other modes refuse true.
   KILN_ARG(bool, align_corners) = false;
 };
 // x [N, C, W] or [N, C, H, W] -> the same with the new spatial size; the values and the gradient
-// are PyTorch's (bilinear runs as two separable linear passes, which rounds a little differently).
+// are PyTorch's (bilinear and bicubic run as one pass per dim, which rounds a little differently).
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
 
 // ---- normalisation

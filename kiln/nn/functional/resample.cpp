@@ -2,8 +2,9 @@
 //   constant pad        -> narrow (negative amounts) and cat with full() blocks
 //   reflect / replicate / circular pad -> one index_select per padded dim
 //   nearest resize      -> one index_select per spatial dim
-//   (bi)linear resize   -> per spatial dim, two index_selects (the neighbours) mixed by the
-//                          interpolation weights; bilinear is separable, so two such passes
+//   (bi)linear, bicubic -> per spatial dim, two (four) index_selects of the neighbours mixed by
+//                          the interpolation weights; both are separable, so one pass per dim
+//   area                -> adaptive_avg_pool2d
 // The index and weight tables are computed on the host with PyTorch's source-coordinate rules
 // and copied to x's device; the gradients come from index_select's backward (an index_add).
 #include <cmath>
@@ -94,17 +95,18 @@ Tensor pad_indexed(const Tensor& x, const IntList& pad, const std::string& mode)
   return out;
 }
 
-// One spatial dim's resampling plan: out[o] = w0[o] * in[i0[o]] + w1[o] * in[i1[o]] (w1 empty:
-// nearest, out[o] = in[i0[o]]).
+// One spatial dim's resampling plan: out[o] = sum_k weight[k][o] * in[index[k][o]] over the
+// plan's taps (1 for nearest, with no weights; 2 for linear; 4 for cubic).
 struct AxisPlan {
-  std::vector<int64_t> i0, i1;
-  std::vector<double> w0, w1;
+  std::vector<std::vector<int64_t>> index;
+  std::vector<std::vector<double>> weight;
+  explicit AxisPlan(size_t taps, bool weighted) : index(taps), weight(weighted ? taps : 0) {}
 };
 
 // PyTorch's nearest rules, in float as its kernels compute them. scale: the given scale factor,
 // or 0 when the size was given.
 AxisPlan nearest_plan(int64_t in, int64_t out, double scale, bool exact) {
-  AxisPlan p;
+  AxisPlan p(1, false);
   const float ratio = scale > 0 ? static_cast<float>(1.0 / scale)
                                 : static_cast<float>(in) / static_cast<float>(out);
   for (int64_t o = 0; o < out; ++o) {
@@ -117,51 +119,85 @@ AxisPlan nearest_plan(int64_t in, int64_t out, double scale, bool exact) {
       const float f = exact ? (static_cast<float>(o) + 0.5f) * ratio : static_cast<float>(o) * ratio;
       src = std::min(static_cast<int64_t>(std::floor(f)), in - 1);
     }
-    p.i0.push_back(src);
+    p.index[0].push_back(src);
   }
   return p;
+}
+
+// The source-to-output ratio of the linear and cubic modes (PyTorch's area_pixel_compute_scale).
+template <class T>
+T source_ratio(int64_t in, int64_t out, double scale, bool align_corners) {
+  if (align_corners) return out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0);
+  return scale > 0 ? static_cast<T>(1.0 / scale) : static_cast<T>(in) / static_cast<T>(out);
+}
+
+template <class T>
+T clamp01(T v) {
+  return v < T(0) ? T(0) : (v > T(1) ? T(1) : v);
 }
 
 // PyTorch's linear source coordinates and weights, in T (float for f32/f16/bf16, double for f64).
 template <class T>
 AxisPlan linear_plan(int64_t in, int64_t out, double scale, bool align_corners) {
-  AxisPlan p;
-  T ratio;
-  if (align_corners)
-    ratio = out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0);
-  else
-    ratio = scale > 0 ? static_cast<T>(1.0 / scale) : static_cast<T>(in) / static_cast<T>(out);
+  AxisPlan p(2, true);
+  const T ratio = source_ratio<T>(in, out, scale, align_corners);
   for (int64_t o = 0; o < out; ++o) {
-    if (in == out) {
-      p.i0.push_back(o);
-      p.i1.push_back(o);
-      p.w0.push_back(1.0);
-      p.w1.push_back(0.0);
-      continue;
+    int64_t i0 = o, i1 = o;
+    T l1 = 0;
+    if (in != out) {
+      T real = align_corners ? ratio * static_cast<T>(o) : ratio * (static_cast<T>(o) + T(0.5)) - T(0.5);
+      if (real < T(0)) real = T(0);
+      i0 = static_cast<int64_t>(real);
+      i1 = i0 + (i0 < in - 1 ? 1 : 0);
+      l1 = clamp01(real - static_cast<T>(i0));
     }
-    T real = align_corners ? ratio * static_cast<T>(o) : ratio * (static_cast<T>(o) + T(0.5)) - T(0.5);
-    if (real < T(0)) real = T(0);
-    const int64_t i0 = static_cast<int64_t>(real);
-    const int64_t i1 = i0 + (i0 < in - 1 ? 1 : 0);
-    T l1 = real - static_cast<T>(i0);
-    l1 = l1 < T(0) ? T(0) : (l1 > T(1) ? T(1) : l1);
-    p.i0.push_back(i0);
-    p.i1.push_back(i1);
-    p.w0.push_back(static_cast<double>(T(1) - l1));
-    p.w1.push_back(static_cast<double>(l1));
+    p.index[0].push_back(i0);
+    p.index[1].push_back(i1);
+    p.weight[0].push_back(static_cast<double>(T(1) - l1));
+    p.weight[1].push_back(static_cast<double>(l1));
   }
   return p;
 }
 
+// PyTorch's bicubic: Keys' convolution with A = -0.75 over the 4 neighbours of floor(source)
+// (indices clamped at the border); the source coordinate is not clamped at 0.
+template <class T>
+AxisPlan cubic_plan(int64_t in, int64_t out, double scale, bool align_corners) {
+  AxisPlan p(4, true);
+  const T ratio = source_ratio<T>(in, out, scale, align_corners), A = T(-0.75);
+  auto near = [A](T x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };      // |x| <= 1
+  auto far = [A](T x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };  // 1 < |x| < 2
+  for (int64_t o = 0; o < out; ++o) {
+    const T real = align_corners ? ratio * static_cast<T>(o) : ratio * (static_cast<T>(o) + T(0.5)) - T(0.5);
+    const T fl = std::floor(real);
+    const int64_t base = static_cast<int64_t>(fl);
+    const T t = real - fl;
+    const T w[4] = {far(t + 1), near(t), near(1 - t), far(2 - t)};
+    for (int k = 0; k < 4; ++k) {
+      p.index[k].push_back(std::min(std::max(base - 1 + k, int64_t(0)), in - 1));
+      p.weight[k].push_back(static_cast<double>(w[k]));
+    }
+  }
+  return p;
+}
+
+template <class T>
+AxisPlan weighted_plan(const std::string& mode, int64_t in, int64_t out, double scale, bool align_corners) {
+  return mode == "bicubic" ? cubic_plan<T>(in, out, scale, align_corners)
+                           : linear_plan<T>(in, out, scale, align_corners);
+}
+
 Tensor apply_plan(const Tensor& x, int64_t d, const AxisPlan& p) {
-  Tensor a = gather_along(x, d, p.i0);
-  if (p.w1.empty()) return a;
+  if (p.weight.empty()) return gather_along(x, d, p.index[0]);
   IntList wshape(static_cast<size_t>(x.dim()), 1);
-  wshape[static_cast<size_t>(d)] = static_cast<int64_t>(p.w0.size());
-  auto weights = [&](const std::vector<double>& w) {
-    return kiln::tensor(w, TensorOptions().dtype(DType::F64)).to(x.device(), x.dtype()).view(wshape);
-  };
-  return a * weights(p.w0) + gather_along(x, d, p.i1) * weights(p.w1);
+  wshape[static_cast<size_t>(d)] = static_cast<int64_t>(p.index[0].size());
+  Tensor out;
+  for (size_t k = 0; k < p.index.size(); ++k) {
+    Tensor w = kiln::tensor(p.weight[k], TensorOptions().dtype(DType::F64)).to(x.device(), x.dtype()).view(wshape);
+    Tensor term = gather_along(x, d, p.index[k]) * w;
+    out = out.defined() ? out + term : term;
+  }
+  return out;
 }
 
 }  // namespace
@@ -184,16 +220,19 @@ Tensor pad(const Tensor& x, const IntList& pad, const std::string& mode, double 
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
   const std::string& mode = options.mode();
   KILN_CHECK(x.defined(), "interpolate: input is undefined");
-  KILN_CHECK(mode == "nearest" || mode == "nearest-exact" || mode == "linear" || mode == "bilinear",
-             "interpolate: unknown mode '", mode, "' (expected nearest, nearest-exact, linear or bilinear)");
+  KILN_CHECK(mode == "nearest" || mode == "nearest-exact" || mode == "linear" || mode == "bilinear" ||
+                 mode == "bicubic" || mode == "area",
+             "interpolate: unknown mode '", mode, "' (expected nearest, nearest-exact, linear, bilinear, bicubic or area)");
   KILN_CHECK(x.dim() == 3 || x.dim() == 4, "interpolate: expected a 3-D [N, C, W] or 4-D [N, C, H, W] input, got sizes ",
              x.sizes());
   KILN_CHECK(x.is_floating_point(), "interpolate: expected a floating-point input, got ", x.dtype());
-  const bool linear = mode == "linear" || mode == "bilinear";
+  const bool weighted = mode == "linear" || mode == "bilinear" || mode == "bicubic";
   if (mode == "linear") KILN_CHECK(x.dim() == 3, "interpolate: got a ", x.dim(), "-D input, but mode 'linear' needs a 3-D input");
-  if (mode == "bilinear") KILN_CHECK(x.dim() == 4, "interpolate: got a ", x.dim(), "-D input, but mode 'bilinear' needs a 4-D input");
-  KILN_CHECK(linear || !options.align_corners(),
-             "interpolate: align_corners can only be set with the linear modes (linear, bilinear), got mode '", mode, "'");
+  if (mode == "bilinear" || mode == "bicubic")
+    KILN_CHECK(x.dim() == 4, "interpolate: got a ", x.dim(), "-D input, but mode '", mode, "' needs a 4-D input");
+  KILN_CHECK(weighted || !options.align_corners(),
+             "interpolate: align_corners can only be set with the interpolating modes (linear, bilinear, bicubic), got mode '",
+             mode, "'");
   const int64_t spatial = x.dim() - 2;
   const bool has_size = !options.size().empty(), has_scale = !options.scale_factor().empty();
   KILN_CHECK(has_size != has_scale, has_size ? "interpolate: only one of size or scale_factor should be given"
@@ -220,13 +259,18 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
     KILN_CHECK(in > 0 && out_size[i] > 0, "interpolate: input and output sizes should be greater than 0, got input sizes ",
                x.sizes(), " and output size ", out_size);
   }
+  if (mode == "area") {  // adaptive average pooling, as PyTorch
+    if (spatial == 2) return adaptive_avg_pool2d(x, out_size);
+    return adaptive_avg_pool2d(x.unsqueeze(2), {1, out_size[0]}).squeeze(2);
+  }
   Tensor out = x;
   for (int64_t i = 0; i < spatial; ++i) {
     const int64_t d = i + 2, in = x.size(d), n = out_size[static_cast<size_t>(i)];
     const double s = scales[static_cast<size_t>(i)];
-    AxisPlan p = !linear ? nearest_plan(in, n, s, mode == "nearest-exact")
-                 : x.dtype() == DType::F64 ? linear_plan<double>(in, n, s, options.align_corners())
-                                            : linear_plan<float>(in, n, s, options.align_corners());
+    const bool ac = options.align_corners();
+    AxisPlan p = !weighted ? nearest_plan(in, n, s, mode == "nearest-exact")
+                 : x.dtype() == DType::F64 ? weighted_plan<double>(mode, in, n, s, ac)
+                                            : weighted_plan<float>(mode, in, n, s, ac);
     out = apply_plan(out, d, p);
   }
   return out;
