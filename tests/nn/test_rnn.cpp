@@ -1,4 +1,4 @@
-// nn::LSTMCell and nn::LSTM: outputs, final states and gradients against PyTorch's (torch 2.x,
+// nn::LSTM, nn::GRU, nn::RNN and their cells: outputs, final states and gradients against PyTorch's (torch 2.x,
 // float64, every parameter set to a fixed sequence; pasted below), consistency between the cell,
 // the layer, batch_first and unbatched inputs, f64 gradchecks, dropout between layers, parameter
 // names and initialisation, errors.
@@ -15,10 +15,16 @@ using namespace kiln_test;
 
 namespace {
 
+using kiln::nn::GRU;
+using kiln::nn::GRUCell;
+using kiln::nn::GRUOptions;
 using kiln::nn::LSTM;
 using kiln::nn::LSTMCell;
 using kiln::nn::LSTMOptions;
 using kiln::nn::LSTMState;
+using kiln::nn::RNN;
+using kiln::nn::RNNCell;
+using kiln::nn::RNNOptions;
 
 // sin(arange(n) * a + b) in f64, as the reference script builds its inputs.
 Tensor seq(int64_t n, double a, double b) {
@@ -99,6 +105,46 @@ const std::vector<double> k_lstm_grad_weight_ih_l0 = {
 const std::vector<double> k_lstm_grad_bias_hh_l1_reverse = {
     -0.5296299665258181, -0.46660709254757754, -0.27644005821729006, -0.20402320898793372,
     0.4099027435365318, 0.22638535521064457, -0.17451663445938032, -0.1270835728794538};
+
+// [2, 3, 4]
+const std::vector<double> k_gru_out = {
+    -0.06448429775258155, -0.10272226266266296, -0.09027190629353292, -0.05626953381495734,
+    0.048825055800888834, 0.027687051942649532, -0.0948082120197601, -0.061210393809618534,
+    0.18355601699925944, 0.17838254981495838, -0.19157967034310688, -0.15099144998657782,
+    -0.021408290290659715, 0.009761866702241662, -0.42286186555115535, -0.4623659624085478,
+    0.20266576895324706, 0.2018467537312848, -0.5717179243314464, -0.624483518702398,
+    0.34872818022324015, 0.3420408802459836, -0.38446227805884026, -0.3873354633375247};
+// [4, 2, 2]
+const std::vector<double> k_gru_hn = {
+    0.43624896418964276, 0.46517927288523797, -0.09975053280428436, -0.24467656940508492,
+    -0.769697331424001, -0.8044629913079041, -0.4006506646818986, -0.3999604835463038,
+    0.18355601699925944, 0.17838254981495838, 0.34872818022324015, 0.3420408802459836,
+    -0.09027190629353292, -0.05626953381495734, -0.42286186555115535, -0.4623659624085478};
+// [2, 3, 3]
+const std::vector<double> k_gru_grad_x = {
+    -0.13620639646973495, -0.14516790788195497, -0.15267894954474898, -0.016799178476608514,
+    -0.018579994476620173, -0.020175165313551062, 0.010883112623761227, 0.012110376821596863,
+    0.013216638137389446, -0.27067470164568674, -0.29438952532410395, -0.31516290617772175,
+    0.4241500420480748, 0.4412782776126889, 0.45399740649460213, 0.3792734829376152,
+    0.4015720935398689, 0.4198583285255577};
+// [6, 2]
+const std::vector<double> k_gru_grad_weight_hh_l1 = {
+    -0.01135558695662113, -0.01825284415940232, -0.01172057042742099, -0.019363813701629005,
+    0.045192028380620405, 0.07243800521923696, 0.034835088034419315, 0.06883384930519773,
+    -0.1380017014276229, -0.20570383966205671, -0.13789431986984127, -0.21312757759285095};
+// [3, 2, 2]
+const std::vector<double> k_rnn_relu_out = {
+    0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+// [2, 2, 2]
+const std::vector<double> k_rnn_relu_hn = {
+    2.5320188460542257, 3.132651170659294, 1.7813802787479749, 1.536445370746657, 0.0, 0.0, 0.0,
+    0.0};
+// [2, 2]
+const std::vector<double> k_gru_cell_h = {
+    0.28254920797764604, 0.3514721599066448, 0.40351519250875884, 0.39969052707282365};
+// [2, 2]
+const std::vector<double> k_rnn_cell_h = {
+    0.8178424679447011, 0.8740731972335255, 0.8010389191080072, 0.8138603036428409};
 
 }  // namespace
 
@@ -242,4 +288,55 @@ TEST_CASE("LSTM and LSTMCell: errors", "[rnn]") {
   CHECK_THAT(error_of([&] { cell(kiln::zeros({2, 3}), LSTMState{kiln::zeros({2, 3}), kiln::zeros({2, 3})}); }),
              Catch::Contains("expected hidden[0] of sizes [2, 2], got [2, 3]"));
   CHECK_THAT(error_of([&] { cell(kiln::zeros({2, 3})); }), Catch::Contains("no single-input forward"));
+}
+
+TEST_CASE("GRU: 2 layers, bidirectional, batch_first match PyTorch, with gradients", "[rnn]") {
+  GRU gru(GRUOptions(3, 2).num_layers(2).bidirectional(true).batch_first(true));
+  set_params(gru);
+  CHECK(gru.weights[0].w_ih.sizes() == IntList{6, 3});
+  Tensor x = input().requires_grad_();
+  auto [out, hn] = gru(x, h0());
+  check_close(out, k_gru_out, 0, 1e-13, "output");
+  check_close(hn, k_gru_hn, 0, 1e-13, "h_n");
+  Tensor loss = (out * seq(out.numel(), 0.21, 0.3).view(out.sizes())).sum() +
+                (hn * seq(hn.numel(), 0.13, 0.4).view(hn.sizes())).sum();
+  loss.backward();
+  check_close(x.grad(), k_gru_grad_x, 0, 1e-12, "d input");
+  check_close(gru.weights[2].w_hh.grad(), k_gru_grad_weight_hh_l1, 0, 1e-12, "d weight_hh_l1");
+  CHECK(kiln::equal(gru(input()), std::get<0>(gru(input(), Tensor()))));  // no state: zeros
+  kiln::manual_seed(6);
+  GRU small(GRUOptions(2, 3).num_layers(2));
+  small.to(DType::F64);
+  CHECK(kiln::gradcheck([&](const TL& in) {
+    auto [o, h] = small(in[0], in[1]);
+    return kiln::cat({o.flatten(), h.flatten()});
+  }, {kiln::randn({3, 2, 2}, f64(true)), kiln::randn({2, 2, 3}, f64(true))}));
+}
+
+TEST_CASE("RNN (relu) and the GRU / RNN cells match PyTorch", "[rnn]") {
+  RNN rnn(RNNOptions(3, 2).num_layers(2).nonlinearity("relu"));
+  set_params(rnn);
+  CHECK(rnn.extra_repr() == "3, 2, num_layers=2");  // PyTorch does not print the nonlinearity
+  auto [out, hn] = rnn(input().transpose(0, 1), h0().slice(0, 0, 2));
+  check_close(out, k_rnn_relu_out, 0, 1e-14, "output");
+  check_close(hn, k_rnn_relu_hn, 0, 1e-14, "h_n");
+  GRUCell gc(3, 2);
+  set_params(gc);
+  check_close(gc(input().select(1, 0), h0()[0]), k_gru_cell_h, 0, 1e-14, "GRUCell");
+  CHECK(kiln::equal(gc(input().select(1, 0)), gc(input().select(1, 0), kiln::zeros({2, 2}, f64()))));
+  RNNCell rc(3, 2);
+  set_params(rc);
+  check_close(rc(input().select(1, 0), h0()[0]), k_rnn_cell_h, 0, 1e-14, "RNNCell");
+  CHECK(RNNCell(3, 2, true, "relu").extra_repr() == "3, 2, nonlinearity=relu");
+  CHECK(kiln::gradcheck([&](const TL& in) { return gc(in[0], in[1]); },
+                        {kiln::randn({2, 3}, f64(true)), kiln::randn({2, 2}, f64(true))}));
+  CHECK(kiln::gradcheck([&](const TL& in) { return rc(in[0], in[1]); },
+                        {kiln::randn({3}, f64(true)), kiln::randn({2}, f64(true))}));
+  CHECK_THAT(error_of([&] { RNN bad(RNNOptions(3, 2).nonlinearity("gelu")); }),
+             Catch::Contains("unknown nonlinearity 'gelu'"));
+  CHECK_THAT(error_of([&] { LSTM bad(LSTMOptions(3, 2).nonlinearity("relu")); }),
+             Catch::Contains("nonlinearity is an option of nn::RNN only"));
+  CHECK_THAT(error_of([&] { rnn(kiln::zeros({4, 2, 3}, f64()), kiln::zeros({2, 3, 2}, f64())); }),
+             Catch::Contains("RNN: expected hidden[0] of sizes [2, 2, 2], got [2, 3, 2]"));
+  CHECK_THAT(error_of([&] { gc(kiln::zeros({2, 4}, f64())); }), Catch::Contains("GRUCell: input has inconsistent input_size"));
 }
