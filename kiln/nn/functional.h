@@ -185,5 +185,13 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 // scores per row.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal = false);
+// torch's full form: attn_mask bool (true: the key takes part) or floating (added to the scores),
+// broadcast to [..., Tq, Tk], not together with is_causal; dropout_p on the attention
+// probabilities (always applied: pass 0 in eval, as nanoGPT does); scale instead of 1 / sqrt(D).
+// Without a mask and dropout this is the blocked path above; with either, the composite
+// softmax(q k^T * scale + mask) v of differentiable ops (materialises the scores).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
+                                    double dropout_p = 0.0, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
 
 }  // namespace kiln::nn::functional

@@ -48,6 +48,7 @@ void check_trains(const std::vector<double>& losses, double ratio) {
 struct CausalSelfAttention : nn::Module {
   nn::Linear c_attn, c_proj;
   int64_t n_head;
+  double dropout = 0.1;  // on the attention probabilities, in training
   CausalSelfAttention(int64_t n_embd, int64_t n_head)
       : nn::Module("CausalSelfAttention"), c_attn(n_embd, 3 * n_embd), c_proj(n_embd, n_embd), n_head(n_head) {
     register_module("c_attn", c_attn);
@@ -60,13 +61,14 @@ struct CausalSelfAttention : nn::Module {
     std::vector<Tensor> qkv = c_attn(x).split(C, 2);
     auto heads = [&](const Tensor& t) { return t.view({B, T, n_head, C / n_head}).transpose(1, 2); };
     Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+    const double p = is_training() ? dropout : 0.0;
     Tensor y;
     if (flash) {
-      y = F::scaled_dot_product_attention(q, k, v, /*is_causal=*/true);
+      y = F::scaled_dot_product_attention(q, k, v, /*attn_mask=*/Tensor(), p, /*is_causal=*/true);
     } else {
       Tensor att = q.matmul(k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(k.size(-1))));
       Tensor mask = kiln::ones({T, T}).tril().view({1, 1, T, T});
-      att = att.masked_fill(mask == 0.0, -INFINITY).softmax(-1);
+      att = F::dropout(att.masked_fill(mask == 0.0, -INFINITY).softmax(-1), p, is_training());
       y = att.matmul(v);
     }
     return c_proj(y.transpose(1, 2).contiguous().view({B, T, C}));
@@ -332,10 +334,13 @@ TEST_CASE("model zoo: nanoGPT trains", "[model_zoo]") {
   NanoGPT gpt(16, 8, 2, 2, 16);
   Tensor data = kiln::randint(0, 16, {4, 9});
   Tensor idx = data.slice(1, 0, 8), targets = data.slice(1, 1, 9);
-  // the fused causal attention and nanoGPT's masked fallback agree
+  // the fused causal attention and nanoGPT's masked fallback agree (eval: no attention dropout)
   Tensor x = kiln::randn({2, 8, 16});
   auto& attn = dynamic_cast<GPTBlock&>(gpt.h[0]).attn;
+  gpt.eval();
   CHECK(kiln::allclose(attn.attend(x, true), attn.attend(x, false), 1e-4, 1e-6));
+  gpt.train();
+  CHECK_FALSE(kiln::allclose(attn.attend(x, true), attn.attend(x, false), 1e-4, 1e-6));  // dropout draws
   CHECK(gpt(idx).sizes() == IntList{4, 8, 16});
   auto losses = train(gpt, 25, 1e-2, [&] {
     Tensor logits = gpt(idx);

@@ -17,10 +17,8 @@ namespace {
 namespace F = kiln::nn::functional;
 using kiln::nn::functional::InterpolateOptions;
 
-// sin(arange(n) * a + b) in f64: the inputs the PyTorch references were computed from.
-Tensor seq(int64_t n, double a = 0.37, double b = 0.1) {
-  return kiln::sin(kiln::arange(static_cast<double>(n), f64()) * a + b);
-}
+// The inputs the PyTorch references were computed from.
+Tensor seq(int64_t n, double a = 0.37, double b = 0.1) { return sin_seq(n, a, b); }
 
 // Reference values (PyTorch, float64), row-major; the comment gives the sizes.
 // [2, 1, 5, 7]

@@ -26,22 +26,18 @@ using kiln::nn::RNN;
 using kiln::nn::RNNCell;
 using kiln::nn::RNNOptions;
 
-// sin(arange(n) * a + b) in f64, as the reference script builds its inputs.
-Tensor seq(int64_t n, double a, double b) {
-  return kiln::sin(kiln::arange(static_cast<double>(n), f64()) * a + b);
-}
 
 // Parameter k (in registration order) = 0.5 sin(0.1 i + 0.7 k), as in the reference script.
 void set_params(kiln::nn::Module& m) {
   kiln::NoGradGuard ng;
   m.to(DType::F64);
   int k = 0;
-  for (Tensor p : m.parameters()) p.copy_(seq(p.numel(), 0.1, 0.7 * k++).view(p.sizes()) * 0.5);
+  for (Tensor p : m.parameters()) p.copy_(sin_seq(p.numel(), 0.1, 0.7 * k++).view(p.sizes()) * 0.5);
 }
 
-Tensor input() { return seq(18, 0.29, 0.2).view({2, 3, 3}); }  // [B=2, T=3, I=3] (batch_first)
-Tensor h0() { return seq(16, 0.43, 0.5).view({4, 2, 2}) * 0.3; }
-Tensor c0() { return seq(16, 0.17, 0.9).view({4, 2, 2}) * 0.3; }
+Tensor input() { return sin_seq(18, 0.29, 0.2).view({2, 3, 3}); }  // [B=2, T=3, I=3] (batch_first)
+Tensor h0() { return sin_seq(16, 0.43, 0.5).view({4, 2, 2}) * 0.3; }
+Tensor c0() { return sin_seq(16, 0.17, 0.9).view({4, 2, 2}) * 0.3; }
 
 LSTMOptions ref_options() { return LSTMOptions(3, 2).num_layers(2).bidirectional(true).batch_first(true); }
 
@@ -171,9 +167,9 @@ TEST_CASE("LSTM: gradients match PyTorch", "[rnn]") {
   Tensor x = input().requires_grad_();
   auto [out, state] = lstm(x, LSTMState{h0(), c0()});
   auto [hn, cn] = state;
-  Tensor loss = (out * seq(out.numel(), 0.21, 0.3).view(out.sizes())).sum() +
-                (hn * seq(hn.numel(), 0.13, 0.4).view(hn.sizes())).sum() +
-                (cn * seq(cn.numel(), 0.11, 0.8).view(cn.sizes())).sum();
+  Tensor loss = (out * sin_seq(out.numel(), 0.21, 0.3).view(out.sizes())).sum() +
+                (hn * sin_seq(hn.numel(), 0.13, 0.4).view(hn.sizes())).sum() +
+                (cn * sin_seq(cn.numel(), 0.11, 0.8).view(cn.sizes())).sum();
   loss.backward();
   check_close(x.grad(), k_lstm_grad_x, 0, 1e-12, "d input");
   check_close(lstm.weights[0].w_ih.grad(), k_lstm_grad_weight_ih_l0, 0, 1e-12, "d weight_ih_l0");
@@ -298,8 +294,8 @@ TEST_CASE("GRU: 2 layers, bidirectional, batch_first match PyTorch, with gradien
   auto [out, hn] = gru(x, h0());
   check_close(out, k_gru_out, 0, 1e-13, "output");
   check_close(hn, k_gru_hn, 0, 1e-13, "h_n");
-  Tensor loss = (out * seq(out.numel(), 0.21, 0.3).view(out.sizes())).sum() +
-                (hn * seq(hn.numel(), 0.13, 0.4).view(hn.sizes())).sum();
+  Tensor loss = (out * sin_seq(out.numel(), 0.21, 0.3).view(out.sizes())).sum() +
+                (hn * sin_seq(hn.numel(), 0.13, 0.4).view(hn.sizes())).sum();
   loss.backward();
   check_close(x.grad(), k_gru_grad_x, 0, 1e-12, "d input");
   check_close(gru.weights[2].w_hh.grad(), k_gru_grad_weight_hh_l1, 0, 1e-12, "d weight_hh_l1");
