@@ -71,6 +71,7 @@ set(KILN_PUBLIC_HEADERS
   nn/nn.h
   nn/normalization.h
   nn/options.h
+  nn/rnn.h
   nn/sampling.h
   nn/serialize.h
   optim/adam.h

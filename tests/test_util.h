@@ -165,4 +165,10 @@ inline void check_grad_scaler_backoff_and_growth(kiln::amp::GradScaler& scaler, 
   REQUIRE(scaler.get_scale() == 65536.0);
 }
 
+// sin(arange(n) * a + b) in f64: inputs that a PyTorch script rebuilds exactly, so reference
+// values computed there can be pasted into a test.
+inline kiln::Tensor sin_seq(int64_t n, double a, double b) {
+  return kiln::sin(kiln::arange(static_cast<double>(n), f64()) * a + b);
+}
+
 }  // namespace kiln_test

@@ -257,6 +257,8 @@ class Tensor {
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;  // views, ceil(size / chunks) each
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;  // views, the last may be smaller
   std::vector<Tensor> split(const IntList& split_sizes, int64_t dim = 0) const;  // sizes sum to size(dim)
+  // dim split into `sizes` (one of them may be -1, inferred), as torch.unflatten: a view
+  Tensor unflatten(int64_t dim, const IntList& sizes) const;
   Tensor all() const;  // bool: every element is non-zero
   Tensor all(int64_t dim, bool keepdim = false) const;
   Tensor any() const;  // bool: some element is non-zero

@@ -71,6 +71,26 @@ class Flatten : public Module {
   int64_t start_dim, end_dim;
 };
 
+// Splits dim into `sizes` (one may be -1), as torch.nn.Unflatten: [N, 64] -> [N, 4, 4, 4].
+class Unflatten : public Module {
+ public:
+  Unflatten(int64_t dim, IntList sizes) : Module("Unflatten"), dim(dim), sizes(std::move(sizes)) {}
+  Tensor forward(const Tensor& x) override { return x.unflatten(dim, sizes); }
+  std::string extra_repr() const override;
+  int64_t dim;
+  IntList sizes;
+};
+
+// F::interpolate as a layer, as torch.nn.Upsample: Upsample(F::InterpolateOptions()
+// .scale_factor({2}).mode("bilinear").align_corners(true)).
+class Upsample : public Module {
+ public:
+  explicit Upsample(const functional::InterpolateOptions& options) : Module("Upsample"), options(options) {}
+  Tensor forward(const Tensor& x) override { return functional::interpolate(x, options); }
+  std::string extra_repr() const override;
+  functional::InterpolateOptions options;
+};
+
 struct Pool2dOptions {
   Pool2dOptions(Size2 kernel_size) : kernel_size_(kernel_size), stride_(kernel_size) {}  // NOLINT
   KILN_ARG(Size2, kernel_size);

@@ -53,6 +53,35 @@ Tensor avg_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride 
                   const IntList& padding = {0, 0}, bool count_include_pad = true);
 Tensor adaptive_avg_pool2d(const Tensor& x, const IntList& output_size);
 
+// ---- padding and resizing (kiln/nn/functional/resample.cpp), composed of cat, narrow and
+// index_select, so differentiable (and twice differentiable) on every device.
+// pad lists (left, right) pairs starting with the last dim, as torch.nn.functional.pad:
+// {1, 2} pads the last dim, {1, 1, 2, 2} the last two. mode "constant" pads any number of dims
+// with `value`, and a negative amount crops; "reflect" (the edge is not repeated: the amount must
+// be smaller than the dim), "replicate" (the edge is repeated) and "circular" (wraps around; at
+// most the dim's size) pad the last 1, 2 or 3 dims of an input with one or two more dims
+// ([N, C, W] / [C, W], [N, C, H, W] / [C, H, W], [N, C, D, H, W] / [C, D, H, W]), amounts >= 0.
+Tensor pad(const Tensor& x, const IntList& pad, const std::string& mode = "constant", double value = 0.0);
+
+struct InterpolateOptions {
+  // The output's spatial size, or the factor(s) to scale it by: exactly one of the two. One value
+  // applies to every spatial dim. With scale_factor the output is floor(size * factor) and the
+  // source coordinates use 1 / factor, as PyTorch (recompute_scale_factor unset).
+  KILN_ARG(IntList, size);
+  KILN_ARG(std::vector<double>, scale_factor);
+  // "nearest" (PyTorch's legacy floor rule), "nearest-exact" (pixel centres), "linear" ([N, C, W]
+  // input), "bilinear" or "bicubic" (Keys, A = -0.75; [N, C, H, W] input), "area" (adaptive
+  // average pooling).
+  KILN_ARG(std::string, mode) = "nearest";
+  // linear / bilinear / bicubic: corners of input and output aligned (source = dst * (in - 1) /
+  // (out - 1)), else pixel centres (source = (dst + 0.5) * in / out - 0.5; clamped at 0 except
+  // for bicubic). The other modes refuse true.
+  KILN_ARG(bool, align_corners) = false;
+};
+// x [N, C, W] or [N, C, H, W] -> the same with the new spatial size; the values and the gradient
+// are PyTorch's (bilinear and bicubic run as one pass per dim, which rounds a little differently).
+Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
+
 // ---- normalisation
 // x [N, C, *]. In training mode uses batch statistics and, when running_mean/var are defined,
 // updates them in place: running = (1 - momentum) * running + momentum * batch (unbiased var).
@@ -152,5 +181,13 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
 // scores per row.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal = false);
+// torch's full form: attn_mask bool (true: the key takes part) or floating (added to the scores),
+// broadcast to [..., Tq, Tk], not together with is_causal; dropout_p on the attention
+// probabilities (always applied: pass 0 in eval, as nanoGPT does); scale instead of 1 / sqrt(D).
+// Without a mask and dropout this is the blocked path above; with either, the composite
+// softmax(q k^T * scale + mask) v of differentiable ops (materialises the scores).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
+                                    double dropout_p = 0.0, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
 
 }  // namespace kiln::nn::functional

@@ -43,6 +43,22 @@ Tensor& normal_(Tensor& t, double mean, double std) {
   return fill_from(t, r * std + mean);
 }
 
+Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b) {
+  KILN_CHECK(a < b, "trunc_normal_: the lower bound a (", a, ") must be below the upper bound b (", b, ")");
+  KILN_CHECK(std > 0, "trunc_normal_: std must be positive, got ", std);
+  NoGradGuard ng;
+  const TensorOptions o = TensorOptions().dtype(DType::F64).device(t.device());
+  Tensor r = kiln::randn(t.sizes(), o) * std + mean;
+  for (int round = 0;; ++round) {
+    Tensor outside = logical_or(r < a, r > b);
+    if (!outside.any().item<bool>()) break;
+    KILN_CHECK(round < 1000, "trunc_normal_: [", a, ", ", b, "] holds too little of N(", mean, ", ", std,
+               "^2) to draw from it");
+    r = where(outside, kiln::randn(t.sizes(), o) * std + mean, r);
+  }
+  return fill_from(t, r);
+}
+
 Tensor& constant_(Tensor& t, double value) {
   NoGradGuard ng;
   t.fill_(value);

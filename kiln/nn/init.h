@@ -26,6 +26,10 @@ Tensor& kaiming_uniform_(Tensor& t, double a = 0.0, FanMode mode = FanMode::FanI
                          const std::string& nonlinearity = "leaky_relu");
 Tensor& kaiming_normal_(Tensor& t, double a = 0.0, FanMode mode = FanMode::FanIn,
                         const std::string& nonlinearity = "leaky_relu");
+// N(mean, std) restricted to [a, b] (absolute bounds, as torch.nn.init.trunc_normal_): values
+// outside are redrawn until every one lies inside. [a, b] must hold a usable share of the mass
+// (the draw gives up with an Error after 1000 rounds).
+Tensor& trunc_normal_(Tensor& t, double mean = 0.0, double std = 1.0, double a = -2.0, double b = 2.0);
 // (Semi-)orthogonal rows or columns from a QR decomposition of a Gaussian matrix, times gain.
 Tensor& orthogonal_(Tensor& t, double gain = 1.0);
 

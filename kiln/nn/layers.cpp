@@ -257,6 +257,27 @@ std::string Flatten::extra_repr() const {
   return "start_dim=" + std::to_string(start_dim) + ", end_dim=" + std::to_string(end_dim);
 }
 
+std::string Unflatten::extra_repr() const {
+  std::string s = "dim=" + std::to_string(dim) + ", unflattened_size=(";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + (sizes.size() == 1 ? ",)" : ")");
+}
+
+std::string Upsample::extra_repr() const {
+  std::string s;
+  auto tuple = [](const auto& v, auto str) {
+    if (v.size() == 1) return str(v[0]);
+    std::string t = "(";
+    for (size_t i = 0; i < v.size(); ++i) t += (i ? ", " : "") + str(v[i]);
+    return t + ")";
+  };
+  if (!options.scale_factor().empty())
+    s = "scale_factor=" + tuple(options.scale_factor(), [](double v) { return float_repr(v); });
+  else
+    s = "size=" + tuple(options.size(), [](int64_t v) { return std::to_string(v); });
+  return s + ", mode='" + options.mode() + "'";
+}
+
 std::string Pool2d::extra_repr() const {
   return "kernel_size=" + pair_str(options.kernel_size()) + ", stride=" + pair_str(options.stride()) +
          ", padding=" + pair_str(options.padding());

@@ -17,4 +17,5 @@
 #include "kiln/nn/sampling.h"
 #include "kiln/nn/module.h"
 #include "kiln/nn/normalization.h"
+#include "kiln/nn/rnn.h"
 #include "kiln/nn/serialize.h"

@@ -116,6 +116,39 @@ std::vector<Tensor> split(const Tensor& a, const IntList& split_sizes, int64_t d
   return a.split(split_sizes, dim);
 }
 
+// ---------------------------------------------------------------- unflatten
+
+Tensor Tensor::unflatten(int64_t dim_in, const IntList& sizes_in) const {
+  KILN_CHECK(defined(), "unflatten: input is undefined");
+  KILN_CHECK(dim() > 0, "unflatten: cannot unflatten a 0-dim tensor");
+  const int64_t d = wrap_dim(dim_in, dim(), "unflatten");
+  KILN_CHECK(!sizes_in.empty(), "unflatten: sizes must be non-empty");
+  IntList sz = sizes_in;
+  int64_t infer = -1, known = 1;
+  for (size_t i = 0; i < sz.size(); ++i) {
+    if (sz[i] == -1) {
+      KILN_CHECK(infer < 0, "unflatten: only one dimension can be inferred (-1), got sizes ", sizes_in);
+      infer = static_cast<int64_t>(i);
+    } else {
+      KILN_CHECK(sz[i] >= 0, "unflatten: invalid size ", sz[i], " in sizes ", sizes_in);
+      known *= sz[i];
+    }
+  }
+  const int64_t n = size(d);
+  if (infer >= 0) {
+    KILN_CHECK(known != 0 && n % known == 0, "unflatten: sizes ", sizes_in,
+               " cannot be inferred to multiply up to the size of dim ", d, " (", n, ") of the input of sizes ", sizes());
+    sz[static_cast<size_t>(infer)] = n / known;
+  } else {
+    KILN_CHECK(known == n, "unflatten: sizes ", sizes_in, " don't multiply up to the size of dim ", d, " (",
+               n, ") of the input of sizes ", sizes());
+  }
+  IntList out(sizes().begin(), sizes().begin() + d);
+  out.insert(out.end(), sz.begin(), sz.end());
+  out.insert(out.end(), sizes().begin() + d + 1, sizes().end());
+  return reshape(out);  // splitting one dim is always expressible as a view
+}
+
 // ---------------------------------------------------------------- all, any
 
 namespace {

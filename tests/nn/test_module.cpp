@@ -241,3 +241,22 @@ TEST_CASE("default initialisation follows PyTorch's bounds", "[module][init]") {
   auto vec = kiln::empty({3});
   REQUIRE_THROWS_AS(nn::init::xavier_uniform_(vec), kiln::Error);
 }
+
+TEST_CASE("trunc_normal_ stays inside [a, b] with the truncated normal's mean", "[module][init]") {
+  kiln::manual_seed(4);
+  auto w = kiln::empty({200, 100});
+  nn::init::trunc_normal_(w, 0.5, 1.0, -0.5, 1.0);
+  REQUIRE(w.min().item<double>() >= -0.5);
+  REQUIRE(w.max().item<double>() <= 1.0);
+  REQUIRE(w.min().item<double>() < -0.49);
+  REQUIRE(w.max().item<double>() > 0.99);
+  // mean of N(0.5, 1) cut to [-0.5, 1]: 0.5 + (phi(-1) - phi(0.5)) / (Phi(0.5) - Phi(-1)) = 0.29335
+  REQUIRE(w.mean().item<double>() == Approx(0.29335).margin(0.015));
+  auto v = kiln::empty({256, 128});
+  nn::init::trunc_normal_(v, 0.0, 0.02);  // [-2, 2] is 100 std away: a plain N(0, 0.02^2)
+  REQUIRE(v.std({0, 1}).item<double>() == Approx(0.02).epsilon(0.03));
+  auto s = kiln::empty({4});
+  REQUIRE_THROWS_WITH(nn::init::trunc_normal_(s, 0.0, 1.0, 1.0, 1.0), Catch::Contains("must be below"));
+  REQUIRE_THROWS_WITH(nn::init::trunc_normal_(s, 0.0, 0.0), Catch::Contains("std must be positive"));
+  REQUIRE_THROWS_WITH(nn::init::trunc_normal_(s, 0.0, 1.0, 10.0, 11.0), Catch::Contains("holds too little"));
+}

@@ -11,6 +11,7 @@
 
 #include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
+#include "kiln/core/shape.h"
 #include "kiln/kernels/activation.h"
 #include "kiln/kernels/attention.h"
 #include "kiln/kernels/dropout.h"
@@ -35,17 +36,7 @@ Tensor causal_keep(int64_t Tq, int64_t Tk, Device dev) {
   return arange(static_cast<double>(Tk), o).view({1, Tk}) <= arange(static_cast<double>(Tq), o).view({Tq, 1});
 }
 
-}  // namespace
-
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    bool is_causal) {
-  if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
-    Tensor q2 = amp::to_autocast_low(q), k2 = amp::to_autocast_low(k), v2 = amp::to_autocast_low(v);
-    if (!q2.is_same(q) || !k2.is_same(k) || !v2.is_same(v)) {
-      amp::NoAutocastGuard off;
-      return scaled_dot_product_attention(q2, k2, v2, is_causal);
-    }
-  }
+void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
   const char* op = "scaled_dot_product_attention";
   KILN_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k and v must be defined");
   KILN_CHECK(q.device() == k.device() && k.device() == v.device(), op,
@@ -62,11 +53,26 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   KILN_CHECK(lead_ok && q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), op,
              ": mismatched sizes q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes(),
              " (expected q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] with equal leading dims)");
+  KILN_CHECK(k.size(-2) > 0 || q.size(-2) == 0, op, ": k and v have no keys (sizes k ", k.sizes(), ", v ",
+             v.sizes(), ")");
+}
+
+// The blocked kernels' path: no mask, no dropout; scale 0 means 1 / sqrt(D).
+Tensor blocked_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double scale_in) {
+  if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
+    Tensor q2 = amp::to_autocast_low(q), k2 = amp::to_autocast_low(k), v2 = amp::to_autocast_low(v);
+    if (!q2.is_same(q) || !k2.is_same(k) || !v2.is_same(v)) {
+      amp::NoAutocastGuard off;
+      return blocked_attention(q2, k2, v2, is_causal, scale_in);
+    }
+  }
+  const char* op = "scaled_dot_product_attention";
+  check_qkv(q, k, v);
+  const int64_t nd = q.dim();
   const int64_t Tq = q.size(-2), Tk = k.size(-2), D = q.size(-1), Dv = v.size(-1);
-  KILN_CHECK(Tk > 0 || Tq == 0, op, ": k and v have no keys (sizes k ", k.sizes(), ", v ", v.sizes(), ")");
   int64_t B = 1;
   for (int64_t d = 0; d < nd - 2; ++d) B *= q.size(d);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const double scale = scale_in != 0.0 ? scale_in : 1.0 / std::sqrt(static_cast<double>(D));
   // kernel dtype: f16/bf16 stay native on CUDA; the CPU kernel takes f32 or f64
   const DType cdt = q.dtype() == DType::F64 || q.is_cuda() ? q.dtype() : DType::F32;
   const DType sdt = kernels::norm_stat_dtype(q.dtype());  // lse
@@ -120,6 +126,38 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     });
   }
   return out;
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal) {
+  return blocked_attention(q, k, v, is_causal, 0.0);
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
+                                    double dropout_p, bool is_causal, std::optional<double> scale) {
+  const char* op = "scaled_dot_product_attention";
+  KILN_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, op, ": dropout_p must be in [0, 1], got ", dropout_p);
+  KILN_CHECK(!(attn_mask.defined() && is_causal), op, ": give an attn_mask or is_causal, not both");
+  KILN_CHECK(!scale || *scale != 0.0, op, ": scale must be non-zero");
+  if (!attn_mask.defined() && dropout_p == 0.0) return blocked_attention(q, k, v, is_causal, scale ? *scale : 0.0);
+  check_qkv(q, k, v);
+  const int64_t Tq = q.size(-2), Tk = k.size(-2);
+  const double ninf = -std::numeric_limits<double>::infinity();
+  Tensor s = matmul(q, k.transpose(-2, -1)) * (scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  if (is_causal) s = where(causal_keep(Tq, Tk, q.device()), s, ninf);
+  if (attn_mask.defined()) {
+    KILN_CHECK(attn_mask.device() == q.device(), op, ": attn_mask is on ", attn_mask.device(), " but q is on ",
+               q.device());
+    KILN_CHECK(attn_mask.dtype() == DType::Bool || attn_mask.is_floating_point(), op,
+               ": attn_mask must be bool (true: attend) or floating (added to the scores), got ", attn_mask.dtype());
+    KILN_CHECK(broadcast_shapes(attn_mask.sizes(), s.sizes(), op) == s.sizes(), op, ": attn_mask of sizes ",
+               attn_mask.sizes(), " does not broadcast to the scores' sizes ", s.sizes());
+    s = attn_mask.dtype() == DType::Bool ? where(attn_mask, s, ninf) : s + attn_mask;
+  }
+  Tensor p = kiln::softmax(s, -1);
+  if (dropout_p > 0.0) p = dropout(p, dropout_p, true);
+  return matmul(p, v);
 }
 
 }  // namespace kiln::nn::functional
