@@ -5,7 +5,8 @@
 # then the throughput ratios. MODEL is cnn, resnet18 or gpt (default: all three, in that order).
 # PYTHON must have torch and numpy (e.g. a venv: pip install torch numpy).
 #   cnn       2 epochs, batch 128; PyTorch both as it comes and with denormals flushed
-#   resnet18  RESNET_STEPS steps (default 40; a whole epoch takes ~10 minutes on 2 cores), batch 128
+#   resnet18  RESNET_STEPS steps (default 30; a whole epoch takes ~10 minutes on 2 cores), batch 128,
+#             then the whole test set evaluated (outside the timing, as kiln-train does)
 #   gpt       the char GPT, 300 steps of batch 32 x 128 tokens (kiln-train's default)
 # kiln-train flushes denormals by default (--flush-denormal true), so every model's PyTorch run
 # does too (torch.set_flush_denormal(True)); the CNN also keeps the as-it-comes PyTorch run.
@@ -20,7 +21,7 @@ bin="${1:-build/bin/kiln-train}"
 py="${2:-python3}"
 if (($# > 2)); then models=("${@:3}"); else models=(cnn resnet18 gpt); fi
 rounds="${ROUNDS:-1}"
-resnet_steps="${RESNET_STEPS:-40}"
+resnet_steps="${RESNET_STEPS:-30}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 threads=$(nproc)
 tmp=$(mktemp -d)
@@ -36,6 +37,7 @@ steps_args() { if [[ "$1" == resnet18 ]]; then echo "--max-steps $resnet_steps";
 echo "start: $(uptime)"
 runs=()  # "model side json" records for the report
 for ((r = 1; r <= rounds; r++)); do
+  round_start=$SECONDS
   for m in "${models[@]}"; do
     # shellcheck disable=SC2046
     kiln=$("$bin" --model "$m" --device cpu --threads "$threads" $(steps_args "$m") --out "$tmp/kiln" | tail -n 1)
@@ -51,7 +53,7 @@ for ((r = 1; r <= rounds; r++)); do
     echo "round $r $m pytorch (flush denormal): $torch"
     runs+=("$m pytorch_flush $torch")
   done
-  echo "after round $r: $(uptime)"
+  echo "after round $r ($((SECONDS - round_start)) s): $(uptime)"
 done
 
 python3 - "$resnet_steps" "${runs[@]}" <<'PY'
