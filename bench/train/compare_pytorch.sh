@@ -14,6 +14,11 @@
 # by 10-20% over minutes weighs on both sides alike; per model it prints each round, the median
 # and spread (min-max) of each side, the ratio of the medians and the peak resident memory.
 # The load average is printed at the start, after each round and at the end.
+# On a busy machine, shorter runs (same models, both sides alike; the defaults are kiln-train's):
+#   CNN_STEPS=N  the CNN stops after N steps (default 0: its 2 epochs)
+#   GPT_STEPS=N  the GPT runs N steps (default 300)
+#   TEST_IMAGES=N  evaluate on the first N test images (outside the timing; ResNet-18's
+#                evaluation of all 10,000 takes about as long as its 30 steps)
 # Not a test: a measurement for bench/results and kiln-train's target of 2x PyTorch's speed
 # (docs/guide.md, "kiln-train on the CPU").
 set -euo pipefail
@@ -22,6 +27,8 @@ py="${2:-python3}"
 if (($# > 2)); then models=("${@:3}"); else models=(cnn resnet18 gpt); fi
 rounds="${ROUNDS:-1}"
 resnet_steps="${RESNET_STEPS:-30}"
+cnn_steps="${CNN_STEPS:-0}"
+gpt_steps="${GPT_STEPS:-300}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 threads=$(nproc)
 tmp=$(mktemp -d)
@@ -31,8 +38,27 @@ for m in "${models[@]}"; do
   case "$m" in cnn | resnet18 | gpt) ;; *) echo "compare_pytorch.sh: unknown model '$m' (cnn, resnet18, gpt)" >&2; exit 2 ;; esac
 done
 
-# The same step limit on both sides: resnet18 only (gpt's 300 is both sides' default, cnn runs 2 epochs).
-steps_args() { if [[ "$1" == resnet18 ]]; then echo "--max-steps $resnet_steps"; fi; }
+# The same step limit on both sides (0: none, the CNN's 2 epochs).
+steps_args() {
+  case "$1" in cnn) echo "--max-steps $cnn_steps" ;; resnet18) echo "--max-steps $resnet_steps" ;; gpt) echo "--max-steps $gpt_steps" ;; esac
+}
+
+# Fashion-MNIST for both sides: the installed one, or with TEST_IMAGES its first N test images.
+data=/usr/share/datasets/fashion-mnist
+if [[ -n "${TEST_IMAGES:-}" ]]; then
+  mkdir "$tmp/fashion-mnist"
+  ln -s "$data"/train-* "$tmp/fashion-mnist/"
+  python3 - "$data" "$tmp/fashion-mnist" "$TEST_IMAGES" <<'PY'
+import gzip, sys
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for name, header, item in (("t10k-images-idx3-ubyte.gz", 16, 784), ("t10k-labels-idx1-ubyte.gz", 8, 1)):
+    raw = gzip.open(f"{src}/{name}").read()
+    head = raw[:4] + n.to_bytes(4, "big") + raw[8:header]  # the idx header with the new count
+    gzip.open(f"{dst}/{name}", "wb").write(head + raw[header:header + n * item])
+PY
+  data="$tmp/fashion-mnist"
+fi
+data_args() { if [[ "$1" != gpt ]]; then echo "--data $data"; fi; }
 
 echo "start: $(uptime)"
 runs=()  # "model side json" records for the report
@@ -40,27 +66,32 @@ for ((r = 1; r <= rounds; r++)); do
   round_start=$SECONDS
   for m in "${models[@]}"; do
     # shellcheck disable=SC2046
-    kiln=$("$bin" --model "$m" --device cpu --threads "$threads" $(steps_args "$m") --out "$tmp/kiln" | tail -n 1)
+    kiln=$("$bin" --model "$m" --device cpu --threads "$threads" $(steps_args "$m") $(data_args "$m") --out "$tmp/kiln" | tail -n 1)
     echo "round $r $m kiln:                     $kiln"
     runs+=("$m kiln $kiln")
     if [[ "$m" == cnn ]]; then  # PyTorch as it comes, as this script has always run it
-      torch=$("$py" "$here/pytorch_peer.py" --model "$m" --threads "$threads" | tail -n 1)
+      # shellcheck disable=SC2046
+      torch=$("$py" "$here/pytorch_peer.py" --model "$m" --threads "$threads" $(steps_args "$m") $(data_args "$m") | tail -n 1)
       echo "round $r $m pytorch:                  $torch"
       runs+=("$m pytorch $torch")
     fi
     # shellcheck disable=SC2046
-    torch=$("$py" "$here/pytorch_peer.py" --model "$m" --threads "$threads" --flush-denormal $(steps_args "$m") | tail -n 1)
+    torch=$("$py" "$here/pytorch_peer.py" --model "$m" --threads "$threads" --flush-denormal $(steps_args "$m") $(data_args "$m") \
+      | tail -n 1)
     echo "round $r $m pytorch (flush denormal): $torch"
     runs+=("$m pytorch_flush $torch")
   done
   echo "after round $r ($((SECONDS - round_start)) s): $(uptime)"
 done
 
-python3 - "$resnet_steps" "${runs[@]}" <<'PY'
+python3 - "$cnn_steps" "$resnet_steps" "$gpt_steps" "${TEST_IMAGES:-10000}" "${runs[@]}" <<'PY'
 import json, statistics, sys
-resnet_steps, records = sys.argv[1], [a.split(" ", 2) for a in sys.argv[2:]]
-what = {"cnn": "2 epochs of batch 128 (936 steps)", "resnet18": f"{resnet_steps} steps of batch 128",
-        "gpt": "300 steps of batch 32 x 128 tokens"}
+cnn_steps, resnet_steps, gpt_steps, test_images = sys.argv[1:5]
+records = [a.split(" ", 2) for a in sys.argv[5:]]
+tested = f", tested on {test_images} images" if test_images != "10000" else ""
+what = {"cnn": (f"{cnn_steps} steps" if cnn_steps != "0" else "2 epochs (936 steps)") + " of batch 128" + tested,
+        "resnet18": f"{resnet_steps} steps of batch 128" + tested,
+        "gpt": f"{gpt_steps} steps of batch 32 x 128 tokens"}
 labels = {"kiln": "kiln", "pytorch": "PyTorch", "pytorch_flush": "PyTorch, flush denormal"}
 mb = lambda b: f"{b / 1e6:.0f} MB"
 for model in dict.fromkeys(m for m, _, _ in records):

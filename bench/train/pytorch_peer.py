@@ -254,7 +254,7 @@ def main():
                     help="stop after this many steps (kiln-train's --max-steps; gpt: 300, else no limit)")
     a = ap.parse_args()
     batch, max_lr, default_data = DEFAULTS[a.model]
-    max_steps = a.max_steps if a.max_steps is not None else (300 if a.model == "gpt" else 0)
+    max_steps = a.max_steps or (300 if a.model == "gpt" else 0)  # gpt: 0 means 300, as in kiln-train
 
     torch.set_num_threads(a.threads)
     if a.flush_denormal:
