@@ -100,7 +100,7 @@ for model in dict.fromkeys(m for m, _, _ in records):
         if m == model:
             sides.setdefault(side, []).append(json.loads(line))
     unit = "tokens/s" if model == "gpt" else "images/s"
-    n = len(sides["kiln"])
+    n = max(len(rs) for rs in sides.values())
     threads = sides["pytorch_flush"][0]["threads"]
     print(f"\n### {model}: {what[model]}, {threads} threads ({unit}, {n} round{'s' if n > 1 else ''})\n")
     print("| run | " + " | ".join(f"round {i + 1}" for i in range(n))
@@ -116,7 +116,7 @@ for model in dict.fromkeys(m for m, _, _ in records):
         else:
             mem_text = mb(mem)
         acc = statistics.median(r["test_accuracy"] for r in rs)
-        print(f"| {labels[side]} | " + " | ".join(f"{s:,.0f}" for s in sps)
+        print(f"| {labels[side]} | " + " | ".join([f"{s:,.0f}" for s in sps] + ["-"] * (n - len(sps)))
               + f" | **{medians[side]:,.0f}** | {min(sps):,.0f}-{max(sps):,.0f} | {mem_text} | {100 * acc:.2f}% |")
     print()
     for side in sides:
