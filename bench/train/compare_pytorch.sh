@@ -1,50 +1,127 @@
 #!/usr/bin/env bash
-# Usage: [ROUNDS=N] bench/train/compare_pytorch.sh [KILN_TRAIN] [PYTHON]
-# kiln-train's default CNN run and its PyTorch peer (bench/train/pytorch_peer.py: same model,
-# batch, optimizer, schedule and thread count) back to back on this machine's CPU, PyTorch both
-# as it comes and with denormals flushed, then the throughput ratios. PYTHON must have torch and numpy (e.g. a venv: pip install torch numpy).
-# ROUNDS (default 1) repeats the three runs in turn and also reports the median of each, so that
-# a shared VM whose speed drifts by 10-20% over minutes weighs on all three alike.
-# Not a test: a measurement for bench/results and kiln-train's target of 2x PyTorch's speed (docs/guide.md, "kiln-train on the CPU").
+# Usage: [ROUNDS=N] [RESNET_STEPS=N] bench/train/compare_pytorch.sh [KILN_TRAIN] [PYTHON] [MODEL...]
+# kiln-train's default CPU runs and their PyTorch peers (bench/train/pytorch_peer.py: same model,
+# data, batch, optimizer, schedule, steps and thread count) back to back on this machine's CPU,
+# then the throughput ratios. MODEL is cnn, resnet18 or gpt (default: all three, in that order).
+# PYTHON must have torch and numpy (e.g. a venv: pip install torch numpy).
+#   cnn       2 epochs, batch 128; PyTorch both as it comes and with denormals flushed
+#   resnet18  RESNET_STEPS steps (default 30; a whole epoch takes ~10 minutes on 2 cores), batch 128,
+#             then the whole test set evaluated (outside the timing, as kiln-train does)
+#   gpt       the char GPT, 300 steps of batch 32 x 128 tokens (kiln-train's default)
+# kiln-train flushes denormals by default (--flush-denormal true), so every model's PyTorch run
+# does too (torch.set_flush_denormal(True)); the CNN also keeps the as-it-comes PyTorch run.
+# ROUNDS (default 1) repeats every model's runs in turn, so that a shared VM whose speed drifts
+# by 10-20% over minutes weighs on both sides alike; per model it prints each round, the median
+# and spread (min-max) of each side, the ratio of the medians and the peak resident memory.
+# The load average is printed at the start, after each round and at the end.
+# On a busy machine, shorter runs (same models, both sides alike; the defaults are kiln-train's):
+#   CNN_STEPS=N  the CNN stops after N steps (default 0: its 2 epochs)
+#   GPT_STEPS=N  the GPT runs N steps (default 300)
+#   TEST_IMAGES=N  evaluate on the first N test images (outside the timing; ResNet-18's
+#                evaluation of all 10,000 takes about as long as its 30 steps)
+# Not a test: a measurement for bench/results and kiln-train's target of 2x PyTorch's speed
+# (docs/guide.md, "kiln-train on the CPU").
 set -euo pipefail
 bin="${1:-build/bin/kiln-train}"
 py="${2:-python3}"
+if (($# > 2)); then models=("${@:3}"); else models=(cnn resnet18 gpt); fi
 rounds="${ROUNDS:-1}"
+resnet_steps="${RESNET_STEPS:-30}"
+cnn_steps="${CNN_STEPS:-0}"
+gpt_steps="${GPT_STEPS:-300}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 threads=$(nproc)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-runs=()
-for ((r = 1; r <= rounds; r++)); do
-  kiln=$("$bin" --device cpu --threads "$threads" --out "$tmp/kiln" | tail -n 1)
-  # PyTorch as it comes, and with torch.set_flush_denormal(True), the counterpart of kiln-train's
-  # default --flush-denormal true (late in training the CNN's gradients go denormal)
-  torch=$("$py" "$here/pytorch_peer.py" /usr/share/datasets/fashion-mnist "$threads" | tail -n 1)
-  torch_flush=$("$py" "$here/pytorch_peer.py" /usr/share/datasets/fashion-mnist "$threads" flush | tail -n 1)
-  echo "round $r kiln:                     $kiln"
-  echo "round $r pytorch:                  $torch"
-  echo "round $r pytorch (flush denormal): $torch_flush"
-  runs+=("$kiln" "$torch" "$torch_flush")
+
+for m in "${models[@]}"; do
+  case "$m" in cnn | resnet18 | gpt) ;; *) echo "compare_pytorch.sh: unknown model '$m' (cnn, resnet18, gpt)" >&2; exit 2 ;; esac
 done
-python3 - "${runs[@]}" <<'PY'
-import json, statistics, sys
-runs = [json.loads(a) for a in sys.argv[1:]]
-kiln, torch, flush = runs[0::3], runs[1::3], runs[2::3]
-def report(k, t, label):
-    mode = "flush denormal" if t.get("flush_denormal") else "default"
-    print(f"{label}throughput kiln / PyTorch ({t['framework']}, {mode}, {t['threads']} threads): "
-          f"{k['samples_per_second']:.0f} / {t['samples_per_second']:.0f} images/s = "
-          f"{k['samples_per_second'] / t['samples_per_second']:.2f}x; test accuracy "
-          f"{100 * k['test_accuracy']:.2f}% / {100 * t['test_accuracy']:.2f}%")
-for i, k in enumerate(kiln):
-    label = f"round {i + 1}: " if len(kiln) > 1 else ""
-    report(k, torch[i], label)
-    report(k, flush[i], label)
-if len(kiln) > 1:
-    def med(rs):
-        m = dict(rs[0])
-        m["samples_per_second"] = statistics.median(r["samples_per_second"] for r in rs)
-        return m
-    report(med(kiln), med(torch), f"median of {len(kiln)}: ")
-    report(med(kiln), med(flush), f"median of {len(kiln)}: ")
+
+# The same step limit on both sides (0: none, the CNN's 2 epochs).
+steps_args() {
+  case "$1" in cnn) echo "--max-steps $cnn_steps" ;; resnet18) echo "--max-steps $resnet_steps" ;; gpt) echo "--max-steps $gpt_steps" ;; esac
+}
+
+# Fashion-MNIST for both sides: the installed one, or with TEST_IMAGES its first N test images.
+data=/usr/share/datasets/fashion-mnist
+if [[ -n "${TEST_IMAGES:-}" ]]; then
+  mkdir "$tmp/fashion-mnist"
+  ln -s "$data"/train-* "$tmp/fashion-mnist/"
+  python3 - "$data" "$tmp/fashion-mnist" "$TEST_IMAGES" <<'PY'
+import gzip, sys
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for name, header, item in (("t10k-images-idx3-ubyte.gz", 16, 784), ("t10k-labels-idx1-ubyte.gz", 8, 1)):
+    raw = gzip.open(f"{src}/{name}").read()
+    head = raw[:4] + n.to_bytes(4, "big") + raw[8:header]  # the idx header with the new count
+    gzip.open(f"{dst}/{name}", "wb").write(head + raw[header:header + n * item])
 PY
+  data="$tmp/fashion-mnist"
+fi
+data_args() { if [[ "$1" != gpt ]]; then echo "--data $data"; fi; }
+
+echo "start: $(uptime)"
+runs=()  # "model side json" records for the report
+for ((r = 1; r <= rounds; r++)); do
+  round_start=$SECONDS
+  for m in "${models[@]}"; do
+    # shellcheck disable=SC2046
+    kiln=$("$bin" --model "$m" --device cpu --threads "$threads" $(steps_args "$m") $(data_args "$m") --out "$tmp/kiln" | tail -n 1)
+    echo "round $r $m kiln:                     $kiln"
+    runs+=("$m kiln $kiln")
+    if [[ "$m" == cnn ]]; then  # PyTorch as it comes, as this script has always run it
+      # shellcheck disable=SC2046
+      torch=$("$py" "$here/pytorch_peer.py" --model "$m" --threads "$threads" $(steps_args "$m") $(data_args "$m") | tail -n 1)
+      echo "round $r $m pytorch:                  $torch"
+      runs+=("$m pytorch $torch")
+    fi
+    # shellcheck disable=SC2046
+    torch=$("$py" "$here/pytorch_peer.py" --model "$m" --threads "$threads" --flush-denormal $(steps_args "$m") $(data_args "$m") \
+      | tail -n 1)
+    echo "round $r $m pytorch (flush denormal): $torch"
+    runs+=("$m pytorch_flush $torch")
+  done
+  echo "after round $r ($((SECONDS - round_start)) s): $(uptime)"
+done
+
+python3 - "$cnn_steps" "$resnet_steps" "$gpt_steps" "${TEST_IMAGES:-10000}" "${runs[@]}" <<'PY'
+import json, statistics, sys
+cnn_steps, resnet_steps, gpt_steps, test_images = sys.argv[1:5]
+records = [a.split(" ", 2) for a in sys.argv[5:]]
+tested = f", tested on {test_images} images" if test_images != "10000" else ""
+what = {"cnn": (f"{cnn_steps} steps" if cnn_steps != "0" else "2 epochs (936 steps)") + " of batch 128" + tested,
+        "resnet18": f"{resnet_steps} steps of batch 128" + tested,
+        "gpt": f"{gpt_steps} steps of batch 32 x 128 tokens"}
+labels = {"kiln": "kiln", "pytorch": "PyTorch", "pytorch_flush": "PyTorch, flush denormal"}
+mb = lambda b: f"{b / 1e6:.0f} MB"
+for model in dict.fromkeys(m for m, _, _ in records):
+    sides = {}
+    for m, side, line in records:
+        if m == model:
+            sides.setdefault(side, []).append(json.loads(line))
+    unit = "tokens/s" if model == "gpt" else "images/s"
+    n = max(len(rs) for rs in sides.values())
+    threads = sides["pytorch_flush"][0]["threads"]
+    print(f"\n### {model}: {what[model]}, {threads} threads ({unit}, {n} round{'s' if n > 1 else ''})\n")
+    print("| run | " + " | ".join(f"round {i + 1}" for i in range(n))
+          + " | median | spread (min-max) | peak RSS (median) | test accuracy (median) |")
+    print("|---" * (n + 5) + "|")
+    medians = {}
+    for side, rs in sides.items():
+        sps = [r["samples_per_second"] for r in rs]
+        medians[side] = statistics.median(sps)
+        mem = statistics.median(r["peak_memory_bytes"] for r in rs)
+        if "import_memory_bytes" in rs[0]:  # PyTorch: how much of it is the imported libraries
+            mem_text = f"{mb(mem)} ({mb(statistics.median(r['import_memory_bytes'] for r in rs))} after import)"
+        else:
+            mem_text = mb(mem)
+        acc = statistics.median(r["test_accuracy"] for r in rs)
+        print(f"| {labels[side]} | " + " | ".join([f"{s:,.0f}" for s in sps] + ["-"] * (n - len(sps)))
+              + f" | **{medians[side]:,.0f}** | {min(sps):,.0f}-{max(sps):,.0f} | {mem_text} | {100 * acc:.2f}% |")
+    print()
+    for side in sides:
+        if side != "kiln":
+            print(f"- ratio of medians, kiln / {labels[side]}: **{medians['kiln'] / medians[side]:.2f}x**")
+PY
+echo
+echo "end: $(uptime)"
