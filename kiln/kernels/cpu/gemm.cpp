@@ -308,48 +308,40 @@ void check_shapes(MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c)
              "gemm: the output needs a unit stride in one dimension");
 }
 
-int resolve_threads(int threads) {
-  if (threads > 0) return threads;
-  return omp_in_parallel() ? 1 : omp_get_max_threads();
+// The checks and the layout cases both dtypes share; run(a, b, c) gets a row-major C and a
+// non-empty product.
+template <class T, class Run>
+void gemm_checked(MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c, bool accumulate, Run&& run) {
+  check_shapes(a, b, c);
+  if (c.rows == 0 || c.cols == 0) return;
+  if (c.cs != 1) {
+    if (c.cols == 1) {
+      c.cs = 1;  // a single column: any row stride works as a row-major leading dimension
+    } else {  // column-major C: compute C^T = B^T A^T, which is row-major
+      gemm_checked(b.t(), a.t(), c.t(), accumulate, run);
+      return;
+    }
+  }
+  if (a.cols == 0) return empty_product(c, accumulate);
+  run(a, b, c);
 }
 
 }  // namespace
 
 void gemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c, bool accumulate,
           int threads) {
-  check_shapes(a, b, c);
-  if (c.rows == 0 || c.cols == 0) return;
-  if (c.cs != 1) {  // column-major C: compute C^T = B^T A^T, which is row-major
-    if (c.cols == 1) {
-      c.cs = 1;  // a single column: any row stride works as a row-major leading dimension
-    } else {
-      gemm(b.t(), a.t(), c.t(), accumulate, threads);
-      return;
-    }
-  }
-  if (a.cols == 0) return empty_product(c, accumulate);
+  gemm_checked(a, b, c, accumulate, [&](auto a_, auto b_, auto c_) {
 #if KILN_OWN_SGEMM
-  own_sgemm_parallel(a, b, c, accumulate, resolve_threads(threads));
+    own_sgemm_parallel(a_, b_, c_, accumulate, threads > 0 ? threads : omp_in_parallel() ? 1 : omp_get_max_threads());
 #else
-  (void)resolve_threads(threads);
-  eigen_gemm(a, b, c, accumulate);
+    eigen_gemm(a_, b_, c_, accumulate);
 #endif
+  });
 }
 
 void gemm(MatrixView<const double> a, MatrixView<const double> b, MatrixView<double> c, bool accumulate,
           int threads) {
-  check_shapes(a, b, c);
-  if (c.rows == 0 || c.cols == 0) return;
-  if (c.cs != 1) {
-    if (c.cols == 1) {
-      c.cs = 1;
-    } else {
-      gemm(b.t(), a.t(), c.t(), accumulate, threads);
-      return;
-    }
-  }
-  if (a.cols == 0) return empty_product(c, accumulate);
-  eigen_gemm(a, b, c, accumulate);
+  gemm_checked(a, b, c, accumulate, [&](auto a_, auto b_, auto c_) { eigen_gemm(a_, b_, c_, accumulate); });
 }
 
 bool gemm_uses_own_kernel() { return KILN_OWN_SGEMM != 0; }
