@@ -17,12 +17,14 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     Tensor tensor;
     size_t bucket = 0;
     Tensor slot;  // the parameter's gradient slot in its bucket, shaped as the parameter
+    bool returned = false;  // this backward: the average was copied into .grad on completion
   };
   struct Bucket {
     Tensor flat;
     std::vector<size_t> params;
     size_t pending = 0;  // slots not ready in this backward
     std::shared_ptr<Work> work;
+    std::vector<size_t> filled_from_grad;  // this backward: slots copied from a defined .grad
   };
 
   std::vector<Param> params;
@@ -45,6 +47,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
   void on_grad_ready(size_t i, Tensor& param);
   void fill_slot(size_t i, bool has_contribution);
   void launch_ready_buckets();
+  void return_averages_on_completion(Bucket& b);
   void finalize();
   void rebuild_in_observed_order();
   void reset_iteration();
@@ -128,9 +131,11 @@ void Reducer::State::build_buckets(const std::vector<std::vector<size_t>>& group
 
 void Reducer::State::reset_iteration() {
   std::fill(ready.begin(), ready.end(), 0);
+  for (Param& p : params) p.returned = false;
   for (Bucket& b : buckets) {
     b.pending = b.params.size();
     b.work.reset();
+    b.filled_from_grad.clear();
   }
   next_launch = 0;
 }
@@ -176,6 +181,7 @@ void Reducer::State::fill_slot(size_t i, bool has_contribution) {
       }
     } else {
       p.slot.copy_(g);
+      buckets[p.bucket].filled_from_grad.push_back(i);
     }
   } else {
     p.slot.zero_();
@@ -184,11 +190,36 @@ void Reducer::State::fill_slot(size_t i, bool has_contribution) {
   --buckets[p.bucket].pending;
 }
 
+// Without bucket views the averages must be copied back into .grad. On the CPU the backend's
+// worker does it as soon as the bucket's all-reduce ends, while backward still runs, instead of
+// the end-of-backward callback doing all of them at once (docs/data_parallel.md, "DDP"). The
+// gradients it writes are final for this backward (their hooks ran) and nothing reads them
+// before finalize() has waited on the work. CUDA buckets are copied in finalize() on the
+// compute stream.
+void Reducer::State::return_averages_on_completion(Bucket& b) {
+  if (config.gradient_as_bucket_view || !b.flat.device().is_cpu() ||
+      b.filled_from_grad.empty())
+    return;
+  std::vector<std::pair<Tensor, Tensor>> copies;  // (.grad, its slot)
+  for (size_t i : b.filled_from_grad) {
+    copies.emplace_back(params[i].tensor.grad(), params[i].slot);
+    params[i].returned = true;
+  }
+  b.work->then([copies = std::move(copies)] {
+    NoGradGuard no_grad;
+    for (const auto& [grad, slot] : copies) {
+      Tensor destination = grad;
+      destination.copy_(slot);
+    }
+  });
+}
+
 void Reducer::State::launch_ready_buckets() {
   // Strictly in bucket order: a bucket that is complete waits for every earlier one.
   while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
     Bucket& b = buckets[next_launch];
     b.work = group->all_reduce({b.flat}, ReduceOp::Avg);
+    return_averages_on_completion(b);
     ++next_launch;
   }
 }
@@ -252,7 +283,7 @@ void Reducer::State::finalize() {
   }
 
   for (size_t i = 0; i < params.size(); ++i) {
-    if (globally_used[i] == 0.0f) continue;
+    if (globally_used[i] == 0.0f || params[i].returned) continue;
     Param& p = params[i];
     const Tensor& g = p.tensor.grad();
     if (config.gradient_as_bucket_view) {

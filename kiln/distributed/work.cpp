@@ -19,11 +19,38 @@ std::exception_ptr Work::exception() const {
   return error_;
 }
 
-void Work::mark_completed() {
+void Work::then(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return;
-    done_ = true;
+    if (!done_) {
+      callbacks_.push_back(std::move(fn));
+      return;
+    }
+    if (error_) return;
+  }
+  fn();
+}
+
+void Work::mark_completed() {
+  // Callbacks run outside the lock (they may take long, and may call then() themselves); the
+  // work is done only once none is left, so wait() never returns before they ran.
+  for (;;) {
+    std::vector<std::function<void()>> batch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (done_) return;
+      if (callbacks_.empty()) {
+        done_ = true;
+        break;
+      }
+      batch.swap(callbacks_);
+    }
+    try {
+      for (auto& fn : batch) fn();
+    } catch (...) {
+      mark_failed(std::current_exception());
+      return;
+    }
   }
   cv_.notify_all();
 }
@@ -34,6 +61,7 @@ void Work::mark_failed(std::exception_ptr error) {
     if (done_) return;
     done_ = true;
     error_ = std::move(error);
+    callbacks_.clear();
   }
   cv_.notify_all();
 }

@@ -13,6 +13,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace kiln::distributed {
 
@@ -38,7 +39,14 @@ class Work {
   // "all_reduce #12 (Sum, f32, 1 tensor, 262144 elements) on gloo group of 4 ranks".
   const std::string& description() const { return description_; }
 
-  // For backends: finish the work. Thread-safe; the first call wins.
+  // Runs `fn` once the work has succeeded, before wait() returns anywhere: on the thread that
+  // completes it (the backend's worker for gloo, the watchdog for NCCL - so fn must not launch
+  // device work), or at once on this thread when it already has. A throwing fn fails the work
+  // with its error; fn is dropped when the work fails.
+  void then(std::function<void()> fn);
+
+  // For backends: finish the work (after running the then() callbacks). Thread-safe; the
+  // first call wins.
   void mark_completed();
   void mark_failed(std::exception_ptr error);
   // Waits for completion on the host (up to `timeout`); returns false on timeout.
@@ -56,6 +64,7 @@ class Work {
   mutable std::condition_variable cv_;
   bool done_ = false;
   std::exception_ptr error_;
+  std::vector<std::function<void()>> callbacks_;
 };
 
 }  // namespace kiln::distributed

@@ -1,0 +1,85 @@
+// Work (kiln/distributed/work.h): completion, failure, and then() callbacks - that they run
+// before wait() returns, on the completing thread, at once when already done, never after a
+// failure, and that a throwing callback fails the work. In one process, no ranks.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+#include "kiln/core/error.h"
+#include "kiln/distributed/work.h"
+#include "tests/error_of.h"
+
+using kiln::distributed::Work;
+using Catch::Matchers::Contains;
+using kiln_test::error_of;
+using namespace std::chrono_literals;
+
+TEST_CASE("Work::then runs on the completing thread before wait() returns", "[distributed][work]") {
+  Work work("all_reduce #1 (test)");
+  std::atomic<int> ran{0};
+  std::thread::id ran_on;
+  work.then([&] {
+    std::this_thread::sleep_for(50ms);  // a slow callback: wait() must still see it finished
+    ran_on = std::this_thread::get_id();
+    ++ran;
+  });
+  work.then([&] { ran += 10; });
+  REQUIRE_FALSE(work.is_completed());
+  std::thread backend([&] { work.mark_completed(); });
+  const auto backend_id = backend.get_id();
+  work.wait(5000ms);
+  CHECK(ran == 11);
+  CHECK(work.is_success());
+  backend.join();
+  CHECK(ran_on == backend_id);
+}
+
+TEST_CASE("Work::then on a completed work runs at once on the caller", "[distributed][work]") {
+  Work work("barrier #2 (test)");
+  work.mark_completed();
+  int ran = 0;
+  work.then([&] { ++ran; });
+  CHECK(ran == 1);
+  work.mark_completed();  // the first completion wins: nothing runs twice
+  CHECK(ran == 1);
+}
+
+TEST_CASE("Work::then is dropped when the work fails", "[distributed][work]") {
+  Work work("broadcast #3 (test)");
+  int ran = 0;
+  work.then([&] { ++ran; });
+  work.mark_failed(std::make_exception_ptr(kiln::Error("peer 1 closed its connection")));
+  work.then([&] { ++ran; });
+  CHECK(ran == 0);
+  CHECK_FALSE(work.is_success());
+  CHECK_THAT(error_of([&] { work.wait(1000ms); }), Contains("peer 1 closed its connection"));
+}
+
+TEST_CASE("a throwing Work::then callback fails the work with its error", "[distributed][work]") {
+  Work work("all_reduce #4 (test)");
+  int later = 0;
+  work.then([] { throw kiln::Error("copying the bucket back failed"); });
+  work.then([&] { ++later; });
+  work.mark_completed();
+  CHECK(later == 0);
+  CHECK(work.is_completed());
+  CHECK_FALSE(work.is_success());
+  CHECK_THAT(error_of([&] { work.wait(1000ms); }), Contains("copying the bucket back failed"));
+}
+
+TEST_CASE("Work::then added by a running callback still runs before completion",
+          "[distributed][work]") {
+  Work work("all_reduce #5 (test)");
+  int order = 0, first = 0, second = 0;
+  work.then([&] {
+    first = ++order;
+    work.then([&] { second = ++order; });
+  });
+  work.mark_completed();
+  CHECK(first == 1);
+  CHECK(second == 2);
+  CHECK(work.is_success());
+}
