@@ -10,9 +10,10 @@
 //     gradient_as_bucket_view, makes .grad the slot itself) and marks it ready. A bucket whose
 //     slots are all ready is all-reduced (Avg) asynchronously - strictly in bucket order, so all
 //     ranks issue the same collectives in the same order whatever order their hooks ran in.
+//   - Without gradient_as_bucket_view the averages go back into .grad: for CPU buckets on the
+//     backend's thread as soon as the bucket's all-reduce ends (Work::then).
 //   - The first hook of a backward queues a callback (autograd::queue_callback) that runs once
-//     the backward finished: it launches what is left, waits, and copies the averages back
-//     into .grad.
+//     the backward finished: it launches what is left, waits, and copies back what is left.
 //   - After the first reduced iteration the buckets are rebuilt once in the order the gradients
 //     became ready on rank 0 (broadcast, so every rank agrees), as PyTorch does.
 //
