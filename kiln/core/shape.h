@@ -39,5 +39,9 @@ IntList reduction_dims(const IntList& dims, int64_t ndim, const char* op);
 // dense (a permutation of a contiguous layout, channels-last included), so elementwise results
 // keep the memory format of their input (PyTorch's preserve_format). Contiguous otherwise.
 Tensor empty_preserving_layout(const Tensor& like, const TensorOptions& options);
+// The same from a layout alone (sizes and strides), for backward closures that keep the shape of
+// an input but not the input itself.
+Tensor empty_preserving_layout(const IntList& sizes, const IntList& strides,
+                               const TensorOptions& options);
 
 }  // namespace kiln

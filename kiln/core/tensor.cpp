@@ -179,23 +179,29 @@ Tensor empty(const IntList& sizes, const TensorOptions& opts) {
 }
 
 Tensor empty_preserving_layout(const Tensor& like, const TensorOptions& options) {
-  const int64_t nd = like.dim();
-  if (nd < 2 || like.is_contiguous()) return empty(like.sizes(), options);
+  if (like.dim() < 2 || like.is_contiguous()) return empty(like.sizes(), options);
+  return empty_preserving_layout(like.sizes(), like.strides(), options);
+}
+
+Tensor empty_preserving_layout(const IntList& sizes, const IntList& strides,
+                               const TensorOptions& options) {
+  const int64_t nd = static_cast<int64_t>(sizes.size());
+  if (nd < 2) return empty(sizes, options);
   // Order dims by decreasing stride; dense when each stride is the product of the sizes inside it.
   IntList order(nd);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return like.stride(a) > like.stride(b); });
+                   [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
   int64_t expected = 1;
   for (int64_t i = nd - 1; i >= 0; --i) {
     const int64_t d = order[i];
-    if (like.size(d) == 1) continue;
-    if (like.stride(d) != expected) return empty(like.sizes(), options);
-    expected *= like.size(d);
+    if (sizes[d] == 1) continue;
+    if (strides[d] != expected) return empty(sizes, options);
+    expected *= sizes[d];
   }
   IntList permuted(nd), inverse(nd);
   for (int64_t i = 0; i < nd; ++i) {
-    permuted[i] = like.size(order[i]);
+    permuted[i] = sizes[order[i]];
     inverse[order[i]] = i;
   }
   NoGradGuard ng;

@@ -257,6 +257,7 @@ class Tensor {
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;  // views, ceil(size / chunks) each
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;  // views, the last may be smaller
   std::vector<Tensor> split(const IntList& split_sizes, int64_t dim = 0) const;  // sizes sum to size(dim)
+  std::vector<Tensor> unbind(int64_t dim = 0) const;  // views: the select of each index of dim
   // dim split into `sizes` (one of them may be -1, inferred), as torch.unflatten: a view
   Tensor unflatten(int64_t dim, const IntList& sizes) const;
   Tensor all() const;  // bool: every element is non-zero
@@ -453,6 +454,7 @@ Tensor full_like(const Tensor& t, double value, const TensorOptions& opts);
 std::vector<Tensor> chunk(const Tensor& a, int64_t chunks, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& a, const IntList& split_sizes, int64_t dim = 0);
+std::vector<Tensor> unbind(const Tensor& a, int64_t dim = 0);
 Tensor all(const Tensor& a);
 Tensor any(const Tensor& a);
 Tensor norm(const Tensor& a, double p = 2.0, const IntList& dims = {}, bool keepdim = false);

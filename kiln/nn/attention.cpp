@@ -22,7 +22,8 @@ Tensor MultiheadAttention::forward(const Tensor& x) {
   KILN_CHECK(x.dim() == 3 && x.size(2) == embed_dim, "MultiheadAttention: expected [B, T, ", embed_dim,
              "], got sizes ", x.sizes());
   const int64_t B = x.size(0), T = x.size(1), D = embed_dim / num_heads;
-  Tensor qkv_out = qkv(x).view({B, T, 3, num_heads, D}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, D]
+  // q, k, v: [B, H, T, D] views of the projection (unbind: their gradients land in one buffer)
+  auto qkv_out = qkv(x).view({B, T, 3, num_heads, D}).permute({2, 0, 3, 1, 4}).unbind(0);
   Tensor y = functional::scaled_dot_product_attention(qkv_out[0], qkv_out[1], qkv_out[2], causal);
   y = y.transpose(1, 2).reshape({B, T, embed_dim});
   return resid_dropout(proj(y));

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 #include <string>
 
@@ -66,17 +67,55 @@ Tensor Tensor::repeat(const IntList& repeats) const {
   return reshape(padded).reshape(inter).expand(expanded).reshape(out);
 }
 
+namespace {
+
+// split, chunk and unbind: views that tile `base` along dim `d` share one backward node. It writes
+// each part's gradient into its place in one base-sized gradient laid out like the base (so when
+// the base is itself a permuted view, e.g. the q, k, v of a fused projection, the permute's
+// backward is free), where one node per view would zero-fill a base-sized tensor per part and
+// sum them. `starts` are the parts' offsets along d; `squeezed`: unbind's parts lack dim d.
+// Under create_graph the backward is cat / stack, which are differentiable.
+std::vector<Tensor> tile_views(const Tensor& base, int64_t d, const IntList& starts,
+                               const IntList& lengths, bool squeezed) {
+  std::vector<Tensor> parts;
+  {
+    NoGradGuard ng;
+    for (size_t i = 0; i < starts.size(); ++i)
+      parts.push_back(squeezed ? base.select(d, starts[i]) : base.narrow(d, starts[i], lengths[i]));
+  }
+  if (!autograd::any_requires_grad({&base})) return parts;
+  const IntList sizes = base.sizes(), strides = base.strides();
+  std::vector<Tensor*> outputs;
+  for (Tensor& p : parts) outputs.push_back(&p);
+  autograd::record(
+      std::make_shared<autograd::FunctionNode>(
+          squeezed ? "UnbindBackward" : "SplitBackward",
+          [=](const TensorList& g) {
+            if (GradMode::is_enabled()) return TensorList{squeezed ? stack(g, d) : cat(g, d)};
+            Tensor grad = empty_preserving_layout(sizes, strides, g[0].options());
+            for (size_t i = 0; i < g.size(); ++i) {
+              Tensor place = squeezed ? grad.select(d, starts[i]) : grad.narrow(d, starts[i], lengths[i]);
+              place.copy_(g[i]);
+            }
+            return TensorList{grad};
+          }),
+      {&base}, outputs);
+  return parts;
+}
+
+}  // namespace
+
 std::vector<Tensor> Tensor::split(int64_t split_size, int64_t dim_in) const {
   KILN_CHECK(this->dim() > 0, "split: expected a tensor with at least one dimension");
   const int64_t d = wrap_dim(dim_in, this->dim(), "split");
   const int64_t size = this->size(d);
   KILN_CHECK(split_size > 0 || (split_size == 0 && size == 0),
              "split: split_size must be positive, got ", split_size);
-  std::vector<Tensor> out;
   if (size == 0) return {*this};
+  IntList lengths;
   for (int64_t start = 0; start < size; start += split_size)
-    out.push_back(narrow(d, start, std::min(split_size, size - start)));
-  return out;
+    lengths.push_back(std::min(split_size, size - start));
+  return split(lengths, d);
 }
 
 std::vector<Tensor> Tensor::split(const IntList& split_sizes, int64_t dim_in) const {
@@ -89,13 +128,21 @@ std::vector<Tensor> Tensor::split(const IntList& split_sizes, int64_t dim_in) co
   }
   KILN_CHECK(total == size(d), "split: split sizes ", split_sizes, " sum to ", total,
              " but dimension ", d, " has size ", size(d), " (sizes ", sizes(), ")");
-  std::vector<Tensor> out;
+  IntList starts;
   int64_t start = 0;
   for (int64_t s : split_sizes) {
-    out.push_back(narrow(d, start, s));
+    starts.push_back(start);
     start += s;
   }
-  return out;
+  return tile_views(*this, d, starts, split_sizes, false);
+}
+
+std::vector<Tensor> Tensor::unbind(int64_t dim_in) const {
+  KILN_CHECK(this->dim() > 0, "unbind: expected a tensor with at least one dimension");
+  const int64_t d = wrap_dim(dim_in, this->dim(), "unbind");
+  IntList starts(static_cast<size_t>(size(d)));
+  std::iota(starts.begin(), starts.end(), 0);
+  return tile_views(*this, d, starts, IntList(starts.size(), 1), true);
 }
 
 std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t dim_in) const {
@@ -115,6 +162,7 @@ std::vector<Tensor> split(const Tensor& a, int64_t split_size, int64_t dim) { re
 std::vector<Tensor> split(const Tensor& a, const IntList& split_sizes, int64_t dim) {
   return a.split(split_sizes, dim);
 }
+std::vector<Tensor> unbind(const Tensor& a, int64_t dim) { return a.unbind(dim); }
 
 // ---------------------------------------------------------------- unflatten
 

@@ -77,6 +77,54 @@ TEST_CASE("chunk and split", "[shape]") {
   REQUIRE(error_of([&] { m.split(0); }).find("split_size must be positive") != std::string::npos);
 }
 
+TEST_CASE("unbind: views of each index, one backward for all of them", "[shape]") {
+  auto x = kiln::arange(24, DType::F64).view({2, 3, 4});
+  auto parts = x.unbind(1);
+  REQUIRE(parts.size() == 3);
+  REQUIRE(parts[1].sizes() == IntList{2, 4});
+  REQUIRE(values(parts[1]) == std::vector<double>{4, 5, 6, 7, 16, 17, 18, 19});
+  REQUIRE(parts[2].storage() == x.storage());  // views
+  REQUIRE(kiln::unbind(x, -1).size() == 4);
+  REQUIRE(kiln::unbind(kiln::empty({0, 3}, f64()), 0).empty());
+  REQUIRE(error_of([] { kiln::scalar_tensor(1.0).unbind(); }).find("at least one dimension") !=
+          std::string::npos);
+  // a part that gets no gradient contributes zeros; parts used twice accumulate
+  REQUIRE(kiln::gradcheck(
+      [](const TL& in) {
+        auto p = in[0].unbind(1);
+        return p[0] * p[2] + p[0].sum();
+      },
+      {kiln::randn({3, 4, 2}, f64(true))}));
+}
+
+TEST_CASE("split and unbind of a permuted view: the gradient has the base's layout",
+          "[shape]") {
+  // The pattern of a fused q/k/v projection: [B, T, 3, H, D] -> [3, B, H, T, D] -> q, k, v.
+  auto x = kiln::randn({2, 5, 3, 2, 4}, f64(true));
+  auto base = x.permute({2, 0, 3, 1, 4});
+  auto qkv = base.unbind(0);
+  auto w = kiln::randn({2, 2, 5, 4}, f64());
+  auto loss = (qkv[0] * w).sum() + (qkv[1] * qkv[2]).sum();
+  auto g = kiln::autograd::grad({loss}, {base})[0];
+  REQUIRE(g.sizes() == base.sizes());
+  REQUIRE(g.strides() == base.strides());  // so the permute's backward is free
+  auto again = x.permute({2, 0, 3, 1, 4}).unbind(0);
+  auto gx = kiln::autograd::grad({(again[0] * w).sum() + (again[1] * again[2]).sum()}, {x})[0];
+  REQUIRE(gx.is_contiguous());
+  {
+    kiln::NoGradGuard ng;
+    auto xp = x.permute({2, 0, 3, 1, 4});
+    std::vector<double> want = values(kiln::stack({w, xp[2], xp[1]}, 0).permute({1, 3, 0, 2, 4}).contiguous());
+    check_close(gx, want, 1e-12, 0);
+  }
+  REQUIRE(kiln::gradcheck(
+      [](const TL& in) {
+        auto p = in[0].permute({2, 0, 1}).split(IntList{1, 2}, 0);
+        return p[0].sum(IntList{0}) * p[1].sum(IntList{0});
+      },
+      {kiln::randn({4, 2, 3}, f64(true))}));
+}
+
 TEST_CASE("linspace and full_like with options", "[factory]") {
   auto l = kiln::linspace(0, 1, 5);
   REQUIRE(l.dtype() == DType::F32);
