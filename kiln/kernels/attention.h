@@ -11,6 +11,9 @@ namespace kiln::kernels {
 
 // q [B, Tq, D], k [B, Tk, D], v [B, Tk, Dv], out [B, Tq, Dv] contiguous, f32 or
 // f64; lse [B, Tq] (stat dtype) receives log(sum(exp(scores))) per query row for the backward.
+// The CPU kernel also takes 4-D [B, H, T, D] operands with any strides but a unit one in D (lse
+// [B * H, Tq] contiguous), so the op hands it views of a fused projection without copies; the
+// CUDA kernel takes the contiguous 3-D form only.
 // Causal masking is aligned top-left (query i sees keys j <= i), as PyTorch's is_causal.
 inline Kernel<void(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                    const Tensor& v, double scale, bool causal)>

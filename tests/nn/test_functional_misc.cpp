@@ -270,6 +270,45 @@ TEST_CASE("scaled_dot_product_attention: backward == naive backward, gradchecks"
   }
 }
 
+TEST_CASE("scaled_dot_product_attention: strided views give the contiguous results",
+          "[attention]") {
+  kiln::manual_seed(16);
+  const int64_t blk = kiln::kernels::cpu::attention_block_size();
+  const int64_t B = 2, T = blk + 5, H = 3, D = 4;
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    // q, k, v as a fused projection hands them over: [B, H, T, D] views of [B, T, 3, H, D]
+    Tensor x = kiln::randn({B, T, 3, H, D}, f64(true));
+    auto qkv = x.permute({2, 0, 3, 1, 4}).unbind(0);
+    Tensor y = F::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], causal);
+    CHECK(y.sizes() == IntList{B, H, T, D});
+    CHECK(y.transpose(1, 2).is_contiguous());  // heads merge back with a view
+    Tensor xc = x.detach().clone().requires_grad_(true);
+    Tensor qc = xc.select(2, 0).transpose(1, 2).contiguous(), kc = xc.select(2, 1).transpose(1, 2).contiguous(),
+           vc = xc.select(2, 2).transpose(1, 2).contiguous();
+    Tensor want = naive_attention(qc, kc, vc, causal);
+    CHECK(max_err(values(y), values(want)) < 1e-10);
+    Tensor gy = kiln::randn({B, H, T, D}, f64());
+    Tensor gx = kiln::autograd::grad({y}, {x}, {gy})[0];
+    Tensor gxc = kiln::autograd::grad({want}, {xc}, {gy})[0];
+    CHECK(max_err(values(gx), values(gxc)) < 1e-10);
+    // mixed: k with a non-unit last stride (copied), v 5-D (reshaped), in a 3-D batch
+    Tensor q3 = kiln::randn({H, T, D}, f64(true));
+    Tensor k3 = kiln::randn({H, D, T}, f64(true));
+    Tensor v3 = kiln::randn({H, T, D}, f64(true));
+    Tensor kt = k3.transpose(1, 2);
+    Tensor got = F::scaled_dot_product_attention(q3, kt, v3, causal);
+    Tensor ref = naive_attention(q3, k3.transpose(1, 2), v3, causal);
+    CHECK(max_err(values(got), values(ref)) < 1e-10);
+    TL g1 = kiln::autograd::grad({got}, {q3, k3, v3}, {gy[0]});
+    TL g2 = kiln::autograd::grad({ref}, {q3, k3, v3}, {gy[0]});
+    for (int i = 0; i < 3; ++i) CHECK(max_err(values(g1[i]), values(g2[i])) < 1e-10);
+    Tensor q5 = kiln::randn({2, 1, H, T, D}, f64());
+    CHECK(max_err(values(F::scaled_dot_product_attention(q5, q5, q5, causal)),
+                  values(naive_attention(q5, q5, q5, causal))) < 1e-10);
+  }
+}
+
 TEST_CASE("scaled_dot_product_attention: mismatched q/k/v throw naming the shapes", "[attention]") {
   Tensor q = kiln::randn({2, 5, 8}), k = kiln::randn({2, 6, 8}), v = kiln::randn({2, 6, 4});
   CHECK_NOTHROW(F::scaled_dot_product_attention(q, k, v));

@@ -11,6 +11,9 @@
 // the max, the accumulated output and sum are rescaled by exp(m_old - m_new). Only one block of
 // scores per thread exists at a time. Causal blocks entirely above the diagonal are skipped.
 //
+// Operands are read where they lie: [B, H, T, D] views with any strides but a unit one in D, so
+// the heads of a fused q/k/v projection and an output laid out as [B, T, H, D] need no copies.
+//
 // Backward recomputes each block of probabilities from the saved lse (P = exp(S - lse)), so
 // nothing of size T x T is stored either. With D_i = sum(g_i * out_i):
 //   dV = P^T g,  dP = g V^T,  dS = P * (dP - D),  dQ = dS K * scale,  dK = dS^T Q * scale.
@@ -35,10 +38,11 @@ constexpr int64_t kBlock = 64;
 
 template <class T>
 using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+// Row blocks of an operand whose rows are `st` elements apart (a head of a strided view).
 template <class T>
-using CMap = Eigen::Map<const Mat<T>>;
+using CMap = Eigen::Map<const Mat<T>, 0, Eigen::OuterStride<>>;
 template <class T>
-using MMap = Eigen::Map<Mat<T>>;
+using MMap = Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>;
 
 template <class F>
 void dispatch_attention(DType t, const char* op, F&& f) {
@@ -58,12 +62,28 @@ void apply_causal(Mat<T>& S, int64_t q0, int64_t k0) {
   }
 }
 
+// [B, H, T, D] (or [B, T, D], read as H = 1) with any strides but a unit one in D: the heads of
+// a fused projection are read where they lie, without copies.
+struct Layout {
+  int64_t H = 1, sb = 0, sh = 0, st = 0;
+  int64_t offset(int64_t bh, int64_t row) const { return (bh / H) * sb + (bh % H) * sh + row * st; }
+};
+
+Layout layout_of(const Tensor& t, const char* op) {
+  KILN_CHECK((t.dim() == 3 || t.dim() == 4) && t.stride(-1) == 1, op,
+             ": the CPU kernel takes [B, T, D] or [B, H, T, D] operands with a unit stride in D, "
+             "got sizes ", t.sizes(), " strides ", t.strides());
+  if (t.dim() == 3) return Layout{1, t.stride(0), 0, t.stride(1)};
+  return Layout{t.size(1), t.stride(0), t.stride(1), t.stride(2)};
+}
+
 struct Dims {
-  int64_t B, Tq, Tk, D, Dv;
+  int64_t B, Tq, Tk, D, Dv;  // B counts every (batch, head) pair
 };
 
 Dims dims_of(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return Dims{q.size(0), q.size(1), k.size(1), q.size(2), v.size(2)};
+  const int64_t B = q.dim() == 4 ? q.size(0) * q.size(1) : q.size(0);
+  return Dims{B, q.size(-2), k.size(-2), q.size(-1), v.size(-1)};
 }
 
 }  // namespace
@@ -72,8 +92,10 @@ int64_t attention_block_size() { return kBlock; }
 
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                        const Tensor& v, double scale, bool causal) {
-  for (const Tensor* t : {&out, &lse, &q, &k, &v})
-    KILN_CHECK(t->is_contiguous(), "scaled_dot_product_attention: kernel expects contiguous operands");
+  const char* name = "scaled_dot_product_attention";
+  KILN_CHECK(lse.is_contiguous(), name, ": lse must be contiguous");
+  const Layout lq = layout_of(q, name), lk = layout_of(k, name), lv = layout_of(v, name),
+               lo = layout_of(out, name);
   const Dims d = dims_of(q, k, v);
   const int64_t nqb = (d.Tq + kBlock - 1) / kBlock;
   dispatch_attention(q.dtype(), "scaled_dot_product_attention", [&](auto tag) {
@@ -90,14 +112,14 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
     for (int64_t b = 0; b < d.B; ++b)
       for (int64_t qb = 0; qb < nqb; ++qb) {
         const int64_t q0 = qb * kBlock, nq = std::min(kBlock, d.Tq - q0);
-        CMap<T> Q(qp + (b * d.Tq + q0) * d.D, nq, d.D);
+        CMap<T> Q(qp + lq.offset(b, q0), nq, d.D, Eigen::OuterStride<>(lq.st));
         Mat<T> acc = Mat<T>::Zero(nq, d.Dv), S, P;
         std::vector<T> m(nq, ninf), l(nq, T(0));
         const int64_t kend = causal ? std::min(d.Tk, q0 + nq) : d.Tk;
         for (int64_t k0 = 0; k0 < kend; k0 += kBlock) {
           const int64_t nk = std::min(kBlock, kend - k0);
-          CMap<T> K(kp + (b * d.Tk + k0) * d.D, nk, d.D);
-          CMap<T> V(vp + (b * d.Tk + k0) * d.Dv, nk, d.Dv);
+          CMap<T> K(kp + lk.offset(b, k0), nk, d.D, Eigen::OuterStride<>(lk.st));
+          CMap<T> V(vp + lv.offset(b, k0), nk, d.Dv, Eigen::OuterStride<>(lv.st));
           S.noalias() = (Q * K.transpose()) * sc;
           if (causal && k0 + nk - 1 > q0) apply_causal(S, q0, k0);
           P.resize(nq, nk);
@@ -115,7 +137,7 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
           }
           acc.noalias() += P * V;
         }
-        MMap<T> O(op + (b * d.Tq + q0) * d.Dv, nq, d.Dv);
+        MMap<T> O(op + lo.offset(b, q0), nq, d.Dv, Eigen::OuterStride<>(lo.st));
         for (int64_t i = 0; i < nq; ++i) {
           // A row with no visible key (only possible for Tk == 0) gets zeros, lse = -inf.
           const T inv = l[i] > T(0) ? T(1) / l[i] : T(0);
@@ -130,9 +152,13 @@ KILN_REGISTER_KERNEL(kernels::attention_forward, CPU, attention_forward);
 void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& g,
                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, double scale, bool causal) {
-  for (const Tensor* t : {&dq, &dk, &dv, &g, &q, &k, &v, &out, &lse})
-    KILN_CHECK(!t->defined() || t->is_contiguous(),
-               "scaled_dot_product_attention_backward: kernel expects contiguous operands");
+  const char* name = "scaled_dot_product_attention_backward";
+  KILN_CHECK(lse.is_contiguous(), name, ": lse must be contiguous");
+  const Layout lq = layout_of(q, name), lk = layout_of(k, name), lv = layout_of(v, name),
+               lo = layout_of(out, name), lg = layout_of(g, name);
+  const Layout ldq = dq.defined() ? layout_of(dq, name) : Layout{};
+  const Layout ldk = dk.defined() ? layout_of(dk, name) : Layout{};
+  const Layout ldv = dv.defined() ? layout_of(dv, name) : Layout{};
   const Dims d = dims_of(q, k, v);
   const int64_t nqb = (d.Tq + kBlock - 1) / kBlock;
   const int64_t nkb = (d.Tk + kBlock - 1) / kBlock;
@@ -154,16 +180,18 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
     std::vector<T> Drow(d.B * d.Tq);
 #pragma omp parallel for schedule(static) if (par)
     for (int64_t r = 0; r < d.B * d.Tq; ++r) {
+      const T* gr = gp + lg.offset(r / d.Tq, r % d.Tq);
+      const T* orow = op + lo.offset(r / d.Tq, r % d.Tq);
       T s = 0;
-      for (int64_t j = 0; j < d.Dv; ++j) s += gp[r * d.Dv + j] * op[r * d.Dv + j];
+      for (int64_t j = 0; j < d.Dv; ++j) s += gr[j] * orow[j];
       Drow[r] = s;
     }
 
     // P and dS of one (query block, key block) pair.
     auto block = [&](int64_t b, int64_t q0, int64_t nq, int64_t k0, int64_t nk, Mat<T>& P,
                      Mat<T>& dS, bool need_ds) {
-      CMap<T> Q(qp + (b * d.Tq + q0) * d.D, nq, d.D);
-      CMap<T> K(kp + (b * d.Tk + k0) * d.D, nk, d.D);
+      CMap<T> Q(qp + lq.offset(b, q0), nq, d.D, Eigen::OuterStride<>(lq.st));
+      CMap<T> K(kp + lk.offset(b, k0), nk, d.D, Eigen::OuterStride<>(lk.st));
       P.noalias() = (Q * K.transpose()) * sc;
       if (causal && k0 + nk - 1 > q0) apply_causal(P, q0, k0);
       for (int64_t i = 0; i < nq; ++i) {
@@ -172,8 +200,8 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
         else P.row(i) = (P.row(i).array() - L).exp().matrix();
       }
       if (!need_ds) return;
-      CMap<T> G(gp + (b * d.Tq + q0) * d.Dv, nq, d.Dv);
-      CMap<T> V(vp + (b * d.Tk + k0) * d.Dv, nk, d.Dv);
+      CMap<T> G(gp + lg.offset(b, q0), nq, d.Dv, Eigen::OuterStride<>(lg.st));
+      CMap<T> V(vp + lv.offset(b, k0), nk, d.Dv, Eigen::OuterStride<>(lv.st));
       dS.noalias() = G * V.transpose();  // dP
       for (int64_t i = 0; i < nq; ++i)
         dS.row(i) = (P.row(i).array() * (dS.row(i).array() - Drow[b * d.Tq + q0 + i])).matrix();
@@ -184,14 +212,14 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
       for (int64_t b = 0; b < d.B; ++b)
         for (int64_t qb = 0; qb < nqb; ++qb) {
           const int64_t q0 = qb * kBlock, nq = std::min(kBlock, d.Tq - q0);
-          MMap<T> dQ(dqp + (b * d.Tq + q0) * d.D, nq, d.D);
+          MMap<T> dQ(dqp + ldq.offset(b, q0), nq, d.D, Eigen::OuterStride<>(ldq.st));
           dQ.setZero();
           Mat<T> P, dS;
           const int64_t kend = causal ? std::min(d.Tk, q0 + nq) : d.Tk;
           for (int64_t k0 = 0; k0 < kend; k0 += kBlock) {
             const int64_t nk = std::min(kBlock, kend - k0);
             block(b, q0, nq, k0, nk, P, dS, true);
-            CMap<T> K(kp + (b * d.Tk + k0) * d.D, nk, d.D);
+            CMap<T> K(kp + lk.offset(b, k0), nk, d.D, Eigen::OuterStride<>(lk.st));
             dQ.noalias() += (dS * K) * sc;
           }
         }
@@ -208,15 +236,15 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
             const int64_t nq = std::min(kBlock, d.Tq - q0);
             if (causal && q0 + nq - 1 < k0) continue;
             block(b, q0, nq, k0, nk, P, dS, dkp != nullptr);
-            CMap<T> G(gp + (b * d.Tq + q0) * d.Dv, nq, d.Dv);
+            CMap<T> G(gp + lg.offset(b, q0), nq, d.Dv, Eigen::OuterStride<>(lg.st));
             if (dvp) dV.noalias() += P.transpose() * G;
             if (dkp) {
-              CMap<T> Q(qp + (b * d.Tq + q0) * d.D, nq, d.D);
+              CMap<T> Q(qp + lq.offset(b, q0), nq, d.D, Eigen::OuterStride<>(lq.st));
               dK.noalias() += (dS.transpose() * Q) * sc;
             }
           }
-          if (dkp) MMap<T>(dkp + (b * d.Tk + k0) * d.D, nk, d.D) = dK;
-          if (dvp) MMap<T>(dvp + (b * d.Tk + k0) * d.Dv, nk, d.Dv) = dV;
+          if (dkp) MMap<T>(dkp + ldk.offset(b, k0), nk, d.D, Eigen::OuterStride<>(ldk.st)) = dK;
+          if (dvp) MMap<T>(dvp + ldv.offset(b, k0), nk, d.Dv, Eigen::OuterStride<>(ldv.st)) = dV;
         }
     }
   });

@@ -30,6 +30,15 @@ Tensor to3d(const Tensor& t, int64_t B, DType dt) {
   return r.is_contiguous() ? r : r.contiguous();
 }
 
+// What the kernel reads: on the CPU a [B, T, D] or [B, H, T, D] tensor as it lies, whatever its
+// strides (the heads of a fused projection are permuted views; copying them cost ~10% of a small
+// GPT's step), when D has unit stride; otherwise, and on CUDA, contiguous [B, T, D].
+Tensor kernel_operand(const Tensor& t, int64_t B, DType dt) {
+  Tensor c = t.to(dt);
+  if (!c.is_cuda() && (c.dim() == 3 || c.dim() == 4) && c.stride(-1) == 1) return c;
+  return to3d(c, B, dt);
+}
+
 // [Tq, Tk] bool: true where key j is visible from query i (j <= i).
 Tensor causal_keep(int64_t Tq, int64_t Tk, Device dev) {
   TensorOptions o = TensorOptions().dtype(DType::I64).device(dev);
@@ -82,13 +91,18 @@ Tensor blocked_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool
   out_sizes.back() = Dv;
   {
     NoGradGuard ng;
-    q3 = to3d(q.detach(), B, cdt);
-    k3 = to3d(k.detach(), B, cdt);
-    v3 = to3d(v.detach(), B, cdt);
-    Tensor o3 = empty({B, Tq, Dv}, TensorOptions().dtype(cdt).device(q.device()));
+    q3 = kernel_operand(q.detach(), B, cdt);
+    k3 = kernel_operand(k.detach(), B, cdt);
+    v3 = kernel_operand(v.detach(), B, cdt);
+    const TensorOptions oo = TensorOptions().dtype(cdt).device(q.device());
+    // [B, H, T, D] out is laid out as [B, T, H, D] (as PyTorch's CPU flash attention does), so
+    // merging the heads back, out.transpose(1, 2).reshape({B, T, H * D}), is a view.
+    const bool heads_last = q3.dim() == 4;
+    Tensor o3 = heads_last ? empty({q.size(0), Tq, q.size(1), Dv}, oo).transpose(1, 2)
+                           : empty({B, Tq, Dv}, oo);
     lse = empty({B, Tq}, TensorOptions().dtype(sdt).device(q.device()));
     if (B * Tq > 0) kernels::attention_forward(o3, lse, q3, k3, v3, scale, is_causal);
-    out = o3.view(out_sizes).to(q.dtype());
+    out = (heads_last ? o3 : o3.view(out_sizes)).to(q.dtype());
   }
   if (autograd::any_requires_grad({&q, &k, &v})) {
     const bool gq = q.requires_grad(), gk = k.requires_grad(), gv = v.requires_grad();
@@ -107,13 +121,13 @@ Tensor blocked_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool
                           gk ? matmul(ds.transpose(-2, -1), qs) * scale : Tensor(),
                           gv ? matmul(p.transpose(-2, -1), g[0]) : Tensor()};
       }
-      Tensor q3b = to3d(qs.detach(), B, cdt), k3b = to3d(ks.detach(), B, cdt),
-             v3b = to3d(vs.detach(), B, cdt);
-      Tensor o3b = to3d(so.get().detach(), B, cdt), g3 = to3d(g[0], B, cdt);
+      Tensor q3b = kernel_operand(qs.detach(), B, cdt), k3b = kernel_operand(ks.detach(), B, cdt),
+             v3b = kernel_operand(vs.detach(), B, cdt);
+      Tensor o3b = kernel_operand(so.get().detach(), B, cdt), g3 = kernel_operand(g[0], B, cdt);
       TensorOptions o = TensorOptions().dtype(cdt).device(qs.device());
-      Tensor dq = gq ? empty({B, Tq, D}, o) : Tensor();
-      Tensor dk = gk ? empty({B, Tk, D}, o) : Tensor();
-      Tensor dv = gv ? empty({B, Tk, Dv}, o) : Tensor();
+      Tensor dq = gq ? empty(q3b.sizes(), o) : Tensor();
+      Tensor dk = gk ? empty(k3b.sizes(), o) : Tensor();
+      Tensor dv = gv ? empty(v3b.sizes(), o) : Tensor();
       if (B * Tq > 0) {
         kernels::attention_backward(dq, dk, dv, g3, q3b, k3b, v3b, o3b, lse, scale, is_causal);
       } else {
