@@ -266,16 +266,18 @@ void own_sgemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<
   }
 }
 
-// Splits C among threads: by columns when it is wide enough (each thread packs all of A and
-// its own columns of B), else by rows; small products stay on one thread.
+// Splits C among threads, by columns (each thread packs all of A and its own columns of B) or by
+// rows (all of B and its own rows of A): whichever packs less twice, the smaller operand, where
+// both leave each thread at least two panels; small products stay on one thread.
 void own_sgemm_parallel(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c,
                         bool accumulate, int threads) {
   const int64_t M = c.rows, N = c.cols, K = a.cols;
   const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
   int nt = threads;
   if (flops < 4e6) nt = 1;
-  const bool by_cols = N >= 2 * kNR * nt;
-  if (!by_cols && M < 2 * kMR * nt) nt = 1;
+  const bool cols_ok = N >= 2 * kNR * nt, rows_ok = M >= 2 * kMR * nt;
+  const bool by_cols = cols_ok && (!rows_ok || M <= N);  // by columns A is packed per thread
+  if (!by_cols && !rows_ok) nt = 1;
   if (nt <= 1) {
     own_sgemm(a, b, c, accumulate);
     return;
