@@ -29,6 +29,7 @@
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/kernels/attention.h"
+#include "kiln/kernels/cpu/gemm.h"
 
 namespace kiln::kernels::cpu {
 
@@ -81,6 +82,25 @@ struct Dims {
   int64_t B, Tq, Tk, D, Dv;  // B counts every (batch, head) pair
 };
 
+// The blocks' products run on kiln's GEMM (kernels/cpu/gemm.h), one thread each: the loops over
+// heads and blocks are the parallel ones. Rows `rs` apart, unit column stride.
+template <class T>
+MatrixView<const T> rows_of(const T* p, int64_t rows, int64_t cols, int64_t rs) {
+  return {p, rows, cols, rs, 1};
+}
+template <class T>
+MatrixView<T> rows_of(T* p, int64_t rows, int64_t cols, int64_t rs) {
+  return {p, rows, cols, rs, 1};
+}
+template <class T>
+MatrixView<T> rows_of(Mat<T>& m) {
+  return {m.data(), m.rows(), m.cols(), m.cols(), 1};
+}
+template <class T>
+void product(MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c, bool accumulate) {
+  gemm(a, b, c, accumulate, /*threads=*/1);
+}
+
 Dims dims_of(const Tensor& q, const Tensor& k, const Tensor& v) {
   const int64_t B = q.dim() == 4 ? q.size(0) * q.size(1) : q.size(0);
   return Dims{B, q.size(-2), k.size(-2), q.size(-1), v.size(-1)};
@@ -112,15 +132,17 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
     for (int64_t b = 0; b < d.B; ++b)
       for (int64_t qb = 0; qb < nqb; ++qb) {
         const int64_t q0 = qb * kBlock, nq = std::min(kBlock, d.Tq - q0);
-        CMap<T> Q(qp + lq.offset(b, q0), nq, d.D, Eigen::OuterStride<>(lq.st));
+        const auto Q = rows_of(qp + lq.offset(b, q0), nq, d.D, lq.st);
         Mat<T> acc = Mat<T>::Zero(nq, d.Dv), S, P;
         std::vector<T> m(nq, ninf), l(nq, T(0));
         const int64_t kend = causal ? std::min(d.Tk, q0 + nq) : d.Tk;
         for (int64_t k0 = 0; k0 < kend; k0 += kBlock) {
           const int64_t nk = std::min(kBlock, kend - k0);
-          CMap<T> K(kp + lk.offset(b, k0), nk, d.D, Eigen::OuterStride<>(lk.st));
-          CMap<T> V(vp + lv.offset(b, k0), nk, d.Dv, Eigen::OuterStride<>(lv.st));
-          S.noalias() = (Q * K.transpose()) * sc;
+          const auto K = rows_of(kp + lk.offset(b, k0), nk, d.D, lk.st);
+          const auto V = rows_of(vp + lv.offset(b, k0), nk, d.Dv, lv.st);
+          S.resize(nq, nk);
+          product<T>(Q, K.t(), rows_of(S), false);
+          S *= sc;
           if (causal && k0 + nk - 1 > q0) apply_causal(S, q0, k0);
           P.resize(nq, nk);
           for (int64_t i = 0; i < nq; ++i) {
@@ -135,7 +157,7 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
             if (corr != T(1)) acc.row(i) *= corr;
             m[i] = mnew;
           }
-          acc.noalias() += P * V;
+          product<T>(rows_of(P), V, rows_of(acc), true);
         }
         MMap<T> O(op + lo.offset(b, q0), nq, d.Dv, Eigen::OuterStride<>(lo.st));
         for (int64_t i = 0; i < nq; ++i) {
@@ -190,9 +212,10 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
     // P and dS of one (query block, key block) pair.
     auto block = [&](int64_t b, int64_t q0, int64_t nq, int64_t k0, int64_t nk, Mat<T>& P,
                      Mat<T>& dS, bool need_ds) {
-      CMap<T> Q(qp + lq.offset(b, q0), nq, d.D, Eigen::OuterStride<>(lq.st));
-      CMap<T> K(kp + lk.offset(b, k0), nk, d.D, Eigen::OuterStride<>(lk.st));
-      P.noalias() = (Q * K.transpose()) * sc;
+      P.resize(nq, nk);
+      product<T>(rows_of(qp + lq.offset(b, q0), nq, d.D, lq.st),
+                 rows_of(kp + lk.offset(b, k0), nk, d.D, lk.st).t(), rows_of(P), false);
+      P *= sc;
       if (causal && k0 + nk - 1 > q0) apply_causal(P, q0, k0);
       for (int64_t i = 0; i < nq; ++i) {
         const T L = lp[b * d.Tq + q0 + i];
@@ -200,11 +223,12 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
         else P.row(i) = (P.row(i).array() - L).exp().matrix();
       }
       if (!need_ds) return;
-      CMap<T> G(gp + lg.offset(b, q0), nq, d.Dv, Eigen::OuterStride<>(lg.st));
-      CMap<T> V(vp + lv.offset(b, k0), nk, d.Dv, Eigen::OuterStride<>(lv.st));
-      dS.noalias() = G * V.transpose();  // dP
+      dS.resize(nq, nk);
+      product<T>(rows_of(gp + lg.offset(b, q0), nq, d.Dv, lg.st),
+                 rows_of(vp + lv.offset(b, k0), nk, d.Dv, lv.st).t(), rows_of(dS), false);  // dP
+      // dS, with the scale of dQ = dS K * scale and dK = dS^T Q * scale folded in
       for (int64_t i = 0; i < nq; ++i)
-        dS.row(i) = (P.row(i).array() * (dS.row(i).array() - Drow[b * d.Tq + q0 + i])).matrix();
+        dS.row(i) = (P.row(i).array() * (dS.row(i).array() - Drow[b * d.Tq + q0 + i]) * sc).matrix();
     };
 
     if (dqp) {
@@ -212,15 +236,14 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
       for (int64_t b = 0; b < d.B; ++b)
         for (int64_t qb = 0; qb < nqb; ++qb) {
           const int64_t q0 = qb * kBlock, nq = std::min(kBlock, d.Tq - q0);
-          MMap<T> dQ(dqp + ldq.offset(b, q0), nq, d.D, Eigen::OuterStride<>(ldq.st));
-          dQ.setZero();
+          const auto dQ = rows_of(dqp + ldq.offset(b, q0), nq, d.D, ldq.st);
+          for (int64_t i = 0; i < nq; ++i) std::fill(dQ.p + i * dQ.rs, dQ.p + i * dQ.rs + d.D, T(0));
           Mat<T> P, dS;
           const int64_t kend = causal ? std::min(d.Tk, q0 + nq) : d.Tk;
           for (int64_t k0 = 0; k0 < kend; k0 += kBlock) {
             const int64_t nk = std::min(kBlock, kend - k0);
             block(b, q0, nq, k0, nk, P, dS, true);
-            CMap<T> K(kp + lk.offset(b, k0), nk, d.D, Eigen::OuterStride<>(lk.st));
-            dQ.noalias() += (dS * K) * sc;
+            product<T>(rows_of(dS), rows_of(kp + lk.offset(b, k0), nk, d.D, lk.st), dQ, true);
           }
         }
     }
@@ -236,12 +259,10 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
             const int64_t nq = std::min(kBlock, d.Tq - q0);
             if (causal && q0 + nq - 1 < k0) continue;
             block(b, q0, nq, k0, nk, P, dS, dkp != nullptr);
-            CMap<T> G(gp + lg.offset(b, q0), nq, d.Dv, Eigen::OuterStride<>(lg.st));
-            if (dvp) dV.noalias() += P.transpose() * G;
-            if (dkp) {
-              CMap<T> Q(qp + lq.offset(b, q0), nq, d.D, Eigen::OuterStride<>(lq.st));
-              dK.noalias() += (dS.transpose() * Q) * sc;
-            }
+            if (dvp)
+              product<T>(rows_of(P).t(), rows_of(gp + lg.offset(b, q0), nq, d.Dv, lg.st), rows_of(dV), true);
+            if (dkp)
+              product<T>(rows_of(dS).t(), rows_of(qp + lq.offset(b, q0), nq, d.D, lq.st), rows_of(dK), true);
           }
           if (dkp) MMap<T>(dkp + ldk.offset(b, k0), nk, d.D, Eigen::OuterStride<>(ldk.st)) = dK;
           if (dvp) MMap<T>(dvp + ldv.offset(b, k0), nk, d.Dv, Eigen::OuterStride<>(ldv.st)) = dV;
