@@ -1,7 +1,8 @@
 // The CPU GEMM under every dense kernel (kiln/kernels/cpu/gemm.h) against a triple loop in
 // double: sizes around its tile edges (12 rows, 16/32 columns, 256-deep slices), every
 // combination of transposed operands, accumulate or overwrite, an empty inner dimension, a
-// column-major output, and multi-threaded splits by rows and by columns.
+// column-major output, multi-threaded splits by rows and by columns, and a left operand packed
+// once (PackedLhs) for several products.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -21,6 +22,7 @@ struct Case {
   int64_t M, N, K;
   bool ta, tb, accumulate;
   int threads;
+  bool packed = false;  // A through PackedLhs
 };
 
 // Runs one product with A stored [M, K] (or [K, M] when ta) and B [K, N] (or [N, K] when tb) and
@@ -45,7 +47,12 @@ double max_error(const Case<T>& c, std::mt19937& rng) {
                                 : MatrixView<const T>{a.data(), c.M, c.K, c.K, 1};
   MatrixView<const T> bv = c.tb ? MatrixView<const T>{b.data(), c.K, c.N, 1, c.K}
                                 : MatrixView<const T>{b.data(), c.K, c.N, c.N, 1};
-  gemm(av, bv, MatrixView<T>{out.data(), c.M, c.N, c.N, 1}, c.accumulate, c.threads);
+  if (c.packed) {
+    gemm(kiln::kernels::cpu::PackedLhs<T>(av), bv, MatrixView<T>{out.data(), c.M, c.N, c.N, 1}, c.accumulate,
+         c.threads);
+  } else {
+    gemm(av, bv, MatrixView<T>{out.data(), c.M, c.N, c.N, 1}, c.accumulate, c.threads);
+  }
   double err = 0;
   for (int64_t i = 0; i < c.M * c.N; ++i) {
     const double d = std::abs(static_cast<double>(out[i]) - want[i]) / (1 + std::abs(want[i]));
@@ -101,4 +108,36 @@ TEST_CASE("cpu gemm: empty inner dimension, column-major output, shape errors", 
   CHECK_THROWS_WITH(gemm(MatrixView<const float>{a2.data(), 2, 3, 3, 1}, MatrixView<const float>{b.data(), 2, 3, 3, 1},
                          MatrixView<float>{c.data(), 2, 3, 3, 1}, false),
                     Catch::Contains("gemm: [2, 3] @ [2, 3] -> [2, 3]: shapes do not match"));
+}
+
+TEST_CASE("cpu gemm: a left operand packed once gives the plain products", "[gemm]") {
+  std::mt19937 rng(9);
+  // M around the 12-row panels and the 144-row blocks, K over several 256-deep slices, N wide
+  // and narrow (the thread splits by rows and by columns), both dtypes, both layouts of A
+  for (int64_t M : {5, 37, 150})
+    for (int64_t N : {17, 70, 2100})
+      for (int64_t K : {3, 600})
+        for (int flags = 0; flags < 4; ++flags) {
+          const bool ta = flags & 1, acc = flags & 2;
+          for (int threads : {1, 2, 3}) {
+            INFO("M " << M << " N " << N << " K " << K << " ta " << ta << " acc " << acc << " threads " << threads);
+            CHECK(max_error(Case<float>{M, N, K, ta, false, acc, threads, true}, rng) <
+                  2e-5 * std::sqrt(double(K)) + 1e-6);
+          }
+          CHECK(max_error(Case<double>{M, N, K, ta, true, acc, 2, true}, rng) < 1e-12);
+        }
+  // one packing for two right operands: bitwise the unpacked results (same kernel, same order)
+  std::normal_distribution<float> nd;
+  const int64_t M = 29, K = 300, N = 40;
+  std::vector<float> a(M * K), b1(K * N), b2(K * N), got(M * N), want(M * N);
+  for (auto* v : {&a, &b1, &b2})
+    for (auto& x : *v) x = nd(rng);
+  const MatrixView<const float> av{a.data(), M, K, K, 1};
+  const kiln::kernels::cpu::PackedLhs<float> packed(av);
+  for (const auto* b : {&b1, &b2}) {
+    const MatrixView<const float> bv{b->data(), K, N, N, 1};
+    gemm(packed, bv, MatrixView<float>{got.data(), M, N, N, 1}, false, 1);
+    gemm(av, bv, MatrixView<float>{want.data(), M, N, N, 1}, false, 1);
+    CHECK(got == want);
+  }
 }

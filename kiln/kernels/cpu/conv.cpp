@@ -439,6 +439,19 @@ void plane_mean_m2(const T* v, int64_t n, double* ms) {
   ms[1] = std::max(0.0, q - static_cast<double>(n) * e * e);
 }
 
+// The weight of each group as the GEMMs' left operand, packed once per call rather than once
+// per block of samples: W [Kg, Cg*kh*kw] for the forward, W^T for the input gradient.
+template <class T>
+std::vector<PackedLhs<T>> packed_weight(const T* wp, const ConvGeometry& g, bool transposed) {
+  const int64_t G = g.groups, Kg = g.K / G, Ckk = g.C / G * g.kh * g.kw;
+  std::vector<PackedLhs<T>> out;
+  for (int64_t gi = 0; gi < G; ++gi) {
+    const auto w = row_major(wp + gi * Kg * Ckk, Kg, Ckk, Ckk);
+    out.emplace_back(transposed ? MatrixView<const T>(w.t()) : MatrixView<const T>(w));
+  }
+  return out;
+}
+
 // stats (NCHW only; null: not wanted): per sample and output channel, the mean and the sum of
 // squared deviations of that sample's output plane, [N, K, 2], taken right after its GEMM.
 template <class T>
@@ -458,6 +471,7 @@ void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const T
   };
   if (!g.channels_last) {
     const int64_t spb = nchw_samples_per_block(g, nt);
+    const std::vector<PackedLhs<T>> wg = packed_weight(wp, g, false);
     std::vector<std::vector<T>> bufs(nt);
     for_blocks(g.N, spb, nt, [&](int t, int64_t n0, int64_t n1) {
       const NchwBlock b(g, n0, n1, pw);
@@ -471,8 +485,8 @@ void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const T
             im2col(xp + ((n0 + i) * g.C + gi * Cg) * HW, buf.data() + i * OHW, Cg, g, b.cols);
         T* yg = yb + gi * Kg * b.cols;
         if (bp) fill_bias(yg, gi * Kg, Kg, b.cols, b.cols);
-        gemm(row_major(wp + gi * Kg * Ckk, Kg, Ckk, Ckk), row_major(colp, Ckk, b.cols, b.cols),
-             row_major(yg, Kg, b.cols, b.cols), bp != nullptr);
+        gemm(wg[gi], row_major(colp, Ckk, b.cols, b.cols), row_major(yg, Kg, b.cols, b.cols),
+             bp != nullptr);
       }
       if (!b.single) block_to_planes(yb, op + n0 * g.K * OHW, b.nb, g.K, OHW);
       if (stats)  // the block's output planes are still in cache
@@ -506,15 +520,16 @@ void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const T
 // The input gradient of a block of nb NCHW samples, gx_b [nb, C, H, W] (overwritten), from their
 // output gradient as one [K, cols] matrix dy_b (cols = nb * OH*OW, sample-major columns): per
 // group dcol = W^T dY, then col2im per sample; a single pointwise sample gets W^T dY directly.
-// col: Cg*kh*kw * cols scratch (unused in the direct case).
+// col: Cg*kh*kw * cols scratch (unused in the direct case). wt: packed_weight(.., true).
 template <class T>
-void block_input_grad(T* gx_b, const T* dy_b, int64_t nb, const T* wp, T* col, const ConvGeometry& g) {
+void block_input_grad(T* gx_b, const T* dy_b, int64_t nb, const std::vector<PackedLhs<T>>& wt, T* col,
+                      const ConvGeometry& g) {
   const int64_t G = g.groups, Cg = g.C / G, Kg = g.K / G, Ckk = Cg * g.kh * g.kw;
   const int64_t OHW = g.OH * g.OW, HW = g.H * g.W, cols = nb * OHW;
   const bool direct = is_pointwise(g) && nb == 1;
   if (!direct) std::fill(gx_b, gx_b + nb * g.C * HW, T(0));
   for (int64_t gi = 0; gi < G; ++gi) {
-    const auto Wt = row_major(wp + gi * Kg * Ckk, Kg, Ckk, Ckk).t();
+    const PackedLhs<T>& Wt = wt[gi];
     const auto dY = row_major(dy_b + gi * Kg * cols, Kg, cols, cols);
     if (direct) {  // col is the input itself: write the gradient in place
       gemm(Wt, dY, row_major(gx_b + gi * Cg * HW, Ckk, OHW, OHW), false);
@@ -553,11 +568,12 @@ void backward_input_impl(const Tensor& gx, const Tensor& gy, const Tensor& w_t,
   const int nt = threads_for(g);
   if (!g.channels_last) {
     const int64_t spb = nchw_samples_per_block(g, nt);
+    const std::vector<PackedLhs<T>> wt = packed_weight(wp, g, true);
     std::vector<std::vector<T>> bufs(nt);
     for_blocks(g.N, spb, nt, [&](int t, int64_t n0, int64_t n1) {
       const NchwBlock b(g, n0, n1, pw);
       T* scratch = b.scratch(bufs[t], Ckk, g.K);
-      block_input_grad(gxp + n0 * g.C * HW, b.gathered(gyp, scratch, g), b.nb, wp, bufs[t].data(), g);
+      block_input_grad(gxp + n0 * g.C * HW, b.gathered(gyp, scratch, g), b.nb, wt, bufs[t].data(), g);
     }, /*any_order=*/true);
     return;
   }
@@ -833,6 +849,8 @@ void backward_generated_impl(const Tensor& gx, const Tensor& gw, const Tensor& x
   const bool pw = is_pointwise(g), want_w = gw.defined();
   const int nt = threads_for(g);
   std::vector<std::vector<T>> dws(nt), dys(nt), cols(nt);
+  std::vector<PackedLhs<T>> wt;
+  if (gxp) wt = packed_weight(wp, g, true);
   // static split: the weight gradient's per-thread sums are combined in thread order below
   for_blocks(g.N, 1, nt, [&](int t, int64_t n, int64_t) {
     auto& dy = dys[t];
@@ -845,7 +863,7 @@ void backward_generated_impl(const Tensor& gx, const Tensor& gw, const Tensor& x
     make_dy(n, dy.data());
     if (want_w) add_block_weight_grad(dws[t].data(), dy.data(), xp + n * g.C * HW, 1, col.data(), g);
     // col is free again: the weight gradient is done with it
-    if (gxp) block_input_grad(gxp + n * g.C * HW, dy.data(), 1, wp, col.data(), g);
+    if (gxp) block_input_grad(gxp + n * g.C * HW, dy.data(), 1, wt, col.data(), g);
   });
   if (want_w) {
     T* out = gw.data_ptr<T>();

@@ -228,11 +228,32 @@ void micro_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_
   }
 }
 
+// A packed whole, as PackedLhs holds it: the K slice starting at pc holds ceil(M / kMR) panels of
+// kc x kMR floats, each slice mpad = ceil(M / kMR) * kMR floats per inner-dimension step, so
+// the panels of rows [i, i + 12) of slice pc start at pc * mpad + i * kc.
+struct PrepackedA {
+  const float* panels = nullptr;  // null: pack per block
+  int64_t mpad = 0;
+  int64_t row0 = 0;  // the first row of A this product reads (a thread's share of the rows)
+};
+
+void pack_all_of_a(MatrixView<const float> a, float* dst) {
+  const int64_t M = a.rows, K = a.cols, mpad = (M + kMR - 1) / kMR * kMR;
+  const int64_t slices = (K + kKC - 1) / kKC;
+  const bool par = !omp_in_parallel() && omp_get_max_threads() > 1 && M * K >= (int64_t(1) << 18);
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t s = 0; s < slices; ++s) {
+    const int64_t pc = s * kKC, kc = std::min(kKC, K - pc);
+    pack_a(a, 0, M, pc, kc, dst + pc * mpad);
+  }
+}
+
 // One thread's product over all of C (row-major, cs == 1).
-void own_sgemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c, bool accumulate) {
+void own_sgemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c, bool accumulate,
+               PrepackedA pre = {}) {
   thread_local PackBuffer a_buf, b_buf;
   const int64_t M = c.rows, N = c.cols, K = a.cols;
-  float* ap = a_buf.get(static_cast<size_t>((kMC + kMR) * kKC));
+  float* ap = pre.panels ? nullptr : a_buf.get(static_cast<size_t>((kMC + kMR) * kKC));
   float* bp = b_buf.get(static_cast<size_t>((kNC + kNR) * kKC));
   for (int64_t jc = 0; jc < N; jc += kNC) {
     const int64_t nc = std::min(kNC, N - jc);
@@ -242,12 +263,17 @@ void own_sgemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<
       pack_b(b, pc, kc, jc, nc, bp);
       for (int64_t ic = 0; ic < M; ic += kMC) {
         const int64_t mc = std::min(kMC, M - ic);
-        pack_a(a, ic, mc, pc, kc, ap);
+        const float* apack = ap;
+        if (pre.panels) {
+          apack = pre.panels + pc * pre.mpad + (pre.row0 + ic) * kc;
+        } else {
+          pack_a(a, ic, mc, pc, kc, ap);
+        }
         const float* bpanel = bp;
         for (int64_t j0 = 0; j0 < nc; ) {
           const int w = panel_width(nc - j0);
           const int64_t nr = std::min<int64_t>(w, nc - j0);
-          const float* apanel = ap;
+          const float* apanel = apack;
           for (int64_t i0 = 0; i0 < mc; i0 += kMR) {
             float* ct = c.p + (ic + i0) * c.rs + jc + j0;
             const int64_t mr = std::min<int64_t>(kMR, mc - i0);
@@ -270,7 +296,7 @@ void own_sgemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<
 // rows (all of B and its own rows of A): whichever packs less twice, the smaller operand, where
 // both leave each thread at least two panels; small products stay on one thread.
 void own_sgemm_parallel(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c,
-                        bool accumulate, int threads) {
+                        bool accumulate, int threads, PrepackedA pre = {}) {
   const int64_t M = c.rows, N = c.cols, K = a.cols;
   const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
   int nt = threads;
@@ -279,7 +305,7 @@ void own_sgemm_parallel(MatrixView<const float> a, MatrixView<const float> b, Ma
   const bool by_cols = cols_ok && (!rows_ok || M <= N);  // by columns A is packed per thread
   if (!by_cols && !rows_ok) nt = 1;
   if (nt <= 1) {
-    own_sgemm(a, b, c, accumulate);
+    own_sgemm(a, b, c, accumulate, pre);
     return;
   }
 #pragma omp parallel num_threads(nt)
@@ -290,13 +316,14 @@ void own_sgemm_parallel(MatrixView<const float> a, MatrixView<const float> b, Ma
       const int64_t j0 = panels * t / n * kNR, j1 = std::min(N, panels * (t + 1) / n * kNR);
       if (j1 > j0)
         own_sgemm(a, {b.p + j0 * b.cs, b.rows, j1 - j0, b.rs, b.cs},
-                  {c.p + j0, c.rows, j1 - j0, c.rs, 1}, accumulate);
+                  {c.p + j0, c.rows, j1 - j0, c.rs, 1}, accumulate, pre);
     } else {
       const int64_t panels = (M + kMR - 1) / kMR;
       const int64_t i0 = panels * t / n * kMR, i1 = std::min(M, panels * (t + 1) / n * kMR);
       if (i1 > i0)
         own_sgemm({a.p + i0 * a.rs, i1 - i0, a.cols, a.rs, a.cs}, b,
-                  {c.p + i0 * c.rs, i1 - i0, c.cols, c.rs, 1}, accumulate);
+                  {c.p + i0 * c.rs, i1 - i0, c.cols, c.rs, 1}, accumulate,
+                  {pre.panels, pre.mpad, pre.row0 + i0});
     }
   }
 }
@@ -344,6 +371,37 @@ void gemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float
 void gemm(MatrixView<const double> a, MatrixView<const double> b, MatrixView<double> c, bool accumulate,
           int threads) {
   gemm_checked(a, b, c, accumulate, [&](auto a_, auto b_, auto c_) { eigen_gemm(a_, b_, c_, accumulate); });
+}
+
+PackedLhs<float>::PackedLhs(MatrixView<const float> a) : a_(a) {
+#if KILN_OWN_SGEMM
+  if (a.rows == 0 || a.cols == 0) return;
+  const int64_t mpad = (a.rows + kMR - 1) / kMR * kMR;
+  panels_.resize(static_cast<size_t>(mpad * a.cols));
+  pack_all_of_a(a, panels_.data());
+#endif
+}
+
+void gemm(const PackedLhs<float>& a, MatrixView<const float> b, MatrixView<float> c, bool accumulate,
+          int threads) {
+  const MatrixView<const float> av = a.view();
+#if KILN_OWN_SGEMM
+  if (a.panels() && c.cs == 1) {  // otherwise the general path (it may transpose the product)
+    check_shapes(av, b, c);
+    if (c.rows == 0 || c.cols == 0) return;
+    const int64_t mpad = (av.rows + kMR - 1) / kMR * kMR;
+    own_sgemm_parallel(av, b, {c.p, c.rows, c.cols, c.rs, 1}, accumulate,
+                       threads > 0 ? threads : omp_in_parallel() ? 1 : omp_get_max_threads(),
+                       {a.panels(), mpad, 0});
+    return;
+  }
+#endif
+  gemm(av, b, c, accumulate, threads);
+}
+
+void gemm(const PackedLhs<double>& a, MatrixView<const double> b, MatrixView<double> c,
+          bool accumulate, int threads) {
+  gemm(a.view(), b, c, accumulate, threads);
 }
 
 bool gemm_uses_own_kernel() { return KILN_OWN_SGEMM != 0; }

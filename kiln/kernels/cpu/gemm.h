@@ -7,6 +7,7 @@
 // other instruction sets, run Eigen's GEMM. Both give results equal to a plain triple loop up to rounding
 // (summation order differs).
 #include <cstdint>
+#include <vector>
 
 namespace kiln::kernels::cpu {
 
@@ -33,6 +34,37 @@ MatrixView<T> row_major(T* p, int64_t rows, int64_t cols, int64_t ld) {
 void gemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c,
           bool accumulate, int threads = 0);
 void gemm(MatrixView<const double> a, MatrixView<const double> b, MatrixView<double> c,
+          bool accumulate, int threads = 0);
+
+// The left operand of many products, packed once: a convolution's weight against each block of
+// patches would otherwise be packed again for every block. f32 with kiln's own kernel stores the
+// panels the kernel reads (M rounded up to its tile, times K floats); f64, and f32 without
+// AVX-512, keep the view and pack per product as before. The view's memory must outlive it.
+template <class T>
+class PackedLhs {
+ public:
+  explicit PackedLhs(MatrixView<const T> a) : a_(a) {}
+  MatrixView<const T> view() const { return a_; }
+
+ private:
+  MatrixView<const T> a_;
+};
+template <>
+class PackedLhs<float> {
+ public:
+  explicit PackedLhs(MatrixView<const float> a);
+  MatrixView<const float> view() const { return a_; }
+  const float* panels() const { return panels_.empty() ? nullptr : panels_.data(); }
+
+ private:
+  MatrixView<const float> a_;
+  std::vector<float> panels_;
+};
+
+// C = A B, plus C's old values when accumulate, with A packed (used when C is row-major).
+void gemm(const PackedLhs<float>& a, MatrixView<const float> b, MatrixView<float> c, bool accumulate,
+          int threads = 0);
+void gemm(const PackedLhs<double>& a, MatrixView<const double> b, MatrixView<double> c,
           bool accumulate, int threads = 0);
 
 // Whether f32 products run kiln's own kernel (false: Eigen's), for benchmarks and docs.
