@@ -146,10 +146,15 @@ inline int panel_width(int64_t remaining) { return remaining > 16 ? kNR : 16; }
 // for j in [valid, width). j runs along the panel (C's rows for A, C's columns for B), k along
 // the inner dimension.
 void pack_panel(const float* src, int64_t js, int64_t ks, int64_t valid, int64_t kc, int width, float* dst) {
-  if (js == 1) {  // the panel's values for one k are contiguous: one copy per k
+  if (js == 1) {  // the panel's values for one k are contiguous: one or two masked vectors per k
+    // (not memcpy: for 12 to 32 floats its `rep movs` start-up cost more than the copy)
     for (int64_t k = 0; k < kc; ++k) {
-      std::memcpy(dst + k * width, src + k * ks, valid * sizeof(float));
-      std::fill(dst + k * width + valid, dst + (k + 1) * width, 0.0f);
+      const float* s = src + k * ks;
+      float* d = dst + k * width;
+      for (int v = 0; v < width; v += 16) {
+        const __m512 x = _mm512_maskz_loadu_ps(lane_mask(std::max<int64_t>(valid - v, 0)), s + v);
+        _mm512_mask_storeu_ps(d + v, lane_mask(width - v), x);  // zeros past `valid`
+      }
     }
   } else if (ks == 1) {  // contiguous along k (a row of A, a transposed B): register transposes
     for (int64_t k0 = 0; k0 < kc; k0 += 16)
