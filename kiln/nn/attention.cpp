@@ -18,15 +18,16 @@ MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, bool c, bool bias, 
   register_module("resid_dropout", resid_dropout);
 }
 
-Tensor MultiheadAttention::forward(const Tensor& x) {
+Tensor MultiheadAttention::forward(const Tensor& x) { return resid_dropout(proj(heads(x))); }
+
+Tensor MultiheadAttention::heads(const Tensor& x) {
   KILN_CHECK(x.dim() == 3 && x.size(2) == embed_dim, "MultiheadAttention: expected [B, T, ", embed_dim,
              "], got sizes ", x.sizes());
   const int64_t B = x.size(0), T = x.size(1), D = embed_dim / num_heads;
   // q, k, v: [B, H, T, D] views of the projection (unbind: their gradients land in one buffer)
   auto qkv_out = qkv(x).view({B, T, 3, num_heads, D}).permute({2, 0, 3, 1, 4}).unbind(0);
   Tensor y = functional::scaled_dot_product_attention(qkv_out[0], qkv_out[1], qkv_out[2], causal);
-  y = y.transpose(1, 2).reshape({B, T, embed_dim});
-  return resid_dropout(proj(y));
+  return y.transpose(1, 2).reshape({B, T, embed_dim});  // a view: y is laid out [B, T, H, D]
 }
 
 std::string MultiheadAttention::extra_repr() const {
@@ -52,7 +53,9 @@ TransformerBlock::TransformerBlock(const TransformerBlockOptions& o)
 }
 
 Tensor TransformerBlock::forward(const Tensor& x) {
-  Tensor h = x + attn(ln1(x));
+  // x + attn(ln1(x)), the projection's bias, the dropout and the residual add in one pass
+  Tensor h = functional::bias_dropout_add(functional::linear(attn.heads(ln1(x)), attn.proj.weight),
+                                          attn.proj.bias, x, attn.resid_dropout.p, is_training());
   // The MLP on the fused kernels: bias + GELU in the first GEMM's epilogue
   // (cuBLASLt on CUDA), then the projection without its bias, whose bias add, dropout and the
   // residual add are one pass. Same math, masks and random stream as

@@ -12,7 +12,10 @@ class MultiheadAttention : public Module {
  public:
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, bool causal = false, bool bias = true,
                      double dropout = 0.0);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x) override;  // resid_dropout(proj(heads(x)))
+  // The attention's output before the output projection: [B, T, E], the heads side by side
+  // (what a block that fuses the projection's bias, dropout and its residual add starts from).
+  Tensor heads(const Tensor& x);
   std::string extra_repr() const override;
 
   int64_t embed_dim, num_heads;
