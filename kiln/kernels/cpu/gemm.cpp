@@ -187,10 +187,13 @@ void pack_a(MatrixView<const float> a, int64_t ic, int64_t mc, int64_t pc, int64
 }
 
 // C tile (mr x nr, row stride ldc) = (accumulate ? C : 0) + Ap Bp over kc steps. NV: vectors of
-// 16 columns per row (2: the 12 x 32 tile, 1: the 12 x 16 tile).
-template <int NV>
-void micro_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int64_t mr,
-                  int64_t nr, bool accumulate) {
+// 16 columns per row (2: the 12 x 32 tile, 1: the 12 x 16 tile). A is a packed panel
+// (ap[k * 12 + r]) when lda is 0; otherwise 12 rows of a row-major A read where they lie
+// (ap[r * lda + k]): a row-contiguous A needs no packing, whose transposes cost as much as a
+// sixth of the products in a transformer's linears. B is always a packed panel.
+template <int NV, bool kDirectA>
+void micro_kernel(int64_t kc, const float* ap, int64_t lda, const float* bp, float* c, int64_t ldc,
+                  int64_t mr, int64_t nr, bool accumulate) {
   // C's tile is read at the end; asking for it now hides the miss behind the FMAs (C is often
   // far larger than the caches: a weight gradient's [512, 4608] is 9 MB)
   if (accumulate)
@@ -203,17 +206,21 @@ void micro_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_
   for (int r = 0; r < kMR; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  // Direct A: four row pointers (rows 0, 3, 6, 9) and offsets of 0, 1 and 2 rows reach all
+  // twelve rows with few registers.
+  const float* rows[4] = {ap, ap + 3 * lda, ap + 6 * lda, ap + 9 * lda};
+  const int64_t step[3] = {0, lda, 2 * lda};
   for (int64_t k = 0; k < kc; ++k) {
     __m512 bv[NV];
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(bp + 16 * v);
 #pragma GCC unroll 12
     for (int r = 0; r < kMR; ++r) {
-      const __m512 av = _mm512_set1_ps(ap[r]);
+      const __m512 av = _mm512_set1_ps(kDirectA ? rows[r / 3][step[r % 3] + k] : ap[r]);
 #pragma GCC unroll 2
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
-    ap += kMR;
+    if (!kDirectA) ap += kMR;
     bp += 16 * NV;
   }
   __mmask16 mask[NV];
@@ -258,6 +265,9 @@ void own_sgemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<
                PrepackedA pre = {}) {
   thread_local PackBuffer a_buf, b_buf;
   const int64_t M = c.rows, N = c.cols, K = a.cols;
+  // A with unit column stride is read in place, but for a last panel of fewer than 12 rows
+  // (the kernel reads all 12), which is packed alone.
+  const bool direct = !pre.panels && a.cs == 1;
   float* ap = pre.panels ? nullptr : a_buf.get(static_cast<size_t>((kMC + kMR) * kKC));
   float* bp = b_buf.get(static_cast<size_t>((kNC + kNR) * kKC));
   for (int64_t jc = 0; jc < N; jc += kNC) {
@@ -269,23 +279,35 @@ void own_sgemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<
       for (int64_t ic = 0; ic < M; ic += kMC) {
         const int64_t mc = std::min(kMC, M - ic);
         const float* apack = ap;
+        const int64_t full = direct ? mc / kMR * kMR : 0;  // rows read in place
         if (pre.panels) {
           apack = pre.panels + pc * pre.mpad + (pre.row0 + ic) * kc;
-        } else {
+        } else if (!direct) {
           pack_a(a, ic, mc, pc, kc, ap);
+        } else if (full < mc) {
+          pack_a(a, ic + full, mc - full, pc, kc, ap);
         }
         const float* bpanel = bp;
         for (int64_t j0 = 0; j0 < nc; ) {
           const int w = panel_width(nc - j0);
           const int64_t nr = std::min<int64_t>(w, nc - j0);
+          for (int64_t i0 = 0; i0 < full; i0 += kMR) {
+            float* ct = c.p + (ic + i0) * c.rs + jc + j0;
+            const float* arow = a.p + (ic + i0) * a.rs + pc;
+            if (w == kNR) {
+              micro_kernel<2, true>(kc, arow, a.rs, bpanel, ct, c.rs, kMR, nr, acc);
+            } else {
+              micro_kernel<1, true>(kc, arow, a.rs, bpanel, ct, c.rs, kMR, nr, acc);
+            }
+          }
           const float* apanel = apack;
-          for (int64_t i0 = 0; i0 < mc; i0 += kMR) {
+          for (int64_t i0 = full; i0 < mc; i0 += kMR) {
             float* ct = c.p + (ic + i0) * c.rs + jc + j0;
             const int64_t mr = std::min<int64_t>(kMR, mc - i0);
             if (w == kNR) {
-              micro_kernel<2>(kc, apanel, bpanel, ct, c.rs, mr, nr, acc);
+              micro_kernel<2, false>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
             } else {
-              micro_kernel<1>(kc, apanel, bpanel, ct, c.rs, mr, nr, acc);
+              micro_kernel<1, false>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
             }
             apanel += kc * kMR;
           }
