@@ -186,3 +186,25 @@ TEST_CASE("attention: CUDA errors", "[cuda][attention]") {
                         Catch::Contains("lse"));
   }
 }
+
+TEST_CASE("attention: q, k, v unbound from a fused projection, CUDA == CPU", "[cuda][attention]") {
+  // The MultiheadAttention pattern: [B, T, 3, H, D] -> permute -> unbind. The CPU kernel reads
+  // the strided heads in place and lays its output out as [B, T, H, D]; the CUDA op makes them
+  // contiguous. Output and the projection's gradient (through unbind's one backward) must agree.
+  kiln::manual_seed(36);
+  const int64_t B = 2, T = 67, H = 3, D = 16;
+  Tensor x0 = kiln::randn({B, T, 3, H, D}), gy = kiln::randn({B, H, T, D});
+  for (bool causal : {false, true}) {
+    INFO((causal ? "causal" : "not causal"));
+    std::vector<Tensor> y, gx;
+    for (const kiln::Device& dev : {kCpu, kGpu}) {
+      Tensor x = x0.to(dev).requires_grad_(true);
+      auto qkv = x.permute({2, 0, 3, 1, 4}).unbind(0);
+      Tensor out = F::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], causal);
+      y.push_back(out.detach());
+      gx.push_back(kiln::autograd::grad({out}, {x}, {gy.to(dev)})[0]);
+    }
+    require_near(y[1], y[0], 1e-4, "output");
+    require_near(gx[1], gx[0], 1e-4, "gradient of the projection");
+  }
+}

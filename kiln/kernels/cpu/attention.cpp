@@ -39,9 +39,7 @@ constexpr int64_t kBlock = 64;
 
 template <class T>
 using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-// Row blocks of an operand whose rows are `st` elements apart (a head of a strided view).
-template <class T>
-using CMap = Eigen::Map<const Mat<T>, 0, Eigen::OuterStride<>>;
+// Row blocks of an output whose rows are `st` elements apart (a head of a strided view).
 template <class T>
 using MMap = Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>;
 

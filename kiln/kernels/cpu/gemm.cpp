@@ -18,7 +18,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -402,7 +401,8 @@ void gemm(MatrixView<const double> a, MatrixView<const double> b, MatrixView<dou
 
 PackedLhs<float>::PackedLhs(MatrixView<const float> a) : a_(a) {
 #if KILN_OWN_SGEMM
-  if (a.rows == 0 || a.cols == 0) return;
+  // A row-contiguous A is read in place by the micro-kernel: nothing to pack.
+  if (a.rows == 0 || a.cols == 0 || a.cs == 1) return;
   const int64_t mpad = (a.rows + kMR - 1) / kMR * kMR;
   panels_.resize(static_cast<size_t>(mpad * a.cols));
   pack_all_of_a(a, panels_.data());
