@@ -5,7 +5,11 @@
 // Prints a table, and with --json one JSON line per shape, which bench/cpu/conv_lab_pytorch.py
 // reads to put PyTorch's time for the same shape beside it (docs/kernels.md, "The CPU GEMM").
 //
-// Usage: bench_conv_lab [--batch N] [--threads T] [--json]
+// 3x3 stride-1 shapes, which the Winograd kernels compute (all three directions), are
+// also timed and validated with it switched off (kiln::set_cpu_conv_winograd(false)): a second
+// line gives the direct kernel's times, the speed-up and both kernels' errors.
+//
+// Usage: bench_conv_lab [--batch N] [--threads T] [--only SUBSTRING] [--json]
 #include <omp.h>
 
 #include <algorithm>
@@ -22,6 +26,7 @@
 
 #include <kiln/kiln.h>
 #include <kiln/kernels/conv.h>
+#include <kiln/kernels/cpu/winograd.h>
 
 #include "../bench_util.h"
 
@@ -113,12 +118,14 @@ int main(int argc, char** argv) {
   int64_t batch = 128;
   int threads = omp_get_max_threads();
   bool json = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json")) json = true;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--batch N] [--threads T] [--json]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--batch N] [--threads T] [--only SUBSTRING] [--json]\n", argv[0]);
       return 2;
     }
   }
@@ -129,6 +136,7 @@ int main(int argc, char** argv) {
     std::printf("conv lab: batch %lld, %d threads, measured f32 FMA peak %.0f GFLOP/s\n%-34s %22s %22s %22s\n",
                 static_cast<long long>(batch), threads, peak, "shape", "forward", "input grad", "weight grad");
   for (const Shape& s : shapes()) {
+    if (!only.empty() && s.name.find(only) == std::string::npos) continue;
     K::ConvGeometry g;
     g.N = batch, g.C = s.C, g.H = g.W = s.H, g.K = s.K, g.kh = g.kw = s.k, g.sh = g.sw = s.stride;
     g.ph = g.pw = s.k / 2;
@@ -137,10 +145,8 @@ int main(int argc, char** argv) {
     const Tensor gy = kiln::randn({batch, s.K, g.OH, g.OW});
     Tensor y = kiln::empty({batch, s.K, g.OH, g.OW}), gx = kiln::empty_like(x), gw = kiln::empty_like(w);
     const double flops = 2.0 * batch * s.K * g.OH * g.OW * s.C * s.k * s.k;
-    const double t[3] = {best_seconds([&] { K::conv2d_forward(y, x, w, Tensor(), g); }, 5),
-                         best_seconds([&] { K::conv2d_backward_input(gx, gy, w, g); }, 5),
-                         best_seconds([&] { K::conv2d_backward_weight(gw, Tensor(), gy, x, g); }, 5)};
-    // validate the f32 results against the f64 kernels on the same inputs
+    const bool wino = K::cpu::winograd_applies(g, kiln::DType::F32);
+    // the f64 kernels (never Winograd) on the same inputs validate every f32 result
     const Tensor x64 = x.to(kiln::DType::F64), w64 = w.to(kiln::DType::F64), gy64 = gy.to(kiln::DType::F64);
     Tensor y64 = kiln::empty_like(gy64), gx64 = kiln::empty_like(x64), gw64 = kiln::empty_like(w64);
     K::conv2d_forward(y64, x64, w64, Tensor(), g);
@@ -151,20 +157,41 @@ int main(int argc, char** argv) {
       const double scale = kiln::abs(ref).max().item<double>() + 1;
       return kiln::abs(a.to(kiln::DType::F64) - ref).max().item<double>() / scale;
     };
+    // Winograd shapes: the direct kernel first (switch off), then the kernels as configured,
+    // each validated right after it ran
+    double td[3] = {0, 0, 0}, ed[3] = {0, 0, 0};
+    if (wino) {
+      kiln::set_cpu_conv_winograd(false);
+      td[0] = best_seconds([&] { K::conv2d_forward(y, x, w, Tensor(), g); }, 5);
+      td[1] = best_seconds([&] { K::conv2d_backward_input(gx, gy, w, g); }, 5);
+      td[2] = best_seconds([&] { K::conv2d_backward_weight(gw, Tensor(), gy, x, g); }, 5);
+      ed[0] = scaled_err(y, y64), ed[1] = scaled_err(gx, gx64), ed[2] = scaled_err(gw, gw64);
+      kiln::set_cpu_conv_winograd(true);
+    }
+    const double t[3] = {best_seconds([&] { K::conv2d_forward(y, x, w, Tensor(), g); }, 5),
+                         best_seconds([&] { K::conv2d_backward_input(gx, gy, w, g); }, 5),
+                         best_seconds([&] { K::conv2d_backward_weight(gw, Tensor(), gy, x, g); }, 5)};
     const double e[3] = {scaled_err(y, y64), scaled_err(gx, gx64), scaled_err(gw, gw64)};
     for (int i = 0; i < 3; ++i) kiln::bench::validate(e[i] < 1e-4, s.name.c_str(), e[i]);
+    for (int i = 0; i < 3 && wino; ++i) kiln::bench::validate(ed[i] < 1e-4, s.name.c_str(), ed[i]);
     if (json) {
       std::printf("{\"shape\":\"%s\",\"uses\":%d,\"input_grad\":%s,\"batch\":%lld,\"C\":%lld,\"H\":%lld,"
                   "\"K\":%lld,\"k\":%lld,\"stride\":%lld,\"threads\":%d,\"peak_gflops\":%.1f,\"forward_s\":%.6g,"
-                  "\"input_grad_s\":%.6g,\"weight_grad_s\":%.6g,\"gflop\":%.6g}\n",
+                  "\"input_grad_s\":%.6g,\"weight_grad_s\":%.6g,\"gflop\":%.6g,\"winograd\":%s,"
+                  "\"direct_forward_s\":%.6g,\"direct_input_grad_s\":%.6g,\"direct_weight_grad_s\":%.6g}\n",
                   s.name.c_str(), s.uses, s.input_grad ? "true" : "false", static_cast<long long>(batch), static_cast<long long>(s.C), static_cast<long long>(s.H),
                   static_cast<long long>(s.K), static_cast<long long>(s.k), static_cast<long long>(s.stride), threads,
-                  peak, t[0], t[1], t[2], flops / 1e9);
+                  peak, t[0], t[1], t[2], flops / 1e9, wino ? "true" : "false", td[0], td[1], td[2]);
     } else {
       std::printf("%-34s", s.name.c_str());
       for (double ti : t) std::printf("  %7.2f ms %5.0f GF/s %3.0f%%", ti * 1e3, flops / ti / 1e9,
                                       peak > 0 ? 100 * flops / ti / 1e9 / peak : 0.0);
       std::printf("\n");
+      if (wino)
+        std::printf("  Winograd above; direct %.2f / %.2f / %.2f ms: speed-up %.2fx / %.2fx / %.2fx; max error "
+                    "%.1e / %.1e / %.1e, direct %.1e / %.1e / %.1e\n",
+                    td[0] * 1e3, td[1] * 1e3, td[2] * 1e3, td[0] / t[0], td[1] / t[1], td[2] / t[2], e[0], e[1], e[2],
+                    ed[0], ed[1], ed[2]);
     }
   }
   return 0;

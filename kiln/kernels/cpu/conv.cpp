@@ -49,6 +49,7 @@
 #include "kiln/kernels/conv.h"
 #include "kiln/kernels/copy_fill.h"
 #include "kiln/kernels/cpu/gemm.h"
+#include "kiln/kernels/cpu/winograd.h"
 #include "kiln/kernels/conv_block.h"
 #include "kiln/kernels/memory_format.h"
 
@@ -469,6 +470,15 @@ void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const T
   auto fill_bias = [&](T* c, int64_t k0, int64_t rows, int64_t cols, int64_t ld) {
     for (int64_t k = 0; k < rows; ++k) std::fill(c + k * ld, c + k * ld + cols, bp[k0 + k]);
   };
+  if (winograd_applies(g, dtype_of<T>::value)) {
+    std::function<void(int64_t, int64_t)> done;
+    if (stats)  // the samples' output planes are still in cache
+      done = [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; ++n)
+          for (int64_t k = 0; k < g.K; ++k) plane_mean_m2(op + (n * g.K + k) * OHW, OHW, stats + (n * g.K + k) * 2);
+      };
+    if (winograd_forward(xp, wp, bp, op, g, done)) return;
+  }
   if (!g.channels_last) {
     const int64_t spb = nchw_samples_per_block(g, nt);
     const std::vector<PackedLhs<T>> wg = packed_weight(wp, g, false);
@@ -566,6 +576,9 @@ void backward_input_impl(const Tensor& gx, const Tensor& gy, const Tensor& w_t,
   const int64_t OHW = g.OH * g.OW, HW = g.H * g.W;
   const bool pw = is_pointwise(g);
   const int nt = threads_for(g);
+  if (winograd_applies(g, dtype_of<T>::value)) {
+    if (winograd_backward_input(gyp, wp, gxp, g)) return;
+  }
   if (!g.channels_last) {
     const int64_t spb = nchw_samples_per_block(g, nt);
     const std::vector<PackedLhs<T>> wt = packed_weight(wp, g, true);
@@ -610,6 +623,10 @@ void backward_weight_impl(const Tensor& gw, const Tensor& gb, const Tensor& gy, 
   const int64_t OHW = g.OH * g.OW, HW = g.H * g.W;
   const bool pw = is_pointwise(g);
   const bool want_w = gw.defined(), want_b = gb.defined();
+  if (want_w && winograd_applies(g, dtype_of<T>::value) && winograd_backward_weight(xp, gyp, gw.data_ptr<T>(), g)) {
+    if (want_b) backward_weight_impl<T>(Tensor(), gb, gy, x, g);
+    return;
+  }
   const int nt = threads_for(g);
   // Per-thread partial sums: dW in the kernel's column order ([K, Cg*kh*kw] for NCHW,
   // [K, kh*kw*Cg] for NHWC) and db.

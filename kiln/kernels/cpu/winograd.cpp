@@ -1,0 +1,724 @@
+// Winograd F(2x2, 3x3) convolution on the CPU (kernels/cpu/winograd.h; docs/kernels.md,
+// "Winograd convolution").
+//
+// In one dimension, two outputs of a 3-tap correlation y_i = sum_j d_{i+j} g_j come from four
+// products of transformed values, m = (G g) . (B^T d), y = A^T m, with
+//   B^T d = [d0 - d2, d1 + d2, d2 - d1, d1 - d3]
+//   G g   = [g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2]
+//   A^T m = [m0 + m1 + m2, m1 - m2 - m3].
+// Nesting it in both dimensions, a 2x2 output tile takes a 4x4 input tile d and
+//   Y = A^T [ sum_c (G g_kc G^T) . (B^T d_c B) ] A,
+// and the sum over input channels, for each of the 16 positions xi of the 4x4 transformed tile,
+// is a matrix product: M[xi] (K x tiles) = U[xi] (K x C) V[xi] (C x tiles). 16 such products
+// of K*C*tiles replace the direct kernel's 36 per tile: 2.25x fewer FLOPs.
+//
+// The work is cut into chunks of tiles (whole samples, or rows of tiles of one sample when a
+// sample has many), sized so that the chunk's V and M stay in L2 between the transforms and the
+// products; chunks are spread over threads, each running its 16 products single-threaded.
+#include "kiln/kernels/cpu/winograd.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "kiln/core/cpu_conv.h"
+#include "kiln/core/error.h"
+#include "kiln/kernels/cpu/gemm.h"
+
+namespace kiln::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kTile = 4;                 // transformed tile side (alpha = m + r - 1)
+constexpr int64_t kXi = kTile * kTile;       // transformed positions per tile
+constexpr int64_t kOut = 2;                  // output tile side
+
+// On unless the environment says KILN_CPU_CONV_WINOGRAD=0 (for A/B runs of whole programs).
+std::atomic<bool>& winograd_switch() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("KILN_CPU_CONV_WINOGRAD");
+    return !(e && std::string(e) == "0");
+  }()};
+  return on;
+}
+
+// A 3x3 stride-1 correlation with zero padding: in [N, C, H, W] -> out [N, K, OH, OW].
+struct Problem {
+  int64_t N, C, H, W, K, OH, OW, ph, pw;
+  int64_t TH, TW;  // tiles per column and row of an output plane
+  Problem(int64_t N_, int64_t C_, int64_t H_, int64_t W_, int64_t K_, int64_t OH_, int64_t OW_, int64_t ph_,
+          int64_t pw_)
+      : N(N_), C(C_), H(H_), W(W_), K(K_), OH(OH_), OW(OW_), ph(ph_), pw(pw_),
+        TH((OH_ + kOut - 1) / kOut), TW((OW_ + kOut - 1) / kOut) {}
+};
+
+// A chunk of tiles: samples [n0, n1), tile rows [ty0, ty1) of each. Tile (n, ty, tx) is column
+// ((n - n0) * (ty1 - ty0) + ty - ty0) * TW + tx of the chunk's matrices.
+struct Chunk {
+  int64_t n0, n1, ty0, ty1;
+  bool whole_samples;
+};
+
+// Tiles per chunk: V (16 x C x tiles) and M (16 x K x tiles) floats within ~4 MB, which is more
+// than the 2 MB L2 but measured faster than smaller chunks on ResNet's shapes (larger products;
+// each product's own slices of V and M do fit), at least 32 columns so that the products fill
+// the micro-kernel's 32-wide panels, and at least two chunks per thread when the batch allows.
+std::vector<Chunk> make_chunks(const Problem& p, int nt) {
+  const int64_t tps = p.TH * p.TW;
+  int64_t budget = std::max<int64_t>(32, (int64_t(1) << 22) / (kXi * 4 * (p.C + p.K)));
+  std::vector<Chunk> chunks;
+  if (tps <= budget) {
+    int64_t spc = std::max<int64_t>(1, budget / tps);
+    spc = std::min(spc, std::max<int64_t>(1, p.N / (2 * nt)));
+    for (int64_t n = 0; n < p.N; n += spc) chunks.push_back({n, std::min(p.N, n + spc), 0, p.TH, true});
+  } else {
+    const int64_t rows = std::max<int64_t>(1, budget / p.TW);
+    for (int64_t n = 0; n < p.N; ++n)
+      for (int64_t ty = 0; ty < p.TH; ty += rows) chunks.push_back({n, n + 1, ty, std::min(p.TH, ty + rows), false});
+  }
+  return chunks;
+}
+
+// A growable buffer that is neither zeroed nor freed between calls: the transforms overwrite
+// all of it, and a fresh multi-megabyte allocation per call would pay its page faults again.
+template <class T>
+T* scratch(size_t n) {
+  thread_local std::vector<T> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+template <class T>
+T* weight_scratch(size_t n) {  // the caller's U, read by every worker thread
+  thread_local std::vector<T> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+// u = G g G^T for a 3x3 filter g, on scalars or on vectors of filters (GCC's vector types take
+// the same operators).
+template <class V, class S>
+inline void filter_transform(const V (&g)[3][3], V (&u)[4][4], S half) {
+  V gg[4][3];  // G g
+  for (int j = 0; j < 3; ++j) {
+    gg[0][j] = g[0][j];
+    gg[1][j] = (g[0][j] + g[1][j] + g[2][j]) * half;
+    gg[2][j] = (g[0][j] - g[1][j] + g[2][j]) * half;
+    gg[3][j] = g[2][j];
+  }
+  for (int a = 0; a < 4; ++a) {  // (G g) G^T
+    u[a][0] = gg[a][0];
+    u[a][1] = (gg[a][0] + gg[a][1] + gg[a][2]) * half;
+    u[a][2] = (gg[a][0] - gg[a][1] + gg[a][2]) * half;
+    u[a][3] = gg[a][2];
+  }
+}
+
+// U[xi][ko][ci] = (G g G^T)[xi] of the 3x3 filter g that maps input channel ci to output channel
+// ko, into u (16 * KO * CI values). Forward: g = w[ko][ci]. Input gradient (flip): the filter
+// from gy's channel ci = k to gx's channel ko = c is w[k][c] rotated by 180 degrees.
+template <class T>
+void transform_weights(const T* w, int64_t K, int64_t C, bool flip, T* u) {
+  const int64_t KO = flip ? C : K, CI = flip ? K : C, plane = KO * CI;
+  // filter (ko, ci) starts at w + ko * kos + ci * cis
+  const int64_t kos = flip ? 9 : 9 * C, cis = flip ? 9 * C : 9;
+  const bool par = !omp_in_parallel() && K * C >= 4096;
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t ko = 0; ko < KO; ++ko) {
+    int64_t ci = 0;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {  // 16 filters at a time, their taps gathered
+      const __m512i lane = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_epi32(static_cast<int>(cis)));
+      for (; ci + 16 <= CI; ci += 16) {
+        const float* f = w + ko * kos + ci * cis;
+        __m512 g[3][3], r[4][4];
+        for (int i = 0; i < 3; ++i)
+          for (int j = 0; j < 3; ++j) {
+            const int tap = flip ? (2 - i) * 3 + (2 - j) : i * 3 + j;
+            g[i][j] = _mm512_i32gather_ps(lane, f + tap, 4);
+          }
+        filter_transform(g, r, 0.5f);
+        for (int a = 0; a < 4; ++a)
+          for (int b = 0; b < 4; ++b) _mm512_storeu_ps(u + (a * 4 + b) * plane + ko * CI + ci, r[a][b]);
+      }
+    }
+#endif
+    for (; ci < CI; ++ci) {
+      const T* f = w + ko * kos + ci * cis;
+      T g[3][3], r[4][4];
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 3; ++j) g[i][j] = flip ? f[(2 - i) * 3 + (2 - j)] : f[i * 3 + j];
+      filter_transform(g, r, T(0.5));
+      for (int a = 0; a < 4; ++a)
+        for (int b = 0; b < 4; ++b) u[(a * 4 + b) * plane + ko * CI + ci] = r[a][b];
+    }
+  }
+}
+
+// V[xi][c][t] = (B^T d B)[xi] for every tile t of the chunk and channel c (ld = the chunk's
+// tiles). The four input rows a tile row reads are split into even and odd columns first, so
+// that the tile at tx reads e[tx], o[tx], e[tx + 1], o[tx + 1]: unit-stride loops over tx.
+// Returns false if a transformed value is not finite (see all_finite).
+template <class T>
+bool input_transform(const Problem& p, const T* in, const Chunk& ch, T* v, int64_t ld, int64_t xs, T* rowbuf) {
+  bool finite = true;
+  const int64_t TW = p.TW, half = TW + 1;
+  T* e = rowbuf;              // [4][half]
+  T* o = rowbuf + 4 * half;   // [4][half]
+  for (int64_t c = 0; c < p.C; ++c) {
+    T* vc = v + c * ld;
+    for (int64_t n = ch.n0; n < ch.n1; ++n) {
+      const T* plane = in + (n * p.C + c) * p.H * p.W;
+      for (int64_t ty = ch.ty0; ty < ch.ty1; ++ty) {
+        for (int64_t i = 0; i < kTile; ++i) {
+          const int64_t r = kOut * ty - p.ph + i;
+          T* ei = e + i * half;
+          T* oi = o + i * half;
+          if (r < 0 || r >= p.H) {
+            std::fill(ei, ei + half, T(0));
+            std::fill(oi, oi + half, T(0));
+            continue;
+          }
+          const T* row = plane + r * p.W;
+          for (int64_t u = 0; u < half; ++u) {
+            const int64_t c0 = 2 * u - p.pw, c1 = c0 + 1;
+            ei[u] = c0 >= 0 && c0 < p.W ? row[c0] : T(0);
+            oi[u] = c1 >= 0 && c1 < p.W ? row[c1] : T(0);
+          }
+        }
+        T* vt = vc + ((n - ch.n0) * (ch.ty1 - ch.ty0) + ty - ch.ty0) * TW;
+        for (int64_t tx = 0; tx < TW; ++tx) {
+          T s[4][4];  // B^T applied along each row: s[i][b]
+          for (int i = 0; i < 4; ++i) {
+            const T d0 = e[i * half + tx], d1 = o[i * half + tx], d2 = e[i * half + tx + 1], d3 = o[i * half + tx + 1];
+            s[i][0] = d0 - d2;
+            s[i][1] = d1 + d2;
+            s[i][2] = d2 - d1;
+            s[i][3] = d1 - d3;
+          }
+          for (int b = 0; b < 4; ++b) {  // then along each column
+            const T r[4] = {s[0][b] - s[2][b], s[1][b] + s[2][b], s[2][b] - s[1][b], s[1][b] - s[3][b]};
+            for (int a = 0; a < 4; ++a) {
+              vt[(a * 4 + b) * xs + tx] = r[a];
+              finite = finite && r[a] - r[a] == T(0);
+            }
+          }
+        }
+      }
+    }
+  }
+  return finite;
+}
+
+// out tiles = A^T M[.][k][t] A (+ bias[k]), clipped to the plane where the tiles overhang it.
+// Returns false if an output is not finite: with finite transformed operands, only a product or
+// sum that overflowed, where the direct kernel might give +-Inf rather than NaN.
+template <class T>
+bool output_transform(const Problem& p, const T* m, int64_t ld, int64_t xs, const Chunk& ch, const T* bias, T* out,
+                      T* rowbuf) {
+  const int64_t TW = p.TW;
+  T check = T(0);
+  T* y0 = rowbuf;            // the tile row's two output rows, 2 * TW wide each
+  T* y1 = rowbuf + 2 * TW;
+  for (int64_t k = 0; k < p.K; ++k) {
+    const T b = bias ? bias[k] : T(0);
+    for (int64_t n = ch.n0; n < ch.n1; ++n) {
+      T* plane = out + (n * p.K + k) * p.OH * p.OW;
+      for (int64_t ty = ch.ty0; ty < ch.ty1; ++ty) {
+        const T* mt = m + k * ld + ((n - ch.n0) * (ch.ty1 - ch.ty0) + ty - ch.ty0) * TW;
+        for (int64_t tx = 0; tx < TW; ++tx) {
+          T q[2][4];  // A^T along each column
+          for (int b = 0; b < 4; ++b) {
+            const T m0 = mt[(0 * 4 + b) * xs + tx], m1 = mt[(1 * 4 + b) * xs + tx];
+            const T m2 = mt[(2 * 4 + b) * xs + tx], m3 = mt[(3 * 4 + b) * xs + tx];
+            q[0][b] = m0 + m1 + m2;
+            q[1][b] = m1 - m2 - m3;
+          }
+          y0[2 * tx] = q[0][0] + q[0][1] + q[0][2] + b;
+          y0[2 * tx + 1] = q[0][1] - q[0][2] - q[0][3] + b;
+          y1[2 * tx] = q[1][0] + q[1][1] + q[1][2] + b;
+          y1[2 * tx + 1] = q[1][1] - q[1][2] - q[1][3] + b;
+        }
+        const int64_t r = kOut * ty;
+        for (int64_t i = 0; i < 2 * TW; ++i) check += (y0[i] - y0[i]) + (y1[i] - y1[i]);
+        std::copy_n(y0, p.OW, plane + r * p.OW);
+        if (r + 1 < p.OH) std::copy_n(y1, p.OW, plane + (r + 1) * p.OW);
+      }
+    }
+  }
+  return check == T(0);
+}
+
+// The weight gradient's transform of the output gradient, the adjoint of output_transform:
+// G[.][k][t] = A dY A^T for each 2x2 tile dY of gy (zero where the tile overhangs the plane),
+// A dY per column being [e0, e0 + e1, e0 - e1, -e1]. Returns false if a value is not finite.
+template <class T>
+bool grad_transform(const Problem& p, const T* gy, const Chunk& ch, T* gt, int64_t ld, int64_t xs, T*) {
+  bool finite = true;
+  for (int64_t k = 0; k < p.K; ++k)
+    for (int64_t n = ch.n0; n < ch.n1; ++n) {
+      const T* plane = gy + (n * p.K + k) * p.OH * p.OW;
+      for (int64_t ty = ch.ty0; ty < ch.ty1; ++ty) {
+        T* g = gt + k * ld + ((n - ch.n0) * (ch.ty1 - ch.ty0) + ty - ch.ty0) * p.TW;
+        for (int64_t tx = 0; tx < p.TW; ++tx) {
+          T e[2][2];
+          for (int a = 0; a < 2; ++a)
+            for (int b = 0; b < 2; ++b) {
+              const int64_t r = kOut * ty + a, c = kOut * tx + b;
+              e[a][b] = r < p.OH && c < p.OW ? plane[r * p.OW + c] : T(0);
+            }
+          T s[2][4];  // along each row
+          for (int a = 0; a < 2; ++a) {
+            s[a][0] = e[a][0];
+            s[a][1] = e[a][0] + e[a][1];
+            s[a][2] = e[a][0] - e[a][1];
+            s[a][3] = -e[a][1];
+          }
+          for (int b = 0; b < 4; ++b) {  // then along each column
+            const T r[4] = {s[0][b], s[0][b] + s[1][b], s[0][b] - s[1][b], -s[1][b]};
+            for (int a = 0; a < 4; ++a) {
+              g[(a * 4 + b) * xs + tx] = r[a];
+              finite = finite && r[a] - r[a] == T(0);
+            }
+          }
+        }
+      }
+    }
+  return finite;
+}
+
+// The zero-bordered copy of a chunk's input rows (input_transform<float>): each row holds
+// column -pw on, as far as the last vector of the last tile reads (2 * 16-wide groups + 2).
+inline int64_t padded_width(const Problem& p) { return (p.TW + 15) / 16 * 32 + 18; }
+inline int64_t padded_plane_floats(const Problem& p, int64_t tile_rows) {
+  return (kOut * tile_rows + 2) * padded_width(p);
+}
+
+#if defined(__AVX512F__)
+// The f32 transforms, vectorised along a row of tiles: lane l of each vector is tile tx0 + l
+// (up to 16 tiles; a plane narrower than 32 columns leaves lanes idle, which the products' cost
+// at such planes' channel counts dwarfs).
+
+// Lanes l with 0 <= start + l < n.
+inline __mmask16 span_mask(int64_t start, int64_t n) {
+  const int64_t lo = std::clamp<int64_t>(-start, 0, 16), hi = std::clamp<int64_t>(n - start, 0, 16);
+  return hi > lo ? static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u)) : __mmask16(0);
+}
+
+// row[start + l] for the lanes inside [0, n), zero elsewhere (padding).
+inline __m512 load_span(const float* row, int64_t start, int64_t n) {
+  const __mmask16 m = span_mask(start, n);
+  return m ? _mm512_maskz_loadu_ps(m, row + start) : _mm512_setzero_ps();  // masked lanes are not read
+}
+
+// Stores the 16 transformed positions of a row of up to 16 tiles, position xi at out + xi * xs,
+// and returns the lanes where one of them is Inf or NaN. Whole vectors when `room`: the lanes
+// past the row's last tile land on tiles of the same channel that the caller writes later;
+// masked at the end of a channel's row.
+inline __mmask16 store_positions(float* out, int64_t xs, bool room, __mmask16 lanes, const __m512 (&v)[kXi]) {
+  __m512 sum = _mm512_setzero_ps();
+  for (int xi = 0; xi < kXi; ++xi) {
+    if (room) _mm512_storeu_ps(out + xi * xs, v[xi]);
+    else _mm512_mask_storeu_ps(out + xi * xs, lanes, v[xi]);
+    sum = _mm512_add_ps(sum, v[xi]);
+  }
+  // an Inf or NaN makes the sum Inf or NaN, and sum - sum NaN (so may a sum that overflows:
+  // then the convolution is only computed directly, never wrong)
+  const __m512 check = _mm512_sub_ps(sum, sum);
+  return _mm512_mask_cmp_ps_mask(lanes, check, check, _CMP_UNORD_Q);
+}
+
+template <>
+bool input_transform<float>(const Problem& p, const float* in, const Chunk& ch, float* v, int64_t ld, int64_t xs,
+                           float* rowbuf) {
+  __mmask16 bad = 0;  // lanes where a transformed value is Inf or NaN
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  // Each plane is first copied into a zero-bordered buffer (rowbuf: padded_plane_floats), so
+  // that the loads below are whole, unmasked vectors: masked loads that start before a row
+  // cost several times more on AMD's cores.
+  const int64_t pw_ = padded_width(p), rows = kOut * (ch.ty1 - ch.ty0) + 2;
+  for (int64_t n = ch.n0; n < ch.n1; ++n)
+    for (int64_t c = 0; c < p.C; ++c) {
+      const float* plane = in + (n * p.C + c) * p.H * p.W;
+      // buffer row i holds input row kOut * ty0 - ph + i, from column -pw on
+      for (int64_t i = 0; i < rows; ++i) {
+        float* dst = rowbuf + i * pw_;
+        const int64_t r = kOut * ch.ty0 - p.ph + i;
+        if (r < 0 || r >= p.H) {
+          std::fill(dst, dst + pw_, 0.0f);
+          continue;
+        }
+        std::fill(dst, dst + p.pw, 0.0f);
+        std::copy_n(plane + r * p.W, p.W, dst + p.pw);
+        std::fill(dst + p.pw + p.W, dst + pw_, 0.0f);
+      }
+      for (int64_t ty = ch.ty0; ty < ch.ty1; ++ty) {
+        const int64_t t = ((n - ch.n0) * (ch.ty1 - ch.ty0) + ty - ch.ty0) * p.TW;
+        float* vt = v + c * ld + t;
+        for (int64_t tx0 = 0; tx0 < p.TW; tx0 += 16) {
+          const __mmask16 lanes = span_mask(0, p.TW - tx0);
+          __m512 s[4][4];  // B^T along each row: s[i][b]
+          for (int i = 0; i < 4; ++i) {
+            const float* row = rowbuf + (kOut * (ty - ch.ty0) + i) * pw_ + 2 * tx0;
+            const __m512 a0 = _mm512_loadu_ps(row), a1 = _mm512_loadu_ps(row + 16);
+            const __m512 b0 = _mm512_loadu_ps(row + 2), b1 = _mm512_loadu_ps(row + 18);
+            const __m512 d0 = _mm512_permutex2var_ps(a0, even, a1), d1 = _mm512_permutex2var_ps(a0, odd, a1);
+            const __m512 d2 = _mm512_permutex2var_ps(b0, even, b1), d3 = _mm512_permutex2var_ps(b0, odd, b1);
+            s[i][0] = _mm512_sub_ps(d0, d2);
+            s[i][1] = _mm512_add_ps(d1, d2);
+            s[i][2] = _mm512_sub_ps(d2, d1);
+            s[i][3] = _mm512_sub_ps(d1, d3);
+          }
+          __m512 r[kXi];
+          for (int b = 0; b < 4; ++b) {  // then along each column
+            r[0 * 4 + b] = _mm512_sub_ps(s[0][b], s[2][b]);
+            r[1 * 4 + b] = _mm512_add_ps(s[1][b], s[2][b]);
+            r[2 * 4 + b] = _mm512_sub_ps(s[2][b], s[1][b]);
+            r[3 * 4 + b] = _mm512_sub_ps(s[1][b], s[3][b]);
+          }
+          bad |= store_positions(vt + tx0, xs, t + tx0 + 16 <= ld, lanes, r);
+        }
+      }
+    }
+  return bad == 0;
+}
+
+template <>
+bool output_transform<float>(const Problem& p, const float* m, int64_t ld, int64_t xs, const Chunk& ch,
+                             const float* bias, float* out, float* rowbuf) {
+  __m512 sum = _mm512_setzero_ps();  // Inf or NaN once an output is (see input_transform<float>)
+  // the last plane row this chunk writes: whole-vector stores must not pass it, or they would
+  // land on rows another thread's chunk may already have written
+  const int64_t end_row = std::min(kOut * ch.ty1, p.OH);
+  // interleave two vectors of 16: (a0, b0, a1, b1, ...), the first and second halves
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (int64_t k = 0; k < p.K; ++k) {
+    const __m512 bv = _mm512_set1_ps(bias ? bias[k] : 0.0f);
+    for (int64_t n = ch.n0; n < ch.n1; ++n) {
+      float* plane = out + (n * p.K + k) * p.OH * p.OW;
+      for (int64_t ty = ch.ty0; ty < ch.ty1; ++ty) {
+        const float* mt = m + k * ld + ((n - ch.n0) * (ch.ty1 - ch.ty0) + ty - ch.ty0) * p.TW;
+        const int64_t r = kOut * ty;
+        for (int64_t tx0 = 0; tx0 < p.TW; tx0 += 16) {
+          const __mmask16 lanes = span_mask(0, p.TW - tx0);
+          __m512 q[2][4];  // A^T along each column
+          for (int b = 0; b < 4; ++b) {
+            const __m512 m0 = _mm512_maskz_loadu_ps(lanes, mt + (0 * 4 + b) * xs + tx0);
+            const __m512 m1 = _mm512_maskz_loadu_ps(lanes, mt + (1 * 4 + b) * xs + tx0);
+            const __m512 m2 = _mm512_maskz_loadu_ps(lanes, mt + (2 * 4 + b) * xs + tx0);
+            const __m512 m3 = _mm512_maskz_loadu_ps(lanes, mt + (3 * 4 + b) * xs + tx0);
+            q[0][b] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
+            q[1][b] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+          }
+          const int64_t col = 2 * tx0;
+          for (int a = 0; a < 2 && r + a < p.OH; ++a) {
+            const __m512 y0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(q[a][0], q[a][1]), q[a][2]), bv);
+            const __m512 y1 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(q[a][1], q[a][2]), q[a][3]), bv);
+            const __m512 v0 = _mm512_permutex2var_ps(y0, lo, y1), v1 = _mm512_permutex2var_ps(y0, hi, y1);
+            sum = _mm512_add_ps(sum, _mm512_add_ps(y0, y1));
+            if (a == 1) {  // the second row waits in rowbuf until every group's first row is out
+              _mm512_storeu_ps(rowbuf + col, v0);
+              _mm512_storeu_ps(rowbuf + col + 16, v1);
+              continue;
+            }
+            // Whole-vector stores where they stay inside the plane: values past the row's end
+            // land on the next rows, which are written after it (the second row from rowbuf
+            // below, later rows by later tile rows).
+            const int64_t at = r * p.OW + col;
+            float* row = plane + at;
+            if (at + 32 <= end_row * p.OW) {
+              _mm512_storeu_ps(row, v0);
+              _mm512_storeu_ps(row + 16, v1);
+            } else {
+              _mm512_mask_storeu_ps(row, span_mask(col, p.OW), v0);
+              _mm512_mask_storeu_ps(row + 16, span_mask(col + 16, p.OW), v1);
+            }
+          }
+        }
+        if (r + 1 < p.OH) std::copy_n(rowbuf, p.OW, plane + (r + 1) * p.OW);
+      }
+    }
+  }
+  const __m512 check = _mm512_sub_ps(sum, sum);
+  return _mm512_cmp_ps_mask(check, check, _CMP_UNORD_Q) == 0;
+}
+
+template <>
+bool grad_transform<float>(const Problem& p, const float* gy, const Chunk& ch, float* gt, int64_t ld, int64_t xs,
+                           float* rowbuf) {
+  __mmask16 bad = 0;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512 zero = _mm512_setzero_ps();
+  // the chunk's rows of each plane, zero-padded to whole tiles and whole vectors (see
+  // input_transform<float> on masked loads)
+  const int64_t width = (p.TW + 15) / 16 * 32, rows = kOut * (ch.ty1 - ch.ty0);
+  for (int64_t n = ch.n0; n < ch.n1; ++n)
+    for (int64_t k = 0; k < p.K; ++k) {
+      const float* plane = gy + (n * p.K + k) * p.OH * p.OW;
+      for (int64_t i = 0; i < rows; ++i) {
+        float* dst = rowbuf + i * width;
+        const int64_t r = kOut * ch.ty0 + i;
+        if (r >= p.OH) {
+          std::fill(dst, dst + width, 0.0f);
+          continue;
+        }
+        std::copy_n(plane + r * p.OW, p.OW, dst);
+        std::fill(dst + p.OW, dst + width, 0.0f);
+      }
+      for (int64_t ty = ch.ty0; ty < ch.ty1; ++ty) {
+        const int64_t t = ((n - ch.n0) * (ch.ty1 - ch.ty0) + ty - ch.ty0) * p.TW;
+        for (int64_t tx0 = 0; tx0 < p.TW; tx0 += 16) {
+          const __mmask16 lanes = span_mask(0, p.TW - tx0);
+          __m512 s[2][4];
+          for (int a = 0; a < 2; ++a) {
+            const float* row = rowbuf + (kOut * (ty - ch.ty0) + a) * width + 2 * tx0;
+            const __m512 v0 = _mm512_loadu_ps(row), v1 = _mm512_loadu_ps(row + 16);
+            const __m512 e0 = _mm512_permutex2var_ps(v0, even, v1), e1 = _mm512_permutex2var_ps(v0, odd, v1);
+            s[a][0] = e0;
+            s[a][1] = _mm512_add_ps(e0, e1);
+            s[a][2] = _mm512_sub_ps(e0, e1);
+            s[a][3] = _mm512_sub_ps(zero, e1);
+          }
+          __m512 r[kXi];
+          for (int b = 0; b < 4; ++b) {  // then along each column
+            r[0 * 4 + b] = s[0][b];
+            r[1 * 4 + b] = _mm512_add_ps(s[0][b], s[1][b]);
+            r[2 * 4 + b] = _mm512_sub_ps(s[0][b], s[1][b]);
+            r[3 * 4 + b] = _mm512_sub_ps(zero, s[1][b]);
+          }
+          bad |= store_positions(gt + k * ld + t + tx0, xs, t + tx0 + 16 <= ld, lanes, r);
+        }
+      }
+    }
+  return bad == 0;
+}
+#endif  // __AVX512F__
+
+// Whether every value is finite (x - x is 0 for finite x and NaN for Inf or NaN).
+template <class T>
+bool all_finite(const T* v, int64_t n) {
+  constexpr int64_t L = 16;  // independent lane sums, so that the loop vectorises
+  T acc[L] = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int64_t l = 0; l < L; ++l) acc[l] += v[i + l] - v[i + l];
+  for (; i < n; ++i) acc[0] += v[i] - v[i];
+  for (int64_t l = 1; l < L; ++l) acc[0] += acc[l];
+  return acc[0] == T(0);
+}
+
+// The transforms' row buffer: 4 (TW + 1) values for the generic ones, one output row in whole
+// 32-value groups for output_transform<float>.
+inline int64_t row_buffer_floats(const Problem& p) { return std::max(8 * (p.TW + 1), (p.TW + 15) / 16 * 32 + 32); }
+
+// The distance between a chunk's 16 matrices of n values each: n rounded up to whole 4 KB
+// pages plus one cache line, so that the 16 rows the transforms touch at once (one per matrix)
+// fall in different L1 sets instead of all aliasing one 4 KB-strided set.
+inline int64_t position_stride(int64_t n) { return (n + 1023) / 1024 * 1024 + 16; }
+
+// The convolution, or false, with out partly written, if a transformed input or weight value is
+// not finite: the transforms would turn an Inf into NaNs (Inf - Inf) where the direct kernel
+// gives +-Inf, so the caller computes such convolutions directly instead.
+template <class T>
+bool run(const Problem& p, const T* in, const T* u, const T* bias, T* out,
+         const std::function<void(int64_t, int64_t)>& samples_done) {
+  if (!all_finite(u, kXi * p.K * p.C)) return false;
+  const double flops = 2.0 * p.N * p.K * p.OH * p.OW * p.C * 9;
+  const int nt = flops < 2e5 ? 1 : omp_get_max_threads();
+  const std::vector<Chunk> chunks = make_chunks(p, nt);
+  const int64_t nchunks = static_cast<int64_t>(chunks.size());
+  int64_t max_cols = 0;
+  for (const Chunk& c : chunks) max_cols = std::max(max_cols, (c.n1 - c.n0) * (c.ty1 - c.ty0) * p.TW);
+  const int64_t vsize = kXi * position_stride(p.C * max_cols), msize = kXi * position_stride(p.K * max_cols);
+  int64_t max_tile_rows = 0;
+  for (const Chunk& c : chunks) max_tile_rows = std::max(max_tile_rows, c.ty1 - c.ty0);
+  const int64_t rsize = std::max(row_buffer_floats(p), padded_plane_floats(p, max_tile_rows));
+  std::atomic<bool> finite{true};
+  auto body = [&](const Chunk& ch) {
+    if (!finite.load(std::memory_order_relaxed)) return;
+    const int64_t cols = (ch.n1 - ch.n0) * (ch.ty1 - ch.ty0) * p.TW;
+    T* v = scratch<T>(static_cast<size_t>(vsize + msize + rsize));
+    T* m = v + vsize;
+    T* rows = m + msize;
+    const int64_t vxs = position_stride(p.C * cols), mxs = position_stride(p.K * cols);
+    if (!input_transform(p, in, ch, v, cols, vxs, rows)) {
+      finite.store(false, std::memory_order_relaxed);
+      return;
+    }
+    for (int64_t xi = 0; xi < kXi; ++xi)
+      gemm(row_major(u + xi * p.K * p.C, p.K, p.C, p.C), row_major<const T>(v + xi * vxs, p.C, cols, cols),
+           row_major(m + xi * mxs, p.K, cols, cols), false);
+    if (!output_transform(p, m, cols, mxs, ch, bias, out, rows)) {
+      finite.store(false, std::memory_order_relaxed);
+      return;
+    }
+    if (samples_done && ch.whole_samples) samples_done(ch.n0, ch.n1);
+  };
+  if (nt > 1 && nchunks >= nt) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t i = 0; i < nchunks; ++i) body(chunks[i]);
+  } else {  // one chunk at a time; each product may use every thread
+    for (const Chunk& ch : chunks) body(ch);
+  }
+  if (!finite.load()) return false;
+  // samples cut into rows of tiles are final only now
+  if (samples_done && nchunks > 0 && !chunks[0].whole_samples) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t n = 0; n < p.N; ++n) samples_done(n, n + 1);
+  }
+  return true;
+}
+
+// dw [K, C, 3, 3] = the weight gradient, sum over tiles of G^T (A dY A^T . B^T d B) G: per
+// chunk, the input transform V and the output gradient's transform Gt, then for each position
+// dU[xi] (K x C) += Gt[xi] (K x tiles) V[xi]^T. Each thread sums its own dU over a fixed, contiguous
+// share of the chunks, and the shares are added in thread order: the result does not depend on
+// timing. Returns false (dw partly written) if a transformed value or a result is not finite.
+template <class T>
+bool run_weight_grad(const Problem& p, const T* x, const T* gy, T* dw) {
+  const double flops = 2.0 * p.N * p.K * p.OH * p.OW * p.C * 9;
+  const int nt = flops < 2e5 ? 1 : omp_get_max_threads();
+  const std::vector<Chunk> chunks = make_chunks(p, nt);
+  const int64_t nchunks = static_cast<int64_t>(chunks.size());
+  int64_t max_cols = 0, max_tile_rows = 0;
+  for (const Chunk& c : chunks) {
+    max_cols = std::max(max_cols, (c.n1 - c.n0) * (c.ty1 - c.ty0) * p.TW);
+    max_tile_rows = std::max(max_tile_rows, c.ty1 - c.ty0);
+  }
+  const int64_t vsize = kXi * position_stride(p.C * max_cols), gsize = kXi * position_stride(p.K * max_cols);
+  const int64_t rsize = std::max({row_buffer_floats(p), padded_plane_floats(p, max_tile_rows),
+                                  kOut * max_tile_rows * ((p.TW + 15) / 16 * 32)});
+  const int64_t usize = kXi * p.K * p.C;
+  const bool split = nt > 1 && nchunks >= nt;
+  const int parts = split ? nt : 1;
+  std::vector<T*> du(parts, nullptr);  // each part's dU, in its thread's scratch
+  std::atomic<bool> finite{true};
+  auto part = [&](int t, int64_t c0, int64_t c1) {
+    T* v = scratch<T>(static_cast<size_t>(vsize + gsize + rsize + usize));
+    T* gt = v + vsize;
+    T* rows = gt + gsize;
+    T* u = rows + rsize;
+    du[t] = u;
+    for (int64_t i = c0; i < c1 && finite.load(std::memory_order_relaxed); ++i) {
+      const Chunk& ch = chunks[i];
+      const int64_t cols = (ch.n1 - ch.n0) * (ch.ty1 - ch.ty0) * p.TW;
+      const int64_t vxs = position_stride(p.C * cols), gxs = position_stride(p.K * cols);
+      if (!input_transform(p, x, ch, v, cols, vxs, rows) || !grad_transform(p, gy, ch, gt, cols, gxs, rows)) {
+        finite.store(false, std::memory_order_relaxed);
+        return;
+      }
+      for (int64_t xi = 0; xi < kXi; ++xi)
+        gemm(row_major<const T>(gt + xi * gxs, p.K, cols, cols), row_major<const T>(v + xi * vxs, p.C, cols, cols).t(),
+             row_major(u + xi * p.K * p.C, p.K, p.C, p.C), i > c0);
+    }
+    if (c1 == c0) std::fill(u, u + usize, T(0));
+  };
+  if (split) {
+#pragma omp parallel num_threads(nt)
+    {
+      const int t = omp_get_thread_num(), n = omp_get_num_threads();
+      part(t, nchunks * t / n, nchunks * (t + 1) / n);
+    }
+  } else {
+    part(0, 0, nchunks);
+  }
+  if (!finite.load()) return false;
+  // dw = G^T (sum of the parts' dU) G, G^T q = [q0 + (q1 + q2) / 2, (q1 - q2) / 2, (q1 + q2) / 2 + q3]
+  const int64_t KC = p.K * p.C;
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int64_t kc = 0; kc < KC; ++kc) {
+    T q[4][4];
+    for (int xi = 0; xi < kXi; ++xi) {
+      T sum = du[0][xi * KC + kc];
+      for (int t = 1; t < parts; ++t) sum += du[t][xi * KC + kc];
+      q[xi / 4][xi % 4] = sum;
+    }
+    T h[3][4];  // G^T along the first index
+    for (int b = 0; b < 4; ++b) {
+      h[0][b] = q[0][b] + T(0.5) * (q[1][b] + q[2][b]);
+      h[1][b] = T(0.5) * (q[1][b] - q[2][b]);
+      h[2][b] = T(0.5) * (q[1][b] + q[2][b]) + q[3][b];
+    }
+    T* o = dw + kc * 9;
+    for (int i = 0; i < 3; ++i) {
+      o[i * 3 + 0] = h[i][0] + T(0.5) * (h[i][1] + h[i][2]);
+      o[i * 3 + 1] = T(0.5) * (h[i][1] - h[i][2]);
+      o[i * 3 + 2] = T(0.5) * (h[i][1] + h[i][2]) + h[i][3];
+    }
+  }
+  // finite operands, yet an overflowed product or sum: the direct kernel decides what it is
+  return all_finite(dw, KC * 9);
+}
+
+}  // namespace
+
+bool winograd_geometry(const ConvGeometry& g) {
+  return !g.channels_last && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
+         g.groups == 1 && g.ph >= 0 && g.ph <= 2 && g.pw >= 0 && g.pw <= 2 && g.OH == g.H + 2 * g.ph - 2 &&
+         g.OW == g.W + 2 * g.pw - 2 && g.OH > 0 && g.OW > 0;
+}
+
+bool winograd_applies(const ConvGeometry& g, DType dt) {
+  // Few channels make short products whose cost the transforms dominate (measured in
+  // bench_conv_lab: the CNN's 1-channel first layer is faster direct).
+  return dt == DType::F32 && winograd_switch().load(std::memory_order_relaxed) && winograd_geometry(g) &&
+         g.C >= 16 && g.K >= 16;
+}
+
+template <class T>
+bool winograd_forward(const T* x, const T* w, const T* bias, T* out, const ConvGeometry& g,
+                      const std::function<void(int64_t, int64_t)>& samples_done) {
+  KILN_CHECK(winograd_geometry(g), "winograd_forward: not a 3x3 stride-1 NCHW convolution");
+  const Problem p(g.N, g.C, g.H, g.W, g.K, g.OH, g.OW, g.ph, g.pw);
+  T* u = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
+  transform_weights(w, g.K, g.C, false, u);
+  return run(p, x, u, bias, out, samples_done);
+}
+
+template <class T>
+bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry& g) {
+  KILN_CHECK(winograd_geometry(g), "winograd_backward_input: not a 3x3 stride-1 NCHW convolution");
+  // gx = gy correlated with the flipped, transposed weight, padded by 2 - p: a "full" convolution
+  // where the forward was "valid", and "same" where it was "same"
+  const Problem p(g.N, g.K, g.OH, g.OW, g.C, g.H, g.W, 2 - g.ph, 2 - g.pw);
+  T* u = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
+  transform_weights(w, g.K, g.C, true, u);
+  return run(p, gy, u, static_cast<const T*>(nullptr), gx, {});
+}
+
+template <class T>
+bool winograd_backward_weight(const T* x, const T* gy, T* dw, const ConvGeometry& g) {
+  KILN_CHECK(winograd_geometry(g), "winograd_backward_weight: not a 3x3 stride-1 NCHW convolution");
+  const Problem p(g.N, g.C, g.H, g.W, g.K, g.OH, g.OW, g.ph, g.pw);
+  return run_weight_grad(p, x, gy, dw);
+}
+
+template bool winograd_forward<float>(const float*, const float*, const float*, float*, const ConvGeometry&,
+                                      const std::function<void(int64_t, int64_t)>&);
+template bool winograd_forward<double>(const double*, const double*, const double*, double*, const ConvGeometry&,
+                                       const std::function<void(int64_t, int64_t)>&);
+template bool winograd_backward_input<float>(const float*, const float*, float*, const ConvGeometry&);
+template bool winograd_backward_input<double>(const double*, const double*, double*, const ConvGeometry&);
+template bool winograd_backward_weight<float>(const float*, const float*, float*, const ConvGeometry&);
+template bool winograd_backward_weight<double>(const double*, const double*, double*, const ConvGeometry&);
+
+}  // namespace kiln::kernels::cpu
+
+namespace kiln {
+
+void set_cpu_conv_winograd(bool enabled) { kernels::cpu::winograd_switch() = enabled; }
+bool cpu_conv_winograd() { return kernels::cpu::winograd_switch(); }
+
+}  // namespace kiln

@@ -1,0 +1,47 @@
+#pragma once
+// Winograd F(2x2, 3x3) for the CPU's NCHW 3x3 stride-1 convolutions: the forward, the input
+// gradient (itself a 3x3 stride-1 convolution of the output gradient with the weight flipped
+// and transposed) and the weight gradient (the forward's transforms, adjoint). Each 2x2 block of
+// outputs costs 16 products per channel pair instead of 36, so the GEMMs do 2.25x fewer FLOPs;
+// docs/kernels.md ("Winograd convolution") has the transforms, the blocking and the accuracy
+// measured against the direct kernel.
+#include <cstdint>
+#include <functional>
+
+#include "kiln/core/dtype.h"
+#include "kiln/kernels/conv.h"
+
+namespace kiln::kernels::cpu {
+
+// Whether the geometry is one the Winograd kernels compute: NCHW, 3x3, stride 1, dilation 1, one
+// group, padding at most 2 on each side (so the input gradient is a padded convolution too).
+bool winograd_geometry(const ConvGeometry& g);
+
+// Whether conv2d's CPU kernels use Winograd for this convolution: a Winograd geometry, f32, the
+// switch on (kiln::set_cpu_conv_winograd), and enough channels for the transforms to pay.
+bool winograd_applies(const ConvGeometry& g, DType dt);
+
+// Each returns false, having written part of the output (and maybe called samples_done for some
+// samples: the caller's fallback must redo its work for all of them), when an operand holds an
+// Inf or NaN, or a transform or a result overflows: the transforms would turn an Inf into NaNs
+// (Inf - Inf) where the direct kernel gives +-Inf, so the caller computes such a convolution
+// directly, and non-finite values propagate as they do there (and in PyTorch).
+
+// out [N, K, OH, OW] = conv(x, w) + bias (bias may be null). samples_done(n0, n1), if set, is
+// called once the output planes of samples [n0, n1) are final, on the thread that wrote them
+// (while they are still in its cache), possibly concurrently for different samples.
+template <class T>
+bool winograd_forward(const T* x, const T* w, const T* bias, T* out, const ConvGeometry& g,
+                      const std::function<void(int64_t n0, int64_t n1)>& samples_done = {});
+
+// gx [N, C, H, W] = the input gradient of the convolution from gy [N, K, OH, OW] (overwritten).
+template <class T>
+bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry& g);
+
+// dw [K, C, 3, 3] = the weight gradient from x [N, C, H, W] and gy [N, K, OH, OW] (overwritten):
+// the exact gradient of the Winograd forward, which is the convolution's up to rounding. The
+// sum over the batch is taken in an order that does not depend on thread timing.
+template <class T>
+bool winograd_backward_weight(const T* x, const T* gy, T* dw, const ConvGeometry& g);
+
+}  // namespace kiln::kernels::cpu
