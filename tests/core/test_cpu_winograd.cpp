@@ -36,6 +36,7 @@ namespace {
 namespace F = kiln::nn::functional;
 using kiln::kernels::ConvGeometry;
 using kiln::kernels::cpu::winograd_applies;
+using kiln::kernels::cpu::winograd_backward_generated;
 using kiln::kernels::cpu::winograd_backward_input;
 using kiln::kernels::cpu::winograd_backward_weight;
 using kiln::kernels::cpu::winograd_forward;
@@ -265,6 +266,38 @@ void check_backward_weight_shapes(uint32_t seed) {
   }
 }
 
+// winograd_backward_generated: both gradients, with the output gradient handed over one sample
+// at a time, each sample asked for at least once; also with only one of the two wanted.
+template <class T>
+void check_backward_generated_shapes(uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (const Shape& s : small_shapes()) {
+    const ConvGeometry g = geometry(s.N, s.C, s.K, s.H, s.W, s.ph, s.pw);
+    INFO(describe(g));
+    const auto x = normals(g.N * g.C * g.H * g.W, rng), w = normals(g.K * g.C * 9, rng);
+    const auto gy = normals(g.N * g.K * g.OH * g.OW, rng);
+    const Ref xref = direct_backward_input(gy, w, g), wref = direct_backward_weight(x, gy, g);
+    const auto xt = cast<T>(x), wt = cast<T>(w), gyt = cast<T>(gy);
+    const int64_t per = g.K * g.OH * g.OW;
+    std::vector<int> asked(g.N, 0);
+    auto make_dy = [&](int64_t n, void* dy) {
+      ++asked[n];
+      std::copy_n(gyt.data() + n * per, per, static_cast<T*>(dy));
+    };
+    std::vector<T> gx(xref.v.size(), std::numeric_limits<T>::quiet_NaN());
+    std::vector<T> gw(wref.v.size(), std::numeric_limits<T>::quiet_NaN());
+    REQUIRE(winograd_backward_generated<T>(xt.data(), wt.data(), gx.data(), gw.data(), g, make_dy));
+    CHECK(worst_error(gx.data(), xref, by_magnitude<T>()) <= tolerance<T>());
+    CHECK(worst_error(gw.data(), wref, true) <= tolerance<T>());
+    CHECK(*std::min_element(asked.begin(), asked.end()) >= 1);
+    std::vector<T> gx_only(gx.size()), gw_only(gw.size());
+    REQUIRE(winograd_backward_generated<T>(xt.data(), wt.data(), gx_only.data(), nullptr, g, make_dy));
+    REQUIRE(winograd_backward_generated<T>(xt.data(), wt.data(), nullptr, gw_only.data(), g, make_dy));
+    CHECK(gx_only == gx);
+    CHECK(gw_only == gw);
+  }
+}
+
 // Bitwise equality of two tensors of one dtype and shape (NaNs compare by their bits).
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
   if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
@@ -307,6 +340,11 @@ TEST_CASE("winograd_backward_input f64 and f32 equal the adjoint of the direct c
 TEST_CASE("winograd_backward_weight f64 and f32 equal the direct weight gradient", "[winograd]") {
   SECTION("f64") { check_backward_weight_shapes<double>(16); }
   SECTION("f32") { check_backward_weight_shapes<float>(17); }
+}
+
+TEST_CASE("winograd_backward_generated f64 and f32: the output gradient made per sample", "[winograd]") {
+  SECTION("f64") { check_backward_generated_shapes<double>(18); }
+  SECTION("f32") { check_backward_generated_shapes<float>(19); }
 }
 
 TEST_CASE("winograd_backward_input is the adjoint of winograd_forward: <gy, conv(x)> = <conv^T(gy), x>",
@@ -771,3 +809,30 @@ TEST_CASE("winograd_applies: f32 NCHW 3x3 stride-1 convolutions of 16+ channels,
   CHECK(winograd_applies(base, DType::F32));
 }
 
+TEST_CASE("conv2d_batch_norm_relu_max_pool2d's generated backward with Winograd on equals it off",
+          "[winograd]") {
+  // the fused conv-block path whose conv backward gets its output gradient one sample at a time
+  // (kiln/kernels/conv_block.h); its 3x3 stride-1 conv of 16 channels runs Winograd when on
+  kiln::manual_seed(43);
+  const Tensor x0 = kiln::randn({5, 16, 10, 10}), cw0 = kiln::randn({24, 16, 3, 3}) * 0.1;
+  const Tensor bw = kiln::rand({24}) + 0.5, bb = kiln::randn({24});
+  F::Conv2dParams p;
+  p.padding = {1, 1};
+  auto run = [&](bool winograd) {
+    WinogradSwitch s(winograd);
+    Tensor x = x0.clone().requires_grad_(), cw = cw0.clone().requires_grad_();
+    Tensor rm = kiln::zeros({24}), rv = kiln::ones({24});
+    Tensor y = F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, rm, rv, bw, bb, true);
+    (y * y).sum().backward();
+    return std::vector<Tensor>{y.detach(), x.grad(), cw.grad()};
+  };
+  const auto on = run(true), off = run(false);
+  const char* names[] = {"output", "input gradient", "conv weight gradient"};
+  for (size_t i = 0; i < 3; ++i) {
+    INFO(names[i]);
+    const double scale = kiln::abs(off[i]).max().item<double>() + 1;
+    CHECK(kiln::abs(on[i] - off[i]).max().item<double>() <= 1e-4 * scale);
+  }
+  // the switch made a difference: Winograd ran
+  CHECK_FALSE(bitwise_equal(on[2], off[2]));
+}

@@ -864,6 +864,9 @@ void backward_generated_impl(const Tensor& gx, const Tensor& gw, const Tensor& x
   const int64_t Ckk = g.C / g.groups * g.kh * g.kw;
   const int64_t OHW = g.OH * g.OW, HW = g.H * g.W;
   const bool pw = is_pointwise(g), want_w = gw.defined();
+  if (winograd_applies(g, dtype_of<T>::value) &&
+      winograd_backward_generated(xp, wp, gxp, want_w ? gw.data_ptr<T>() : nullptr, g, make_dy))
+    return;
   const int nt = threads_for(g);
   std::vector<std::vector<T>> dws(nt), dys(nt), cols(nt);
   std::vector<PackedLhs<T>> wt;

@@ -581,49 +581,98 @@ bool run(const Problem& p, const T* in, const T* u, const T* bias, T* out,
   return true;
 }
 
-// dw [K, C, 3, 3] = the weight gradient, sum over tiles of G^T (A dY A^T . B^T d B) G: per
-// chunk, the input transform V and the output gradient's transform Gt, then for each position
-// dU[xi] (K x C) += Gt[xi] (K x tiles) V[xi]^T. Each thread sums its own dU over a fixed, contiguous
-// share of the chunks, and the shares are added in thread order: the result does not depend on
-// timing. Returns false (dw partly written) if a transformed value or a result is not finite.
+// Chunks of whole samples only (the generated backward makes its output gradient per sample):
+// make_chunks' count of samples per chunk, at least one.
+std::vector<Chunk> sample_chunks(const Problem& p, int nt) {
+  const int64_t tps = p.TH * p.TW;
+  const int64_t budget = std::max<int64_t>(32, (int64_t(1) << 22) / (kXi * 4 * (p.C + p.K)));
+  int64_t spc = std::max<int64_t>(1, budget / std::max<int64_t>(tps, 1));
+  spc = std::min(spc, std::max<int64_t>(1, p.N / (2 * nt)));
+  std::vector<Chunk> chunks;
+  for (int64_t n = 0; n < p.N; n += spc) chunks.push_back({n, std::min(p.N, n + spc), 0, p.TH, true});
+  return chunks;
+}
+
+// The backward of the convolution p: dw [K, C, 3, 3] (null: not wanted), the sum over tiles of
+// G^T (A dY A^T . B^T d B) G, and gx (null: not wanted) through the input-gradient problem pb
+// with the flipped weights' transform ub. The output gradient is gy, or, when make_dy is set,
+// made one sample at a time into a per-chunk buffer (never stored whole; make_dy must give the
+// same values if called again, as the caller's fallback may). Per chunk: the input transform V
+// and the output gradient's transform Gt, then for each position dU[xi] (K x C) +=
+// Gt[xi] (K x tiles) V[xi]^T; and the input gradient as in run. Each thread sums its own dU over
+// a fixed, contiguous share of the chunks, and the shares are added in thread order: the result
+// does not depend on timing. Returns false (outputs partly written) if a transformed value or a
+// result is not finite.
 template <class T>
-bool run_weight_grad(const Problem& p, const T* x, const T* gy, T* dw) {
+bool run_backward(const Problem& p, const T* x, const T* gy, const std::function<void(int64_t, void*)>& make_dy,
+                  T* dw, const Problem& pb, const T* ub, T* gx) {
   const double flops = 2.0 * p.N * p.K * p.OH * p.OW * p.C * 9;
   const int nt = flops < 2e5 ? 1 : omp_get_max_threads();
-  const std::vector<Chunk> chunks = make_chunks(p, nt);
+  const bool generated = static_cast<bool>(make_dy);
+  const std::vector<Chunk> chunks = generated ? sample_chunks(p, nt) : make_chunks(p, nt);
   const int64_t nchunks = static_cast<int64_t>(chunks.size());
-  int64_t max_cols = 0, max_tile_rows = 0;
+  int64_t max_cols = 0, max_tile_rows = 0, max_samples = 0;
   for (const Chunk& c : chunks) {
     max_cols = std::max(max_cols, (c.n1 - c.n0) * (c.ty1 - c.ty0) * p.TW);
     max_tile_rows = std::max(max_tile_rows, c.ty1 - c.ty0);
+    max_samples = std::max(max_samples, c.n1 - c.n0);
   }
-  const int64_t vsize = kXi * position_stride(p.C * max_cols), gsize = kXi * position_stride(p.K * max_cols);
+  const int64_t OHW = p.OH * p.OW;
+  const int64_t cols_b = max_samples * pb.TH * pb.TW;  // the input gradient's tiles (whole samples)
+  const int64_t vsize = std::max(kXi * position_stride(p.C * max_cols), gx ? kXi * position_stride(pb.C * cols_b) : 0);
+  const int64_t gsize = dw ? kXi * position_stride(p.K * max_cols) : 0;
+  const int64_t msize = gx ? kXi * position_stride(pb.K * cols_b) : 0;
   const int64_t rsize = std::max({row_buffer_floats(p), padded_plane_floats(p, max_tile_rows),
-                                  kOut * max_tile_rows * ((p.TW + 15) / 16 * 32)});
-  const int64_t usize = kXi * p.K * p.C;
+                                  kOut * max_tile_rows * ((p.TW + 15) / 16 * 32), row_buffer_floats(pb),
+                                  padded_plane_floats(pb, pb.TH)});
+  const int64_t dysize = generated ? max_samples * p.K * OHW : 0;
+  const int64_t usize = dw ? kXi * p.K * p.C : 0;
   const bool split = nt > 1 && nchunks >= nt;
   const int parts = split ? nt : 1;
   std::vector<T*> du(parts, nullptr);  // each part's dU, in its thread's scratch
   std::atomic<bool> finite{true};
+  auto fail = [&] { finite.store(false, std::memory_order_relaxed); };
   auto part = [&](int t, int64_t c0, int64_t c1) {
-    T* v = scratch<T>(static_cast<size_t>(vsize + gsize + rsize + usize));
+    T* v = scratch<T>(static_cast<size_t>(vsize + gsize + msize + rsize + dysize + usize));
     T* gt = v + vsize;
-    T* rows = gt + gsize;
-    T* u = rows + rsize;
+    T* m = gt + gsize;
+    T* rows = m + msize;
+    T* dyb = rows + rsize;
+    T* u = dyb + dysize;
     du[t] = u;
     for (int64_t i = c0; i < c1 && finite.load(std::memory_order_relaxed); ++i) {
-      const Chunk& ch = chunks[i];
-      const int64_t cols = (ch.n1 - ch.n0) * (ch.ty1 - ch.ty0) * p.TW;
-      const int64_t vxs = position_stride(p.C * cols), gxs = position_stride(p.K * cols);
-      if (!input_transform(p, x, ch, v, cols, vxs, rows) || !grad_transform(p, gy, ch, gt, cols, gxs, rows)) {
-        finite.store(false, std::memory_order_relaxed);
-        return;
+      Chunk ch = chunks[i];
+      const T* xc = x;
+      const T* gyc = gy;
+      if (generated) {  // the chunk's samples' gradients, indexed from the chunk's first sample
+        for (int64_t n = ch.n0; n < ch.n1; ++n) make_dy(n, dyb + (n - ch.n0) * p.K * OHW);
+        xc = x + ch.n0 * p.C * p.H * p.W;
+        gyc = dyb;
+        ch = {0, ch.n1 - ch.n0, ch.ty0, ch.ty1, ch.whole_samples};
       }
-      for (int64_t xi = 0; xi < kXi; ++xi)
-        gemm(row_major<const T>(gt + xi * gxs, p.K, cols, cols), row_major<const T>(v + xi * vxs, p.C, cols, cols).t(),
-             row_major(u + xi * p.K * p.C, p.K, p.C, p.C), i > c0);
+      if (dw) {
+        const int64_t cols = (ch.n1 - ch.n0) * (ch.ty1 - ch.ty0) * p.TW;
+        const int64_t vxs = position_stride(p.C * cols), gxs = position_stride(p.K * cols);
+        if (!input_transform(p, xc, ch, v, cols, vxs, rows) || !grad_transform(p, gyc, ch, gt, cols, gxs, rows))
+          return fail();
+        for (int64_t xi = 0; xi < kXi; ++xi)
+          gemm(row_major<const T>(gt + xi * gxs, p.K, cols, cols), row_major<const T>(v + xi * vxs, p.C, cols, cols).t(),
+               row_major(u + xi * p.K * p.C, p.K, p.C, p.C), i > c0);
+      }
+      if (gx) {  // generated only: whole samples, relative to the chunk
+        const Chunk cb{0, ch.n1 - ch.n0, 0, pb.TH, true};
+        const int64_t cols = cb.n1 * pb.TH * pb.TW;
+        const int64_t vxs = position_stride(pb.C * cols), mxs = position_stride(pb.K * cols);
+        if (!input_transform(pb, gyc, cb, v, cols, vxs, rows)) return fail();
+        for (int64_t xi = 0; xi < kXi; ++xi)
+          gemm(row_major(ub + xi * pb.K * pb.C, pb.K, pb.C, pb.C), row_major<const T>(v + xi * vxs, pb.C, cols, cols),
+               row_major(m + xi * mxs, pb.K, cols, cols), false);
+        if (!output_transform(pb, m, cols, mxs, cb, static_cast<const T*>(nullptr),
+                              gx + chunks[i].n0 * pb.K * pb.OH * pb.OW, rows))
+          return fail();
+      }
     }
-    if (c1 == c0) std::fill(u, u + usize, T(0));
+    if (dw && c1 == c0) std::fill(u, u + usize, T(0));
   };
   if (split) {
 #pragma omp parallel num_threads(nt)
@@ -635,6 +684,7 @@ bool run_weight_grad(const Problem& p, const T* x, const T* gy, T* dw) {
     part(0, 0, nchunks);
   }
   if (!finite.load()) return false;
+  if (!dw) return true;
   // dw = G^T (sum of the parts' dU) G, G^T q = [q0 + (q1 + q2) / 2, (q1 - q2) / 2, (q1 + q2) / 2 + q3],
   // for 16 (k, c) pairs at a time: whole-vector reads of the 16 matrices (one value at a time
   // from 16 streams a multiple of 4 KB apart was 3% of a ResNet-18 step), lane loops that vectorise
@@ -674,6 +724,14 @@ bool run_weight_grad(const Problem& p, const T* x, const T* gy, T* dw) {
   return all_finite(dw, KC * 9);
 }
 
+// The forward's problem, and the input gradient's: gy correlated with the flipped, transposed
+// weight, padded by 2 - p (a "full" convolution where the forward was "valid", "same" where it
+// was "same").
+Problem forward_problem(const ConvGeometry& g) { return Problem(g.N, g.C, g.H, g.W, g.K, g.OH, g.OW, g.ph, g.pw); }
+Problem input_grad_problem(const ConvGeometry& g) {
+  return Problem(g.N, g.K, g.OH, g.OW, g.C, g.H, g.W, 2 - g.ph, 2 - g.pw);
+}
+
 }  // namespace
 
 bool winograd_geometry(const ConvGeometry& g) {
@@ -693,7 +751,7 @@ template <class T>
 bool winograd_forward(const T* x, const T* w, const T* bias, T* out, const ConvGeometry& g,
                       const std::function<void(int64_t, int64_t)>& samples_done) {
   KILN_CHECK(winograd_geometry(g), "winograd_forward: not a 3x3 stride-1 NCHW convolution");
-  const Problem p(g.N, g.C, g.H, g.W, g.K, g.OH, g.OW, g.ph, g.pw);
+  const Problem p = forward_problem(g);
   T* u = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
   transform_weights(w, g.K, g.C, false, u);
   return run(p, x, u, bias, out, samples_done);
@@ -702,9 +760,7 @@ bool winograd_forward(const T* x, const T* w, const T* bias, T* out, const ConvG
 template <class T>
 bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry& g) {
   KILN_CHECK(winograd_geometry(g), "winograd_backward_input: not a 3x3 stride-1 NCHW convolution");
-  // gx = gy correlated with the flipped, transposed weight, padded by 2 - p: a "full" convolution
-  // where the forward was "valid", and "same" where it was "same"
-  const Problem p(g.N, g.K, g.OH, g.OW, g.C, g.H, g.W, 2 - g.ph, 2 - g.pw);
+  const Problem p = input_grad_problem(g);
   T* u = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
   transform_weights(w, g.K, g.C, true, u);
   return run(p, gy, u, static_cast<const T*>(nullptr), gx, {});
@@ -713,8 +769,21 @@ bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry&
 template <class T>
 bool winograd_backward_weight(const T* x, const T* gy, T* dw, const ConvGeometry& g) {
   KILN_CHECK(winograd_geometry(g), "winograd_backward_weight: not a 3x3 stride-1 NCHW convolution");
-  const Problem p(g.N, g.C, g.H, g.W, g.K, g.OH, g.OW, g.ph, g.pw);
-  return run_weight_grad(p, x, gy, dw);
+  const Problem p = forward_problem(g);
+  return run_backward(p, x, gy, {}, dw, input_grad_problem(g), static_cast<const T*>(nullptr), static_cast<T*>(nullptr));
+}
+
+template <class T>
+bool winograd_backward_generated(const T* x, const T* w, T* gx, T* dw, const ConvGeometry& g,
+                                 const std::function<void(int64_t, void*)>& make_dy) {
+  KILN_CHECK(winograd_geometry(g), "winograd_backward_generated: not a 3x3 stride-1 NCHW convolution");
+  T* ub = nullptr;
+  if (gx) {
+    ub = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
+    transform_weights(w, g.K, g.C, true, ub);
+    if (!all_finite(ub, kXi * g.K * g.C)) return false;
+  }
+  return run_backward(forward_problem(g), x, static_cast<const T*>(nullptr), make_dy, dw, input_grad_problem(g), ub, gx);
 }
 
 template bool winograd_forward<float>(const float*, const float*, const float*, float*, const ConvGeometry&,
@@ -725,6 +794,10 @@ template bool winograd_backward_input<float>(const float*, const float*, float*,
 template bool winograd_backward_input<double>(const double*, const double*, double*, const ConvGeometry&);
 template bool winograd_backward_weight<float>(const float*, const float*, float*, const ConvGeometry&);
 template bool winograd_backward_weight<double>(const double*, const double*, double*, const ConvGeometry&);
+template bool winograd_backward_generated<float>(const float*, const float*, float*, float*, const ConvGeometry&,
+                                                 const std::function<void(int64_t, void*)>&);
+template bool winograd_backward_generated<double>(const double*, const double*, double*, double*,
+                                                  const ConvGeometry&, const std::function<void(int64_t, void*)>&);
 
 }  // namespace kiln::kernels::cpu
 

@@ -44,4 +44,12 @@ bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry&
 template <class T>
 bool winograd_backward_weight(const T* x, const T* gy, T* dw, const ConvGeometry& g);
 
+// The backward of a convolution whose output gradient is made one sample at a time and never
+// stored (the conv-block fusion, kiln/kernels/conv_block.h): make_dy(n, dy) writes sample n's
+// [K, OH, OW] gradient, and may be called again for the same sample by a caller that falls back.
+// gx [N, C, H, W] and dw [K, C, 3, 3] are overwritten; either may be null (not wanted).
+template <class T>
+bool winograd_backward_generated(const T* x, const T* w, T* gx, T* dw, const ConvGeometry& g,
+                                 const std::function<void(int64_t n, void* dy)>& make_dy);
+
 }  // namespace kiln::kernels::cpu
