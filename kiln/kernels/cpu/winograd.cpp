@@ -400,6 +400,10 @@ bool output_transform<float>(const Problem& p, const float* m, int64_t ld, int64
   // the last plane row this chunk writes: whole-vector stores must not pass it, or they would
   // land on rows another thread's chunk may already have written
   const int64_t end_row = std::min(kOut * ch.ty1, p.OH);
+  // With one group of 16 tiles per row both output rows are stored as they come; with more, a
+  // later group's first row would spill onto the second row stored before it, so that row is
+  // buffered (a library copy per row costs ~2% of a ResNet-18 step, so not by default)
+  const bool buffered = p.TW > 16;
   // interleave two vectors of 16: (a0, b0, a1, b1, ...), the first and second halves
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
@@ -427,15 +431,15 @@ bool output_transform<float>(const Problem& p, const float* m, int64_t ld, int64
             const __m512 y1 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(q[a][1], q[a][2]), q[a][3]), bv);
             const __m512 v0 = _mm512_permutex2var_ps(y0, lo, y1), v1 = _mm512_permutex2var_ps(y0, hi, y1);
             sum = _mm512_add_ps(sum, _mm512_add_ps(y0, y1));
-            if (a == 1) {  // the second row waits in rowbuf until every group's first row is out
+            if (a == 1 && buffered) {  // waits in rowbuf until every group's first row is out
               _mm512_storeu_ps(rowbuf + col, v0);
               _mm512_storeu_ps(rowbuf + col + 16, v1);
               continue;
             }
-            // Whole-vector stores where they stay inside the plane: values past the row's end
-            // land on the next rows, which are written after it (the second row from rowbuf
-            // below, later rows by later tile rows).
-            const int64_t at = r * p.OW + col;
+            // Whole-vector stores where they stay inside the chunk's rows: values past the row's
+            // end land on the next rows, which are written after it (the second row next, or
+            // from rowbuf below; later rows by later tile rows).
+            const int64_t at = (r + a) * p.OW + col;
             float* row = plane + at;
             if (at + 32 <= end_row * p.OW) {
               _mm512_storeu_ps(row, v0);
@@ -446,7 +450,7 @@ bool output_transform<float>(const Problem& p, const float* m, int64_t ld, int64
             }
           }
         }
-        if (r + 1 < p.OH) std::copy_n(rowbuf, p.OW, plane + (r + 1) * p.OW);
+        if (buffered && r + 1 < p.OH) std::copy_n(rowbuf, p.OW, plane + (r + 1) * p.OW);
       }
     }
   }
