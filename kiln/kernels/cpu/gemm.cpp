@@ -190,9 +190,13 @@ void pack_a(MatrixView<const float> a, int64_t ic, int64_t mc, int64_t pc, int64
 // (ap[k * 12 + r]) when lda is 0; otherwise 12 rows of a row-major A read where they lie
 // (ap[r * lda + k]): a row-contiguous A needs no packing, whose transposes cost as much as a
 // sixth of the products in a transformer's linears. B is always a packed panel.
-template <int NV, bool kDirectA>
+// MR: the rows computed, 12 but for a last packed panel of at most 4 or 8 rows, where computing
+// all 12 would waste up to two thirds of the panel's work (M = 64, ResNet's first stage: 1 panel
+// in 6).
+template <int NV, bool kDirectA, int MR = kMR>
 void micro_kernel(int64_t kc, const float* ap, int64_t lda, const float* bp, float* c, int64_t ldc,
                   int64_t mr, int64_t nr, bool accumulate) {
+  static_assert(MR == kMR || !kDirectA, "a directly read A has whole 12-row panels");
   // C's tile is read at the end; asking for it now hides the miss behind the FMAs (C is often
   // far larger than the caches: a weight gradient's [512, 4608] is 9 MB)
   if (accumulate)
@@ -200,9 +204,9 @@ void micro_kernel(int64_t kc, const float* ap, int64_t lda, const float* bp, flo
       _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
       if (NV == 2) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
     }
-  __m512 acc[kMR][NV];
+  __m512 acc[MR][NV];
 #pragma GCC unroll 12
-  for (int r = 0; r < kMR; ++r)
+  for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   // Direct A: four row pointers (rows 0, 3, 6, 9) and offsets of 0, 1 and 2 rows reach all
@@ -214,7 +218,7 @@ void micro_kernel(int64_t kc, const float* ap, int64_t lda, const float* bp, flo
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(bp + 16 * v);
 #pragma GCC unroll 12
-    for (int r = 0; r < kMR; ++r) {
+    for (int r = 0; r < MR; ++r) {
       const __m512 av = _mm512_set1_ps(kDirectA ? rows[r / 3][step[r % 3] + k] : ap[r]);
 #pragma GCC unroll 2
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
@@ -226,7 +230,7 @@ void micro_kernel(int64_t kc, const float* ap, int64_t lda, const float* bp, flo
 #pragma GCC unroll 2
   for (int v = 0; v < NV; ++v) mask[v] = lane_mask(nr - 16 * v);
 #pragma GCC unroll 12
-  for (int r = 0; r < kMR; ++r) {
+  for (int r = 0; r < MR; ++r) {
     if (r >= mr) break;
     float* row = c + r * ldc;
 #pragma GCC unroll 2
@@ -304,9 +308,13 @@ void own_sgemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<
             float* ct = c.p + (ic + i0) * c.rs + jc + j0;
             const int64_t mr = std::min<int64_t>(kMR, mc - i0);
             if (w == kNR) {
-              micro_kernel<2, false>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
+              if (mr <= 4) micro_kernel<2, false, 4>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
+              else if (mr <= 8) micro_kernel<2, false, 8>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
+              else micro_kernel<2, false>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
             } else {
-              micro_kernel<1, false>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
+              if (mr <= 4) micro_kernel<1, false, 4>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
+              else if (mr <= 8) micro_kernel<1, false, 8>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
+              else micro_kernel<1, false>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
             }
             apanel += kc * kMR;
           }
