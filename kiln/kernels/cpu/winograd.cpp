@@ -12,9 +12,11 @@
 // is a matrix product: M[xi] (K x tiles) = U[xi] (K x C) V[xi] (C x tiles). 16 such products
 // of K*C*tiles replace the direct kernel's 36 per tile: 2.25x fewer FLOPs.
 //
-// The work is cut into chunks of tiles (whole samples, or rows of tiles of one sample when a
-// sample has many), sized so that the chunk's V and M stay in L2 between the transforms and the
-// products; chunks are spread over threads, each running its 16 products single-threaded.
+// The input gradient is the same computation on the output gradient (weight rotated and
+// transposed); the weight gradient runs the forward's transforms adjoint (run_backward). The work
+// is cut into chunks of tiles (whole samples, or rows of tiles of one sample when a sample has
+// many) of ~4 MB of V and M, so that each product's slices stay in L2; chunks are spread over
+// threads, each running its 16 products single-threaded.
 #include "kiln/kernels/cpu/winograd.h"
 
 #include <omp.h>
