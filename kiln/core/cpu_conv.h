@@ -20,9 +20,9 @@ bool cpu_conv_autotune();
 void clear_cpu_conv_autotune_cache();
 size_t cpu_conv_autotune_cache_size();  // number of cached choices
 
-// Winograd F(2x2, 3x3) for f32 NCHW 3x3 stride-1 convolutions (forward and input gradient; on by
-// default): 2.25x fewer multiplications, with rounding errors a few times the direct kernel's
-// (docs/kernels.md, "Winograd convolution", measures both). Off: every convolution runs the
+// Winograd F(2x2, 3x3) for f32 NCHW 3x3 stride-1 convolutions of 16+ channels (forward, input
+// and weight gradients; on by default): 2.25x fewer multiplications, with rounding errors up to
+// about twice the direct kernel's (docs/kernels.md, "Winograd convolution", measures both). Off: every convolution runs the
 // direct im2col kernel, as PyTorch's CPU convolutions do. f64 never uses it. The environment
 // variable KILN_CPU_CONV_WINOGRAD=0 turns it off from the start (for A/B runs of whole programs).
 void set_cpu_conv_winograd(bool enabled);

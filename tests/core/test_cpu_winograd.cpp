@@ -769,6 +769,19 @@ TEST_CASE("conv2d with Winograd on equals it off: forward, input and weight grad
   }
 }
 
+TEST_CASE("winograd kernels called on a geometry they do not compute raise kiln::Error", "[winograd]") {
+  ConvGeometry g = geometry(1, 4, 4, 6, 6, 1, 1);
+  g.sh = g.sw = 2;  // stride 2
+  g.OH = g.OW = 3;
+  std::vector<float> x(4 * 36, 1.0f), w(4 * 4 * 9, 1.0f), y(4 * 9), gy(4 * 9, 1.0f), gx(x.size()), gw(w.size());
+  CHECK_THROWS_AS(winograd_forward<float>(x.data(), w.data(), nullptr, y.data(), g), kiln::Error);
+  CHECK_THROWS_AS(winograd_backward_input<float>(gy.data(), w.data(), gx.data(), g), kiln::Error);
+  CHECK_THROWS_AS(winograd_backward_weight<float>(x.data(), gy.data(), gw.data(), g), kiln::Error);
+  CHECK_THROWS_AS(winograd_backward_generated<float>(x.data(), w.data(), gx.data(), gw.data(), g, {}), kiln::Error);
+  CHECK_THROWS_WITH(winograd_forward<float>(x.data(), w.data(), nullptr, y.data(), g),
+                    Catch::Contains("not a 3x3 stride-1 NCHW convolution"));
+}
+
 TEST_CASE("winograd_applies: f32 NCHW 3x3 stride-1 convolutions of 16+ channels, switch on", "[winograd]") {
   WinogradSwitch on(true);
   CHECK(kiln::cpu_conv_winograd());

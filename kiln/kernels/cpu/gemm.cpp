@@ -243,6 +243,15 @@ void micro_kernel(int64_t kc, const float* ap, int64_t lda, const float* bp, flo
   }
 }
 
+// The micro-kernel on a packed A panel of mr <= 12 rows, at the smallest height that covers them.
+template <int NV>
+void packed_panel_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int64_t mr, int64_t nr,
+                         bool accumulate) {
+  if (mr <= 4) micro_kernel<NV, false, 4>(kc, ap, 0, bp, c, ldc, mr, nr, accumulate);
+  else if (mr <= 8) micro_kernel<NV, false, 8>(kc, ap, 0, bp, c, ldc, mr, nr, accumulate);
+  else micro_kernel<NV, false>(kc, ap, 0, bp, c, ldc, mr, nr, accumulate);
+}
+
 // A packed whole, as PackedLhs holds it: the K slice starting at pc holds ceil(M / kMR) panels of
 // kc x kMR floats, each slice mpad = ceil(M / kMR) * kMR floats per inner-dimension step, so
 // the panels of rows [i, i + 12) of slice pc start at pc * mpad + i * kc.
@@ -308,13 +317,9 @@ void own_sgemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<
             float* ct = c.p + (ic + i0) * c.rs + jc + j0;
             const int64_t mr = std::min<int64_t>(kMR, mc - i0);
             if (w == kNR) {
-              if (mr <= 4) micro_kernel<2, false, 4>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
-              else if (mr <= 8) micro_kernel<2, false, 8>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
-              else micro_kernel<2, false>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
+              packed_panel_kernel<2>(kc, apanel, bpanel, ct, c.rs, mr, nr, acc);
             } else {
-              if (mr <= 4) micro_kernel<1, false, 4>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
-              else if (mr <= 8) micro_kernel<1, false, 8>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
-              else micro_kernel<1, false>(kc, apanel, 0, bpanel, ct, c.rs, mr, nr, acc);
+              packed_panel_kernel<1>(kc, apanel, bpanel, ct, c.rs, mr, nr, acc);
             }
             apanel += kc * kMR;
           }

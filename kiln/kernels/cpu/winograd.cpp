@@ -68,6 +68,7 @@ struct Problem {
 struct Chunk {
   int64_t n0, n1, ty0, ty1;
   bool whole_samples;
+  int64_t tiles(const Problem& p) const { return (n1 - n0) * (ty1 - ty0) * p.TW; }
 };
 
 // Tiles per chunk: V (16 x C x tiles) and M (16 x K x tiles) floats within ~4 MB, which is more
@@ -79,12 +80,14 @@ struct Chunk {
 int64_t tiles_per_chunk(const Problem& p) {
   return std::max<int64_t>(32, (int64_t(1) << 22) / (kXi * 4 * (p.C + p.K)));
 }
-std::vector<Chunk> make_chunks(const Problem& p, int nt) {
+// whole_samples_only: never rows of tiles, at least one sample per chunk however large (the
+// generated backward makes its output gradient one sample at a time).
+std::vector<Chunk> make_chunks(const Problem& p, int nt, bool whole_samples_only = false) {
   const int64_t tps = p.TH * p.TW;
   const int64_t budget = tiles_per_chunk(p);
   std::vector<Chunk> chunks;
-  if (tps <= budget) {
-    int64_t spc = std::max<int64_t>(1, budget / tps);
+  if (tps <= budget || whole_samples_only) {
+    int64_t spc = std::max<int64_t>(1, budget / std::max<int64_t>(tps, 1));
     spc = std::min(spc, std::max<int64_t>(1, p.N / (2 * nt)));
     for (int64_t n = 0; n < p.N; n += spc) chunks.push_back({n, std::min(p.N, n + spc), 0, p.TH, true});
   } else {
@@ -95,20 +98,17 @@ std::vector<Chunk> make_chunks(const Problem& p, int nt) {
   return chunks;
 }
 
-// A growable buffer that is neither zeroed nor freed between calls: the transforms overwrite
-// all of it, and a fresh multi-megabyte allocation per call would pay its page faults again.
-template <class T>
+// A growable per-thread buffer that is neither zeroed nor freed between calls: the transforms
+// overwrite all of it, and a fresh multi-megabyte allocation per call would pay its page faults
+// again. Slot 0: a chunk's matrices; slot 1: the calling thread's U, read by every worker.
+template <class T, int Slot = 0>
 T* scratch(size_t n) {
   thread_local std::vector<T> buf;
   if (buf.size() < n) buf.resize(n);
   return buf.data();
 }
 template <class T>
-T* weight_scratch(size_t n) {  // the caller's U, read by every worker thread
-  thread_local std::vector<T> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
+T* weight_scratch(size_t n) { return scratch<T, 1>(n); }
 
 // u = G g G^T for a 3x3 filter g, on scalars or on vectors of filters (GCC's vector types take
 // the same operators).
@@ -539,6 +539,21 @@ inline int64_t row_buffer_floats(const Problem& p) { return std::max(8 * (p.TW +
 // fall in different L1 sets instead of all aliasing one 4 KB-strided set.
 inline int64_t position_stride(int64_t n) { return (n + 1023) / 1024 * 1024 + 16; }
 
+// One chunk of the convolution p: V = the input transform, the 16 products M[xi] = U[xi] V[xi]
+// (on this thread's GEMM), out = the output transform (+ bias). v, m: the chunk's matrices (16
+// each, position_stride apart); rows: the transforms' row buffer. False if a value is not finite.
+template <class T>
+bool forward_chunk(const Problem& p, const T* in, const Chunk& ch, const T* u, const T* bias, T* out, T* v, T* m,
+                   T* rows) {
+  const int64_t cols = ch.tiles(p);
+  const int64_t vxs = position_stride(p.C * cols), mxs = position_stride(p.K * cols);
+  if (!input_transform(p, in, ch, v, cols, vxs, rows)) return false;
+  for (int64_t xi = 0; xi < kXi; ++xi)
+    gemm(row_major(u + xi * p.K * p.C, p.K, p.C, p.C), row_major<const T>(v + xi * vxs, p.C, cols, cols),
+         row_major(m + xi * mxs, p.K, cols, cols), false);
+  return output_transform(p, m, cols, mxs, ch, bias, out, rows);
+}
+
 // The convolution, or false, with out partly written, if a transformed input or weight value is
 // not finite: the transforms would turn an Inf into NaNs (Inf - Inf) where the direct kernel
 // gives +-Inf, so the caller computes such convolutions directly instead.
@@ -551,7 +566,7 @@ bool run(const Problem& p, const T* in, const T* u, const T* bias, T* out,
   const std::vector<Chunk> chunks = make_chunks(p, nt);
   const int64_t nchunks = static_cast<int64_t>(chunks.size());
   int64_t max_cols = 0;
-  for (const Chunk& c : chunks) max_cols = std::max(max_cols, (c.n1 - c.n0) * (c.ty1 - c.ty0) * p.TW);
+  for (const Chunk& c : chunks) max_cols = std::max(max_cols, c.tiles(p));
   const int64_t vsize = kXi * position_stride(p.C * max_cols), msize = kXi * position_stride(p.K * max_cols);
   int64_t max_tile_rows = 0;
   for (const Chunk& c : chunks) max_tile_rows = std::max(max_tile_rows, c.ty1 - c.ty0);
@@ -559,19 +574,10 @@ bool run(const Problem& p, const T* in, const T* u, const T* bias, T* out,
   std::atomic<bool> finite{true};
   auto body = [&](const Chunk& ch) {
     if (!finite.load(std::memory_order_relaxed)) return;
-    const int64_t cols = (ch.n1 - ch.n0) * (ch.ty1 - ch.ty0) * p.TW;
     T* v = scratch<T>(static_cast<size_t>(vsize + msize + rsize));
     T* m = v + vsize;
     T* rows = m + msize;
-    const int64_t vxs = position_stride(p.C * cols), mxs = position_stride(p.K * cols);
-    if (!input_transform(p, in, ch, v, cols, vxs, rows)) {
-      finite.store(false, std::memory_order_relaxed);
-      return;
-    }
-    for (int64_t xi = 0; xi < kXi; ++xi)
-      gemm(row_major(u + xi * p.K * p.C, p.K, p.C, p.C), row_major<const T>(v + xi * vxs, p.C, cols, cols),
-           row_major(m + xi * mxs, p.K, cols, cols), false);
-    if (!output_transform(p, m, cols, mxs, ch, bias, out, rows)) {
+    if (!forward_chunk(p, in, ch, u, bias, out, v, m, rows)) {
       finite.store(false, std::memory_order_relaxed);
       return;
     }
@@ -592,17 +598,6 @@ bool run(const Problem& p, const T* in, const T* u, const T* bias, T* out,
   return true;
 }
 
-// Chunks of whole samples only (the generated backward makes its output gradient per sample):
-// make_chunks' count of samples per chunk, at least one.
-std::vector<Chunk> sample_chunks(const Problem& p, int nt) {
-  const int64_t tps = p.TH * p.TW;
-  int64_t spc = std::max<int64_t>(1, tiles_per_chunk(p) / std::max<int64_t>(tps, 1));
-  spc = std::min(spc, std::max<int64_t>(1, p.N / (2 * nt)));
-  std::vector<Chunk> chunks;
-  for (int64_t n = 0; n < p.N; n += spc) chunks.push_back({n, std::min(p.N, n + spc), 0, p.TH, true});
-  return chunks;
-}
-
 // The backward of the convolution p: dw [K, C, 3, 3] (null: not wanted), the sum over tiles of
 // G^T (A dY A^T . B^T d B) G, and gx (null: not wanted) through the input-gradient problem pb
 // with the flipped weights' transform ub. The output gradient is gy, or, when make_dy is set,
@@ -619,11 +614,11 @@ bool run_backward(const Problem& p, const T* x, const T* gy, const std::function
   const double flops = 2.0 * p.N * p.K * p.OH * p.OW * p.C * 9;
   const int nt = flops < 2e5 ? 1 : omp_get_max_threads();
   const bool generated = static_cast<bool>(make_dy);
-  const std::vector<Chunk> chunks = generated ? sample_chunks(p, nt) : make_chunks(p, nt);
+  const std::vector<Chunk> chunks = make_chunks(p, nt, /*whole_samples_only=*/generated);
   const int64_t nchunks = static_cast<int64_t>(chunks.size());
   int64_t max_cols = 0, max_tile_rows = 0, max_samples = 0;
   for (const Chunk& c : chunks) {
-    max_cols = std::max(max_cols, (c.n1 - c.n0) * (c.ty1 - c.ty0) * p.TW);
+    max_cols = std::max(max_cols, c.tiles(p));
     max_tile_rows = std::max(max_tile_rows, c.ty1 - c.ty0);
     max_samples = std::max(max_samples, c.n1 - c.n0);
   }
@@ -661,7 +656,7 @@ bool run_backward(const Problem& p, const T* x, const T* gy, const std::function
         ch = {0, ch.n1 - ch.n0, ch.ty0, ch.ty1, ch.whole_samples};
       }
       if (dw) {
-        const int64_t cols = (ch.n1 - ch.n0) * (ch.ty1 - ch.ty0) * p.TW;
+        const int64_t cols = ch.tiles(p);
         const int64_t vxs = position_stride(p.C * cols), gxs = position_stride(p.K * cols);
         if (!input_transform(p, xc, ch, v, cols, vxs, rows) || !grad_transform(p, gyc, ch, gt, cols, gxs, rows))
           return fail();
@@ -671,14 +666,8 @@ bool run_backward(const Problem& p, const T* x, const T* gy, const std::function
       }
       if (gx) {  // generated only: whole samples, relative to the chunk
         const Chunk cb{0, ch.n1 - ch.n0, 0, pb.TH, true};
-        const int64_t cols = cb.n1 * pb.TH * pb.TW;
-        const int64_t vxs = position_stride(pb.C * cols), mxs = position_stride(pb.K * cols);
-        if (!input_transform(pb, gyc, cb, v, cols, vxs, rows)) return fail();
-        for (int64_t xi = 0; xi < kXi; ++xi)
-          gemm(row_major(ub + xi * pb.K * pb.C, pb.K, pb.C, pb.C), row_major<const T>(v + xi * vxs, pb.C, cols, cols),
-               row_major(m + xi * mxs, pb.K, cols, cols), false);
-        if (!output_transform(pb, m, cols, mxs, cb, static_cast<const T*>(nullptr),
-                              gx + chunks[i].n0 * pb.K * pb.OH * pb.OW, rows))
+        if (!forward_chunk(pb, gyc, cb, ub, static_cast<const T*>(nullptr), gx + chunks[i].n0 * pb.K * pb.OH * pb.OW,
+                           v, m, rows))
           return fail();
       }
     }
