@@ -30,8 +30,18 @@ void check_inner_sizes(const char* op, const Tensor& a, const Tensor& b, int64_t
              k2, ")");
 }
 
+// A matrix (or batch of matrices) stored transposed: its last two dims swapped are contiguous,
+// as for a Linear layer's weight.t().
+bool stored_transposed(const Tensor& t) {
+  return t.size(-1) > 1 && t.size(-2) > 1 && !t.is_contiguous() && t.transpose(-2, -1).is_contiguous();
+}
+
 // C = A @ B on 2-D or 3-D operands with matching batch, with backward
 // dA = dC @ B^T, dB = A^T @ dC.
+// The gradient of an operand stored transposed is computed as the transpose of the swapped
+// product, dB = (dC^T @ A)^T (likewise dA = (B @ dC^T)^T), so that it comes out in the operand's
+// own layout: through the transpose's backward, a Linear weight's gradient then reaches
+// AccumulateGrad contiguous rather than as a view to copy.
 Tensor product(const char* name, const Tensor& a, const Tensor& b) {
   IntList shape = a.sizes();
   shape.back() = b.sizes().back();
@@ -39,13 +49,16 @@ Tensor product(const char* name, const Tensor& a, const Tensor& b) {
   kernels::matmul(out, a, b);
   if (autograd::any_requires_grad({&a, &b})) {
     bool ga = a.requires_grad(), gb = b.requires_grad();
+    const bool ta = ga && stored_transposed(a), tb = gb && stored_transposed(b);
     SavedTensor sa = gb ? SavedTensor(a, name) : SavedTensor();
     SavedTensor sb = ga ? SavedTensor(b, name) : SavedTensor();
     std::string bw = std::string(name) + "Backward";
     autograd::record_function(bw.c_str(), {&a, &b}, {&out}, [=](const TensorList& g) {
+      auto prod = [](const Tensor& x, const Tensor& y) { return x.dim() == 2 ? mm(x, y) : bmm(x, y); };
+      auto tr = [](const Tensor& x) { return x.transpose(-2, -1); };
       Tensor da, db;
-      if (ga) da = g[0].dim() == 2 ? mm(g[0], sb.get().t()) : bmm(g[0], sb.get().transpose(1, 2));
-      if (gb) db = g[0].dim() == 2 ? mm(sa.get().t(), g[0]) : bmm(sa.get().transpose(1, 2), g[0]);
+      if (ga) da = ta ? tr(prod(sb.get(), tr(g[0]))) : prod(g[0], tr(sb.get()));
+      if (gb) db = tb ? tr(prod(tr(g[0]), sa.get())) : prod(tr(sa.get()), g[0]);
       return TensorList{da, db};
     });
   }

@@ -280,6 +280,40 @@ TEST_CASE("linalg: mm/bmm gradients have the closed-form values", "[linalg]") {
   check_close_finite(b.grad(), naive_mm(a.detach().t(), g), 1e-12, 1e-12, "dB");
 }
 
+TEST_CASE("linalg: an operand stored transposed gets its gradient in its own layout", "[linalg]") {
+  // linear's y = x W^T: W's gradient arrives contiguous (no copy in AccumulateGrad), with the
+  // closed-form value; likewise for a transposed left operand and for bmm.
+  kiln::manual_seed(57);
+  Tensor w = kiln::randn({3, 5}, f64(true));
+  Tensor x = kiln::randn({4, 5}, f64(true));
+  Tensor g = kiln::randn({4, 3}, f64());
+  bool arrived_contiguous = false;  // as the backward made it, before accumulation
+  w.register_hook([&](const Tensor& gw) {
+    arrived_contiguous = gw.is_contiguous();
+    return Tensor();
+  });
+  kiln::mm(x, w.t()).backward(g);
+  CHECK(arrived_contiguous);
+  CHECK(w.grad().is_contiguous());
+  check_close_finite(w.grad(), naive_mm(g.t(), x.detach()), 1e-12, 1e-12, "dW");
+  check_close_finite(x.grad(), naive_mm(g, w.detach()), 1e-12, 1e-12, "dx");
+
+  Tensor at = kiln::randn({5, 4}, f64(true));  // used as at.t(): [4, 5]
+  Tensor b = kiln::randn({5, 3}, f64(true));
+  kiln::mm(at.t(), b).backward(g);
+  CHECK(at.grad().is_contiguous());
+  check_close_finite(at.grad(), naive_mm(b.detach(), g.t()), 1e-12, 1e-12, "dA^T");
+
+  Tensor bw = kiln::randn({2, 3, 5}, f64(true));  // used as bw.transpose(1, 2): [2, 5, 3]
+  Tensor bx = kiln::randn({2, 4, 5}, f64(true));
+  Tensor bg = kiln::randn({2, 4, 3}, f64());
+  kiln::bmm(bx, bw.transpose(1, 2)).backward(bg);
+  CHECK(bw.grad().is_contiguous());
+  for (int64_t z = 0; z < 2; ++z)
+    check_close_finite(bw.grad().select(0, z), naive_mm(bg.select(0, z).t(), bx.detach().select(0, z)), 1e-12,
+                       1e-12, "batched dW");
+}
+
 TEST_CASE("linalg: gradchecks", "[linalg][gradcheck]") {
   kiln::manual_seed(56);
   auto r = [](IntList s) { return kiln::randn(s, f64(true)); };
@@ -302,6 +336,8 @@ TEST_CASE("linalg: gradchecks", "[linalg][gradcheck]") {
   CHECK(kiln::gradcheck([](const TL& in) { return kiln::mm(in[0].slice(1, 0, 8, 2), in[1]); }, {r({3, 8}), r({4, 2})}));
   CHECK(kiln::gradcheck([](const TL& in) { return kiln::bmm(in[0].transpose(1, 2), in[1]); },
                           {r({2, 4, 3}), r({2, 4, 2})}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::bmm(in[0], in[1].transpose(1, 2)); },
+                          {r({2, 3, 4}), r({2, 2, 4})}));
   // the same tensor on both sides
   CHECK(kiln::gradcheck([](const TL& in) { return kiln::mm(in[0], in[0].t()); }, {r({3, 4})}));
 }
