@@ -303,6 +303,60 @@ bool grad_transform(const Problem& p, const T* gy, const Chunk& ch, T* gt, int64
   return finite;
 }
 
+// The input gradient's plane buffer (input_transform_adjoint): rows 0 .. 2 TH + 1 of the tiles'
+// input region (input row r - ph), each from column -pw on and wide enough for whole 32-column
+// stores of every group of 16 tiles plus the last tile's overhang.
+inline int64_t adjoint_width(const Problem& p) { return (p.TW + 15) / 16 * 32 + 16; }
+inline int64_t adjoint_plane_floats(const Problem& p) { return (kOut * p.TH + 2) * adjoint_width(p); }
+
+// The input gradient through the forward's own tiles, the adjoint of input_transform: each
+// tile's 16 values dv[xi] (C x tiles, laid out as V) go back through B, dd = B dv B^T with
+// B q = [q0, q1 - q2 + q3, q1 + q2 - q0, -q3], and neighbouring tiles, which overlap by two rows
+// and columns, add up in the plane. So the output gradient is transformed once (A dY A^T, shared
+// with the weight gradient) instead of again through B^T as the input of a "full" convolution.
+// Whole samples only (another chunk's tiles would add into the same rows); gx's planes of the
+// chunk's samples are overwritten; plane: adjoint_plane_floats scratch. Returns false if a value
+// is not finite.
+template <class T>
+bool input_transform_adjoint(const Problem& p, const T* dv, int64_t ld, int64_t xs, const Chunk& ch, T* gx,
+                             T* plane) {
+  KILN_CHECK(ch.whole_samples && ch.ty0 == 0 && ch.ty1 == p.TH,
+             "input_transform_adjoint: needs chunks of whole samples");
+  const int64_t wd = adjoint_width(p), rows = kOut * p.TH + 2;
+  T check = T(0);
+  for (int64_t n = ch.n0; n < ch.n1; ++n)
+    for (int64_t c = 0; c < p.C; ++c) {
+      std::fill(plane, plane + rows * wd, T(0));
+      for (int64_t ty = 0; ty < p.TH; ++ty)
+        for (int64_t tx = 0; tx < p.TW; ++tx) {
+          const T* d = dv + c * ld + ((n - ch.n0) * p.TH + ty) * p.TW + tx;
+          T h[4][4];  // B along the first index: h[i][b]
+          for (int b = 0; b < 4; ++b) {
+            const T q0 = d[(0 * 4 + b) * xs], q1 = d[(1 * 4 + b) * xs], q2 = d[(2 * 4 + b) * xs],
+                    q3 = d[(3 * 4 + b) * xs];
+            h[0][b] = q0;
+            h[1][b] = q1 - q2 + q3;
+            h[2][b] = q1 + q2 - q0;
+            h[3][b] = -q3;
+          }
+          for (int i = 0; i < 4; ++i) {  // then along the second
+            T* row = plane + (kOut * ty + i) * wd + kOut * tx;
+            row[0] += h[i][0];
+            row[1] += h[i][1] - h[i][2] + h[i][3];
+            row[2] += h[i][1] + h[i][2] - h[i][0];
+            row[3] += -h[i][3];
+          }
+        }
+      T* out = gx + (n * p.C + c) * p.H * p.W;
+      for (int64_t r = 0; r < p.H; ++r) {
+        const T* src = plane + (r + p.ph) * wd + p.pw;
+        for (int64_t w = 0; w < p.W; ++w) check += src[w] - src[w];
+        std::copy_n(src, p.W, out + r * p.W);
+      }
+    }
+  return check == T(0);
+}
+
 // The zero-bordered copy of a chunk's input rows (input_transform<float>): each row holds
 // column -pw on, as far as the last vector of the last tile reads (2 * 16-wide groups + 2).
 inline int64_t padded_width(const Problem& p) { return (p.TW + 15) / 16 * 32 + 18; }
@@ -515,6 +569,81 @@ bool grad_transform<float>(const Problem& p, const float* gy, const Chunk& ch, f
     }
   return bad == 0;
 }
+
+template <>
+bool input_transform_adjoint<float>(const Problem& p, const float* dv, int64_t ld, int64_t xs, const Chunk& ch,
+                                    float* gx, float* plane) {
+  KILN_CHECK(ch.whole_samples && ch.ty0 == 0 && ch.ty1 == p.TH,
+             "input_transform_adjoint: needs chunks of whole samples");
+  const int64_t wd = adjoint_width(p);
+  __m512 sum = _mm512_setzero_ps();  // Inf or NaN once a value is (see input_transform<float>)
+  const __m512 zero = _mm512_setzero_ps();
+  // interleave two vectors of 16, (a0, b0, a1, b1, ...): the even and odd columns of a row
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  // [prev[15], v[0], ..., v[14]]: tile tx's columns 2 and 3 land on tile tx + 1's columns 0 and 1
+  auto shift_in = [](__m512 v, __m512 prev) {
+    return _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v), _mm512_castps_si512(prev), 15));
+  };
+  for (int64_t n = ch.n0; n < ch.n1; ++n)
+    for (int64_t c = 0; c < p.C; ++c) {
+      // Rows 2 ty and 2 ty + 1 are first written by tile row ty - 1 (its rows i = 2, 3, stored
+      // over every column the copy below reads), so only the first two rows need zeros.
+      std::fill(plane, plane + 2 * wd, 0.0f);
+      for (int64_t ty = 0; ty < p.TH; ++ty) {
+        const float* d = dv + c * ld + ((n - ch.n0) * p.TH + ty) * p.TW;
+        __m512 carry[4][2];  // the previous group's dd[i][2], dd[i][3] (its lane 15 spills over)
+        for (int i = 0; i < 4; ++i) carry[i][0] = carry[i][1] = zero;
+        for (int64_t tx0 = 0; tx0 < p.TW; tx0 += 16) {
+          const __mmask16 lanes = span_mask(0, p.TW - tx0);  // lanes past the last tile load 0
+          __m512 h[4][4];
+          for (int b = 0; b < 4; ++b) {
+            const __m512 q0 = _mm512_maskz_loadu_ps(lanes, d + (0 * 4 + b) * xs + tx0);
+            const __m512 q1 = _mm512_maskz_loadu_ps(lanes, d + (1 * 4 + b) * xs + tx0);
+            const __m512 q2 = _mm512_maskz_loadu_ps(lanes, d + (2 * 4 + b) * xs + tx0);
+            const __m512 q3 = _mm512_maskz_loadu_ps(lanes, d + (3 * 4 + b) * xs + tx0);
+            h[0][b] = q0;
+            h[1][b] = _mm512_add_ps(_mm512_sub_ps(q1, q2), q3);
+            h[2][b] = _mm512_sub_ps(_mm512_add_ps(q1, q2), q0);
+            h[3][b] = _mm512_sub_ps(zero, q3);
+          }
+          for (int i = 0; i < 4; ++i) {
+            const __m512 d0 = h[i][0], d1 = _mm512_add_ps(_mm512_sub_ps(h[i][1], h[i][2]), h[i][3]);
+            const __m512 d2 = _mm512_sub_ps(_mm512_add_ps(h[i][1], h[i][2]), h[i][0]);
+            const __m512 d3 = _mm512_sub_ps(zero, h[i][3]);
+            const __m512 even = _mm512_add_ps(d0, shift_in(d2, carry[i][0]));
+            const __m512 odd = _mm512_add_ps(d1, shift_in(d3, carry[i][1]));
+            carry[i][0] = d2;
+            carry[i][1] = d3;
+            sum = _mm512_add_ps(sum, _mm512_add_ps(even, odd));
+            __m512 v0 = _mm512_permutex2var_ps(even, lo, odd), v1 = _mm512_permutex2var_ps(even, hi, odd);
+            float* row = plane + (kOut * ty + i) * wd + 2 * tx0;
+            if (i < 2) {  // rows the tile row above started
+              v0 = _mm512_add_ps(v0, _mm512_loadu_ps(row));
+              v1 = _mm512_add_ps(v1, _mm512_loadu_ps(row + 16));
+            }
+            _mm512_storeu_ps(row, v0);
+            _mm512_storeu_ps(row + 16, v1);
+          }
+        }
+        if (p.TW % 16 == 0) {  // the last tile's overhang had no next lane to land in
+          alignas(64) float c2[16], c3[16];
+          for (int i = 0; i < 4; ++i) {
+            sum = _mm512_add_ps(sum, _mm512_add_ps(carry[i][0], carry[i][1]));
+            _mm512_store_ps(c2, carry[i][0]);
+            _mm512_store_ps(c3, carry[i][1]);
+            float* row = plane + (kOut * ty + i) * wd + 2 * p.TW;
+            row[0] = (i < 2 ? row[0] : 0.0f) + c2[15];
+            row[1] = (i < 2 ? row[1] : 0.0f) + c3[15];
+          }
+        }
+      }
+      float* out = gx + (n * p.C + c) * p.H * p.W;
+      for (int64_t r = 0; r < p.H; ++r) std::copy_n(plane + (r + p.ph) * wd + p.pw, p.W, out + r * p.W);
+    }
+  const __m512 check = _mm512_sub_ps(sum, sum);
+  return _mm512_cmp_ps_mask(check, check, _CMP_UNORD_Q) == 0;
+}
 #endif  // __AVX512F__
 
 // Whether every value is finite (x - x is 0 for finite x and NaN for Inf or NaN).
@@ -599,21 +728,24 @@ bool run(const Problem& p, const T* in, const T* u, const T* bias, T* out,
 }
 
 // The backward of the convolution p: dw [K, C, 3, 3] (null: not wanted), the sum over tiles of
-// G^T (A dY A^T . B^T d B) G, and gx (null: not wanted) through the input-gradient problem pb
-// with the flipped weights' transform ub. The output gradient is gy, or, when make_dy is set,
-// made one sample at a time into a per-chunk buffer (never stored whole; make_dy must give the
-// same values if called again, as the caller's fallback may). Per chunk: the input transform V
-// and the output gradient's transform Gt, then for each position dU[xi] (K x C) +=
-// Gt[xi] (K x tiles) V[xi]^T; and the input gradient as in run. Each thread sums its own dU over
+// G^T (A dY A^T . B^T d B) G, and gx (null: not wanted), B (U^T A dY A^T) B^T over the forward's
+// own tiles (input_transform_adjoint) with u the forward's weight transform. The output gradient
+// is gy, or, when make_dy is set, made one sample at a time into a per-chunk buffer (never stored
+// whole; make_dy must give the same values if called again, as the caller's fallback may). Per
+// chunk: the output gradient's transform Gt = A dY A^T, shared by both gradients; for dw the
+// input transform V and, per position, dU[xi] (K x C) += Gt[xi] (K x tiles) V[xi]^T; for gx
+// dV[xi] (C x tiles) = U[xi]^T Gt[xi] and its adjoint transform. Each thread sums its own dU over
 // a fixed, contiguous share of the chunks, and the shares are added in thread order: the result
-// does not depend on timing. Returns false (outputs partly written) if a transformed value or a
-// result is not finite.
+// does not depend on timing. gx needs chunks of whole samples, so only with make_dy (the other
+// input gradient runs as the "full" convolution of run). Returns false (outputs partly written)
+// if a transformed value or a result is not finite.
 template <class T>
 bool run_backward(const Problem& p, const T* x, const T* gy, const std::function<void(int64_t, void*)>& make_dy,
-                  T* dw, const Problem& pb, const T* ub, T* gx) {
+                  T* dw, const T* u, T* gx) {
   const double flops = 2.0 * p.N * p.K * p.OH * p.OW * p.C * 9;
   const int nt = flops < 2e5 ? 1 : omp_get_max_threads();
   const bool generated = static_cast<bool>(make_dy);
+  KILN_CHECK(!gx || generated, "winograd run_backward: the input gradient needs a generated output gradient");
   const std::vector<Chunk> chunks = make_chunks(p, nt, /*whole_samples_only=*/generated);
   const int64_t nchunks = static_cast<int64_t>(chunks.size());
   int64_t max_cols = 0, max_tile_rows = 0, max_samples = 0;
@@ -623,13 +755,10 @@ bool run_backward(const Problem& p, const T* x, const T* gy, const std::function
     max_samples = std::max(max_samples, c.n1 - c.n0);
   }
   const int64_t OHW = p.OH * p.OW;
-  const int64_t cols_b = max_samples * pb.TH * pb.TW;  // the input gradient's tiles (whole samples)
-  const int64_t vsize = std::max(kXi * position_stride(p.C * max_cols), gx ? kXi * position_stride(pb.C * cols_b) : 0);
-  const int64_t gsize = dw ? kXi * position_stride(p.K * max_cols) : 0;
-  const int64_t msize = gx ? kXi * position_stride(pb.K * cols_b) : 0;
+  const int64_t vsize = kXi * position_stride(p.C * max_cols);  // V for dw, then dV for gx
+  const int64_t gsize = kXi * position_stride(p.K * max_cols);
   const int64_t rsize = std::max({row_buffer_floats(p), padded_plane_floats(p, max_tile_rows),
-                                  kOut * max_tile_rows * ((p.TW + 15) / 16 * 32), row_buffer_floats(pb),
-                                  padded_plane_floats(pb, pb.TH)});
+                                  kOut * max_tile_rows * ((p.TW + 15) / 16 * 32), gx ? adjoint_plane_floats(p) : 0});
   const int64_t dysize = generated ? max_samples * p.K * OHW : 0;
   const int64_t usize = dw ? kXi * p.K * p.C : 0;
   const bool split = nt > 1 && nchunks >= nt;
@@ -638,13 +767,12 @@ bool run_backward(const Problem& p, const T* x, const T* gy, const std::function
   std::atomic<bool> finite{true};
   auto fail = [&] { finite.store(false, std::memory_order_relaxed); };
   auto part = [&](int t, int64_t c0, int64_t c1) {
-    T* v = scratch<T>(static_cast<size_t>(vsize + gsize + msize + rsize + dysize + usize));
+    T* v = scratch<T>(static_cast<size_t>(vsize + gsize + rsize + dysize + usize));
     T* gt = v + vsize;
-    T* m = gt + gsize;
-    T* rows = m + msize;
+    T* rows = gt + gsize;
     T* dyb = rows + rsize;
-    T* u = dyb + dysize;
-    du[t] = u;
+    T* dus = dyb + dysize;
+    du[t] = dus;
     for (int64_t i = c0; i < c1 && finite.load(std::memory_order_relaxed); ++i) {
       Chunk ch = chunks[i];
       const T* xc = x;
@@ -655,23 +783,23 @@ bool run_backward(const Problem& p, const T* x, const T* gy, const std::function
         gyc = dyb;
         ch = {0, ch.n1 - ch.n0, ch.ty0, ch.ty1, ch.whole_samples};
       }
+      const int64_t cols = ch.tiles(p);
+      const int64_t vxs = position_stride(p.C * cols), gxs = position_stride(p.K * cols);
+      if (!grad_transform(p, gyc, ch, gt, cols, gxs, rows)) return fail();
       if (dw) {
-        const int64_t cols = ch.tiles(p);
-        const int64_t vxs = position_stride(p.C * cols), gxs = position_stride(p.K * cols);
-        if (!input_transform(p, xc, ch, v, cols, vxs, rows) || !grad_transform(p, gyc, ch, gt, cols, gxs, rows))
-          return fail();
+        if (!input_transform(p, xc, ch, v, cols, vxs, rows)) return fail();
         for (int64_t xi = 0; xi < kXi; ++xi)
           gemm(row_major<const T>(gt + xi * gxs, p.K, cols, cols), row_major<const T>(v + xi * vxs, p.C, cols, cols).t(),
-               row_major(u + xi * p.K * p.C, p.K, p.C, p.C), i > c0);
+               row_major(dus + xi * p.K * p.C, p.K, p.C, p.C), i > c0);
       }
-      if (gx) {  // generated only: whole samples, relative to the chunk
-        const Chunk cb{0, ch.n1 - ch.n0, 0, pb.TH, true};
-        if (!forward_chunk(pb, gyc, cb, ub, static_cast<const T*>(nullptr), gx + chunks[i].n0 * pb.K * pb.OH * pb.OW,
-                           v, m, rows))
-          return fail();
+      if (gx) {
+        for (int64_t xi = 0; xi < kXi; ++xi)
+          gemm(row_major(u + xi * p.K * p.C, p.K, p.C, p.C).t(), row_major<const T>(gt + xi * gxs, p.K, cols, cols),
+               row_major(v + xi * vxs, p.C, cols, cols), false);
+        if (!input_transform_adjoint(p, v, cols, vxs, ch, gx + chunks[i].n0 * p.C * p.H * p.W, rows)) return fail();
       }
     }
-    if (dw && c1 == c0) std::fill(u, u + usize, T(0));
+    if (dw && c1 == c0) std::fill(dus, dus + usize, T(0));
   };
   if (split) {
 #pragma omp parallel num_threads(nt)
@@ -769,20 +897,20 @@ template <class T>
 bool winograd_backward_weight(const T* x, const T* gy, T* dw, const ConvGeometry& g) {
   KILN_CHECK(winograd_geometry(g), "winograd_backward_weight: not a 3x3 stride-1 NCHW convolution");
   const Problem p = forward_problem(g);
-  return run_backward(p, x, gy, {}, dw, input_grad_problem(g), static_cast<const T*>(nullptr), static_cast<T*>(nullptr));
+  return run_backward(p, x, gy, {}, dw, static_cast<const T*>(nullptr), static_cast<T*>(nullptr));
 }
 
 template <class T>
 bool winograd_backward_generated(const T* x, const T* w, T* gx, T* dw, const ConvGeometry& g,
                                  const std::function<void(int64_t, void*)>& make_dy) {
   KILN_CHECK(winograd_geometry(g), "winograd_backward_generated: not a 3x3 stride-1 NCHW convolution");
-  T* ub = nullptr;
-  if (gx) {
-    ub = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
-    transform_weights(w, g.K, g.C, true, ub);
-    if (!all_finite(ub, kXi * g.K * g.C)) return false;
+  T* u = nullptr;
+  if (gx) {  // the forward's weight transform: the input gradient runs through the forward's tiles
+    u = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
+    transform_weights(w, g.K, g.C, false, u);
+    if (!all_finite(u, kXi * g.K * g.C)) return false;
   }
-  return run_backward(forward_problem(g), x, static_cast<const T*>(nullptr), make_dy, dw, input_grad_problem(g), ub, gx);
+  return run_backward(forward_problem(g), x, static_cast<const T*>(nullptr), make_dy, dw, u, gx);
 }
 
 template bool winograd_forward<float>(const float*, const float*, const float*, float*, const ConvGeometry&,
