@@ -129,14 +129,20 @@ inline void filter_transform(const V (&g)[3][3], V (&u)[4][4], S half) {
   }
 }
 
-// U[xi][ko][ci] = (G g G^T)[xi] of the 3x3 filter g that maps input channel ci to output channel
-// ko, into u (16 * KO * CI values). Forward: g = w[ko][ci]. Input gradient (flip): the filter
-// from gy's channel ci = k to gx's channel ko = c is w[k][c] rotated by 180 degrees.
+// Which matrices transform_weights makes from w [K, C, 3, 3]: U[xi] = (G w[k][c] G^T)[xi] as
+// K x C (Forward) or C x K (Transposed: the input gradient through the forward's tiles, U^T
+// Gt, without transposing in the GEMM), or the "full" convolution's C x K matrices of the 180
+// degree rotated filters (FlippedTransposed: the input gradient as a convolution of gy).
+enum class WeightLayout { Forward, Transposed, FlippedTransposed };
+
+// U[xi][ko][ci] = (G g G^T)[xi] of the 3x3 filter g that maps channel ci to channel ko, into u
+// (16 * KO * CI values), for the layouts above.
 template <class T>
-void transform_weights(const T* w, int64_t K, int64_t C, bool flip, T* u) {
-  const int64_t KO = flip ? C : K, CI = flip ? K : C, plane = KO * CI;
+void transform_weights(const T* w, int64_t K, int64_t C, WeightLayout layout, T* u) {
+  const bool swap = layout != WeightLayout::Forward, flip = layout == WeightLayout::FlippedTransposed;
+  const int64_t KO = swap ? C : K, CI = swap ? K : C, plane = KO * CI;
   // filter (ko, ci) starts at w + ko * kos + ci * cis
-  const int64_t kos = flip ? 9 : 9 * C, cis = flip ? 9 * C : 9;
+  const int64_t kos = swap ? 9 : 9 * C, cis = swap ? 9 * C : 9;
   const bool par = !omp_in_parallel() && K * C >= 4096;
 #pragma omp parallel for schedule(static) if (par)
   for (int64_t ko = 0; ko < KO; ++ko) {
@@ -729,24 +735,24 @@ bool run(const Problem& p, const T* in, const T* u, const T* bias, T* out,
 
 // The backward of the convolution p: dw [K, C, 3, 3] (null: not wanted), the sum over tiles of
 // G^T (A dY A^T . B^T d B) G, and gx (null: not wanted), B (U^T A dY A^T) B^T over the forward's
-// own tiles (input_transform_adjoint) with u the forward's weight transform. The output gradient
+// own tiles (input_transform_adjoint) with u the weight transform as C x K matrices
+// (WeightLayout::Transposed). The output gradient
 // is gy, or, when make_dy is set, made one sample at a time into a per-chunk buffer (never stored
 // whole; make_dy must give the same values if called again, as the caller's fallback may). Per
 // chunk: the output gradient's transform Gt = A dY A^T, shared by both gradients; for dw the
 // input transform V and, per position, dU[xi] (K x C) += Gt[xi] (K x tiles) V[xi]^T; for gx
 // dV[xi] (C x tiles) = U[xi]^T Gt[xi] and its adjoint transform. Each thread sums its own dU over
 // a fixed, contiguous share of the chunks, and the shares are added in thread order: the result
-// does not depend on timing. gx needs chunks of whole samples, so only with make_dy (the other
-// input gradient runs as the "full" convolution of run). Returns false (outputs partly written)
-// if a transformed value or a result is not finite.
+// does not depend on timing. gx needs chunks of whole samples (however large), so a caller with
+// samples larger than a chunk runs the input gradient as the "full" convolution of run instead.
+// Returns false (outputs partly written) if a transformed value or a result is not finite.
 template <class T>
 bool run_backward(const Problem& p, const T* x, const T* gy, const std::function<void(int64_t, void*)>& make_dy,
                   T* dw, const T* u, T* gx) {
   const double flops = 2.0 * p.N * p.K * p.OH * p.OW * p.C * 9;
   const int nt = flops < 2e5 ? 1 : omp_get_max_threads();
   const bool generated = static_cast<bool>(make_dy);
-  KILN_CHECK(!gx || generated, "winograd run_backward: the input gradient needs a generated output gradient");
-  const std::vector<Chunk> chunks = make_chunks(p, nt, /*whole_samples_only=*/generated);
+  const std::vector<Chunk> chunks = make_chunks(p, nt, /*whole_samples_only=*/generated || gx);
   const int64_t nchunks = static_cast<int64_t>(chunks.size());
   int64_t max_cols = 0, max_tile_rows = 0, max_samples = 0;
   for (const Chunk& c : chunks) {
@@ -774,15 +780,13 @@ bool run_backward(const Problem& p, const T* x, const T* gy, const std::function
     T* dus = dyb + dysize;
     du[t] = dus;
     for (int64_t i = c0; i < c1 && finite.load(std::memory_order_relaxed); ++i) {
+      // the chunk's operands, indexed from its first sample
       Chunk ch = chunks[i];
-      const T* xc = x;
-      const T* gyc = gy;
-      if (generated) {  // the chunk's samples' gradients, indexed from the chunk's first sample
+      const T* xc = x ? x + ch.n0 * p.C * p.H * p.W : nullptr;
+      const T* gyc = gy ? gy + ch.n0 * p.K * OHW : dyb;
+      if (generated)  // the chunk's samples' gradients
         for (int64_t n = ch.n0; n < ch.n1; ++n) make_dy(n, dyb + (n - ch.n0) * p.K * OHW);
-        xc = x + ch.n0 * p.C * p.H * p.W;
-        gyc = dyb;
-        ch = {0, ch.n1 - ch.n0, ch.ty0, ch.ty1, ch.whole_samples};
-      }
+      ch = {0, ch.n1 - ch.n0, ch.ty0, ch.ty1, ch.whole_samples};
       const int64_t cols = ch.tiles(p);
       const int64_t vxs = position_stride(p.C * cols), gxs = position_stride(p.K * cols);
       if (!grad_transform(p, gyc, ch, gt, cols, gxs, rows)) return fail();
@@ -794,7 +798,7 @@ bool run_backward(const Problem& p, const T* x, const T* gy, const std::function
       }
       if (gx) {
         for (int64_t xi = 0; xi < kXi; ++xi)
-          gemm(row_major(u + xi * p.K * p.C, p.K, p.C, p.C).t(), row_major<const T>(gt + xi * gxs, p.K, cols, cols),
+          gemm(row_major(u + xi * p.K * p.C, p.C, p.K, p.K), row_major<const T>(gt + xi * gxs, p.K, cols, cols),
                row_major(v + xi * vxs, p.C, cols, cols), false);
         if (!input_transform_adjoint(p, v, cols, vxs, ch, gx + chunks[i].n0 * p.C * p.H * p.W, rows)) return fail();
       }
@@ -880,17 +884,22 @@ bool winograd_forward(const T* x, const T* w, const T* bias, T* out, const ConvG
   KILN_CHECK(winograd_geometry(g), "winograd_forward: not a 3x3 stride-1 NCHW convolution");
   const Problem p = forward_problem(g);
   T* u = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
-  transform_weights(w, g.K, g.C, false, u);
+  transform_weights(w, g.K, g.C, WeightLayout::Forward, u);
   return run(p, x, u, bias, out, samples_done);
 }
 
 template <class T>
 bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry& g) {
   KILN_CHECK(winograd_geometry(g), "winograd_backward_input: not a 3x3 stride-1 NCHW convolution");
-  const Problem p = input_grad_problem(g);
   T* u = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
-  transform_weights(w, g.K, g.C, true, u);
-  return run(p, gy, u, static_cast<const T*>(nullptr), gx, {});
+  const Problem pf = forward_problem(g);
+  if (pf.TH * pf.TW <= tiles_per_chunk(pf)) {  // whole samples fit a chunk: through the forward's tiles
+    transform_weights(w, g.K, g.C, WeightLayout::Transposed, u);
+    if (!all_finite(u, kXi * g.K * g.C)) return false;
+    return run_backward(pf, static_cast<const T*>(nullptr), gy, {}, static_cast<T*>(nullptr), u, gx);
+  }
+  transform_weights(w, g.K, g.C, WeightLayout::FlippedTransposed, u);
+  return run(input_grad_problem(g), gy, u, static_cast<const T*>(nullptr), gx, {});
 }
 
 template <class T>
@@ -907,7 +916,7 @@ bool winograd_backward_generated(const T* x, const T* w, T* gx, T* dw, const Con
   T* u = nullptr;
   if (gx) {  // the forward's weight transform: the input gradient runs through the forward's tiles
     u = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
-    transform_weights(w, g.K, g.C, false, u);
+    transform_weights(w, g.K, g.C, WeightLayout::Transposed, u);
     if (!all_finite(u, kXi * g.K * g.C)) return false;
   }
   return run_backward(forward_problem(g), x, static_cast<const T*>(nullptr), make_dy, dw, u, gx);
