@@ -367,6 +367,33 @@ TEST_CASE("winograd_backward_input is the adjoint of winograd_forward: <gy, conv
   }
 }
 
+TEST_CASE("winograd_backward_input through both routes: the forward's tiles (whole samples per chunk) and the "
+          "full convolution (samples larger than a chunk)",
+          "[winograd]") {
+  // The adjoint route needs whole samples in a chunk (~2^22 / (16 * 4 * (C + K)) tiles); a
+  // 321 x 319 output with C = 3, K = 2 has 161 x 160 tiles per sample, more than its budget of
+  // ~13000, so it runs as the "full" convolution of the output gradient; the 9 x 7 planes run
+  // through the forward's tiles. Both on one and two threads, in f64 and f32.
+  const ConvGeometry big = geometry(2, 3, 2, 321, 319, 1, 2), small = geometry(13, 16, 16, 9, 7, 1, 2);
+  std::mt19937 rng(23);
+  for (const ConvGeometry& g : {big, small}) {
+    INFO(describe(g));
+    const auto gy = normals(g.N * g.K * g.OH * g.OW, rng), w = normals(g.K * g.C * 9, rng);
+    const Ref ref = direct_backward_input(gy, w, g);
+    for (int threads : {1, 2}) {
+      INFO(threads << " thread(s)");
+      Threads th(threads);
+      std::vector<double> gx64(ref.v.size(), std::numeric_limits<double>::quiet_NaN());
+      REQUIRE(winograd_backward_input<double>(gy.data(), w.data(), gx64.data(), g));
+      CHECK(worst_error(gx64.data(), ref, by_magnitude<double>()) <= tolerance<double>());
+      const auto gyt = cast<float>(gy), wt = cast<float>(w);
+      std::vector<float> gx32(ref.v.size(), std::numeric_limits<float>::quiet_NaN());
+      REQUIRE(winograd_backward_input<float>(gyt.data(), wt.data(), gx32.data(), g));
+      CHECK(worst_error(gx32.data(), ref, by_magnitude<float>()) <= tolerance<float>());
+    }
+  }
+}
+
 TEST_CASE("winograd_forward: rows-of-tiles and multi-sample chunks on two threads, samples_done once per sample "
           "after its planes are final",
           "[winograd]") {
