@@ -12,8 +12,10 @@
 // is a matrix product: M[xi] (K x tiles) = U[xi] (K x C) V[xi] (C x tiles). 16 such products
 // of K*C*tiles replace the direct kernel's 36 per tile: 2.25x fewer FLOPs.
 //
-// The input gradient is the same computation on the output gradient (weight rotated and
-// transposed); the weight gradient runs the forward's transforms adjoint (run_backward). The work
+// The weight gradient runs the forward's transforms adjoint, and so does the input gradient when
+// whole samples fit a chunk (run_backward: the output gradient transformed once, A dY A^T, for
+// both); otherwise the input gradient is the forward's computation on the output gradient with
+// the weight rotated and transposed (run on input_grad_problem). The work
 // is cut into chunks of tiles (whole samples, or rows of tiles of one sample when a sample has
 // many) of ~4 MB of V and M, so that each product's slices stay in L2; chunks are spread over
 // threads, each running its 16 products single-threaded.
@@ -326,8 +328,6 @@ inline int64_t adjoint_plane_floats(const Problem& p) { return (kOut * p.TH + 2)
 template <class T>
 bool input_transform_adjoint(const Problem& p, const T* dv, int64_t ld, int64_t xs, const Chunk& ch, T* gx,
                              T* plane) {
-  KILN_CHECK(ch.whole_samples && ch.ty0 == 0 && ch.ty1 == p.TH,
-             "input_transform_adjoint: needs chunks of whole samples");
   const int64_t wd = adjoint_width(p), rows = kOut * p.TH + 2;
   T check = T(0);
   for (int64_t n = ch.n0; n < ch.n1; ++n)
@@ -579,8 +579,6 @@ bool grad_transform<float>(const Problem& p, const float* gy, const Chunk& ch, f
 template <>
 bool input_transform_adjoint<float>(const Problem& p, const float* dv, int64_t ld, int64_t xs, const Chunk& ch,
                                     float* gx, float* plane) {
-  KILN_CHECK(ch.whole_samples && ch.ty0 == 0 && ch.ty1 == p.TH,
-             "input_transform_adjoint: needs chunks of whole samples");
   const int64_t wd = adjoint_width(p);
   __m512 sum = _mm512_setzero_ps();  // Inf or NaN once a value is (see input_transform<float>)
   const __m512 zero = _mm512_setzero_ps();
@@ -754,6 +752,9 @@ bool run_backward(const Problem& p, const T* x, const T* gy, const std::function
   const bool generated = static_cast<bool>(make_dy);
   const std::vector<Chunk> chunks = make_chunks(p, nt, /*whole_samples_only=*/generated || gx);
   const int64_t nchunks = static_cast<int64_t>(chunks.size());
+  for (const Chunk& c : chunks)  // input_transform_adjoint's precondition, checked outside the threads
+    KILN_CHECK(!gx || (c.whole_samples && c.ty0 == 0 && c.ty1 == p.TH),
+               "winograd run_backward: the input gradient got a chunk of part of a sample");
   int64_t max_cols = 0, max_tile_rows = 0, max_samples = 0;
   for (const Chunk& c : chunks) {
     max_cols = std::max(max_cols, c.tiles(p));

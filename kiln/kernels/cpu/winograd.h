@@ -1,7 +1,8 @@
 #pragma once
 // Winograd F(2x2, 3x3) for the CPU's NCHW 3x3 stride-1 convolutions: the forward, the input
-// gradient (itself a 3x3 stride-1 convolution of the output gradient with the weight flipped
-// and transposed) and the weight gradient (the forward's transforms, adjoint). Each 2x2 block of
+// gradient and the weight gradient (both the forward's transforms, adjoint; or, for samples too
+// large for one chunk, the input gradient as a 3x3 stride-1 convolution of the output gradient
+// with the weight flipped and transposed). Each 2x2 block of
 // outputs costs 16 products per channel pair instead of 36, so the GEMMs do 2.25x fewer FLOPs;
 // docs/kernels.md ("Winograd convolution") has the transforms, the blocking and the accuracy
 // measured against the direct kernel.
