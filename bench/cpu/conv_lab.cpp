@@ -7,7 +7,8 @@
 //
 // 3x3 stride-1 shapes, which the Winograd kernels compute (all three directions), are
 // also timed and validated with it switched off (kiln::set_cpu_conv_winograd(false)): a second
-// line gives the direct kernel's times, the speed-up and both kernels' errors.
+// line gives the direct kernel's times, the speed-up and both kernels' errors; a third times
+// both gradients in one call (conv2d_backward, as conv2d's backward runs them) against two.
 //
 // Usage: bench_conv_lab [--batch N] [--threads T] [--only SUBSTRING] [--json]
 #include <omp.h>
@@ -173,15 +174,25 @@ int main(int argc, char** argv) {
                          best_seconds([&] { K::conv2d_backward_weight(gw, Tensor(), gy, x, g); }, 5)};
     const double e[3] = {scaled_err(y, y64), scaled_err(gx, gx64), scaled_err(gw, gw64)};
     for (int i = 0; i < 3; ++i) kiln::bench::validate(e[i] < 1e-4, s.name.c_str(), e[i]);
+    // Winograd shapes: both gradients in one call (the output gradient transformed once, as
+    // conv2d's backward runs them when both are wanted) against the two calls above
+    double tboth = 0, eboth = 0;
+    if (wino) {
+      gx.zero_(), gw.zero_();
+      tboth = best_seconds([&] { K::conv2d_backward(gx, gw, Tensor(), gy, x, w, g); }, 5);
+      eboth = std::max(scaled_err(gx, gx64), scaled_err(gw, gw64));
+      kiln::bench::validate(eboth < 1e-4, s.name.c_str(), eboth);
+    }
     for (int i = 0; i < 3 && wino; ++i) kiln::bench::validate(ed[i] < 1e-4, s.name.c_str(), ed[i]);
     if (json) {
       std::printf("{\"shape\":\"%s\",\"uses\":%d,\"input_grad\":%s,\"batch\":%lld,\"C\":%lld,\"H\":%lld,"
                   "\"K\":%lld,\"k\":%lld,\"stride\":%lld,\"threads\":%d,\"peak_gflops\":%.1f,\"forward_s\":%.6g,"
                   "\"input_grad_s\":%.6g,\"weight_grad_s\":%.6g,\"gflop\":%.6g,\"winograd\":%s,"
-                  "\"direct_forward_s\":%.6g,\"direct_input_grad_s\":%.6g,\"direct_weight_grad_s\":%.6g}\n",
+                  "\"direct_forward_s\":%.6g,\"direct_input_grad_s\":%.6g,\"direct_weight_grad_s\":%.6g,"
+                  "\"both_grads_s\":%.6g}\n",
                   s.name.c_str(), s.uses, s.input_grad ? "true" : "false", static_cast<long long>(batch), static_cast<long long>(s.C), static_cast<long long>(s.H),
                   static_cast<long long>(s.K), static_cast<long long>(s.k), static_cast<long long>(s.stride), threads,
-                  peak, t[0], t[1], t[2], flops / 1e9, wino ? "true" : "false", td[0], td[1], td[2]);
+                  peak, t[0], t[1], t[2], flops / 1e9, wino ? "true" : "false", td[0], td[1], td[2], tboth);
     } else {
       std::printf("%-34s", s.name.c_str());
       for (double ti : t) std::printf("  %7.2f ms %5.0f GF/s %3.0f%%", ti * 1e3, flops / ti / 1e9,
@@ -192,6 +203,9 @@ int main(int argc, char** argv) {
                     "%.1e / %.1e / %.1e, direct %.1e / %.1e / %.1e\n",
                     td[0] * 1e3, td[1] * 1e3, td[2] * 1e3, td[0] / t[0], td[1] / t[1], td[2] / t[2], e[0], e[1], e[2],
                     ed[0], ed[1], ed[2]);
+      if (wino)
+        std::printf("  both gradients in one call %.2f ms against %.2f ms in two: %.2fx; max error %.1e\n",
+                    tboth * 1e3, (t[1] + t[2]) * 1e3, (t[1] + t[2]) / tboth, eboth);
     }
   }
   return 0;

@@ -42,5 +42,11 @@ inline Kernel<void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& w
 inline Kernel<void(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out,
                    const Tensor& x, const ConvGeometry& g)>
     conv2d_backward_weight{"conv2d_backward_weight"};
+// Both: grad_x, grad_weight and grad_bias (may be undefined) as the two kernels above would
+// write them, for a backend that gains from computing them together (the CPU's Winograd
+// convolutions transform grad_out once for both). Only where registered (has(backend)).
+inline Kernel<void(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                   const Tensor& grad_out, const Tensor& x, const Tensor& weight, const ConvGeometry& g)>
+    conv2d_backward{"conv2d_backward"};
 
 }  // namespace kiln::kernels

@@ -36,6 +36,7 @@ namespace {
 namespace F = kiln::nn::functional;
 using kiln::kernels::ConvGeometry;
 using kiln::kernels::cpu::winograd_applies;
+using kiln::kernels::cpu::winograd_backward_both;
 using kiln::kernels::cpu::winograd_backward_generated;
 using kiln::kernels::cpu::winograd_backward_input;
 using kiln::kernels::cpu::winograd_backward_weight;
@@ -266,10 +267,12 @@ void check_backward_weight_shapes(uint32_t seed) {
   }
 }
 
-// winograd_backward_generated: both gradients, with the output gradient handed over one sample
-// at a time, each sample asked for at least once; also with only one of the two wanted.
+// Both gradients at once, against the direct references: winograd_backward_generated with the
+// output gradient handed over one sample at a time (each sample asked for at least once; also
+// with only one of the two wanted), or winograd_backward_both with it stored.
+enum class BothVia { Generated, Stored };
 template <class T>
-void check_backward_generated_shapes(uint32_t seed) {
+void check_both_gradients_shapes(BothVia via, uint32_t seed) {
   std::mt19937 rng(seed);
   for (const Shape& s : small_shapes()) {
     const ConvGeometry g = geometry(s.N, s.C, s.K, s.H, s.W, s.ph, s.pw);
@@ -286,9 +289,14 @@ void check_backward_generated_shapes(uint32_t seed) {
     };
     std::vector<T> gx(xref.v.size(), std::numeric_limits<T>::quiet_NaN());
     std::vector<T> gw(wref.v.size(), std::numeric_limits<T>::quiet_NaN());
-    REQUIRE(winograd_backward_generated<T>(xt.data(), wt.data(), gx.data(), gw.data(), g, make_dy));
+    if (via == BothVia::Stored) {
+      REQUIRE(winograd_backward_both<T>(xt.data(), gyt.data(), wt.data(), gx.data(), gw.data(), g));
+    } else {
+      REQUIRE(winograd_backward_generated<T>(xt.data(), wt.data(), gx.data(), gw.data(), g, make_dy));
+    }
     CHECK(worst_error(gx.data(), xref, by_magnitude<T>()) <= tolerance<T>());
     CHECK(worst_error(gw.data(), wref, true) <= tolerance<T>());
+    if (via == BothVia::Stored) continue;
     CHECK(*std::min_element(asked.begin(), asked.end()) >= 1);
     std::vector<T> gx_only(gx.size()), gw_only(gw.size());
     REQUIRE(winograd_backward_generated<T>(xt.data(), wt.data(), gx_only.data(), nullptr, g, make_dy));
@@ -342,9 +350,23 @@ TEST_CASE("winograd_backward_weight f64 and f32 equal the direct weight gradient
   SECTION("f32") { check_backward_weight_shapes<float>(17); }
 }
 
+TEST_CASE("winograd_backward_both f64 and f32 equal the direct input and weight gradients", "[winograd]") {
+  SECTION("f64") { check_both_gradients_shapes<double>(BothVia::Stored, 24); }
+  SECTION("f32") { check_both_gradients_shapes<float>(BothVia::Stored, 25); }
+}
+
+TEST_CASE("winograd_backward_both declines samples larger than a chunk, writing nothing", "[winograd]") {
+  const ConvGeometry g = geometry(1, 3, 2, 321, 319, 1, 2);  // 161 x 160 tiles per sample
+  std::vector<float> x(g.N * g.C * g.H * g.W, 1.0f), w(g.K * g.C * 9, 1.0f), gy(g.N * g.K * g.OH * g.OW, 1.0f);
+  std::vector<float> gx(x.size(), -7.0f), gw(w.size(), -7.0f);
+  CHECK_FALSE(winograd_backward_both<float>(x.data(), gy.data(), w.data(), gx.data(), gw.data(), g));
+  CHECK(std::all_of(gx.begin(), gx.end(), [](float v) { return v == -7.0f; }));
+  CHECK(std::all_of(gw.begin(), gw.end(), [](float v) { return v == -7.0f; }));
+}
+
 TEST_CASE("winograd_backward_generated f64 and f32: the output gradient made per sample", "[winograd]") {
-  SECTION("f64") { check_backward_generated_shapes<double>(18); }
-  SECTION("f32") { check_backward_generated_shapes<float>(19); }
+  SECTION("f64") { check_both_gradients_shapes<double>(BothVia::Generated, 18); }
+  SECTION("f32") { check_both_gradients_shapes<float>(BothVia::Generated, 19); }
 }
 
 TEST_CASE("winograd_backward_input is the adjoint of winograd_forward: <gy, conv(x)> = <conv^T(gy), x>",

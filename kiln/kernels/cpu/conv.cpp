@@ -961,6 +961,31 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
 }
 KILN_REGISTER_KERNEL(kernels::conv2d_backward_weight, CPU, conv2d_backward_weight);
 
+// Both gradients: a Winograd convolution whose samples fit a chunk transforms grad_out once for
+// both (winograd_backward_both); anything else (or a non-finite value there) runs the two
+// kernels above, which also keep the autotuner's choices when it is on.
+void conv2d_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                     const Tensor& grad_out, const Tensor& x, const Tensor& weight, const ConvGeometry& g) {
+  check_geometry("conv2d_backward", g);
+  check_layout("conv2d_backward", x, "input", g);
+  check_layout("conv2d_backward", grad_x, "grad_input", g);
+  check_layout("conv2d_backward", grad_out, "grad_output", g);
+  KILN_CHECK(grad_weight.defined() && grad_weight.is_contiguous() && grad_weight.sizes() == weight.sizes(),
+             "conv2d_backward: grad_weight must be contiguous like the weight");
+  if (x.dtype() == DType::F32 && grad_out.numel() > 0 && grad_x.numel() > 0 && !autotuner().enabled &&
+      winograd_applies(g, x.dtype())) {
+    const Tensor w = contiguous_weight(weight);
+    if (winograd_backward_both(x.data_ptr<float>(), grad_out.data_ptr<float>(), w.data_ptr<float>(),
+                               grad_x.data_ptr<float>(), grad_weight.data_ptr<float>(), g)) {
+      if (grad_bias.defined()) conv2d_backward_weight(Tensor(), grad_bias, grad_out, x, g);
+      return;
+    }
+  }
+  conv2d_backward_input(grad_x, grad_out, weight, g);
+  conv2d_backward_weight(grad_weight, grad_bias, grad_out, x, g);
+}
+KILN_REGISTER_KERNEL(kernels::conv2d_backward, CPU, conv2d_backward);
+
 }  // namespace kiln::kernels::cpu
 
 namespace kiln::kernels {

@@ -911,6 +911,17 @@ bool winograd_backward_weight(const T* x, const T* gy, T* dw, const ConvGeometry
 }
 
 template <class T>
+bool winograd_backward_both(const T* x, const T* gy, const T* w, T* gx, T* dw, const ConvGeometry& g) {
+  KILN_CHECK(winograd_geometry(g), "winograd_backward_both: not a 3x3 stride-1 NCHW convolution");
+  const Problem p = forward_problem(g);
+  if (p.TH * p.TW > tiles_per_chunk(p)) return false;
+  T* u = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
+  transform_weights(w, g.K, g.C, WeightLayout::Transposed, u);
+  if (!all_finite(u, kXi * g.K * g.C)) return false;
+  return run_backward(p, x, gy, {}, dw, u, gx);
+}
+
+template <class T>
 bool winograd_backward_generated(const T* x, const T* w, T* gx, T* dw, const ConvGeometry& g,
                                  const std::function<void(int64_t, void*)>& make_dy) {
   KILN_CHECK(winograd_geometry(g), "winograd_backward_generated: not a 3x3 stride-1 NCHW convolution");
@@ -931,6 +942,10 @@ template bool winograd_backward_input<float>(const float*, const float*, float*,
 template bool winograd_backward_input<double>(const double*, const double*, double*, const ConvGeometry&);
 template bool winograd_backward_weight<float>(const float*, const float*, float*, const ConvGeometry&);
 template bool winograd_backward_weight<double>(const double*, const double*, double*, const ConvGeometry&);
+template bool winograd_backward_both<float>(const float*, const float*, const float*, float*, float*,
+                                           const ConvGeometry&);
+template bool winograd_backward_both<double>(const double*, const double*, const double*, double*, double*,
+                                            const ConvGeometry&);
 template bool winograd_backward_generated<float>(const float*, const float*, float*, float*, const ConvGeometry&,
                                                  const std::function<void(int64_t, void*)>&);
 template bool winograd_backward_generated<double>(const double*, const double*, double*, double*,

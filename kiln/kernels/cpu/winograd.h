@@ -45,6 +45,13 @@ bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry&
 template <class T>
 bool winograd_backward_weight(const T* x, const T* gy, T* dw, const ConvGeometry& g);
 
+// Both gradients at once, gx [N, C, H, W] and dw [K, C, 3, 3] (overwritten) from x, gy and w:
+// the output gradient is transformed once for both. Also false, having written nothing, when a
+// sample has more tiles than a chunk (the input gradient's adjoint needs whole samples): the
+// caller then runs winograd_backward_input and winograd_backward_weight.
+template <class T>
+bool winograd_backward_both(const T* x, const T* gy, const T* w, T* gx, T* dw, const ConvGeometry& g);
+
 // The backward of a convolution whose output gradient is made one sample at a time and never
 // stored (the conv-block fusion, kiln/kernels/conv_block.h): make_dy(n, dy) writes sample n's
 // [K, OH, OW] gradient, and may be called again for the same sample by a caller that falls back.

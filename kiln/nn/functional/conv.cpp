@@ -215,8 +215,14 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
 
   record_conv_backward("Conv2dBackward", op, x_in, x, weight, bias, out, fmt,
                        [g, fmt](const ConvSaved& c, const Tensor& grad_out, const Tensor& gy, const Tensor& dx) {
-    if (c.gx) kernels::conv2d_backward_input(dx, gy, c.sw.get().detach().contiguous(), g);
     Tensor dw, db;
+    if (c.gx && c.gw && kernels::conv2d_backward.has(kernels::backend_of(gy.device()))) {
+      dw = empty(c.wsizes, c.opts);
+      if (c.gb) db = empty({g.K}, c.opts);
+      kernels::conv2d_backward(dx, dw, db, gy, as_format(c.sx.get().detach(), fmt), c.sw.get().detach(), g);
+      return TensorList{dx, dw, db};
+    }
+    if (c.gx) kernels::conv2d_backward_input(dx, gy, c.sw.get().detach().contiguous(), g);
     if (c.gw || c.gb) {
       if (c.gw) dw = empty(c.wsizes, c.opts);
       if (c.gb) db = empty({g.K}, c.opts);
