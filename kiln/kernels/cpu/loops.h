@@ -51,17 +51,35 @@ void for_each_row(const PointwiseIter& it, RowFn row) {
     }
     return;
   }
-#pragma omp parallel for schedule(static) if (it.numel >= kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    char* p[kMaxOperands];
-    for (int k = 0; k < nops; ++k) p[k] = it.data[k];
-    int64_t rem = r;
-    for (int d = it.ndim - 2; d >= 0; --d) {
-      int64_t i = rem % it.sizes[d];
-      rem /= it.sizes[d];
-      for (int k = 0; k < nops; ++k) p[k] += i * it.strides[k][d];
+  // Each thread takes a contiguous range of rows: the first row's position comes from divisions,
+  // the next ones from an odometer over the outer dims (a division per dim per row cost more than
+  // copying a row of 32 floats: the strided copies of a permuted tensor).
+#pragma omp parallel if (it.numel >= kParallelGrain)
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
+    if (r0 < r1) {
+      char* p[kMaxOperands];
+      int64_t idx[kMaxDims] = {};
+      for (int k = 0; k < nops; ++k) p[k] = it.data[k];
+      int64_t rem = r0;
+      for (int d = it.ndim - 2; d >= 0; --d) {
+        idx[d] = rem % it.sizes[d];
+        rem /= it.sizes[d];
+        for (int k = 0; k < nops; ++k) p[k] += idx[d] * it.strides[k][d];
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        char* q[kMaxOperands];  // the row function may move its pointers
+        for (int k = 0; k < nops; ++k) q[k] = p[k];
+        row(q, inner, inner_st);
+        for (int d = it.ndim - 2; d >= 0; --d) {  // next row
+          for (int k = 0; k < nops; ++k) p[k] += it.strides[k][d];
+          if (++idx[d] < it.sizes[d]) break;
+          for (int k = 0; k < nops; ++k) p[k] -= it.sizes[d] * it.strides[k][d];
+          idx[d] = 0;
+        }
+      }
     }
-    row(p, inner, inner_st);
   }
 }
 
