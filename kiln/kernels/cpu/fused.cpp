@@ -14,6 +14,7 @@
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
+#include "kiln/kernels/cpu/dropout_keep.h"
 #include "kiln/kernels/cpu/loops.h"
 #include "kiln/kernels/fused.h"
 #include "kiln/kernels/matmul.h"
@@ -23,6 +24,8 @@
 namespace kiln::kernels::cpu {
 
 namespace {
+
+constexpr int64_t kKeepSpan = 512;  // columns whose dropout decisions are drawn at a time (stack bytes)
 
 struct RowsCols {
   int64_t rows, cols;
@@ -170,10 +173,16 @@ void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, cons
           yp[base + j] = static_cast<T>(static_cast<O>(rp[base + j]) + (static_cast<O>(xp[base + j]) + bp[j]));
         continue;
       }
+      // the mask (dropout_keep: the same bits as f's, 16 draws at a time), then the arithmetic
+      uint8_t keep[kKeepSpan];
+      for (int64_t j0 = 0; j0 < cols; j0 += kKeepSpan) {
+        const int64_t n = std::min(kKeepSpan, cols - j0);
+        dropout_keep(f.mask.seed, f.mask.offset, f.mask.p, static_cast<uint64_t>(base + j0), n, keep);
 #pragma omp simd
-      for (int64_t j = 0; j < cols; ++j)
-        yp[base + j] = static_cast<T>(f(static_cast<O>(xp[base + j]), bp[j], static_cast<O>(rp[base + j]), scale,
-                                        static_cast<uint64_t>(base + j)));
+        for (int64_t j = 0; j < n; ++j)
+          yp[base + j0 + j] = static_cast<T>(math::BiasDropoutAdd::apply(
+              static_cast<O>(xp[base + j0 + j]), bp[j0 + j], static_cast<O>(rp[base + j0 + j]), scale, keep[j] != 0));
+      }
     }
   });
 }
@@ -195,9 +204,14 @@ void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tens
         for (int64_t j = 0; j < cols; ++j) dp[base + j] = gp[base + j];
         return;
       }
+      uint8_t keep[kKeepSpan];
+      for (int64_t j0 = 0; j0 < cols; j0 += kKeepSpan) {
+        const int64_t n = std::min(kKeepSpan, cols - j0);
+        dropout_keep(f.mask.seed, f.mask.offset, f.mask.p, static_cast<uint64_t>(base + j0), n, keep);
 #pragma omp simd
-      for (int64_t j = 0; j < cols; ++j)
-        dp[base + j] = static_cast<T>(f(static_cast<O>(gp[base + j]), scale, static_cast<uint64_t>(base + j)));
+        for (int64_t j = 0; j < n; ++j)
+          dp[base + j0 + j] = static_cast<T>(math::DropoutGrad::apply(static_cast<O>(gp[base + j0 + j]), scale, keep[j] != 0));
+      }
     });
   });
 }

@@ -39,16 +39,19 @@ struct DropoutMask {
 struct BiasDropoutAdd {
   DropoutMask mask;
   template <class T> KILN_INLINE T operator()(T x, T b, T residual, T scale, uint64_t i) const {
-    return mask.keep(i) ? residual + (x + b) * scale : residual;
+    return apply(x, b, residual, scale, mask.keep(i));
+  }
+  // with element i's keep decision drawn already (the CPU draws 16 at a time)
+  template <class T> static KILN_INLINE T apply(T x, T b, T residual, T scale, bool keep) {
+    return keep ? residual + (x + b) * scale : residual;
   }
 };
 
 // d/dx of BiasDropoutAdd: g * scale where kept, else 0.
 struct DropoutGrad {
   DropoutMask mask;
-  template <class T> KILN_INLINE T operator()(T g, T scale, uint64_t i) const {
-    return mask.keep(i) ? g * scale : T(0);
-  }
+  template <class T> KILN_INLINE T operator()(T g, T scale, uint64_t i) const { return apply(g, scale, mask.keep(i)); }
+  template <class T> static KILN_INLINE T apply(T g, T scale, bool keep) { return keep ? g * scale : T(0); }
 };
 
 }  // namespace kiln::math
