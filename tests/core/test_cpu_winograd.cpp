@@ -827,8 +827,31 @@ TEST_CASE("winograd kernels called on a geometry they do not compute raise kiln:
   CHECK_THROWS_AS(winograd_backward_input<float>(gy.data(), w.data(), gx.data(), g), kiln::Error);
   CHECK_THROWS_AS(winograd_backward_weight<float>(x.data(), gy.data(), gw.data(), g), kiln::Error);
   CHECK_THROWS_AS(winograd_backward_generated<float>(x.data(), w.data(), gx.data(), gw.data(), g, {}), kiln::Error);
+  CHECK_THROWS_AS(winograd_backward_both<float>(x.data(), gy.data(), w.data(), gx.data(), gw.data(), g), kiln::Error);
   CHECK_THROWS_WITH(winograd_forward<float>(x.data(), w.data(), nullptr, y.data(), g),
                     Catch::Contains("not a 3x3 stride-1 NCHW convolution"));
+}
+
+TEST_CASE("conv2d_backward (both gradients in one call) rejects a missing or misshapen grad_weight", "[winograd]") {
+  const ConvGeometry g = geometry(2, 16, 16, 6, 6, 1, 1);
+  const Tensor x = kiln::randn({2, 16, 6, 6}), w = kiln::randn({16, 16, 3, 3}), gy = kiln::randn({2, 16, 6, 6});
+  Tensor gx = kiln::empty({2, 16, 6, 6});
+  CHECK_THROWS_WITH(kiln::kernels::conv2d_backward(gx, Tensor(), Tensor(), gy, x, w, g),
+                    Catch::Contains("grad_weight must be contiguous like the weight"));
+  CHECK_THROWS_AS(kiln::kernels::conv2d_backward(gx, kiln::empty({16, 16, 3, 2}), Tensor(), gy, x, w, g),
+                  kiln::Error);
+  CHECK_THROWS_AS(kiln::kernels::conv2d_backward(gx, kiln::empty({16, 16, 3, 3}).transpose(0, 1), Tensor(), gy, x,
+                                                 w, g),
+                  kiln::Error);
+  // and with a good one it writes both gradients as the two single kernels do, bias included
+  Tensor gw = kiln::empty({16, 16, 3, 3}), gb = kiln::empty({16});
+  kiln::kernels::conv2d_backward(gx, gw, gb, gy, x, w, g);
+  Tensor gx2 = kiln::empty_like(gx), gw2 = kiln::empty_like(gw), gb2 = kiln::empty_like(gb);
+  kiln::kernels::conv2d_backward_input(gx2, gy, w, g);
+  kiln::kernels::conv2d_backward_weight(gw2, gb2, gy, x, g);
+  CHECK(bitwise_equal(gx, gx2));
+  CHECK(bitwise_equal(gw, gw2));
+  CHECK(bitwise_equal(gb, gb2));
 }
 
 TEST_CASE("winograd_applies: f32 NCHW 3x3 stride-1 convolutions of 16+ channels, switch on", "[winograd]") {

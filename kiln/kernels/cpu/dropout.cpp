@@ -71,7 +71,6 @@ void dropout_keep(uint64_t seed, uint64_t offset, float p, uint64_t i0, int64_t 
   for (; j < n; ++j) keep[j] = philox::uniform_f(seed, offset, i0 + static_cast<uint64_t>(j)) >= p;
 }
 
-
 void dropout(const Tensor& out, const Tensor& in, double p, uint64_t seed, uint64_t offset) {
   KILN_CHECK(out.is_contiguous() && in.is_contiguous() && out.dtype() == in.dtype() &&
                  out.numel() == in.numel(),
@@ -86,12 +85,11 @@ void dropout(const Tensor& out, const Tensor& in, double p, uint64_t seed, uint6
     const O scale = static_cast<O>(1.0 / (1.0 - p));
     const T* ip = static_cast<const T*>(in.data_ptr());
     T* op = static_cast<T*>(out.data_ptr());
-    constexpr int64_t kSpan = 512;  // elements whose decisions are drawn at a time (dropout_keep.h)
-    const int64_t spans = (n + kSpan - 1) / kSpan;
+    const int64_t spans = (n + kDropoutKeepSpan - 1) / kDropoutKeepSpan;
 #pragma omp parallel for schedule(static) if (n >= 8192)
     for (int64_t s = 0; s < spans; ++s) {
-      const int64_t i0 = s * kSpan, m = std::min(kSpan, n - i0);
-      uint8_t keep[kSpan];
+      const int64_t i0 = s * kDropoutKeepSpan, m = std::min(kDropoutKeepSpan, n - i0);
+      uint8_t keep[kDropoutKeepSpan];
       dropout_keep(seed, offset, pf, static_cast<uint64_t>(i0), m, keep);
 #pragma omp simd
       for (int64_t j = 0; j < m; ++j) op[i0 + j] = static_cast<T>(keep[j] ? static_cast<O>(ip[i0 + j]) * scale : O(0));

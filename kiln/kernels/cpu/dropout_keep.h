@@ -9,6 +9,9 @@
 
 namespace kiln::kernels::cpu {
 
+// The run length the kernels draw at a time (a stack buffer of bytes).
+constexpr int64_t kDropoutKeepSpan = 512;
+
 // keep[j] (0 or 1) for j in [0, n). Defined in the library (kernels/cpu/dropout.cpp), which is
 // compiled for the machine's vector instructions.
 void dropout_keep(uint64_t seed, uint64_t offset, float p, uint64_t i0, int64_t n, uint8_t* keep);

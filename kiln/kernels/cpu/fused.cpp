@@ -25,8 +25,6 @@ namespace kiln::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kKeepSpan = 512;  // columns whose dropout decisions are drawn at a time (stack bytes)
-
 struct RowsCols {
   int64_t rows, cols;
 };
@@ -174,9 +172,9 @@ void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, cons
         continue;
       }
       // the mask (dropout_keep: the same bits as f's, 16 draws at a time), then the arithmetic
-      uint8_t keep[kKeepSpan];
-      for (int64_t j0 = 0; j0 < cols; j0 += kKeepSpan) {
-        const int64_t n = std::min(kKeepSpan, cols - j0);
+      uint8_t keep[kDropoutKeepSpan];
+      for (int64_t j0 = 0; j0 < cols; j0 += kDropoutKeepSpan) {
+        const int64_t n = std::min(kDropoutKeepSpan, cols - j0);
         dropout_keep(f.mask.seed, f.mask.offset, f.mask.p, static_cast<uint64_t>(base + j0), n, keep);
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j)
@@ -204,9 +202,9 @@ void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tens
         for (int64_t j = 0; j < cols; ++j) dp[base + j] = gp[base + j];
         return;
       }
-      uint8_t keep[kKeepSpan];
-      for (int64_t j0 = 0; j0 < cols; j0 += kKeepSpan) {
-        const int64_t n = std::min(kKeepSpan, cols - j0);
+      uint8_t keep[kDropoutKeepSpan];
+      for (int64_t j0 = 0; j0 < cols; j0 += kDropoutKeepSpan) {
+        const int64_t n = std::min(kDropoutKeepSpan, cols - j0);
         dropout_keep(f.mask.seed, f.mask.offset, f.mask.p, static_cast<uint64_t>(base + j0), n, keep);
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j)

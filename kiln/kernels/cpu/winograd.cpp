@@ -879,6 +879,23 @@ bool winograd_applies(const ConvGeometry& g, DType dt) {
          g.C >= 16 && g.K >= 16;
 }
 
+namespace {
+
+// Whether a whole sample's tiles fit one chunk: the input gradient through the forward's tiles
+// (run_backward with gx) needs chunks of whole samples.
+bool samples_fit_chunk(const Problem& p) { return p.TH * p.TW <= tiles_per_chunk(p); }
+
+// The weights transformed into C x K matrices (WeightLayout::Transposed) for run_backward's input
+// gradient, in this thread's weight scratch; null if a transformed value is not finite.
+template <class T>
+const T* adjoint_weights(const T* w, const ConvGeometry& g) {
+  T* u = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
+  transform_weights(w, g.K, g.C, WeightLayout::Transposed, u);
+  return all_finite(u, kXi * g.K * g.C) ? u : nullptr;
+}
+
+}  // namespace
+
 template <class T>
 bool winograd_forward(const T* x, const T* w, const T* bias, T* out, const ConvGeometry& g,
                       const std::function<void(int64_t, int64_t)>& samples_done) {
@@ -892,13 +909,12 @@ bool winograd_forward(const T* x, const T* w, const T* bias, T* out, const ConvG
 template <class T>
 bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry& g) {
   KILN_CHECK(winograd_geometry(g), "winograd_backward_input: not a 3x3 stride-1 NCHW convolution");
-  T* u = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
   const Problem pf = forward_problem(g);
-  if (pf.TH * pf.TW <= tiles_per_chunk(pf)) {  // whole samples fit a chunk: through the forward's tiles
-    transform_weights(w, g.K, g.C, WeightLayout::Transposed, u);
-    if (!all_finite(u, kXi * g.K * g.C)) return false;
-    return run_backward(pf, static_cast<const T*>(nullptr), gy, {}, static_cast<T*>(nullptr), u, gx);
+  if (samples_fit_chunk(pf)) {  // through the forward's tiles
+    const T* u = adjoint_weights(w, g);
+    return u && run_backward(pf, static_cast<const T*>(nullptr), gy, {}, static_cast<T*>(nullptr), u, gx);
   }
+  T* u = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
   transform_weights(w, g.K, g.C, WeightLayout::FlippedTransposed, u);
   return run(input_grad_problem(g), gy, u, static_cast<const T*>(nullptr), gx, {});
 }
@@ -914,23 +930,17 @@ template <class T>
 bool winograd_backward_both(const T* x, const T* gy, const T* w, T* gx, T* dw, const ConvGeometry& g) {
   KILN_CHECK(winograd_geometry(g), "winograd_backward_both: not a 3x3 stride-1 NCHW convolution");
   const Problem p = forward_problem(g);
-  if (p.TH * p.TW > tiles_per_chunk(p)) return false;
-  T* u = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
-  transform_weights(w, g.K, g.C, WeightLayout::Transposed, u);
-  if (!all_finite(u, kXi * g.K * g.C)) return false;
-  return run_backward(p, x, gy, {}, dw, u, gx);
+  if (!samples_fit_chunk(p)) return false;
+  const T* u = adjoint_weights(w, g);
+  return u && run_backward(p, x, gy, {}, dw, u, gx);
 }
 
 template <class T>
 bool winograd_backward_generated(const T* x, const T* w, T* gx, T* dw, const ConvGeometry& g,
                                  const std::function<void(int64_t, void*)>& make_dy) {
   KILN_CHECK(winograd_geometry(g), "winograd_backward_generated: not a 3x3 stride-1 NCHW convolution");
-  T* u = nullptr;
-  if (gx) {  // the forward's weight transform: the input gradient runs through the forward's tiles
-    u = weight_scratch<T>(static_cast<size_t>(kXi * g.K * g.C));
-    transform_weights(w, g.K, g.C, WeightLayout::Transposed, u);
-    if (!all_finite(u, kXi * g.K * g.C)) return false;
-  }
+  const T* u = gx ? adjoint_weights(w, g) : nullptr;  // the input gradient runs through the forward's tiles
+  if (gx && !u) return false;
   return run_backward(forward_problem(g), x, static_cast<const T*>(nullptr), make_dy, dw, u, gx);
 }
 
