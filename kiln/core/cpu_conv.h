@@ -20,12 +20,20 @@ bool cpu_conv_autotune();
 void clear_cpu_conv_autotune_cache();
 size_t cpu_conv_autotune_cache_size();  // number of cached choices
 
-// Winograd F(2x2, 3x3) for f32 NCHW 3x3 stride-1 convolutions of 16+ channels (forward, input
-// and weight gradients; on by default): 2.25x fewer multiplications, with rounding errors up to
-// about twice the direct kernel's (docs/kernels.md, "Winograd convolution", measures both). Off: every convolution runs the
-// direct im2col kernel, as PyTorch's CPU convolutions do. f64 never uses it. The environment
-// variable KILN_CPU_CONV_WINOGRAD=0 turns it off from the start (for A/B runs of whole programs).
+// Winograd convolution for f32 NCHW 3x3 stride-1 convolutions of 16+ channels (forward, input
+// and weight gradients; on by default): F(4x4, 3x3), 4x fewer multiplications, on planes it
+// tiles well, F(2x2, 3x3), 2.25x fewer, on the rest, with rounding errors a few times the
+// direct kernel's (docs/kernels.md, "Winograd convolution", measures them). Off: every
+// convolution runs the direct im2col kernel, as PyTorch's CPU convolutions do. f64 never uses
+// it. The environment variable KILN_CPU_CONV_WINOGRAD=0 turns it off from the start (for A/B
+// runs of whole programs).
 void set_cpu_conv_winograd(bool enabled);
 bool cpu_conv_winograd();
+
+// The Winograd output tile: 0 (the default: each convolution takes the tile with fewer
+// products for its plane), 2 (F(2x2, 3x3) everywhere) or 4 (F(4x4, 3x3) everywhere); anything
+// else raises kiln::Error. KILN_CPU_CONV_WINOGRAD_TILE=2 or 4 sets it from the start.
+void set_cpu_conv_winograd_tile(int m);
+int cpu_conv_winograd_tile();
 
 }  // namespace kiln

@@ -1,11 +1,11 @@
 #pragma once
-// Winograd F(2x2, 3x3) for the CPU's NCHW 3x3 stride-1 convolutions: the forward, the input
-// gradient and the weight gradient (both the forward's transforms, adjoint; or, for samples too
-// large for one chunk, the input gradient as a 3x3 stride-1 convolution of the output gradient
-// with the weight flipped and transposed). Each 2x2 block of
-// outputs costs 16 products per channel pair instead of 36, so the GEMMs do 2.25x fewer FLOPs;
-// docs/kernels.md ("Winograd convolution") has the transforms, the blocking and the accuracy
-// measured against the direct kernel.
+// Winograd F(2x2, 3x3) and F(4x4, 3x3) for the CPU's NCHW 3x3 stride-1 convolutions: the
+// forward, the input gradient and the weight gradient (both the forward's transforms, adjoint;
+// or, for samples too large for one chunk, the input gradient as a 3x3 stride-1 convolution of
+// the output gradient with the weight flipped and transposed). Each 2x2 block of outputs costs
+// 16 products per channel pair instead of 36 (2.25x fewer FLOPs in the GEMMs), each 4x4 block
+// 36 instead of 144 (4x fewer); docs/kernels.md ("Winograd convolution") has the transforms, the
+// blocking and the accuracy measured against the direct kernel.
 #include <cstdint>
 #include <functional>
 
@@ -21,6 +21,12 @@ bool winograd_geometry(const ConvGeometry& g);
 // Whether conv2d's CPU kernels use Winograd for this convolution: a Winograd geometry, f32, the
 // switch on (kiln::set_cpu_conv_winograd), and enough channels for the transforms to pay.
 bool winograd_applies(const ConvGeometry& g, DType dt);
+
+// The output tile side the kernels use for g: 2 or 4. kiln::set_cpu_conv_winograd_tile forces
+// one; by default F(4x4, 3x3) where the products dominate the transforms (64+ channels in and
+// out, 16+ output columns) and it makes fewer products than F(2x2, 3x3), whose tiles pad a plane
+// less; F(2x2, 3x3) elsewhere.
+int winograd_tile(const ConvGeometry& g);
 
 // Each returns false, having written part of the output (and maybe called samples_done for some
 // samples: the caller's fallback must redo its work for all of them), when an operand holds an
