@@ -117,12 +117,23 @@ std::vector<Chunk> make_chunks(const Problem<F>& p, int nt, bool whole_samples_o
 
 // A growable per-thread buffer that is neither zeroed nor freed between calls: the transforms
 // overwrite all of it, and a fresh multi-megabyte allocation per call would pay its page faults
-// again. Slot 0: a chunk's matrices; slot 1: the calling thread's U, read by every worker.
+// again. Slot 0: a chunk's matrices; slot 1: the calling thread's U, read by every worker. The
+// start is cache-line aligned, and callers cut it into parts of whole cache lines (lines): the
+// GEMMs' rows then start on a line, which measured up to 1.5x faster (the weight gradient's
+// accumulation into dU on ResNet-18's 4x4 layer) than whatever offset the parts happened to have.
 template <class T, int Slot = 0>
 T* scratch(size_t n) {
+  constexpr size_t line = 64 / sizeof(T);
   thread_local std::vector<T> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
+  if (buf.size() < n + line) buf.resize(n + line);
+  const uintptr_t at = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + (line - at / sizeof(T) % line) % line;
+}
+// n values rounded up to whole cache lines.
+template <class T>
+constexpr int64_t lines(int64_t n) {
+  constexpr int64_t line = 64 / sizeof(T);
+  return (n + line - 1) / line * line;
 }
 template <class T>
 T* weight_scratch(size_t n) { return scratch<T, 1>(n); }
@@ -637,13 +648,204 @@ bool input_transform_adjoint_f32(const Problem<F>& p, const float* dv, int64_t l
     }
   return !unordered(sum);
 }
+
+// Rows of at most this many tiles take the gathered transforms: measured in bench_conv_lab on
+// ResNet-18's layers, 1.1-1.2x faster at 1 to 4 tiles per row (its 7x7 and 4x4 planes), 1.2-1.6x
+// slower at 7 (its 28x28 and 14x14 ones), where the row-wise transforms fill half the lanes.
+constexpr int64_t kGatheredMaxTiles = 4;
+
+// The transforms for planes narrower than a vector of tiles (a few tiles per row would leave
+// most of the 16 lanes idle): lane l of group g is tile 16 g + l of the chunk, counted across
+// rows of tiles and samples (chunks of whole samples), its values gathered from (and the outputs
+// scattered to) their planes.
+template <class F>
+struct TileLanes {
+  int64_t tiles, groups;
+  std::vector<int32_t> s, ty, tx;  // each tile's sample (from the chunk's first), row and column
+  TileLanes(const Problem<F>& p, const Chunk& ch) : tiles(ch.tiles(p)), groups((tiles + 15) / 16) {
+    s.resize(groups * 16), ty.resize(groups * 16), tx.resize(groups * 16);
+    const int64_t per = p.TH * p.TW;
+    for (int64_t f = 0; f < groups * 16; ++f) {
+      const int64_t t = std::min(f, tiles - 1);  // lanes past the last tile repeat it (masked off)
+      s[f] = static_cast<int32_t>(t / per);
+      ty[f] = static_cast<int32_t>(t % per / p.TW);
+      tx[f] = static_cast<int32_t>(t % p.TW);
+    }
+  }
+  __mmask16 valid(int64_t g) const { return span_mask(16 * g, tiles); }
+  // s * sample + m ty * row + m tx for the group's lanes
+  __m512i offsets(int64_t g, int64_t sample, int64_t row) const {
+    const __m512i vs = _mm512_loadu_si512(s.data() + 16 * g), vy = _mm512_loadu_si512(ty.data() + 16 * g);
+    const __m512i vx = _mm512_loadu_si512(tx.data() + 16 * g);
+    return _mm512_add_epi32(_mm512_add_epi32(_mm512_mullo_epi32(vs, _mm512_set1_epi32(static_cast<int>(sample))),
+                                             _mm512_mullo_epi32(vy, _mm512_set1_epi32(static_cast<int>(F::m * row)))),
+                            _mm512_mullo_epi32(vx, _mm512_set1_epi32(static_cast<int>(F::m))));
+  }
+  // lanes whose tile's value (i, j) lies inside an OH x OW plane
+  __mmask16 inside(int64_t g, int i, int j, int64_t OH, int64_t OW) const {
+    const __m512i vy = _mm512_loadu_si512(ty.data() + 16 * g), vx = _mm512_loadu_si512(tx.data() + 16 * g);
+    const __m512i m = _mm512_set1_epi32(static_cast<int>(F::m));
+    const __mmask16 r = _mm512_cmplt_epi32_mask(_mm512_add_epi32(_mm512_mullo_epi32(vy, m), _mm512_set1_epi32(i)),
+                                                _mm512_set1_epi32(static_cast<int>(OH)));
+    const __mmask16 c = _mm512_cmplt_epi32_mask(_mm512_add_epi32(_mm512_mullo_epi32(vx, m), _mm512_set1_epi32(j)),
+                                                _mm512_set1_epi32(static_cast<int>(OW)));
+    return r & c & valid(g);
+  }
+};
+
+// The zero-padded planes of a chunk's samples for one channel (input_transform_gathered and the
+// adjoint's sum): m TH + alpha - m rows of m TW + alpha - m columns each, from (-ph, -pw) on.
+template <class F>
+inline int64_t gathered_width(const Problem<F>& p) { return F::m * p.TW + F::alpha - F::m; }
+template <class F>
+inline int64_t gathered_plane(const Problem<F>& p) { return (F::m * p.TH + F::alpha - F::m) * gathered_width(p); }
+
+// Whether the chunk's transforms take tiles across rows and samples: whole samples, rows of few
+// tiles, and offsets within int32.
+template <class F>
+bool gathered(const Problem<F>& p, const Chunk& ch) {
+  const int64_t samples = ch.n1 - ch.n0;
+  return ch.whole_samples && p.TW <= kGatheredMaxTiles &&
+         samples * std::max({p.C * gathered_plane(p), p.K * p.OH * p.OW, p.C * p.H * p.W}) < (int64_t(1) << 31);
+}
+
+template <class F>
+bool input_transform_gathered(const Problem<F>& p, const float* in, const Chunk& ch, float* v, int64_t ld,
+                              int64_t xs, float* buf) {
+  constexpr int A = F::alpha;
+  const TileLanes<F> tl(p, ch);
+  const int64_t wg = gathered_width(p), ps = gathered_plane(p), samples = ch.n1 - ch.n0;
+  __mmask16 bad = 0;
+  for (int64_t c = 0; c < p.C; ++c) {
+    for (int64_t s = 0; s < samples; ++s) {  // the channel's planes, zero-bordered
+      const float* plane = in + ((ch.n0 + s) * p.C + c) * p.H * p.W;
+      float* dst = buf + s * ps;
+      std::fill(dst, dst + ps, 0.0f);
+      for (int64_t r = 0; r < p.H; ++r)
+        for (int64_t w = 0; w < p.W; ++w) dst[(r + p.ph) * wg + p.pw + w] = plane[r * p.W + w];
+    }
+    for (int64_t g = 0; g < tl.groups; ++g) {
+      const __m512i at = tl.offsets(g, ps, wg);
+      __m512 d[A][A], r[A][A], o[A * A];
+      for (int i = 0; i < A; ++i)
+        for (int j = 0; j < A; ++j) d[i][j] = _mm512_i32gather_ps(at, buf + i * wg + j, 4);
+      nest(d, r, [](const auto& x, auto& y) { F::bt(x, y); });
+      for (int a = 0; a < A; ++a)
+        for (int b = 0; b < A; ++b) o[a * A + b] = r[a][b];
+      bad |= store_positions<A * A>(v + c * ld + 16 * g, xs, 16 * g + 16 <= ld, tl.valid(g), o);
+    }
+  }
+  return bad == 0;
+}
+
+template <class F>
+bool output_transform_gathered(const Problem<F>& p, const float* m, int64_t ld, int64_t xs, const Chunk& ch,
+                               const float* bias, float* out) {
+  constexpr int M = F::m, A = F::alpha;
+  const TileLanes<F> tl(p, ch);
+  const int64_t ohw = p.OH * p.OW;
+  __m512 sum = _mm512_setzero_ps();
+  float* base = out + ch.n0 * p.K * ohw;
+  for (int64_t g = 0; g < tl.groups; ++g) {
+    const __m512i at = tl.offsets(g, p.K * ohw, p.OW);
+    __mmask16 keep[M][M];
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < M; ++j) keep[i][j] = tl.inside(g, i, j, p.OH, p.OW);
+    const __mmask16 lanes = tl.valid(g);
+    for (int64_t k = 0; k < p.K; ++k) {
+      const __m512 bv = _mm512_set1_ps(bias ? bias[k] : 0.0f);
+      const float* mk = m + k * ld + 16 * g;
+      __m512 q[A][A], y[M][M];
+      for (int a = 0; a < A; ++a)
+        for (int b = 0; b < A; ++b) q[a][b] = _mm512_maskz_loadu_ps(lanes, mk + (a * A + b) * xs);
+      nest(q, y, [](const auto& x, auto& z) { F::at(x, z); });
+      float* plane = base + k * ohw;
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < M; ++j) {
+          const __m512 o = _mm512_add_ps(y[i][j], bv);
+          sum = _mm512_add_ps(sum, o);
+          _mm512_mask_i32scatter_ps(plane + i * p.OW + j, keep[i][j], at, o, 4);
+        }
+    }
+  }
+  return !unordered(sum);
+}
+
+template <class F>
+bool grad_transform_gathered(const Problem<F>& p, const float* gy, const Chunk& ch, float* gt, int64_t ld,
+                             int64_t xs) {
+  constexpr int M = F::m, A = F::alpha;
+  const TileLanes<F> tl(p, ch);
+  const int64_t ohw = p.OH * p.OW;
+  __mmask16 bad = 0;
+  const float* base = gy + ch.n0 * p.K * ohw;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t g = 0; g < tl.groups; ++g) {
+    const __m512i at = tl.offsets(g, p.K * ohw, p.OW);
+    __mmask16 keep[M][M];  // values outside the plane (tiles that overhang it) are zero
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < M; ++j) keep[i][j] = tl.inside(g, i, j, p.OH, p.OW);
+    for (int64_t k = 0; k < p.K; ++k) {
+      const float* plane = base + k * ohw;
+      __m512 e[M][M], r[A][A], o[A * A];
+      for (int i = 0; i < M; ++i)
+        for (int j = 0; j < M; ++j) e[i][j] = _mm512_mask_i32gather_ps(zero, keep[i][j], at, plane + i * p.OW + j, 4);
+      nest(e, r, [](const auto& x, auto& z) { F::a(x, z); });
+      for (int a = 0; a < A; ++a)
+        for (int b = 0; b < A; ++b) o[a * A + b] = r[a][b];
+      bad |= store_positions<A * A>(gt + k * ld + 16 * g, xs, 16 * g + 16 <= ld, tl.valid(g), o);
+    }
+  }
+  return bad == 0;
+}
+
+template <class F>
+bool input_transform_adjoint_gathered(const Problem<F>& p, const float* dv, int64_t ld, int64_t xs, const Chunk& ch,
+                                      float* gx, float* buf) {
+  constexpr int A = F::alpha;
+  const TileLanes<F> tl(p, ch);
+  const int64_t wg = gathered_width(p), ps = gathered_plane(p), samples = ch.n1 - ch.n0;
+  float check = 0.0f;  // NaN once a value is Inf or NaN
+  for (int64_t c = 0; c < p.C; ++c) {
+    std::fill(buf, buf + samples * ps, 0.0f);
+    for (int64_t g = 0; g < tl.groups; ++g) {
+      const __mmask16 lanes = tl.valid(g);
+      const __m512i at = tl.offsets(g, ps, wg);
+      __m512 q[A][A], dd[A][A];
+      for (int a = 0; a < A; ++a)
+        for (int b = 0; b < A; ++b) q[a][b] = _mm512_maskz_loadu_ps(lanes, dv + c * ld + 16 * g + (a * A + b) * xs);
+      nest(q, dd, [](const auto& x, auto& z) { F::b(x, z); });
+      // Neighbouring tiles overlap, but for one (i, j) every lane's position is its own: the
+      // gather, add and scatter of each (i, j) in turn sum the overlaps correctly.
+      for (int i = 0; i < A; ++i)
+        for (int j = 0; j < A; ++j) {
+          float* at_ij = buf + i * wg + j;
+          const __m512 cur = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, at, at_ij, 4);
+          _mm512_mask_i32scatter_ps(at_ij, lanes, at, _mm512_add_ps(cur, dd[i][j]), 4);
+        }
+    }
+    for (int64_t s = 0; s < samples; ++s) {
+      float* plane = gx + ((ch.n0 + s) * p.C + c) * p.H * p.W;
+      const float* src = buf + s * ps;
+      for (int64_t r = 0; r < p.H; ++r)
+        for (int64_t w = 0; w < p.W; ++w) {
+          const float x = src[(r + p.ph) * wg + p.pw + w];
+          check += x - x;
+          plane[r * p.W + w] = x;
+        }
+    }
+  }
+  return check == 0.0f;
+}
 #endif  // __AVX512F__
 
 // The transforms the kernels call: the AVX-512 ones for f32 where compiled in.
 template <class F, class T>
 bool input_transform_any(const Problem<F>& p, const T* in, const Chunk& ch, T* v, int64_t ld, int64_t xs, T* buf) {
 #if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) return input_transform_f32(p, in, ch, v, ld, xs, buf);
+  if constexpr (std::is_same_v<T, float>)
+    return gathered(p, ch) ? input_transform_gathered(p, in, ch, v, ld, xs, buf)
+                           : input_transform_f32(p, in, ch, v, ld, xs, buf);
 #endif
   return input_transform(p, in, ch, v, ld, xs, buf);
 }
@@ -651,14 +853,18 @@ template <class F, class T>
 bool output_transform_any(const Problem<F>& p, const T* m, int64_t ld, int64_t xs, const Chunk& ch, const T* bias,
                           T* out, T* buf) {
 #if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) return output_transform_f32(p, m, ld, xs, ch, bias, out);
+  if constexpr (std::is_same_v<T, float>)
+    return gathered(p, ch) ? output_transform_gathered(p, m, ld, xs, ch, bias, out)
+                           : output_transform_f32(p, m, ld, xs, ch, bias, out);
 #endif
   return output_transform(p, m, ld, xs, ch, bias, out, buf);
 }
 template <class F, class T>
 bool grad_transform_any(const Problem<F>& p, const T* gy, const Chunk& ch, T* gt, int64_t ld, int64_t xs, T* buf) {
 #if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) return grad_transform_f32(p, gy, ch, gt, ld, xs, buf);
+  if constexpr (std::is_same_v<T, float>)
+    return gathered(p, ch) ? grad_transform_gathered(p, gy, ch, gt, ld, xs)
+                           : grad_transform_f32(p, gy, ch, gt, ld, xs, buf);
 #endif
   return grad_transform(p, gy, ch, gt, ld, xs, buf);
 }
@@ -666,7 +872,9 @@ template <class F, class T>
 bool input_transform_adjoint_any(const Problem<F>& p, const T* dv, int64_t ld, int64_t xs, const Chunk& ch, T* gx,
                                  T* plane) {
 #if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>) return input_transform_adjoint_f32(p, dv, ld, xs, ch, gx, plane);
+  if constexpr (std::is_same_v<T, float>)
+    return gathered(p, ch) ? input_transform_adjoint_gathered(p, dv, ld, xs, ch, gx, plane)
+                           : input_transform_adjoint_f32(p, dv, ld, xs, ch, gx, plane);
 #endif
   return input_transform_adjoint(p, dv, ld, xs, ch, gx, plane);
 }
@@ -687,14 +895,15 @@ bool all_finite(const T* v, int64_t n) {
 // The distance between a chunk's xi matrices of n values each: n rounded up to whole 4 KB
 // pages plus one cache line, so that the rows the transforms touch at once (one per matrix)
 // fall in different L1 sets instead of all aliasing one 4 KB-strided set.
-inline int64_t position_stride(int64_t n) { return (n + 1023) / 1024 * 1024 + 16; }
+inline int64_t position_stride(int64_t n) { return (n + 1023) / 1024 * 1024 + 16; }  // whole lines
 
 // The transforms' row buffer for chunks of up to tile_rows rows of tiles (each transform's own
 // layout; the adjoint's plane only when the input gradient runs through the forward's tiles).
 template <class F>
-int64_t row_buffer_floats(const Problem<F>& p, int64_t tile_rows, bool adjoint) {
+int64_t row_buffer_floats(const Problem<F>& p, int64_t tile_rows, int64_t samples, bool adjoint) {
   return std::max({padded_plane_floats(p, tile_rows), F::m * tile_rows * grad_width(p),
-                   adjoint ? adjoint_plane_floats(p) : int64_t(0)});
+                   adjoint ? adjoint_plane_floats(p) : int64_t(0),
+                   samples * (F::m * p.TH + F::alpha - F::m) * (F::m * p.TW + F::alpha - F::m)});
 }
 
 // One chunk of the convolution p: V = the input transform, the products M[xi] = U[xi] V[xi] (on
@@ -723,13 +932,14 @@ bool run(const Problem<F>& p, const T* in, const T* u, const T* bias, T* out,
   const int nt = flops < 2e5 ? 1 : omp_get_max_threads();
   const std::vector<Chunk> chunks = make_chunks(p, nt);
   const int64_t nchunks = static_cast<int64_t>(chunks.size());
-  int64_t max_cols = 0, max_tile_rows = 0;
+  int64_t max_cols = 0, max_tile_rows = 0, max_samples = 0;
   for (const Chunk& c : chunks) {
     max_cols = std::max(max_cols, c.tiles(p));
     max_tile_rows = std::max(max_tile_rows, c.ty1 - c.ty0);
+    max_samples = std::max(max_samples, c.n1 - c.n0);
   }
   const int64_t vsize = F::xi * position_stride(p.C * max_cols), msize = F::xi * position_stride(p.K * max_cols);
-  const int64_t rsize = row_buffer_floats(p, max_tile_rows, false);
+  const int64_t rsize = lines<T>(row_buffer_floats(p, max_tile_rows, max_samples, false));
   std::atomic<bool> finite{true};
   auto body = [&](const Chunk& ch) {
     if (!finite.load(std::memory_order_relaxed)) return;
@@ -822,8 +1032,8 @@ bool run_backward(const Problem<F>& p, const T* x, const T* gy, const std::funct
   const int64_t OHW = p.OH * p.OW;
   const int64_t vsize = F::xi * position_stride(p.C * max_cols);  // V for dw, then dV for gx
   const int64_t gsize = F::xi * position_stride(p.K * max_cols);
-  const int64_t rsize = row_buffer_floats(p, max_tile_rows, gx != nullptr);
-  const int64_t dysize = generated ? max_samples * p.K * OHW : 0;
+  const int64_t rsize = lines<T>(row_buffer_floats(p, max_tile_rows, max_samples, gx != nullptr));
+  const int64_t dysize = generated ? lines<T>(max_samples * p.K * OHW) : 0;
   const int64_t usize = dw ? F::xi * p.K * p.C : 0;
   const bool split = nt > 1 && nchunks >= nt;
   const int parts = split ? nt : 1;
@@ -927,14 +1137,16 @@ bool winograd_applies(const ConvGeometry& g, DType dt) {
 int winograd_tile(const ConvGeometry& g) {
   const int set = tile_setting().load(std::memory_order_relaxed);
   if (set != 0) return set;
-  // F(4x4, 3x3) makes fewer products, but its transforms cost more per tile and its rows of
-  // tiles fill fewer of the transforms' 16 lanes, so it pays only where the products dominate:
-  // 64+ channels in and out, and planes 16+ columns wide (4+ tiles per row; measured in
-  // bench_conv_lab: 1.2x faster on ResNet-18's 28x28 layers, slower on its 7x7 and 4x4 ones and
-  // on the CNN's 32-channel 14x14 one). It pads a plane to multiples of 4, so it must also make
-  // fewer products than F(2x2, 3x3) for the plane.
-  auto products = [&](int64_t m) { return (m + 2) * (m + 2) * ((g.OH + m - 1) / m) * ((g.OW + m - 1) / m); };
-  return std::min(g.C, g.K) >= 64 && g.OW >= 16 && products(4) < products(2) ? 4 : 2;
+  // F(4x4, 3x3) makes fewer products, but its transforms cost more per tile, so it pays only
+  // where the products dominate: 64+ channels in and out, and at most 0.6x F(2x2, 3x3)'s products
+  // (it pads a plane to multiples of 4: a 14x14 plane makes 0.73x, a 28x28 or 7x7 one 0.56x).
+  // And more than one tile per sample: with one, the weight gradient's products sum over only
+  // a chunk's samples (measured in bench_conv_lab: 1.2x slower on ResNet-18's 4x4 planes).
+  // Measured there: F(4x4, 3x3) 1.1-1.2x faster on ResNet-18's 28x28 and 7x7 layers, no faster
+  // on its 14x14 one, 1.3-1.4x slower on the CNN's 32-channel 14x14 one.
+  auto tiles = [&](int64_t m) { return ((g.OH + m - 1) / m) * ((g.OW + m - 1) / m); };
+  const bool pays = std::min(g.C, g.K) >= 64 && 36 * tiles(4) * 10 <= 16 * tiles(2) * 6 && tiles(4) > 1;
+  return pays ? 4 : 2;
 }
 
 template <class T>

@@ -24,8 +24,8 @@ bool winograd_applies(const ConvGeometry& g, DType dt);
 
 // The output tile side the kernels use for g: 2 or 4. kiln::set_cpu_conv_winograd_tile forces
 // one; by default F(4x4, 3x3) where the products dominate the transforms (64+ channels in and
-// out, 16+ output columns) and it makes fewer products than F(2x2, 3x3), whose tiles pad a plane
-// less; F(2x2, 3x3) elsewhere.
+// out), it makes at most 0.6x F(2x2, 3x3)'s products (its tiles pad a plane more) and a sample
+// has more than one tile; F(2x2, 3x3) elsewhere.
 int winograd_tile(const ConvGeometry& g);
 
 // Each returns false, having written part of the output (and maybe called samples_done for some
