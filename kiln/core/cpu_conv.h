@@ -21,12 +21,13 @@ void clear_cpu_conv_autotune_cache();
 size_t cpu_conv_autotune_cache_size();  // number of cached choices
 
 // Winograd convolution for f32 NCHW 3x3 stride-1 convolutions of 16+ channels (forward, input
-// and weight gradients; on by default): F(4x4, 3x3), 4x fewer multiplications, on planes it
-// tiles well, F(2x2, 3x3), 2.25x fewer, on the rest, with rounding errors a few times the
-// direct kernel's (docs/kernels.md, "Winograd convolution", measures them). Off: every
-// convolution runs the direct im2col kernel, as PyTorch's CPU convolutions do. f64 never uses
-// it. The environment variable KILN_CPU_CONV_WINOGRAD=0 turns it off from the start (for A/B
-// runs of whole programs).
+// and weight gradients; on by default): F(4x4, 3x3), 4x fewer multiplications, where its
+// products dominate (64+ channels, planes it tiles well), F(2x2, 3x3), 2.25x fewer, elsewhere.
+// Rounding errors: F(2x2, 3x3)'s up to about twice the direct kernel's, F(4x4, 3x3)'s 5-35x
+// (about 1e-5 of the result's scale; docs/kernels.md, "Winograd convolution", measures them).
+// Off: every convolution runs the direct im2col kernel, as PyTorch's CPU convolutions do. f64
+// never uses it. The environment variable KILN_CPU_CONV_WINOGRAD=0 turns it off from the start
+// (for A/B runs of whole programs).
 void set_cpu_conv_winograd(bool enabled);
 bool cpu_conv_winograd();
 

@@ -1,4 +1,5 @@
-// Winograd F(2x2, 3x3) on the CPU (kiln/kernels/cpu/winograd.h): the forward, the input gradient
+// Winograd F(2x2, 3x3) and F(4x4, 3x3) on the CPU (kiln/kernels/cpu/winograd.h), every check under
+// each tile (and the gathered transforms of narrow planes with them): the forward, the input gradient
 // and the weight gradient in f64 and f32 against direct loops in double written here, over odd
 // and even planes (1 to 13 rows, up to 68 columns: several 16-tile vector blocks), padding 0-2 on
 // each side, batches of 1 and 3, 1-17 channels, with and without bias; both ways of cutting the
@@ -956,4 +957,27 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d's generated backward with Winograd 
   }
   // the switch made a difference: Winograd ran
   CHECK_FALSE(bitwise_equal(on[2], off[2]));
+}
+
+TEST_CASE("winograd_tile: F(4x4, 3x3) where its products dominate; set_cpu_conv_winograd_tile forces one", "[winograd]") {
+  REQUIRE(kiln::cpu_conv_winograd_tile() == 0);
+  // ResNet-18's 3x3 stride-1 layers (padding 1) and the CNN's conv2
+  CHECK(kiln::kernels::cpu::winograd_tile(geometry(2, 64, 64, 28, 28, 1, 1)) == 4);    // 0.56x the products
+  CHECK(kiln::kernels::cpu::winograd_tile(geometry(2, 128, 128, 14, 14, 1, 1)) == 2);  // 0.73x
+  CHECK(kiln::kernels::cpu::winograd_tile(geometry(2, 256, 256, 7, 7, 1, 1)) == 4);    // 0.56x
+  CHECK(kiln::kernels::cpu::winograd_tile(geometry(2, 512, 512, 4, 4, 1, 1)) == 2);    // one tile per sample
+  CHECK(kiln::kernels::cpu::winograd_tile(geometry(2, 32, 64, 14, 14, 1, 1)) == 2);    // 32 channels in
+  CHECK(kiln::kernels::cpu::winograd_tile(geometry(2, 64, 64, 6, 6, 1, 1)) == 2);      // as many products
+  {
+    Tile four(4);
+    CHECK(kiln::kernels::cpu::winograd_tile(geometry(2, 32, 64, 14, 14, 1, 1)) == 4);
+    Tile two(2);
+    CHECK(kiln::kernels::cpu::winograd_tile(geometry(2, 64, 64, 28, 28, 1, 1)) == 2);
+  }
+  CHECK(kiln::cpu_conv_winograd_tile() == 0);  // the guards restored it
+  for (int bad : {-1, 1, 3, 6}) {
+    INFO("tile " << bad);
+    CHECK_THROWS_AS(kiln::set_cpu_conv_winograd_tile(bad), kiln::Error);
+  }
+  CHECK(kiln::cpu_conv_winograd_tile() == 0);
 }
