@@ -100,6 +100,20 @@ train() {
   step "$name" "$secs" "$BUILD/bin/kiln-train" "${a[@]}"
 }
 
+# train_one_rank NAME SECONDS KILN-TRAIN-ARGS...: kiln-train as the only rank of a kiln-run job on
+# the GPU, so DDP (or ZeRO-1 with --zero) runs over the nccl group. The rehearsal skips it: the
+# GPU machine's build, and so the rehearsal's, has no Gloo for a CPU run of the same command.
+train_one_rank() {
+  local name="$1" secs="$2"
+  shift 2
+  if [[ "$REHEARSE" == 1 ]]; then
+    step "$name" 5 bash -c 'echo "needs NCCL and a GPU (no Gloo in this build for a CPU run)"; exit 77'
+    return
+  fi
+  step "$name" "$secs" "$BUILD/bin/kiln-run" --nproc-per-node 1 --master-port $((20000 + RANDOM % 20000)) \
+    "$BUILD/bin/kiln-train" --device cuda "$@"
+}
+
 # ---------------------------------------------------------------- environment (every stage)
 nvidia_lib_dirs() {  # the cuDNN and NCCL pip wheels' lib folders of the python3 on PATH
   "$PY" - <<'PY' 2>/dev/null
@@ -212,11 +226,13 @@ bench)
   ;;
 
 train)
-  step build "$BUILD_SECONDS" bash -c 'build "$@"' build kiln kiln-train || true
+  step build "$BUILD_SECONDS" bash -c 'build "$@"' build kiln kiln-train kiln-run || true
   fm="$BUNDLE/data/fashion-mnist"
   text="$BUNDLE/data/fortunes"
   {
     train train-cnn 90 --data "$fm" --out "$logs/cnn" || true
+    train_one_rank train-cnn-ddp-1gpu 60 --data "$fm" --max-steps 200 --out "$logs/cnn-ddp" || true
+    train_one_rank train-cnn-zero-1gpu 60 --data "$fm" --max-steps 200 --zero --out "$logs/cnn-zero" || true
     train train-cnn-10-epochs 120 --data "$fm" --epochs 10 --batch-size 256 --amp bf16 --out "$logs/cnn10" || true
     train train-resnet18 120 --model resnet18 --data "$fm" --max-steps 300 --amp bf16 --channels-last \
       --out "$logs/resnet18" || true
@@ -238,8 +254,8 @@ train)
   {
     echo "## kiln-train, last line of each run"
     echo
-    for r in train-cnn train-cnn-10-epochs train-resnet18 train-gpt-char train-gpt2-124m pytorch-gpt2-124m; do
-      echo "- $r: \`$(grep '^{' "$logs/$r.log" 2>/dev/null | tail -n 1)\`"
+    for r in train-cnn train-cnn-ddp-1gpu train-cnn-zero-1gpu train-cnn-10-epochs train-resnet18 train-gpt-char train-gpt2-124m pytorch-gpt2-124m; do
+      echo "- $r: \`$(grep -E '^(\[rank 0\] )?\{' "$logs/$r.log" 2>/dev/null | tail -n 1)\`"
     done
     echo
     echo "## speed-ups (bench/train/speedups.sh)"

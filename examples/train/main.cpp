@@ -218,7 +218,7 @@ std::string speedups_summary(const Options& o) {
   add(true, "gradients set to none, no_grad validation, no bias before BatchNorm, input normalisation, fused ops");
   add(!kiln::debug::current().any(), "debug APIs off (anomaly detection, sync-debug, deterministic algorithms)");
   add(o.flush_denormal && kiln::flush_denormal(), "denormals flushed to zero on the CPU (--flush-denormal)");
-  add(o.world_size > 1, "data parallel over " + std::to_string(o.world_size) + " ranks: " +
+  add(o.distributed, "data parallel over " + std::to_string(o.world_size) + (o.world_size == 1 ? " rank: " : " ranks: ") +
                             (o.zero ? "ZeRO-1 (--zero)" : "DDP, bucketed all-reduce overlapping backward"));
   return s;
 }
@@ -258,12 +258,12 @@ int run(Options o) {
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   std::unique_ptr<dist::ZeroRedundancyOptimizer> zero;
   std::unique_ptr<optim::Optimizer> opt;
-  if (o.world_size > 1 && !o.zero) {
+  if (o.distributed && !o.zero) {
     std::shared_ptr<kiln::nn::Module> shared(&model, [](kiln::nn::Module*) {});  // the task owns it
     ddp = std::make_unique<dist::DistributedDataParallel>(
         shared, dist::DistributedDataParallelOptions().bucket_cap_mb(o.ddp_bucket_mb));
   }
-  if (o.zero && o.world_size > 1) {
+  if (o.zero && o.distributed) {
     for (auto& t : model.parameters()) dist::broadcast(t, 0);
     for (auto& t : model.buffers()) dist::broadcast(t, 0);
     zero = std::make_unique<dist::ZeroRedundancyOptimizer>(

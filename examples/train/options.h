@@ -40,7 +40,9 @@ struct Options {
   double dist_timeout = 300;          // seconds a collective or the rendezvous may take
   double ddp_bucket_mb = 25;          // DDP's gradient bucket cap
   bool zero = false;                  // ZeRO-1: optimizer state sharded across ranks
-  // Set by kiln-train, not flags: this rank's place in the job and its GPU.
+  // Set by kiln-train, not flags: whether a launcher started it (then it trains under DDP or
+  // ZeRO-1 even as the only rank, as a torchrun script does), this rank's place and its GPU.
+  bool distributed = false;
   int rank = 0;
   int world_size = 1;
   int cuda_device = 0;

@@ -1,19 +1,31 @@
 #include "parallel.h"
 
 #include <chrono>
+#include <cstdlib>
 
 namespace dist = kiln::distributed;
 
 namespace kiln_train {
 
+namespace {
+// One rank started by kiln-run or torchrun (RANK and WORLD_SIZE=1 set) also trains under DDP or
+// ZeRO-1, as a torchrun script does, which puts one GPU through the multi-rank code path. Other
+// launchers' single tasks (an sbatch job, mpirun -n 1) stay plain processes.
+bool started_by_launcher() {
+  return dist::launched_distributed() || (std::getenv("RANK") && std::getenv("WORLD_SIZE"));
+}
+}  // namespace
+
 bool init_parallel(Options& o) {
-  if (!dist::launched_distributed()) return false;
+  if (!started_by_launcher()) return false;
   const dist::LaunchEnv env = dist::read_launch_env();
   KILN_CHECK(o.batch_size % env.world_size == 0, "--batch-size ", o.batch_size, " is the global batch; it must ",
              "divide among the ", env.world_size, " ranks");
-  KILN_CHECK(!o.cuda_graphs, "--cuda-graphs captures one process's step; with ", env.world_size,
-             " ranks the gradient all-reduces run inside backward, which a graph cannot replay yet");
+  KILN_CHECK(!o.cuda_graphs, "--cuda-graphs captures one process's step; under a launcher (", env.world_size,
+             env.world_size == 1 ? " rank" : " ranks", ") the gradient all-reduces run inside backward, which a "
+             "graph cannot replay yet");
   KILN_CHECK(!o.find_lr, "--find-lr runs on one process; start it without a launcher");
+  o.distributed = true;
   o.rank = env.rank;
   o.world_size = env.world_size;
   if (o.device == "cuda") {
@@ -29,7 +41,7 @@ bool init_parallel(Options& o) {
 }
 
 void finish_parallel(const Options& o) {
-  if (o.world_size > 1) dist::destroy_process_group();
+  if (o.distributed) dist::destroy_process_group();
 }
 
 int max_over_ranks(const Options& o, int value, const kiln::Device& device) {

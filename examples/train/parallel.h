@@ -12,7 +12,8 @@
 
 namespace kiln_train {
 
-// Joins the job when the environment says this process is one of several ranks: fills
+// Joins the job when the environment says this process is one of several ranks, or the only rank
+// of a kiln-run / torchrun job: sets o.distributed, fills
 // o.rank / o.world_size / o.cuda_device (LOCAL_RANK) and turns o.batch_size, the global batch,
 // into this rank's share. Returns false (and changes nothing) for a single process.
 bool init_parallel(Options& o);

@@ -14,6 +14,8 @@
 #include <kiln/distributed/store.h>
 #include <kiln/kiln.h>
 
+#include "nccl_world.h"
+
 namespace dist = kiln::distributed;
 using kiln::DType;
 using kiln::Tensor;
@@ -21,19 +23,6 @@ using kiln::Tensor;
 namespace {
 
 const kiln::Device kGpu = kiln::Device::cuda(0);
-
-std::shared_ptr<dist::ProcessGroup> make_world_of_one(
-    std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  dist::TCPStoreOptions so;
-  so.world_size = 1;
-  so.is_server = true;
-  so.timeout = std::chrono::seconds(30);
-  auto store = std::make_shared<dist::TCPStore>("127.0.0.1", 0, so);
-  dist::ProcessGroupOptions po;
-  po.timeout = timeout;
-  kiln::cuda::set_device(0);
-  return dist::make_nccl_process_group(store, /*rank=*/0, /*size=*/1, po);
-}
 
 bool same(const Tensor& a, const Tensor& b) { return kiln::equal(a.cpu(), b.cpu()); }
 
@@ -49,18 +38,10 @@ bool completes_within(const dist::Work& w, std::chrono::milliseconds limit) {
 
 }  // namespace
 
-#define SKIP_WITHOUT_NCCL()                                         \
-  do {                                                              \
-    if (!KILN_WITH_NCCL) {                                          \
-      WARN("kiln was built without NCCL: nothing to test here");    \
-      return;                                                       \
-    }                                                               \
-  } while (0)
-
 TEST_CASE("nccl: a world of one reduces to the identity for every op and dtype",
           "[cuda][distributed][nccl]") {
   SKIP_WITHOUT_NCCL();
-  auto pg = make_world_of_one();
+  auto pg = kiln_test::nccl_world_of_one();
   REQUIRE(pg->backend_name() == "nccl");
   REQUIRE(pg->rank() == 0);
   REQUIRE(pg->size() == 1);
@@ -82,7 +63,7 @@ TEST_CASE("nccl: a world of one reduces to the identity for every op and dtype",
 TEST_CASE("nccl: coalesced lists, broadcast, gathers and scatters in a world of one",
           "[cuda][distributed][nccl]") {
   SKIP_WITHOUT_NCCL();
-  auto pg = make_world_of_one();
+  auto pg = kiln_test::nccl_world_of_one();
   const uint64_t seq0 = pg->sequence_number();
 
   Tensor a = kiln::randn({3, 5}).to(kGpu), b = kiln::randn({7}).to(kGpu);
@@ -125,7 +106,7 @@ TEST_CASE("nccl: coalesced lists, broadcast, gathers and scatters in a world of 
 TEST_CASE("nccl: an async Work orders the current stream after the collective",
           "[cuda][distributed][nccl]") {
   SKIP_WITHOUT_NCCL();
-  auto pg = make_world_of_one();
+  auto pg = kiln_test::nccl_world_of_one();
   kiln::Stream s = kiln::cuda::get_stream_from_pool(0);
   kiln::cuda::StreamGuard guard(s);
   // Written on `s` just before the collective: the NCCL stream must wait for it.
@@ -147,7 +128,7 @@ TEST_CASE("nccl: an async Work orders the current stream after the collective",
 TEST_CASE("nccl: bad arguments are kiln::Errors naming the collective",
           "[cuda][distributed][nccl]") {
   SKIP_WITHOUT_NCCL();
-  auto pg = make_world_of_one();
+  auto pg = kiln_test::nccl_world_of_one();
   using Catch::Matchers::Contains;
   Tensor g = kiln::ones({4}, kGpu);
   REQUIRE_THROWS_WITH(pg->all_reduce({kiln::ones({4})}, dist::ReduceOp::Sum),
@@ -175,7 +156,7 @@ TEST_CASE("nccl: bad arguments are kiln::Errors naming the collective",
 TEST_CASE("nccl: abort fails later collectives and destruction does not hang",
           "[cuda][distributed][nccl]") {
   SKIP_WITHOUT_NCCL();
-  auto pg = make_world_of_one();
+  auto pg = kiln_test::nccl_world_of_one();
   Tensor x = kiln::ones({16}, kGpu);
   pg->all_reduce({x}, dist::ReduceOp::Sum)->wait();
   pg->abort();
@@ -190,7 +171,7 @@ TEST_CASE("nccl: abort fails later collectives and destruction does not hang",
 TEST_CASE("nccl: a group destroyed with collectives in flight finishes them first",
           "[cuda][distributed][nccl]") {
   SKIP_WITHOUT_NCCL();
-  auto pg = make_world_of_one();
+  auto pg = kiln_test::nccl_world_of_one();
   Tensor x = kiln::ones({1 << 22}, kGpu);
   std::shared_ptr<dist::Work> w;
   for (int i = 0; i < 8; ++i) w = pg->all_reduce({x}, dist::ReduceOp::Sum);

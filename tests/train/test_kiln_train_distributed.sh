@@ -7,6 +7,8 @@
 #                rank 0 must fail with an Error naming the collective and rank 1 within
 #                --dist-timeout plus a few seconds, never hang; under kiln-run the job exits 137
 #   errors       a global batch that does not divide among the ranks: every rank exits 2 naming it
+#   one-rank     kiln-run with one rank trains under DDP (world_size 1) to the same weights, bit for
+#                bit, as kiln-train alone; --zero trains as well
 #   sigint       SIGINT to kiln-run: every rank stops at the same step, rank 0 checkpoints,
 #                exit 130, and the run resumes from that checkpoint
 set -euo pipefail
@@ -110,6 +112,24 @@ errors)
   [ $rc -eq 2 ] && grep -q "global batch; it must divide among the 2 ranks" <<< "$out" \
     || fail "indivisible batch: rc=$rc: $out"
   echo "errors: explained"
+  ;;
+one-rank)
+  few=(--threads 2 --epochs 1 --max-steps 60 --log-every 20)
+  timeout 300 "$train" "${common[@]}" "${few[@]}" --out "$tmp/p" > "$tmp/p.log" 2>&1 \
+    || { cat "$tmp/p.log"; fail "the plain run failed"; }
+  for mode in ddp zero; do
+    extra=()
+    [ $mode = zero ] && extra=(--zero)
+    timeout 300 "$run" --nproc-per-node 1 --master-port "$port" "$train" "${common[@]}" "${few[@]}" "${extra[@]}" \
+      --out "$tmp/$mode" > "$tmp/$mode.log" 2>&1 || { cat "$tmp/$mode.log"; fail "the one-rank $mode run failed"; }
+    port=$((port + 1))
+    json_of "$tmp/$mode.log" | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); assert d["world_size"]==1 and 0.5 < d["test_accuracy"] <= 1, d' \
+      || fail "one-rank $mode: the JSON summary lacks world_size 1 or a trained accuracy: $(json_of "$tmp/$mode.log")"
+  done
+  grep -qF "[on]  data parallel over 1 rank: DDP" "$tmp/ddp.log" || { cat "$tmp/ddp.log"; fail "the one-rank run did not train under DDP"; }
+  grep -qF "[on]  data parallel over 1 rank: ZeRO-1" "$tmp/zero.log" || { cat "$tmp/zero.log"; fail "the one-rank --zero run did not use ZeRO-1"; }
+  cmp "$tmp/p/model.safetensors" "$tmp/ddp/model.safetensors" || fail "DDP over one rank changed the weights"
+  echo "one-rank: DDP over one rank equals kiln-train alone bit for bit; --zero trains"
   ;;
 *)
   fail "unknown check '$what'"
