@@ -69,6 +69,20 @@ TEST_CASE("failures: a rank that never joins ends the rendezvous with an Error n
   }
 }
 
+TEST_CASE("failures: ranks with different KILN_GLOO_SEGMENT_BYTES stop with an Error naming both") {
+  SpawnOptions opt;
+  opt.world_size = 3;
+  opt.deadline_seconds = 40;
+  auto results = spawn_ranks({KILN_DIST_WORKER, "segment_mismatch"}, opt);
+  INFO(describe(results));
+  for (int r = 0; r < 3; ++r) {
+    CHECK_FALSE(results[r].killed_at_deadline);
+    CHECK(results[r].exit_code == (r == 2 ? 5 : 6));
+  }
+  CHECK(contains(results[2].output, "rank 2 cuts all-reduces into segments of 2097152 bytes but "
+                                    "rank 0 into 4194304"));
+}
+
 TEST_CASE("failures: mismatched collectives under KILN_DISTRIBUTED_DEBUG name both sides") {
   SpawnOptions opt;
   opt.world_size = 3;

@@ -274,3 +274,25 @@ KILN_SCENARIO("join") {
   }
   dist::destroy_process_group();
 }
+
+// Rank 2 cuts all-reduces into other segments than ranks 0 and 1 (KILN_GLOO_SEGMENT_BYTES): it
+// stops at init_process_group naming both values (exit 5); the others fail their first
+// all_reduce once it is gone (exit 6). Nobody hangs.
+KILN_SCENARIO("segment_mismatch") {
+  const int rank = std::atoi(std::getenv("RANK"));
+  ::setenv("KILN_GLOO_SEGMENT_BYTES", rank == 2 ? "2097152" : "4194304", 1);
+  try {
+    dist::init_process_group("gloo", std::chrono::seconds(10));
+  } catch (const kiln::Error& e) {
+    std::cerr << "rank " << rank << ": " << e.what() << std::endl;
+    std::exit(5);
+  }
+  try {
+    kiln::Tensor t = kiln::ones({64 << 20});
+    dist::all_reduce(t);
+  } catch (const kiln::Error& e) {
+    std::cerr << "rank " << rank << ": " << e.what() << std::endl;
+    std::exit(6);
+  }
+  std::exit(0);
+}
