@@ -15,6 +15,7 @@
 
 #include "kiln/core/cuda.h"
 #include "kiln/core/error.h"
+#include "kiln/distributed/process_group.h"
 
 namespace kiln::distributed::nccl {
 
@@ -53,8 +54,12 @@ std::string nccl_error_text(ncclResult_t r, ncclComm_t comm) {
 // ---------------------------------------------------------------- NcclComm
 
 NcclComm::NcclComm(ncclComm_t comm, int rank_, int size_, int device_, Stream stream_,
-                   std::chrono::milliseconds timeout_)
-    : rank(rank_), size(size_), device(device_), stream(stream_), timeout(timeout_), comm_(comm) {}
+                   std::chrono::milliseconds timeout_,
+                   std::function<std::vector<int>()> exited_ranks)
+    : rank(rank_), size(size_), device(device_), stream(stream_), timeout(timeout_), comm_(comm),
+      exited_ranks_(std::move(exited_ranks)) {}
+
+std::string NcclComm::exited_hint() const { return exited_ranks_hint(exited_ranks_); }
 
 NcclComm::~NcclComm() { abort_comm_locked(); }  // a last resort: shutdown() normally ran
 
@@ -125,7 +130,7 @@ void NcclComm::poll() {
         lk.unlock();
         abort(concat("NCCL reported ", text, " on ", where(),
                      "; a peer may have died or the network failed, and the communicator was "
-                     "aborted"));
+                     "aborted", exited_hint()));
         return;
       }
     }
@@ -153,7 +158,7 @@ void NcclComm::poll() {
       abort(concat("timed out: ", w->description(), " did not finish within ", timeout.count(),
                    " ms on ", where(),
                    "; a peer may have died, hung, or issued different collectives, and the "
-                   "communicator was aborted"));
+                   "communicator was aborted", exited_hint()));
       return;
     }
   }
@@ -242,7 +247,7 @@ void NcclWork::release() {
 void NcclWork::on_timeout() {
   if (auto comm = comm_.lock())
     comm->abort(concat("timed out: wait() on ", description(), " gave up on ", comm->where(),
-                       "; the communicator was aborted"));
+                       "; the communicator was aborted", comm->exited_hint()));
 }
 
 void NcclWork::host_wait(std::chrono::milliseconds timeout) {

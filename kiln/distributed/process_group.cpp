@@ -1,6 +1,7 @@
 #include "kiln/distributed/process_group.h"
 
 #include <sstream>
+#include <thread>
 
 #include "kiln/core/error.h"
 
@@ -57,6 +58,24 @@ void check_collective_tensors(const char* collective, const std::vector<Tensor>&
     KILN_CHECK(t.dtype() != DType::Bool, collective, ": bool tensors are not supported; "
                "convert to uint8 first");
   }
+}
+
+std::string exited_ranks_hint(const std::function<std::vector<int>()>& exited_ranks,
+                              std::chrono::milliseconds wait) {
+  if (!exited_ranks) return "";
+  const auto until = std::chrono::steady_clock::now() + wait;
+  do {
+    std::vector<int> exited = exited_ranks();
+    if (!exited.empty()) {
+      std::string list;
+      for (size_t i = 0; i < exited.size(); ++i) list += (i ? ", " : "") + std::to_string(exited[i]);
+      return detail::concat(". Rank", exited.size() > 1 ? "s " : " ", list,
+                            exited.size() > 1 ? " have" : " has",
+                            " exited (or been killed) in the meantime");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  } while (std::chrono::steady_clock::now() < until);
+  return "";
 }
 
 }  // namespace kiln::distributed

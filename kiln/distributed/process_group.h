@@ -98,4 +98,10 @@ std::string describe_tensors(const std::vector<Tensor>& tensors);
 void check_collective_tensors(const char* collective, const std::vector<Tensor>& tensors,
                               DeviceType device_type, const std::string& backend);
 
+// For a failed collective's message: ". Rank 2 has exited (or been killed) in the meantime" when
+// `exited_ranks` (ProcessGroupOptions) names ranks within `wait` (a dead rank's store connection
+// closes a moment after its sockets), else "".
+std::string exited_ranks_hint(const std::function<std::vector<int>()>& exited_ranks,
+                              std::chrono::milliseconds wait = std::chrono::seconds(2));
+
 }  // namespace kiln::distributed

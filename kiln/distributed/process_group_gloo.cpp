@@ -399,20 +399,7 @@ class GlooProcessGroup final : public ProcessGroup,
   // store closes a moment after its sockets to us, hence the short wait), else the rank whose
   // address the error names.
   std::string peer_hint(const std::string& what) const {
-    if (exited_ranks_) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-      do {
-        std::vector<int> exited = exited_ranks_();
-        if (!exited.empty()) {
-          std::string list;
-          for (size_t i = 0; i < exited.size(); ++i) list += (i ? ", " : "") + std::to_string(exited[i]);
-          return detail::concat(". Rank", exited.size() > 1 ? "s " : " ", list,
-                                exited.size() > 1 ? " have" : " has",
-                                " exited (or been killed) in the meantime");
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      } while (std::chrono::steady_clock::now() < until);
-    }
+    if (std::string hint = exited_ranks_hint(exited_ranks_); !hint.empty()) return hint;
     for (const auto& [address, r] : peer_by_address_) {
       if (what.find(address) != std::string::npos) {
         return detail::concat(". The peer is rank ", r, ": it has probably exited or been killed");

@@ -186,7 +186,8 @@ ProcessGroupNCCL::ProcessGroupNCCL(const std::shared_ptr<Store>& store, int rank
     KILN_FAIL("nccl process group: creating the communicator failed on ", where(), ": ", why);
   }
   comm_ = std::make_shared<NcclComm>(comm, rank, size, device_,
-                                     Stream{Device::cuda(device_), stream}, timeout_);
+                                     Stream{Device::cuda(device_), stream}, timeout_,
+                                     options.exited_ranks);
   watchdog_ = std::make_unique<Watchdog>(comm_);
 }
 
@@ -230,7 +231,7 @@ std::string ProcessGroupNCCL::launch_group(ncclComm_t comm, cudaStream_t stream,
   if (r == ncclInProgress) {
     if (comm_->aborted()) return concat(desc, " failed: ", comm_->abort_reason());
     return concat(desc, ": NCCL had not launched it after ", timeout_.count(), " ms on ", where(),
-                  " (a peer may have died)", aborted);
+                  " (a peer may have died)", aborted, comm_->exited_hint());
   }
   if (r != ncclSuccess)
     return concat(desc, ": ncclGroupEnd failed on ", where(), ": ", nccl_error_text(r, comm),

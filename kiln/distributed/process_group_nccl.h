@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,7 +36,8 @@ std::string nccl_error_text(ncclResult_t r, ncclComm_t comm);
 class NcclComm {
  public:
   NcclComm(ncclComm_t comm, int rank, int size, int device, Stream stream,
-           std::chrono::milliseconds timeout);
+           std::chrono::milliseconds timeout,
+           std::function<std::vector<int>()> exited_ranks = {});
   ~NcclComm();  // aborts a communicator that shutdown() did not release
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
@@ -44,6 +46,8 @@ class NcclComm {
   const Stream stream;  // the NCCL stream (never destroyed: see process_group_nccl.cpp)
   const std::chrono::milliseconds timeout;
   std::string where() const;  // "rank 1 of 4 on cuda:1"
+  // ". Rank 2 has exited (or been killed) in the meantime", or "" (exited_ranks_hint).
+  std::string exited_hint() const;
 
   // Fails every pending Work with "<its description> failed: <reason>", then aborts the
   // communicator; later collectives throw. Idempotent (the first reason is kept). Pending Works
@@ -72,6 +76,7 @@ class NcclComm {
   void abort_comm_locked() noexcept;  // ncclCommAbort; comm_mu held
 
   ncclComm_t comm_ = nullptr;  // null once aborted or destroyed
+  const std::function<std::vector<int>()> exited_ranks_;
   std::atomic<bool> abort_requested_{false};
   mutable std::mutex mu_;
   std::string abort_reason_;

@@ -1,6 +1,7 @@
 // Work (kiln/distributed/work.h): completion, failure, and then() callbacks - that they run
 // before wait() returns, on the completing thread, at once when already done, never after a
-// failure, and that a throwing callback fails the work. In one process, no ranks.
+// failure, and that a throwing callback fails the work. Also the backends' hint naming the ranks
+// that exited. In one process, no ranks.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <thread>
 
 #include "kiln/core/error.h"
+#include "kiln/distributed/process_group.h"
 #include "kiln/distributed/work.h"
 #include "tests/error_of.h"
 
@@ -82,4 +84,25 @@ TEST_CASE("Work::then added by a running callback still runs before completion",
   CHECK(first == 1);
   CHECK(second == 2);
   CHECK(work.is_success());
+}
+
+TEST_CASE("exited_ranks_hint names the ranks that exited, waiting a bounded time for the store",
+          "[distributed][work]") {
+  using kiln::distributed::exited_ranks_hint;
+  REQUIRE(exited_ranks_hint({}).empty());
+  REQUIRE(exited_ranks_hint([] { return std::vector<int>{2}; }) ==
+          ". Rank 2 has exited (or been killed) in the meantime");
+  REQUIRE(exited_ranks_hint([] { return std::vector<int>{1, 3}; }) ==
+          ". Ranks 1, 3 have exited (or been killed) in the meantime");
+  // The store learns of a death a moment after the sockets: asked again until it does.
+  int calls = 0;
+  auto late = [&calls] { return ++calls < 3 ? std::vector<int>{} : std::vector<int>{0}; };
+  REQUIRE(exited_ranks_hint(late, 5s) == ". Rank 0 has exited (or been killed) in the meantime");
+  REQUIRE(calls == 3);
+  // Nobody exited: "" once the wait is over, not much later.
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(exited_ranks_hint([] { return std::vector<int>{}; }, 200ms).empty());
+  const auto took = std::chrono::steady_clock::now() - t0;
+  REQUIRE(took >= 200ms);
+  REQUIRE(took < 2s);
 }
