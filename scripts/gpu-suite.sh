@@ -231,8 +231,8 @@ train)
   text="$BUNDLE/data/fortunes"
   {
     train train-cnn 90 --data "$fm" --out "$logs/cnn" || true
-    train_one_rank train-cnn-ddp-1gpu 60 --data "$fm" --max-steps 200 --out "$logs/cnn-ddp" || true
-    train_one_rank train-cnn-zero-1gpu 60 --data "$fm" --max-steps 200 --zero --out "$logs/cnn-zero" || true
+    train_one_rank train-cnn-ddp-1gpu 45 --data "$fm" --max-steps 100 --out "$logs/cnn-ddp" || true
+    train_one_rank train-cnn-zero-1gpu 45 --data "$fm" --max-steps 100 --zero --out "$logs/cnn-zero" || true
     train train-cnn-10-epochs 120 --data "$fm" --epochs 10 --batch-size 256 --amp bf16 --out "$logs/cnn10" || true
     train train-resnet18 120 --model resnet18 --data "$fm" --max-steps 300 --amp bf16 --channels-last \
       --out "$logs/resnet18" || true
