@@ -60,6 +60,11 @@ void check_collective_tensors(const char* collective, const std::vector<Tensor>&
   }
 }
 
+void check_reduce_op(const char* collective, ReduceOp op, DType dtype) {
+  KILN_CHECK(op != ReduceOp::Avg || is_floating(dtype), collective, ": ReduceOp::Avg needs a "
+             "floating-point tensor, got ", dtype_name(dtype), " (use Sum and divide)");
+}
+
 std::string exited_ranks_hint(const std::function<std::vector<int>()>& exited_ranks,
                               std::chrono::milliseconds wait) {
   if (!exited_ranks) return "";

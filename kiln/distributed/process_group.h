@@ -97,6 +97,9 @@ std::shared_ptr<ProcessGroup> make_debug_process_group(std::shared_ptr<ProcessGr
 std::string describe_tensors(const std::vector<Tensor>& tensors);
 void check_collective_tensors(const char* collective, const std::vector<Tensor>& tensors,
                               DeviceType device_type, const std::string& backend);
+// ReduceOp::Avg divides by the group's size, so it takes floating-point tensors only; checked
+// before anything is sent, so the ranks stay in step.
+void check_reduce_op(const char* collective, ReduceOp op, DType dtype);
 
 // For a failed collective's message: ". Rank 2 has exited (or been killed) in the meantime" when
 // `exited_ranks` (ProcessGroupOptions) names ranks within `wait` (a dead rank's store connection

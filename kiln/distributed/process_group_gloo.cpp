@@ -206,8 +206,7 @@ class GlooProcessGroup final : public ProcessGroup,
   std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, ReduceOp op) override {
     check_collective_tensors("all_reduce", tensors, DeviceType::CPU, "gloo");
     const DType dtype = tensors[0].dtype();
-    KILN_CHECK(op != ReduceOp::Avg || is_floating(dtype), "all_reduce: ReduceOp::Avg needs a "
-               "floating-point tensor, got ", dtype_name(dtype), " (use Sum and divide)");
+    check_reduce_op("all_reduce", op, dtype);
     return enqueue("all_reduce", std::string("(") + reduce_op_name(op) + ") " + describe_tensors(tensors),
                    [this, tensors, op, dtype](uint32_t tag) {
       // A list is one operation on a packed buffer (fewer rounds of messages than one each).
@@ -284,6 +283,7 @@ class GlooProcessGroup final : public ProcessGroup,
   std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs,
                                        ReduceOp op) override {
     check_one_per_rank("reduce_scatter", inputs, "input", output, "output");
+    check_reduce_op("reduce_scatter", op, output.dtype());
     return enqueue("reduce_scatter", std::string("(") + reduce_op_name(op) + ") " + describe_tensors({output}),
                    [this, output, inputs, op](uint32_t tag) {
       std::vector<uint8_t> flat(output.nbytes() * size());
@@ -298,6 +298,7 @@ class GlooProcessGroup final : public ProcessGroup,
     KILN_CHECK(input.numel() == output.numel() * size(), "reduce_scatter_tensor: the input "
                "needs world_size x ", output.numel(), " = ", output.numel() * size(),
                " elements, got ", input.numel());
+    check_reduce_op("reduce_scatter_tensor", op, output.dtype());
     return enqueue("reduce_scatter_tensor", std::string("(") + reduce_op_name(op) + ") " + describe_tensors({input}),
                    [this, output, input, op](uint32_t tag) {
       std::vector<uint8_t> flat(input.nbytes());

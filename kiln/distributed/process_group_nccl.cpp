@@ -297,6 +297,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::all_reduce(std::vector<Tensor> tensors, 
   const DType dtype = tensors[0].dtype();
   for (size_t i = 0; i < tensors.size(); ++i)
     check_tensor(tensors[i], "all_reduce", concat("tensor ", i), dtype);
+  check_reduce_op("nccl all_reduce", op, dtype);
   const ncclDataType_t type = nccl_dtype(dtype, "nccl all_reduce");
   const ncclRedOp_t red = nccl_op(op);
   const std::string detail = concat(reduce_op_name(op), ", ", dtype_name(dtype), ", ",
@@ -400,6 +401,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter(Tensor output, std::vecto
     KILN_CHECK(inputs[i].sizes() == output.sizes(), "nccl reduce_scatter: input ", i, " has sizes ",
                inputs[i].sizes(), ", expected the output's ", output.sizes());
   }
+  check_reduce_op("nccl reduce_scatter", op, dtype);
   const ncclDataType_t type = nccl_dtype(dtype, "nccl reduce_scatter");
   const ncclRedOp_t red = nccl_op(op);
   const size_t count = static_cast<size_t>(output.numel());
@@ -435,6 +437,7 @@ std::shared_ptr<Work> ProcessGroupNCCL::reduce_scatter_tensor(Tensor output, Ten
   check_tensor(input, "reduce_scatter_tensor", "the input", dtype);
   KILN_CHECK(input.numel() == output.numel() * size(), "nccl reduce_scatter_tensor: the input has ",
              input.numel(), " elements, expected ", size(), " x the output's ", output.numel());
+  check_reduce_op("nccl reduce_scatter_tensor", op, dtype);
   const ncclDataType_t type = nccl_dtype(dtype, "nccl reduce_scatter_tensor");
   const ncclRedOp_t red = nccl_op(op);
   const size_t count = static_cast<size_t>(output.numel());

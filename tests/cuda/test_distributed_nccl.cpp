@@ -148,6 +148,10 @@ TEST_CASE("nccl: bad arguments are kiln::Errors naming the collective",
                       Contains("elements"));
   REQUIRE_THROWS_WITH(pg->reduce_scatter_tensor(kiln::ones({3}, kGpu), g, dist::ReduceOp::Sum),
                       Contains("elements"));
+  Tensor gi = kiln::ones({4}, kiln::TensorOptions().dtype(DType::I64).device(kGpu));
+  REQUIRE_THROWS_WITH(pg->all_reduce({gi}, dist::ReduceOp::Avg), Contains("floating-point"));
+  REQUIRE_THROWS_WITH(pg->reduce_scatter_tensor(kiln::zeros_like(gi), gi, dist::ReduceOp::Avg),
+                      Contains("floating-point"));
   // The group is still usable after rejected calls.
   pg->all_reduce({g}, dist::ReduceOp::Sum)->wait();
   REQUIRE(same(g, kiln::ones({4})));

@@ -216,6 +216,13 @@ KILN_SCENARIO("bad_input") {
   expect_error([&] { dist::all_reduce(nc); }, "not contiguous");
   expect_error([&] { auto t = kiln::ones({3}, kiln::TensorOptions().dtype(kiln::DType::I64));
                      dist::all_reduce(t, dist::ReduceOp::Avg); }, "floating-point");
+  const auto i64 = kiln::TensorOptions().dtype(kiln::DType::I64);
+  expect_error([&] { auto out = kiln::zeros({3}, i64);
+                     dist::reduce_scatter_tensor(out, kiln::ones({3 * dist::world_size()}, i64),
+                                                 dist::ReduceOp::Avg); }, "floating-point");
+  expect_error([&] { auto out = kiln::zeros({3}, i64);
+                     std::vector<kiln::Tensor> ins(dist::world_size(), kiln::ones({3}, i64));
+                     dist::reduce_scatter(out, ins, dist::ReduceOp::Avg); }, "floating-point");
   expect_error([&] { auto t = kiln::ones({3}); dist::broadcast(t, 5); }, "src rank 5");
   expect_error([&] { auto out = kiln::empty({5}); dist::all_gather_into_tensor(out, kiln::ones({3})); },
                "elements");
