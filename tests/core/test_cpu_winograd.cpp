@@ -48,24 +48,19 @@ using kiln_test::values;
 using kiln::DType;
 using kiln::Tensor;
 
-// Sets the Winograd switch for a scope and restores the previous setting.
-struct WinogradSwitch {
-  bool saved;
-  explicit WinogradSwitch(bool on) : saved(kiln::cpu_conv_winograd()) { kiln::set_cpu_conv_winograd(on); }
-  ~WinogradSwitch() { kiln::set_cpu_conv_winograd(saved); }
-  WinogradSwitch(const WinogradSwitch&) = delete;
-  WinogradSwitch& operator=(const WinogradSwitch&) = delete;
+// Sets one of kiln's process-wide settings for a scope and restores the previous value.
+template <class T, T (*Get)(), void (*Set)(T)>
+struct ScopedSetting {
+  T saved;
+  explicit ScopedSetting(T value) : saved(Get()) { Set(value); }
+  ~ScopedSetting() { Set(saved); }
+  ScopedSetting(const ScopedSetting&) = delete;
+  ScopedSetting& operator=(const ScopedSetting&) = delete;
 };
-
-// Sets the Winograd tile (kiln::set_cpu_conv_winograd_tile) for a scope and restores the
-// previous setting.
-struct Tile {
-  int saved;
-  explicit Tile(int m) : saved(kiln::cpu_conv_winograd_tile()) { kiln::set_cpu_conv_winograd_tile(m); }
-  ~Tile() { kiln::set_cpu_conv_winograd_tile(saved); }
-  Tile(const Tile&) = delete;
-  Tile& operator=(const Tile&) = delete;
-};
+// The Winograd switch, the Winograd tile (2 or 4) and the CPU kernels' thread count.
+using WinogradSwitch = ScopedSetting<bool, kiln::cpu_conv_winograd, kiln::set_cpu_conv_winograd>;
+using Tile = ScopedSetting<int, kiln::cpu_conv_winograd_tile, kiln::set_cpu_conv_winograd_tile>;
+using Threads = ScopedSetting<int, kiln::get_num_threads, kiln::set_num_threads>;
 
 // Runs check once with each tile forced: F(2x2, 3x3), then F(4x4, 3x3).
 template <class Check>
@@ -76,15 +71,6 @@ void for_each_tile(Check&& check) {
     check();
   }
 }
-
-// Sets the CPU kernels' thread count for a scope and restores the previous one.
-struct Threads {
-  int saved;
-  explicit Threads(int n) : saved(kiln::get_num_threads()) { kiln::set_num_threads(n); }
-  ~Threads() { kiln::set_num_threads(saved); }
-  Threads(const Threads&) = delete;
-  Threads& operator=(const Threads&) = delete;
-};
 
 // A 3x3 stride-1 NCHW convolution of [N, C, H, W] into [N, K, OH, OW] with padding (ph, pw).
 ConvGeometry geometry(int64_t N, int64_t C, int64_t K, int64_t H, int64_t W, int64_t ph, int64_t pw) {

@@ -64,10 +64,15 @@ Batch batch(uint64_t seed, int64_t rows = 9) {
   return {kiln::randn({rows, 13}).to(kGpu), kiln::randn({rows, 5}).to(kGpu)};
 }
 
-bool same(const Tensor& a, const Tensor& b) { return kiln::equal(a.cpu(), b.cpu()); }
+// rtol 0: bitwise. Where the optimizer sees other tensors than the reference's (ZeRO's flat shard,
+// gradients viewing a bucket at an offset that is not a multiple of the vector width), its
+// kernels may take their scalar path where the reference takes the vector one, so those results
+// are compared within a rounding or two.
+bool same(const Tensor& a, const Tensor& b, double rtol = 0) {
+  return rtol == 0 ? kiln::equal(a.cpu(), b.cpu()) : kiln::allclose(a.cpu(), b.cpu(), rtol, rtol);
+}
 
-// Every parameter's gradient of `model` equals the reference's (both undefined counts); rtol 0:
-// bitwise.
+// Every parameter's gradient of `model` equals the reference's (both undefined counts).
 void require_same_grads(const nn::Module& model, const nn::Module& ref, double rtol = 0) {
   auto mine = model.named_parameters();
   auto theirs = ref.named_parameters();
@@ -79,30 +84,18 @@ void require_same_grads(const nn::Module& model, const nn::Module& ref, double r
     REQUIRE(g.defined() == r.defined());
     if (r.defined()) {
       REQUIRE(g.device() == kGpu);
-      if (rtol == 0) {
-        REQUIRE(same(g, r));
-      } else {
-        REQUIRE(kiln::allclose(g.cpu(), r.cpu(), rtol, rtol));
-      }
+      REQUIRE(same(g, r, rtol));
     }
   }
 }
 
-// rtol 0: bitwise. Where the optimizer sees other tensors than the reference's (ZeRO's flat shard,
-// gradients viewing a bucket at an offset that is not a multiple of the vector width), its
-// kernels may take their scalar path where the reference takes the vector one, so the results
-// are compared within a rounding or two.
 void require_same_parameters(const nn::Module& model, const nn::Module& ref, double rtol = 0) {
   auto mine = model.named_parameters();
   auto theirs = ref.named_parameters();
   REQUIRE(mine.size() == theirs.size());
   for (size_t i = 0; i < mine.size(); ++i) {
     INFO("parameter " << mine[i].first);
-    if (rtol == 0) {
-      REQUIRE(same(mine[i].second, theirs[i].second));
-    } else {
-      REQUIRE(kiln::allclose(mine[i].second.cpu(), theirs[i].second.cpu(), rtol, rtol));
-    }
+    REQUIRE(same(mine[i].second, theirs[i].second, rtol));
   }
 }
 
@@ -146,7 +139,7 @@ TEST_CASE("nccl DDP in a world of one: gradients and AdamW steps equal the plain
         require_same_parameters(*model, *ref, rtol);
       }
       REQUIRE(ddp.buckets_rebuilt());
-      REQUIRE(kiln::allclose(model->bn->buffers()[0].cpu(), ref->bn->buffers()[0].cpu(), rtol, rtol));
+      REQUIRE(same(model->bn->buffers()[0], ref->bn->buffers()[0], rtol));
     }
   }
 }

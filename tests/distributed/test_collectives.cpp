@@ -83,6 +83,23 @@ TEST_CASE("failures: ranks with different KILN_GLOO_SEGMENT_BYTES stop with an E
                                     "rank 0 into 4194304"));
 }
 
+TEST_CASE("failures: a KILN_GLOO_SEGMENT_BYTES that is not a size is an Error at init on every rank") {
+  for (const char* bad : {"12", "4MB", "-4194304"}) {
+    SpawnOptions opt;
+    opt.world_size = 2;
+    opt.deadline_seconds = 30;
+    opt.env["KILN_GLOO_SEGMENT_BYTES"] = bad;
+    auto results = spawn_ranks({KILN_DIST_WORKER, "join", "10"}, opt);
+    INFO("KILN_GLOO_SEGMENT_BYTES=" << bad << "\n" << describe(results));
+    for (const auto& r : results) {
+      CHECK_FALSE(r.killed_at_deadline);
+      CHECK(r.exit_code == 5);
+      CHECK(contains(r.output, std::string("KILN_GLOO_SEGMENT_BYTES must be a whole number of bytes, at "
+                                           "least 1024, got '") + bad + "'"));
+    }
+  }
+}
+
 TEST_CASE("failures: mismatched collectives under KILN_DISTRIBUTED_DEBUG name both sides") {
   SpawnOptions opt;
   opt.world_size = 3;

@@ -442,6 +442,15 @@ inline __mmask16 store_positions(float* out, int64_t xs, bool room, __mmask16 la
   return _mm512_mask_cmp_ps_mask(lanes, check, check, _CMP_UNORD_Q);
 }
 
+// The same for positions held as an alpha x alpha tile (position a * alpha + b).
+template <int A>
+inline __mmask16 store_positions(float* out, int64_t xs, bool room, __mmask16 lanes, const __m512 (&v)[A][A]) {
+  __m512 flat[A * A];
+  for (int a = 0; a < A; ++a)
+    for (int b = 0; b < A; ++b) flat[a * A + b] = v[a][b];
+  return store_positions<A * A>(out, xs, room, lanes, flat);
+}
+
 // Whether a sum of values is Inf or NaN (see store_positions).
 inline bool unordered(__m512 sum) {
   const __m512 check = _mm512_sub_ps(sum, sum);
@@ -691,6 +700,11 @@ struct TileLanes {
                                                 _mm512_set1_epi32(static_cast<int>(OW)));
     return r & c & valid(g);
   }
+  // inside() for every value (i, j) of an m x m output tile
+  void inside_masks(int64_t g, int64_t OH, int64_t OW, __mmask16 (&keep)[F::m][F::m]) const {
+    for (int i = 0; i < F::m; ++i)
+      for (int j = 0; j < F::m; ++j) keep[i][j] = inside(g, i, j, OH, OW);
+  }
 };
 
 // The zero-padded planes of a chunk's samples for one channel (input_transform_gathered and the
@@ -726,13 +740,11 @@ bool input_transform_gathered(const Problem<F>& p, const float* in, const Chunk&
     }
     for (int64_t g = 0; g < tl.groups; ++g) {
       const __m512i at = tl.offsets(g, ps, wg);
-      __m512 d[A][A], r[A][A], o[A * A];
+      __m512 d[A][A], r[A][A];
       for (int i = 0; i < A; ++i)
         for (int j = 0; j < A; ++j) d[i][j] = _mm512_i32gather_ps(at, buf + i * wg + j, 4);
       nest(d, r, [](const auto& x, auto& y) { F::bt(x, y); });
-      for (int a = 0; a < A; ++a)
-        for (int b = 0; b < A; ++b) o[a * A + b] = r[a][b];
-      bad |= store_positions<A * A>(v + c * ld + 16 * g, xs, 16 * g + 16 <= ld, tl.valid(g), o);
+      bad |= store_positions(v + c * ld + 16 * g, xs, 16 * g + 16 <= ld, tl.valid(g), r);
     }
   }
   return bad == 0;
@@ -749,8 +761,7 @@ bool output_transform_gathered(const Problem<F>& p, const float* m, int64_t ld, 
   for (int64_t g = 0; g < tl.groups; ++g) {
     const __m512i at = tl.offsets(g, p.K * ohw, p.OW);
     __mmask16 keep[M][M];
-    for (int i = 0; i < M; ++i)
-      for (int j = 0; j < M; ++j) keep[i][j] = tl.inside(g, i, j, p.OH, p.OW);
+    tl.inside_masks(g, p.OH, p.OW, keep);
     const __mmask16 lanes = tl.valid(g);
     for (int64_t k = 0; k < p.K; ++k) {
       const __m512 bv = _mm512_set1_ps(bias ? bias[k] : 0.0f);
@@ -783,17 +794,14 @@ bool grad_transform_gathered(const Problem<F>& p, const float* gy, const Chunk& 
   for (int64_t g = 0; g < tl.groups; ++g) {
     const __m512i at = tl.offsets(g, p.K * ohw, p.OW);
     __mmask16 keep[M][M];  // values outside the plane (tiles that overhang it) are zero
-    for (int i = 0; i < M; ++i)
-      for (int j = 0; j < M; ++j) keep[i][j] = tl.inside(g, i, j, p.OH, p.OW);
+    tl.inside_masks(g, p.OH, p.OW, keep);
     for (int64_t k = 0; k < p.K; ++k) {
       const float* plane = base + k * ohw;
-      __m512 e[M][M], r[A][A], o[A * A];
+      __m512 e[M][M], r[A][A];
       for (int i = 0; i < M; ++i)
         for (int j = 0; j < M; ++j) e[i][j] = _mm512_mask_i32gather_ps(zero, keep[i][j], at, plane + i * p.OW + j, 4);
       nest(e, r, [](const auto& x, auto& z) { F::a(x, z); });
-      for (int a = 0; a < A; ++a)
-        for (int b = 0; b < A; ++b) o[a * A + b] = r[a][b];
-      bad |= store_positions<A * A>(gt + k * ld + 16 * g, xs, 16 * g + 16 <= ld, tl.valid(g), o);
+      bad |= store_positions(gt + k * ld + 16 * g, xs, 16 * g + 16 <= ld, tl.valid(g), r);
     }
   }
   return bad == 0;
