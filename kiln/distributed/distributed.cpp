@@ -267,6 +267,7 @@ void init_process_group(const InitOptions& options) {
   }
   KILN_CHECK(options.timeout.count() > 0, "init_process_group: the timeout must be positive");
   const auto backends = parse_backends(options.backend);
+  if (std::find(backends.begin(), backends.end(), "gloo") != backends.end()) check_gloo_environment();
   int rank = options.rank, world_size = options.world_size;
   LaunchEnv env;
   if (rank < 0 || world_size < 0) env = read_launch_env();

@@ -82,6 +82,10 @@ std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> sto
 std::shared_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<Store> store, int rank,
                                                       int size, const ProcessGroupOptions& options);
 bool gloo_available();
+// Reads the Gloo backend's settings from the environment (KILN_GLOO_SEGMENT_BYTES) and throws
+// kiln::Error on a bad one. init_process_group calls it before any rank connects, so every rank
+// fails on its own with that message (rank 0 failing later would take the store from the others).
+void check_gloo_environment();
 bool nccl_available();
 
 // KILN_DISTRIBUTED_DEBUG=1: wraps `group` so that before each collective the ranks all-gather a

@@ -37,6 +37,8 @@ namespace kiln::distributed {
 
 bool gloo_available() { return false; }
 
+void check_gloo_environment() {}
+
 std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store>, int, int,
                                                       const ProcessGroupOptions&) {
   KILN_FAIL("init_process_group: kiln was built without Gloo, so the \"gloo\" backend (CPU "
@@ -529,6 +531,8 @@ std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> sto
                                                       int size, const ProcessGroupOptions& options) {
   return std::make_shared<GlooProcessGroup>(std::move(store), rank, size, options);
 }
+
+void check_gloo_environment() { segment_bytes_from_env(); }
 
 #endif  // KILN_WITH_GLOO
 
