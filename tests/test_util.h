@@ -171,4 +171,14 @@ inline kiln::Tensor sin_seq(int64_t n, double a, double b) {
   return kiln::sin(kiln::arange(static_cast<double>(n), f64()) * a + b);
 }
 
+// Converts m to f64 and sets its parameter k (in registration order, which is PyTorch's for the
+// modules that mirror one) to 0.5 sin(0.1 i + 0.7 k): the reference scripts do the same to the
+// PyTorch module, so its outputs can be pasted into a test.
+inline void set_params_to_sequence(kiln::nn::Module& m) {
+  kiln::NoGradGuard ng;
+  m.to(kiln::DType::F64);
+  int k = 0;
+  for (kiln::Tensor p : m.parameters()) p.copy_(sin_seq(p.numel(), 0.1, 0.7 * k++).view(p.sizes()) * 0.5);
+}
+
 }  // namespace kiln_test

@@ -1,24 +1,73 @@
 #include "kiln/nn/attention.h"
 
+#include <limits>
+
 #include "kiln/nn/functional.h"
+#include "kiln/nn/init.h"
 
 namespace kiln::nn {
 
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// One of torch's mask forms as an additive mask of the scores' dtype: bool true -> -inf (the key
+// is not attended to), floating -> added as given.
+Tensor additive_mask(const Tensor& mask, const char* name, const Tensor& query) {
+  KILN_CHECK(mask.device() == query.device(), "MultiheadAttention: ", name, " is on ", mask.device(),
+             " but the query is on ", query.device());
+  if (mask.dtype() == DType::Bool)
+    return zeros(mask.sizes(), TensorOptions().dtype(query.dtype()).device(mask.device())).masked_fill(mask, kNegInf);
+  KILN_CHECK(mask.is_floating_point(), "MultiheadAttention: ", name,
+             " must be bool (true: not attended to) or floating (added to the scores), got ", mask.dtype());
+  return mask.dtype() == query.dtype() ? mask : mask.to(query.dtype());
+}
+
+// [L, S]: -inf where key j comes after query i (torch's causal mask, aligned at the top left).
+Tensor causal_additive_mask(int64_t L, int64_t S, const Tensor& query) {
+  const TensorOptions index = TensorOptions().dtype(DType::I64).device(query.device());
+  const Tensor later = arange(static_cast<double>(S), index).view({1, S}) > arange(static_cast<double>(L), index).view({L, 1});
+  return zeros({L, S}, TensorOptions().dtype(query.dtype()).device(query.device())).masked_fill(later, kNegInf);
+}
+
+}  // namespace
+
+MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& o) : MultiheadAttention(o, /*torch_init=*/true) {}
+
 MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, bool c, bool bias, double dropout)
+    : MultiheadAttention(
+          MultiheadAttentionOptions(e, h).bias(bias).batch_first(true).causal(c).output_dropout(dropout),
+          /*torch_init=*/false) {}
+
+MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& o, bool torch_init)
     : Module("MultiheadAttention"),
-      embed_dim(e),
-      num_heads(h),
-      causal(c),
-      qkv(LinearOptions(e, 3 * e).bias(bias)),
-      proj(LinearOptions(e, e).bias(bias)),
-      resid_dropout(dropout) {
-  KILN_CHECK(h > 0 && e % h == 0, "MultiheadAttention: embed_dim (", e, ") must be divisible by num_heads (", h, ")");
+      options(o),
+      embed_dim(o.embed_dim()),
+      num_heads(o.num_heads()),
+      causal(o.causal()),
+      qkv(LinearOptions(o.embed_dim(), 3 * o.embed_dim()).bias(o.bias())),
+      proj(LinearOptions(o.embed_dim(), o.embed_dim()).bias(o.bias())),
+      resid_dropout(o.output_dropout()) {
+  KILN_CHECK(num_heads > 0 && embed_dim > 0 && embed_dim % num_heads == 0, "MultiheadAttention: embed_dim (",
+             embed_dim, ") must be positive and divisible by num_heads (", num_heads, ")");
+  KILN_CHECK(o.dropout() >= 0.0 && o.dropout() <= 1.0, "MultiheadAttention: dropout must be in [0, 1], got ",
+             o.dropout());
   register_module("qkv", qkv);
   register_module("proj", proj);
   register_module("resid_dropout", resid_dropout);
+  if (torch_init) {
+    init::xavier_uniform_(qkv.weight);
+    if (o.bias()) {
+      init::zeros_(qkv.bias);
+      init::zeros_(proj.bias);
+    }
+  }
 }
 
-Tensor MultiheadAttention::forward(const Tensor& x) { return resid_dropout(proj(heads(x))); }
+Tensor MultiheadAttention::forward(const Tensor& x) {
+  if (options.batch_first() && x.dim() == 3) return resid_dropout(proj(heads(x)));
+  return std::get<0>(forward(x, x, x, MultiheadAttentionArgs().need_weights(false)));
+}
 
 Tensor MultiheadAttention::heads(const Tensor& x) {
   KILN_CHECK(x.dim() == 3 && x.size(2) == embed_dim, "MultiheadAttention: expected [B, T, ", embed_dim,
@@ -26,13 +75,102 @@ Tensor MultiheadAttention::heads(const Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), D = embed_dim / num_heads;
   // q, k, v: [B, H, T, D] views of the projection (unbind: their gradients land in one buffer)
   auto qkv_out = qkv(x).view({B, T, 3, num_heads, D}).permute({2, 0, 3, 1, 4}).unbind(0);
-  Tensor y = functional::scaled_dot_product_attention(qkv_out[0], qkv_out[1], qkv_out[2], causal);
+  const double p = is_training() ? options.dropout() : 0.0;
+  Tensor y = functional::scaled_dot_product_attention(qkv_out[0], qkv_out[1], qkv_out[2], Tensor(), p, causal);
   return y.transpose(1, 2).reshape({B, T, embed_dim});  // a view: y is laid out [B, T, H, D]
 }
 
+std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                                       const MultiheadAttentionArgs& a) {
+  const char* op = "MultiheadAttention";
+  const char* layout = options.batch_first() ? "[N, L, E]" : "[L, N, E]";
+  KILN_CHECK(query.defined() && key.defined() && value.defined(), op, ": query, key and value must be defined");
+  const bool batched = query.dim() == 3;
+  KILN_CHECK((query.dim() == 2 || batched) && key.dim() == query.dim() && value.dim() == query.dim(), op,
+             ": query, key and value must all be 3-D (", layout, ") or all 2-D (unbatched [L, E]), got sizes ",
+             query.sizes(), ", ", key.sizes(), ", ", value.sizes());
+  const int64_t E = embed_dim, H = num_heads, D = E / H;
+  KILN_CHECK(query.size(-1) == E && key.size(-1) == E && value.size(-1) == E, op, ": query, key and value must have ",
+             "embed_dim = ", E, " features (a kdim or vdim of its own is not supported), got sizes ", query.sizes(),
+             ", ", key.sizes(), ", ", value.sizes());
+  // Everything below works batch first: [N, L, E].
+  auto batch_major = [&](const Tensor& t) {
+    return !batched ? t.unsqueeze(0) : options.batch_first() ? t : t.transpose(0, 1);
+  };
+  const Tensor qb = batch_major(query), kb = batch_major(key), vb = batch_major(value);
+  const int64_t N = qb.size(0), L = qb.size(1), S = kb.size(1);
+  KILN_CHECK(kb.size(0) == N && vb.size(0) == N && vb.size(1) == S, op, ": key and value must hold the same ",
+             "keys for the query's batch (", layout, " with S keys), got sizes query ", query.sizes(), ", key ",
+             key.sizes(), ", value ", value.sizes());
+
+  // The projections: one GEMM when query, key and value are one tensor (self-attention), else the
+  // rows of qkv's weight each input needs. q, k, v end up [N, H, T, D].
+  auto rows = [&](int64_t first, int64_t count, const Tensor& x) {
+    return functional::linear(x, qkv.weight.narrow(0, first, count),
+                              qkv.bias.defined() ? qkv.bias.narrow(0, first, count) : Tensor());
+  };
+  auto split = [&](const Tensor& t, int64_t T, int64_t parts) {
+    return t.view({N, T, parts, H, D}).permute({2, 0, 3, 1, 4}).unbind(0);
+  };
+  Tensor q, k, v;
+  if (query.is_same(key) && key.is_same(value)) {
+    auto qkv_out = split(qkv(qb), L, 3);
+    q = qkv_out[0], k = qkv_out[1], v = qkv_out[2];
+  } else {
+    q = split(rows(0, E, qb), L, 1)[0];
+    if (key.is_same(value)) {
+      auto kv = split(rows(E, 2 * E, kb), S, 2);
+      k = kv[0], v = kv[1];
+    } else {
+      k = split(rows(E, E, kb), S, 1)[0];
+      v = split(rows(2 * E, E, vb), S, 1)[0];
+    }
+  }
+
+  // The masks, as one additive mask that broadcasts to the scores [N, H, L, S].
+  Tensor mask;
+  auto add = [&](const Tensor& m) { mask = mask.defined() ? mask + m : m; };
+  if (a.attn_mask().defined()) {
+    const Tensor& m = a.attn_mask();
+    const bool two_d = m.dim() == 2 && m.size(0) == L && m.size(1) == S;
+    const bool three_d = m.dim() == 3 && m.size(0) == N * H && m.size(1) == L && m.size(2) == S;
+    KILN_CHECK(two_d || three_d, op, ": attn_mask must be [L, S] = [", L, ", ", S, "] or [N * num_heads, L, S] = [",
+               N * H, ", ", L, ", ", S, "], got sizes ", m.sizes());
+    add(additive_mask(m, "attn_mask", q).view({two_d ? 1 : N, two_d ? 1 : H, L, S}));
+  }
+  if (a.key_padding_mask().defined()) {
+    const Tensor& m = a.key_padding_mask();
+    KILN_CHECK(batched ? (m.dim() == 2 && m.size(0) == N && m.size(1) == S) : (m.dim() == 1 && m.size(0) == S), op,
+               ": key_padding_mask must be ", batched ? "[N, S] = [" + std::to_string(N) + ", " : "[S] = [", S,
+               "], got sizes ", m.sizes());
+    add(additive_mask(m, "key_padding_mask", q).view({N, 1, 1, S}));
+  }
+  // causal: always; is_causal: torch's hint that attn_mask is causal, so it only acts without one.
+  bool is_causal = causal || (a.is_causal() && !a.attn_mask().defined());
+  if (is_causal && mask.defined()) {
+    add(causal_additive_mask(L, S, q));
+    is_causal = false;
+  }
+
+  const double p = is_training() ? options.dropout() : 0.0;
+  Tensor y, weights;
+  if (a.need_weights()) {
+    std::tie(y, weights) = functional::scaled_dot_product_attention_and_weights(q, k, v, mask, p, is_causal);
+    if (a.average_attn_weights()) weights = weights.mean({1});
+    if (!batched) weights = weights.squeeze(0);
+  } else {
+    y = functional::scaled_dot_product_attention(q, k, v, mask, p, is_causal);
+  }
+  Tensor out = resid_dropout(proj(y.transpose(1, 2).reshape({N, L, E})));
+  if (!batched) out = out.squeeze(0);
+  else if (!options.batch_first()) out = out.transpose(0, 1);
+  return {out, weights};
+}
+
 std::string MultiheadAttention::extra_repr() const {
-  return "embed_dim=" + std::to_string(embed_dim) + ", num_heads=" + std::to_string(num_heads) +
-         ", causal=" + (causal ? "True" : "False");
+  std::string s = "embed_dim=" + std::to_string(embed_dim) + ", num_heads=" + std::to_string(num_heads);
+  if (options.dropout() > 0.0) s += ", dropout=" + float_repr(options.dropout());
+  return s + ", causal=" + (causal ? "True" : "False");
 }
 
 TransformerBlock::TransformerBlock(const TransformerBlockOptions& o)
@@ -62,6 +200,80 @@ Tensor TransformerBlock::forward(const Tensor& x) {
   // h + drop(proj(act(fc(ln2(h))))) with act = tanh GELU.
   Tensor a = functional::linear_gelu(ln2(h), fc.weight, fc.bias, act.approximate);
   return functional::bias_dropout_add(functional::linear(a, proj.weight), proj.bias, h, drop.p, is_training());
+}
+
+TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOptions& o)
+    : Module("TransformerEncoderLayer"),
+      options(o),
+      self_attn(MultiheadAttentionOptions(o.d_model(), o.nhead()).dropout(o.dropout()).batch_first(o.batch_first())),
+      linear1(o.d_model(), o.dim_feedforward()),
+      dropout(o.dropout()),
+      linear2(o.dim_feedforward(), o.d_model()),
+      norm1(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())),
+      norm2(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps())),
+      dropout1(o.dropout()),
+      dropout2(o.dropout()) {
+  KILN_CHECK(o.activation() == "relu" || o.activation() == "gelu",
+             "TransformerEncoderLayer: activation must be \"relu\" or \"gelu\", got \"", o.activation(), "\"");
+  register_module("self_attn", self_attn);
+  register_module("linear1", linear1);
+  register_module("dropout", dropout);
+  register_module("linear2", linear2);
+  register_module("norm1", norm1);
+  register_module("norm2", norm2);
+  register_module("dropout1", dropout1);
+  register_module("dropout2", dropout2);
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& src) { return forward(src, Tensor(), Tensor(), false); }
+
+Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask,
+                                        bool is_causal) {
+  Tensor x = src;
+  if (options.norm_first()) {
+    x = x + self_attention_block(norm1(x), src_mask, src_key_padding_mask, is_causal);
+    return feed_forward_block(norm2(x), x);
+  }
+  x = norm1(x + self_attention_block(x, src_mask, src_key_padding_mask, is_causal));
+  return norm2(feed_forward_block(x, x));
+}
+
+Tensor TransformerEncoderLayer::self_attention_block(const Tensor& x, const Tensor& mask, const Tensor& key_padding_mask,
+                                                     bool is_causal) {
+  auto args = MultiheadAttentionArgs().attn_mask(mask).key_padding_mask(key_padding_mask).need_weights(false).is_causal(is_causal);
+  return dropout1(std::get<0>(self_attn(x, x, x, args)));
+}
+
+Tensor TransformerEncoderLayer::feed_forward_block(const Tensor& x, const Tensor& residual) {
+  Tensor h = options.activation() == "gelu" ? functional::linear_gelu(x, linear1.weight, linear1.bias, "none")
+                                            : kiln::relu(linear1(x));
+  // residual + dropout2(linear2(dropout(h))): linear2's bias, dropout2 and the add in one pass
+  return functional::bias_dropout_add(functional::linear(dropout(h), linear2.weight), linear2.bias, residual,
+                                      dropout2.p, is_training());
+}
+
+std::string TransformerEncoderLayer::extra_repr() const {
+  return "activation=" + options.activation() + (options.norm_first() ? ", norm_first=True" : "") +
+         (options.batch_first() ? ", batch_first=True" : "");
+}
+
+TransformerEncoder::TransformerEncoder(const TransformerEncoderOptions& o) : Module("TransformerEncoder"), options(o) {
+  KILN_CHECK(o.num_layers() >= 0, "TransformerEncoder: num_layers must be >= 0, got ", o.num_layers());
+  for (int64_t i = 0; i < o.num_layers(); ++i) layers.push_back(std::make_shared<TransformerEncoderLayer>(o.layer()));
+  register_module("layers", layers);
+  if (o.final_norm())
+    norm = register_module(
+        "norm", std::make_shared<LayerNorm>(LayerNormOptions({o.layer().d_model()}).eps(o.layer().layer_norm_eps())));
+}
+
+Tensor TransformerEncoder::forward(const Tensor& src) { return forward(src, Tensor(), Tensor(), false); }
+
+Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask,
+                                   bool is_causal) {
+  Tensor x = src;
+  for (size_t i = 0; i < layers.size(); ++i)
+    x = layers.at<TransformerEncoderLayer>(i).forward(x, mask, src_key_padding_mask, is_causal);
+  return norm ? norm->forward(x) : x;
 }
 
 }  // namespace kiln::nn

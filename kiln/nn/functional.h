@@ -8,6 +8,7 @@
 // [C_out, C_in / groups, kH, kW], sequences for conv1d [N, C, L].
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "kiln/core/tensor.h"
 
@@ -189,5 +190,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
                                     double dropout_p = 0.0, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
+// The full form's composite, returning also the probabilities it multiplies v by ([..., Tq, Tk],
+// after dropout): what nn::MultiheadAttention returns as its attention weights.
+std::tuple<Tensor, Tensor> scaled_dot_product_attention_and_weights(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                                    const Tensor& attn_mask, double dropout_p = 0.0,
+                                                                    bool is_causal = false,
+                                                                    std::optional<double> scale = std::nullopt);
 
 }  // namespace kiln::nn::functional

@@ -208,3 +208,58 @@ TEST_CASE("attention: q, k, v unbound from a fused projection, CUDA == CPU", "[c
     require_near(gx[1], gx[0], 1e-4, "gradient of the projection");
   }
 }
+
+TEST_CASE("nn::MultiheadAttention and nn::TransformerEncoderLayer: CUDA == CPU with masks and weights",
+          "[cuda][attention]") {
+  // torch's module forms over the ops above: cross-attention with a bool attn_mask and a key
+  // padding mask returning the weights, then an encoder layer (pre-norm, GELU) over a
+  // non-contiguous input; outputs and the gradients of the inputs and of a weight.
+  namespace nn = kiln::nn;
+  kiln::manual_seed(41);
+  const int64_t L = 37, S = 29, N = 3, E = 48, H = 3;
+  nn::MultiheadAttention cpu_mha(nn::MultiheadAttentionOptions(E, H)), gpu_mha(nn::MultiheadAttentionOptions(E, H));
+  gpu_mha.load_state_dict(cpu_mha.state_dict());
+  gpu_mha.to(kGpu);
+  Tensor q0 = kiln::randn({L, N, E}), k0 = kiln::randn({S, N, E}), v0 = kiln::randn({S, N, E});
+  Tensor attn_mask = kiln::rand({L, S}) < 0.2, padding = kiln::rand({N, S}) < 0.2;
+  attn_mask.select(1, 0).fill_(0.0);  // every query keeps key 0, so no row is all masked
+  padding.select(1, 0).fill_(0.0);
+  std::vector<Tensor> out, w, gq, gk, gw;
+  for (const kiln::Device& dev : {kCpu, kGpu}) {
+    nn::MultiheadAttention& mha = dev == kCpu ? cpu_mha : gpu_mha;
+    Tensor q = q0.to(dev).requires_grad_(true), k = k0.to(dev).requires_grad_(true), v = v0.to(dev);
+    auto [o, weights] = mha(q, k, v, nn::MultiheadAttentionArgs().attn_mask(attn_mask.to(dev)).key_padding_mask(padding.to(dev)));
+    (o.sum() + weights.pow(2.0).sum()).backward();
+    out.push_back(o.detach());
+    w.push_back(weights.detach());
+    gq.push_back(q.grad());
+    gk.push_back(k.grad());
+    gw.push_back(mha.qkv.weight.grad());
+  }
+  require_near(out[1], out[0], 1e-4, "attention output");
+  require_near(w[1], w[0], 1e-4, "attention weights");
+  require_near(gq[1], gq[0], 1e-4, "query gradient");
+  require_near(gk[1], gk[0], 1e-4, "key gradient");
+  require_near(gw[1], gw[0], 1e-4, "in-projection weight gradient");
+
+  auto options = nn::TransformerEncoderLayerOptions(E, H).dim_feedforward(80).norm_first(true).activation("gelu").dropout(0.0);
+  nn::TransformerEncoderLayer cpu_layer(options), gpu_layer(options);
+  gpu_layer.load_state_dict(cpu_layer.state_dict());
+  gpu_layer.to(kGpu);
+  Tensor src0 = kiln::randn({N, L, E});
+  Tensor src_padding = kiln::rand({N, L}) < 0.2;
+  src_padding.select(1, 0).fill_(0.0);
+  std::vector<Tensor> y, gs, g1;
+  for (const kiln::Device& dev : {kCpu, kGpu}) {
+    nn::TransformerEncoderLayer& layer = dev == kCpu ? cpu_layer : gpu_layer;
+    Tensor src = src0.to(dev).requires_grad_(true);
+    Tensor o = layer(src.transpose(0, 1), Tensor(), src_padding.to(dev), false);  // [L, N, E], a strided view
+    o.pow(2.0).sum().backward();
+    y.push_back(o.detach());
+    gs.push_back(src.grad());
+    g1.push_back(layer.linear1.weight.grad());
+  }
+  require_near(y[1], y[0], 1e-4, "encoder layer output");
+  require_near(gs[1], gs[0], 1e-4, "encoder layer input gradient");
+  require_near(g1[1], g1[0], 1e-4, "linear1 weight gradient");
+}

@@ -1,6 +1,6 @@
 // The model writers' check (docs/model_zoo.md): tiny versions of nanoGPT, a torchvision-style
-// ResNet, a torchvision-style ViT, the common U-Net and the PyTorch-examples LSTM language model,
-// each written the way its PyTorch source is, with kiln's public API only. Each trains a few AdamW
+// ResNet, a torchvision-style ViT, the common U-Net and the PyTorch-examples LSTM language model
+// (and its Transformer variant), each written the way its PyTorch source is, with kiln's public API only. Each trains a few AdamW
 // steps on one fixed batch, and its loss has to fall well below where it started.
 #include <catch2/catch.hpp>
 
@@ -327,6 +327,51 @@ struct RNNModel : nn::Module {
   }
 };
 
+// Its Transformer variant: PositionalEncoding + nn.TransformerEncoder under a causal mask.
+struct PositionalEncoding : nn::Module {
+  nn::Dropout dropout;
+  Tensor pe;  // [max_len, 1, d_model]
+  PositionalEncoding(int64_t d_model, double p, int64_t max_len) : nn::Module("PositionalEncoding"), dropout(p) {
+    Tensor position = kiln::arange(static_cast<double>(max_len)).unsqueeze(1);
+    Tensor div_term = kiln::exp(kiln::arange(0.0, static_cast<double>(d_model), 2.0) * (-std::log(10000.0) / d_model));
+    Tensor table = kiln::zeros({max_len, d_model});
+    table.slice(1, 0, d_model, 2).copy_(kiln::sin(position * div_term));
+    table.slice(1, 1, d_model, 2).copy_(kiln::cos(position * div_term));
+    pe = register_buffer("pe", table.unsqueeze(1));
+    register_module("dropout", dropout);
+  }
+  Tensor forward(const Tensor& x) override { return dropout(x + pe.narrow(0, 0, x.size(0))); }
+};
+
+struct TransformerModel : nn::Module {
+  int64_t ntoken, ninp;
+  nn::Embedding encoder;
+  PositionalEncoding pos_encoder;
+  nn::TransformerEncoder transformer_encoder;
+  nn::Linear decoder;
+  TransformerModel(int64_t ntoken, int64_t ninp, int64_t nhead, int64_t nhid, int64_t nlayers, double dropout)
+      : nn::Module("TransformerModel"), ntoken(ntoken), ninp(ninp), encoder(ntoken, ninp),
+        pos_encoder(ninp, dropout, 64),
+        transformer_encoder(nn::TransformerEncoderOptions(
+            nn::TransformerEncoderLayerOptions(ninp, nhead).dim_feedforward(nhid).dropout(dropout), nlayers)),
+        decoder(ninp, ntoken) {
+    register_module("encoder", encoder);
+    register_module("pos_encoder", pos_encoder);
+    register_module("transformer_encoder", transformer_encoder);
+    register_module("decoder", decoder);
+    init::uniform_(encoder.weight, -0.1, 0.1);
+    init::zeros_(decoder.bias);
+    init::uniform_(decoder.weight, -0.1, 0.1);
+  }
+  // src [T, B] -> log-probabilities [T, B, ntoken]; each position sees itself and earlier ones
+  Tensor forward(const Tensor& src) override {
+    const int64_t T = src.size(0);
+    Tensor mask = kiln::zeros({T, T}).masked_fill(kiln::ones({T, T}).triu(1) > 0.5, -INFINITY);
+    Tensor x = pos_encoder(encoder(src) * std::sqrt(static_cast<double>(ninp)));
+    return F::log_softmax(decoder(transformer_encoder(x, mask)), -1);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("model zoo: nanoGPT trains", "[model_zoo]") {
@@ -411,4 +456,24 @@ TEST_CASE("model zoo: LSTM language model trains", "[model_zoo]") {
   });
   CHECK(losses.front() == Approx(2.0 * std::log(12.0)).epsilon(0.05));
   check_trains(losses, 0.6);
+}
+
+TEST_CASE("model zoo: the language model's Transformer variant trains", "[model_zoo]") {
+  kiln::manual_seed(5);
+  const int64_t ntoken = 12, bsz = 3, bptt = 6;
+  TransformerModel model(ntoken, 16, 2, 32, 2, 0.1);
+  std::vector<int64_t> tokens;
+  for (int64_t i = 0; i < (bptt + 1) * bsz; ++i) tokens.push_back((5 * i + 3) % ntoken);  // periodic
+  Tensor data = kiln::tensor(tokens).view({bsz, -1}).t().contiguous();  // [T + 1, B]
+  Tensor input = data.narrow(0, 0, bptt), target = data.narrow(0, 1, bptt).reshape({-1});
+  CHECK(model(input).sizes() == IntList{bptt, bsz, ntoken});
+  // the causal mask: the first position's predictions do not depend on later tokens
+  model.eval();
+  Tensor changed = input.clone();
+  changed.narrow(0, 1, bptt - 1).fill_(0.0);
+  CHECK(kiln::allclose(model(input).select(0, 0), model(changed).select(0, 0), 1e-6, 1e-6));
+  CHECK_FALSE(kiln::allclose(model(input).select(0, 2), model(changed).select(0, 2), 1e-6, 1e-6));
+  model.train();
+  auto losses = train(model, 30, 1e-2, [&] { return F::nll_loss(model(input).view({-1, ntoken}), target); });
+  check_trains(losses, 0.4);
 }

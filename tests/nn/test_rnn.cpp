@@ -26,15 +26,6 @@ using kiln::nn::RNN;
 using kiln::nn::RNNCell;
 using kiln::nn::RNNOptions;
 
-
-// Parameter k (in registration order) = 0.5 sin(0.1 i + 0.7 k), as in the reference script.
-void set_params(kiln::nn::Module& m) {
-  kiln::NoGradGuard ng;
-  m.to(DType::F64);
-  int k = 0;
-  for (Tensor p : m.parameters()) p.copy_(sin_seq(p.numel(), 0.1, 0.7 * k++).view(p.sizes()) * 0.5);
-}
-
 Tensor input() { return sin_seq(18, 0.29, 0.2).view({2, 3, 3}); }  // [B=2, T=3, I=3] (batch_first)
 Tensor h0() { return sin_seq(16, 0.43, 0.5).view({4, 2, 2}) * 0.3; }
 Tensor c0() { return sin_seq(16, 0.17, 0.9).view({4, 2, 2}) * 0.3; }
@@ -146,7 +137,7 @@ const std::vector<double> k_rnn_cell_h = {
 
 TEST_CASE("LSTM: 2 layers, bidirectional, batch_first match PyTorch", "[rnn]") {
   LSTM lstm(ref_options());
-  set_params(lstm);
+  set_params_to_sequence(lstm);
   auto [out, state] = lstm(input(), LSTMState{h0(), c0()});
   CHECK(out.sizes() == IntList{2, 3, 4});
   CHECK(std::get<0>(state).sizes() == IntList{4, 2, 2});
@@ -163,7 +154,7 @@ TEST_CASE("LSTM: 2 layers, bidirectional, batch_first match PyTorch", "[rnn]") {
 
 TEST_CASE("LSTM: gradients match PyTorch", "[rnn]") {
   LSTM lstm(ref_options());
-  set_params(lstm);
+  set_params_to_sequence(lstm);
   Tensor x = input().requires_grad_();
   auto [out, state] = lstm(x, LSTMState{h0(), c0()});
   auto [hn, cn] = state;
@@ -178,7 +169,7 @@ TEST_CASE("LSTM: gradients match PyTorch", "[rnn]") {
 
 TEST_CASE("LSTMCell matches PyTorch and one LSTM layer", "[rnn]") {
   LSTMCell cell(3, 2);
-  set_params(cell);
+  set_params_to_sequence(cell);
   auto [h, c] = cell(input().select(1, 0), LSTMState{h0()[0], c0()[0]});
   check_close(h, k_cell_h, 0, 1e-14, "h'");
   check_close(c, k_cell_c, 0, 1e-14, "c'");
@@ -186,7 +177,7 @@ TEST_CASE("LSTMCell matches PyTorch and one LSTM layer", "[rnn]") {
 
   // a one-layer LSTM with the cell's weights is the cell unrolled
   LSTM lstm(3, 2);
-  set_params(lstm);
+  set_params_to_sequence(lstm);
   Tensor x = input().transpose(0, 1);  // [T, B, I], non-contiguous
   auto [out, state] = lstm(x, LSTMState{h0()[0].unsqueeze(0), c0()[0].unsqueeze(0)});
   Tensor hs = h0()[0], cs = c0()[0];
@@ -288,7 +279,7 @@ TEST_CASE("LSTM and LSTMCell: errors", "[rnn]") {
 
 TEST_CASE("GRU: 2 layers, bidirectional, batch_first match PyTorch, with gradients", "[rnn]") {
   GRU gru(GRUOptions(3, 2).num_layers(2).bidirectional(true).batch_first(true));
-  set_params(gru);
+  set_params_to_sequence(gru);
   CHECK(gru.weights[0].w_ih.sizes() == IntList{6, 3});
   Tensor x = input().requires_grad_();
   auto [out, hn] = gru(x, h0());
@@ -311,17 +302,17 @@ TEST_CASE("GRU: 2 layers, bidirectional, batch_first match PyTorch, with gradien
 
 TEST_CASE("RNN (relu) and the GRU / RNN cells match PyTorch", "[rnn]") {
   RNN rnn(RNNOptions(3, 2).num_layers(2).nonlinearity("relu"));
-  set_params(rnn);
+  set_params_to_sequence(rnn);
   CHECK(rnn.extra_repr() == "3, 2, num_layers=2");  // PyTorch does not print the nonlinearity
   auto [out, hn] = rnn(input().transpose(0, 1), h0().slice(0, 0, 2));
   check_close(out, k_rnn_relu_out, 0, 1e-14, "output");
   check_close(hn, k_rnn_relu_hn, 0, 1e-14, "h_n");
   GRUCell gc(3, 2);
-  set_params(gc);
+  set_params_to_sequence(gc);
   check_close(gc(input().select(1, 0), h0()[0]), k_gru_cell_h, 0, 1e-14, "GRUCell");
   CHECK(kiln::equal(gc(input().select(1, 0)), gc(input().select(1, 0), kiln::zeros({2, 2}, f64()))));
   RNNCell rc(3, 2);
-  set_params(rc);
+  set_params_to_sequence(rc);
   check_close(rc(input().select(1, 0), h0()[0]), k_rnn_cell_h, 0, 1e-14, "RNNCell");
   CHECK(RNNCell(3, 2, true, "relu").extra_repr() == "3, 2, nonlinearity=relu");
   CHECK(kiln::gradcheck([&](const TL& in) { return gc(in[0], in[1]); },

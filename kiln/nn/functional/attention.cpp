@@ -150,11 +150,20 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
                                     double dropout_p, bool is_causal, std::optional<double> scale) {
+  if (!attn_mask.defined() && dropout_p == 0.0) {
+    KILN_CHECK(!scale || *scale != 0.0, "scaled_dot_product_attention: scale must be non-zero");
+    return blocked_attention(q, k, v, is_causal, scale ? *scale : 0.0);
+  }
+  return std::get<0>(scaled_dot_product_attention_and_weights(q, k, v, attn_mask, dropout_p, is_causal, scale));
+}
+
+std::tuple<Tensor, Tensor> scaled_dot_product_attention_and_weights(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                                    const Tensor& attn_mask, double dropout_p,
+                                                                    bool is_causal, std::optional<double> scale) {
   const char* op = "scaled_dot_product_attention";
   KILN_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, op, ": dropout_p must be in [0, 1], got ", dropout_p);
   KILN_CHECK(!(attn_mask.defined() && is_causal), op, ": give an attn_mask or is_causal, not both");
   KILN_CHECK(!scale || *scale != 0.0, op, ": scale must be non-zero");
-  if (!attn_mask.defined() && dropout_p == 0.0) return blocked_attention(q, k, v, is_causal, scale ? *scale : 0.0);
   check_qkv(q, k, v);
   const int64_t Tq = q.size(-2), Tk = k.size(-2);
   const double ninf = -std::numeric_limits<double>::infinity();
@@ -171,7 +180,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   }
   Tensor p = kiln::softmax(s, -1);
   if (dropout_p > 0.0) p = dropout(p, dropout_p, true);
-  return matmul(p, v);
+  return {matmul(p, v), p};
 }
 
 }  // namespace kiln::nn::functional

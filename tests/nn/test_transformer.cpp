@@ -1,0 +1,496 @@
+// nn::MultiheadAttention (torch's form), nn::TransformerEncoderLayer and nn::TransformerEncoder:
+// outputs, attention weights and gradients against PyTorch's (torch 2.15, float64, every parameter
+// set to a fixed sequence in registration order, which is torch's; pasted below), the projection
+// and mask routes against each other, batch_first and unbatched layouts, dropout, f64 gradchecks,
+// parameter names, errors.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+#include "tests/test_util.h"
+
+using namespace kiln_test;
+
+namespace {
+
+namespace nn = kiln::nn;
+using nn::MultiheadAttention;
+using nn::MultiheadAttentionArgs;
+using nn::MultiheadAttentionOptions;
+using nn::TransformerEncoder;
+using nn::TransformerEncoderLayer;
+using nn::TransformerEncoderLayerOptions;
+using nn::TransformerEncoderOptions;
+
+Tensor bool_tensor(const std::vector<bool>& v, IntList sizes) { return kiln::tensor(v).view(sizes); }
+
+// [L, N, E] = [3, 2, 4] query, [S, N, E] = [5, 2, 4] key and value.
+Tensor mha_query() { return sin_seq(24, 0.37, 0.1).view({3, 2, 4}); }
+Tensor mha_key() { return sin_seq(40, 0.23, 0.5).view({5, 2, 4}); }
+Tensor mha_value() { return sin_seq(40, 0.31, 0.9).view({5, 2, 4}); }
+Tensor mha_attn_mask() {  // [3, 5], true: masked
+  std::vector<bool> m;
+  for (int i = 0; i < 15; ++i) m.push_back(i % 4 == 1);
+  return bool_tensor(m, {3, 5});
+}
+Tensor mha_key_padding_mask() {  // [2, 5]
+  return bool_tensor({false, false, false, false, true, false, true, false, false, false}, {2, 5});
+}
+Tensor encoder_src_mask() {  // [3, 3], true: masked
+  std::vector<bool> m;
+  for (int i = 0; i < 9; ++i) m.push_back(i % 3 == 2);
+  return bool_tensor(m, {3, 3});
+}
+Tensor encoder_key_padding_mask() { return bool_tensor({false, false, true, false, false, false}, {2, 3}); }
+
+// Reference values (PyTorch, float64), row-major; the comment gives the sizes.
+// [3, 2, 4]
+const std::vector<double> k_mha_out = {
+    -0.6031306562410188, -0.519209678329436, -0.2935341205320714, 0.03362382889212001,
+    1.3322486940618952, 1.2457310659308947, 1.0223226816942386, 0.692651833079835,
+    1.3823154380664573, 1.290764786943563, 1.0552135453688307, 0.7082070952466326,
+    -0.12048813507567652, -0.0681902109933083, 0.05465623610111758, 0.2240134735215603,
+    0.8276946891168627, 0.7809422820409806, 0.6706790480571985, 0.509670147504712,
+    0.475799300288844, 0.4652609174912046, 0.4410508540444095, 0.40234836679747443};
+// [2, 3, 5]
+const std::vector<double> k_mha_weights = {
+    0.7170905637888491, 0.0, 0.04743396673895954, 0.2354754694721914,
+    0.0, 0.0, 0.29498290423210005, 0.38417033797885936,
+    0.3208467577890406, 0.0, 0.5294760137755843, 0.39303624053596276,
+    0.07748774568845301, 0.0, 0.0, 0.4820510378166837,
+    0.0, 0.019138367282654972, 0.352971497283808, 0.14583909761685337,
+    0.0, 0.0, 0.7528939360516842, 0.24710606394831575,
+    0.0, 0.779228052065928, 0.0, 0.020089579085865544,
+    0.0, 0.20068236884820642};
+// [3, 2, 4]
+const std::vector<double> k_mha_grad_query = {
+    -0.11483340477975008, -0.13208684296616824, -0.14802051307977374, -0.16247521115576244,
+    -0.022175631975458108, -0.023799621078544657, -0.025185812234923166, -0.02632035508077297,
+    0.2537611591975215, 0.3040242389665873, 0.351249609036951, 0.39496540912150124,
+    0.9006875507499195, 1.1001852109612582, 1.2886901842175518, 1.4643189911374819,
+    -0.19574998432665153, -0.2354178968047518, -0.27273359147678955, -0.3073242222565302,
+    -0.03740789377083027, -0.04265017039871775, -0.047466300622253155, -0.05180816326024392};
+// [5, 2, 4]
+const std::vector<double> k_mha_grad_key = {
+    -0.9171085032729425, -0.8054550412670315, -0.6857537387368184, -0.5592006115291952,
+    -0.8351032417166872, -0.7198913930005818, -0.5974866274500712, -0.4691119730208994,
+    0.6267627917926885, 0.5593786978726542, 0.48640547690949004, 0.40857225320532,
+    0.0, 0.0, 0.0, 0.0,
+    0.09280822569284704, 0.07871605929221398, 0.06383738804720288, 0.048320874722659043,
+    0.3789857714568545, 0.3191821379929867, 0.2561893421138802, 0.19063678701330905,
+    0.19753748578740718, 0.16736028410216353, 0.13551087378012572, 0.1023074836012162,
+    0.24342666744671554, 0.22123691626311437, 0.19683663894341358, 0.1704696349929324,
+    0.0, 0.0, 0.0, 0.0,
+    0.21269080281311686, 0.17947233874448063, 0.14446064639277711, 0.10800555101465785};
+// [5, 2, 4]
+const std::vector<double> k_mha_grad_value = {
+    -1.1044207954938283, -1.2627578938172497, -1.4084779326779124, -1.540124925616161,
+    -1.1734943562935813, -1.332741946783346, -1.4786732202867667, -1.6098300797574634,
+    -0.9363088489385315, -1.0658461703368896, -1.184733909123143, -1.2917841783104007,
+    0.0, 0.0, 0.0, 0.0,
+    -0.778356942781667, -0.8669564809737311, -0.9468936765856166, -1.0173698235824937,
+    -1.2806210296099785, -1.4338725088410214, -1.5727972079389594, -1.696007037232806,
+    -0.6358732204850208, -0.7221767067204301, -0.8012644420221695, -0.8723462078820333,
+    -0.7290183819477194, -0.8453974132018027, -0.9533295129544045, -1.0517362593424053,
+    0.0, 0.0, 0.0, 0.0,
+    -0.34916501929998245, -0.3914209074790519, -0.4297658473371402, -0.46381670891033744};
+// [12, 4]
+const std::vector<double> k_mha_grad_in_proj_weight = {
+    -1.6469272334358005, -1.9532558658964465, -1.9952204800455002, -1.767141362222791,
+    -1.4097235599146507, -1.6680888351574559, -1.7006861119201744, -1.5031035017137107,
+    -1.1559545234379718, -1.4569035756175506, -1.5606675634809308, -1.4532025180496762,
+    -0.4191999091638956, -0.5125589335532273, -0.5365455108087849, -0.4879131702251489,
+    0.12321828127614524, 0.03681257089983048, -0.05153195487830972, -0.13716243636771738,
+    -0.564864848722222, -0.6603230170708825, -0.7210038144187347, -0.7437113524695455,
+    -1.509588589304489, -1.7567332560937081, -1.9113556835891399, -1.9653123399328354,
+    -1.8848068229750417, -2.1471643580222297, -2.2964367369440266, -2.3247622000141637,
+    2.6547346318430747, 2.3464427710398144, 1.814457809510671, 1.109495395236805,
+    2.5195036817636702, 2.2261859305092973, 1.7206395070988652, 1.051059598054418,
+    2.3152046683280565, 2.265503844517692, 1.9998260593506276, 1.543499135986032,
+    2.134348983178903, 2.0880235576003585, 1.8426408740511309, 1.4215939656045322};
+// [2, 2, 3, 5]
+const std::vector<double> k_mha_weights_per_head = {
+    0.7560745534937143, 0.0, 0.02982089149712163, 0.21410455500916406,
+    0.0, 0.0, 0.33257578622744643, 0.33336662569281283,
+    0.3340575880797408, 0.0, 0.5737794753874308, 0.37868862421368976,
+    0.04753190039887949, 0.0, 0.0, 0.6781065740839838,
+    0.0, 0.06504704198079746, 0.25684638393521875, 0.0,
+    0.0, 0.2573900222367537, 0.4349740502649058, 0.30763592749834046,
+    0.0, 0.48517255216373767, 0.40738385685823575, 0.10744359097802653,
+    0.0, 0.0, 0.48832315692983025, 0.0,
+    0.016375208685641202, 0.36475995922404414, 0.13054167516048445, 0.0,
+    0.0, 0.6640660790202347, 0.3359339209797652, 0.0,
+    0.8031313959912443, 0.0, 0.017060980041306534, 0.0,
+    0.17980762396744907, 0.47577891870353717, 0.0, 0.02190152587966874,
+    0.34118303534357186, 0.16113652007322232, 0.0, 0.0,
+    0.8417217930831337, 0.15827820691686628, 0.0, 0.7553247081406118,
+    0.0, 0.023118178130424553, 0.0, 0.22155711372896378};
+// [2, 3, 4]
+const std::vector<double> k_mha_self_out = {
+    -0.14098086453758057, -0.09934450326743982, 0.01775895874408573, 0.18719847987875607,
+    0.6886482933741702, 0.6436472211381912, 0.5568111932662714, 0.43720672937008637,
+    2.1304665479398492, 1.9598985380524452, 1.539688431329891, 0.9315351842032079,
+    0.41170274462930256, 0.40122735950724675, 0.3871897845714598, 0.3671632644078053,
+    -0.32500679455095466, -0.2653327147376232, -0.10398564534151666, 0.1289182792417941,
+    0.6721342198481295, 0.6390547263461912, 0.5648653311561671, 0.45663592866349356};
+// [2, 3, 4]
+const std::vector<double> k_mha_self_grad_x = {
+    -3.41051331616877, -3.711171438263541, -3.974748762097359, -4.1986117101775555,
+    -1.4444069006706401, -1.9022058679199993, -2.3409986229227626, -2.756400893516543,
+    -2.73854384553062, -3.0827025100253236, -3.3960598300458233, -3.675484842832632,
+    -1.0625132229452918, -1.3733480932424253, -1.6704609233604033, -1.950883060113131,
+    -4.309773244978505, -4.578271998548373, -4.80102617168426, -4.975810078320931,
+    -0.9659221205593557, -1.2971022906917327, -1.6153222435005294, -1.9174024304068111};
+// [3, 2, 4]
+const std::vector<double> k_layer_post_relu_out = {
+    0.9514689260269021, 0.6543164563931706, 0.27246239319947446, -0.0350171269014027,
+    0.9175547479690047, 0.6991884166627171, 0.30025929406581264, -0.07325097748614463,
+    0.7065774890968045, 0.8819870029382189, 0.448619772457056, -0.17238181672395364,
+    -0.06625815414503058, 0.6655526482535372, 0.8366135967162464, 0.6647684138721212,
+    0.054872920326354206, 0.8937840296269852, 0.8316774134544787, 0.2469980797079515,
+    -0.03350965611900129, 0.4775215324439469, 0.7820960534159893, 0.9001567333196299};
+// [3, 2, 4]
+const std::vector<double> k_layer_post_relu_grad_src = {
+    0.16954990020517266, 0.2024619192565835, 0.23547413585322194, 0.20646249331298674,
+    0.1137577778497285, 0.04213122276518498, 0.08877771098004696, 0.1182673672317449,
+    0.6234780979657856, -0.1683541891410551, -0.09347616612840703, 0.24450794067904913,
+    0.051352535414102035, -0.058927852577080525, 0.1304325631424777, 0.40512586027735875,
+    -1.0112475528780753, -0.17597892761818543, 0.4845091317316633, 0.7268640670266803,
+    0.19405740848316944, -0.36075208332702013, -0.12547243999925178, 0.38078042502715514};
+// [6, 4]
+const std::vector<double> k_layer_post_relu_grad_linear1_weight = {
+    0.0, 0.0, 0.0, 0.0,
+    0.0, 0.0, 0.0, 0.0,
+    0.0, 0.0, 0.0, 0.0,
+    0.0, 0.0, 0.0, 0.0,
+    0.0, 0.0, 0.0, 0.0,
+    0.0, 0.0, 0.0, 0.0};
+// [3, 2, 4]
+const std::vector<double> k_layer_pre_gelu_out = {
+    1.4102517259126388, 1.4944529786028107, 1.3402731020240854, 1.0119242594141042,
+    1.9433038508763754, 1.9168835247847595, 1.637469426075093, 1.1740041885819374,
+    1.957895599560352, 1.7917507946104791, 1.3780994422781108, 0.7904872345168624,
+    1.4725587120939128, 1.209803536218088, 0.7195195961741313, 0.07829734547937045,
+    0.7243424656324886, 0.4644580917239553, 0.004823479834846489, -0.5793408895683707,
+    0.15556603341064212, -0.006979663998343544, -0.35325575822267014, -0.8118565904486812};
+// [3, 2, 4]
+const std::vector<double> k_layer_pre_gelu_grad_src = {
+    0.3290391882818996, 0.787391213125524, 0.9309531484884592, 0.7779970999986475,
+    0.8251861572867569, 1.8202008334243727, 1.4486816266292315, -0.2649775529383587,
+    0.9181504037435987, 1.0457898446057343, 1.0180617894526245, 0.8385346451442349,
+    0.7887954630853369, 0.7941883609333823, 0.7024161238132176, 0.5165790080115341,
+    0.4462804321881672, 0.3248790637654717, 0.199304848418837, 0.07222113054956902,
+    -0.058125482078114465, -0.18795478290799694, -0.31325939329655805, -0.4329143905435026};
+// [6, 4]
+const std::vector<double> k_layer_pre_gelu_grad_linear1_weight = {
+    -2.1638668369330474, -2.1780240983495416, -1.3177835671279043, 0.43924398663248904,
+    -0.900013053279398, -0.8947993020851628, -0.5373591259474874, 0.18028279802567002,
+    -0.037760846932913025, -0.03029362202904814, -0.01549505251039055, 0.006162055879815016,
+    0.3103197235447769, 0.3124598037076197, 0.18915894282476717, -0.06268136193828235,
+    0.3756286244797384, 0.3731448876583496, 0.22406759663943132, -0.0747277119936241,
+    0.35241948953137225, 0.3471697728447447, 0.20742195723325602, -0.06936106558283428};
+// [2, 3, 4]
+const std::vector<double> k_encoder_out = {
+    -1.0571827749416218, -0.7728495155144297, -0.09198397170267292, 0.14084875229810515,
+    -0.9018063457367065, -0.9471472360224992, -0.13449148239370856, 0.19669354092271893,
+    -0.5194518513534493, -1.181329552473105, -0.28951834807051274, 0.1794807717078391,
+    0.22085554690994594, -0.7804322328668774, -0.9377185535544359, -0.40243418826028293,
+    0.219996907528704, -0.7704445176715295, -0.9457902829090383, -0.40379846315371465,
+    0.21875292106361874, -0.7585046906866943, -0.9553220321030551, -0.40530859572083106};
+// [2, 3, 4]
+const std::vector<double> k_encoder_grad_src = {
+    -0.043536690793168985, 0.06683769472286005, -0.018475432541284528, -0.007767116961633748,
+    -0.10050213726594658, 0.14704947976733054, -0.0021749760486786075, -0.01482300933976444,
+    -0.4043974246777319, 0.3811383492097144, 0.09125472881543502, -0.04280358237937915,
+    0.00854897439436324, -0.012171135506164832, 0.003980336892092749, 0.0015840647179667633,
+    0.005220850677924514, -0.007420686132503521, 0.0022334544127540932, 0.0006097790067896181,
+    0.004228479485143792, -0.005922976140097707, 0.0016869026622594885, 0.0002245323569718665};
+
+}  // namespace
+
+TEST_CASE("MultiheadAttention: cross-attention with both masks matches PyTorch, with gradients", "[transformer]") {
+  MultiheadAttention mha(MultiheadAttentionOptions(4, 2));
+  set_params_to_sequence(mha);
+  Tensor q = mha_query().requires_grad_(), k = mha_key().requires_grad_(), v = mha_value().requires_grad_();
+  auto args = MultiheadAttentionArgs().attn_mask(mha_attn_mask()).key_padding_mask(mha_key_padding_mask());
+  auto [out, weights] = mha(q, k, v, args);
+  CHECK(out.sizes() == IntList{3, 2, 4});
+  CHECK(weights.sizes() == IntList{2, 3, 5});
+  check_close(out, k_mha_out, 0, 1e-13, "output");
+  check_close(weights, k_mha_weights, 0, 1e-13, "weights averaged over heads");
+  (out * sin_seq(24, 0.11, 0.3).view({3, 2, 4})).sum().backward();
+  check_close(q.grad(), k_mha_grad_query, 0, 1e-13, "query gradient");
+  check_close(k.grad(), k_mha_grad_key, 0, 1e-13, "key gradient");
+  check_close(v.grad(), k_mha_grad_value, 0, 1e-13, "value gradient");
+  check_close(mha.qkv.weight.grad(), k_mha_grad_in_proj_weight, 0, 1e-13, "in_proj_weight gradient");
+  auto [out2, per_head] = mha(q, k, v, MultiheadAttentionArgs(args).average_attn_weights(false));
+  CHECK(per_head.sizes() == IntList{2, 2, 3, 5});
+  check_close(per_head, k_mha_weights_per_head, 0, 1e-13, "weights per head");
+  check_close(out2, k_mha_out, 0, 1e-13, "output with weights per head");
+}
+
+TEST_CASE("MultiheadAttention: batch_first self-attention with a 3-D float mask matches PyTorch", "[transformer]") {
+  MultiheadAttention mha(MultiheadAttentionOptions(4, 2).batch_first(true));
+  set_params_to_sequence(mha);
+  Tensor x = sin_seq(24, 0.41, 0.7).view({2, 3, 4}).requires_grad_();
+  Tensor mask = sin_seq(36, 0.53, 0.2).view({4, 3, 3});
+  auto [y, w] = mha(x, x, x, MultiheadAttentionArgs().attn_mask(mask).need_weights(false));
+  CHECK_FALSE(w.defined());
+  check_close(y, k_mha_self_out, 0, 1e-13, "output");
+  y.sum().backward();
+  check_close(x.grad(), k_mha_self_grad_x, 0, 1e-13, "input gradient");
+}
+
+TEST_CASE("MultiheadAttention: the projection routes, mask forms and layouts agree", "[transformer]") {
+  kiln::manual_seed(3);
+  MultiheadAttention mha(MultiheadAttentionOptions(6, 3));
+  mha.to(DType::F64);
+  Tensor x = kiln::randn({4, 2, 6}, f64());
+  Tensor kv = kiln::randn({5, 2, 6}, f64());
+  // One GEMM for self-attention, the row blocks of qkv for separate tensors: the same result.
+  auto [self_out, self_w] = mha(x, x, x);
+  auto [copies_out, copies_w] = mha(x, x.clone(), x.clone());
+  check_same_tensor(copies_out, self_out, 1e-14, "self-attention through separate key and value");
+  check_same_tensor(copies_w, self_w, 1e-14, "its weights");
+  auto [kv_out, kv_w] = mha(x, kv, kv);
+  auto [kv2_out, kv2_w] = mha(x, kv, kv.clone());
+  check_same_tensor(kv2_out, kv_out, 1e-14, "key is value against separate key and value");
+  // need_weights only adds the weights; forward(x) is self-attention without them.
+  check_same_tensor(std::get<0>(mha(x, x, x, MultiheadAttentionArgs().need_weights(false))), self_out, 1e-14,
+                    "need_weights=false");
+  check_same_tensor(mha(x), self_out, 1e-14, "forward(x)");
+  // A bool mask (true: masked) equals the float mask with -inf there; the masked weights are 0.
+  Tensor bool_mask = kiln::rand({4, 5}, f64()) < 0.3;
+  bool_mask.select(1, 0).fill_(0.0);  // every query keeps key 0
+  Tensor float_mask = kiln::zeros({4, 5}, f64()).masked_fill(bool_mask, -INFINITY);
+  Tensor padding = kiln::zeros({2, 5}, kiln::TensorOptions().dtype(DType::Bool));
+  padding.select(0, 1).narrow(0, 3, 2).fill_(1.0);
+  auto [b_out, b_w] = mha(x, kv, kv, MultiheadAttentionArgs().attn_mask(bool_mask).key_padding_mask(padding));
+  auto [f_out, f_w] = mha(x, kv, kv, MultiheadAttentionArgs().attn_mask(float_mask).key_padding_mask(padding));
+  check_same_tensor(f_out, b_out, 1e-14, "float mask against bool mask");
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t l = 0; l < 4; ++l)
+      for (int64_t s = 0; s < 5; ++s) {
+        const bool masked = bool_mask.select(0, l).select(0, s).item() != 0 || (n == 1 && s >= 3);
+        if (masked) CHECK(b_w.select(0, n).select(0, l).select(0, s).item() == 0.0);
+        else CHECK(b_w.select(0, n).select(0, l).select(0, s).item() > 0.0);
+      }
+  // is_causal without a mask, the causal option and an explicit causal mask agree.
+  Tensor later = kiln::ones({4, 4}, f64()).triu(1) > 0.5;
+  auto [c_out, c_w] = mha(x, x, x, MultiheadAttentionArgs().attn_mask(later));
+  check_same_tensor(std::get<0>(mha(x, x, x, MultiheadAttentionArgs().is_causal(true))), c_out, 1e-14, "is_causal");
+  check_same_tensor(std::get<0>(mha(x, x, x, MultiheadAttentionArgs().is_causal(true).need_weights(false))), c_out,
+                    1e-14, "is_causal, blocked kernel");
+  MultiheadAttention causal(MultiheadAttentionOptions(6, 3).causal(true));
+  causal.load_state_dict(mha.state_dict());
+  causal.to(DType::F64);
+  check_same_tensor(std::get<0>(causal(x, x, x)), c_out, 1e-14, "causal option");
+  check_same_tensor(causal(x), c_out, 1e-14, "causal option, forward(x)");
+  // causal and a padding mask together: both apply.
+  Tensor pad_self = kiln::zeros({2, 4}, kiln::TensorOptions().dtype(DType::Bool));
+  pad_self.select(0, 0).select(0, 3).fill_(1.0);
+  auto [cp_out, cp_w] = causal(x, x, x, MultiheadAttentionArgs().key_padding_mask(pad_self));
+  auto [mp_out, mp_w] =
+      mha(x, x, x, MultiheadAttentionArgs().attn_mask(later).key_padding_mask(pad_self));
+  check_same_tensor(cp_out, mp_out, 1e-14, "causal option with a padding mask");
+  // batch_first is the transposed layout; an unbatched input is a batch of one.
+  MultiheadAttention bf(MultiheadAttentionOptions(6, 3).batch_first(true));
+  bf.load_state_dict(mha.state_dict());
+  bf.to(DType::F64);
+  auto [bf_out, bf_w] = bf(x.transpose(0, 1), kv.transpose(0, 1), kv.transpose(0, 1));
+  check_same_tensor(bf_out.transpose(0, 1), kv_out, 1e-14, "batch_first");
+  check_same_tensor(bf_w, kv_w, 1e-14, "batch_first weights");
+  check_same_tensor(bf(x.transpose(0, 1)).transpose(0, 1), self_out, 1e-14, "batch_first forward(x)");
+  Tensor x1 = x.select(1, 1), kv1 = kv.select(1, 1);
+  auto [u_out, u_w] = mha(x1, kv1, kv1, MultiheadAttentionArgs().key_padding_mask(padding.select(0, 1)));
+  CHECK(u_out.sizes() == IntList{4, 6});
+  CHECK(u_w.sizes() == IntList{4, 5});
+  auto [n_out, n_w] = mha(x, kv, kv, MultiheadAttentionArgs().key_padding_mask(padding));
+  check_same_tensor(u_out, n_out.select(1, 1), 1e-14, "unbatched");
+  check_same_tensor(u_w, n_w.select(0, 1), 1e-14, "unbatched weights");
+}
+
+TEST_CASE("MultiheadAttention: a query with every key masked gets NaN, as in PyTorch", "[transformer]") {
+  MultiheadAttention mha(MultiheadAttentionOptions(4, 2));
+  set_params_to_sequence(mha);
+  Tensor padding = bool_tensor({true, true, true, true, true, false, false, false, false, false}, {2, 5});
+  auto [out, w] = mha(mha_query(), mha_key(), mha_value(), MultiheadAttentionArgs().key_padding_mask(padding));
+  for (double v : values(out.select(1, 0))) CHECK(std::isnan(v));
+  for (double v : values(w.select(0, 0))) CHECK(std::isnan(v));
+  for (double v : values(out.select(1, 1))) CHECK(std::isfinite(v));
+}
+
+TEST_CASE("MultiheadAttention: dropout on the attention probabilities in training only", "[transformer]") {
+  kiln::manual_seed(4);
+  MultiheadAttention mha(MultiheadAttentionOptions(4, 2).dropout(1.0));
+  set_params_to_sequence(mha);
+  Tensor q = mha_query(), k = mha_key(), v = mha_value();
+  // p = 1 drops every probability: the weights are 0 and the output is out_proj's bias.
+  auto [out, w] = mha(q, k, v);
+  CHECK(values(w) == std::vector<double>(30, 0.0));
+  check_same_tensor(out, mha.proj.bias.view({1, 1, 4}).expand({3, 2, 4}), 0, "output under full dropout");
+  CHECK(kiln::equal(mha(q), mha.proj.bias.view({1, 1, 4}).expand({3, 2, 4})));
+  mha.eval();
+  MultiheadAttention plain(MultiheadAttentionOptions(4, 2));
+  set_params_to_sequence(plain);
+  check_same_tensor(std::get<0>(mha(q, k, v)), std::get<0>(plain(q, k, v)), 0, "eval: no dropout");
+  // 0 < p < 1: the kept probabilities are scaled by 1 / (1 - p), the mask follows the seed.
+  MultiheadAttention half(MultiheadAttentionOptions(4, 2).dropout(0.5));
+  set_params_to_sequence(half);
+  kiln::manual_seed(9);
+  auto [o1, w1] = half(q, k, v, MultiheadAttentionArgs().average_attn_weights(false));
+  kiln::manual_seed(9);
+  auto [o2, w2] = half(q, k, v, MultiheadAttentionArgs().average_attn_weights(false));
+  CHECK(kiln::equal(o1, o2));
+  half.eval();
+  auto [oe, we] = half(q, k, v, MultiheadAttentionArgs().average_attn_weights(false));
+  const auto a = values(w1), b = values(we);
+  int kept = 0, dropped = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == 0.0) ++dropped;
+    else {
+      ++kept;
+      CHECK(std::abs(a[i] - 2.0 * b[i]) <= 1e-14);
+    }
+  }
+  CHECK(kept > 10);
+  CHECK(dropped > 10);
+}
+
+TEST_CASE("MultiheadAttention: gradcheck", "[transformer]") {
+  kiln::manual_seed(6);
+  MultiheadAttention mha(MultiheadAttentionOptions(4, 2));
+  mha.to(DType::F64);
+  Tensor padding = bool_tensor({false, false, true, false, false, false}, {2, 3});
+  Tensor fmask = kiln::randn({2, 3}, f64());
+  CHECK(kiln::gradcheck([&](const TL& in) {
+    auto [out, w] = mha(in[0], in[1], in[2], MultiheadAttentionArgs().attn_mask(fmask).key_padding_mask(padding));
+    return kiln::cat({out.flatten(), w.flatten()});
+  }, {kiln::randn({2, 2, 4}, f64(true)), kiln::randn({3, 2, 4}, f64(true)), kiln::randn({3, 2, 4}, f64(true))}));
+  CHECK(kiln::gradcheck([&](const TL& in) { return std::get<0>(mha(in[0], in[0], in[0], MultiheadAttentionArgs().is_causal(true))); },
+                        {kiln::randn({3, 2, 4}, f64(true))}));
+}
+
+TEST_CASE("MultiheadAttention: torch's initialisation, the GPT constructor, names, errors", "[transformer]") {
+  kiln::manual_seed(8);
+  MultiheadAttention mha(MultiheadAttentionOptions(8, 2));
+  std::vector<std::string> names;
+  for (auto& [n, p] : mha.named_parameters()) names.push_back(n);
+  CHECK(names == std::vector<std::string>{"qkv.weight", "qkv.bias", "proj.weight", "proj.bias"});
+  const double xavier = std::sqrt(6.0 / (8 + 24));  // xavier_uniform_ of [24, 8]
+  CHECK(mha.qkv.weight.abs().max().item() <= xavier);
+  CHECK(mha.qkv.weight.abs().max().item() > 0.8 * xavier);
+  CHECK(mha.qkv.bias.abs().max().item() == 0.0);
+  CHECK(mha.proj.bias.abs().max().item() == 0.0);
+  CHECK(mha.proj.weight.abs().max().item() <= 1.0 / std::sqrt(8.0));
+  // The GPT constructor: batch first, its dropout after the projection, Linear's initialisation.
+  MultiheadAttention gpt(8, 2, /*causal=*/true, /*bias=*/true, /*dropout=*/0.25);
+  CHECK(gpt.options.batch_first());
+  CHECK(gpt.options.output_dropout() == 0.25);
+  CHECK(gpt.options.dropout() == 0.0);
+  CHECK(gpt.qkv.bias.abs().max().item() > 0.0);
+
+  Tensor x = kiln::zeros({3, 2, 8});
+  CHECK_THAT(error_of([&] { MultiheadAttention bad(MultiheadAttentionOptions(6, 4)); }),
+             Catch::Contains("embed_dim (6) must be positive and divisible by num_heads (4)"));
+  CHECK_THAT(error_of([&] { MultiheadAttention bad(MultiheadAttentionOptions(8, 2).dropout(1.5)); }),
+             Catch::Contains("dropout must be in [0, 1], got 1.5"));
+  CHECK_THAT(error_of([&] { mha(kiln::zeros({3, 2, 2, 8})); }),
+             Catch::Contains("must all be 3-D ([L, N, E]) or all 2-D"));
+  CHECK_THAT(error_of([&] { mha(x, kiln::zeros({5, 2, 6}), kiln::zeros({5, 2, 6})); }),
+             Catch::Contains("a kdim or vdim of its own is not supported"));
+  CHECK_THAT(error_of([&] { mha(x, kiln::zeros({5, 2, 8}), kiln::zeros({4, 2, 8})); }),
+             Catch::Contains("key and value must hold the same keys"));
+  CHECK_THAT(error_of([&] { mha(x, x, x, MultiheadAttentionArgs().attn_mask(kiln::zeros({3, 4}))); }),
+             Catch::Contains("attn_mask must be [L, S] = [3, 3] or [N * num_heads, L, S] = [4, 3, 3], got sizes [3, 4]"));
+  CHECK_THAT(error_of([&] { mha(x, x, x, MultiheadAttentionArgs().key_padding_mask(kiln::zeros({3, 2}))); }),
+             Catch::Contains("key_padding_mask must be [N, S] = [2, 3], got sizes [3, 2]"));
+  CHECK_THAT(error_of([&] {
+               mha(x, x, x, MultiheadAttentionArgs().attn_mask(kiln::zeros({3, 3}, kiln::TensorOptions().dtype(DType::I64))));
+             }),
+             Catch::Contains("attn_mask must be bool (true: not attended to) or floating"));
+}
+
+TEST_CASE("TransformerEncoderLayer: post-norm ReLU and pre-norm GELU match PyTorch, with gradients", "[transformer]") {
+  struct Case {
+    const char* name;
+    TransformerEncoderLayerOptions options;
+    const std::vector<double>& out;
+    const std::vector<double>& grad_src;
+    const std::vector<double>& grad_linear1;
+  };
+  const Case cases[] = {
+      {"post-norm, relu", TransformerEncoderLayerOptions(4, 2).dim_feedforward(6), k_layer_post_relu_out,
+       k_layer_post_relu_grad_src, k_layer_post_relu_grad_linear1_weight},
+      {"pre-norm, gelu", TransformerEncoderLayerOptions(4, 2).dim_feedforward(6).norm_first(true).activation("gelu"),
+       k_layer_pre_gelu_out, k_layer_pre_gelu_grad_src, k_layer_pre_gelu_grad_linear1_weight},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    TransformerEncoderLayer layer(c.options);
+    set_params_to_sequence(layer);
+    layer.eval();
+    Tensor src = sin_seq(24, 0.19, 0.4).view({3, 2, 4}).requires_grad_();
+    Tensor out = layer(src, encoder_src_mask(), encoder_key_padding_mask());
+    check_close(out, c.out, 0, 1e-13, "output");
+    (out * sin_seq(24, 0.13, 0.6).view({3, 2, 4})).sum().backward();
+    check_close(src.grad(), c.grad_src, 0, 1e-13, "src gradient");
+    check_close(layer.linear1.weight.grad(), c.grad_linear1, 0, 1e-13, "linear1.weight gradient");
+  }
+}
+
+TEST_CASE("TransformerEncoder: two layers, a final norm and a causal mask match PyTorch", "[transformer]") {
+  TransformerEncoder encoder(TransformerEncoderOptions(
+      TransformerEncoderLayerOptions(4, 2).dim_feedforward(6).batch_first(true), 2).final_norm(true));
+  std::vector<std::string> names;
+  for (auto& [n, p] : encoder.named_parameters()) names.push_back(n);
+  REQUIRE(names.size() == 26);
+  CHECK(names[0] == "layers.0.self_attn.qkv.weight");
+  CHECK(names[4] == "layers.0.linear1.weight");
+  CHECK(names[11] == "layers.0.norm2.bias");
+  CHECK(names[12] == "layers.1.self_attn.qkv.weight");
+  CHECK(names[24] == "norm.weight");
+  set_params_to_sequence(encoder);
+  encoder.eval();
+  Tensor src = sin_seq(24, 0.19, 0.4).view({2, 3, 4}).requires_grad_();
+  Tensor causal = kiln::zeros({3, 3}, f64()).masked_fill(kiln::ones({3, 3}, f64()).triu(1) > 0.5, -INFINITY);
+  Tensor out = encoder(src, causal, Tensor(), /*is_causal=*/true);
+  check_close(out, k_encoder_out, 0, 1e-13, "output");
+  out.sum().backward();
+  check_close(src.grad(), k_encoder_grad_src, 0, 1e-12, "src gradient");
+  // is_causal without the mask builds the same one; forward(src) runs without masks.
+  check_same_tensor(encoder(src, Tensor(), Tensor(), true), out, 1e-14, "is_causal alone");
+  CHECK_FALSE(kiln::allclose(encoder(src), out));
+}
+
+TEST_CASE("TransformerEncoderLayer: dropout in training, gradcheck, errors", "[transformer]") {
+  kiln::manual_seed(10);
+  TransformerEncoderLayer layer(TransformerEncoderLayerOptions(4, 2).dim_feedforward(8).dropout(0.3));
+  layer.to(DType::F64);
+  Tensor src = kiln::randn({3, 2, 4}, f64());
+  kiln::manual_seed(11);
+  Tensor t1 = layer(src);
+  kiln::manual_seed(11);
+  CHECK(kiln::equal(layer(src), t1));  // the masks follow the seed
+  layer.eval();
+  Tensor e = layer(src);
+  CHECK_FALSE(kiln::allclose(t1, e));
+  TransformerEncoderLayer no_dropout(TransformerEncoderLayerOptions(4, 2).dim_feedforward(8).dropout(0.0));
+  no_dropout.load_state_dict(layer.state_dict());
+  no_dropout.to(DType::F64);
+  check_same_tensor(no_dropout(src), e, 1e-14, "eval is the layer without dropout");
+  for (bool norm_first : {false, true}) {
+    TransformerEncoderLayer l(TransformerEncoderLayerOptions(4, 2).dim_feedforward(5).dropout(0.0).norm_first(norm_first).activation("gelu"));
+    l.to(DType::F64);
+    Tensor padding = bool_tensor({false, true, false, false}, {2, 2});
+    CHECK(kiln::gradcheck([&](const TL& in) { return l(in[0], Tensor(), padding); }, {kiln::randn({2, 2, 4}, f64(true))}));
+  }
+  CHECK_THAT(error_of([&] { TransformerEncoderLayer bad(TransformerEncoderLayerOptions(4, 2).activation("tanh")); }),
+             Catch::Contains("activation must be \"relu\" or \"gelu\", got \"tanh\""));
+  CHECK_THAT(error_of([&] { TransformerEncoder bad(TransformerEncoderOptions(TransformerEncoderLayerOptions(4, 2), -1)); }),
+             Catch::Contains("num_layers must be >= 0"));
+  CHECK_THAT(error_of([&] { layer(kiln::zeros({3, 2, 5}, f64())); }), Catch::Contains("embed_dim = 4 features"));
+}
