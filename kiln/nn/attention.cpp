@@ -145,7 +145,8 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
                "], got sizes ", m.sizes());
     add(additive_mask(m, "key_padding_mask", q).view({N, 1, 1, S}));
   }
-  // causal: always; is_causal: torch's hint that attn_mask is causal, so it only acts without one.
+  // causal: always; is_causal: torch's hint that attn_mask is causal, so it only acts without one
+  // (where torch raises an error instead).
   bool is_causal = causal || (a.is_causal() && !a.attn_mask().defined());
   if (is_causal && mask.defined()) {
     add(causal_additive_mask(L, S, q));
@@ -249,7 +250,7 @@ Tensor TransformerEncoderLayer::feed_forward_block(const Tensor& x, const Tensor
                                             : kiln::relu(linear1(x));
   // residual + dropout2(linear2(dropout(h))): linear2's bias, dropout2 and the add in one pass
   return functional::bias_dropout_add(functional::linear(dropout(h), linear2.weight), linear2.bias, residual,
-                                      dropout2.p, is_training());
+                                      dropout2.p, dropout2.is_training());
 }
 
 std::string TransformerEncoderLayer::extra_repr() const {

@@ -31,7 +31,9 @@ struct MultiheadAttentionArgs {
   KILN_ARG(bool, need_weights) = true;    // also return the attention probabilities
   KILN_ARG(Tensor, attn_mask);            // [L, S] or [N * num_heads, L, S]
   KILN_ARG(bool, average_attn_weights) = true;  // the weights averaged over heads: [N, L, S]
-  KILN_ARG(bool, is_causal) = false;      // torch's hint: attn_mask is causal; without one, mask causally
+  // torch's hint that attn_mask is causal (the mask is used as given). Without an attn_mask kiln
+  // masks causally, where torch raises an error.
+  KILN_ARG(bool, is_causal) = false;
 };
 
 // torch's nn.MultiheadAttention: query [L, N, E], key and value [S, N, E] ([N, ., E] with
@@ -54,7 +56,8 @@ class MultiheadAttention : public Module {
   Tensor forward(const Tensor& x) override;
   // (attention output, weights): weights [N, L, S] averaged over heads, [N, H, L, S] when not
   // averaged, undefined when need_weights is false. As torch, the weights are the probabilities
-  // after dropout, and a query whose keys are all masked gets NaN.
+  // after dropout, and a query whose keys are all masked gets NaN weights and output when the
+  // weights are returned, and attends to nothing (output: proj's bias) when they are not.
   std::tuple<Tensor, Tensor> forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                      const MultiheadAttentionArgs& args = {});
   using Module::operator();
@@ -149,7 +152,9 @@ struct TransformerEncoderOptions {
       : layer_(std::move(layer)), num_layers_(num_layers) {}
   KILN_ARG(TransformerEncoderLayerOptions, layer);
   KILN_ARG(int64_t, num_layers);
-  KILN_ARG(bool, final_norm) = false;  // a LayerNorm after the last layer (torch's norm=LayerNorm(d_model))
+  // a LayerNorm after the last layer (torch's norm=LayerNorm(d_model, eps)), with the layers'
+  // layer_norm_eps, as nn.Transformer builds it
+  KILN_ARG(bool, final_norm) = false;
 };
 
 // torch's nn.TransformerEncoder: num_layers fresh TransformerEncoderLayers ("layers.0", ...) run in

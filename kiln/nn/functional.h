@@ -186,12 +186,15 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // broadcast to [..., Tq, Tk], not together with is_causal; dropout_p on the attention
 // probabilities (always applied: pass 0 in eval, as nanoGPT does); scale instead of 1 / sqrt(D).
 // Without a mask and dropout this is the blocked path above; with either, the composite
-// softmax(q k^T * scale + mask) v of differentiable ops (materialises the scores).
+// softmax(q k^T * scale + mask) v of differentiable ops (materialises the scores). As torch's, a
+// query whose keys are all masked attends to nothing: its output row is 0, its gradients 0.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
                                     double dropout_p = 0.0, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
 // The full form's composite, returning also the probabilities it multiplies v by ([..., Tq, Tk],
-// after dropout): what nn::MultiheadAttention returns as its attention weights.
+// after dropout): what nn::MultiheadAttention returns as its attention weights. Unlike the full
+// form, a query whose keys are all masked gets NaN probabilities and output (a plain softmax, as
+// torch's nn.MultiheadAttention when it returns the weights).
 std::tuple<Tensor, Tensor> scaled_dot_product_attention_and_weights(const Tensor& q, const Tensor& k, const Tensor& v,
                                                                     const Tensor& attn_mask, double dropout_p = 0.0,
                                                                     bool is_causal = false,

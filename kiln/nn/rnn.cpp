@@ -155,18 +155,23 @@ RNNLayersBase::RNNLayersBase(const char* type_name, Recurrence kind, const RNNOp
   else
     KILN_CHECK(o.nonlinearity() == "tanh", type_name, ": nonlinearity is an option of nn::RNN only, got '",
                o.nonlinearity(), "'");
-  const int64_t H = o.hidden_size(), D = o.bidirectional() ? 2 : 1, G = gates(kind);
+  KILN_CHECK(o.proj_size() == 0 || kind == Recurrence::LSTM, type_name,
+             ": proj_size is an option of nn::LSTM only, got ", o.proj_size());
+  KILN_CHECK(o.proj_size() >= 0 && o.proj_size() < o.hidden_size(), type_name,
+             ": proj_size must be >= 0 and smaller than hidden_size (", o.hidden_size(), "), got ", o.proj_size());
+  const int64_t H = o.hidden_size(), R = state_size(), D = o.bidirectional() ? 2 : 1, G = gates(kind);
   for (int64_t l = 0; l < o.num_layers(); ++l) {
     for (int64_t d = 0; d < D; ++d) {
       const std::string sfx = "_l" + std::to_string(l) + (d ? "_reverse" : "");
-      const int64_t in = l == 0 ? o.input_size() : D * H;
+      const int64_t in = l == 0 ? o.input_size() : D * R;
       Weights w;
       w.w_ih = register_parameter("weight_ih" + sfx, empty({G * H, in}));
-      w.w_hh = register_parameter("weight_hh" + sfx, empty({G * H, H}));
+      w.w_hh = register_parameter("weight_hh" + sfx, empty({G * H, R}));
       if (o.bias()) {
         w.b_ih = register_parameter("bias_ih" + sfx, empty({G * H}));
         w.b_hh = register_parameter("bias_hh" + sfx, empty({G * H}));
       }
+      if (o.proj_size() > 0) w.w_hr = register_parameter("weight_hr" + sfx, empty({R, H}));
       weights.push_back(w);
     }
   }
@@ -174,7 +179,7 @@ RNNLayersBase::RNNLayersBase(const char* type_name, Recurrence kind, const RNNOp
 }
 
 void RNNLayersBase::reset_parameters() {
-  for (const Weights& w : weights) uniform_all({w.w_ih, w.w_hh, w.b_ih, w.b_hh}, options.hidden_size());
+  for (const Weights& w : weights) uniform_all({w.w_ih, w.w_hh, w.b_ih, w.b_hh, w.w_hr}, options.hidden_size());
 }
 
 Tensor RNNLayersBase::forward(const Tensor& input) { return std::get<0>(run(input, Tensor(), Tensor())); }
@@ -188,12 +193,14 @@ std::tuple<Tensor, Tensor, Tensor> RNNLayersBase::run(const Tensor& input, const
              options.input_size(), ", got ", input.size(-1));
   const bool unbatched = input.dim() == 2, lstm = kind == Recurrence::LSTM;
   Tensor x = unbatched ? input.unsqueeze(1) : (options.batch_first() ? input.transpose(0, 1) : input);  // [T, B, I]
-  const int64_t T = x.size(0), B = x.size(1), H = options.hidden_size();
+  const int64_t T = x.size(0), B = x.size(1), H = options.hidden_size(), R = state_size();
   const int64_t D = options.bidirectional() ? 2 : 1, L = options.num_layers();
   KILN_CHECK(T > 0, what, ": the input sequence is empty (sizes ", input.sizes(), ")");
-  const IntList want = unbatched ? IntList{L * D, H} : IntList{L * D, B, H};
-  Tensor h0 = state_or_zeros(h0_in, want, x, what, 0);
-  Tensor c0 = lstm ? state_or_zeros(c0_in, want, x, what, 1) : Tensor();
+  auto state_sizes = [&](int64_t features) {
+    return unbatched ? IntList{L * D, features} : IntList{L * D, B, features};
+  };
+  Tensor h0 = state_or_zeros(h0_in, state_sizes(R), x, what, 0);
+  Tensor c0 = lstm ? state_or_zeros(c0_in, state_sizes(H), x, what, 1) : Tensor();
   if (unbatched) {
     h0 = h0.unsqueeze(1);
     if (lstm) c0 = c0.unsqueeze(1);
@@ -211,6 +218,7 @@ std::tuple<Tensor, Tensor, Tensor> RNNLayersBase::run(const Tensor& input, const
       for (int64_t s = 0; s < T; ++s) {
         const int64_t t = d == 0 ? s : T - 1 - s;
         std::tie(h, c) = nn::step(kind, gx.select(0, t), h, c, w.w_hh, w.b_hh);
+        if (w.w_hr.defined()) h = F::linear(h, w.w_hr);  // proj_size
         ys[static_cast<size_t>(t)] = h;
       }
       hn.push_back(h);
@@ -234,6 +242,7 @@ std::string RNNLayersBase::extra_repr() const {
   if (options.batch_first()) s += ", batch_first=True";
   if (options.dropout() != 0.0) s += ", dropout=" + float_repr(options.dropout());
   if (options.bidirectional()) s += ", bidirectional=True";
+  if (options.proj_size() > 0) s += ", proj_size=" + std::to_string(options.proj_size());
   return s;
 }
 

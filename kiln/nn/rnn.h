@@ -29,6 +29,9 @@ struct RNNOptions {
   KILN_ARG(bool, bidirectional) = false;
   // nn::RNN only: "tanh" or "relu"
   KILN_ARG(std::string, nonlinearity) = "tanh";
+  // nn::LSTM only: > 0 projects each step's h to this many features (weight_hr_l{k} [P, H]),
+  // which become the hidden state and the output; must be below hidden_size
+  KILN_ARG(int64_t, proj_size) = 0;
 };
 using LSTMOptions = RNNOptions;
 using GRUOptions = RNNOptions;
@@ -65,14 +68,16 @@ class RNNLayersBase : public Module {
 
   RNNOptions options;
   // Per layer and direction (index layer * D + direction): weight_ih, weight_hh, bias_ih, bias_hh
-  // (the biases undefined without bias).
+  // (the biases undefined without bias) and the LSTM's weight_hr (undefined without proj_size).
   struct Weights {
-    Tensor w_ih, w_hh, b_ih, b_hh;
+    Tensor w_ih, w_hh, b_ih, b_hh, w_hr;
   };
   std::vector<Weights> weights;
 
  protected:
   RNNLayersBase(const char* type_name, Recurrence kind, const RNNOptions& options);
+  // h's features: proj_size when set, else hidden_size
+  int64_t state_size() const { return options.proj_size() > 0 ? options.proj_size() : options.hidden_size(); }
   // (output, h_n, c_n); c_n is undefined but for the LSTM
   std::tuple<Tensor, Tensor, Tensor> run(const Tensor& input, const Tensor& h0, const Tensor& c0);
   Recurrence kind;
@@ -124,7 +129,9 @@ class RNNCell : public detail::HiddenStateCell {
 // batch_first; [T, input_size] unbatched), initial state each [num_layers * D, B, H]
 // ([num_layers * D, H] unbatched; D = 2 when bidirectional) -> (output [T, B, D * H], final state).
 // Parameters weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k} (+ "_reverse" for the
-// backward direction), as PyTorch's.
+// backward direction), as PyTorch's. An LSTM with proj_size P adds weight_hr_l{k} [P, H] and
+// h' = (sigmoid(o) tanh(c')) W_hr^T: h, h_0 / h_n and the output have P features in place of H
+// (c keeps H), and weight_hh is [4 H, P].
 class LSTM : public detail::RNNLayersBase {
  public:
   explicit LSTM(const LSTMOptions& options);

@@ -162,3 +162,34 @@ TEST_CASE("sdpa with masks: errors", "[attention]") {
   CHECK_THAT(error_of([&] { F::scaled_dot_product_attention(q, k.slice(-1, 0, 3), v, bool_mask()); }),
              Catch::Contains("mismatched sizes"));
 }
+
+TEST_CASE("sdpa: a query whose keys are all masked attends to nothing, as in PyTorch",
+          "[attention]") {
+  // torch 2.x gives such a row 0 (bool or -inf mask, with or without dropout) where a plain
+  // softmax would give NaN; its gradients are 0 and the other rows are untouched.
+  Tensor keep = kiln::ones({3, 5}, kiln::TensorOptions().dtype(kiln::DType::Bool));
+  keep.select(0, 1).fill_(0.0);  // query 1 sees no key
+  Tensor additive = kiln::zeros({3, 5}, f64()).masked_fill(kiln::logical_not(keep), -INFINITY);
+  for (int form = 0; form < 3; ++form) {
+    INFO((form == 0 ? "bool mask" : form == 1 ? "additive -inf mask" : "bool mask with dropout"));
+    Tensor q = q_in().requires_grad_(), k = k_in().requires_grad_(), v = v_in().requires_grad_();
+    kiln::manual_seed(3);
+    Tensor y = F::scaled_dot_product_attention(q, k, v, form == 1 ? additive : keep, form == 2 ? 0.3 : 0.0);
+    CHECK(values(y.select(2, 1)) == std::vector<double>(8, 0.0));
+    Tensor full = kiln::ones({3, 5}, kiln::TensorOptions().dtype(kiln::DType::Bool));
+    kiln::manual_seed(3);
+    Tensor ref = F::scaled_dot_product_attention(q, k, v, full.select(0, 0).unsqueeze(0), form == 2 ? 0.3 : 0.0);
+    if (form < 2) {  // the unmasked rows as without a mask
+      check_same_tensor(y.select(2, 0), ref.select(2, 0), 1e-15, "row 0");
+      check_same_tensor(y.select(2, 2), ref.select(2, 2), 1e-15, "row 2");
+    }
+    (y * y).sum().backward();
+    CHECK(values(q.grad().select(2, 1)) == std::vector<double>(8, 0.0));
+    for (const Tensor& g : {q.grad(), k.grad(), v.grad()})
+      for (double x : values(g)) CHECK(std::isfinite(x));
+  }
+  // The weights form keeps the plain softmax: NaN there (what nn::MultiheadAttention returns).
+  auto [y, p] = F::scaled_dot_product_attention_and_weights(q_in(), k_in(), v_in(), keep);
+  for (double x : values(p.select(2, 1))) CHECK(std::isnan(x));
+  for (double x : values(p.select(2, 0))) CHECK(std::isfinite(x));
+}

@@ -133,6 +133,59 @@ const std::vector<double> k_gru_cell_h = {
 const std::vector<double> k_rnn_cell_h = {
     0.8178424679447011, 0.8740731972335255, 0.8010389191080072, 0.8138603036428409};
 
+// An LSTM with proj_size 2 (hidden 4, 2 layers, bidirectional, batch_first), c0 [4, 2, 4].
+// [2, 3, 4]
+const std::vector<double> k_proj_out = {
+    0.09108799360379866, 0.1428045489790777, 0.4605283110001771, 0.563205548072988,
+    0.10367133340485765, 0.1616705614958966, 0.3206944459890126, 0.39235641322542547,
+    0.11982605141392108, 0.1865773845569089, 0.09611347469334514, 0.11608032506204871,
+    0.08902198669887974, 0.1408835582384985, 0.47943410009223697, 0.5846341052031346,
+    0.0790779551142322, 0.12276254597355672, 0.3699125859356328, 0.45044894263140367,
+    0.08411453485978883, 0.12933359836518593, 0.19885841673709598, 0.24016571714517426};
+// [4, 2, 2]
+const std::vector<double> k_proj_hn = {
+    0.11332269714925655, -0.06612217301745019, 0.01188050782470369, -0.08011915030768277,
+    0.018295959943678452, 0.02502436224337405, -0.035821351233018384, -0.09110884802541297,
+    0.11982605141392108, 0.1865773845569089, 0.08411453485978883, 0.12933359836518593,
+    0.4605283110001771, 0.563205548072988, 0.47943410009223697, 0.5846341052031346};
+// [4, 2, 4]
+const std::vector<double> k_proj_cn = {
+    1.8142062741932317, 1.6331728966796737, 1.060508925496638, 0.1583319061431319,
+    -0.14010717901806036, 0.0846454999225564, 0.27402898663590936, 0.38441346394836573,
+    -0.11470503201518686, -0.02387249444803713, 0.05981433448568217, 0.1307819396490661,
+    -0.02899486663229795, -0.0916791983371738, -0.17366142559223507, -0.23598866441071809,
+    -0.21409832352821354, -0.34248153716935625, -0.43550460374494865, -0.49376242882630583,
+    -0.1046755112475212, -0.2047163029665302, -0.30077865935893144, -0.3874319074184053,
+    0.2700325802649458, 0.3606944011007084, 0.4569704993276743, 0.5590872478701586,
+    0.2487276838396895, 0.35633261221370827, 0.47426027994392206, 0.5998130210822654};
+// [2, 3, 3]
+const std::vector<double> k_proj_grad_input = {
+    0.06272337535737275, 0.06685567186624895, 0.07031996860138456, 0.04314514418479596,
+    0.03149290072701829, 0.019525990615345195, 0.08196977290726214, 0.06452191492562823,
+    0.04642937529816687, 0.09429529896506565, 0.1177468024241533, 0.14002181875533687,
+    0.14098187235466547, 0.15280764905241176, 0.1631066222323194, 0.1897806388244983,
+    0.18496188854725926, 0.17829506021992747};
+// [4, 2, 2]
+const std::vector<double> k_proj_grad_h0 = {
+    0.13025444035913575, 0.11513959828194421, 0.037183388019392874, 0.03611101100100259,
+    -0.01927793525226734, -0.014305974165400812, -0.014225749113870837, 0.001808134260005926,
+    0.05996398701733409, 0.08848277171889066, 0.06368844377436902, 0.0925800985421546,
+    0.3050242063323667, 0.3855254669158125, 0.2679104002788393, 0.35695818169689075};
+// [4, 2, 4]
+const std::vector<double> k_proj_grad_c0 = {
+    0.19207391056686018, 0.17054617351491855, 0.14086761289771407, 0.08747121115789738,
+    0.0883594546341238, 0.04252769532149496, 0.003245274828006837, -0.03263133149507928,
+    0.012359808950703715, 0.02272142554758088, 0.04080317116142132, 0.07431485464128315,
+    0.10132077212695624, 0.1275475425809094, 0.1399592187971398, 0.14044365620023766,
+    -0.16896291384011838, -0.1753956497772082, -0.177044730060659, -0.17632743759249217,
+    -0.17652237553105923, -0.1860406872029714, -0.18914251948090113, -0.18780107246013059,
+    0.6260720265297155, 0.7245856284597207, 0.8152710001403698, 0.889947084334718,
+    0.6341929512185386, 0.7301586074237311, 0.8107857853201254, 0.8698283492286242};
+// [2, 4]
+const std::vector<double> k_proj_grad_weight_hr_l1_reverse = {
+    0.9513919974669822, 1.3749366886083165, 1.8153422335294827, 2.2495435314342833,
+    0.9782106014627697, 1.4162986838901452, 1.8721950173696957, 2.3220718711290034};
+
 }  // namespace
 
 TEST_CASE("LSTM: 2 layers, bidirectional, batch_first match PyTorch", "[rnn]") {
@@ -326,4 +379,50 @@ TEST_CASE("RNN (relu) and the GRU / RNN cells match PyTorch", "[rnn]") {
   CHECK_THAT(error_of([&] { rnn(kiln::zeros({4, 2, 3}, f64()), kiln::zeros({2, 3, 2}, f64())); }),
              Catch::Contains("RNN: expected hidden[0] of sizes [2, 2, 2], got [2, 3, 2]"));
   CHECK_THAT(error_of([&] { gc(kiln::zeros({2, 4}, f64())); }), Catch::Contains("GRUCell: input has inconsistent input_size"));
+}
+
+TEST_CASE("LSTM with proj_size matches PyTorch, with gradients", "[rnn]") {
+  LSTM lstm(ref_options().hidden_size(4).proj_size(2));
+  std::vector<std::string> names;
+  for (auto& [n, p] : lstm.named_parameters()) names.push_back(n);
+  REQUIRE(names.size() == 20);
+  CHECK(names[4] == "weight_hr_l0");  // torch's order: after the biases
+  CHECK(names[19] == "weight_hr_l1_reverse");
+  CHECK(lstm.weights[0].w_hh.sizes() == IntList{16, 2});
+  CHECK(lstm.weights[0].w_hr.sizes() == IntList{2, 4});
+  CHECK(lstm.weights[2].w_ih.sizes() == IntList{16, 4});  // layer 1 reads both directions' projections
+  set_params_to_sequence(lstm);
+  Tensor x = input().requires_grad_();
+  Tensor h = h0().requires_grad_(), c = (sin_seq(32, 0.17, 0.9).view({4, 2, 4}) * 0.3).requires_grad_();
+  auto [out, state] = lstm(x, LSTMState{h, c});
+  auto [hn, cn] = state;
+  CHECK(out.sizes() == IntList{2, 3, 4});
+  CHECK(hn.sizes() == IntList{4, 2, 2});
+  CHECK(cn.sizes() == IntList{4, 2, 4});
+  check_close(out, k_proj_out, 0, 1e-13, "output");
+  check_close(hn, k_proj_hn, 0, 1e-13, "h_n");
+  check_close(cn, k_proj_cn, 0, 1e-13, "c_n");
+  (out.sum() + (hn * 0.5).sum() + (cn * 0.25).sum()).backward();
+  check_close(x.grad(), k_proj_grad_input, 0, 1e-13, "input gradient");
+  check_close(h.grad(), k_proj_grad_h0, 0, 1e-13, "h0 gradient");
+  check_close(c.grad(), k_proj_grad_c0, 0, 1e-13, "c0 gradient");
+  check_close(lstm.weights[3].w_hr.grad(), k_proj_grad_weight_hr_l1_reverse, 0, 1e-13, "weight_hr_l1_reverse gradient");
+  // unbatched, a gradcheck, the printed options, errors
+  auto [u_out, u_state] = lstm(x.select(0, 1), LSTMState{h.select(1, 1), c.select(1, 1)});
+  check_same_tensor(u_out, out.select(0, 1), 1e-14, "unbatched");
+  CHECK(lstm.extra_repr() == "3, 4, num_layers=2, batch_first=True, bidirectional=True, proj_size=2");
+  kiln::manual_seed(12);
+  LSTM small(LSTMOptions(2, 3).proj_size(1).num_layers(2));
+  small.to(DType::F64);
+  CHECK(kiln::gradcheck([&](const TL& in) {
+    auto [o, st] = small(in[0], LSTMState{in[1], in[2]});
+    return kiln::cat({o.flatten(), std::get<0>(st).flatten(), std::get<1>(st).flatten()});
+  }, {kiln::randn({3, 2, 2}, f64(true)), kiln::randn({2, 2, 1}, f64(true)), kiln::randn({2, 2, 3}, f64(true))}));
+  CHECK_THAT(error_of([&] { lstm(x, LSTMState{kiln::zeros({4, 2, 4}, f64()), c}); }),
+             Catch::Contains("expected hidden[0] of sizes [4, 2, 2], got [4, 2, 4]"));
+  CHECK_THAT(error_of([&] { LSTM bad(LSTMOptions(3, 4).proj_size(4)); }),
+             Catch::Contains("proj_size must be >= 0 and smaller than hidden_size (4), got 4"));
+  CHECK_THAT(error_of([&] { LSTM bad(LSTMOptions(3, 4).proj_size(-1)); }), Catch::Contains("proj_size must be >= 0"));
+  CHECK_THAT(error_of([&] { GRU bad(GRUOptions(3, 4).proj_size(2)); }),
+             Catch::Contains("proj_size is an option of nn::LSTM only"));
 }

@@ -146,52 +146,52 @@ const std::vector<double> k_mha_self_grad_x = {
     -0.9659221205593557, -1.2971022906917327, -1.6153222435005294, -1.9174024304068111};
 // [3, 2, 4]
 const std::vector<double> k_layer_post_relu_out = {
-    0.9514689260269021, 0.6543164563931706, 0.27246239319947446, -0.0350171269014027,
-    0.9175547479690047, 0.6991884166627171, 0.30025929406581264, -0.07325097748614463,
-    0.7065774890968045, 0.8819870029382189, 0.448619772457056, -0.17238181672395364,
-    -0.06625815414503058, 0.6655526482535372, 0.8366135967162464, 0.6647684138721212,
-    0.054872920326354206, 0.8937840296269852, 0.8316774134544787, 0.2469980797079515,
-    -0.03350965611900129, 0.4775215324439469, 0.7820960534159893, 0.9001567333196299};
+    0.4973201936068624, 0.09868425255047288, 0.2995884072504865, 1.1720064540014492,
+    0.45642183583226864, 0.11289759461893413, 0.31899862669654444, 1.1875670760444577,
+    0.2348993698896359, 0.22595198264762228, 0.44659431482326534, 1.2057021438247708,
+    0.0007317052138066052, 0.4184035100471974, 0.713080920130965, 0.9987533872938307,
+    -0.029770878257140726, 0.48313489796421966, 0.7310046810287077, 0.9435141438155581,
+    0.06785079973424384, 0.31997257856114103, 0.661505817085588, 1.0819675692054742};
 // [3, 2, 4]
 const std::vector<double> k_layer_post_relu_grad_src = {
-    0.16954990020517266, 0.2024619192565835, 0.23547413585322194, 0.20646249331298674,
-    0.1137577778497285, 0.04213122276518498, 0.08877771098004696, 0.1182673672317449,
-    0.6234780979657856, -0.1683541891410551, -0.09347616612840703, 0.24450794067904913,
-    0.051352535414102035, -0.058927852577080525, 0.1304325631424777, 0.40512586027735875,
-    -1.0112475528780753, -0.17597892761818543, 0.4845091317316633, 0.7268640670266803,
-    0.19405740848316944, -0.36075208332702013, -0.12547243999925178, 0.38078042502715514};
+    0.15469951093055823, -0.16692561595680838, -0.14138527232322437, 0.09712801837523623,
+    0.21374801344118527, -0.12200993063422005, -0.10637604251499691, 0.138340933645806,
+    0.38532384925435764, -0.22406609181382553, -0.3147930642204547, 0.0646583697983314,
+    -0.00830312339300815, -0.04680727977676839, 0.017164752542734574, 0.08731588474017124,
+    0.058317022331572904, -0.068851512331838, 0.06305643838599574, -0.05334166709133659,
+    0.0013922315169345241, -0.003120596648654384, 0.0007927531958117429, 0.0013729786672386514};
 // [6, 4]
 const std::vector<double> k_layer_post_relu_grad_linear1_weight = {
-    0.0, 0.0, 0.0, 0.0,
-    0.0, 0.0, 0.0, 0.0,
-    0.0, 0.0, 0.0, 0.0,
-    0.0, 0.0, 0.0, 0.0,
+    0.033517442224223974, 0.00508494366318754, -0.006521885371373019, -0.00687250115131246,
+    0.05114749493327783, 0.01564802259623204, -0.004965167334984134, -0.012467387745430908,
+    0.06826649878007245, 0.02605475166004363, -0.0033588389878501696, -0.01793770432236751,
+    0.0030685155680175045, -0.0013268364285064726, -0.002051639800260612, -0.0010086211636602751,
     0.0, 0.0, 0.0, 0.0,
     0.0, 0.0, 0.0, 0.0};
 // [3, 2, 4]
 const std::vector<double> k_layer_pre_gelu_out = {
-    1.4102517259126388, 1.4944529786028107, 1.3402731020240854, 1.0119242594141042,
-    1.9433038508763754, 1.9168835247847595, 1.637469426075093, 1.1740041885819374,
-    1.957895599560352, 1.7917507946104791, 1.3780994422781108, 0.7904872345168624,
-    1.4725587120939128, 1.209803536218088, 0.7195195961741313, 0.07829734547937045,
-    0.7243424656324886, 0.4644580917239553, 0.004823479834846489, -0.5793408895683707,
-    0.15556603341064212, -0.006979663998343544, -0.35325575822267014, -0.8118565904486812};
+    0.6781520347253616, 0.7229324244969839, 0.798846011334586, 0.889726691873979,
+    1.1773622894399969, 1.1103050184642889, 1.0720150525376004, 1.0472034287285417,
+    1.1879095440795033, 0.9810065525150675, 0.809813302590364, 0.6631778955246066,
+    0.7017364597214821, 0.3982045062577366, 0.15065867964171198, -0.04910597324901311,
+    -0.046682938189058776, -0.347346950086427, -0.5641743430823043, -0.7067641838771779,
+    -0.6152304058328233, -0.8185522994741112, -0.9220989192677265, -0.9392569951894869};
 // [3, 2, 4]
 const std::vector<double> k_layer_pre_gelu_grad_src = {
-    0.3290391882818996, 0.787391213125524, 0.9309531484884592, 0.7779970999986475,
-    0.8251861572867569, 1.8202008334243727, 1.4486816266292315, -0.2649775529383587,
-    0.9181504037435987, 1.0457898446057343, 1.0180617894526245, 0.8385346451442349,
-    0.7887954630853369, 0.7941883609333823, 0.7024161238132176, 0.5165790080115341,
-    0.4462804321881672, 0.3248790637654717, 0.199304848418837, 0.07222113054956902,
-    -0.058125482078114465, -0.18795478290799694, -0.31325939329655805, -0.4329143905435026};
+    -0.4796101399158864, 0.8878285995888852, 1.367113294940226, 1.0500488952813,
+    0.6687539920124326, 1.9054913744772652, 1.5623637659370833, -0.3075180680247731,
+    0.8797818448723901, 1.0741791376250005, 1.0489048557828302, 0.8176708446659728,
+    0.774203109020356, 0.8063798819466947, 0.714517731781412, 0.5068782330950086,
+    0.44099136078081674, 0.3295481563682695, 0.20361898232951942, 0.06852697544343926,
+    -0.05218840761178633, -0.1930489294706475, -0.31789929639801934, -0.4291174153457188};
 // [6, 4]
 const std::vector<double> k_layer_pre_gelu_grad_linear1_weight = {
-    -2.1638668369330474, -2.1780240983495416, -1.3177835671279043, 0.43924398663248904,
-    -0.900013053279398, -0.8947993020851628, -0.5373591259474874, 0.18028279802567002,
-    -0.037760846932913025, -0.03029362202904814, -0.01549505251039055, 0.006162055879815016,
-    0.3103197235447769, 0.3124598037076197, 0.18915894282476717, -0.06268136193828235,
-    0.3756286244797384, 0.3731448876583496, 0.22406759663943132, -0.0747277119936241,
-    0.35241948953137225, 0.3471697728447447, 0.20742195723325602, -0.06936106558283428};
+    -3.4513137063931683, -3.4807995523472446, -2.10856177348731, 0.7018681151934784,
+    -3.80931026417836, -3.82679032539487, -2.312882251182746, 0.7705308724703953,
+    -2.8374035145318754, -2.830278635300132, -1.7033810739968696, 0.5690739737059443,
+    -0.2511256408318622, -0.24167596384406628, -0.14220168196270513, 0.0485627935912928,
+    0.3802307650087621, 0.3759864031387605, 0.2251311355575326, -0.07530482037891717,
+    0.26543372607307764, 0.2604090274234183, 0.15518536997014165, -0.05202802084904219};
 // [2, 3, 4]
 const std::vector<double> k_encoder_out = {
     -1.0571827749416218, -0.7728495155144297, -0.09198397170267292, 0.14084875229810515,
@@ -313,14 +313,42 @@ TEST_CASE("MultiheadAttention: the projection routes, mask forms and layouts agr
   check_same_tensor(u_w, n_w.select(0, 1), 1e-14, "unbatched weights");
 }
 
-TEST_CASE("MultiheadAttention: a query with every key masked gets NaN, as in PyTorch", "[transformer]") {
+TEST_CASE("MultiheadAttention: a query with every key masked, as in PyTorch", "[transformer]") {
   MultiheadAttention mha(MultiheadAttentionOptions(4, 2));
   set_params_to_sequence(mha);
   Tensor padding = bool_tensor({true, true, true, true, true, false, false, false, false, false}, {2, 5});
-  auto [out, w] = mha(mha_query(), mha_key(), mha_value(), MultiheadAttentionArgs().key_padding_mask(padding));
-  for (double v : values(out.select(1, 0))) CHECK(std::isnan(v));
-  for (double v : values(w.select(0, 0))) CHECK(std::isnan(v));
-  for (double v : values(out.select(1, 1))) CHECK(std::isfinite(v));
+  Tensor q = mha_query().requires_grad_(), k = mha_key(), v = mha_value();
+  // With the weights: a plain softmax, NaN for sample 0 (torch's need_weights=True path).
+  auto [out, w] = mha(q, k, v, MultiheadAttentionArgs().key_padding_mask(padding));
+  for (double x : values(out.select(1, 0))) CHECK(std::isnan(x));
+  for (double x : values(w.select(0, 0))) CHECK(std::isnan(x));
+  for (double x : values(out.select(1, 1))) CHECK(std::isfinite(x));
+  // Without: the query attends to nothing, so its output is proj's bias, and gradients stay finite.
+  auto [out2, none] = mha(q, k, v, MultiheadAttentionArgs().key_padding_mask(padding).need_weights(false));
+  check_same_tensor(out2.select(1, 0), mha.proj.bias.view({1, 4}).expand({3, 4}), 0, "output of the masked sample");
+  check_same_tensor(out2.select(1, 1), out.select(1, 1), 1e-14, "the other sample");
+  out2.sum().backward();
+  for (double x : values(q.grad())) CHECK(std::isfinite(x));
+  for (double x : values(mha.qkv.weight.grad())) CHECK(std::isfinite(x));
+  CHECK(values(q.grad().select(1, 0)) == std::vector<double>(12, 0.0));
+}
+
+TEST_CASE("TransformerEncoder: left padding under a causal mask stays finite, as in PyTorch", "[transformer]") {
+  // Sample 0's first two positions are padding, so its first query sees no key at all; torch's
+  // encoder (scaled_dot_product_attention inside) gives that row 0, and nothing turns NaN in the
+  // next layer or in the gradients.
+  kiln::manual_seed(13);
+  TransformerEncoder encoder(TransformerEncoderOptions(
+      TransformerEncoderLayerOptions(8, 2).dim_feedforward(16).dropout(0.0).batch_first(true), 2));
+  encoder.to(DType::F64);
+  Tensor src = kiln::randn({2, 5, 8}, f64(true));
+  Tensor padding = bool_tensor({true, true, false, false, false, false, false, false, false, false}, {2, 5});
+  Tensor out = encoder(src, Tensor(), padding, /*is_causal=*/true);
+  out.narrow(1, 2, 3).sum().backward();
+  for (double x : values(out)) CHECK(std::isfinite(x));
+  for (double x : values(src.grad())) CHECK(std::isfinite(x));
+  for (const Tensor& p : encoder.parameters())
+    for (double x : values(p.grad())) CHECK(std::isfinite(x));
 }
 
 TEST_CASE("MultiheadAttention: dropout on the attention probabilities in training only", "[transformer]") {
@@ -432,6 +460,10 @@ TEST_CASE("TransformerEncoderLayer: post-norm ReLU and pre-norm GELU match PyTor
     INFO(c.name);
     TransformerEncoderLayer layer(c.options);
     set_params_to_sequence(layer);
+    {
+      kiln::NoGradGuard ng;
+      layer.linear1.bias.copy_(sin_seq(6, 0.9, 0.3));  // about half the ReLU inputs > 0, as in the script
+    }
     layer.eval();
     Tensor src = sin_seq(24, 0.19, 0.4).view({3, 2, 4}).requires_grad_();
     Tensor out = layer(src, encoder_src_mask(), encoder_key_padding_mask());
@@ -482,6 +514,16 @@ TEST_CASE("TransformerEncoderLayer: dropout in training, gradcheck, errors", "[t
   no_dropout.load_state_dict(layer.state_dict());
   no_dropout.to(DType::F64);
   check_same_tensor(no_dropout(src), e, 1e-14, "eval is the layer without dropout");
+  // p = 1 drops every branch: post-norm leaves norm2(norm1(x)), pre-norm leaves x.
+  for (bool norm_first : {false, true}) {
+    INFO("norm_first " << norm_first);
+    TransformerEncoderLayer all(TransformerEncoderLayerOptions(4, 2).dim_feedforward(8).dropout(1.0).norm_first(norm_first));
+    all.to(DType::F64);
+    Tensor want = norm_first ? src : all.norm2(all.norm1(src));
+    check_same_tensor(all(src), want, 1e-14, "every dropout at p = 1");
+    all.dropout2.eval();  // each Dropout has its own mode, as in torch
+    CHECK_FALSE(kiln::allclose(all(src), want));
+  }
   for (bool norm_first : {false, true}) {
     TransformerEncoderLayer l(TransformerEncoderLayerOptions(4, 2).dim_feedforward(5).dropout(0.0).norm_first(norm_first).activation("gelu"));
     l.to(DType::F64);

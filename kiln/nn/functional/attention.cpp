@@ -148,18 +148,36 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   return blocked_attention(q, k, v, is_causal, 0.0);
 }
 
+namespace {
+std::tuple<Tensor, Tensor> composite_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                               std::optional<double> scale, bool zero_masked_rows);
+}  // namespace
+
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& attn_mask,
                                     double dropout_p, bool is_causal, std::optional<double> scale) {
   if (!attn_mask.defined() && dropout_p == 0.0) {
     KILN_CHECK(!scale || *scale != 0.0, "scaled_dot_product_attention: scale must be non-zero");
     return blocked_attention(q, k, v, is_causal, scale ? *scale : 0.0);
   }
-  return std::get<0>(scaled_dot_product_attention_and_weights(q, k, v, attn_mask, dropout_p, is_causal, scale));
+  return std::get<0>(composite_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, /*zero_masked_rows=*/true));
 }
 
 std::tuple<Tensor, Tensor> scaled_dot_product_attention_and_weights(const Tensor& q, const Tensor& k, const Tensor& v,
                                                                     const Tensor& attn_mask, double dropout_p,
                                                                     bool is_causal, std::optional<double> scale) {
+  return composite_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, /*zero_masked_rows=*/false);
+}
+
+namespace {
+
+// softmax(q k^T * scale + mask) [dropout] v and the probabilities. zero_masked_rows: a query whose
+// keys are all masked attends to nothing (probabilities and output 0, zero gradients), as torch's
+// scaled_dot_product_attention; otherwise its softmax gives NaN there, as torch's
+// nn.MultiheadAttention when it returns the weights.
+std::tuple<Tensor, Tensor> composite_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                               std::optional<double> scale, bool zero_masked_rows) {
   const char* op = "scaled_dot_product_attention";
   KILN_CHECK(dropout_p >= 0.0 && dropout_p <= 1.0, op, ": dropout_p must be in [0, 1], got ", dropout_p);
   KILN_CHECK(!(attn_mask.defined() && is_causal), op, ": give an attn_mask or is_causal, not both");
@@ -178,9 +196,18 @@ std::tuple<Tensor, Tensor> scaled_dot_product_attention_and_weights(const Tensor
                attn_mask.sizes(), " does not broadcast to the scores' sizes ", s.sizes());
     s = attn_mask.dtype() == DType::Bool ? where(attn_mask, s, ninf) : s + attn_mask;
   }
-  Tensor p = kiln::softmax(s, -1);
+  Tensor p;
+  if (zero_masked_rows) {
+    // The masked rows' scores are replaced before the softmax, so no NaN reaches its backward.
+    Tensor masked_row = s.amax({-1}, /*keepdim=*/true) == ninf;
+    p = where(masked_row, 0.0, kiln::softmax(where(masked_row, 0.0, s), -1));
+  } else {
+    p = kiln::softmax(s, -1);
+  }
   if (dropout_p > 0.0) p = dropout(p, dropout_p, true);
   return {matmul(p, v), p};
 }
+
+}  // namespace
 
 }  // namespace kiln::nn::functional
