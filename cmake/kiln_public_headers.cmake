@@ -74,6 +74,7 @@ set(KILN_PUBLIC_HEADERS
   nn/rnn.h
   nn/sampling.h
   nn/serialize.h
+  nn/transformer.h
   optim/adam.h
   optim/adamw.h
   optim/clip.h

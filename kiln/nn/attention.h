@@ -1,12 +1,10 @@
 #pragma once
-// Multi-head attention (torch's nn.MultiheadAttention), the pre-norm GPT block and torch's
-// Transformer encoder.
+// Multi-head attention (torch's nn.MultiheadAttention) and the pre-norm GPT block.
 #include <memory>
 #include <string>
 #include <tuple>
 
 #include "kiln/nn/activation.h"
-#include "kiln/nn/container.h"
 #include "kiln/nn/linear.h"
 #include "kiln/nn/normalization.h"
 
@@ -102,78 +100,6 @@ class TransformerBlock : public Module {
   Linear fc, proj;
   GELU act{"tanh"};
   Dropout drop;
-};
-
-struct TransformerEncoderLayerOptions {
-  TransformerEncoderLayerOptions(int64_t d_model, int64_t nhead) : d_model_(d_model), nhead_(nhead) {}
-  KILN_ARG(int64_t, d_model);
-  KILN_ARG(int64_t, nhead);
-  KILN_ARG(int64_t, dim_feedforward) = 2048;
-  KILN_ARG(double, dropout) = 0.1;
-  KILN_ARG(std::string, activation) = "relu";  // or "gelu" (exact)
-  KILN_ARG(double, layer_norm_eps) = 1e-5;
-  KILN_ARG(bool, batch_first) = false;
-  KILN_ARG(bool, norm_first) = false;  // pre-norm: x + sa(norm1(x)); torch's default is post-norm
-};
-
-// torch's nn.TransformerEncoderLayer, with its submodule names (self_attn, linear1, dropout,
-// linear2, norm1, norm2, dropout1, dropout2). Post-norm:
-//   x = norm1(x + dropout1(self_attn(x))), then x = norm2(x + dropout2(linear2(dropout(act(linear1(x))))));
-// pre-norm (norm_first) applies each norm to the branch's input instead. src_mask and
-// src_key_padding_mask are MultiheadAttention's attn_mask and key_padding_mask.
-class TransformerEncoderLayer : public Module {
- public:
-  explicit TransformerEncoderLayer(const TransformerEncoderLayerOptions& options);
-  Tensor forward(const Tensor& src) override;
-  Tensor forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask = Tensor(),
-                 bool is_causal = false);
-  using Module::operator();
-  Tensor operator()(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask = Tensor(),
-                    bool is_causal = false) {
-    return forward(src, src_mask, src_key_padding_mask, is_causal);
-  }
-  std::string extra_repr() const override;
-
-  TransformerEncoderLayerOptions options;
-  MultiheadAttention self_attn;
-  Linear linear1;
-  Dropout dropout;
-  Linear linear2;
-  LayerNorm norm1, norm2;
-  Dropout dropout1, dropout2;
-
- private:
-  Tensor self_attention_block(const Tensor& x, const Tensor& mask, const Tensor& key_padding_mask, bool is_causal);
-  Tensor feed_forward_block(const Tensor& x, const Tensor& residual);  // residual + the MLP branch of x
-};
-
-struct TransformerEncoderOptions {
-  TransformerEncoderOptions(TransformerEncoderLayerOptions layer, int64_t num_layers)
-      : layer_(std::move(layer)), num_layers_(num_layers) {}
-  KILN_ARG(TransformerEncoderLayerOptions, layer);
-  KILN_ARG(int64_t, num_layers);
-  // a LayerNorm after the last layer (torch's norm=LayerNorm(d_model, eps)), with the layers'
-  // layer_norm_eps, as nn.Transformer builds it
-  KILN_ARG(bool, final_norm) = false;
-};
-
-// torch's nn.TransformerEncoder: num_layers fresh TransformerEncoderLayers ("layers.0", ...) run in
-// turn with the same masks, then the optional final LayerNorm ("norm").
-class TransformerEncoder : public Module {
- public:
-  explicit TransformerEncoder(const TransformerEncoderOptions& options);
-  Tensor forward(const Tensor& src) override;
-  Tensor forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask = Tensor(),
-                 bool is_causal = false);
-  using Module::operator();
-  Tensor operator()(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask = Tensor(),
-                    bool is_causal = false) {
-    return forward(src, mask, src_key_padding_mask, is_causal);
-  }
-
-  TransformerEncoderOptions options;
-  ModuleList layers;
-  std::shared_ptr<LayerNorm> norm;  // null unless final_norm
 };
 
 }  // namespace kiln::nn

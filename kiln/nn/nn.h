@@ -19,3 +19,4 @@
 #include "kiln/nn/normalization.h"
 #include "kiln/nn/rnn.h"
 #include "kiln/nn/serialize.h"
+#include "kiln/nn/transformer.h"

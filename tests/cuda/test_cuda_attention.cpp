@@ -209,7 +209,7 @@ TEST_CASE("attention: q, k, v unbound from a fused projection, CUDA == CPU", "[c
   }
 }
 
-TEST_CASE("nn::MultiheadAttention and nn::TransformerEncoderLayer: CUDA == CPU with masks and weights",
+TEST_CASE("nn::MultiheadAttention, nn::TransformerEncoderLayer, nn::Transformer: CUDA == CPU with masks",
           "[cuda][attention]") {
   // torch's module forms over the ops above: cross-attention with a bool attn_mask and a key
   // padding mask returning the weights, then an encoder layer (pre-norm, GELU) over a
@@ -227,7 +227,7 @@ TEST_CASE("nn::MultiheadAttention and nn::TransformerEncoderLayer: CUDA == CPU w
   std::vector<Tensor> out, w, gq, gk, gw;
   for (const kiln::Device& dev : {kCpu, kGpu}) {
     nn::MultiheadAttention& mha = dev == kCpu ? cpu_mha : gpu_mha;
-    Tensor q = q0.to(dev).requires_grad_(true), k = k0.to(dev).requires_grad_(true), v = v0.to(dev);
+    Tensor q = q0.to(dev).detach().requires_grad_(true), k = k0.to(dev).detach().requires_grad_(true), v = v0.to(dev);
     auto [o, weights] = mha(q, k, v, nn::MultiheadAttentionArgs().attn_mask(attn_mask.to(dev)).key_padding_mask(padding.to(dev)));
     (o.sum() + weights.pow(2.0).sum()).backward();
     out.push_back(o.detach());
@@ -252,7 +252,7 @@ TEST_CASE("nn::MultiheadAttention and nn::TransformerEncoderLayer: CUDA == CPU w
   std::vector<Tensor> y, gs, g1;
   for (const kiln::Device& dev : {kCpu, kGpu}) {
     nn::TransformerEncoderLayer& layer = dev == kCpu ? cpu_layer : gpu_layer;
-    Tensor src = src0.to(dev).requires_grad_(true);
+    Tensor src = src0.to(dev).detach().requires_grad_(true);
     Tensor o = layer(src.transpose(0, 1), Tensor(), src_padding.to(dev), false);  // [L, N, E], a strided view
     o.pow(2.0).sum().backward();
     y.push_back(o.detach());
@@ -262,4 +262,27 @@ TEST_CASE("nn::MultiheadAttention and nn::TransformerEncoderLayer: CUDA == CPU w
   require_near(y[1], y[0], 1e-4, "encoder layer output");
   require_near(gs[1], gs[0], 1e-4, "encoder layer input gradient");
   require_near(g1[1], g1[0], 1e-4, "linear1 weight gradient");
+
+  // nn::Transformer (encoder + decoder, causal target mask, memory padding).
+  auto t_options = nn::TransformerOptions().d_model(E).nhead(H).num_encoder_layers(2).num_decoder_layers(2)
+                       .dim_feedforward(64).dropout(0.0);
+  nn::Transformer cpu_t(t_options), gpu_t(t_options);
+  gpu_t.load_state_dict(cpu_t.state_dict());
+  gpu_t.to(kGpu);
+  Tensor tgt0 = kiln::randn({S, N, E});
+  std::vector<Tensor> ty, gsrc, gtgt;
+  for (const kiln::Device& dev : {kCpu, kGpu}) {
+    nn::Transformer& model = dev == kCpu ? cpu_t : gpu_t;
+    Tensor src = src0.to(dev).transpose(0, 1).contiguous().detach().requires_grad_(true);
+    Tensor tgt = tgt0.to(dev).detach().requires_grad_(true);
+    Tensor causal = nn::Transformer::generate_square_subsequent_mask(S, kiln::TensorOptions().device(dev));
+    Tensor o = model(src, tgt, Tensor(), causal, Tensor(), src_padding.to(dev), Tensor(), src_padding.to(dev));
+    o.pow(2.0).sum().backward();
+    ty.push_back(o.detach());
+    gsrc.push_back(src.grad());
+    gtgt.push_back(tgt.grad());
+  }
+  require_near(ty[1], ty[0], 1e-4, "Transformer output");
+  require_near(gsrc[1], gsrc[0], 1e-4, "Transformer src gradient");
+  require_near(gtgt[1], gtgt[0], 1e-4, "Transformer tgt gradient");
 }

@@ -1,5 +1,5 @@
-// nn::MultiheadAttention (torch's form), nn::TransformerEncoderLayer and nn::TransformerEncoder:
-// outputs, attention weights and gradients against PyTorch's (torch 2.15, float64, every parameter
+// nn::MultiheadAttention (torch's form) and the Transformer family (encoder and decoder layers and
+// stacks, nn::Transformer): outputs, attention weights and gradients against PyTorch's (torch 2.15, float64, every parameter
 // set to a fixed sequence in registration order, which is torch's; pasted below), the projection
 // and mask routes against each other, batch_first and unbatched layouts, dropout, f64 gradchecks,
 // parameter names, errors.
@@ -24,6 +24,12 @@ using nn::TransformerEncoder;
 using nn::TransformerEncoderLayer;
 using nn::TransformerEncoderLayerOptions;
 using nn::TransformerEncoderOptions;
+using nn::Transformer;
+using nn::TransformerDecoder;
+using nn::TransformerDecoderLayer;
+using nn::TransformerDecoderLayerOptions;
+using nn::TransformerDecoderOptions;
+using nn::TransformerOptions;
 
 Tensor bool_tensor(const std::vector<bool>& v, IntList sizes) { return kiln::tensor(v).view(sizes); }
 
@@ -208,6 +214,93 @@ const std::vector<double> k_encoder_grad_src = {
     0.00854897439436324, -0.012171135506164832, 0.003980336892092749, 0.0015840647179667633,
     0.005220850677924514, -0.007420686132503521, 0.0022334544127540932, 0.0006097790067896181,
     0.004228479485143792, -0.005922976140097707, 0.0016869026622594885, 0.0002245323569718665};
+
+// TransformerDecoderLayer: tgt [3, 2, 4], memory [5, 2, 4], a causal tgt_mask, a memory key padding mask.
+// [3, 2, 4]
+const std::vector<double> k_dec_post_relu_out = {
+    -0.6169636403296412, -0.7134095079133795, -0.2656873576904723, 0.5435435590075942,
+    -0.5988025792872084, -0.7235174771121752, -0.27328746287727423, 0.5438192410025611,
+    -0.469046857515497, -0.7637849176807316, -0.3568463959496942, 0.5443309308101166,
+    0.2735489809138459, -0.7204792594665302, -0.6986651203517525, 0.16616485532672748,
+    0.48902619958601673, -0.5064329390775332, -0.703481506092521, -0.21831886885635834,
+    0.5068760177840417, -0.45962863004261284, -0.6812579983720864, -0.29839048798969253};
+// [3, 2, 4]
+const std::vector<double> k_dec_post_relu_grad_tgt = {
+    -0.04943858215498603, 0.02234988465902288, 0.02674079333608198, -0.04721904125978062,
+    -0.26321802195776534, -0.26191926318431624, -0.26923738484349136, -0.2911747985723088,
+    0.17734631480954466, -0.10684279800198127, -0.1513739132354613, 0.026294621446631604,
+    0.12615834288340463, 0.4652900015141658, -0.09956500834255053, -1.1135912141266577,
+    -0.13538479788912447, 0.08678973142653124, 0.1099034556522436, -0.11547637508745719,
+    -0.05356706520862033, 0.032316917638082594, 0.04674900522790394, -0.03433119459381485};
+// [5, 2, 4]
+const std::vector<double> k_dec_post_relu_grad_memory = {
+    -0.009274694324426298, -0.01038730969011012, -0.01139613849095844, -0.012291100843067643,
+    -0.007010505776474311, -0.008132857518946667, -0.00917394843745498, -0.010123376295680414,
+    9.504147659274284e-05, -0.0007932153455876257, -0.001673546622237016, -0.002537156374237978,
+    0.0005070255438922942, -0.00030268729348210716, -0.0011093757794751514, -0.001904979749390558,
+    -0.00021965738409697694, -0.001089426103657392, -0.0019483096377064556, -0.0027877263058810973,
+    -0.00760366649094708, -0.008682815421710535, -0.009675208530937441, -0.010570930154721946,
+    0.0, 0.0, 0.0, 0.0,
+    -0.005367746717002789, -0.006477330873126468, -0.007522195680286786, -0.008491901194716982,
+    0.0, 0.0, 0.0, 0.0,
+    0.00044175261028087326, -0.000370712915943112, -0.0011794744012523924, -0.00197645096822676};
+// [3, 2, 4]
+const std::vector<double> k_dec_pre_gelu_out = {
+    3.3041762040114904, 3.7178767247379527, 3.510970349995376, 2.7419923013704803,
+    4.098402814352259, 4.419328222726598, 4.054965443890255, 3.0741874741878887,
+    3.8604877560833586, 4.037814194755747, 3.5736508444755186, 2.536227705997207,
+    3.6465377479356933, 3.737484904791017, 3.1619347738988255, 1.9966920449923329,
+    2.634190274998008, 2.719740236217688, 2.2093454188515866, 1.1730124689492223,
+    2.334914566324721, 2.5258565547416882, 2.093877822354219, 1.110609590640581};
+// [3, 2, 4]
+const std::vector<double> k_dec_pre_gelu_grad_tgt = {
+    0.17944805217509296, 0.6034960375320543, 0.9042157631463337, 1.1382207970410474,
+    0.8923355285355268, 0.8798191273871372, 0.9448284982945143, 1.1121079101848224,
+    1.1626895203866194, 0.8704492490856109, 0.8098316229170069, 0.9775662905569569,
+    0.8909689707915435, 0.7116447834057384, 0.6105312564399588, 0.5888339452062308,
+    0.47285574863511504, 0.3050241000172726, 0.17656745050661315, 0.08823817576304424,
+    -0.08406674238515488, -0.168251449917192, -0.2902131725024283, -0.4497226840213971};
+// [5, 2, 4]
+const std::vector<double> k_dec_pre_gelu_grad_memory = {
+    -0.004122427674143725, -0.2707067205700056, -0.5345862013976772, -0.7931242736116872,
+    -0.0512854205896872, -0.15436098781749577, -0.25589423107999076, -0.3548706637729211,
+    -0.9324126814023256, -1.0787605932559274, -1.2143298858525586, -1.337765995633843,
+    -0.5911438537912831, -0.6476563270436876, -0.69769763236299, -0.7407677735678956,
+    -0.9090447494427181, -1.065501772449021, -1.2113126539530725, -1.3450204998255528,
+    -0.06235986564515515, -0.17023505039408038, -0.2764093027916943, -0.3798217648045813,
+    0.0, 0.0, 0.0, 0.0,
+    -0.0864598857818856, -0.18255026551769654, -0.2768166633435499, -0.36831720057269757,
+    0.0, 0.0, 0.0, 0.0,
+    -0.5787881005883906, -0.6363653600974255, -0.6875842672827879, -0.7319330597546008};
+// nn::Transformer(4, 2, 2, 1, 6, batch_first): src [2, 5, 4], tgt [2, 3, 4].
+// [2, 3, 4]
+const std::vector<double> k_transformer_out = {
+    -0.4476270411283719, 0.17387923123374077, 0.3202275357357183, 0.26030833950974996,
+    0.4739881130079463, 0.1688222603518671, -0.0668329939470127, 0.06548729949827892,
+    0.43169340115798965, 0.2313108773054392, -0.07517646038829577, 0.05529531220351422,
+    -0.44599955128759733, 0.16492018295018995, 0.3232709400404092, 0.2627349967470347,
+    -0.4423555287709609, 0.14832046176686756, 0.32888713113374374, 0.26691068938682,
+    -0.4469476944668279, 0.2939331075445597, 0.26890592020219306, 0.22380056125607928};
+// [2, 5, 4]
+const std::vector<double> k_transformer_grad_src = {
+    -1.1699421290499103e-05, -9.924831999257708e-05, 9.659652336098744e-06, -7.386570872835102e-05,
+    -3.836382975275996e-05, -0.0003933371123383769, -7.987519173098667e-05, -0.00017118618584710687,
+    0.002044798346365057, -0.001366992965672343, -0.0009447431012796598, -0.00021964241629615234,
+    -4.021407216890196e-05, 0.00015301722167276264, -5.143421900224225e-05, -6.0467246326509255e-05,
+    0.0, 0.0, 0.0, 0.0,
+    4.179476989292086e-05, -6.740287472446776e-05, 1.3950170004581857e-05, -1.270927411315864e-07,
+    0.00014010509765751474, -0.00019241126523016931, 4.333731367459546e-05, -2.906977701710848e-05,
+    0.00012108647461754656, -8.019832611456529e-05, -0.00012713334840733543, 0.00012125696102069174,
+    -4.866137973214965e-05, 0.0001569036239047202, -0.00014456829425471847, 5.437008256328908e-05,
+    -0.0011236170663765951, 0.001433171759177258, -0.00018639124335612944, -9.738104910879611e-05};
+// [2, 3, 4]
+const std::vector<double> k_transformer_grad_tgt = {
+    -0.02877802568809303, 0.07496004987564717, -0.028169563721113434, -0.031088514832835694,
+    -0.039991321080083964, 0.029359301518424405, 0.02998487776224332, -0.019509346151074615,
+    0.028762792700618985, -0.06398677226765116, 0.055631891927873746, -0.017473974975850976,
+    -0.05357428461105887, 0.0717063038541767, -0.03884244775856895, -0.04086176498227438,
+    -0.022042005613642033, 0.036588414314246996, -0.00998326190865207, -0.012784391238859983,
+    0.27556944440679904, 0.5990144834935296, -0.5944260072552201, -0.28337316594134965};
 
 }  // namespace
 
@@ -535,4 +628,107 @@ TEST_CASE("TransformerEncoderLayer: dropout in training, gradcheck, errors", "[t
   CHECK_THAT(error_of([&] { TransformerEncoder bad(TransformerEncoderOptions(TransformerEncoderLayerOptions(4, 2), -1)); }),
              Catch::Contains("num_layers must be >= 0"));
   CHECK_THAT(error_of([&] { layer(kiln::zeros({3, 2, 5}, f64())); }), Catch::Contains("embed_dim = 4 features"));
+}
+
+TEST_CASE("TransformerDecoderLayer: post-norm ReLU and pre-norm GELU match PyTorch, with gradients", "[transformer]") {
+  struct Case {
+    const char* name;
+    TransformerDecoderLayerOptions options;
+    const std::vector<double>& out;
+    const std::vector<double>& grad_tgt;
+    const std::vector<double>& grad_memory;
+  };
+  const Case cases[] = {
+      {"post-norm, relu", TransformerDecoderLayerOptions(4, 2).dim_feedforward(6), k_dec_post_relu_out,
+       k_dec_post_relu_grad_tgt, k_dec_post_relu_grad_memory},
+      {"pre-norm, gelu", TransformerDecoderLayerOptions(4, 2).dim_feedforward(6).norm_first(true).activation("gelu"),
+       k_dec_pre_gelu_out, k_dec_pre_gelu_grad_tgt, k_dec_pre_gelu_grad_memory},
+  };
+  Tensor memory_padding = bool_tensor({false, false, false, true, true, false, false, false, false, false}, {2, 5});
+  for (const Case& c : cases) {
+    INFO(c.name);
+    TransformerDecoderLayer layer(c.options);
+    std::vector<std::string> names;
+    for (auto& [n, p] : layer.named_parameters()) names.push_back(n);
+    REQUIRE(names.size() == 18);
+    CHECK(names[4] == "multihead_attn.qkv.weight");
+    CHECK(names[17] == "norm3.bias");
+    set_params_to_sequence(layer);
+    {
+      kiln::NoGradGuard ng;
+      layer.linear1.bias.copy_(sin_seq(6, 0.9, 0.3));
+    }
+    layer.eval();
+    Tensor tgt = sin_seq(24, 0.19, 0.4).view({3, 2, 4}).requires_grad_();
+    Tensor memory = sin_seq(40, 0.27, 1.1).view({5, 2, 4}).requires_grad_();
+    Tensor causal = Transformer::generate_square_subsequent_mask(3, f64());
+    Tensor out = layer(tgt, memory, causal, Tensor(), Tensor(), memory_padding, /*tgt_is_causal=*/true);
+    check_close(out, c.out, 0, 1e-13, "output");
+    (out * sin_seq(24, 0.13, 0.6).view({3, 2, 4})).sum().backward();
+    check_close(tgt.grad(), c.grad_tgt, 0, 1e-13, "tgt gradient");
+    check_close(memory.grad(), c.grad_memory, 0, 1e-13, "memory gradient");
+  }
+}
+
+TEST_CASE("Transformer: encoder and decoder with masks match PyTorch", "[transformer]") {
+  Transformer model(TransformerOptions().d_model(4).nhead(2).num_encoder_layers(2).num_decoder_layers(1)
+                        .dim_feedforward(6).batch_first(true));
+  std::vector<std::string> names;
+  for (auto& [n, p] : model.named_parameters()) names.push_back(n);
+  REQUIRE(names.size() == 46);  // torch's count and order
+  CHECK(names[24] == "encoder.norm.weight");
+  CHECK(names[26] == "decoder.layers.0.self_attn.qkv.weight");
+  CHECK(names[45] == "decoder.norm.bias");
+  set_params_to_sequence(model);
+  model.eval();
+  Tensor src = sin_seq(40, 0.21, 0.3).view({2, 5, 4}).requires_grad_();
+  Tensor tgt = sin_seq(24, 0.33, 0.8).view({2, 3, 4}).requires_grad_();
+  Tensor padding = bool_tensor({false, false, false, false, true, false, false, false, false, false}, {2, 5});
+  Tensor causal = Transformer::generate_square_subsequent_mask(3, f64());
+  Tensor out = model(src, tgt, Tensor(), causal, Tensor(), padding, Tensor(), padding, false, /*tgt_is_causal=*/true);
+  check_close(out, k_transformer_out, 0, 1e-13, "output");
+  out.sum().backward();
+  check_close(src.grad(), k_transformer_grad_src, 0, 1e-12, "src gradient");
+  check_close(tgt.grad(), k_transformer_grad_tgt, 0, 1e-12, "tgt gradient");
+}
+
+TEST_CASE("Transformer: initialisation, the subsequent mask, gradcheck, errors", "[transformer]") {
+  kiln::manual_seed(14);
+  Transformer model(TransformerOptions().d_model(8).nhead(2).num_encoder_layers(1).num_decoder_layers(1)
+                        .dim_feedforward(16));
+  // Every matrix xavier_uniform_ (torch's _reset_parameters); the LayerNorms keep 1 and 0.
+  for (auto& [name, p] : model.named_parameters()) {
+    INFO(name);
+    if (p.dim() > 1) {
+      const double bound = std::sqrt(6.0 / static_cast<double>(p.size(0) + p.size(1)));
+      CHECK(p.abs().max().item() <= bound);
+      CHECK(p.abs().max().item() > 0.7 * bound);
+    }
+  }
+  CHECK(model.encoder.norm != nullptr);
+  CHECK(model.decoder.norm != nullptr);
+  Tensor m = Transformer::generate_square_subsequent_mask(3);
+  CHECK(m.dtype() == DType::F32);
+  CHECK(values(m) == std::vector<double>{0, -INFINITY, -INFINITY, 0, 0, -INFINITY, 0, 0, 0});
+
+  TransformerDecoder decoder(TransformerDecoderOptions(
+      TransformerDecoderLayerOptions(4, 2).dim_feedforward(5).dropout(0.0).activation("gelu"), 2).final_norm(true));
+  decoder.to(DType::F64);
+  Tensor causal = Transformer::generate_square_subsequent_mask(3, f64());
+  CHECK(kiln::gradcheck([&](const TL& in) { return decoder(in[0], in[1], causal); },
+                        {kiln::randn({3, 2, 4}, f64(true)), kiln::randn({4, 2, 4}, f64(true))}));
+  // An unbatched pair is a batch of one.
+  Tensor tgt = kiln::randn({3, 2, 4}, f64()), memory = kiln::randn({4, 2, 4}, f64());
+  check_same_tensor(decoder(tgt.select(1, 1), memory.select(1, 1), causal), decoder(tgt, memory, causal).select(1, 1),
+                    1e-14, "unbatched");
+
+  Tensor src = kiln::zeros({5, 2, 8}), bad_tgt = kiln::zeros({3, 4, 8});
+  CHECK_THAT(error_of([&] { model(src, bad_tgt); }), Catch::Contains("the batch number of src and tgt must be equal"));
+  CHECK_THAT(error_of([&] { model(src, kiln::zeros({3, 2, 6})); }),
+             Catch::Contains("the feature number of src and tgt must be equal to d_model (8)"));
+  CHECK_THAT(error_of([&] { model(src, kiln::zeros({3, 8})); }), Catch::Contains("must both be 3-D"));
+  CHECK_THAT(error_of([&] { model(src); }), Catch::Contains("no single-input forward"));
+  CHECK_THAT(error_of([&] { decoder(tgt, Tensor()); }), Catch::Contains("memory (the encoder's output) is undefined"));
+  CHECK_THAT(error_of([&] { TransformerDecoderLayer bad(TransformerDecoderLayerOptions(4, 2).activation("silu")); }),
+             Catch::Contains("activation must be \"relu\" or \"gelu\""));
 }
