@@ -127,6 +127,14 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
     }
   }
 
+  // is_causal is torch's hint that attn_mask is the causal mask: where the causal kernel can take
+  // its place (no key padding mask, no weights asked for) the mask is dropped for it, as torch
+  // does; otherwise the mask is used as given. Without an attn_mask it masks causally (torch
+  // raises an error there). The causal option always masks causally.
+  const bool mask_replaced_by_hint =
+      a.is_causal() && a.attn_mask().defined() && !a.key_padding_mask().defined() && !a.need_weights();
+  bool is_causal = causal || (a.is_causal() && (!a.attn_mask().defined() || mask_replaced_by_hint));
+
   // The masks, as one additive mask that broadcasts to the scores [N, H, L, S].
   Tensor mask;
   auto add = [&](const Tensor& m) { mask = mask.defined() ? mask + m : m; };
@@ -136,7 +144,7 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
     const bool three_d = m.dim() == 3 && m.size(0) == N * H && m.size(1) == L && m.size(2) == S;
     KILN_CHECK(two_d || three_d, op, ": attn_mask must be [L, S] = [", L, ", ", S, "] or [N * num_heads, L, S] = [",
                N * H, ", ", L, ", ", S, "], got sizes ", m.sizes());
-    add(additive_mask(m, "attn_mask", q).view({two_d ? 1 : N, two_d ? 1 : H, L, S}));
+    if (!mask_replaced_by_hint) add(additive_mask(m, "attn_mask", q).view({two_d ? 1 : N, two_d ? 1 : H, L, S}));
   }
   if (a.key_padding_mask().defined()) {
     const Tensor& m = a.key_padding_mask();
@@ -145,9 +153,6 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
                "], got sizes ", m.sizes());
     add(additive_mask(m, "key_padding_mask", q).view({N, 1, 1, S}));
   }
-  // causal: always; is_causal: torch's hint that attn_mask is causal, so it only acts without one
-  // (where torch raises an error instead).
-  bool is_causal = causal || (a.is_causal() && !a.attn_mask().defined());
   if (is_causal && mask.defined()) {
     add(causal_additive_mask(L, S, q));
     is_causal = false;

@@ -29,8 +29,9 @@ struct MultiheadAttentionArgs {
   KILN_ARG(bool, need_weights) = true;    // also return the attention probabilities
   KILN_ARG(Tensor, attn_mask);            // [L, S] or [N * num_heads, L, S]
   KILN_ARG(bool, average_attn_weights) = true;  // the weights averaged over heads: [N, L, S]
-  // torch's hint that attn_mask is causal (the mask is used as given). Without an attn_mask kiln
-  // masks causally, where torch raises an error.
+  // torch's hint that attn_mask is causal: with no key_padding_mask and need_weights false the
+  // causal kernel runs in the mask's place (as torch), otherwise the mask is used as given.
+  // Without an attn_mask kiln masks causally, where torch raises an error.
   KILN_ARG(bool, is_causal) = false;
 };
 

@@ -377,6 +377,16 @@ TEST_CASE("MultiheadAttention: the projection routes, mask forms and layouts agr
   check_same_tensor(std::get<0>(mha(x, x, x, MultiheadAttentionArgs().is_causal(true))), c_out, 1e-14, "is_causal");
   check_same_tensor(std::get<0>(mha(x, x, x, MultiheadAttentionArgs().is_causal(true).need_weights(false))), c_out,
                     1e-14, "is_causal, blocked kernel");
+  // torch's hint: is_causal with a mask runs the causal kernel in the mask's place when no padding
+  // mask and no weights are asked for (so a wrong hint shows), and uses the mask otherwise.
+  Tensor not_causal = kiln::zeros({4, 4}, kiln::TensorOptions().dtype(DType::Bool));
+  not_causal.select(1, 2).fill_(1.0);
+  auto [nc_out, nc_w] = mha(x, x, x, MultiheadAttentionArgs().attn_mask(not_causal));
+  check_same_tensor(std::get<0>(mha(x, x, x, MultiheadAttentionArgs().attn_mask(not_causal).is_causal(true)
+                                                  .need_weights(false))),
+                    c_out, 1e-12, "is_causal hint without weights: the causal kernel");
+  check_same_tensor(std::get<0>(mha(x, x, x, MultiheadAttentionArgs().attn_mask(not_causal).is_causal(true))), nc_out,
+                    1e-14, "is_causal hint with weights: the mask");
   MultiheadAttention causal(MultiheadAttentionOptions(6, 3).causal(true));
   causal.load_state_dict(mha.state_dict());
   causal.to(DType::F64);
