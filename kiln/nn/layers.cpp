@@ -195,7 +195,7 @@ std::string BatchNorm::extra_repr() const {
 LayerNorm::LayerNorm(const LayerNormOptions& o) : Module("LayerNorm"), options(o) {
   if (o.elementwise_affine()) {
     weight = register_parameter("weight", ones(o.normalized_shape()));
-    bias = register_parameter("bias", zeros(o.normalized_shape()));
+    if (o.bias()) bias = register_parameter("bias", zeros(o.normalized_shape()));
   }
 }
 

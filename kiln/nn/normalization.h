@@ -56,6 +56,7 @@ struct LayerNormOptions {
   KILN_ARG(IntList, normalized_shape);
   KILN_ARG(double, eps) = 1e-5;
   KILN_ARG(bool, elementwise_affine) = true;
+  KILN_ARG(bool, bias) = true;  // with elementwise_affine: a learnable bias beside the weight
 };
 
 class LayerNorm : public Module {

@@ -10,11 +10,15 @@ namespace kiln::nn {
 namespace {
 
 MultiheadAttentionOptions attention_options(const TransformerLayerOptions& o) {
-  return MultiheadAttentionOptions(o.d_model(), o.nhead()).dropout(o.dropout()).batch_first(o.batch_first());
+  return MultiheadAttentionOptions(o.d_model(), o.nhead()).dropout(o.dropout()).batch_first(o.batch_first()).bias(o.bias());
 }
 
 LayerNormOptions norm_options(const TransformerLayerOptions& o) {
-  return LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps());
+  return LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps()).bias(o.bias());
+}
+
+LinearOptions linear_options(int64_t in, int64_t out, const TransformerLayerOptions& o) {
+  return LinearOptions(in, out).bias(o.bias());
 }
 
 void check_activation(const char* layer, const std::string& activation) {
@@ -62,9 +66,9 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOp
     : Module("TransformerEncoderLayer"),
       options(o),
       self_attn(attention_options(o)),
-      linear1(o.d_model(), o.dim_feedforward()),
+      linear1(linear_options(o.d_model(), o.dim_feedforward(), o)),
       dropout(o.dropout()),
-      linear2(o.dim_feedforward(), o.d_model()),
+      linear2(linear_options(o.dim_feedforward(), o.d_model(), o)),
       norm1(norm_options(o)),
       norm2(norm_options(o)),
       dropout1(o.dropout()),
@@ -122,9 +126,9 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerDecoderLayerOp
       options(o),
       self_attn(attention_options(o)),
       multihead_attn(attention_options(o)),
-      linear1(o.d_model(), o.dim_feedforward()),
+      linear1(linear_options(o.d_model(), o.dim_feedforward(), o)),
       dropout(o.dropout()),
-      linear2(o.dim_feedforward(), o.d_model()),
+      linear2(linear_options(o.dim_feedforward(), o.d_model(), o)),
       norm1(norm_options(o)),
       norm2(norm_options(o)),
       norm3(norm_options(o)),
@@ -197,7 +201,8 @@ TransformerLayerOptions layer_options(const TransformerOptions& o) {
       .activation(o.activation())
       .layer_norm_eps(o.layer_norm_eps())
       .batch_first(o.batch_first())
-      .norm_first(o.norm_first());
+      .norm_first(o.norm_first())
+      .bias(o.bias());
 }
 }  // namespace
 

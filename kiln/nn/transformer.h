@@ -21,6 +21,7 @@ struct TransformerLayerOptions {
   KILN_ARG(double, layer_norm_eps) = 1e-5;
   KILN_ARG(bool, batch_first) = false;
   KILN_ARG(bool, norm_first) = false;  // pre-norm: x + block(norm(x)); torch's default is post-norm
+  KILN_ARG(bool, bias) = true;         // false: no bias in the projections, linears and LayerNorms
 };
 using TransformerEncoderLayerOptions = TransformerLayerOptions;
 using TransformerDecoderLayerOptions = TransformerLayerOptions;
@@ -151,6 +152,7 @@ struct TransformerOptions {
   KILN_ARG(double, layer_norm_eps) = 1e-5;
   KILN_ARG(bool, batch_first) = false;
   KILN_ARG(bool, norm_first) = false;
+  KILN_ARG(bool, bias) = true;
 };
 
 // torch's nn.Transformer: encoder (with its final norm) over src, decoder (with its final norm)

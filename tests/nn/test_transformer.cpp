@@ -17,6 +17,7 @@ using namespace kiln_test;
 namespace {
 
 namespace nn = kiln::nn;
+namespace F = kiln::nn::functional;
 using nn::MultiheadAttention;
 using nn::MultiheadAttentionArgs;
 using nn::MultiheadAttentionOptions;
@@ -301,6 +302,52 @@ const std::vector<double> k_transformer_grad_tgt = {
     -0.05357428461105887, 0.0717063038541767, -0.03884244775856895, -0.04086176498227438,
     -0.022042005613642033, 0.036588414314246996, -0.00998326190865207, -0.012784391238859983,
     0.27556944440679904, 0.5990144834935296, -0.5944260072552201, -0.28337316594134965};
+
+// bias=False: an encoder layer (pre-norm, GELU) and a decoder layer (post-norm, ReLU), causal tgt mask.
+// [3, 2, 4]
+const std::vector<double> k_nobias_enc_out = {
+    0.46367863841514245, 0.6491280461318665, 0.8032252175676329, 0.9185703283035417,
+    0.968983877550599, 1.0456336002772666, 1.078872167937983, 1.0647869757917325,
+    0.9601349705933615, 0.8754783128910605, 0.7535463208107365, 0.6016935941114208,
+    0.45672215798097565, 0.2734767416760198, 0.07603294346984235, -0.12524320580444404,
+    -0.3018251348494111, -0.48772966033453097, -0.6575692781514834, -0.8017701835585426,
+    -0.8826845653889369, -0.9725854268175008, -1.0281086160465882, -1.0434245487475085};
+// [3, 2, 4]
+const std::vector<double> k_nobias_enc_grad_src = {
+    0.6936739761448294, 0.5208350951235172, 0.6210714491559093, 0.9898001294702741,
+    1.0962236053936312, -1.6620323817049827, -0.4072750039303876, 4.8021748446436785,
+    1.0069179884838118, 0.9720445238272946, 0.9378911705090991, 0.9036830001259896,
+    0.8466039075586921, 0.7374408255621783, 0.6456079875211593, 0.5723262352014415,
+    0.45554954627786465, 0.314174930557561, 0.18948601589739816, 0.08347498218922107,
+    -0.08524199657438448, -0.12907090571143534, -0.270793806597339, -0.5071473399430136};
+// [3, 2, 4]
+const std::vector<double> k_nobias_dec_out = {
+    0.008951268201437707, 0.2928393671551032, 0.12075529845853308, -0.30129352717367547,
+    -0.3317462371187787, 0.2681407974911761, 0.2379793900604455, -0.17707506068975642,
+    -0.5222921412002783, 0.025352563128098374, 0.2109917808855861, 0.12233214881092962,
+    -0.5245287516382942, 0.03571665535073429, 0.21381411826929675, 0.11434912170245146,
+    -0.42701453168872955, -0.12317828104350982, 0.11206477331089877, 0.24635356664664665,
+    0.42297975480564953, -0.22311160350075684, -0.2563798074724006, 0.10727632384970132};
+// [5, 2, 4]
+const std::vector<double> k_nobias_dec_grad_memory = {
+    -0.007911812734749848, -0.007435681921144919, -0.0068852562316935656, -0.006266035337938243,
+    -0.04247077729670999, -0.03992444352438646, -0.03697919790963366, -0.03366446837306545,
+    -0.007356234136253489, -0.006935226230988287, -0.0064449238377040485, -0.005890225895842049,
+    -0.04065026252584499, -0.03827719609938704, -0.03552167658226284, -0.03241123621463381,
+    -0.00735293496986212, -0.006928500894882244, -0.0064348395292186025, -0.005876883374054157,
+    -0.04247448322823828, -0.03991711783557897, -0.036960913796351406, -0.03363540852412443,
+    -0.007911475174892497, -0.00743576550821525, -0.006885760130517203, -0.0062669545137247085,
+    -0.04224992775848793, -0.039724183580927885, -0.036801528492096496, -0.03351116469554002,
+    -0.007305492688925767, -0.0068900850215416224, -0.006405833902181531, -0.005857577807958006,
+    -0.04066989789620476, -0.03829337292416419, -0.03553423322797152, -0.03242004721942079};
+// [6, 4]
+const std::vector<double> k_nobias_dec_grad_linear1_weight = {
+    -0.006639534981220618, 0.011604850562733436, 0.009334539250839366, -0.013628470275735449,
+    0.003874334575195047, 0.007306570653535555, 0.0018704024408069482, -0.01200028245726471,
+    0.014349493061220015, 0.0029352859055987134, -0.00561242281214111, -0.01025219178324696,
+    0.024681276155889054, -0.0014653272488303472, -0.013039170591570583, -0.008401664597855052,
+    0.004459091471454659, -0.0038074469951545706, -0.004194059778863484, 0.003500189232256112,
+    0.0004084231157351244, -0.0031534909910264962, -0.0017764292439179565, 0.004233185783334913};
 
 }  // namespace
 
@@ -741,4 +788,40 @@ TEST_CASE("Transformer: initialisation, the subsequent mask, gradcheck, errors",
   CHECK_THAT(error_of([&] { decoder(tgt, Tensor()); }), Catch::Contains("memory (the encoder's output) is undefined"));
   CHECK_THAT(error_of([&] { TransformerDecoderLayer bad(TransformerDecoderLayerOptions(4, 2).activation("silu")); }),
              Catch::Contains("activation must be \"relu\" or \"gelu\""));
+}
+
+TEST_CASE("Transformer layers with bias=false match PyTorch", "[transformer]") {
+  TransformerEncoderLayer enc(TransformerEncoderLayerOptions(4, 2).dim_feedforward(6).bias(false).norm_first(true)
+                                  .activation("gelu"));
+  std::vector<std::string> names;
+  for (auto& [n, p] : enc.named_parameters()) names.push_back(n);
+  CHECK(names == std::vector<std::string>{"self_attn.qkv.weight", "self_attn.proj.weight", "linear1.weight",
+                                          "linear2.weight", "norm1.weight", "norm2.weight"});
+  set_params_to_sequence(enc);
+  enc.eval();
+  Tensor causal = Transformer::generate_square_subsequent_mask(3, f64());
+  Tensor src = sin_seq(24, 0.19, 0.4).view({3, 2, 4}).requires_grad_();
+  Tensor out = enc(src, causal, Tensor(), true);
+  check_close(out, k_nobias_enc_out, 0, 1e-13, "encoder layer output");
+  (out * sin_seq(24, 0.13, 0.6).view({3, 2, 4})).sum().backward();
+  check_close(src.grad(), k_nobias_enc_grad_src, 0, 1e-13, "encoder layer src gradient");
+
+  TransformerDecoderLayer dec(TransformerDecoderLayerOptions(4, 2).dim_feedforward(6).bias(false));
+  CHECK(dec.parameters().size() == 9);
+  set_params_to_sequence(dec);
+  dec.eval();
+  Tensor tgt = sin_seq(24, 0.19, 0.4).view({3, 2, 4});
+  Tensor memory = sin_seq(40, 0.27, 1.1).view({5, 2, 4}).requires_grad_();
+  Tensor y = dec(tgt, memory, causal, Tensor(), Tensor(), Tensor(), true);
+  check_close(y, k_nobias_dec_out, 0, 1e-13, "decoder layer output");
+  (y * sin_seq(24, 0.13, 0.6).view({3, 2, 4})).sum().backward();
+  check_close(memory.grad(), k_nobias_dec_grad_memory, 0, 1e-13, "decoder layer memory gradient");
+  check_close(dec.linear1.weight.grad(), k_nobias_dec_grad_linear1_weight, 0, 1e-13, "linear1.weight gradient");
+
+  // nn::LayerNorm(bias=false), as torch's: a weight only, the same as an undefined bias.
+  nn::LayerNorm ln(nn::LayerNormOptions({4}).bias(false));
+  CHECK(ln.parameters().size() == 1);
+  CHECK_FALSE(ln.bias.defined());
+  Tensor x = kiln::randn({3, 4});
+  CHECK(kiln::equal(ln(x), F::layer_norm(x, {4}, ln.weight, Tensor())));
 }
