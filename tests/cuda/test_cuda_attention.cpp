@@ -241,6 +241,23 @@ TEST_CASE("nn::MultiheadAttention, nn::TransformerEncoderLayer, nn::Transformer:
   require_near(gq[1], gq[0], 1e-4, "query gradient");
   require_near(gk[1], gk[0], 1e-4, "key gradient");
   require_near(gw[1], gw[0], 1e-4, "in-projection weight gradient");
+  // Sample 0 with every key padded: without weights it attends to nothing (proj's bias) on both
+  // devices, with finite gradients (the zeroed rows of the composite attention).
+  Tensor all_padded = padding.clone();
+  all_padded.select(0, 0).fill_(1.0);
+  std::vector<Tensor> pad_out, pad_gq;
+  for (const kiln::Device& dev : {kCpu, kGpu}) {
+    nn::MultiheadAttention& mha = dev == kCpu ? cpu_mha : gpu_mha;
+    Tensor q = q0.to(dev).detach().requires_grad_(true);
+    auto [o, none] = mha(q, k0.to(dev), v0.to(dev),
+                         nn::MultiheadAttentionArgs().key_padding_mask(all_padded.to(dev)).need_weights(false));
+    o.pow(2.0).sum().backward();
+    pad_out.push_back(o.detach());
+    pad_gq.push_back(q.grad());
+  }
+  require_near(pad_out[1], pad_out[0], 1e-4, "output with a fully padded sample");
+  require_near(pad_gq[1], pad_gq[0], 1e-4, "query gradient with a fully padded sample");
+  REQUIRE(kiln::equal(pad_out[1].select(1, 0).cpu(), cpu_mha.proj.bias.detach().view({1, E}).expand({L, E})));
 
   auto options = nn::TransformerEncoderLayerOptions(E, H).dim_feedforward(80).norm_first(true).activation("gelu").dropout(0.0);
   nn::TransformerEncoderLayer cpu_layer(options), gpu_layer(options);

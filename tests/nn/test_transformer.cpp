@@ -586,6 +586,9 @@ TEST_CASE("MultiheadAttention: torch's initialisation, the GPT constructor, name
              Catch::Contains("attn_mask must be [L, S] = [3, 3] or [N * num_heads, L, S] = [4, 3, 3], got sizes [3, 4]"));
   CHECK_THAT(error_of([&] { mha(x, x, x, MultiheadAttentionArgs().key_padding_mask(kiln::zeros({3, 2}))); }),
              Catch::Contains("key_padding_mask must be [N, S] = [2, 3], got sizes [3, 2]"));
+  CHECK_THAT(error_of([&] { mha(x, Tensor(), x); }), Catch::Contains("query, key and value must be defined"));
+  CHECK_THAT(error_of([&] { mha(x, x, x, MultiheadAttentionArgs().attn_mask(kiln::zeros({8, 3, 3}))); }),
+             Catch::Contains("got sizes [8, 3, 3]"));
   CHECK_THAT(error_of([&] {
                mha(x, x, x, MultiheadAttentionArgs().attn_mask(kiln::zeros({3, 3}, kiln::TensorOptions().dtype(DType::I64))));
              }),
@@ -767,6 +770,7 @@ TEST_CASE("Transformer: initialisation, the subsequent mask, gradcheck, errors",
   Tensor m = Transformer::generate_square_subsequent_mask(3);
   CHECK(m.dtype() == DType::F32);
   CHECK(values(m) == std::vector<double>{0, -INFINITY, -INFINITY, 0, 0, -INFINITY, 0, 0, 0});
+  CHECK_THAT(error_of([&] { Transformer::generate_square_subsequent_mask(-1); }), Catch::Contains("size must be >= 0"));
 
   TransformerDecoder decoder(TransformerDecoderOptions(
       TransformerDecoderLayerOptions(4, 2).dim_feedforward(5).dropout(0.0).activation("gelu"), 2).final_norm(true));
