@@ -1,70 +1,95 @@
 #!/usr/bin/env bash
 # Usage: scripts/gpu-pack.sh [DIR]   (default: .gpu, which git ignores)
-# Makes the bundle the GPU machine needs and lacks (it has nvcc, cmake, ninja and a PyTorch venv,
-# but no network, no apt and none of Debian's -dev packages): the header-only dependencies laid
-# out as an install prefix (include/, their CMake package files), zlib's header, the
-# Fashion-MNIST files and a text corpus. Configure with -DKILN_DEPS_DIR=DIR to build from it;
-# scripts/gpu-suite.sh does. Runs here, where scripts/setup-deps.sh installed the packages.
-# The bundle stays under 48 MiB so that it travels with the source tree (docs/gpu.md).
+# Builds HERE everything the GPU verdict runs and lays it out with its data, so that the GPU
+# machine (nvcc, PyTorch and NVIDIA's wheels, but no network, no apt, no Debian -dev packages, no
+# data) only runs it: scripts/gpu-verdict.sh, docs/gpu.md.
+#   DIR/kiln.tar.xz  bin/: test_cuda, kiln-train, kiln-run, every bench_cuda_* (run path
+#                  $ORIGIN/../lib); lib/: libkiln (sm_90 only, a portable x86-64 CPU baseline, no Gloo: libgloo pulls
+#                  libraries the GPU image lacks); lib/fallback/ holds libgomp and libz for an
+#                  image without them (the verdict puts it last on the library path)
+#   DIR/data/      Fashion-MNIST (.gz as shipped) and the fortunes text corpus
+#   DIR/deps.tar.xz  the header-only dependencies as an install prefix, for the fallback build on
+#                  the device (scripts/gpu-suite.sh, a second call after an edit)
+#   DIR/MANIFEST   commit, build flags, package versions and the sha256 of every file
+# cuDNN, NCCL, cuBLAS(Lt) and cudart are not carried: the GPU machine has them. The pack must stay
+# under 60 MiB (the tree travels beside it within the 64 MiB a device call carries).
+#   KILN_PACK_BUILD  the build folder (default build-pack; kept, so a rebuild after a fix only
+#                    compiles what changed, through ccache when it is installed)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="${1:-$ROOT/.gpu}"
-LIMIT_MIB=48
+BUILD="${KILN_PACK_BUILD:-$ROOT/build-pack}"
+LIMIT_MIB=60
+t_start=$(date +%s)
 
 bash "$ROOT/scripts/setup-deps.sh" >/dev/null
+export PATH="/usr/local/cuda/bin:$PATH"
+command -v nvcc >/dev/null || { echo "gpu-pack: nvcc not found: the pack needs the CUDA toolkit" >&2; exit 1; }
 
+# ---------------------------------------------------------------- build
+flags=(-DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_CUDNN=ON -DKILN_NCCL=ON -DKILN_GLOO=OFF
+       -DCMAKE_CUDA_ARCHITECTURES=90 -DKILN_NATIVE_ARCH=OFF -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON
+       -DKILN_BUILD_TESTS=ON -DKILN_BUILD_BENCH=ON -DKILN_BUILD_EXAMPLES=ON)
+if [[ ! -f "$BUILD/build.ninja" ]]; then
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja "${flags[@]}" > "$BUILD.configure.log" 2>&1 ||
+    { cat "$BUILD.configure.log" >&2; exit 1; }
+fi
+benches=$(cd "$ROOT/bench/cuda" && ls ./*.cpp ./*.cu | sed 's|^\./|bench_cuda_|; s|\.[a-z]*$||')
+# shellcheck disable=SC2086
+cmake --build "$BUILD" -j"$(nproc)" --target kiln test_cuda kiln-train kiln-run $benches
+t_built=$(date +%s)
+
+# ---------------------------------------------------------------- lay out
 rm -rf "$DIR"
-mkdir -p "$DIR"
-DIR="$(cd "$DIR" && pwd)"
-
-# copy_pkg PACKAGE [DROP_REGEX]: the package's headers, CMake package files and the library its
-# CMake files name (Catch2's), with the /usr prefix dropped (the CMake files find their prefix
-# relative to themselves, so the copy works from any folder). $KEEP_REGEX, if set, narrows them.
-copy_pkg() {
-  local pkg="$1" drop="${2:-^$}" n=0 f
-  while IFS= read -r f; do
-    [[ -f "$f" && ! -L "$f" ]] || continue
-    [[ "$f" =~ ^/usr/(include/|share/[^/]+/cmake/|share/cmake/|lib/cmake/|lib/libCatch2) ]] || continue
-    [[ "$f" =~ $drop ]] && continue
-    [[ "$f" =~ ${KEEP_REGEX:-.} ]] || continue
-    mkdir -p "$DIR/$(dirname "${f#/usr/}")"
-    cp "$f" "$DIR/${f#/usr/}"
-    n=$((n + 1))
-  done < <(dpkg -L "$pkg")
-  [[ $n -gt 0 ]] || { echo "gpu-pack: nothing copied from $pkg" >&2; exit 1; }
-  printf '%-22s %-28s %5d files\n' "$pkg" "$(dpkg-query -W -f='${Version}' "$pkg")" "$n" >> "$DIR/MANIFEST"
-}
-
-{
-  echo "# kiln GPU bundle, made by scripts/gpu-pack.sh on $(date -u +%Y-%m-%d) from commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
-  echo "# Debian package, version and files taken (headers and CMake package files only):"
-} > "$DIR/MANIFEST"
-
-copy_pkg libeigen3-dev '/eigen3/unsupported/'     # kiln uses Eigen/Core only
-copy_pkg catch2
-copy_pkg libcli11-dev
-copy_pkg nlohmann-json3-dev
-KEEP_REGEX='/stb_image(_write)?\.h$' copy_pkg libstb-dev  # the PNG writer (plots), the reader (its test)
-copy_pkg zlib1g-dev                               # the header; the GPU machine has libz.so.1
-
-# Data: Fashion-MNIST (the CNN and ResNet runs) and the fortunes corpus (the char GPT).
 mkdir -p "$DIR/data/fashion-mnist" "$DIR/data/fortunes"
+DIR="$(cd "$DIR" && pwd)"
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib/fallback"
+for b in test_cuda kiln-train kiln-run $benches; do
+  cp "$BUILD/bin/$b" "$stage/bin/"
+done
+cp -P "$BUILD"/lib/libkiln.so* "$stage/lib/"
+# keep the dynamic symbols (error call stacks name functions through them), drop the rest
+strip --strip-unneeded "$stage"/bin/* "$stage"/lib/libkiln.so.*.*
+for f in libgomp.so.1 libz.so.1; do cp -L "$(ldconfig -p | awk -v f="$f" '$1 == f && /x86-64/ {print $NF; exit}')" "$stage/lib/fallback/"; done
+# every binary must find libkiln through its own folder, never through this build folder
+for b in "$stage"/bin/*; do
+  readelf -d "$b" | grep -q 'NEEDED.*libkiln' || continue
+  rp=$(readelf -d "$b" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
+  [[ "$rp" != *"$BUILD"* && "$rp" == *'$ORIGIN'* ]] || { echo "gpu-pack: $b has run path '$rp'" >&2; exit 1; }
+done
+if readelf -d "$stage"/lib/libkiln.so.*.* | grep -q "$BUILD"; then
+  echo "gpu-pack: libkiln's run path names $BUILD" >&2; exit 1
+fi
+# the portable baseline: no AVX-512 instruction may be reachable without the run-time check
+if objdump -d --no-show-raw-insn "$stage/lib/libkiln.so.0.1.0" | grep -q -E '\b(vfmadd...ps|vaddps|vmulps)\b.*%zmm'; then
+  echo "gpu-pack: libkiln holds AVX-512 code: the pack must run on any x86-64" >&2; exit 1
+fi
+
 cp /usr/share/datasets/fashion-mnist/*-ubyte.gz "$DIR/data/fashion-mnist/"
-find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' \
-  -exec cp {} "$DIR/data/fortunes/" \;
+find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -exec cp {} "$DIR/data/fortunes/" \;
+
+# xz: 30 MB of binaries (mostly sm_90 code) travel as 6
+tar -C "$stage" -cf - bin lib | xz -T"$(nproc)" -6 > "$DIR/kiln.tar.xz"
+# header-only dependencies for the fallback build on the device (scripts/gpu-suite.sh)
+bash "$ROOT/scripts/gpu-deps.sh" "$stage/deps" > /dev/null
+tar -C "$stage" -cJf "$DIR/deps.tar.xz" deps
+
 {
-  printf '%-22s %-28s %5d files\n' dataset-fashion-mnist "$(dpkg-query -W -f='${Version}' dataset-fashion-mnist)" \
-    "$(find "$DIR/data/fashion-mnist" -type f | wc -l)"
-  printf '%-22s %-28s %5d files\n' fortunes "$(dpkg-query -W -f='${Version}' fortunes)" \
-    "$(find "$DIR/data/fortunes" -type f | wc -l)"
+  echo "# kiln GPU pack, made by scripts/gpu-pack.sh on $(date -u +%Y-%m-%dT%H:%M:%SZ) from commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "# built on: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nvcc --version | tail -1)"
+  echo "# cmake ${flags[*]}"
+  printf '%-24s %s\n' dataset-fashion-mnist "$(dpkg-query -W -f='${Version}' dataset-fashion-mnist)" \
+    fortunes "$(dpkg-query -W -f='${Version}' fortunes)"
   echo "# sha256 of every file:"
   (cd "$DIR" && find . -type f ! -name MANIFEST -print0 | sort -z | xargs -0 sha256sum)
-} >> "$DIR/MANIFEST"
+} > "$DIR/MANIFEST"
 
 mib=$(( $(du -sb "$DIR" | cut -f1) / 1048576 ))
 if (( mib >= LIMIT_MIB )); then
   echo "gpu-pack: $DIR is $mib MiB, over the $LIMIT_MIB MiB that may travel with the source tree" >&2
   exit 1
 fi
-echo "gpu-pack: $DIR ready ($mib MiB; MANIFEST lists its files)"
+echo "gpu-pack: $DIR ready ($mib MiB; build $(( t_built - t_start )) s, layout $(( $(date +%s) - t_built )) s; MANIFEST lists its files)"

@@ -110,6 +110,14 @@ TEST_CASE("attention: CUDA f16/bf16 (native) and f64 match the CPU", "[cuda][att
       for (bool causal : {false, true}) compare(s, causal, dt);
 }
 
+// A small subset for compute-sanitizer's racecheck (scripts/gpu-verdict.sh): one f32 and one f64
+// shape that span two query tiles and several key tiles; the whole group is too slow under it.
+TEST_CASE("attention: racecheck subset (f32 and f64)", "[cuda][attention][racecheck]") {
+  kiln::manual_seed(33);
+  compare({2, 65, 65, 64, 64}, true, DType::F32);
+  compare({1, 65, 130, 80, 80}, false, DType::F64);
+}
+
 TEST_CASE("attention: CUDA lse and 4-d inputs", "[cuda][attention]") {
   kiln::manual_seed(33);
   SECTION("lse from the raw kernels, f32 and bf16 (lse stays f32)") {

@@ -381,6 +381,17 @@ TEST_CASE("layer norm and RMS norm forward and backward match the CPU", "[cuda][
   check_row(3000, 768, DType::BF16, false, true, true, 0.0);
 }
 
+// A small subset for compute-sanitizer's racecheck (scripts/gpu-verdict.sh): each kernel shape
+// that shares memory between warps (block-per-row layer norm, the batch-norm partial reductions)
+// once, f32 and f64; racecheck over the whole group does not finish in a device window.
+TEST_CASE("norm kernels, racecheck subset", "[cuda][norm][racecheck]") {
+  kiln::manual_seed(44);
+  check_row(5, 1025, DType::F32, false, true, true, 0.0);
+  check_row(3, 2000, DType::F64, true, true, true, 0.0);
+  check_bn({4, 3, 7, 7}, DType::F32, true, true, false, 0.0);
+  check_bn({257, 6}, DType::F64, true, true, false, 0.0);
+}
+
 TEST_CASE("row norm statistics and optional gradients through the raw kernels", "[cuda][norm][layer_norm]") {
   kiln::manual_seed(44);
   for (bool rms : {false, true})

@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# Usage: scripts/gpu-verdict.sh [--rehearse] [--only REGEX] [--seconds N] OUT
+# The whole GPU verdict in one device command, from the pack that scripts/gpu-pack.sh made here
+# (.gpu/, carried with the tree): no compilation on the GPU machine. In order of what a verdict
+# needs most:
+#   1. env.txt: GPU, driver, CPU, the CUDA libraries found and what the loader resolved
+#   2. test_cuda, one process per test file (several at once), with the failing cases named;
+#      compute-sanitizer memcheck over a fast subset and racecheck over the [racecheck] cases
+#   3. the GPU benches one after another, then PyTorch on the same cases, and the ratio table
+#   4. kiln-train on the GPU: the CNN to 93% test accuracy, AMP / channels_last / CUDA-graph
+#      rows, GPT-2 124M-shaped steps beside PyTorch eager, one-rank DDP and ZeRO-1 over NCCL
+# OUT receives at most 8 files: summary.md (a row per step), results.md (the tables), env.txt,
+# logs.tar.gz (every log) and bench.jsonl (every bench row, kiln's and PyTorch's).
+#   --rehearse     run here without a GPU from the pack alone: GPU binaries must skip (exit 77),
+#                  kiln-train runs three CPU steps, the PyTorch peers only check their arguments
+#   --only REGEX   run only the steps whose names match (the rerun after a fix)
+#   --seconds N    the wall-time budget (default 450); each phase has its share, a step that no
+#                  longer fits is reported NOT RUN, and every step runs under `timeout`
+# docs/gpu.md gives the device commands and their measured budget.
+set -uo pipefail
+
+REHEARSE=0 ONLY="" BUDGET=450
+while [[ $# -gt 1 ]]; do
+  case "$1" in
+    --rehearse) REHEARSE=1; shift ;;
+    --only) ONLY="$2"; shift 2 ;;
+    --seconds) BUDGET="$2"; shift 2 ;;
+    *) echo "gpu-verdict: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+out="${1:?usage: scripts/gpu-verdict.sh [--rehearse] [--only REGEX] [--seconds N] OUT}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PACK="$(cd "${KILN_GPU_PACK:-$ROOT/.gpu}" 2>/dev/null && pwd)" || { echo "gpu-verdict: no pack at ${KILN_GPU_PACK:-$ROOT/.gpu}: run scripts/gpu-pack.sh and carry .gpu" >&2; exit 2; }
+[[ -f "$PACK/kiln.tar.xz" ]] || { echo "gpu-verdict: $PACK has no kiln.tar.xz: run scripts/gpu-pack.sh" >&2; exit 2; }
+PY="${PYTHON:-python3}"
+# the binaries, unpacked with Python's tarfile (every image with python3 has lzma; not every one xz)
+work=$(mktemp -d /tmp/kiln-verdict.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+"$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$PACK/kiln.tar.xz" "$work" ||
+  { echo "gpu-verdict: could not unpack $PACK/kiln.tar.xz" >&2; exit 2; }
+BIN="$work/bin"
+FM="$PACK/data/fashion-mnist"
+TEXT="$PACK/data/fortunes"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+logs="$out/logs"
+rows="$logs/.rows"
+rm -rf "$logs"
+mkdir -p "$rows"
+START=$(date +%s)
+cd "$ROOT"
+
+# ---------------------------------------------------------------- the machine's libraries
+# cuDNN, NCCL, cuBLAS(Lt) and cudart are not in the pack: they come from the GPU machine's pip
+# wheels (site-packages/nvidia/*/lib) and its toolkit. The pack's fallback folder (libgomp, libz)
+# comes last, for an image that lacks them.
+wheel_lib_dirs() {
+  "$PY" - <<'PY' 2>/dev/null
+import glob, os, site, sysconfig
+roots = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]] + site.getsitepackages())
+for r in roots:
+    for d in sorted(glob.glob(os.path.join(r, "nvidia", "*", "lib"))):
+        print(d)
+PY
+}
+lib_path=""
+for d in $(wheel_lib_dirs | grep -E '/(cudnn|nccl)/lib$') /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+         $(wheel_lib_dirs | grep -vE '/(cudnn|nccl)/lib$'); do
+  [[ -d "$d" ]] && lib_path="$lib_path${lib_path:+:}$d"
+done
+export LD_LIBRARY_PATH="$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if ldd "$work/lib/libkiln.so.0" | grep -q 'not found'; then  # only then: the system's own come first
+  export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$work/lib/fallback"
+fi
+export PATH="/usr/local/cuda/bin:$PATH"
+
+find_sanitizer() {
+  command -v compute-sanitizer && return
+  local c
+  for c in /usr/local/cuda*/bin/compute-sanitizer /usr/local/cuda*/compute-sanitizer/compute-sanitizer \
+           /opt/nvidia/*/compute-sanitizer/compute-sanitizer; do
+    [[ -x "$c" ]] && { echo "$c"; return; }
+  done
+}
+
+{
+  echo "gpu-verdict $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$([[ $REHEARSE == 1 ]] && echo ', REHEARSAL (no GPU)')"
+  echo "== pack";        head -3 "$PACK/MANIFEST" 2>&1; du -sh "$PACK" 2>&1
+  echo "== nvidia-smi";  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.sm,temperature.gpu,power.draw --format=csv 2>&1 | head -3
+  echo "== cpu";         grep -m1 'model name' /proc/cpuinfo; echo "$(nproc) cores; $(grep -o -m1 -w 'avx512f' /proc/cpuinfo || grep -o -m1 -w avx2 /proc/cpuinfo || echo 'no avx2')"
+  echo "== memory";      free -g 2>/dev/null | awk '/Mem:/{print $2 " GiB"}'
+  echo "== python";      "$PY" -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'gpu', torch.cuda.is_available())" 2>&1 | tail -1
+  echo "== nvcc";        nvcc --version 2>&1 | tail -1
+  echo "== sanitizer";   find_sanitizer || echo "compute-sanitizer not found"
+  echo "== LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  echo "== ldd libkiln"; ldd "$work"/lib/libkiln.so.0 2>&1 | grep -E 'cud|nccl|cublas|gomp|libz|not found'
+  echo "== ldd test_cuda (not found)"; ldd "$BIN/test_cuda" 2>&1 | grep 'not found' || echo "none"
+} > "$out/env.txt" 2>&1
+
+# ---------------------------------------------------------------- steps
+# step NAME SECONDS DEADLINE COMMAND...: COMMAND under `timeout` (at most SECONDS, never past the
+# phase's DEADLINE, seconds since the start), its log in logs/NAME.log, a row in the summary.
+# Exit 77 is "skipped, no device": expected in a rehearsal, a failure on the GPU machine.
+n_step=0
+step() {
+  local name="$1" secs="$2" deadline="$3"; shift 3
+  n_step=$((n_step + 1))
+  local row="$rows/$(printf '%03d' $n_step)" log="$logs/$name.log" t0 rc result left
+  if [[ -n "$ONLY" && ! "$name" =~ $ONLY ]]; then return 0; fi
+  left=$(( deadline - ($(date +%s) - START) ))
+  if (( left < 8 )); then
+    echo "| $name | NOT RUN (phase time used up) | 0 |" > "$row"
+    return 1
+  fi
+  (( secs > left )) && secs=$left
+  t0=$(date +%s)
+  echo "+ $*" > "$log"
+  timeout --kill-after=5 "$secs" "$@" >> "$log" 2>&1
+  rc=$?
+  case $rc in
+    0) result=ok ;;
+    77) if [[ $REHEARSE == 1 ]]; then result="skipped (no GPU here)"; rc=0; else result="FAILED (77: no GPU found)"; fi ;;
+    124|137) result="TIMEOUT (${secs} s)" ;;
+    *) result="FAILED ($rc)" ;;
+  esac
+  echo "| $name | $result$(failed_cases "$log") | $(( $(date +%s) - t0 )) |" > "$row"
+  echo "[$(( $(date +%s) - START )) s] $name: $result" >&2
+  return $rc
+}
+
+# ": n of m cases failed: first, second" from a Catch2 console log, nothing for other logs
+failed_cases() {
+  "$PY" - "$1" <<'PY' 2>/dev/null
+import re, sys
+text = open(sys.argv[1], errors="replace").read()
+m = re.search(r"test cases:\s*(\d+)\s*\|\s*(\d+) passed\s*\|\s*(\d+) failed", text)
+if not m:
+    sys.exit()
+names, lines = [], text.split("\n")
+for i, l in enumerate(lines[:-2]):
+    # a failure block: a rule of dashes, the case name, ..., a rule, the location, dots, FAILED
+    if re.fullmatch(r"-{70,}", l) and i + 1 < len(lines) and not re.fullmatch(r"-{70,}", lines[i + 1]):
+        block = "\n".join(lines[i + 1:i + 40])
+        if "FAILED" in block.split("\n" + "-" * 79 + "\n" + "-" * 79)[0] and lines[i + 1] not in names:
+            if i > 0 and re.fullmatch(r"-{70,}", lines[i - 1]) is None and not lines[i + 1].startswith(("/", " ")):
+                names.append(lines[i + 1])
+print(f": {m.group(3)} of {m.group(1)} cases failed" + (": " + "; ".join(names[:6]) if names else ""), end="")
+PY
+}
+
+# pool DEADLINE WIDTH JOB...: runs the jobs ("NAME SECONDS COMMAND...", expanded by eval) WIDTH
+# at a time. For correctness steps only: a timing never runs beside another process.
+pool() {
+  local deadline="$1" width="$2"; shift 2
+  local running=0 job name secs cmd
+  for job in "$@"; do
+    read -r name secs cmd <<<"$job"
+    n_step=$((n_step + 1))  # each background step numbers its row from here: unique, in order
+    eval "step $name $secs $deadline $cmd" &
+    running=$((running + 1))
+    if (( running >= width )); then wait -n; running=$((running - 1)); fi
+  done
+  wait
+}
+
+# train NAME SECONDS DEADLINE KILN-TRAIN-ARGS...: kiln-train on the GPU, its output lines stamped
+# with seconds since the start (time to an accuracy); in a rehearsal three CPU steps on 2 threads.
+train() {
+  local name="$1" secs="$2" deadline="$3" a=() x skip=0
+  shift 3
+  for x in "$@"; do
+    if (( skip )); then skip=0; continue; fi
+    if [[ $REHEARSE == 1 && ( "$x" == --max-steps || "$x" == --epochs ) ]]; then skip=1; continue; fi
+    a+=("$x")
+  done
+  if [[ $REHEARSE == 1 && " $* " == *" --cuda-graphs "* ]]; then
+    step "$name" 5 "$deadline" bash -c 'echo "--cuda-graphs needs a GPU"; exit 77'
+    return
+  fi
+  if [[ $REHEARSE == 1 ]]; then a=(--device cpu --max-steps 3 --threads 2 "${a[@]}"); else a=(--device cuda "${a[@]}"); fi
+  step "$name" "$secs" "$deadline" bash -c 'set -o pipefail; "$@" 2>&1 | stamp' kiln-train "$BIN/kiln-train" "${a[@]}"
+}
+stamp() {  # prefixes each line with [seconds since this call]
+  local t0=${EPOCHREALTIME/./} l now
+  while IFS= read -r l; do
+    now=${EPOCHREALTIME/./}
+    printf '[%7.2f] %s\n' "$(( (now - t0) / 10000 ))e-2" "$l"
+  done
+}
+export -f stamp
+
+# train_one_rank NAME SECONDS DEADLINE ARGS...: kiln-train as the only rank of a kiln-run job, so
+# DDP (or ZeRO-1 with --zero) runs over the nccl group. The pack has no Gloo (the GPU image lacks
+# its libraries), so a rehearsal reports it as needing the GPU.
+train_one_rank() {
+  local name="$1" secs="$2" deadline="$3"
+  shift 3
+  if [[ $REHEARSE == 1 ]]; then
+    step "$name" 5 "$deadline" bash -c 'echo "needs NCCL and a GPU"; exit 77'
+    return
+  fi
+  step "$name" "$secs" "$deadline" "$BIN/kiln-run" --nproc-per-node 1 --master-port $((20000 + RANDOM % 20000)) \
+    "$BIN/kiln-train" --device cuda "$@"
+}
+
+# ---------------------------------------------------------------- phases
+B=$BUDGET
+T_TESTS=$(( B * 36 / 100 )) T_BENCH=$(( B * 64 / 100 )) T_TRAIN=$(( B - 12 ))
+
+# 1-2. correctness: every test file in its own process, and the sanitizers, six at a time
+export OMP_NUM_THREADS=3   # the CPU references of six processes share the 16 cores
+sanitizer=$(find_sanitizer)
+jobs=()
+for f in "$ROOT"/tests/cuda/test_*.cpp; do
+  g=$(basename "$f" .cpp)
+  jobs+=("$g 120 \"\$BIN/test_cuda\" --filenames-as-tags '[#$g]' --durations yes")
+done
+if [[ -n "$sanitizer" ]]; then
+  jobs=("memcheck 150 \"$sanitizer\" --tool memcheck --leak-check no --error-exitcode 3 \"\$BIN/test_cuda\" --filenames-as-tags '[#test_cuda_ops],[#test_cuda_indexing],[#test_cuda_xent]'"
+        "racecheck 150 \"$sanitizer\" --tool racecheck --racecheck-report hazard --error-exitcode 3 \"\$BIN/test_cuda\" '[racecheck]'"
+        "${jobs[@]}")
+elif [[ $REHEARSE == 0 ]]; then
+  echo "| compute-sanitizer | FAILED (not found) | 0 |" > "$rows/000"
+fi
+pool "$T_TESTS" 6 "${jobs[@]}"
+
+# 3. benches, one at a time (timings), the headline ones first; then PyTorch on the same cases
+export OMP_NUM_THREADS=16
+export KILN_BENCH_JSON="$out/bench.jsonl"
+rm -f "$KILN_BENCH_JSON"
+for b in transfer elementwise optim norm softmax_xent matmul attention fused reduce conv allocator; do
+  [[ -x "$BIN/bench_cuda_$b" ]] && step "bench_cuda_$b" 45 "$T_BENCH" "$BIN/bench_cuda_$b"
+done
+peer_left=$(( T_BENCH - ($(date +%s) - START) ))
+step pytorch-peer 90 "$T_BENCH" "$PY" "$ROOT/bench/cuda/pytorch_peer.py" --out "$work/runs/pytorch.jsonl" \
+  --seconds $(( peer_left > 30 ? peer_left - 20 : 10 )) $([[ $REHEARSE == 1 ]] && echo --list)
+[[ -f "$logs/pytorch.jsonl" ]] && cat "$logs/pytorch.jsonl" >> "$KILN_BENCH_JSON"
+unset KILN_BENCH_JSON
+
+# 4. kiln-train
+train train-cnn-to-93 60 "$T_TRAIN" --data "$FM" --epochs 12 --batch-size 256 --amp bf16 --out "$work/runs/cnn93"
+train train-cnn-f32 25 "$T_TRAIN" --data "$FM" --max-steps 400 --out "$work/runs/cnn-f32"
+train train-cnn-bf16 25 "$T_TRAIN" --data "$FM" --max-steps 400 --amp bf16 --out "$work/runs/cnn-bf16"
+train train-cnn-bf16-cl 25 "$T_TRAIN" --data "$FM" --max-steps 400 --amp bf16 --channels-last --out "$work/runs/cnn-bf16-cl"
+train train-cnn-graphs 25 "$T_TRAIN" --data "$FM" --max-steps 400 --amp bf16 --cuda-graphs --out "$work/runs/cnn-graphs"
+train train-gpt2-124m 60 "$T_TRAIN" --model gpt --gpt-size "$([[ $REHEARSE == 1 ]] && echo char || echo 124m)" \
+  --batch-size 16 --amp bf16 --max-steps 30 --log-every 10 --data "$TEXT" --out "$work/runs/gpt2"
+step pytorch-gpt2-124m 60 "$T_TRAIN" "$PY" "$ROOT/bench/train/pytorch_gpt_peer.py" --data "$TEXT" --batch-size 16 \
+  --steps 30 $([[ $REHEARSE == 1 ]] && echo --list)
+train_one_rank train-cnn-ddp-1rank 30 "$T_TRAIN" --data "$FM" --max-steps 100 --out "$work/runs/cnn-ddp"
+train_one_rank train-cnn-zero-1rank 30 "$T_TRAIN" --data "$FM" --max-steps 100 --zero --out "$work/runs/cnn-zero"
+
+# ---------------------------------------------------------------- report
+failures=$(cat "$rows"/* 2>/dev/null | grep -c -E '\| (FAILED|TIMEOUT|NOT RUN)')
+{
+  echo "# GPU verdict$([[ $REHEARSE == 1 ]] && echo ' (rehearsal, no GPU)')"
+  echo
+  echo "$(head -1 "$out/env.txt")  "
+  echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)  "
+  echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
+  echo
+  echo "| step | result | seconds |"
+  echo "|---|---|---|"
+  cat "$rows"/* 2>/dev/null
+  echo
+  echo "$failures step(s) failed; $(( $(date +%s) - START )) s in all (budget $BUDGET s)."
+} > "$out/summary.md"
+"$PY" "$ROOT/scripts/gpu_verdict_report.py" --logs "$logs" --bench "$out/bench.jsonl" --out "$out/results.md" \
+  >> "$logs/report.log" 2>&1 || echo "(results.md: the report failed, see logs/report.log)" >> "$out/summary.md"
+rm -rf "$rows"
+tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"
+cat "$out/summary.md"
+[[ -f "$out/results.md" ]] && cat "$out/results.md"
+exit $(( failures > 0 ))
