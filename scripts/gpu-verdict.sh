@@ -16,29 +16,35 @@
 #   --only REGEX   run only the steps whose names match (the rerun after a fix)
 #   --seconds N    the wall-time budget (default 450); each phase has its share, a step that no
 #                  longer fits is reported NOT RUN, and every step runs under `timeout`
+#   --archive F    the pack's binaries from .gpu/F instead of kiln.tar.xz (asan.tar.xz: the
+#                  AddressSanitizer build, for host memory errors)
 # docs/gpu.md gives the device commands and their measured budget.
 set -uo pipefail
 
-REHEARSE=0 ONLY="" BUDGET=450
+REHEARSE=0 ONLY="" BUDGET=450 ARCHIVE=kiln.tar.xz
 while [[ $# -gt 1 ]]; do
   case "$1" in
     --rehearse) REHEARSE=1; shift ;;
     --only) ONLY="$2"; shift 2 ;;
     --seconds) BUDGET="$2"; shift 2 ;;
+    --archive) ARCHIVE="$2"; shift 2 ;;
     *) echo "gpu-verdict: unknown option $1" >&2; exit 2 ;;
   esac
 done
 out="${1:?usage: scripts/gpu-verdict.sh [--rehearse] [--only REGEX] [--seconds N] OUT}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PACK="$(cd "${KILN_GPU_PACK:-$ROOT/.gpu}" 2>/dev/null && pwd)" || { echo "gpu-verdict: no pack at ${KILN_GPU_PACK:-$ROOT/.gpu}: run scripts/gpu-pack.sh and carry .gpu" >&2; exit 2; }
-[[ -f "$PACK/kiln.tar.xz" ]] || { echo "gpu-verdict: $PACK has no kiln.tar.xz: run scripts/gpu-pack.sh" >&2; exit 2; }
+[[ -f "$PACK/$ARCHIVE" ]] || { echo "gpu-verdict: $PACK has no $ARCHIVE: run scripts/gpu-pack.sh" >&2; exit 2; }
 PY="${PYTHON:-python3}"
 # the binaries, unpacked with Python's tarfile (every image with python3 has lzma; not every one xz)
 work=$(mktemp -d /tmp/kiln-verdict.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-"$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$PACK/kiln.tar.xz" "$work" ||
-  { echo "gpu-verdict: could not unpack $PACK/kiln.tar.xz" >&2; exit 2; }
+"$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$PACK/$ARCHIVE" "$work" ||
+  { echo "gpu-verdict: could not unpack $PACK/$ARCHIVE" >&2; exit 2; }
+# an AddressSanitizer build (scripts/gpu-pack.sh --asan): CUDA needs the shadow gap unprotected
+export ASAN_OPTIONS="${ASAN_OPTIONS:-protect_shadow_gap=0:detect_leaks=0}"
 BIN="$work/bin"
+mkdir -p "$work/runs"   # kiln-train's --out folders and the PyTorch peer's rows: not brought back
 FM="$PACK/data/fashion-mnist"
 TEXT="$PACK/data/fortunes"
 mkdir -p "$out"

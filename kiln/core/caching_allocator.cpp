@@ -334,7 +334,19 @@ void CachingAllocator::free_locked(Block* b) {
     free_block(b);
     return;
   }
-  // Cross-stream use: the block waits until every other stream has passed this point.
+  if (!thread_pool_.empty()) {
+    // A capture is underway (its thread allocates from a private pool): an event recorded on a
+    // capturing stream would only be captured, and querying it fails. The events are recorded
+    // when the last capture ends; until then the extra count keeps the block from reuse and merging.
+    b->event_count++;
+    deferred_until_no_capture_.push_back(b);
+    return;
+  }
+  record_stream_events_locked(b);
+}
+
+// Cross-stream use: the block waits until every other stream has passed this point.
+void CachingAllocator::record_stream_events_locked(Block* b) {
   std::set<void*> uses;
   uses.swap(b->stream_uses);
   for (void* s : uses) {
@@ -458,6 +470,15 @@ void CachingAllocator::end_private_pool() {
   if (it == thread_pool_.end()) return;
   uint64_t id = it->second;
   thread_pool_.erase(it);
+  if (thread_pool_.empty()) {  // no capture left: record the events of the frees it deferred
+    std::vector<Block*> deferred;
+    deferred.swap(deferred_until_no_capture_);
+    for (Block* b : deferred) {
+      b->event_count--;
+      record_stream_events_locked(b);
+      if (b->event_count == 0) free_block(b);
+    }
+  }
   maybe_delete_private_pool(id);
 }
 

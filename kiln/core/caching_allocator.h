@@ -186,6 +186,7 @@ class CachingAllocator {
 
   void* allocate_locked(size_t nbytes, void* stream);
   void free_locked(Block* b);
+  void record_stream_events_locked(Block* b);  // events on the streams that used b, then pending
   void free_block(Block* b);  // back to its pool's free list, merged with neighbours
   bool try_merge(Block* dst, Block* src);
   Block* alloc_segment(Pool& pool, size_t size, void* stream);
@@ -209,6 +210,7 @@ class CachingAllocator {
   std::unordered_map<void*, Block*> allocated_;
   std::map<void*, std::pair<size_t, Pool*>> segments_;  // base -> (size, pool) of live segments
   std::vector<std::pair<void*, Block*>> pending_;  // (event, block) of cross-stream frees
+  std::vector<Block*> deferred_until_no_capture_;   // cross-stream frees made during a capture
   AllocatorStats stats_;
   bool history_on_ = false;
   size_t history_max_ = 0;

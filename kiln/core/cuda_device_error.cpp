@@ -70,9 +70,15 @@ DeviceErrorRecord* device_error_record(int device) {
   if (!r) {
     DeviceGuard guard(device);
     KILN_CUDA_CHECK(cudaMalloc(&r, sizeof(DeviceErrorRecord)));
-    // Ordered before the first kernel that uses it (queued on the same stream right after).
-    cudaStream_t stream = static_cast<cudaStream_t>(current_stream(device).handle);
-    KILN_CUDA_CHECK(cudaMemsetAsync(r, 0, sizeof(DeviceErrorRecord), stream));
+    // Zeroed now, on a stream of its own, and waited for: on the current stream a capture in
+    // progress would only record the memset into its graph, and a check before the first replay
+    // would read garbage (Graph::capture_begin also creates the record before capturing).
+    cudaStream_t zeroing = nullptr;
+    KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&zeroing, cudaStreamNonBlocking));
+    cudaError_t e = cudaMemsetAsync(r, 0, sizeof(DeviceErrorRecord), zeroing);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(zeroing);
+    cudaStreamDestroy(zeroing);
+    KILN_CUDA_CHECK(e);
     g_records[device].store(r, std::memory_order_release);
   }
   return r;

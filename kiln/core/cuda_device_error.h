@@ -28,8 +28,8 @@ struct DeviceErrorRecord {
   int64_t dim;    // the dimension indexed
 };
 
-// The record of `device`, created (zeroed, stream-ordered on the device's current stream) on
-// first use.
+// The record of `device`, created and zeroed on first use (synchronously, on a stream of its own,
+// so that a first use inside a graph capture still finds it zeroed).
 DeviceErrorRecord* device_error_record(int device);
 // A stable small id for the op name `op` (kernels store the id; the host keeps the text).
 int32_t error_site(const char* op);

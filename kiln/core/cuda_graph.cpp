@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "kiln/core/cuda_check.h"
+#include "kiln/core/cuda_device_error.h"
 #endif
 
 namespace kiln::cuda {
@@ -55,6 +56,7 @@ void Graph::capture_begin() {
   KILN_CHECK(!captured(), "Graph::capture_begin: this graph already holds a capture; call reset() first");
   KILN_CHECK(is_available(), "Graph::capture_begin: no CUDA device is available");
   device_ = current_device();
+  internal::device_error_record(device_);  // created and zeroed outside the capture
   prev_stream_ = current_stream(device_);
   capture_stream_ = get_stream_from_pool(device_);
   // Work queued before the region (e.g. the static inputs' copies) happens before it.

@@ -82,6 +82,15 @@ void autotune_store(const std::string& key, const AlgoChoice& choice) {
   c.map[key] = choice;
 }
 
+namespace {
+std::atomic<int64_t> g_channels_last_fallbacks{0};
+std::atomic<bool> g_refuse_channels_last{false};
+}  // namespace
+int64_t channels_last_fallbacks() { return g_channels_last_fallbacks.load(); }
+void count_channels_last_fallback() { g_channels_last_fallbacks++; }
+void set_refuse_channels_last_for_testing(bool refuse) { g_refuse_channels_last = refuse; }
+bool refuse_channels_last_for_testing() { return g_refuse_channels_last.load(); }
+
 }  // namespace detail
 
 }  // namespace kiln::cudnn

@@ -44,6 +44,13 @@ struct AlgoChoice {
 };
 bool autotune_lookup(const std::string& key, AlgoChoice* out);
 void autotune_store(const std::string& key, const AlgoChoice& choice);
+// cuDNN may offer no algorithm for some channels-last geometries (exact f32 with dilation or
+// groups); the convolution then runs on NCHW copies. This counts those runs; the test hook makes
+// the kernels act as if no channels-last algorithm existed.
+int64_t channels_last_fallbacks();
+void count_channels_last_fallback();
+void set_refuse_channels_last_for_testing(bool refuse);
+bool refuse_channels_last_for_testing();
 }  // namespace detail
 
 }  // namespace kiln::cudnn

@@ -247,3 +247,18 @@ TEST_CASE("NaN and Inf: nn::ConvBatchNormReLU2d keeps a NaN where the unfused ch
   pooled.train();
   for (double v : values(pooled(x))) CHECK(std::isnan(v));
 }
+
+TEST_CASE("NaN and Inf: allclose and equal as torch.allclose / torch.equal", "[nan]") {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  for (kiln::DType dt : {kiln::DType::F32, kiln::DType::F64}) {
+    auto t = [&](const std::vector<double>& v) { return kiln::tensor(v).to(dt); };
+    CHECK(kiln::allclose(t({1.0, inf, -inf}), t({1.0, inf, -inf}), 0.0, 0.0));  // equal infinities are close
+    CHECK_FALSE(kiln::allclose(t({inf}), t({-inf}), 1.0, 1.0));
+    CHECK_FALSE(kiln::allclose(t({inf}), t({1e300}), 1.0, 1.0));
+    CHECK_FALSE(kiln::allclose(t({nan}), t({nan}), 1.0, 1.0));  // NaN is never close
+    CHECK(kiln::allclose(t({1.0}), t({1.0 + 1e-9}), 0.0, 1e-8));
+    CHECK_FALSE(kiln::allclose(t({1.0}), t({1.0 + 1e-7}), 0.0, 1e-8));
+    CHECK(kiln::equal(t({inf, -inf}), t({inf, -inf})));
+    CHECK_FALSE(kiln::equal(t({nan}), t({nan})));
+  }
+}

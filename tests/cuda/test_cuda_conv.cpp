@@ -199,6 +199,25 @@ TEST_CASE("conv2d on cuDNN matches the CPU (heuristic algorithms)", "[cuda][conv
   check_all_conv({DType::F32, DType::F16});
 }
 
+// cuDNN may have no channels-last algorithm for exact f32 with dilation or groups: the kernels then
+// run on NCHW copies. The test hook makes every channels-last search fail so that path runs here.
+TEST_CASE("conv2d on cuDNN: channels-last falls back to NCHW copies without an algorithm", "[cuda][conv]") {
+  if (!kiln::cudnn::built_with_cudnn()) return;
+  SettingsGuard guard;
+  kiln::cudnn::set_benchmark(false);
+  kiln::cuda::set_allow_tf32(false);
+  struct Refuse {
+    Refuse() { kiln::cudnn::detail::set_refuse_channels_last_for_testing(true); }
+    ~Refuse() { kiln::cudnn::detail::set_refuse_channels_last_for_testing(false); }
+  } refuse;
+  kiln::manual_seed(22);
+  const int64_t before = kiln::cudnn::detail::channels_last_fallbacks();
+  for (const char* name : {"dilation 2", "groups 2", "3x3 pad 1"})
+    for (const ConvCase& c : kConvCases)
+      if (std::string(c.name) == name) check_conv_case(c, make_inputs(c), DType::F32, true);
+  CHECK(kiln::cudnn::detail::channels_last_fallbacks() - before == 9);  // forward, input and weight grads
+}
+
 TEST_CASE("conv2d on cuDNN matches the CPU (autotuned, cached)", "[cuda][conv]") {
   if (!kiln::cudnn::built_with_cudnn()) return;
   SettingsGuard guard;

@@ -376,6 +376,11 @@ bool workspace_for(const Handle& h, const ConvDescs& d, int algo, cudnnMathType_
 // The algorithm (cached, or searched now) and a workspace for it. `a`, `b`, `c` are the data of
 // the x, w and y descriptors (Ops::find's order); the written one may be overwritten by the search.
 // On return the convolution descriptor's math type is the choice's.
+// Thrown (not a kiln::Error, so no annotation catches it) when cuDNN has no algorithm for a
+// channels-last geometry, as can happen for exact f32 with dilation or groups: the entry points
+// then run the convolution on NCHW copies (run_nchw_instead).
+struct NoChannelsLastAlgorithm {};
+
 template <class Ops>
 kiln::cudnn::detail::AlgoChoice choose(const Handle& h, const ConvDescs& d, const ConvGeometry& g,
                                        Direction dir, const Tensor& ref, void* a, void* b, void* c,
@@ -383,6 +388,7 @@ kiln::cudnn::detail::AlgoChoice choose(const Handle& h, const ConvDescs& d, cons
   using Perf = typename Ops::Perf;
   const std::string key = cache_key(dir, g, d.dtype, h.device, {a, b, c});
   kiln::cudnn::detail::AlgoChoice choice;
+  if (g.channels_last && kiln::cudnn::detail::refuse_channels_last_for_testing()) throw NoChannelsLastAlgorithm{};
   bool found = kiln::cudnn::detail::autotune_lookup(key, &choice);
   if (found) {
     ws = workspace_tensor(choice.workspace, ref);
@@ -442,6 +448,7 @@ kiln::cudnn::detail::AlgoChoice choose(const Handle& h, const ConvDescs& d, cons
       }
       if (found) ws = choice.workspace <= need && search_ws.defined() ? search_ws : workspace_tensor(choice.workspace, ref);
     }
+    if (!found && g.channels_last) throw NoChannelsLastAlgorithm{};  // the caller retries in NCHW
     KILN_CHECK(found, Ops::name, ": cuDNN offers no ", kiln::cudnn::deterministic() ? "deterministic " : "",
                "algorithm for ", geometry_text(g, d.dtype), " (", flags_text(), ")");
     kiln::cudnn::detail::autotune_store(key, choice);
@@ -519,6 +526,22 @@ void run_with_filter(const char* op, const ConvGeometry& g, Direction dir, const
   }
 }
 
+ConvGeometry as_nchw(ConvGeometry g) {
+  g.channels_last = false;
+  return g;
+}
+
+// The fallback for NoChannelsLastAlgorithm: `run(g_nchw, out_nchw)` computes into an NCHW
+// temporary from NCHW copies of the inputs (the caller makes them), then the result is copied into
+// the channels-last `out`. Costs two layout copies; counted by cudnn::detail::channels_last_fallbacks.
+template <class Run>
+void run_nchw_instead(const ConvGeometry& g, const Tensor& out, Run&& run) {
+  kiln::cudnn::detail::count_channels_last_fallback();
+  Tensor tmp = empty(out.sizes(), out.options());
+  run(as_nchw(g), tmp);
+  copy(out, tmp);
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------- entry points
@@ -540,13 +563,18 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
     if (bias.defined()) binary(BinaryOp::Add, out, out, bias.detach().view({1, g.K, 1, 1}), 1.0, 0.0);
     return;
   }
-  run_with_filter<FwdOps>(op, g, Direction::Forward, x, weight, x.data_ptr(), out.data_ptr(),
-                          [&](Handle& h, ConvDescs& d, Scalars& s, Tensor& w, const auto& c, Tensor& ws) {
-    KILN_CUDNN_CHECK(cudnnConvolutionForward(h.h, s.one(), d.x.d, x.data_ptr(), d.w.d, w.data_ptr(), d.conv.d,
-                                             static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ptr_of(ws),
-                                             c.workspace, s.zero(), d.y.d, out.data_ptr()));
-    if (bias.defined()) binary(BinaryOp::Add, out, out, bias.detach().view({1, g.K, 1, 1}), 1.0, 0.0);
-  });
+  try {
+    run_with_filter<FwdOps>(op, g, Direction::Forward, x, weight, x.data_ptr(), out.data_ptr(),
+                            [&](Handle& h, ConvDescs& d, Scalars& s, Tensor& w, const auto& c, Tensor& ws) {
+      KILN_CUDNN_CHECK(cudnnConvolutionForward(h.h, s.one(), d.x.d, x.data_ptr(), d.w.d, w.data_ptr(), d.conv.d,
+                                               static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ptr_of(ws),
+                                               c.workspace, s.zero(), d.y.d, out.data_ptr()));
+      if (bias.defined()) binary(BinaryOp::Add, out, out, bias.detach().view({1, g.K, 1, 1}), 1.0, 0.0);
+    });
+  } catch (const NoChannelsLastAlgorithm&) {
+    const Tensor xn = contiguous(x.detach());
+    run_nchw_instead(g, out, [&](const ConvGeometry& gn, const Tensor& o) { conv2d_forward(o, xn, weight, bias, gn); });
+  }
 }
 KILN_REGISTER_KERNEL(kernels::conv2d_forward, CUDA, conv2d_forward);
 
@@ -563,12 +591,17 @@ void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
     fill(grad_x, 0.0);
     return;
   }
-  run_with_filter<BwdDataOps>(op, g, Direction::BackwardData, grad_x, weight, grad_x.data_ptr(), grad_out.data_ptr(),
-                              [&](Handle& h, ConvDescs& d, Scalars& s, Tensor& w, const auto& c, Tensor& ws) {
-    KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h.h, s.one(), d.w.d, w.data_ptr(), d.y.d, grad_out.data_ptr(),
-                                                  d.conv.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
-                                                  ptr_of(ws), c.workspace, s.zero(), d.x.d, grad_x.data_ptr()));
-  });
+  try {
+    run_with_filter<BwdDataOps>(op, g, Direction::BackwardData, grad_x, weight, grad_x.data_ptr(), grad_out.data_ptr(),
+                                [&](Handle& h, ConvDescs& d, Scalars& s, Tensor& w, const auto& c, Tensor& ws) {
+      KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h.h, s.one(), d.w.d, w.data_ptr(), d.y.d, grad_out.data_ptr(),
+                                                    d.conv.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
+                                                    ptr_of(ws), c.workspace, s.zero(), d.x.d, grad_x.data_ptr()));
+    });
+  } catch (const NoChannelsLastAlgorithm&) {
+    const Tensor gyn = contiguous(grad_out.detach());
+    run_nchw_instead(g, grad_x, [&](const ConvGeometry& gn, const Tensor& o) { conv2d_backward_input(o, gyn, weight, gn); });
+  }
 }
 KILN_REGISTER_KERNEL(kernels::conv2d_backward_input, CUDA, conv2d_backward_input);
 
@@ -611,6 +644,9 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
     if (grad_bias.defined()) reduce(ReduceOp::Sum, grad_bias, grad_out, {0, 2, 3});
   } catch (const kiln::Error& e) {
     annotate(op, g, dt, e);
+  } catch (const NoChannelsLastAlgorithm&) {  // the weight gradient has one layout: no copy back
+    kiln::cudnn::detail::count_channels_last_fallback();
+    conv2d_backward_weight(grad_weight, grad_bias, contiguous(grad_out.detach()), contiguous(x.detach()), as_nchw(g));
   }
 }
 KILN_REGISTER_KERNEL(kernels::conv2d_backward_weight, CUDA, conv2d_backward_weight);
