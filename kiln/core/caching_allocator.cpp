@@ -359,7 +359,9 @@ void CachingAllocator::record_stream_events_locked(Block* b) {
 bool CachingAllocator::try_merge(Block* dst, Block* src) {
   if (!src || src->allocated || src->event_count > 0) return false;
   Pool* pool = dst->pool;
-  pool->blocks.erase(src);
+  // Only a block on its pool's free list: a neighbour whose last event completed in the same
+  // process_events() pass is not on it yet, and merging it would delete a block still to be freed.
+  if (pool->blocks.erase(src) == 0) return false;
   if (dst->prev == src) {  // src precedes dst
     dst->ptr = src->ptr;
     dst->prev = src->prev;

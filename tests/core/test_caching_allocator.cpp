@@ -1,6 +1,7 @@
 // The caching device allocator's bookkeeping, run on the CPU against a malloc-based fake backend.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -240,6 +241,31 @@ TEST_CASE("record_stream delays reuse until the other stream is done", "[allocat
   CHECK(be.syncs >= 1);
   CHECK(a.stats().reserved_bytes == 0);
   CHECK(be.used() == 0);
+}
+
+// Two neighbouring blocks whose cross-stream uses end in the same process_events() pass: the first
+// one freed must not merge (and delete) the second before it is freed (a use after free that
+// corrupted the host heap on the GPU, seen under AddressSanitizer).
+TEST_CASE("neighbouring blocks released by one process_events pass merge safely", "[allocator]") {
+  FakeBackend be;
+  CachingAllocator a(&be, "fake");
+  void* p = a.allocate(4096, stream(1));
+  void* q = a.allocate(4096, stream(1));
+  void* r = a.allocate(4096, stream(1));
+  REQUIRE(be.allocs == 1);  // one segment, split
+  for (void* x : {p, q, r}) a.record_stream(x, stream(2));
+  be.set_busy(stream(2), true);
+  a.free(q);
+  a.free(p);
+  a.free(r);
+  be.set_busy(stream(2), false);
+  a.process_events();
+  CHECK(a.stats().allocated_bytes == 0);
+  // the three blocks are one free block again: a request for all of them fits without a new segment
+  void* whole = a.allocate(3 * 4096, stream(1));
+  CHECK(whole == std::min({p, q, r}));
+  CHECK(be.allocs == 1);
+  a.free(whole);
 }
 
 // On the GPU an event recorded on a capturing stream is only captured, and querying it fails:
