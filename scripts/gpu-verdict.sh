@@ -90,7 +90,7 @@ find_sanitizer() {
 }
 
 {
-  echo "gpu-verdict $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$([[ $REHEARSE == 1 ]] && echo ', REHEARSAL (no GPU)')"
+  echo "gpu-verdict $(date -u +%Y-%m-%dT%H:%M:%SZ), pack of commit $(sed -n 's/.* from commit \([0-9a-f]*\).*/\1/p' "$PACK/MANIFEST" | head -1)$([[ $REHEARSE == 1 ]] && echo ', REHEARSAL (no GPU)')"
   echo "== pack";        head -3 "$PACK/MANIFEST" 2>&1; du -sh "$PACK" 2>&1
   echo "== nvidia-smi";  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.sm,temperature.gpu,power.draw --format=csv 2>&1 | head -3
   echo "== cpu";         grep -m1 'model name' /proc/cpuinfo; echo "$(nproc) cores; $(grep -o -m1 -w 'avx512f' /proc/cpuinfo || grep -o -m1 -w avx2 /proc/cpuinfo || echo 'no avx2')"
@@ -240,11 +240,11 @@ done
 peer_left=$(( T_BENCH - ($(date +%s) - START) ))
 step pytorch-peer 90 "$T_BENCH" "$PY" "$ROOT/bench/cuda/pytorch_peer.py" --out "$work/runs/pytorch.jsonl" \
   --seconds $(( peer_left > 30 ? peer_left - 20 : 10 )) $([[ $REHEARSE == 1 ]] && echo --list)
-[[ -f "$logs/pytorch.jsonl" ]] && cat "$logs/pytorch.jsonl" >> "$KILN_BENCH_JSON"
+[[ -f "$work/runs/pytorch.jsonl" ]] && cat "$work/runs/pytorch.jsonl" >> "$KILN_BENCH_JSON"
 unset KILN_BENCH_JSON
 
 # 4. kiln-train
-train train-cnn-to-93 60 "$T_TRAIN" --data "$FM" --epochs 12 --batch-size 256 --amp bf16 --out "$work/runs/cnn93"
+train train-cnn-to-93 60 "$T_TRAIN" --data "$FM" --epochs 20 --batch-size 256 --amp bf16 --out "$work/runs/cnn93"
 train train-cnn-f32 25 "$T_TRAIN" --data "$FM" --max-steps 400 --out "$work/runs/cnn-f32"
 train train-cnn-bf16 25 "$T_TRAIN" --data "$FM" --max-steps 400 --amp bf16 --out "$work/runs/cnn-bf16"
 train train-cnn-bf16-cl 25 "$T_TRAIN" --data "$FM" --max-steps 400 --amp bf16 --channels-last --out "$work/runs/cnn-bf16-cl"
