@@ -15,11 +15,17 @@
 # under 60 MiB (the tree travels beside it within the 64 MiB a device call carries).
 #   KILN_PACK_BUILD  the build folder (default build-pack; kept, so a rebuild after a fix only
 #                    compiles what changed, through ccache when it is installed)
+# scripts/gpu-pack.sh --asan [DIR] adds DIR/asan.tar.xz to an existing pack: test_cuda, kiln-train
+# and kiln-run built with AddressSanitizer (host code; about 12 MB), for a host memory error seen
+# on the GPU machine: scripts/gpu-verdict.sh --archive asan.tar.xz --only REGEX OUT.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ASAN=0
+if [[ "${1:-}" == --asan ]]; then ASAN=1; shift; fi
 DIR="${1:-$ROOT/.gpu}"
 BUILD="${KILN_PACK_BUILD:-$ROOT/build-pack}"
+(( ASAN )) && BUILD="${KILN_PACK_BUILD:-$ROOT/build-pack-asan}"
 LIMIT_MIB=60
 t_start=$(date +%s)
 
@@ -31,17 +37,39 @@ command -v nvcc >/dev/null || { echo "gpu-pack: nvcc not found: the pack needs t
 flags=(-DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_CUDNN=ON -DKILN_NCCL=ON -DKILN_GLOO=OFF
        -DCMAKE_CUDA_ARCHITECTURES=90 -DKILN_NATIVE_ARCH=OFF -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON
        -DKILN_BUILD_TESTS=ON -DKILN_BUILD_BENCH=ON -DKILN_BUILD_EXAMPLES=ON)
+if (( ASAN )); then
+  flags+=("-DCMAKE_CXX_FLAGS=-fsanitize=address -fno-omit-frame-pointer"
+          "-DCMAKE_CUDA_FLAGS=-Xcompiler=-fsanitize=address,-fno-omit-frame-pointer"
+          -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=address)
+fi
 if [[ ! -f "$BUILD/build.ninja" ]]; then
   cmake -S "$ROOT" -B "$BUILD" -G Ninja "${flags[@]}" > "$BUILD.configure.log" 2>&1 ||
     { cat "$BUILD.configure.log" >&2; exit 1; }
 fi
 benches=$(cd "$ROOT/bench/cuda" && ls ./*.cpp ./*.cu | sed 's|^\./|bench_cuda_|; s|\.[a-z]*$||')
+(( ASAN )) && benches=""
 # shellcheck disable=SC2086
 cmake --build "$BUILD" -j"$(nproc)" --target kiln test_cuda kiln-train kiln-run $benches
 t_built=$(date +%s)
 
+if (( ASAN )); then
+  [[ -f "$DIR/kiln.tar.xz" ]] || { echo "gpu-pack --asan: $DIR is not a pack: run scripts/gpu-pack.sh first" >&2; exit 1; }
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage"' EXIT
+  mkdir -p "$stage/bin" "$stage/lib"
+  cp "$BUILD"/bin/{test_cuda,kiln-train,kiln-run} "$stage/bin/"
+  cp -P "$BUILD"/lib/libkiln.so* "$stage/lib/"
+  # the sanitizer's runtime travels too (found through the binaries' $ORIGIN/../lib run path)
+  cp -L "$(ldconfig -p | awk '$1 == "libasan.so.8" && /x86-64/ {print $NF; exit}')" "$stage/lib/"
+  strip --strip-debug "$stage"/bin/* "$stage"/lib/libkiln.so.*.*
+  tar -C "$stage" -cf - bin lib | xz -T"$(nproc)" -6 > "$DIR/asan.tar.xz"
+  echo "gpu-pack: $DIR/asan.tar.xz ready ($(( $(stat -c %s "$DIR/asan.tar.xz") / 1048576 )) MiB; build $(( t_built - t_start )) s)"
+  exit 0
+fi
+
 # ---------------------------------------------------------------- lay out
-rm -rf "$DIR"
+rm -rf "$DIR/data" "$DIR/kiln.tar.xz" "$DIR/deps.tar.xz" "$DIR/MANIFEST"
+rm -f "$DIR/asan.tar.xz"  # built from an older tree: stale once the pack is rebuilt
 mkdir -p "$DIR/data/fashion-mnist" "$DIR/data/fortunes"
 DIR="$(cd "$DIR" && pwd)"
 stage=$(mktemp -d)

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# Usage: scripts/gpu-suite.sh rehearse OUTDIR   (this file is its second half; run it through that)
+# Usage: scripts/gpu-suite.sh rehearse OUT [verdict options]   (this file is its second half)
 # The GPU suite's rehearsal on a machine without a GPU, inside a private mount namespace (root):
 #   1. hides what the GPU machine lacks: every file of Debian's -dev and data packages that kiln
 #      uses, and the CUDA toolkit's own cuDNN and NCCL (overlay whiteouts, visible to this
 #      process tree only);
 #   2. lays out cuDNN and NCCL as NVIDIA's pip wheels do (site-packages/nvidia/{cudnn,nccl}) in a
 #      throwaway venv whose python3 comes first on PATH, as the GPU machine's PyTorch venv does;
-#   3. runs every stage of scripts/gpu-suite.sh with KILN_REHEARSE=1: the same build from the
-#      bundle alone, GPU binaries that must skip (exit 77), kiln-train on the CPU for a few steps
-#      from the bundle's data, and the PyTorch peers' argument checks.
+#   3. runs scripts/gpu-suite.sh: the same build as on the GPU machine from the pack's deps alone,
+#      then the verdict's rehearsal on it (GPU binaries must skip with 77, kiln-train runs three
+#      CPU steps from the pack's data, the PyTorch peers check their arguments).
 # A missing header, data file, library or a script error shows here, not in GPU time.
 set -uo pipefail
 
-out="${1:?usage: scripts/gpu-suite.sh rehearse OUTDIR}"
+out="${1:?usage: scripts/gpu-suite.sh rehearse OUT [verdict options]}"
+shift
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUNDLE="$(cd "${KILN_GPU_BUNDLE:-$ROOT/.gpu}" && pwd)"
 work=$(mktemp -d /tmp/kiln-rehearse.XXXXXX)
 cleanup() {  # the bind mounts below live in this namespace: undo them before removing the folder
   findmnt -rn -o TARGET | grep "^$work/" | sort -r | xargs -r umount 2>/dev/null
@@ -105,18 +105,16 @@ for f in /usr/include/eigen3/Eigen/Core /usr/include/catch2/catch.hpp /usr/inclu
   [[ -e "$f" ]] && { echo "rehearse: $f is still visible" >&2; exit 1; }
 done
 
-# ---------------------------------------------------------------- 3: the stages
+# ---------------------------------------------------------------- 3: the build and the verdict
 rc=0
-export KILN_REHEARSE=1 KILN_GPU_BUILD="${KILN_GPU_BUILD:-$ROOT/build-rehearse}" KILN_GPU_BUNDLE="$BUNDLE"
-export KILN_STAGE_SECONDS="${KILN_STAGE_SECONDS:-1500}"   # a 2-core machine builds slower than the GPU machine
-for stage in build-test bench train; do
-  bash "$ROOT/scripts/gpu-suite.sh" "$stage" "$out/$stage" || rc=1
-done
-# the build must have taken cuDNN from the wheel layout and the header-only libraries from the bundle
+export KILN_GPU_BUILD="${KILN_GPU_BUILD:-$ROOT/build-rehearse}"
+export KILN_GPU_BUILD_SECONDS="${KILN_GPU_BUILD_SECONDS:-1500}"   # 2 cores build slower than 16
+bash "$ROOT/scripts/gpu-suite.sh" "$out" --rehearse "$@" || rc=1
+# the build must have taken cuDNN from the wheel layout and the header-only libraries from the pack
 cache="$KILN_GPU_BUILD/CMakeCache.txt"
-grep -q "^Eigen3_DIR:PATH=$BUNDLE/" "$cache" || { echo "rehearse: Eigen did not come from the bundle" >&2; rc=1; }
+grep -q "^Eigen3_DIR:PATH=$KILN_GPU_BUILD-deps/deps/" "$cache" || { echo "rehearse: Eigen did not come from the pack's deps" >&2; rc=1; }
 grep -q "^KILN_PYTHON_SITE_DIRS:INTERNAL=.*$work/venv" "$cache" || { echo "rehearse: the venv's site-packages were not searched" >&2; rc=1; }
-tar -xOzf "$out/build-test/logs.tar.gz" logs-build-test/build.log 2>/dev/null | grep "kiln: CUDNN ON: $site/nvidia/cudnn/lib/libcudnn.so.9 (from the cudnn pip wheel)" ||
+grep -q "kiln: CUDNN ON: $site/nvidia/cudnn/lib/libcudnn.so.9 (from the cudnn pip wheel)" "$out/build.log" ||
   { echo "rehearse: cuDNN was not found in the pip-wheel layout" >&2; rc=1; }
 echo "rehearse: $([[ $rc -eq 0 ]] && echo passed || echo FAILED)"
 exit $rc

@@ -18,29 +18,36 @@
 #                  longer fits is reported NOT RUN, and every step runs under `timeout`
 #   --archive F    the pack's binaries from .gpu/F instead of kiln.tar.xz (asan.tar.xz: the
 #                  AddressSanitizer build, for host memory errors)
+#   --bin-dir D    the binaries of the build folder D instead (scripts/gpu-suite.sh)
 # docs/gpu.md gives the device commands and their measured budget.
 set -uo pipefail
 
-REHEARSE=0 ONLY="" BUDGET=450 ARCHIVE=kiln.tar.xz
+REHEARSE=0 ONLY="" BUDGET=450 ARCHIVE=kiln.tar.xz BIN_DIR=""
 while [[ $# -gt 1 ]]; do
   case "$1" in
     --rehearse) REHEARSE=1; shift ;;
     --only) ONLY="$2"; shift 2 ;;
     --seconds) BUDGET="$2"; shift 2 ;;
     --archive) ARCHIVE="$2"; shift 2 ;;
+    --bin-dir) BIN_DIR="$2"; shift 2 ;;
     *) echo "gpu-verdict: unknown option $1" >&2; exit 2 ;;
   esac
 done
 out="${1:?usage: scripts/gpu-verdict.sh [--rehearse] [--only REGEX] [--seconds N] OUT}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PACK="$(cd "${KILN_GPU_PACK:-$ROOT/.gpu}" 2>/dev/null && pwd)" || { echo "gpu-verdict: no pack at ${KILN_GPU_PACK:-$ROOT/.gpu}: run scripts/gpu-pack.sh and carry .gpu" >&2; exit 2; }
-[[ -f "$PACK/$ARCHIVE" ]] || { echo "gpu-verdict: $PACK has no $ARCHIVE: run scripts/gpu-pack.sh" >&2; exit 2; }
 PY="${PYTHON:-python3}"
-# the binaries, unpacked with Python's tarfile (every image with python3 has lzma; not every one xz)
 work=$(mktemp -d /tmp/kiln-verdict.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-"$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$PACK/$ARCHIVE" "$work" ||
-  { echo "gpu-verdict: could not unpack $PACK/$ARCHIVE" >&2; exit 2; }
+if [[ -n "$BIN_DIR" ]]; then  # a build folder (scripts/gpu-suite.sh): its bin/ and lib/
+  ln -s "$(cd "$BIN_DIR" && pwd)/bin" "$work/bin"
+  ln -s "$(cd "$BIN_DIR" && pwd)/lib" "$work/lib"
+else
+  # the binaries, unpacked with Python's tarfile (every image with python3 has lzma; not every one xz)
+  [[ -f "$PACK/$ARCHIVE" ]] || { echo "gpu-verdict: $PACK has no $ARCHIVE: run scripts/gpu-pack.sh" >&2; exit 2; }
+  "$PY" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$PACK/$ARCHIVE" "$work" ||
+    { echo "gpu-verdict: could not unpack $PACK/$ARCHIVE" >&2; exit 2; }
+fi
 # an AddressSanitizer build (scripts/gpu-pack.sh --asan): CUDA needs the shadow gap unprotected
 export ASAN_OPTIONS="${ASAN_OPTIONS:-protect_shadow_gap=0:detect_leaks=0}"
 BIN="$work/bin"
@@ -90,7 +97,7 @@ find_sanitizer() {
 }
 
 {
-  echo "gpu-verdict $(date -u +%Y-%m-%dT%H:%M:%SZ), pack of commit $(sed -n 's/.* from commit \([0-9a-f]*\).*/\1/p' "$PACK/MANIFEST" | head -1)$([[ $REHEARSE == 1 ]] && echo ', REHEARSAL (no GPU)')"
+  echo "gpu-verdict $(date -u +%Y-%m-%dT%H:%M:%SZ), $([[ -n "$BIN_DIR" ]] && echo "built on this machine in $BIN_DIR" || echo "pack of commit $(sed -n 's/.* from commit \([0-9a-f]*\).*/\1/p' "$PACK/MANIFEST" | head -1), $ARCHIVE")$([[ $REHEARSE == 1 ]] && echo ', REHEARSAL (no GPU)')"
   echo "== pack";        head -3 "$PACK/MANIFEST" 2>&1; du -sh "$PACK" 2>&1
   echo "== nvidia-smi";  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.sm,temperature.gpu,power.draw --format=csv 2>&1 | head -3
   echo "== cpu";         grep -m1 'model name' /proc/cpuinfo; echo "$(nproc) cores; $(grep -o -m1 -w 'avx512f' /proc/cpuinfo || grep -o -m1 -w avx2 /proc/cpuinfo || echo 'no avx2')"
