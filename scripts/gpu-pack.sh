@@ -4,9 +4,10 @@
 # machine (nvcc, PyTorch and NVIDIA's wheels, but no network, no apt, no Debian -dev packages, no
 # data) only runs it: scripts/gpu-verdict.sh, docs/gpu.md.
 #   DIR/kiln.tar.xz  bin/: test_cuda, kiln-train, kiln-run, every bench_cuda_* (run path
-#                  $ORIGIN/../lib); lib/: libkiln (sm_90 only, a portable x86-64 CPU baseline, no Gloo: libgloo pulls
-#                  libraries the GPU image lacks); lib/fallback/ holds libgomp and libz for an
-#                  image without them (the verdict puts it last on the library path)
+#                  $ORIGIN/../lib); lib/: libkiln (sm_90 only, a portable x86-64 CPU baseline),
+#                  with Gloo and the libraries it pulls (hiredis, ibverbs, libnl), which GPU images
+#                  lack; lib/fallback/ holds libgomp and libz for an image without them (the verdict
+#                  puts it on the library path only then)
 #   DIR/data/      Fashion-MNIST (.gz as shipped) and the fortunes text corpus
 #   DIR/deps.tar.xz  the header-only dependencies as an install prefix, for the fallback build on
 #                  the device (scripts/gpu-suite.sh, a second call after an edit)
@@ -33,8 +34,18 @@ bash "$ROOT/scripts/setup-deps.sh" >/dev/null
 export PATH="/usr/local/cuda/bin:$PATH"
 command -v nvcc >/dev/null || { echo "gpu-pack: nvcc not found: the pack needs the CUDA toolkit" >&2; exit 1; }
 
+# Gloo and what it links that a GPU image lacks, into DEST beside libkiln (the verdict puts that
+# folder on the library path)
+copy_gloo_libs() {
+  local f
+  for f in $(ldd "$BUILD"/lib/libkiln.so.0 | awk '/libgloo|libhiredis|libibverbs|libnl-/ {print $3}'); do
+    cp -L "$f" "$1/"
+  done
+  ls "$1"/libgloo.so.* > /dev/null || { echo "gpu-pack: libkiln does not link Gloo" >&2; exit 1; }
+}
+
 # ---------------------------------------------------------------- build
-flags=(-DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_CUDNN=ON -DKILN_NCCL=ON -DKILN_GLOO=OFF
+flags=(-DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_CUDNN=ON -DKILN_NCCL=ON -DKILN_GLOO=ON
        -DCMAKE_CUDA_ARCHITECTURES=90 -DKILN_NATIVE_ARCH=OFF -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON
        -DKILN_BUILD_TESTS=ON -DKILN_BUILD_BENCH=ON -DKILN_BUILD_EXAMPLES=ON)
 if (( ASAN )); then
@@ -42,10 +53,9 @@ if (( ASAN )); then
           "-DCMAKE_CUDA_FLAGS=-Xcompiler=-fsanitize=address,-fno-omit-frame-pointer"
           -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=address)
 fi
-if [[ ! -f "$BUILD/build.ninja" ]]; then
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja "${flags[@]}" > "$BUILD.configure.log" 2>&1 ||
-    { cat "$BUILD.configure.log" >&2; exit 1; }
-fi
+# configured every time (a few seconds), so that a changed flag above reaches an existing folder
+cmake -S "$ROOT" -B "$BUILD" -G Ninja "${flags[@]}" > "$BUILD.configure.log" 2>&1 ||
+  { cat "$BUILD.configure.log" >&2; exit 1; }
 benches=$(cd "$ROOT/bench/cuda" && ls ./*.cpp ./*.cu | sed 's|^\./|bench_cuda_|; s|\.[a-z]*$||')
 (( ASAN )) && benches=""
 # shellcheck disable=SC2086
@@ -61,6 +71,7 @@ if (( ASAN )); then
   cp -P "$BUILD"/lib/libkiln.so* "$stage/lib/"
   # the sanitizer's runtime travels too (found through the binaries' $ORIGIN/../lib run path)
   cp -L "$(ldconfig -p | awk '$1 == "libasan.so.8" && /x86-64/ {print $NF; exit}')" "$stage/lib/"
+  copy_gloo_libs "$stage/lib"
   strip --strip-debug "$stage"/bin/* "$stage"/lib/libkiln.so.*.*
   tar -C "$stage" -cf - bin lib | xz -T"$(nproc)" -6 > "$DIR/asan.tar.xz"
   echo "gpu-pack: $DIR/asan.tar.xz ready ($(( $(stat -c %s "$DIR/asan.tar.xz") / 1048576 )) MiB; build $(( t_built - t_start )) s)"
@@ -82,6 +93,7 @@ cp -P "$BUILD"/lib/libkiln.so* "$stage/lib/"
 # keep the dynamic symbols (error call stacks name functions through them), drop the rest
 strip --strip-unneeded "$stage"/bin/* "$stage"/lib/libkiln.so.*.*
 for f in libgomp.so.1 libz.so.1; do cp -L "$(ldconfig -p | awk -v f="$f" '$1 == f && /x86-64/ {print $NF; exit}')" "$stage/lib/fallback/"; done
+copy_gloo_libs "$stage/lib"
 # every binary must find libkiln through its own folder, never through this build folder
 for b in "$stage"/bin/*; do
   readelf -d "$b" | grep -q 'NEEDED.*libkiln' || continue

@@ -8,7 +8,8 @@
 #      compute-sanitizer memcheck over a fast subset and racecheck over the [racecheck] cases
 #   3. the GPU benches one after another, then PyTorch on the same cases, and the ratio table
 #   4. kiln-train on the GPU: the CNN to 93% test accuracy, AMP / channels_last / CUDA-graph
-#      rows, GPT-2 124M-shaped steps beside PyTorch eager, one-rank DDP and ZeRO-1 over NCCL
+#      rows, GPT-2 124M-shaped steps beside PyTorch eager, one-rank DDP and ZeRO-1 over NCCL, and
+#      two ranks sharing the GPU over gloo (pinned host staging)
 # OUT receives at most 8 files: summary.md (a row per step), results.md (the tables), env.txt,
 # logs.tar.gz (every log) and bench.jsonl (every bench row, kiln's and PyTorch's).
 #   --rehearse     run here without a GPU from the pack alone: GPU binaries must skip (exit 77),
@@ -81,7 +82,8 @@ for d in $(wheel_lib_dirs | grep -E '/(cudnn|nccl)/lib$') /usr/local/cuda/lib64 
          $(wheel_lib_dirs | grep -vE '/(cudnn|nccl)/lib$'); do
   [[ -d "$d" ]] && lib_path="$lib_path${lib_path:+:}$d"
 done
-export LD_LIBRARY_PATH="$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# last: the pack's own lib/ (libkiln and the Gloo libraries a GPU image lacks)
+export LD_LIBRARY_PATH="$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:$work/lib"
 if ldd "$work/lib/libkiln.so.0" | grep -q 'not found'; then  # only then: the system's own come first
   export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$work/lib/fallback"
 fi
@@ -202,18 +204,29 @@ stamp() {  # prefixes each line with [seconds since this call]
 }
 export -f stamp
 
-# train_one_rank NAME SECONDS DEADLINE ARGS...: kiln-train as the only rank of a kiln-run job, so
-# DDP (or ZeRO-1 with --zero) runs over the nccl group. The pack has no Gloo (the GPU image lacks
-# its libraries), so a rehearsal reports it as needing the GPU.
-train_one_rank() {
-  local name="$1" secs="$2" deadline="$3"
-  shift 3
+# train_ranks NAME SECONDS DEADLINE NPROC ARGS...: kiln-train as NPROC ranks of a kiln-run job on
+# the GPU: one rank runs DDP (or ZeRO-1 with --zero) over NCCL; two share the one GPU and run over
+# gloo through pinned host memory. A rehearsal runs the same job on the CPU for three steps, over
+# gloo, or skips it when the build has no Gloo.
+train_ranks() {
+  local name="$1" secs="$2" deadline="$3" nproc="$4" a=() x skip=0
+  shift 4
+  for x in "$@"; do
+    if (( skip )); then skip=0; continue; fi
+    if [[ $REHEARSE == 1 && "$x" == --max-steps ]]; then skip=1; continue; fi
+    a+=("$x")
+  done
   if [[ $REHEARSE == 1 ]]; then
-    step "$name" 5 "$deadline" bash -c 'echo "needs NCCL and a GPU"; exit 77'
-    return
+    if ! ldd "$work/lib/libkiln.so.0" | grep -q libgloo; then
+      step "$name" 5 "$deadline" bash -c 'echo "this build has no Gloo: a CPU job cannot run"; exit 77'
+      return
+    fi
+    a=(--device cpu --max-steps 3 --threads 1 "${a[@]}")
+  else
+    a=(--device cuda "${a[@]}")
   fi
-  step "$name" "$secs" "$deadline" "$BIN/kiln-run" --nproc-per-node 1 --master-port $((20000 + RANDOM % 20000)) \
-    "$BIN/kiln-train" --device cuda "$@"
+  step "$name" "$secs" "$deadline" "$BIN/kiln-run" --nproc-per-node "$nproc" --master-port $((20000 + RANDOM % 20000)) \
+    "$BIN/kiln-train" "${a[@]}"
 }
 
 # ---------------------------------------------------------------- phases
@@ -260,8 +273,9 @@ train train-gpt2-124m 60 "$T_TRAIN" --model gpt --gpt-size "$([[ $REHEARSE == 1 
   --batch-size 16 --amp bf16 --max-steps 30 --log-every 10 --data "$TEXT" --out "$work/runs/gpt2"
 step pytorch-gpt2-124m 60 "$T_TRAIN" "$PY" "$ROOT/bench/train/pytorch_gpt_peer.py" --data "$TEXT" --batch-size 16 \
   --steps 30 $([[ $REHEARSE == 1 ]] && echo --list)
-train_one_rank train-cnn-ddp-1rank 30 "$T_TRAIN" --data "$FM" --max-steps 100 --out "$work/runs/cnn-ddp"
-train_one_rank train-cnn-zero-1rank 30 "$T_TRAIN" --data "$FM" --max-steps 100 --zero --out "$work/runs/cnn-zero"
+train_ranks train-cnn-ddp-1rank 30 "$T_TRAIN" 1 --data "$FM" --max-steps 100 --out "$work/runs/cnn-ddp"
+train_ranks train-cnn-zero-1rank 30 "$T_TRAIN" 1 --data "$FM" --max-steps 100 --zero --out "$work/runs/cnn-zero"
+train_ranks train-cnn-ddp-2ranks-1gpu 45 "$T_TRAIN" 2 --data "$FM" --max-steps 100 --out "$work/runs/cnn-ddp2"
 
 # ---------------------------------------------------------------- report
 failures=$(cat "$rows"/* 2>/dev/null | grep -c -E '\| (FAILED|TIMEOUT|NOT RUN)')

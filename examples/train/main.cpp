@@ -479,6 +479,7 @@ int run(Options o) {
     plot_acc.push_back(test_acc);
   }
 
+  kiln_train::check_replicas_identical(o, model, kiln_train::device_of(o));
   if (!main_rank) {
     kiln_train::finish_parallel(o);
     return 0;

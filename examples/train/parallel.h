@@ -23,4 +23,9 @@ void finish_parallel(const Options& o);
 // makes all ranks stop at the same step after a signal reached some of them (value: the signal).
 int max_over_ranks(const Options& o, int value, const kiln::Device& device);
 
+// Every rank's weights, hashed and gathered at the end of training: under DDP and ZeRO-1 the
+// replicas must be bit for bit the same, so a difference is an Error naming the rank (a
+// collective: every rank calls it). Rank 0 prints a line saying they are identical.
+void check_replicas_identical(const Options& o, kiln::nn::Module& model, const kiln::Device& device);
+
 }  // namespace kiln_train

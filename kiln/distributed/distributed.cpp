@@ -119,8 +119,13 @@ bool debug_enabled() {
 std::vector<std::string> parse_backends(const std::string& backend) {
   std::vector<std::string> out;
   if (backend == "auto" || backend.empty()) {
+    // CUDA tensors go to nccl when every rank of this node has a GPU of its own; when several
+    // share one (NCCL refuses that), gloo takes them through pinned host buffers
+    // (docs/distributed.md, "Several ranks on one GPU").
+    const int gpus = cuda::device_count();
+    const bool own_gpu = gpus > 0 && read_launch_env().local_world_size <= gpus;
     if (gloo_available()) out.push_back("gloo");
-    if (nccl_available() && cuda::device_count() > 0) out.push_back("nccl");
+    if (nccl_available() && gpus > 0 && (own_gpu || !gloo_available())) out.push_back("nccl");
     KILN_CHECK(!out.empty(), "init_process_group: backend \"auto\" found no usable backend: this "
                "kiln was built without Gloo", (nccl_available() ? " and no GPU is present" :
                " and without NCCL"), " (docs/distributed.md, \"Backends\")");

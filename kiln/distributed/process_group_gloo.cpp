@@ -1,4 +1,6 @@
-// The "gloo" process group: CPU tensors over Gloo's TCP transport (docs/distributed.md, "Gloo").
+// The "gloo" process group: CPU tensors over Gloo's TCP transport (docs/distributed.md, "Gloo"),
+// and CUDA tensors staged through pinned host buffers (host_staging.h), so that several ranks can
+// share one GPU.
 //
 // Collectives run in issue order on one worker thread per group, so the caller's thread (the
 // backward pass, for DDP) keeps computing while the bytes move. Gloo's own timeout bounds every
@@ -27,6 +29,7 @@
 #include <unistd.h>
 
 #include "kiln/distributed/gloo_store.h"
+#include "kiln/distributed/host_staging.h"
 #include "kiln/distributed/parse_int.h"
 #include "kiln/distributed/store.h"
 #endif
@@ -206,11 +209,14 @@ class GlooProcessGroup final : public ProcessGroup,
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
   std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, ReduceOp op) override {
-    check_collective_tensors("all_reduce", tensors, DeviceType::CPU, "gloo");
+    check_collective_tensors("all_reduce", tensors, device_type_of(tensors), "gloo");
     const DType dtype = tensors[0].dtype();
     check_reduce_op("all_reduce", op, dtype);
+    auto staging = stage(tensors);
     return enqueue("all_reduce", std::string("(") + reduce_op_name(op) + ") " + describe_tensors(tensors),
-                   [this, tensors, op, dtype](uint32_t tag) {
+                   [this, staging, op, dtype](uint32_t tag) {
+      staging->to_host();
+      const std::vector<Tensor>& tensors = staging->host();
       // A list is one operation on a packed buffer (fewer rounds of messages than one each).
       const bool packed = tensors.size() > 1;
       size_t bytes = 0;
@@ -240,15 +246,18 @@ class GlooProcessGroup final : public ProcessGroup,
           at += t.nbytes();
         }
       }
+      staging->to_device();
     });
   }
 
   std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, int root) override {
-    check_collective_tensors("broadcast", tensors, DeviceType::CPU, "gloo");
+    check_collective_tensors("broadcast", tensors, device_type_of(tensors), "gloo");
     check_root("broadcast", root);
+    auto staging = stage(tensors);
     return enqueue("broadcast", "(root " + std::to_string(root) + ") " + describe_tensors(tensors),
-                   [this, tensors, root](uint32_t tag) {
-      for (const auto& t : tensors) {
+                   [this, staging, root](uint32_t tag) {
+      staging->to_host();
+      for (const auto& t : staging->host()) {
         if (t.numel() == 0) continue;
         ::gloo::BroadcastOptions opts(context_);
         opts.setOutput(static_cast<uint8_t*>(t.data_ptr()), t.nbytes());
@@ -257,28 +266,35 @@ class GlooProcessGroup final : public ProcessGroup,
         opts.setTimeout(timeout_);
         ::gloo::broadcast(opts);
       }
+      staging->to_device();
     });
   }
 
   std::shared_ptr<Work> all_gather(std::vector<Tensor> outputs, Tensor input) override {
-    check_collective_tensors("all_gather", {input}, DeviceType::CPU, "gloo");
+    check_collective_tensors("all_gather", {input}, device_type_of({input}), "gloo");
     check_one_per_rank("all_gather", outputs, "output", input, "input");
-    return enqueue("all_gather", describe_tensors({input}), [this, outputs, input](uint32_t tag) {
+    auto in = stage({input}), out = stage(outputs);
+    return enqueue("all_gather", describe_tensors({input}), [this, in, out](uint32_t tag) {
+      in->to_host();
+      const Tensor& input = in->host()[0];
       std::vector<uint8_t> flat(input.nbytes() * size());
       gather_bytes(flat.data(), input, tag);
-      for (size_t r = 0; r < outputs.size(); ++r)
-        std::memcpy(outputs[r].data_ptr(), flat.data() + r * input.nbytes(), input.nbytes());
+      for (size_t r = 0; r < out->host().size(); ++r)
+        std::memcpy(out->host()[r].data_ptr(), flat.data() + r * input.nbytes(), input.nbytes());
+      out->to_device();
     });
   }
 
   std::shared_ptr<Work> all_gather_into_tensor(Tensor output, Tensor input) override {
-    check_collective_tensors("all_gather_into_tensor", {output, input}, DeviceType::CPU, "gloo");
+    check_collective_tensors("all_gather_into_tensor", {output, input}, device_type_of({input}), "gloo");
     KILN_CHECK(output.numel() == input.numel() * size(), "all_gather_into_tensor: the output "
                "needs world_size x ", input.numel(), " = ", input.numel() * size(),
                " elements, got ", output.numel());
-    return enqueue("all_gather_into_tensor", describe_tensors({input}),
-                   [this, output, input](uint32_t tag) {
-      gather_bytes(static_cast<uint8_t*>(output.data_ptr()), input, tag);
+    auto in = stage({input}), out = stage({output});
+    return enqueue("all_gather_into_tensor", describe_tensors({input}), [this, in, out](uint32_t tag) {
+      in->to_host();
+      gather_bytes(static_cast<uint8_t*>(out->host()[0].data_ptr()), in->host()[0], tag);
+      out->to_device();
     });
   }
 
@@ -286,26 +302,34 @@ class GlooProcessGroup final : public ProcessGroup,
                                        ReduceOp op) override {
     check_one_per_rank("reduce_scatter", inputs, "input", output, "output");
     check_reduce_op("reduce_scatter", op, output.dtype());
+    auto in = stage(inputs), out = stage({output});
     return enqueue("reduce_scatter", std::string("(") + reduce_op_name(op) + ") " + describe_tensors({output}),
-                   [this, output, inputs, op](uint32_t tag) {
+                   [this, in, out, op](uint32_t tag) {
+      in->to_host();
+      const Tensor& output = out->host()[0];
       std::vector<uint8_t> flat(output.nbytes() * size());
-      for (size_t r = 0; r < inputs.size(); ++r)
-        std::memcpy(flat.data() + r * output.nbytes(), inputs[r].data_ptr(), output.nbytes());
+      for (size_t r = 0; r < in->host().size(); ++r)
+        std::memcpy(flat.data() + r * output.nbytes(), in->host()[r].data_ptr(), output.nbytes());
       reduce_slice(flat, output, op, tag);
+      out->to_device();
     });
   }
 
   std::shared_ptr<Work> reduce_scatter_tensor(Tensor output, Tensor input, ReduceOp op) override {
-    check_collective_tensors("reduce_scatter_tensor", {output, input}, DeviceType::CPU, "gloo");
+    check_collective_tensors("reduce_scatter_tensor", {output, input}, device_type_of({input}), "gloo");
     KILN_CHECK(input.numel() == output.numel() * size(), "reduce_scatter_tensor: the input "
                "needs world_size x ", output.numel(), " = ", output.numel() * size(),
                " elements, got ", input.numel());
     check_reduce_op("reduce_scatter_tensor", op, output.dtype());
+    auto in = stage({input}), out = stage({output});
     return enqueue("reduce_scatter_tensor", std::string("(") + reduce_op_name(op) + ") " + describe_tensors({input}),
-                   [this, output, input, op](uint32_t tag) {
+                   [this, in, out, op](uint32_t tag) {
+      in->to_host();
+      const Tensor& input = in->host()[0];
       std::vector<uint8_t> flat(input.nbytes());
       std::memcpy(flat.data(), input.data_ptr(), input.nbytes());
-      reduce_slice(flat, output, op, tag);
+      reduce_slice(flat, out->host()[0], op, tag);
+      out->to_device();
     });
   }
 
@@ -340,6 +364,18 @@ class GlooProcessGroup final : public ProcessGroup,
     std::function<void(uint32_t)> run;
   };
 
+  // CPU tensors run in place; CUDA tensors (and CPU ones under KILN_GLOO_STAGE_CPU_TENSORS=1)
+  // through host buffers. Made on the caller's thread: it marks the point in the caller's stream
+  // where the tensors are ready.
+  static std::shared_ptr<HostStaging> stage(const std::vector<Tensor>& tensors) {
+    return std::make_shared<HostStaging>(tensors, stage_cpu_tensors_for_testing());
+  }
+
+  // The device type a collective's tensors must share: the first one's (CPU or CUDA).
+  static DeviceType device_type_of(const std::vector<Tensor>& tensors) {
+    return !tensors.empty() && tensors[0].defined() && tensors[0].is_cuda() ? DeviceType::CUDA : DeviceType::CPU;
+  }
+
   // The list side of all_gather (outputs) and reduce_scatter (inputs): one tensor per rank, each
   // with as many elements as `single`, the tensor on the other side.
   void check_one_per_rank(const char* collective, const std::vector<Tensor>& per_rank,
@@ -349,7 +385,7 @@ class GlooProcessGroup final : public ProcessGroup,
                per_rank_kind, " tensors (one per rank), got ", per_rank.size());
     std::vector<Tensor> all = per_rank;
     all.push_back(single);
-    check_collective_tensors(collective, all, DeviceType::CPU, "gloo");
+    check_collective_tensors(collective, all, device_type_of(all), "gloo");
     for (size_t r = 0; r < per_rank.size(); ++r) {
       KILN_CHECK(per_rank[r].numel() == single.numel(), collective, ": ", per_rank_kind, " ", r,
                  " has ", per_rank[r].numel(), " elements, the ", single_kind, " ",

@@ -409,9 +409,10 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
   NoGradGuard ng;
   Tensor x = a.detach().to(DType::F64), y = b.detach().to(DType::F64);
   broadcast_shapes(x.sizes(), y.sizes(), "allclose");
-  // x == y (equal infinities are close, as in torch.allclose) or |x - y| <= atol + rtol |y|;
-  // NaN is never close
-  Tensor ok = logical_or(x == y, binary_raw(BinaryOp::Le, abs(x - y), abs(y) * rtol + atol));
+  // As torch.isclose: x == y (so equal infinities are close), or a finite |x - y| within
+  // atol + rtol |y|; NaN is never close
+  Tensor err = abs(x - y);
+  Tensor ok = logical_or(x == y, logical_and(isfinite(err), binary_raw(BinaryOp::Le, err, abs(y) * rtol + atol)));
   if (ok.numel() == 0) return true;
   return logical_not(ok).to(DType::F64).sum().item<double>() == 0;
 }

@@ -65,6 +65,29 @@ TEST_CASE("a captured graph replays the same work as eager execution", "[cuda][g
   REQUIRE(!graph.captured());
 }
 
+// A block allocated before a capture, used on the capturing stream and freed inside the capture:
+// its cross-stream event would be recorded on the capturing stream (only captured, and querying
+// it fails with cudaErrorCapturedEvent at the next allocation). The allocator defers it to the
+// capture's end.
+TEST_CASE("a block used on the capturing stream and freed inside the capture", "[cuda][graph]") {
+  kiln::manual_seed(2);
+  Tensor x = kiln::randn({1 << 16}).to(kGpu);
+  const Tensor x0 = x.cpu();
+  kiln::cuda::Graph graph;
+  Tensor out;
+  graph.capture_begin();
+  Tensor y = x * 2.0;  // reads x on the capture stream
+  kiln::cuda::record_stream(x, kiln::cuda::current_stream());
+  x = Tensor();        // freed inside the capture
+  out = y + 1.0;       // allocates: the allocator processes its pending events here
+  graph.capture_end();
+  graph.replay();
+  kiln::cuda::synchronize();
+  REQUIRE(kiln::allclose(out.cpu(), x0 * 2.0 + 1.0, 1e-6, 1e-6));
+  Tensor after = kiln::randn({1 << 16}).to(kGpu);  // and the allocator keeps working afterwards
+  REQUIRE(after.sum().item<double>() == Approx(after.cpu().sum().item<double>()).epsilon(1e-4));
+}
+
 TEST_CASE("a training step with backward and a fused optimizer can be captured", "[cuda][graph]") {
   kiln::manual_seed(1);
   kiln::nn::Linear lin(kiln::nn::LinearOptions(64, 32));

@@ -21,6 +21,14 @@ TEST_CASE("collectives: every collective and reduction, 1 to 4 ranks") {
   for (int world : {1, 2, 3, 4}) require_ranks_pass(world, {"collectives"}, 60);
 }
 
+// The gloo group's path for CUDA tensors (pinned host buffers, copies both ways around the CPU
+// collective) run over CPU tensors: every collective must read its inputs from the staged copies
+// and write its outputs back (docs/distributed.md, "Several ranks on one GPU").
+TEST_CASE("collectives: every collective staged through host buffers, 1 to 3 ranks") {
+  for (int world : {1, 2, 3})
+    require_ranks_pass(world, {"collectives"}, 60, {{"KILN_GLOO_STAGE_CPU_TENSORS", "1"}});
+}
+
 TEST_CASE("collectives: new_group with a non-member rank") {
   require_ranks_pass(3, {"new_group"}, 60);
 }

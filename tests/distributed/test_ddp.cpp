@@ -18,6 +18,10 @@ TEST_CASE("DDP: an MLP's gradients and AdamW steps match one process on the full
   require_ranks_pass(world, {"ddp_train", "model=mlp", "steps=3"});
 }
 
+TEST_CASE("DDP: the same with its buckets staged through host buffers (CUDA tensors' gloo path)", "[ddp]") {
+  require_ranks_pass(2, {"ddp_train", "model=mlp", "steps=3"}, 120, {{"KILN_GLOO_STAGE_CPU_TENSORS", "1"}});
+}
+
 TEST_CASE("DDP: gradient accumulation under no_sync issues no collective and reduces the sum",
           "[ddp]") {
   require_ranks_pass(2, {"ddp_train", "model=mlp", "steps=3", "accum=3"});
