@@ -108,7 +108,7 @@ find_sanitizer() {
   echo "== nvcc";        nvcc --version 2>&1 | tail -1
   echo "== sanitizer";   find_sanitizer || echo "compute-sanitizer not found"
   echo "== LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-  echo "== ldd libkiln"; ldd "$work"/lib/libkiln.so.0 2>&1 | grep -E 'cud|nccl|cublas|gomp|libz|not found'
+  echo "== ldd libkiln"; ldd "$work"/lib/libkiln.so.0 2>&1 | grep -E 'cud|nccl|cublas|gomp|libz|gloo|hiredis|ibverbs|libnl|not found'
   echo "== ldd test_cuda (not found)"; ldd "$BIN/test_cuda" 2>&1 | grep 'not found' || echo "none"
 } > "$out/env.txt" 2>&1
 
