@@ -54,8 +54,9 @@ if (( ASAN )); then
           -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=address)
 fi
 # configured every time (a few seconds), so that a changed flag above reaches an existing folder
-cmake -S "$ROOT" -B "$BUILD" -G Ninja "${flags[@]}" > "$BUILD.configure.log" 2>&1 ||
-  { cat "$BUILD.configure.log" >&2; exit 1; }
+mkdir -p "$BUILD"
+cmake -S "$ROOT" -B "$BUILD" -G Ninja "${flags[@]}" > "$BUILD/configure.log" 2>&1 ||
+  { cat "$BUILD/configure.log" >&2; exit 1; }
 benches=$(cd "$ROOT/bench/cuda" && ls ./*.cpp ./*.cu | sed 's|^\./|bench_cuda_|; s|\.[a-z]*$||')
 (( ASAN )) && benches=""
 # shellcheck disable=SC2086

@@ -176,6 +176,7 @@ pool() {
     if (( running >= width )); then wait -n; running=$((running - 1)); fi
   done
   wait
+  n_step=$((n_step + 1))  # the last job's row number, taken in its subshell: not the next step's
 }
 
 # train NAME SECONDS DEADLINE KILN-TRAIN-ARGS...: kiln-train on the GPU, its output lines stamped
@@ -293,6 +294,7 @@ failures=$(cat "$rows"/* 2>/dev/null | grep -c -E '\| (FAILED|TIMEOUT|NOT RUN)')
   echo "$failures step(s) failed; $(( $(date +%s) - START )) s in all (budget $BUDGET s)."
 } > "$out/summary.md"
 "$PY" "$ROOT/scripts/gpu_verdict_report.py" --logs "$logs" --bench "$out/bench.jsonl" --out "$out/results.md" \
+  --summary "$out/summary.md" \
   >> "$logs/report.log" 2>&1 || echo "(results.md: the report failed, see logs/report.log)" >> "$out/summary.md"
 rm -rf "$rows"
 tar -czf "$out/logs.tar.gz" -C "$out" logs && rm -rf "$logs"

@@ -12,6 +12,7 @@ Standard library only.
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import sys
@@ -74,14 +75,76 @@ def train_table(logs):
     return out
 
 
+MEMORY_BOUND = ("elementwise", "fused", "norm", "optim", "softmax_xent", "reduce")
+
+
+def geomean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def targets_table(logs, summary_rows, bench_rows):
+    """The verdict's bars (docs/gpu.md): each measured here, met or not."""
+    best, _, _ = compare.merge(bench_rows) if bench_rows else ({}, {}, {})
+    ceiling = compare.copy_ceiling(best) if best else None
+    out = ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
+
+    def row(what, measured, ok):
+        out.append(f"| {what} | {measured} | {'yes' if ok else 'no' if ok is not None else '-'} |")
+
+    tests = [r for r in summary_rows if r[0].startswith("test_")]
+    if tests:
+        passed = sum(1 for r in tests if r[1] == "ok")
+        row("test_cuda: every test file passes", f"{passed} of {len(tests)} files", passed == len(tests))
+    san = [r for r in summary_rows if r[0] in ("memcheck", "racecheck")]
+    if san:
+        row("compute-sanitizer clean", ", ".join(f"{r[0]} {r[1]}" for r in san), all(r[1] == "ok" for r in san))
+    if ceiling:
+        fr = [compare.gbs(r) / ceiling for (b, _, i), r in best.items()
+              if b in MEMORY_BOUND and i == "kiln" and compare.gbs(r)]
+        if fr:
+            fr.sort()
+            row("memory-bound kernels >= 80% of the copy bandwidth",
+                f"median {100 * fr[len(fr) // 2]:.0f}%, {sum(f >= 0.8 for f in fr)} of {len(fr)} cases", fr[len(fr) // 2] >= 0.8)
+    for bench in ("matmul", "attention"):
+        ratios = [best[(b, c, "pytorch")]["ms"] / r["ms"] for (b, c, i), r in best.items()
+                  if b == bench and i == "kiln" and (b, c, "pytorch") in best]
+        g = geomean(ratios)
+        if g:
+            row(f"{bench} >= 0.9x PyTorch (geometric mean)", f"{g:.2f}x over {len(ratios)} cases", g >= 0.9)
+    cnn = os.path.join(logs, "train-cnn-to-93.log")
+    if os.path.isfile(cnn):
+        t = time_to(cnn, 93.0)
+        row("CNN >= 93% test accuracy in < 10 s", f"after {t[0]:.1f} s (epoch {t[1]})" if t else "not reached",
+            bool(t and t[0] < 10))
+    k, p = (last_json(os.path.join(logs, f"{n}-gpt2-124m.log")) if os.path.isfile(os.path.join(logs, f"{n}-gpt2-124m.log"))
+            else None for n in ("train", "pytorch"))
+    if k and p and p.get("samples_per_second"):
+        r = k["samples_per_second"] / p["samples_per_second"]
+        row("GPT-2 124M steps >= 1.0x PyTorch eager tokens/s", f"{r:.2f}x", r >= 1.0)
+    return out if len(out) > 4 else []
+
+
+def summary_rows(path):
+    rows = []
+    if os.path.isfile(path):
+        for line in open(path):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) >= 2 and cells[0] not in ("step", "---"):
+                rows.append((cells[0], cells[1].split(":")[0].split(" (")[0]))
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--logs", required=True)
     ap.add_argument("--bench", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--summary", help="summary.md, for the targets' test and sanitizer rows")
     a = ap.parse_args()
-    text = "# GPU verdict: results\n\n" + "\n".join(train_table(a.logs)) + "\n\n"
     rows, meta, bad = compare.read_rows([a.bench])
+    targets = targets_table(a.logs, summary_rows(a.summary) if a.summary else [], rows)
+    text = "# GPU verdict: results\n\n" + ("\n".join(targets) + "\n\n" if targets else "")
+    text += "\n".join(train_table(a.logs)) + "\n\n"
     text += compare.render(rows, meta, bad) if rows else "no GPU bench results\n"
     with open(a.out, "w", encoding="utf-8") as f:
         f.write(text)
