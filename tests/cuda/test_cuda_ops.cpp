@@ -109,6 +109,28 @@ TEST_CASE("reductions match the CPU", "[cuda][reduce]") {
   parity("bf16 sum", {kiln::randn({4097}).to(DType::BF16)}, [](const auto& in) { return in[0].sum({0}); }, 2e-2, 0.5);
 }
 
+// Leading dims reduced in place ([R, K] read by columns): one pass, or row chunks with a second
+// pass when the columns alone would not fill the GPU; sum, mean, max and min, float and integer
+// dtypes, column counts that are not a multiple of the 32-column tile, an empty reduction.
+TEST_CASE("column reductions (leading dims) match the CPU", "[cuda][reduce]") {
+  kiln::manual_seed(18);
+  for (auto sizes : std::vector<kiln::IntList>{{5, 1025}, {4099, 33}, {65536, 40}, {3, 777, 64}, {20000, 2, 17}}) {
+    Tensor x = kiln::randn(sizes);
+    const std::string n = " " + kiln::detail::concat(sizes);
+    parity("sum dim 0" + n, {x}, [](const auto& in) { return in[0].sum({0}); }, 1e-4, 1e-4);
+    parity("mean dim 0" + n, {x}, [](const auto& in) { return in[0].mean({0}); }, 1e-4, 1e-5);
+    parity("amax dim 0" + n, {x}, [](const auto& in) { return in[0].amax({0}); }, 0, 0);
+    parity("amin dim 0" + n, {x}, [](const auto& in) { return in[0].amin({0}); }, 0, 0);
+    parity("f64 sum dim 0" + n, {x.to(DType::F64)}, [](const auto& in) { return in[0].sum({0}); }, 1e-12, 1e-12);
+    parity("bf16 sum dim 0" + n, {x.to(DType::BF16)}, [](const auto& in) { return in[0].sum({0}); }, 2e-2, 0.5);
+    parity("int sum dim 0" + n, {kiln::randint(-9, 9, sizes)}, [](const auto& in) { return in[0].sum({0}); }, 0, 0);
+  }
+  Tensor three = kiln::randn({6, 7, 40});
+  parity("sum dims 0, 1", {three}, [](const auto& in) { return in[0].sum({0, 1}); }, 1e-4, 1e-5);
+  Tensor empty_rows = kiln::randn({0, 64});
+  parity("sum of no rows", {empty_rows}, [](const auto& in) { return in[0].sum({0}); }, 0, 0);
+}
+
 TEST_CASE("reductions over more rows than gridDim.y allows (65535)", "[cuda][reduce]") {
   kiln::manual_seed(17);
   // [70000, 3]: one block per row (K above the grid's y limit); [70000, 300]: the same with

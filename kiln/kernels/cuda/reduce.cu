@@ -1,9 +1,11 @@
 // CUDA reductions. The input is arranged as rows [K, R] (reduced dims last, copied contiguous
 // only when needed) and each row is reduced by one or more blocks: with few long rows (a full
 // reduction), P blocks per row write partials that a second launch reduces, so every SM works.
-// When only the leading dims of a contiguous tensor are reduced, a column kernel walks [R, K]
-// with consecutive threads on consecutive columns (coalesced) and no copy.
+// When only the leading dims of a contiguous tensor are reduced (and K >= 32), a column kernel
+// reads [R, K] in place, a warp on 32 neighbouring columns (coalesced), with the rows split into
+// chunks over the GPU when the columns alone would not fill it.
 // Accumulation: float for f32/f16/bf16, double for f64, int64 for integers.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -86,15 +88,35 @@ __global__ void row_reduce_kernel(const In* in, Out* out, int64_t K, int64_t R, 
   }
 }
 
-template <class T, class A>
-__global__ void column_reduce_kernel(const T* in, T* out, int64_t R, int64_t K, ReduceOp op) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < K; k += stride) {
-    A acc = identity_of<A>(op);
-    for (int64_t r = 0; r < R; ++r) acc = combine(op, acc, static_cast<A>(static_cast<opmath_t<T>>(in[r * K + k])));
-    if (op == ReduceOp::Mean) acc = static_cast<A>(static_cast<double>(acc) / static_cast<double>(R));
-    out[k] = static_cast<T>(static_cast<opmath_t<T>>(acc));
+// Leading dims reduced: the input is [R, K] row-major. A block of 32 x 8 threads takes 32
+// consecutive columns (a warp reads 32 neighbours of one row: coalesced) and a chunk of rows
+// (blockIdx.y), its 8 rows of threads striding through the chunk; the 8 partials of a column meet
+// in shared memory. With several chunks (few columns, many rows: blocks for every SM) each writes
+// A partials [chunks, K] that a second launch reduces the same way (final_pass). One thread per
+// column over all R rows, as before, left most SMs idle: 35 GB/s for [65536, 1024] on an H200.
+constexpr int kColTile = 32, kColRows = 8;
+
+template <class In, class A, class Out>
+__global__ void column_reduce_kernel(const In* in, Out* out, int64_t R, int64_t K, ReduceOp op,
+                                     int64_t rows_per_chunk, bool final_pass, int64_t count) {
+  __shared__ A part[kColRows][kColTile + 1];
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
+  const int64_t r1 = min(R, r0 + rows_per_chunk);
+  A acc = identity_of<A>(op);
+  if (k < K)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows)
+      acc = combine(op, acc, static_cast<A>(static_cast<opmath_t<In>>(in[r * K + k])));
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || k >= K) return;
+  for (int y = 1; y < kColRows; ++y) acc = combine(op, acc, part[y][threadIdx.x]);
+  if (!final_pass) {
+    reinterpret_cast<A*>(out)[static_cast<int64_t>(blockIdx.y) * K + k] = acc;
+    return;
   }
+  if (op == ReduceOp::Mean) acc = static_cast<A>(static_cast<double>(acc) / static_cast<double>(count));
+  out[k] = static_cast<Out>(static_cast<opmath_t<Out>>(acc));
 }
 
 int sm_count(int device) {
@@ -115,10 +137,29 @@ void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dim
   dispatch_numeric(in.dtype(), "reduce", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_type<T>;
-    if (leading && K >= 1024) {
-      column_reduce_kernel<T, A><<<grid_for(K), kThreads, 0, stream>>>(
-          static_cast<const T*>(in.data_ptr()), static_cast<T*>(out.data_ptr()), R, K, op);
-      KILN_CUDA_CHECK_LAUNCH("column_reduce_kernel");
+    if (leading && K >= kColTile) {  // narrower outputs would leave most of each warp idle
+      const int64_t tiles = (K + kColTile - 1) / kColTile;
+      // Row chunks: enough blocks to cover the GPU, each chunk at least 64 rows, at most 65535.
+      const int64_t want = std::max<int64_t>(1, 8 * sm_count(in.device().index) / tiles);
+      const int64_t chunks = std::min<int64_t>({want, std::max<int64_t>(1, R / 64), 65535});
+      const int64_t per = chunks > 1 ? (R + chunks - 1) / chunks : std::max<int64_t>(R, 1);
+      const dim3 block(kColTile, kColRows);
+      const T* ip = static_cast<const T*>(in.data_ptr());
+      if (chunks == 1) {
+        column_reduce_kernel<T, A, T><<<dim3(static_cast<unsigned>(tiles), 1), block, 0, stream>>>(
+            ip, static_cast<T*>(out.data_ptr()), R, K, op, per, true, R);
+        KILN_CUDA_CHECK_LAUNCH("column_reduce_kernel");
+        return;
+      }
+      // Mean's partials are sums; the second pass divides by R.
+      const ReduceOp first = op == ReduceOp::Mean ? ReduceOp::Sum : op;
+      Tensor partial = empty({chunks, K}, TensorOptions().dtype(dtype_of<A>::value).device(in.device()));
+      column_reduce_kernel<T, A, A><<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)), block, 0, stream>>>(
+          ip, static_cast<A*>(partial.data_ptr()), R, K, first, per, false, R);
+      KILN_CUDA_CHECK_LAUNCH("column_reduce_kernel (partials)");
+      column_reduce_kernel<A, A, T><<<dim3(static_cast<unsigned>(tiles), 1), block, 0, stream>>>(
+          static_cast<const A*>(partial.data_ptr()), static_cast<T*>(out.data_ptr()), chunks, K, op, chunks, true, R);
+      KILN_CUDA_CHECK_LAUNCH("column_reduce_kernel (final)");
       return;
     }
     Tensor src = layout.rows(in);
