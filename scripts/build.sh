@@ -2,6 +2,7 @@
 # Usage: scripts/build.sh [BUILD_DIR]   (default: build)
 # Installs the dependencies, configures kiln (Release) and builds it with every core.
 #   KILN_CMAKE_ARGS  extra arguments for the CMake configure step, e.g. "-DKILN_CUDA=OFF"
+#   KILN_TARGETS     build only these targets (space-separated), e.g. "kiln-train"
 #   CI               when set, CUDA code is compiled for sm_90 only (faster CI builds) and the
 #                    Gloo process group is required
 set -euo pipefail
@@ -37,5 +38,10 @@ fi
 
 echo "+ cmake ${args[*]}"
 cmake "${args[@]}"
-echo "+ cmake --build $BUILD_DIR -j$(nproc)"
-cmake --build "$BUILD_DIR" -j"$(nproc)"
+targets=()
+if [[ -n "${KILN_TARGETS:-}" ]]; then
+  read -r -a names <<<"$KILN_TARGETS"
+  targets=(--target "${names[@]}")
+fi
+echo "+ cmake --build $BUILD_DIR -j$(nproc) ${targets[*]}"
+cmake --build "$BUILD_DIR" -j"$(nproc)" "${targets[@]}"

@@ -8,7 +8,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${1:-build}"
 
-bash "$ROOT/scripts/build.sh" "$BUILD_DIR"
+# Everything, whatever an earlier scripts/train.sh configured in the same folder (it builds the
+# main job alone): tests, benches, examples, and CUDA when nvcc is found (CI: sm_90 only).
+arch=""
+[[ -z "${CI:-}" ]] && arch='-DCMAKE_CUDA_ARCHITECTURES=80;90'
+KILN_CMAKE_ARGS="-DKILN_BUILD_TESTS=ON -DKILN_BUILD_BENCH=ON -DKILN_BUILD_EXAMPLES=ON -DKILN_CUDA=AUTO $arch ${KILN_CMAKE_ARGS:-}" \
+  bash "$ROOT/scripts/build.sh" "$BUILD_DIR"
 
 echo "+ ctest --test-dir $BUILD_DIR --output-on-failure -j2"
 rc=0

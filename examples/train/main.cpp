@@ -329,6 +329,7 @@ int run(Options o) {
                                    main_rank ? std::cout : no_output, tty && main_rank);
     int64_t b = 0, micro = 0, window_samples = 0;
     double window_start = now_seconds(), epoch_start = now_seconds(), last_loss = 0, sps = 0;
+    bool measured = false;  // a loss and a rate exist only from this epoch's first log point on
     for (auto& batch : loader) {
       if (b < pos.batch_in_epoch) {  // resuming mid-epoch: these batches were trained already
         ++b;
@@ -393,6 +394,7 @@ int run(Options o) {
           last_loss = loss.item<double>();  // the only host read in the loop, once per log interval
           const double t = now_seconds();
           sps = static_cast<double>(window_samples) / (t - window_start);
+          measured = true;
           window_start = t;
           window_samples = 0;
           const double lr = opt_ref.param_groups()[0].lr();
@@ -425,7 +427,11 @@ int run(Options o) {
           plot_lr.push_back(lr);
         }
       }
-      progress.update(b, {{"loss", last_loss}}, sps);
+      if (measured) {
+        progress.update(b, {{"loss", last_loss}}, sps);
+      } else {
+        progress.update(b);  // no loss read yet (it is read every --log-every steps): none shown
+      }
       // Several ranks stop together: the signal may reach them at different steps, so they agree
       // at the log points (where the loss is read anyway), all at the same step.
       int stop_signal = g_interrupted;
@@ -453,7 +459,11 @@ int run(Options o) {
     }
     if (cuda) kiln::cuda::synchronize();  // the epoch's time includes its queued GPU work
     pos.train_seconds += now_seconds() - epoch_start;
-    progress.finish({{"loss", last_loss}});
+    if (measured) {
+      progress.finish({{"loss", last_loss}});
+    } else {
+      progress.finish();
+    }
     pos.epoch = epoch + 1;
     pos.batch_in_epoch = 0;
     if (writes_checkpoints) {

@@ -94,6 +94,9 @@ LaunchEnv read_launch_env() {
   read_field(&Launcher::world_size, 1, &env.world_size, &world_var);
   read_field(&Launcher::local_rank, 0, &env.local_rank, &local_var);
   read_field(&Launcher::local_world_size, 1, &env.local_world_size, &local_world_var);
+  // A rank started by hand may name its local rank without the local world size (torch does not
+  // read it): take the whole world as local, the same answer on every rank.
+  if (!local_world_var && local_var) env.local_world_size = env.world_size;
 
   env.source = "none";
   for (const Launcher& l : kLaunchers) {
@@ -108,7 +111,7 @@ LaunchEnv read_launch_env() {
              env.world_size, " (ranks count from 0)");
   KILN_CHECK(env.local_rank < env.local_world_size, "distributed: ",
              local_var ? local_var : "the local rank", "=", env.local_rank, " is not below ",
-             local_world_var ? local_world_var : "the local world size (unset: 1)", "=",
+             local_world_var ? local_world_var : "the local world size (unset: the world size)", "=",
              env.local_world_size);
 
   if (const char* addr = get("MASTER_ADDR"); addr && *addr) {

@@ -118,6 +118,17 @@ TEST_CASE("launch env: torchrun / kiln-run variables") {
   CHECK(read_launch_env().source == "torchrun");
 }
 
+TEST_CASE("launch env: ranks started by hand without LOCAL_WORLD_SIZE") {
+  CleanEnv env;
+  // as under torch: the local world is taken to be the whole world, on every rank alike
+  env.set({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}});
+  LaunchEnv e = read_launch_env();
+  CHECK(e.local_rank == 1);
+  CHECK(e.local_world_size == 2);
+  env.set({{"RANK", "0"}, {"LOCAL_RANK", "0"}});
+  CHECK(read_launch_env().local_world_size == 2);
+}
+
 TEST_CASE("launch env: Open MPI's mpirun") {
   CleanEnv env;
   check_launch(env,
