@@ -22,6 +22,26 @@ void for_each_contiguous_row(const I* in, O* out, int64_t rows, int64_t n, Body&
   for (int64_t r = 0; r < rows; ++r) body(in + r * n, out + r * n);
 }
 
+// The sum of term(i) for i in [0, n), for the row sums of softmax and cross-entropy: each block of
+// kSumBlock terms is summed in the term's type across vector lanes (full SIMD width), the block
+// sums in double. A 50,257-class row summed in f32 lanes alone loses up to 6e-5 of its sum, by an
+// amount that depends on the vector width (docs/kernels.md, "Reductions"); a block of 256 loses
+// about 1e-7, whatever the ISA.
+constexpr int64_t kSumBlock = 256;
+template <class Term>
+double blocked_sum(int64_t n, Term&& term) {
+  using V = decltype(term(int64_t{0}));
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kSumBlock) {
+    const int64_t e = b + kSumBlock < n ? b + kSumBlock : n;
+    V s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = b; i < e; ++i) s += term(i);
+    total += static_cast<double>(s);
+  }
+  return total;
+}
+
 // Calls row(ptrs, n, inner_strides) for every contiguous run of the iteration space.
 template <class RowFn>
 void for_each_row(const PointwiseIter& it, RowFn row) {

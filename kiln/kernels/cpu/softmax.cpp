@@ -27,11 +27,7 @@ void softmax(const Tensor& out, const Tensor& in, bool log) {
 #pragma omp simd reduction(max : mx)
       for (int64_t i = 0; i < n; ++i) mx = std::max(mx, static_cast<M>(x[i]));
       if (std::isinf(mx) && mx < 0) mx = 0;  // a row of -inf: avoid (-inf) - (-inf)
-      // Summed in double: a 50,000-class row summed in f32 lanes loses ~1e-4 of the sum, and how
-      // much depends on the vector width (docs/kernels.md, "Reductions").
-      double sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(math::exp_(static_cast<M>(x[i]) - mx));
+      const double sum = blocked_sum(n, [&](int64_t i) { return math::exp_(static_cast<M>(x[i]) - mx); });
       if (log) {
         // (x - max) - log(sum): subtracting the max first keeps large logits exact
         M log_sum = static_cast<M>(std::log(sum));
@@ -62,17 +58,13 @@ void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tenso
       const T* gr = g + r * n;
       const T* yr = y + r * n;
       T* o = gi + r * n;
-      double dot_sum = 0;  // in double, as the forward's sum
       if (log) {
-#pragma omp simd reduction(+ : dot_sum)
-        for (int64_t i = 0; i < n; ++i) dot_sum += static_cast<double>(gr[i]);
-        const M dot = static_cast<M>(dot_sum);
+        const M dot = static_cast<M>(blocked_sum(n, [&](int64_t i) { return static_cast<M>(gr[i]); }));
         for (int64_t i = 0; i < n; ++i)
           o[i] = static_cast<T>(static_cast<M>(gr[i]) - math::exp_(static_cast<M>(yr[i])) * dot);
       } else {
-#pragma omp simd reduction(+ : dot_sum)
-        for (int64_t i = 0; i < n; ++i) dot_sum += static_cast<double>(static_cast<M>(gr[i]) * static_cast<M>(yr[i]));
-        const M dot = static_cast<M>(dot_sum);
+        const M dot = static_cast<M>(
+            blocked_sum(n, [&](int64_t i) { return static_cast<M>(gr[i]) * static_cast<M>(yr[i]); }));
         for (int64_t i = 0; i < n; ++i)
           o[i] = static_cast<T>(static_cast<M>(yr[i]) * (static_cast<M>(gr[i]) - dot));
       }
