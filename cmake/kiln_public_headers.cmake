@@ -11,6 +11,7 @@ set(KILN_PUBLIC_HEADERS
   core/autograd.h
   core/caching_allocator.h
   core/cpu_conv.h
+  core/cpu_isa.h
   core/cuda.h
   core/cuda_graph.h
   core/cuda_stream.h

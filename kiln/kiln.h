@@ -9,6 +9,7 @@
 #include "kiln/core/debug.h"
 #include "kiln/core/sync_debug.h"
 #include "kiln/core/cpu_conv.h"
+#include "kiln/core/cpu_isa.h"
 #include "kiln/core/cudnn.h"
 #include "kiln/core/custom_function.h"
 #include "kiln/core/denormal.h"

@@ -249,6 +249,8 @@ if [[ -n "$sanitizer" ]]; then
 elif [[ $REHEARSE == 0 ]]; then
   echo "| compute-sanitizer | FAILED (not found) | 0 |" > "$rows/000"
 fi
+# the CPU levels on this host's processor (kiln/core/cpu_isa.h): each level's GEMM and kernels
+jobs+=("cpu-levels 60 \"\$BIN/test_core\" '[cpu_isa],[gemm]'")
 pool "$T_TESTS" 6 "${jobs[@]}"
 
 # 3. benches, one at a time (timings), the headline ones first; then PyTorch on the same cases

@@ -181,4 +181,25 @@ inline void set_params_to_sequence(kiln::nn::Module& m) {
   for (kiln::Tensor p : m.parameters()) p.copy_(sin_seq(p.numel(), 0.1, 0.7 * k++).view(p.sizes()) * 0.5);
 }
 
+// Runs body() once at every CPU level this processor and build have (kiln/core/cpu_isa.h), with
+// that level in use and a Catch2 INFO naming it, then goes back to the level from before.
+template <class F>
+void for_each_cpu_isa(F&& body) {
+  const kiln::CpuIsa before = kiln::cpu_isa();
+  for (int i = 0; i < kiln::kNumCpuIsas; ++i) {
+    const auto isa = static_cast<kiln::CpuIsa>(i);
+    if (!kiln::cpu_supports(isa) || !kiln::cpu_isa_built(isa)) continue;
+    kiln::set_cpu_isa(isa);
+    INFO("CPU level " << kiln::cpu_isa_name(isa));
+    try {
+      body();
+    } catch (...) {
+      kiln::set_cpu_isa(before);
+      throw;
+    }
+  }
+  kiln::set_cpu_isa(before);
+}
+
 }  // namespace kiln_test
+

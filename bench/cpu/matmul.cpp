@@ -1,45 +1,146 @@
-// CPU matmul: kiln::matmul (Eigen GEMM behind the tensor API, autograd off) against a plain
-// Eigen GEMM on the same data in the same run. Target: >= 90% of plain Eigen at
-// 512-2048. Also times a transposed operand (kiln maps it without a copy).
-#include <Eigen/Core>
+// CPU f32 matmul at every CPU level this machine has (kiln/core/cpu_isa.h): kiln::matmul's
+// GFLOP/s for square products, the share of the level's FMA peak measured in the same run (a
+// loop of independent register FMAs on every thread), and the ratio to the baseline level (Eigen's
+// GEMM, compiled for plain x86-64). Each product is checked against a double-precision reference
+// on sampled entries. Target (docs/kernels.md, "The CPU GEMM"): >= 75% of the peak at 512-2048.
+//   bench_matmul [N...]      sizes (default 256 512 1024 2048)
+// KILN_CPU_ISA=level restricts the run to one level. bench/cpu/compare_matmul.sh runs PyTorch on
+// the same sizes and threads beside it.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include <kiln/kiln.h>
 
 #include "../bench_util.h"
 
-int main() {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+__attribute__((target("avx512f"))) float fma_loop_avx512(int64_t iters) {
+  __m512 acc[12];
+  const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(float(i));
+  for (int64_t k = 0; k < iters; ++k)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], m, a);
+  float s = 0;
+  for (int i = 0; i < 12; ++i) s += _mm512_reduce_add_ps(acc[i]);
+  return s;
+}
+
+__attribute__((target("avx2,fma"))) float fma_loop_avx2(int64_t iters) {
+  __m256 acc[12];
+  const __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(float(i));
+  for (int64_t k = 0; k < iters; ++k)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], m, a);
+  alignas(32) float out[8];
+  float s = 0;
+  for (int i = 0; i < 12; ++i) {
+    _mm256_store_ps(out, acc[i]);
+    for (float v : out) s += v;
+  }
+  return s;
+}
+
+float mul_add_loop_sse(int64_t iters) {  // the baseline has no FMA: a multiply and an add
+  __m128 acc[12];
+  const __m128 m = _mm_set1_ps(0.999999f), a = _mm_set1_ps(1e-7f);
+  for (int i = 0; i < 12; ++i) acc[i] = _mm_set1_ps(float(i));
+  for (int64_t k = 0; k < iters; ++k)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm_add_ps(_mm_mul_ps(acc[i], m), a);
+  alignas(16) float out[4];
+  float s = 0;
+  for (int i = 0; i < 12; ++i) {
+    _mm_store_ps(out, acc[i]);
+    for (float v : out) s += v;
+  }
+  return s;
+}
+
+// GFLOP/s of the level's peak on every thread at once: 12 independent accumulators per thread
+// (enough to cover the FMA latency times two FMA ports).
+double peak_gflops(kiln::CpuIsa isa) {
+  const int64_t iters = 20'000'000;
+  float (*loop)(int64_t) = isa == kiln::CpuIsa::avx512 ? fma_loop_avx512
+                           : isa == kiln::CpuIsa::avx2 ? fma_loop_avx2
+                                                       : mul_add_loop_sse;
+  const int lanes = isa == kiln::CpuIsa::avx512 ? 16 : isa == kiln::CpuIsa::avx2 ? 8 : 4;
+  double best = 1e30;
+  float sink = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+#pragma omp parallel reduction(+ : sink)
+    sink += loop(iters);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  if (sink == 12345.f) std::printf(" ");
+  return 2.0 * lanes * 12 * static_cast<double>(iters) * omp_get_max_threads() / best / 1e9;
+}
+
+// The worst error of 64 sampled entries of c = a @ b against double sums, relative to
+// sum |a_ik b_kj| (the scale of a dot product's rounding error).
+double sampled_error(const kiln::Tensor& a, const kiln::Tensor& b, const kiln::Tensor& c) {
+  const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
+  const float *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>(), *pc = c.data_ptr<float>();
+  double worst = 0;
+  for (int s = 0; s < 64; ++s) {
+    const int64_t i = (s * 7919) % n, j = (s * 104729) % m;
+    double sum = 0, scale = 0;
+    for (int64_t t = 0; t < k; ++t) {
+      sum += double(pa[i * k + t]) * pb[t * m + j];
+      scale += std::abs(double(pa[i * k + t]) * pb[t * m + j]);
+    }
+    worst = std::max(worst, std::abs(pc[i * m + j] - sum) / scale);
+  }
+  return worst;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
   kiln::NoGradGuard ng;
   kiln::manual_seed(0);
-  std::printf("%-22s %10s %10s %10s %8s\n", "case (f32)", "kiln ms", "eigen ms", "GFLOP/s", "ratio");
-  for (int64_t n : {128, 512, 1024, 2048}) {
-    auto a = kiln::randn({n, n}), b = kiln::randn({n, n});
-    using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    Eigen::Map<Mat> ea(a.data_ptr<float>(), n, n), eb(b.data_ptr<float>(), n, n);
-    Mat ec(n, n);
-    kiln::Tensor c;
-    const int reps = n >= 2048 ? 3 : 7;
-    double tk = kiln::bench::time_median([&] { c = kiln::matmul(a, b); }, reps);
-    double te = kiln::bench::time_median([&] { ec.noalias() = ea * eb; }, reps);
-    Eigen::Map<Mat> kc(c.data_ptr<float>(), n, n);
-    double err = (kc - ec).cwiseAbs().maxCoeff();
-    kiln::bench::validate(err < 1e-3 * n, "matmul vs Eigen", err);
-    double gflops = 2.0 * n * n * n / tk / 1e9;
-    char name[64];
-    std::snprintf(name, sizeof name, "%lldx%lld @ %lldx%lld", (long long)n, (long long)n, (long long)n, (long long)n);
-    std::printf("%-22s %10.3f %10.3f %10.1f %7.0f%%\n", name, tk * 1e3, te * 1e3, gflops, 100 * te / tk);
-    if (n == 1024) {
-      auto at = a.t();  // transposed view: mapped column-major, no copy
-      double tt = kiln::bench::time_median([&] { c = kiln::matmul(at, b); }, reps);
-      Mat ref = ea.transpose() * eb;
-      Eigen::Map<Mat> kt(c.data_ptr<float>(), n, n);
-      double e2 = (kt - ref).cwiseAbs().maxCoeff();
-      kiln::bench::validate(e2 < 1e-3 * n, "matmul(a.t(), b)", e2);
-      std::printf("%-22s %10.3f %10s %10.1f %7.0f%%\n", "a.t() @ b (1024)", tt * 1e3, "-",
-                  2.0 * n * n * n / tt / 1e9, 100 * te / tt);
+  std::vector<int64_t> sizes;
+  for (int i = 1; i < argc; ++i) sizes.push_back(std::atoll(argv[i]));
+  if (sizes.empty()) sizes = {256, 512, 1024, 2048};
+  const char* only = std::getenv("KILN_CPU_ISA");
+  std::printf("CPU levels: %s; %d threads\n", kiln::cpu_isa_summary().c_str(), omp_get_max_threads());
+  std::printf("%-9s %-6s %9s %9s %8s %8s %10s\n", "level", "n", "ms", "GFLOP/s", "of peak", "vs base", "peak GF/s");
+  std::vector<double> base_ms(sizes.size(), 0);
+  for (int l = 0; l < kiln::kNumCpuIsas; ++l) {
+    const auto isa = static_cast<kiln::CpuIsa>(l);
+    if (!kiln::cpu_supports(isa) || !kiln::cpu_isa_built(isa)) continue;
+    if (only && *only && std::string(only) != "auto" && kiln::parse_cpu_isa(only) != isa) continue;
+    kiln::set_cpu_isa(isa);
+    const double peak = peak_gflops(isa);
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      const int64_t n = sizes[s];
+      const kiln::Tensor a = kiln::randn({n, n}), b = kiln::randn({n, n});
+      kiln::Tensor c;
+      const double t = kiln::bench::time_median([&] { c = kiln::matmul(a, b); }, n >= 2048 ? 5 : 9);
+      // f32 dot products of n terms: relative error ~ sqrt(n) * 2^-24 typically, n * 2^-24 at worst
+      const double err = sampled_error(a, b, c);
+      kiln::bench::validate(err < n * 6e-8, "matmul vs double sums", err);
+      const double gf = 2.0 * n * n * n / t / 1e9;
+      if (isa == kiln::CpuIsa::baseline) base_ms[s] = t * 1e3;
+      char vs[16] = "-";
+      if (base_ms[s] > 0) std::snprintf(vs, sizeof vs, "%.2fx", base_ms[s] / (t * 1e3));
+      std::printf("%-9s %-6lld %9.3f %9.1f %7.0f%% %8s %10.1f\n", kiln::cpu_isa_name(isa), (long long)n, t * 1e3, gf,
+                  100 * gf / peak, vs, peak);
     }
   }
-  std::printf("ratio = plain Eigen time / kiln time (100%% = no overhead)\n");
+  kiln::reset_cpu_isa();
+  std::printf("peak: independent FMAs (baseline: multiply + add) on every thread; vs base: baseline ms / this ms\n");
   return 0;
 }

@@ -3,8 +3,11 @@
 #include "kiln/kernels/dispatch.h"
 
 #include "kiln/config.h"
+#include "kiln/core/cpu_isa.h"
 
 namespace kiln::kernels::detail {
+
+static_assert(kNumCpuLevels == kNumCpuIsas, "one CPU slot per CPU level");
 
 void OperandDevices::add(const Tensor& t) {
   if (!t.defined()) return;

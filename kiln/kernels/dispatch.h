@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/core/cpu_isa_level.h"
 #include "kiln/core/error.h"
 #include "kiln/core/tensor.h"
 
@@ -31,6 +32,7 @@ namespace kiln::kernels {
 // One implementation slot per kind of device.
 enum class Backend : uint8_t { CPU = 0, CUDA = 1 };
 inline constexpr int kNumBackends = 2;
+inline constexpr int kNumCpuLevels = 3;  // kiln::kNumCpuIsas (kiln/core/cpu_isa.h)
 
 namespace detail {
 
@@ -93,13 +95,20 @@ class Kernel<R(Args...)> {
   using Fn = R (*)(Args...);
 
   // constexpr, so every Kernel is initialised before any registration runs.
-  constexpr explicit Kernel(const char* name) : name_(name), fns_{} {}
+  constexpr explicit Kernel(const char* name) : name_(name), cuda_{}, cpu_{} {}
   Kernel(const Kernel&) = delete;
   Kernel& operator=(const Kernel&) = delete;
 
   const char* name() const { return name_; }
-  bool has(Backend backend) const { return fns_[static_cast<int>(backend)] != nullptr; }
-  void register_backend(Backend backend, Fn fn) { fns_[static_cast<int>(backend)] = fn; }
+  bool has(Backend backend) const { return fn(backend) != nullptr; }
+  // The CPU slot has one entry per CPU level (kiln/core/cpu_isa.h): the CPU kernel files are
+  // compiled once per level and each copy registers itself at its own.
+  void register_backend(Backend backend, Fn fn, int cpu_level = 0) {
+    if (backend == Backend::CUDA) cuda_ = fn;
+    else cpu_[cpu_level] = fn;
+  }
+  // The CPU implementation registered at `level`, or null: for tests of the dispatch.
+  Fn cpu_at(int level) const { return cpu_[level]; }
 
   R operator()(Args... args) const {
     return on(operand_device(detail::display_name(name_, args...), args...),
@@ -108,14 +117,24 @@ class Kernel<R(Args...)> {
 
   // Runs the implementation for `device` without looking at the operands.
   R on(Device device, Args... args) const {
-    Fn fn = fns_[static_cast<int>(backend_of(device))];
-    if (!fn) detail::no_backend(detail::display_name(name_, args...), device);
-    return fn(std::forward<Args>(args)...);
+    Fn f = fn(backend_of(device));
+    if (!f) detail::no_backend(detail::display_name(name_, args...), device);
+    return f(std::forward<Args>(args)...);
   }
 
  private:
+  // CPU: the copy of the level in use, or of the highest level below it that has one (a kernel
+  // registered outside kiln/kernels/cpu exists at the baseline only).
+  Fn fn(Backend backend) const {
+    if (backend == Backend::CUDA) return cuda_;
+    for (int level = ::kiln::detail::cpu_isa_level(); level >= 0; --level)
+      if (cpu_[level]) return cpu_[level];
+    return nullptr;
+  }
+
   const char* name_;
-  std::array<Fn, kNumBackends> fns_;
+  Fn cuda_;
+  std::array<Fn, kNumCpuLevels> cpu_;
 };
 
 }  // namespace kiln::kernels
@@ -125,7 +144,9 @@ class Kernel<R(Args...)> {
 
 // Registers `fn` as `kernel`'s implementation for `backend` (CPU or CUDA) when the library loads.
 // Used once per kernel and backend, in the backend's file, at namespace scope (kiln is a shared
-// library, so every registration runs).
-#define KILN_REGISTER_KERNEL(kernel, backend, fn)                                     \
-  static const bool KILN_KERNEL_CONCAT(kiln_kernel_registered_, __LINE__) =          \
-      ((kernel).register_backend(::kiln::kernels::Backend::backend, (fn)), true)
+// library, so every registration runs). A CPU kernel registers at the CPU level its file is
+// compiled for (KILN_THIS_CPU_ISA).
+#define KILN_REGISTER_KERNEL(kernel, backend, fn)                                            \
+  static const bool KILN_KERNEL_CONCAT(kiln_kernel_registered_, __LINE__) =                 \
+      ((kernel).register_backend(::kiln::kernels::Backend::backend, (fn), KILN_THIS_CPU_ISA), \
+       true)

@@ -45,6 +45,8 @@
 #include <vector>
 
 #include "kiln/core/cpu_conv.h"
+#include "kiln/core/cpu_isa_level.h"
+#include "kiln/kernels/cpu_conv_settings.h"
 #include "kiln/core/error.h"
 #include "kiln/kernels/conv.h"
 #include "kiln/kernels/copy_fill.h"
@@ -708,21 +710,13 @@ Tensor contiguous_weight(const Tensor& w) { return contiguous(w); }
 
 enum class Direction : int { Forward = 0, BackwardInput = 1, BackwardWeight = 2 };
 
-// The autotuner's switch and its cache: key -> whether the other layout's kernel won.
-struct Autotuner {
-  std::atomic<bool> enabled{false};
-  std::mutex mutex;
-  std::unordered_map<std::string, bool> use_other;
-};
-Autotuner& autotuner() {
-  static Autotuner t;
-  return t;
-}
+using cpu_conv::Autotuner;
+using cpu_conv::autotuner;
 
 std::string tune_key(Direction d, const ConvGeometry& g, DType dt) {
   const int64_t v[] = {static_cast<int64_t>(d), g.N, g.C, g.H, g.W, g.K, g.kh, g.kw, g.OH, g.OW, g.sh,
                        g.sw, g.ph, g.pw, g.dh, g.dw, g.groups, g.channels_last ? 1 : 0,
-                       static_cast<int64_t>(dt), omp_get_max_threads()};
+                       static_cast<int64_t>(dt), omp_get_max_threads(), ::kiln::detail::cpu_isa_level()};
   return "cpu-conv:" + std::string(reinterpret_cast<const char*>(v), sizeof(v));
 }
 
@@ -999,21 +993,3 @@ KILN_REGISTER_KERNEL(conv2d_forward_batch_stats, CPU, cpu::conv2d_forward_batch_
 
 }  // namespace kiln::kernels
 
-namespace kiln {
-
-void set_cpu_conv_autotune(bool enabled) { kernels::cpu::autotuner().enabled = enabled; }
-bool cpu_conv_autotune() { return kernels::cpu::autotuner().enabled; }
-
-void clear_cpu_conv_autotune_cache() {
-  auto& t = kernels::cpu::autotuner();
-  std::lock_guard<std::mutex> lock(t.mutex);
-  t.use_other.clear();
-}
-
-size_t cpu_conv_autotune_cache_size() {
-  auto& t = kernels::cpu::autotuner();
-  std::lock_guard<std::mutex> lock(t.mutex);
-  return t.use_other.size();
-}
-
-}  // namespace kiln

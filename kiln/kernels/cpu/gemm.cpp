@@ -6,11 +6,15 @@
 //       for each MC-tall row block of C         (pack A's block into MR-tall panels, lives in L2)
 //         for each NR-wide panel, each MR-tall panel:  the micro-kernel
 //
-// The micro-kernel keeps a 12 x 32 tile of C in 24 AVX-512 registers and, per step of the inner
-// dimension, loads two vectors of B's panel and broadcasts 12 values of A's panel: 24 FMAs per
-// 14 loads, all from L1/L2 because the panels are packed contiguously. Packing also absorbs any
-// operand strides (transposed views), pads the edges with zeros, and reads each operand once
-// per block. A last panel of at most 16 columns runs a 12 x 16 tile instead of a padded one.
+// The micro-kernel keeps an MR x NR tile of C in registers, NR two vectors wide, and per step of
+// the inner dimension loads two vectors of B's panel and broadcasts MR values of A's panel:
+// 2 MR FMAs per MR + 2 loads, all from L1/L2 because the panels are packed contiguously.
+//   AVX-512: 12 x 32 in 24 of the 32 zmm registers (16 floats each);
+//   AVX2:     6 x 16 in 12 of the 16 ymm registers (8 floats each): 12 accumulators, 2 B vectors
+//             and the broadcast A value fill 15.
+// One source serves both: `Simd` below is the only part written per instruction set. Packing
+// also absorbs any operand strides (transposed views), pads the edges with zeros, and reads each
+// operand once per block. A last panel of at most one vector's width runs a one-vector tile.
 #include "kiln/kernels/cpu/gemm.h"
 
 #include <Eigen/Core>
@@ -19,7 +23,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #define KILN_OWN_SGEMM 1
 #else
@@ -79,11 +83,108 @@ void empty_product(MatrixView<T> c, bool accumulate) {
 #if KILN_OWN_SGEMM
 // ---------------------------------------------------------------------------------- own f32
 
-constexpr int kMR = 12;        // rows of C per micro-tile
-constexpr int kNR = 32;        // columns of C per micro-tile (two 16-float vectors)
-constexpr int64_t kKC = 256;   // inner-dimension slice: a 12 x 256 A panel + a 256 x 32 B panel ~ 44 KB (L1)
+#if defined(__AVX512F__)
+// 16 floats per register, masked loads and stores through k-registers.
+struct Simd {
+  using V = __m512;
+  using Mask = __mmask16;
+  static constexpr int W = 16;
+  static Mask mask(int64_t n) { return n >= 16 ? Mask(0xFFFF) : n <= 0 ? Mask(0) : Mask((1u << n) - 1u); }
+  static bool any(Mask m) { return m != 0; }
+  static V zero() { return _mm512_setzero_ps(); }
+  static V load(const float* p) { return _mm512_load_ps(p); }  // 64-byte aligned
+  static V broadcast(float x) { return _mm512_set1_ps(x); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
+  static void store(float* p, Mask m, V v) { _mm512_mask_storeu_ps(p, m, v); }
+};
+constexpr int kMR = 12;  // rows of C per micro-tile
+
+// Reads an up-to-16 x 16 tile (rows x cols valid; the rest read as zero) at src with row stride
+// ld and writes its transpose: cols rows of `width` floats at dst with row stride dld, of which
+// the first min(rows, width) hold data and the rest zeros. A 16 x 16 transpose in registers is
+// three rounds of shuffles: 32-bit pairs, 64-bit pairs, then 128-bit lanes.
+inline void transpose_tile(const float* src, int64_t ld, int64_t rows, int64_t cols, float* dst, int64_t dld,
+                           int width) {
+  const __mmask16 cm = Simd::mask(cols);
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(cm, src + i * ld) : _mm512_setzero_ps();
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // r[4g + c]: lane L holds column 4L + c of rows 4g..4g+3
+  for (int g = 0; g < 4; ++g) {
+    const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+    const __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+    r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  const __mmask16 wm = Simd::mask(width);
+  for (int c = 0; c < 4; ++c) {
+    const __m512 v = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), w = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+    const __m512 x = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88), y = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+    const __m512 out[4] = {_mm512_shuffle_f32x4(v, x, 0x88), _mm512_shuffle_f32x4(w, y, 0x88),
+                           _mm512_shuffle_f32x4(v, x, 0xDD), _mm512_shuffle_f32x4(w, y, 0xDD)};
+    for (int l = 0; l < 4; ++l)  // out[l] is column 4l + c of the tile
+      if (4 * l + c < cols) _mm512_mask_storeu_ps(dst + (4 * l + c) * dld, wm, out[l]);
+  }
+}
+#else
+// 8 floats per register; masks are vectors of all-ones/zero lanes (vmaskmovps).
+struct Simd {
+  using V = __m256;
+  using Mask = __m256i;
+  static constexpr int W = 8;
+  static Mask mask(int64_t n) {
+    const int k = static_cast<int>(std::clamp<int64_t>(n, 0, 8));
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static bool any(Mask m) { return !_mm256_testz_si256(m, m); }
+  static V zero() { return _mm256_setzero_ps(); }
+  static V load(const float* p) { return _mm256_load_ps(p); }  // 32-byte aligned
+  static V broadcast(float x) { return _mm256_set1_ps(x); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V load(const float* p, Mask m) { return _mm256_maskload_ps(p, m); }
+  static void store(float* p, Mask m, V v) { _mm256_maskstore_ps(p, m, v); }
+};
+constexpr int kMR = 6;  // rows of C per micro-tile
+
+// The 8 x 8 sibling of the AVX-512 transpose above (same contract): 32-bit pairs, 64-bit pairs,
+// then the two 128-bit halves.
+inline void transpose_tile(const float* src, int64_t ld, int64_t rows, int64_t cols, float* dst, int64_t dld,
+                           int width) {
+  const __m256i cm = Simd::mask(cols);
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = i < rows ? _mm256_maskload_ps(src + i * ld, cm) : _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);      // rows 2i, 2i+1: columns 0, 1 | 4, 5
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);  // columns 2, 3 | 6, 7
+  }
+  for (int g = 0; g < 2; ++g) {  // s[4g + c]: column c (low half) and c + 4 (high half) of rows 4g..4g+3
+    r[4 * g] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+    r[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+    r[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+    r[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+  }
+  const __m256i wm = Simd::mask(width);
+  for (int c = 0; c < 4; ++c) {
+    if (c < cols) _mm256_maskstore_ps(dst + c * dld, wm, _mm256_permute2f128_ps(r[c], r[4 + c], 0x20));
+    if (c + 4 < cols) _mm256_maskstore_ps(dst + (c + 4) * dld, wm, _mm256_permute2f128_ps(r[c], r[4 + c], 0x31));
+  }
+}
+#endif
+
+constexpr int kW = Simd::W;
+constexpr int kNR = 2 * kW;    // columns of C per micro-tile (two vectors)
+constexpr int64_t kKC = 256;   // inner-dimension slice: an MR x 256 A panel + a 256 x NR B panel (L1)
 constexpr int64_t kMC = 144;   // rows per packed A block: 144 x 256 floats = 144 KB (L2)
 constexpr int64_t kNC = 2048;  // columns per packed B block: 256 x 2048 floats = 2 MB (L2/L3)
+static_assert(kMC % kMR == 0, "an A block is whole panels");
 
 // Per-thread, 64-byte aligned scratch for the packed panels, grown as needed and kept.
 struct PackBuffer {
@@ -102,44 +203,9 @@ struct PackBuffer {
   }
 };
 
-inline __mmask16 lane_mask(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
-
-// Reads an up-to-16 x 16 tile (rows x cols valid; the rest read as zero) at src with row stride
-// ld and writes its transpose: cols rows of `width` floats at dst with row stride dld, of which
-// the first min(rows, width) hold data and the rest zeros. A 16 x 16 transpose in registers is
-// three rounds of shuffles: 32-bit pairs, 64-bit pairs, then 128-bit lanes.
-inline void transpose_tile(const float* src, int64_t ld, int64_t rows, int64_t cols, float* dst, int64_t dld,
-                           int width) {
-  const __mmask16 cm = lane_mask(cols);
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_maskz_loadu_ps(cm, src + i * ld) : _mm512_setzero_ps();
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  // r[4g + c]: lane L holds column 4L + c of rows 4g..4g+3
-  for (int g = 0; g < 4; ++g) {
-    const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
-    const __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
-    r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  const __mmask16 wm = lane_mask(width);
-  for (int c = 0; c < 4; ++c) {
-    const __m512 v = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), w = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
-    const __m512 x = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88), y = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
-    const __m512 out[4] = {_mm512_shuffle_f32x4(v, x, 0x88), _mm512_shuffle_f32x4(w, y, 0x88),
-                           _mm512_shuffle_f32x4(v, x, 0xDD), _mm512_shuffle_f32x4(w, y, 0xDD)};
-    for (int l = 0; l < 4; ++l)  // out[l] is column 4l + c of the tile
-      if (4 * l + c < cols) _mm512_mask_storeu_ps(dst + (4 * l + c) * dld, wm, out[l]);
-  }
-}
-
-// The width of the panel starting at column j0 of an nc-wide block: 32, or 16 for a last panel
-// of at most 16 columns (no work wasted on padding there).
-inline int panel_width(int64_t remaining) { return remaining > 16 ? kNR : 16; }
+// The width of the panel starting at column j0 of an nc-wide block: two vectors, or one for a
+// last panel of at most one vector's width (no work wasted on padding there).
+inline int panel_width(int64_t remaining) { return remaining > kW ? kNR : kW; }
 
 // One packed panel: dst[k * width + j] = src[j * js + k * ks] for j < valid and k < kc, zeros
 // for j in [valid, width). j runs along the panel (C's rows for A, C's columns for B), k along
@@ -150,16 +216,16 @@ void pack_panel(const float* src, int64_t js, int64_t ks, int64_t valid, int64_t
     for (int64_t k = 0; k < kc; ++k) {
       const float* s = src + k * ks;
       float* d = dst + k * width;
-      for (int v = 0; v < width; v += 16) {
-        const __m512 x = _mm512_maskz_loadu_ps(lane_mask(std::max<int64_t>(valid - v, 0)), s + v);
-        _mm512_mask_storeu_ps(d + v, lane_mask(width - v), x);  // zeros past `valid`
+      for (int v = 0; v < width; v += kW) {
+        const Simd::V x = Simd::load(s + v, Simd::mask(valid - v));
+        Simd::store(d + v, Simd::mask(width - v), x);  // zeros past `valid`
       }
     }
   } else if (ks == 1) {  // contiguous along k (a row of A, a transposed B): register transposes
-    for (int64_t k0 = 0; k0 < kc; k0 += 16)
-      for (int jj = 0; jj < width; jj += 16)
-        transpose_tile(src + jj * js + k0, js, std::clamp<int64_t>(valid - jj, 0, 16), std::min<int64_t>(16, kc - k0),
-                       dst + k0 * width + jj, width, std::min(16, width - jj));
+    for (int64_t k0 = 0; k0 < kc; k0 += kW)
+      for (int jj = 0; jj < width; jj += kW)
+        transpose_tile(src + jj * js + k0, js, std::clamp<int64_t>(valid - jj, 0, kW), std::min<int64_t>(kW, kc - k0),
+                       dst + k0 * width + jj, width, std::min(kW, width - jj));
   } else {  // general strides
     for (int64_t k = 0; k < kc; ++k) std::fill(dst + k * width + valid, dst + (k + 1) * width, 0.0f);
     for (int64_t j = 0; j < valid; ++j)
@@ -177,7 +243,7 @@ void pack_b(MatrixView<const float> b, int64_t pc, int64_t kc, int64_t jc, int64
   }
 }
 
-// A(ic.., pc..) -> panels [ceil(mc / 12)][kc][12], zero-padded at the bottom.
+// A(ic.., pc..) -> panels [ceil(mc / MR)][kc][MR], zero-padded at the bottom.
 void pack_a(MatrixView<const float> a, int64_t ic, int64_t mc, int64_t pc, int64_t kc, float* dst) {
   for (int64_t i0 = 0; i0 < mc; i0 += kMR) {
     pack_panel(a.p + (ic + i0) * a.rs + pc * a.cs, a.rs, a.cs, std::min<int64_t>(kMR, mc - i0), kc, kMR, dst);
@@ -186,75 +252,76 @@ void pack_a(MatrixView<const float> a, int64_t ic, int64_t mc, int64_t pc, int64
 }
 
 // C tile (mr x nr, row stride ldc) = (accumulate ? C : 0) + Ap Bp over kc steps. NV: vectors of
-// 16 columns per row (2: the 12 x 32 tile, 1: the 12 x 16 tile). A is a packed panel
-// (ap[k * 12 + r]) when lda is 0; otherwise 12 rows of a row-major A read where they lie
+// columns per row (2: the MR x NR tile, 1: a one-vector tile). A is a packed panel
+// (ap[k * kMR + r]) when lda is 0; otherwise kMR rows of a row-major A read where they lie
 // (ap[r * lda + k]): a row-contiguous A needs no packing, whose transposes cost as much as a
 // sixth of the products in a transformer's linears. B is always a packed panel.
-// MR: the rows computed, 12 but for a last packed panel of at most 4 or 8 rows, where computing
-// all 12 would waste up to two thirds of the panel's work (M = 64, ResNet's first stage: 1 panel
-// in 6).
+// MR: the rows computed, kMR but for a last packed panel of at most a third or two thirds of it,
+// where computing all kMR would waste up to two thirds of the panel's work (M = 64, ResNet's
+// first stage: 1 panel in 6).
 template <int NV, bool kDirectA, int MR = kMR>
 void micro_kernel(int64_t kc, const float* ap, int64_t lda, const float* bp, float* c, int64_t ldc,
                   int64_t mr, int64_t nr, bool accumulate) {
-  static_assert(MR == kMR || !kDirectA, "a directly read A has whole 12-row panels");
+  static_assert(MR == kMR || !kDirectA, "a directly read A has whole panels");
   // C's tile is read at the end; asking for it now hides the miss behind the FMAs (C is often
   // far larger than the caches: a weight gradient's [512, 4608] is 9 MB)
   if (accumulate)
     for (int64_t r = 0; r < mr; ++r) {
       _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
-      if (NV == 2) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
+      if (NV == 2) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + kNR - 1), _MM_HINT_T0);
     }
-  __m512 acc[MR][NV];
+  Simd::V acc[MR][NV];
 #pragma GCC unroll 12
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  // Direct A: four row pointers (rows 0, 3, 6, 9) and offsets of 0, 1 and 2 rows reach all
-  // twelve rows with few registers.
-  const float* rows[4] = {ap, ap + 3 * lda, ap + 6 * lda, ap + 9 * lda};
+    for (int v = 0; v < NV; ++v) acc[r][v] = Simd::zero();
+  // Direct A: a row pointer for every third row and offsets of 0, 1 and 2 rows reach all kMR
+  // rows with few registers.
+  const float* rows[kMR / 3];
+  for (int i = 0; i < kMR / 3; ++i) rows[i] = ap + 3 * i * lda;
   const int64_t step[3] = {0, lda, 2 * lda};
   for (int64_t k = 0; k < kc; ++k) {
-    __m512 bv[NV];
+    Simd::V bv[NV];
 #pragma GCC unroll 2
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(bp + 16 * v);
+    for (int v = 0; v < NV; ++v) bv[v] = Simd::load(bp + kW * v);
 #pragma GCC unroll 12
     for (int r = 0; r < MR; ++r) {
-      const __m512 av = _mm512_set1_ps(kDirectA ? rows[r / 3][step[r % 3] + k] : ap[r]);
+      const Simd::V av = Simd::broadcast(kDirectA ? rows[r / 3][step[r % 3] + k] : ap[r]);
 #pragma GCC unroll 2
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = Simd::fma(av, bv[v], acc[r][v]);
     }
     if (!kDirectA) ap += kMR;
-    bp += 16 * NV;
+    bp += kW * NV;
   }
-  __mmask16 mask[NV];
+  Simd::Mask mask[NV];
 #pragma GCC unroll 2
-  for (int v = 0; v < NV; ++v) mask[v] = lane_mask(nr - 16 * v);
+  for (int v = 0; v < NV; ++v) mask[v] = Simd::mask(nr - kW * v);
 #pragma GCC unroll 12
   for (int r = 0; r < MR; ++r) {
     if (r >= mr) break;
     float* row = c + r * ldc;
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) {
-      if (!mask[v]) continue;
-      __m512 x = acc[r][v];
-      if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask[v], row + 16 * v));
-      _mm512_mask_storeu_ps(row + 16 * v, mask[v], x);
+      if (!Simd::any(mask[v])) continue;
+      Simd::V x = acc[r][v];
+      if (accumulate) x = Simd::add(x, Simd::load(row + kW * v, mask[v]));
+      Simd::store(row + kW * v, mask[v], x);
     }
   }
 }
 
-// The micro-kernel on a packed A panel of mr <= 12 rows, at the smallest height that covers them.
+// The micro-kernel on a packed A panel of mr <= kMR rows, at the smallest height that covers them.
 template <int NV>
 void packed_panel_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int64_t mr, int64_t nr,
                          bool accumulate) {
-  if (mr <= 4) micro_kernel<NV, false, 4>(kc, ap, 0, bp, c, ldc, mr, nr, accumulate);
-  else if (mr <= 8) micro_kernel<NV, false, 8>(kc, ap, 0, bp, c, ldc, mr, nr, accumulate);
+  if (mr <= kMR / 3) micro_kernel<NV, false, kMR / 3>(kc, ap, 0, bp, c, ldc, mr, nr, accumulate);
+  else if (mr <= 2 * kMR / 3) micro_kernel<NV, false, 2 * kMR / 3>(kc, ap, 0, bp, c, ldc, mr, nr, accumulate);
   else micro_kernel<NV, false>(kc, ap, 0, bp, c, ldc, mr, nr, accumulate);
 }
 
 // A packed whole, as PackedLhs holds it: the K slice starting at pc holds ceil(M / kMR) panels of
 // kc x kMR floats, each slice mpad = ceil(M / kMR) * kMR floats per inner-dimension step, so
-// the panels of rows [i, i + 12) of slice pc start at pc * mpad + i * kc.
+// the panels of rows [i, i + kMR) of slice pc start at pc * mpad + i * kc.
 struct PrepackedA {
   const float* panels = nullptr;  // null: pack per block
   int64_t mpad = 0;
@@ -277,8 +344,8 @@ void own_sgemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<
                PrepackedA pre = {}) {
   thread_local PackBuffer a_buf, b_buf;
   const int64_t M = c.rows, N = c.cols, K = a.cols;
-  // A with unit column stride is read in place, but for a last panel of fewer than 12 rows
-  // (the kernel reads all 12), which is packed alone.
+  // A with unit column stride is read in place, but for a last panel of fewer than kMR rows
+  // (the kernel reads all kMR), which is packed alone.
   const bool direct = !pre.panels && a.cs == 1;
   float* ap = pre.panels ? nullptr : a_buf.get(static_cast<size_t>((kMC + kMR) * kKC));
   float* bp = b_buf.get(static_cast<size_t>((kNC + kNR) * kKC));
@@ -416,6 +483,7 @@ PackedLhs<float>::PackedLhs(MatrixView<const float> a) : a_(a) {
 #if KILN_OWN_SGEMM
   // A row-contiguous A is read in place by the micro-kernel: nothing to pack.
   if (a.rows == 0 || a.cols == 0 || a.cs == 1) return;
+  tile_rows_ = kMR;
   const int64_t mpad = (a.rows + kMR - 1) / kMR * kMR;
   panels_.resize(static_cast<size_t>(mpad * a.cols));
   pack_all_of_a(a, panels_.data());
@@ -426,7 +494,9 @@ void gemm(const PackedLhs<float>& a, MatrixView<const float> b, MatrixView<float
           int threads) {
   const MatrixView<const float> av = a.view();
 #if KILN_OWN_SGEMM
-  if (a.panels() && c.cs == 1) {  // otherwise the general path (it may transpose the product)
+  // Otherwise the general path (it may transpose the product). Panels packed for another
+  // tile (another CPU level's copy of this file) are not read.
+  if (a.panels() && a.tile_rows() == kMR && c.cs == 1) {
     check_shapes(av, b, c);
     if (c.rows == 0 || c.cols == 0) return;
     const int64_t mpad = (av.rows + kMR - 1) / kMR * kMR;
@@ -445,5 +515,15 @@ void gemm(const PackedLhs<double>& a, MatrixView<const double> b, MatrixView<dou
 }
 
 bool gemm_uses_own_kernel() { return KILN_OWN_SGEMM != 0; }
+
+namespace {
+void gemm_f32(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c, bool accumulate,
+              int threads, bool packed) {
+  if (packed) gemm(PackedLhs<float>(a), b, c, accumulate, threads);
+  else gemm(a, b, c, accumulate, threads);
+}
+}  // namespace
+
+KILN_REGISTER_KERNEL(gemm_f32_in_use, CPU, gemm_f32);
 
 }  // namespace kiln::kernels::cpu

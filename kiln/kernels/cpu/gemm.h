@@ -2,12 +2,14 @@
 // The CPU GEMM under the convolution and matmul kernels: C = A B, or C += A B.
 //
 // Operands are strided views, so a transposed operand is the same memory with its strides
-// swapped and costs no copy. f32 runs kiln's own packed AVX-512 kernel where the build targets
-// AVX-512 (docs/kernels.md, "The CPU GEMM", says how it is blocked and why); f64, and f32 on
-// other instruction sets, run Eigen's GEMM. Both give results equal to a plain triple loop up to rounding
+// swapped and costs no copy. f32 runs kiln's own packed kernel at the AVX2 and AVX-512 levels
+// (docs/kernels.md, "The CPU GEMM", says how it is blocked and why); f64, and f32 at the
+// baseline level, run Eigen's GEMM. Both give results equal to a plain triple loop up to rounding
 // (summation order differs).
 #include <cstdint>
 #include <vector>
+
+#include "kiln/kernels/dispatch.h"
 
 namespace kiln::kernels::cpu {
 
@@ -38,8 +40,8 @@ void gemm(MatrixView<const double> a, MatrixView<const double> b, MatrixView<dou
 
 // The left operand of many products, packed once: a convolution's weight against each block of
 // patches would otherwise be packed again for every block. f32 with kiln's own kernel stores the
-// panels the kernel reads (M rounded up to its tile, times K floats); f64, and f32 without
-// AVX-512, keep the view and pack per product as before. The view's memory must outlive it.
+// panels the kernel reads (M rounded up to its tile, times K floats); f64, and f32 at the
+// baseline level, keep the view and pack per product as before. The view's memory must outlive it.
 template <class T>
 class PackedLhs {
  public:
@@ -55,10 +57,12 @@ class PackedLhs<float> {
   explicit PackedLhs(MatrixView<const float> a);
   MatrixView<const float> view() const { return a_; }
   const float* panels() const { return panels_.empty() ? nullptr : panels_.data(); }
+  int tile_rows() const { return tile_rows_; }  // the micro-tile's height the panels are for
 
  private:
   MatrixView<const float> a_;
   std::vector<float> panels_;
+  int tile_rows_ = 0;
 };
 
 // C = A B, plus C's old values when accumulate, with A packed (used when C is row-major).
@@ -69,5 +73,12 @@ void gemm(const PackedLhs<double>& a, MatrixView<const double> b, MatrixView<dou
 
 // Whether f32 products run kiln's own kernel (false: Eigen's), for benchmarks and docs.
 bool gemm_uses_own_kernel();
+
+// The f32 GEMM of the CPU level in use (kiln/core/cpu_isa.h), for callers outside
+// kiln/kernels/cpu such as tests and benchmarks: gemm() above is each level's own copy, which the
+// kernels call directly. Arguments: a, b, c, accumulate, threads, and whether A goes through
+// PackedLhs. Call it with .on(Device::cpu(), ...).
+inline Kernel<void(MatrixView<const float>, MatrixView<const float>, MatrixView<float>, bool, int, bool)>
+    gemm_f32_in_use{"gemm"};
 
 }  // namespace kiln::kernels::cpu

@@ -33,6 +33,7 @@
 #endif
 
 #include "kiln/core/cpu_conv.h"
+#include "kiln/kernels/cpu_conv_settings.h"
 #include "kiln/core/error.h"
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/cpu/winograd_tiles.h"
@@ -45,25 +46,7 @@ using winograd::F2;
 using winograd::F4;
 using winograd::nest;
 
-// On unless the environment says KILN_CPU_CONV_WINOGRAD=0 (for A/B runs of whole programs).
-std::atomic<bool>& winograd_switch() {
-  static std::atomic<bool> on{[] {
-    const char* e = std::getenv("KILN_CPU_CONV_WINOGRAD");
-    return !(e && std::string(e) == "0");
-  }()};
-  return on;
-}
-
-// The tile setting: 0 (per plane, winograd_tile), 2 or 4; KILN_CPU_CONV_WINOGRAD_TILE sets it
-// from the start (for A/B runs of whole programs).
-std::atomic<int>& tile_setting() {
-  static std::atomic<int> m{[] {
-    const char* e = std::getenv("KILN_CPU_CONV_WINOGRAD_TILE");
-    const std::string s = e ? e : "";
-    return s == "2" ? 2 : s == "4" ? 4 : 0;
-  }()};
-  return m;
-}
+using cpu_conv::winograd_switch;
 
 // A 3x3 stride-1 correlation with zero padding, in [N, C, H, W] -> out [N, K, OH, OW], cut into
 // the tiles of F.
@@ -1143,7 +1126,7 @@ bool winograd_applies(const ConvGeometry& g, DType dt) {
 }
 
 int winograd_tile(const ConvGeometry& g) {
-  const int set = tile_setting().load(std::memory_order_relaxed);
+  const int set = cpu_conv::winograd_tile_setting().load(std::memory_order_relaxed);
   if (set != 0) return set;
   // F(4x4, 3x3) makes fewer products, but its transforms cost more per tile, so it pays only
   // where the products dominate: 64+ channels in and out, and at most 0.6x F(2x2, 3x3)'s products
@@ -1237,16 +1220,3 @@ template bool winograd_backward_generated<double>(const double*, const double*, 
 
 }  // namespace kiln::kernels::cpu
 
-namespace kiln {
-
-void set_cpu_conv_winograd(bool enabled) { kernels::cpu::winograd_switch() = enabled; }
-bool cpu_conv_winograd() { return kernels::cpu::winograd_switch(); }
-
-void set_cpu_conv_winograd_tile(int m) {
-  KILN_CHECK(m == 0 || m == 2 || m == 4,
-             "set_cpu_conv_winograd_tile: the tile is 0 (per plane), 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3)); got ", m);
-  kernels::cpu::tile_setting() = m;
-}
-int cpu_conv_winograd_tile() { return kernels::cpu::tile_setting(); }
-
-}  // namespace kiln
