@@ -60,7 +60,7 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja "${flags[@]}" > "$BUILD/configure.log" 2>&
 benches=$(cd "$ROOT/bench/cuda" && ls ./*.cpp ./*.cu | sed 's|^\./|bench_cuda_|; s|\.[a-z]*$||')
 (( ASAN )) && benches=""
 # shellcheck disable=SC2086
-cmake --build "$BUILD" -j"$(nproc)" --target kiln test_cuda test_core kiln-train kiln-run $benches
+cmake --build "$BUILD" -j"$(nproc)" --target kiln test_cuda test_core bench_matmul kiln-train kiln-run $benches
 t_built=$(date +%s)
 
 if (( ASAN )); then
@@ -87,7 +87,7 @@ DIR="$(cd "$DIR" && pwd)"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib/fallback"
-for b in test_cuda test_core kiln-train kiln-run $benches; do
+for b in test_cuda test_core bench_matmul kiln-train kiln-run $benches; do
   cp "$BUILD/bin/$b" "$stage/bin/"
 done
 cp -P "$BUILD"/lib/libkiln.so* "$stage/lib/"
