@@ -4,7 +4,7 @@
 # (cmake/kiln_cpu_level_object.py says why). At run time each kernel call takes the copy of the
 # level in use.
 #
-# In: the target `kiln`, KILN_INCLUDE_ROOT. Out: KILN_CPU_ISA_<LEVEL>_BUILT (0/1) for config.h.
+# In: the target `kiln`, KILN_INCLUDE_ROOT, KILN_CXX_FLAGS (the library's warning and math flags). Out: KILN_CPU_ISA_<LEVEL>_BUILT (0/1) for config.h.
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   set(_kiln_default_isas "avx2;avx512")
 else()
@@ -40,8 +40,7 @@ foreach(isa ${KILN_CPU_ISAS})
   target_link_libraries(${_objs} PRIVATE Eigen3::Eigen OpenMP::OpenMP_CXX Threads::Threads)
   target_compile_features(${_objs} PRIVATE cxx_std_17)
   target_compile_definitions(${_objs} PRIVATE KILN_THIS_CPU_ISA=${_kiln_isa_level_${isa}})
-  target_compile_options(${_objs} PRIVATE -Wall -Wextra -Wno-unused-parameter -Wno-maybe-uninitialized
-                                          -fno-math-errno ${_kiln_isa_flags_${isa}})
+  target_compile_options(${_objs} PRIVATE ${KILN_CXX_FLAGS} ${_kiln_isa_flags_${isa}})
   set(_out ${CMAKE_CURRENT_BINARY_DIR}/kiln_cpu_${isa}.o)
   add_custom_command(
     OUTPUT ${_out}

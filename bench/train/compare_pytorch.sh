@@ -19,6 +19,11 @@
 #   GPT_STEPS=N  the GPT runs N steps (default 300)
 #   TEST_IMAGES=N  evaluate on the first N test images (outside the timing; ResNet-18's
 #                evaluation of all 10,000 takes about as long as its 30 steps)
+# CPU levels (kiln/core/cpu_isa.h): ISA=avx2 restricts both sides to AVX2 on an AVX-512 machine
+# (kiln: KILN_CPU_ISA=avx2; PyTorch: ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
+# MKL_ENABLE_INSTRUCTIONS=AVX2), so either kind of machine measures both rows; ISA=avx512 or
+# auto (the default) leaves both at their best.
+# COMPILE=1 adds PyTorch with torch.compile and the fused AdamW (pytorch_peer.py --compile).
 # Not a test: a measurement for bench/results and kiln-train's target of 2x PyTorch's speed
 # (docs/guide.md, "kiln-train on the CPU").
 set -euo pipefail
@@ -60,6 +65,14 @@ PY
 fi
 data_args() { if [[ "$1" != gpt ]]; then echo "--data $data"; fi; }
 
+isa="${ISA:-auto}"
+case "$isa" in
+  avx2) export KILN_CPU_ISA=avx2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 ;;
+  avx512) export KILN_CPU_ISA=avx512 ;;
+  auto) ;;
+  *) echo "compare_pytorch.sh: ISA must be auto, avx2 or avx512 (got '$isa')" >&2; exit 2 ;;
+esac
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-); ISA=$isa"
 echo "start: $(uptime)"
 runs=()  # "model side json" records for the report
 for ((r = 1; r <= rounds; r++)); do
@@ -80,6 +93,13 @@ for ((r = 1; r <= rounds; r++)); do
       | tail -n 1)
     echo "round $r $m pytorch (flush denormal): $torch"
     runs+=("$m pytorch_flush $torch")
+    if [[ "${COMPILE:-0}" == 1 ]]; then
+      # shellcheck disable=SC2046
+      torch=$("$py" "$here/pytorch_peer.py" --model "$m" --threads "$threads" --flush-denormal --compile \
+        $(steps_args "$m") $(data_args "$m") | tail -n 1)
+      echo "round $r $m pytorch (compile):         $torch"
+      runs+=("$m pytorch_compile $torch")
+    fi
   done
   echo "after round $r ($((SECONDS - round_start)) s): $(uptime)"
 done
@@ -92,7 +112,8 @@ tested = f", tested on {test_images} images" if test_images != "10000" else ""
 what = {"cnn": (f"{cnn_steps} steps" if cnn_steps != "0" else "2 epochs (936 steps)") + " of batch 128" + tested,
         "resnet18": f"{resnet_steps} steps of batch 128" + tested,
         "gpt": f"{gpt_steps} steps of batch 32 x 128 tokens"}
-labels = {"kiln": "kiln", "pytorch": "PyTorch", "pytorch_flush": "PyTorch, flush denormal"}
+labels = {"kiln": "kiln", "pytorch": "PyTorch", "pytorch_flush": "PyTorch, flush denormal",
+          "pytorch_compile": "PyTorch, torch.compile + fused AdamW"}
 mb = lambda b: f"{b / 1e6:.0f} MB"
 for model in dict.fromkeys(m for m, _, _ in records):
     sides = {}

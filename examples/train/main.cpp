@@ -218,6 +218,8 @@ std::string speedups_summary(const Options& o) {
   add(true, "gradients set to none, no_grad validation, no bias before BatchNorm, input normalisation, fused ops");
   add(!kiln::debug::current().any(), "debug APIs off (anomaly detection, sync-debug, deterministic algorithms)");
   add(o.flush_denormal && kiln::flush_denormal(), "denormals flushed to zero on the CPU (--flush-denormal)");
+  add(kiln::cpu_isa() != kiln::CpuIsa::baseline,
+      std::string("CPU kernels for this processor: ") + kiln::cpu_isa_summary() + " (KILN_CPU_ISA)");
   add(o.distributed, "data parallel over " + std::to_string(o.world_size) + (o.world_size == 1 ? " rank: " : " ranks: ") +
                             (o.zero ? "ZeRO-1 (--zero)" : "DDP, bucketed all-reduce overlapping backward"));
   return s;
@@ -510,6 +512,7 @@ int run(Options o) {
       pos.train_seconds > 0 ? static_cast<double>(pos.samples) * o.world_size / pos.train_seconds : 0;
   nlohmann::ordered_json summary = {{"model", o.model}, {"device", o.device}, {"epochs", o.epochs},
                             {"train_seconds", pos.train_seconds}, {"samples_per_second", sps_total},
+                            {"cpu_isa", kiln::cpu_isa_name(kiln::cpu_isa())},
                             {"test_accuracy", test_acc}, {"world_size", o.world_size},
                             {"peak_memory_bytes", cuda ? static_cast<int64_t>(kiln::cuda::memory_stats(0).peak_reserved_bytes)
                                                        : peak_rss_bytes()}};

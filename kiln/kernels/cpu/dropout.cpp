@@ -5,6 +5,7 @@
 // The decisions come from dropout_keep (kernels/cpu/dropout_keep.h), defined here.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
@@ -13,63 +14,110 @@
 #include "kiln/kernels/dropout.h"
 #include "kiln/kernels/activation.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) || defined(__AVX2__)
 #include <immintrin.h>
-#define KILN_DROPOUT_KEEP_AVX512 1
-#else
-#define KILN_DROPOUT_KEEP_AVX512 0
 #endif
 
 namespace kiln::kernels::cpu {
 
-#if KILN_DROPOUT_KEEP_AVX512
 namespace {
-// lo, hi = the low and high words of a * b per 32-bit lane.
-inline void mulhilo(__m512i a, __m512i b, __m512i& lo, __m512i& hi) {
-  const __m512i even = _mm512_mul_epu32(a, b);
-  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), _mm512_srli_epi64(b, 32));
-  lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-  hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
-}
-}  // namespace
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+// 16 lanes of 32-bit words: what the Philox rounds below need of the vector unit.
+struct Lanes {
+  using V = __m512i;
+  static constexpr int N = 16;
+  static V set1(uint32_t x) { return _mm512_set1_epi32(static_cast<int>(x)); }
+  static V iota() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+  static V add(V a, V b) { return _mm512_add_epi32(a, b); }
+  static V xor3(V a, V b, V c) { return _mm512_xor_si512(_mm512_xor_si512(a, b), c); }
+  // hi + 1 in the lanes where lo (= start + lane) wrapped below start
+  static V carry(V hi, V lo, V start) { return _mm512_mask_add_epi32(hi, _mm512_cmplt_epu32_mask(lo, start), hi, set1(1)); }
+  // lo, hi = the low and high words of a * b per lane: two 32 x 32 -> 64-bit products (even
+  // and odd lanes), blended
+  static void mulhilo(V a, V b, V& lo, V& hi) {
+    const V even = _mm512_mul_epu32(a, b);
+    const V odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), _mm512_srli_epi64(b, 32));
+    lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+    hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+  }
+  // keep[l] = (v >> 8) * 2^-24 >= p (philox::to_unit_float, exact in f32)
+  static void store_keep(V v, __m512 p, uint8_t* keep) {
+    const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 8)), _mm512_set1_ps(1.0f / 16777216.0f));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(keep), _mm_maskz_set1_epi8(_mm512_cmp_ps_mask(u, p, _CMP_GE_OQ), 1));
+  }
+  using P = __m512;
+  static P set1_ps(float p) { return _mm512_set1_ps(p); }
+};
+#define KILN_DROPOUT_KEEP_LANES 1
+#elif defined(__AVX2__)
+// 8 lanes: the same operations with AVX2's instructions (no unsigned compare: flip the sign
+// bits; no byte masks: spread the compare's bits to bytes with pdep).
+struct Lanes {
+  using V = __m256i;
+  static constexpr int N = 8;
+  static V set1(uint32_t x) { return _mm256_set1_epi32(static_cast<int>(x)); }
+  static V iota() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+  static V add(V a, V b) { return _mm256_add_epi32(a, b); }
+  static V xor3(V a, V b, V c) { return _mm256_xor_si256(_mm256_xor_si256(a, b), c); }
+  static V carry(V hi, V lo, V start) {
+    const V sign = set1(0x80000000u);
+    const V wrapped = _mm256_cmpgt_epi32(_mm256_xor_si256(start, sign), _mm256_xor_si256(lo, sign));  // -1 or 0
+    return _mm256_sub_epi32(hi, wrapped);
+  }
+  static void mulhilo(V a, V b, V& lo, V& hi) {
+    const V even = _mm256_mul_epu32(a, b);
+    const V odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), _mm256_srli_epi64(b, 32));
+    lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+    hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+  }
+  static void store_keep(V v, __m256 p, uint8_t* keep) {
+    const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 8)), _mm256_set1_ps(1.0f / 16777216.0f));
+    const unsigned bits = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(u, p, _CMP_GE_OQ)));
+    const uint64_t bytes = _pdep_u64(bits, 0x0101010101010101ull);
+    std::memcpy(keep, &bytes, 8);
+  }
+  using P = __m256;
+  static P set1_ps(float p) { return _mm256_set1_ps(p); }
+};
+#define KILN_DROPOUT_KEEP_LANES 1
+#else
+#define KILN_DROPOUT_KEEP_LANES 0
 #endif
+
+}  // namespace
 
 void dropout_keep(uint64_t seed, uint64_t offset, float p, uint64_t i0, int64_t n, uint8_t* keep) {
   int64_t j = 0;
-#if KILN_DROPOUT_KEEP_AVX512
-  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(0xD2511F53u));
-  const __m512i m1 = _mm512_set1_epi32(static_cast<int>(0xCD9E8D57u));
-  const __m512 pv = _mm512_set1_ps(p), unit = _mm512_set1_ps(1.0f / 16777216.0f);
-  for (; j + 16 <= n; j += 16) {
+#if KILN_DROPOUT_KEEP_LANES
+  // Lanes::N counters through Philox's ten rounds at once (philox::block, lane by lane)
+  const Lanes::V m0 = Lanes::set1(0xD2511F53u), m1 = Lanes::set1(0xCD9E8D57u);
+  const Lanes::P pv = Lanes::set1_ps(p);
+  for (; j + Lanes::N <= n; j += Lanes::N) {
     // the counters offset + i0 + j + l as (c0, c1) = (low, high) words, carrying where the low wraps
     const uint64_t start = offset + i0 + static_cast<uint64_t>(j);
-    const __m512i lo_start = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(start)));
-    __m512i c0 = _mm512_add_epi32(lo_start, iota);
-    const __mmask16 wrapped = _mm512_cmplt_epu32_mask(c0, lo_start);
-    const __m512i hi_start = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(start >> 32)));
-    __m512i c1 = _mm512_mask_add_epi32(hi_start, wrapped, hi_start, _mm512_set1_epi32(1));
-    __m512i c2 = _mm512_setzero_si512(), c3 = _mm512_setzero_si512();
+    const Lanes::V lo_start = Lanes::set1(static_cast<uint32_t>(start));
+    Lanes::V c0 = Lanes::add(lo_start, Lanes::iota());
+    Lanes::V c1 = Lanes::carry(Lanes::set1(static_cast<uint32_t>(start >> 32)), c0, lo_start);
+    Lanes::V c2 = Lanes::set1(0), c3 = Lanes::set1(0);
     uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-    for (int round = 0; round < 10; ++round) {  // philox::block, lane by lane
-      __m512i lo0, hi0, lo1, hi1;
-      mulhilo(m0, c0, lo0, hi0);
-      mulhilo(m1, c2, lo1, hi1);
-      c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32(static_cast<int>(k0)));
+    for (int round = 0; round < 10; ++round) {
+      Lanes::V lo0, hi0, lo1, hi1;
+      Lanes::mulhilo(m0, c0, lo0, hi0);
+      Lanes::mulhilo(m1, c2, lo1, hi1);
+      c0 = Lanes::xor3(hi1, c1, Lanes::set1(k0));
       c1 = lo1;
-      c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32(static_cast<int>(k1)));
+      c2 = Lanes::xor3(hi0, c3, Lanes::set1(k1));
       c3 = lo0;
       k0 += 0x9E3779B9u;
       k1 += 0xBB67AE85u;
     }
-    // philox::to_unit_float: (v >> 8) * 2^-24, exact in f32
-    const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(c0, 8)), unit);
-    const __mmask16 kept = _mm512_cmp_ps_mask(u, pv, _CMP_GE_OQ);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(keep + j), _mm_maskz_set1_epi8(kept, 1));
+    Lanes::store_keep(c0, pv, keep + j);
   }
 #endif
   for (; j < n; ++j) keep[j] = philox::uniform_f(seed, offset, i0 + static_cast<uint64_t>(j)) >= p;
 }
+KILN_REGISTER_KERNEL(dropout_keep_in_use, CPU, dropout_keep);
 
 void dropout(const Tensor& out, const Tensor& in, double p, uint64_t seed, uint64_t offset) {
   KILN_CHECK(out.is_contiguous() && in.is_contiguous() && out.dtype() == in.dtype() &&
