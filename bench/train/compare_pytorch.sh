@@ -24,6 +24,8 @@
 # MKL_ENABLE_INSTRUCTIONS=AVX2), so either kind of machine measures both rows; ISA=avx512 or
 # auto (the default) leaves both at their best.
 # COMPILE=1 adds PyTorch with torch.compile and the fused AdamW (pytorch_peer.py --compile).
+# JSON=path also writes the report as JSON (bench/train/compare_report.py), the input of
+# scripts/performance_page.py.
 # Not a test: a measurement for bench/results and kiln-train's target of 2x PyTorch's speed
 # (docs/guide.md, "kiln-train on the CPU").
 set -euo pipefail
@@ -72,77 +74,44 @@ case "$isa" in
   auto) ;;
   *) echo "compare_pytorch.sh: ISA must be auto, avx2 or avx512 (got '$isa')" >&2; exit 2 ;;
 esac
+log="$tmp/runs.log"
+exec > >(tee "$log")  # the report below reads the run lines back from this log
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-); ISA=$isa"
 echo "start: $(uptime)"
-runs=()  # "model side json" records for the report
 for ((r = 1; r <= rounds; r++)); do
   round_start=$SECONDS
   for m in "${models[@]}"; do
     # shellcheck disable=SC2046
     kiln=$("$bin" --model "$m" --device cpu --threads "$threads" $(steps_args "$m") $(data_args "$m") --out "$tmp/kiln" | tail -n 1)
     echo "round $r $m kiln:                     $kiln"
-    runs+=("$m kiln $kiln")
     if [[ "$m" == cnn ]]; then  # PyTorch as it comes, as this script has always run it
       # shellcheck disable=SC2046
       torch=$("$py" "$here/pytorch_peer.py" --model "$m" --threads "$threads" $(steps_args "$m") $(data_args "$m") | tail -n 1)
       echo "round $r $m pytorch:                  $torch"
-      runs+=("$m pytorch $torch")
     fi
     # shellcheck disable=SC2046
     torch=$("$py" "$here/pytorch_peer.py" --model "$m" --threads "$threads" --flush-denormal $(steps_args "$m") $(data_args "$m") \
       | tail -n 1)
     echo "round $r $m pytorch (flush denormal): $torch"
-    runs+=("$m pytorch_flush $torch")
     if [[ "${COMPILE:-0}" == 1 ]]; then
       # shellcheck disable=SC2046
-      torch=$("$py" "$here/pytorch_peer.py" --model "$m" --threads "$threads" --flush-denormal --compile \
-        $(steps_args "$m") $(data_args "$m") | tail -n 1)
-      echo "round $r $m pytorch (compile):         $torch"
-      runs+=("$m pytorch_compile $torch")
+      # a failure of the compiled run is reported and the comparison goes on (PyTorch 2.15's
+      # compiled CNN aborts with a corrupted heap at AVX-512 on Zen 5: bench/results)
+      if torch=$("$py" "$here/pytorch_peer.py" --model "$m" --threads "$threads" --flush-denormal --compile \
+        $(steps_args "$m") $(data_args "$m") 2> "$tmp/compile.err" | tail -n 1) && [[ "$torch" == "{"* ]]; then
+        echo "round $r $m pytorch (compile):         $torch"
+      else
+        echo "round $r $m pytorch (compile):         FAILED: $(grep -v '^W[0-9]' "$tmp/compile.err" | tail -n 1)"
+      fi
     fi
   done
   echo "after round $r ($((SECONDS - round_start)) s): $(uptime)"
 done
 
-python3 - "$cnn_steps" "$resnet_steps" "$gpt_steps" "${TEST_IMAGES:-10000}" "${runs[@]}" <<'PY'
-import json, statistics, sys
-cnn_steps, resnet_steps, gpt_steps, test_images = sys.argv[1:5]
-records = [a.split(" ", 2) for a in sys.argv[5:]]
-tested = f", tested on {test_images} images" if test_images != "10000" else ""
-what = {"cnn": (f"{cnn_steps} steps" if cnn_steps != "0" else "2 epochs (936 steps)") + " of batch 128" + tested,
-        "resnet18": f"{resnet_steps} steps of batch 128" + tested,
-        "gpt": f"{gpt_steps} steps of batch 32 x 128 tokens"}
-labels = {"kiln": "kiln", "pytorch": "PyTorch", "pytorch_flush": "PyTorch, flush denormal",
-          "pytorch_compile": "PyTorch, torch.compile + fused AdamW"}
-mb = lambda b: f"{b / 1e6:.0f} MB"
-for model in dict.fromkeys(m for m, _, _ in records):
-    sides = {}
-    for m, side, line in records:
-        if m == model:
-            sides.setdefault(side, []).append(json.loads(line))
-    unit = "tokens/s" if model == "gpt" else "images/s"
-    n = max(len(rs) for rs in sides.values())
-    threads = sides["pytorch_flush"][0]["threads"]
-    print(f"\n### {model}: {what[model]}, {threads} threads ({unit}, {n} round{'s' if n > 1 else ''})\n")
-    print("| run | " + " | ".join(f"round {i + 1}" for i in range(n))
-          + " | median | spread (min-max) | peak RSS (median) | test accuracy (median) |")
-    print("|---" * (n + 5) + "|")
-    medians = {}
-    for side, rs in sides.items():
-        sps = [r["samples_per_second"] for r in rs]
-        medians[side] = statistics.median(sps)
-        mem = statistics.median(r["peak_memory_bytes"] for r in rs)
-        if "import_memory_bytes" in rs[0]:  # PyTorch: how much of it is the imported libraries
-            mem_text = f"{mb(mem)} ({mb(statistics.median(r['import_memory_bytes'] for r in rs))} after import)"
-        else:
-            mem_text = mb(mem)
-        acc = statistics.median(r["test_accuracy"] for r in rs)
-        print(f"| {labels[side]} | " + " | ".join([f"{s:,.0f}" for s in sps] + ["-"] * (n - len(sps)))
-              + f" | **{medians[side]:,.0f}** | {min(sps):,.0f}-{max(sps):,.0f} | {mem_text} | {100 * acc:.2f}% |")
-    print()
-    for side in sides:
-        if side != "kiln":
-            print(f"- ratio of medians, kiln / {labels[side]}: **{medians['kiln'] / medians[side]:.2f}x**")
-PY
+tested=""
+[[ -n "${TEST_IMAGES:-}" ]] && tested=", tested on $TEST_IMAGES images"
+cnn_what="$([[ "$cnn_steps" != 0 ]] && echo "$cnn_steps steps" || echo "2 epochs (936 steps)") of batch 128$tested"
+python3 "$here/compare_report.py" "$log" ${JSON:+--json "$JSON"} --what-cnn "$cnn_what" \
+  --what-resnet18 "$resnet_steps steps of batch 128$tested" --what-gpt "$gpt_steps steps of batch 32 x 128 tokens"
 echo
 echo "end: $(uptime)"

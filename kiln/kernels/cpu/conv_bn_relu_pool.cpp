@@ -32,7 +32,7 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -93,6 +93,25 @@ struct Patches {
           for (int64_t ow = 0; ow < OW; ++ow)
             _mm512_mask_storeu_ps(z + (oh * OW + ow) * Zs, m,
                                   _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, vo, pad + oh * Wp + ow, 4));
+        return;
+      }
+    }
+#elif defined(__AVX2__)
+    if constexpr (std::is_same_v<T, float>) {
+      if (Zs == kLanes) {  // the same with two 8-lane gathers per position
+        alignas(32) int32_t off[kLanes] = {}, on[kLanes] = {};
+        for (int64_t t = 0; t < Ckk; ++t) off[t] = static_cast<int32_t>(tap_offset[t]), on[t] = -1;
+        const __m256i vo0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(off));
+        const __m256i vo1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(off + 8));
+        const __m256i m0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(on));
+        const __m256i m1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(on + 8));
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const float* src = pad + oh * Wp + ow;
+            float* dst = z + (oh * OW + ow) * Zs;
+            _mm256_maskstore_ps(dst, m0, _mm256_mask_i32gather_ps(_mm256_setzero_ps(), src, vo0, _mm256_castsi256_ps(m0), 4));
+            _mm256_maskstore_ps(dst + 8, m1, _mm256_mask_i32gather_ps(_mm256_setzero_ps(), src, vo1, _mm256_castsi256_ps(m1), 4));
+          }
         return;
       }
     }
@@ -194,11 +213,13 @@ int64_t decode_windows(const uint8_t* codes, const T* g, T* gv, int32_t* pos, in
     return cnt;
   }
 #endif
+  // branch-free: every window is written, and kept by advancing past it only when its ReLU was
+  // on (a branch on that mispredicts about half the time)
   for (; o < n; ++o) {
     const int32_t c = codes[o];
-    if (!(c & 4)) continue;
     gv[cnt] = g[o];
-    pos[cnt++] = base + 2 * static_cast<int32_t>(o) + (c & 1) + ((c >> 1) & 1) * ow;
+    pos[cnt] = base + 2 * static_cast<int32_t>(o) + (c & 1) + ((c >> 1) & 1) * ow;
+    cnt += (c >> 2) & 1;
   }
   return cnt;
 }

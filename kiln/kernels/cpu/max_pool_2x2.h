@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -29,6 +29,9 @@ struct Identity {
   template <class T> T operator()(T v) const { return v; }
 #if defined(__AVX512F__)
   __m512 operator()(__m512 v) const { return v; }
+#endif
+#if defined(__AVX2__)
+  __m256 operator()(__m256 v) const { return v; }
 #endif
 };
 
@@ -49,7 +52,70 @@ struct AffineRelu {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NLE_UQ), p);
   }
 #endif
+#if defined(__AVX2__)
+  __m256 operator()(__m256 v) const {
+    const __m256 p = _mm256_fmadd_ps(v, _mm256_set1_ps(static_cast<float>(a)), _mm256_set1_ps(static_cast<float>(b)));
+    return _mm256_and_ps(_mm256_cmp_ps(p, _mm256_setzero_ps(), _CMP_NLE_UQ), p);
+  }
+#endif
 };
+
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// max_2x2_row_pair's 8-outputs-per-step body at AVX2 (same contract, see below): even and odd
+// columns split with in-lane shuffles and a cross-lane permute, masks as vectors, the window
+// codes assembled from the compare bits with pdep.
+template <class F>
+inline int64_t max_2x2_rows_avx2(const float* r0, const float* r1, float* out, int32_t* idx, int64_t OW,
+                                 int32_t base, int32_t W, F f, float* raw, uint8_t* code) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i even = _mm256_slli_epi32(lane, 1);
+  auto mask_of = [&](int64_t k) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(k, 0, 8))), lane); };
+  auto beats = [](__m256 v, __m256 best) {  // take_max's rule
+    return _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  };
+  // columns 0, 2, .., 14 and 1, 3, .., 15 of the 16 floats lo:hi
+  auto split = [](__m256 lo, __m256 hi, __m256& ev, __m256& od) {
+    ev = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
+    od = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
+  };
+  for (int64_t ow = 0; ow < OW; ow += 8) {
+    const int64_t n = std::min<int64_t>(OW - ow, 8);
+    const __m256i m_out = mask_of(n), m_lo = mask_of(2 * n), m_hi = mask_of(2 * n - 8);
+    const float* p0 = r0 + 2 * ow;
+    const float* p1 = r1 + 2 * ow;
+    __m256 ra0, rb0, ra1, rb1;
+    split(_mm256_maskload_ps(p0, m_lo), _mm256_maskload_ps(p0 + 8, m_hi), ra0, rb0);
+    split(_mm256_maskload_ps(p1, m_lo), _mm256_maskload_ps(p1 + 8, m_hi), ra1, rb1);
+    const __m256 a0 = f(ra0), b0 = f(rb0), a1 = f(ra1), b1 = f(rb1);
+    const __m256 t0 = beats(b0, a0), t1 = beats(b1, a1);
+    const __m256 m0 = _mm256_blendv_ps(a0, b0, t0), m1 = _mm256_blendv_ps(a1, b1, t1);
+    const __m256 t = beats(m1, m0);
+    const __m256 best = _mm256_blendv_ps(m0, m1, t);
+    _mm256_maskstore_ps(out + ow, m_out, best);
+    if (idx) {
+      const __m256i i = _mm256_add_epi32(_mm256_set1_epi32(base + 2 * static_cast<int32_t>(ow)), even);
+      const __m256i j0 = _mm256_sub_epi32(i, _mm256_castps_si256(t0));  // + 1 where the odd column won
+      const __m256i j1 = _mm256_add_epi32(_mm256_sub_epi32(i, _mm256_castps_si256(t1)), _mm256_set1_epi32(W));
+      _mm256_maskstore_epi32(idx + ow, m_out, _mm256_castps_si256(_mm256_blendv_ps(
+                                                  _mm256_castsi256_ps(j0), _mm256_castsi256_ps(j1), t)));
+    }
+    if (code) {
+      const unsigned tb = static_cast<unsigned>(_mm256_movemask_ps(t));
+      const unsigned col = (tb & static_cast<unsigned>(_mm256_movemask_ps(t1))) |
+                           (~tb & static_cast<unsigned>(_mm256_movemask_ps(t0)));
+      const unsigned on = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(best, _mm256_setzero_ps(), _CMP_NLE_UQ)));
+      const uint64_t bytes = _pdep_u64(col, 0x0101010101010101ull) | _pdep_u64(tb, 0x0202020202020202ull) |
+                             _pdep_u64(on, 0x0404040404040404ull);
+      for (int64_t l = 0; l < n; ++l) code[ow + l] = static_cast<uint8_t>(bytes >> (8 * l));
+    }
+    if (raw) {
+      const __m256 x0 = _mm256_blendv_ps(ra0, rb0, t0), x1 = _mm256_blendv_ps(ra1, rb1, t1);
+      _mm256_maskstore_ps(raw + ow, m_out, _mm256_blendv_ps(x0, x1, t));
+    }
+  }
+  return OW;
+}
+#endif
 
 // One output row: out[ow] = max of f() over window ow and idx[ow] its flat index, for ow < OW;
 // r0, r1 are unit-stride input rows, base the flat index of r0[0], W the plane's width. raw, when
@@ -110,6 +176,11 @@ inline void max_2x2_row_pair(const T* r0, const T* r1, Out* out, int32_t* idx, i
         _mm512_mask_storeu_ps(raw + ow, m_out, _mm512_mask_blend_ps(t, x0, x1));
       }
     }
+    return;
+  }
+#elif defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<Out, float>) {
+    max_2x2_rows_avx2(r0, r1, out, idx, OW, base, W, f, raw, code);
     return;
   }
 #endif
