@@ -24,6 +24,7 @@
 # MKL_ENABLE_INSTRUCTIONS=AVX2), so either kind of machine measures both rows; ISA=avx512 or
 # auto (the default) leaves both at their best.
 # COMPILE=1 adds PyTorch with torch.compile and the fused AdamW (pytorch_peer.py --compile).
+# FASHION_MNIST=dir and GPT_DATA=path replace the installed datasets (kiln-train's defaults).
 # JSON=path also writes the report as JSON (bench/train/compare_report.py), the input of
 # scripts/performance_page.py.
 # Not a test: a measurement for bench/results and kiln-train's target of 2x PyTorch's speed
@@ -51,7 +52,8 @@ steps_args() {
 }
 
 # Fashion-MNIST for both sides: the installed one, or with TEST_IMAGES its first N test images.
-data=/usr/share/datasets/fashion-mnist
+data="${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}"
+[[ -d "$data" ]] && data="$(cd "$data" && pwd)"  # absolute: TEST_IMAGES links to it from elsewhere
 if [[ -n "${TEST_IMAGES:-}" ]]; then
   mkdir "$tmp/fashion-mnist"
   ln -s "$data"/train-* "$tmp/fashion-mnist/"
@@ -65,7 +67,9 @@ for name, header, item in (("t10k-images-idx3-ubyte.gz", 16, 784), ("t10k-labels
 PY
   data="$tmp/fashion-mnist"
 fi
-data_args() { if [[ "$1" != gpt ]]; then echo "--data $data"; fi; }
+data_args() {
+  if [[ "$1" != gpt ]]; then echo "--data $data"; elif [[ -n "${GPT_DATA:-}" ]]; then echo "--data $GPT_DATA"; fi
+}
 
 isa="${ISA:-auto}"
 case "$isa" in
@@ -76,7 +80,7 @@ case "$isa" in
 esac
 log="$tmp/runs.log"
 exec > >(tee "$log")  # the report below reads the run lines back from this log
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-); ISA=$isa"
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores; ISA=$isa"
 echo "start: $(uptime)"
 for ((r = 1; r <= rounds; r++)); do
   round_start=$SECONDS
