@@ -50,13 +50,6 @@ class LanguageModel(torch.nn.Module):
         return F.cross_entropy(logits.view(-1, self.vocab), targets.reshape(-1))
 
 
-# kiln's parameter names -> PyTorch's (only MultiheadAttention's differ).
-def torch_name(kiln_name):
-    return (kiln_name.replace("self_attn.qkv.weight", "self_attn.in_proj_weight")
-            .replace("self_attn.qkv.bias", "self_attn.in_proj_bias")
-            .replace("self_attn.proj.", "self_attn.out_proj."))
-
-
 def run_kiln(binary, config, steps, dump):
     out = subprocess.run([binary, "--config", config, "--steps", str(steps), "--dump", dump],
                          check=True, capture_output=True, text=True).stdout
@@ -73,7 +66,7 @@ def run_pytorch(dump, kiln_result, steps):
         for f in sorted(os.listdir(dump)):
             if f == "stream.npy":
                 continue
-            name = torch_name(f[: -len(".npy")])
+            name = f[: -len(".npy")]  # kiln's parameter names are PyTorch's
             params[name].copy_(torch.from_numpy(np.load(os.path.join(dump, f))))
             loaded += 1
     if loaded != len(params):

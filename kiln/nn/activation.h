@@ -58,7 +58,7 @@ class Dropout : public Module {
  public:
   explicit Dropout(double p = 0.5);
   Tensor forward(const Tensor& x) override { return functional::dropout(x, p, is_training()); }
-  std::string extra_repr() const override { return "p=" + float_repr(p); }
+  std::string extra_repr() const override { return "p=" + float_repr(p) + ", inplace=False"; }
   double p;
 };
 

@@ -1,11 +1,26 @@
 #include "kiln/nn/attention.h"
 
+#include <cmath>
 #include <limits>
 
 #include "kiln/nn/functional.h"
 #include "kiln/nn/init.h"
 
 namespace kiln::nn {
+
+namespace {
+// Linear's default initialisation (kaiming_uniform_ with a = sqrt(5), bias U(+-1/sqrt(fan_in))),
+// which the input projection keeps from when it was a Linear.
+Tensor linear_init_weight(Tensor w) {
+  init::kaiming_uniform_(w, std::sqrt(5.0));
+  return w;
+}
+Tensor linear_init_bias(Tensor b, int64_t fan_in) {
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  init::uniform_(b, -bound, bound);
+  return b;
+}
+}  // namespace
 
 namespace {
 
@@ -45,27 +60,27 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& o, bool 
       embed_dim(o.embed_dim()),
       num_heads(o.num_heads()),
       causal(o.causal()),
-      qkv(LinearOptions(o.embed_dim(), 3 * o.embed_dim()).bias(o.bias())),
-      proj(LinearOptions(o.embed_dim(), o.embed_dim()).bias(o.bias())),
-      resid_dropout(o.output_dropout()) {
+      // Linear's default initialisation, drawn before out_proj's (torch_init replaces it below)
+      in_proj_weight(linear_init_weight(register_parameter("in_proj_weight", empty({3 * o.embed_dim(), o.embed_dim()})))),
+      in_proj_bias(o.bias() ? linear_init_bias(register_parameter("in_proj_bias", empty({3 * o.embed_dim()})), o.embed_dim())
+                            : Tensor()),
+      out_proj(LinearOptions(o.embed_dim(), o.embed_dim()).bias(o.bias())) {
   KILN_CHECK(num_heads > 0 && embed_dim > 0 && embed_dim % num_heads == 0, "MultiheadAttention: embed_dim (",
              embed_dim, ") must be positive and divisible by num_heads (", num_heads, ")");
   KILN_CHECK(o.dropout() >= 0.0 && o.dropout() <= 1.0, "MultiheadAttention: dropout must be in [0, 1], got ",
              o.dropout());
-  register_module("qkv", qkv);
-  register_module("proj", proj);
-  register_module("resid_dropout", resid_dropout);
+  register_module("out_proj", out_proj);  // the one child, as in torch
   if (torch_init) {
-    init::xavier_uniform_(qkv.weight);
+    init::xavier_uniform_(in_proj_weight);
     if (o.bias()) {
-      init::zeros_(qkv.bias);
-      init::zeros_(proj.bias);
+      init::zeros_(in_proj_bias);
+      init::zeros_(out_proj.bias);
     }
   }
 }
 
 Tensor MultiheadAttention::forward(const Tensor& x) {
-  if (options.batch_first() && x.dim() == 3) return resid_dropout(proj(heads(x)));
+  if (options.batch_first() && x.dim() == 3) return output_dropout(out_proj(heads(x)));
   return std::get<0>(forward(x, x, x, MultiheadAttentionArgs().need_weights(false)));
 }
 
@@ -74,7 +89,7 @@ Tensor MultiheadAttention::heads(const Tensor& x) {
              "], got sizes ", x.sizes());
   const int64_t B = x.size(0), T = x.size(1), D = embed_dim / num_heads;
   // q, k, v: [B, H, T, D] views of the projection (unbind: their gradients land in one buffer)
-  auto qkv_out = qkv(x).view({B, T, 3, num_heads, D}).permute({2, 0, 3, 1, 4}).unbind(0);
+  auto qkv_out = functional::linear(x, in_proj_weight, in_proj_bias).view({B, T, 3, num_heads, D}).permute({2, 0, 3, 1, 4}).unbind(0);
   const double p = is_training() ? options.dropout() : 0.0;
   Tensor y = functional::scaled_dot_product_attention(qkv_out[0], qkv_out[1], qkv_out[2], Tensor(), p, causal);
   return y.transpose(1, 2).reshape({B, T, embed_dim});  // a view: y is laid out [B, T, H, D]
@@ -104,17 +119,17 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
              key.sizes(), ", value ", value.sizes());
 
   // The projections: one GEMM when query, key and value are one tensor (self-attention), else the
-  // rows of qkv's weight each input needs. q, k, v end up [N, H, T, D].
+  // rows of in_proj_weight each input needs. q, k, v end up [N, H, T, D].
   auto rows = [&](int64_t first, int64_t count, const Tensor& x) {
-    return functional::linear(x, qkv.weight.narrow(0, first, count),
-                              qkv.bias.defined() ? qkv.bias.narrow(0, first, count) : Tensor());
+    return functional::linear(x, in_proj_weight.narrow(0, first, count),
+                              in_proj_bias.defined() ? in_proj_bias.narrow(0, first, count) : Tensor());
   };
   auto split = [&](const Tensor& t, int64_t T, int64_t parts) {
     return t.view({N, T, parts, H, D}).permute({2, 0, 3, 1, 4}).unbind(0);
   };
   Tensor q, k, v;
   if (query.is_same(key) && key.is_same(value)) {
-    auto qkv_out = split(qkv(qb), L, 3);
+    auto qkv_out = split(functional::linear(qb, in_proj_weight, in_proj_bias), L, 3);
     q = qkv_out[0], k = qkv_out[1], v = qkv_out[2];
   } else {
     q = split(rows(0, E, qb), L, 1)[0];
@@ -167,16 +182,21 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
   } else {
     y = functional::scaled_dot_product_attention(q, k, v, mask, p, is_causal);
   }
-  Tensor out = resid_dropout(proj(y.transpose(1, 2).reshape({N, L, E})));
+  Tensor out = output_dropout(out_proj(y.transpose(1, 2).reshape({N, L, E})));
   if (!batched) out = out.squeeze(0);
   else if (!options.batch_first()) out = out.transpose(0, 1);
   return {out, weights};
 }
 
+// torch prints nothing for its MultiheadAttention; only kiln's own options show.
 std::string MultiheadAttention::extra_repr() const {
-  std::string s = "embed_dim=" + std::to_string(embed_dim) + ", num_heads=" + std::to_string(num_heads);
-  if (options.dropout() > 0.0) s += ", dropout=" + float_repr(options.dropout());
-  return s + ", causal=" + (causal ? "True" : "False");
+  std::string s = causal ? "causal=True" : "";
+  if (options.output_dropout() > 0.0) s += std::string(s.empty() ? "" : ", ") + "output_dropout=" + float_repr(options.output_dropout());
+  return s;
+}
+
+Tensor MultiheadAttention::output_dropout(const Tensor& x) {
+  return functional::dropout(x, options.output_dropout(), is_training());
 }
 
 TransformerBlock::TransformerBlock(const TransformerBlockOptions& o)
@@ -198,8 +218,8 @@ TransformerBlock::TransformerBlock(const TransformerBlockOptions& o)
 
 Tensor TransformerBlock::forward(const Tensor& x) {
   // x + attn(ln1(x)), the projection's bias, the dropout and the residual add in one pass
-  Tensor h = functional::bias_dropout_add(functional::linear(attn.heads(ln1(x)), attn.proj.weight),
-                                          attn.proj.bias, x, attn.resid_dropout.p, is_training());
+  Tensor h = functional::bias_dropout_add(functional::linear(attn.heads(ln1(x)), attn.out_proj.weight),
+                                          attn.out_proj.bias, x, attn.options.output_dropout(), is_training());
   // The MLP on the fused kernels: bias + GELU in the first GEMM's epilogue
   // (cuBLASLt on CUDA), then the projection without its bias, whose bias add, dropout and the
   // residual add are one pass. Same math, masks and random stream as

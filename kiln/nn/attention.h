@@ -36,9 +36,10 @@ struct MultiheadAttentionArgs {
 };
 
 // torch's nn.MultiheadAttention: query [L, N, E], key and value [S, N, E] ([N, ., E] with
-// batch_first, [., E] unbatched) -> ([L, N, E], weights). One [3E, E] input projection `qkv`
-// (torch's in_proj_weight / in_proj_bias) run as one GEMM when query, key and value are the same
-// tensor, an output projection `proj` (torch's out_proj), scaled dot-product attention per head
+// batch_first, [., E] unbatched) -> ([L, N, E], weights). Parameters under torch's names, so a
+// state dict saved by PyTorch loads unchanged: the [3E, E] input projection in_proj_weight (and
+// in_proj_bias), run as one GEMM when query, key and value are the same tensor, the output
+// projection out_proj (a Linear), scaled dot-product attention per head
 // (F::scaled_dot_product_attention: blocked on the CPU when no mask, dropout or weights are asked
 // for). key and value must have embed_dim features (torch's kdim / vdim are not supported).
 // docs/model_zoo.md maps the parameter names.
@@ -56,7 +57,7 @@ class MultiheadAttention : public Module {
   // (attention output, weights): weights [N, L, S] averaged over heads, [N, H, L, S] when not
   // averaged, undefined when need_weights is false. As torch, the weights are the probabilities
   // after dropout, and a query whose keys are all masked gets NaN weights and output when the
-  // weights are returned, and attends to nothing (output: proj's bias) when they are not.
+  // weights are returned, and attends to nothing (output: out_proj's bias) when they are not.
   std::tuple<Tensor, Tensor> forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                      const MultiheadAttentionArgs& args = {});
   using Module::operator();
@@ -69,12 +70,16 @@ class MultiheadAttention : public Module {
   // bias, dropout and its residual add starts from).
   Tensor heads(const Tensor& x);
   std::string extra_repr() const override;
+  // options.output_dropout() after the output projection, in training mode (GPT-2's resid_dropout)
+  Tensor output_dropout(const Tensor& x);
 
   MultiheadAttentionOptions options;
   int64_t embed_dim, num_heads;
   bool causal;
-  Linear qkv, proj;
-  Dropout resid_dropout;
+  // torch's names: the input projection's rows for q, k and v ([3E, E] and [3E]; no bias when
+  // options.bias() is false), and the output projection
+  Tensor in_proj_weight, in_proj_bias;
+  Linear out_proj;
 
  private:
   MultiheadAttention(const MultiheadAttentionOptions& options, bool torch_init);

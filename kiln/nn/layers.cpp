@@ -20,10 +20,11 @@ namespace {
 std::string pair_str(const Size2& s) {
   return "(" + std::to_string(s.h) + ", " + std::to_string(s.w) + ")";
 }
+// A shape as a Python tuple: (64,) or (2, 3).
 std::string shape_str(const IntList& s) {
-  std::ostringstream os;
-  kiln::operator<<(os, s);
-  return os.str();
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
 }
 // PyTorch's default for Linear and Conv: kaiming_uniform_(w, a=sqrt(5)) and b ~ U(+-1/sqrt(fan_in)).
 void default_init(Tensor& weight, Tensor& bias) {
@@ -205,8 +206,9 @@ Tensor LayerNorm::forward(const Tensor& x) {
 
 std::string LayerNorm::extra_repr() const {
   std::ostringstream os;
-  os << "(" << shape_str(options.normalized_shape()) << ",), eps=" << float_repr(options.eps())
-     << ", elementwise_affine=" << (options.elementwise_affine() ? "True" : "False");
+  os << shape_str(options.normalized_shape()) << ", eps=" << float_repr(options.eps())
+     << ", elementwise_affine=" << (options.elementwise_affine() ? "True" : "False")
+     << ", bias=" << (options.bias() ? "True" : "False");
   return os.str();
 }
 
@@ -231,7 +233,10 @@ RMSNorm::RMSNorm(IntList shape, double e, bool affine) : Module("RMSNorm"), norm
 
 Tensor RMSNorm::forward(const Tensor& x) { return F::rms_norm(x, normalized_shape, weight, eps); }
 
-std::string RMSNorm::extra_repr() const { return shape_str(normalized_shape); }
+std::string RMSNorm::extra_repr() const {
+  return shape_str(normalized_shape) + ", eps=" + float_repr(eps) +
+         ", elementwise_affine=" + (weight.defined() ? "True" : "False");
+}
 
 // ---------------------------------------------------------------- embedding
 

@@ -280,9 +280,6 @@ void Module::print(std::ostream& os, int indent) const {
 std::string Module::str() const {
   std::ostringstream os;
   print(os, 0);
-  int64_t total = parameter_count(), trainable = parameter_count(true);
-  os << "\nparameters: " << total;
-  if (trainable != total) os << " (" << trainable << " trainable)";
   return os.str();
 }
 

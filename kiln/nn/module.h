@@ -96,7 +96,7 @@ class Module {
   // ---- printing
   const std::string& type_name() const { return type_name_; }
   virtual std::string extra_repr() const { return ""; }
-  std::string str() const;  // the tree, with parameter counts
+  std::string str() const;  // the tree, as print(module) in PyTorch (parameter_count() for the sizes)
 
  protected:
   void add_child(const std::string& name, Module* child, std::shared_ptr<Module> owned);

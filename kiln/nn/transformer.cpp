@@ -44,11 +44,6 @@ Tensor feed_forward_branch(const std::string& activation, Linear& linear1, Dropo
                                       dropout_after.p, dropout_after.is_training());
 }
 
-std::string layer_repr(const TransformerLayerOptions& o) {
-  return "activation=" + o.activation() + (o.norm_first() ? ", norm_first=True" : "") +
-         (o.batch_first() ? ", batch_first=True" : "");
-}
-
 template <class Layer>
 void make_stack(Module& stack, ModuleList& layers, std::shared_ptr<LayerNorm>& norm, const TransformerStackOptions& o,
                 const char* what) {
@@ -103,7 +98,6 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mas
   return norm2(feed_forward(x, x));
 }
 
-std::string TransformerEncoderLayer::extra_repr() const { return layer_repr(options); }
 
 TransformerEncoder::TransformerEncoder(const TransformerEncoderOptions& o) : Module("TransformerEncoder"), options(o) {
   make_stack<TransformerEncoderLayer>(*this, layers, norm, o, "TransformerEncoder");
@@ -175,7 +169,6 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   return norm3(feed_forward(x, x));
 }
 
-std::string TransformerDecoderLayer::extra_repr() const { return layer_repr(options); }
 
 TransformerDecoder::TransformerDecoder(const TransformerDecoderOptions& o) : Module("TransformerDecoder"), options(o) {
   make_stack<TransformerDecoderLayer>(*this, layers, norm, o, "TransformerDecoder");

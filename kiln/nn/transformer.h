@@ -42,7 +42,6 @@ class TransformerEncoderLayer : public Module {
                     bool is_causal = false) {
     return forward(src, src_mask, src_key_padding_mask, is_causal);
   }
-  std::string extra_repr() const override;
 
   TransformerEncoderLayerOptions options;
   MultiheadAttention self_attn;
@@ -72,7 +71,6 @@ class TransformerDecoderLayer : public Module {
     return forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
                    tgt_is_causal, memory_is_causal);
   }
-  std::string extra_repr() const override;
 
   TransformerDecoderLayerOptions options;
   MultiheadAttention self_attn, multihead_attn;

@@ -242,7 +242,7 @@ TEST_CASE("nn::MultiheadAttention, nn::TransformerEncoderLayer, nn::Transformer:
     w.push_back(weights.detach());
     gq.push_back(q.grad());
     gk.push_back(k.grad());
-    gw.push_back(mha.qkv.weight.grad());
+    gw.push_back(mha.in_proj_weight.grad());
   }
   require_near(out[1], out[0], 1e-4, "attention output");
   require_near(w[1], w[0], 1e-4, "attention weights");
@@ -265,7 +265,7 @@ TEST_CASE("nn::MultiheadAttention, nn::TransformerEncoderLayer, nn::Transformer:
   }
   require_near(pad_out[1], pad_out[0], 1e-4, "output with a fully padded sample");
   require_near(pad_gq[1], pad_gq[0], 1e-4, "query gradient with a fully padded sample");
-  REQUIRE(kiln::equal(pad_out[1].select(1, 0).cpu(), cpu_mha.proj.bias.detach().view({1, E}).expand({L, E})));
+  REQUIRE(kiln::equal(pad_out[1].select(1, 0).cpu(), cpu_mha.out_proj.bias.detach().view({1, E}).expand({L, E})));
 
   auto options = nn::TransformerEncoderLayerOptions(E, H).dim_feedforward(80).norm_first(true).activation("gelu").dropout(0.0);
   nn::TransformerEncoderLayer cpu_layer(options), gpu_layer(options);

@@ -365,7 +365,7 @@ TEST_CASE("MultiheadAttention: cross-attention with both masks matches PyTorch, 
   check_close(q.grad(), k_mha_grad_query, 0, 1e-13, "query gradient");
   check_close(k.grad(), k_mha_grad_key, 0, 1e-13, "key gradient");
   check_close(v.grad(), k_mha_grad_value, 0, 1e-13, "value gradient");
-  check_close(mha.qkv.weight.grad(), k_mha_grad_in_proj_weight, 0, 1e-13, "in_proj_weight gradient");
+  check_close(mha.in_proj_weight.grad(), k_mha_grad_in_proj_weight, 0, 1e-13, "in_proj_weight gradient");
   auto [out2, per_head] = mha(q, k, v, MultiheadAttentionArgs(args).average_attn_weights(false));
   CHECK(per_head.sizes() == IntList{2, 2, 3, 5});
   check_close(per_head, k_mha_weights_per_head, 0, 1e-13, "weights per head");
@@ -390,7 +390,7 @@ TEST_CASE("MultiheadAttention: the projection routes, mask forms and layouts agr
   mha.to(DType::F64);
   Tensor x = kiln::randn({4, 2, 6}, f64());
   Tensor kv = kiln::randn({5, 2, 6}, f64());
-  // One GEMM for self-attention, the row blocks of qkv for separate tensors: the same result.
+  // One GEMM for self-attention, the row blocks of in_proj_weight for separate tensors: the same result.
   auto [self_out, self_w] = mha(x, x, x);
   auto [copies_out, copies_w] = mha(x, x.clone(), x.clone());
   check_same_tensor(copies_out, self_out, 1e-14, "self-attention through separate key and value");
@@ -473,13 +473,13 @@ TEST_CASE("MultiheadAttention: a query with every key masked, as in PyTorch", "[
   for (double x : values(out.select(1, 0))) CHECK(std::isnan(x));
   for (double x : values(w.select(0, 0))) CHECK(std::isnan(x));
   for (double x : values(out.select(1, 1))) CHECK(std::isfinite(x));
-  // Without: the query attends to nothing, so its output is proj's bias, and gradients stay finite.
+  // Without: the query attends to nothing, so its output is out_proj's bias, and gradients stay finite.
   auto [out2, none] = mha(q, k, v, MultiheadAttentionArgs().key_padding_mask(padding).need_weights(false));
-  check_same_tensor(out2.select(1, 0), mha.proj.bias.view({1, 4}).expand({3, 4}), 0, "output of the masked sample");
+  check_same_tensor(out2.select(1, 0), mha.out_proj.bias.view({1, 4}).expand({3, 4}), 0, "output of the masked sample");
   check_same_tensor(out2.select(1, 1), out.select(1, 1), 1e-14, "the other sample");
   out2.sum().backward();
   for (double x : values(q.grad())) CHECK(std::isfinite(x));
-  for (double x : values(mha.qkv.weight.grad())) CHECK(std::isfinite(x));
+  for (double x : values(mha.in_proj_weight.grad())) CHECK(std::isfinite(x));
   CHECK(values(q.grad().select(1, 0)) == std::vector<double>(12, 0.0));
 }
 
@@ -509,8 +509,8 @@ TEST_CASE("MultiheadAttention: dropout on the attention probabilities in trainin
   // p = 1 drops every probability: the weights are 0 and the output is out_proj's bias.
   auto [out, w] = mha(q, k, v);
   CHECK(values(w) == std::vector<double>(30, 0.0));
-  check_same_tensor(out, mha.proj.bias.view({1, 1, 4}).expand({3, 2, 4}), 0, "output under full dropout");
-  CHECK(kiln::equal(mha(q), mha.proj.bias.view({1, 1, 4}).expand({3, 2, 4})));
+  check_same_tensor(out, mha.out_proj.bias.view({1, 1, 4}).expand({3, 2, 4}), 0, "output under full dropout");
+  CHECK(kiln::equal(mha(q), mha.out_proj.bias.view({1, 1, 4}).expand({3, 2, 4})));
   mha.eval();
   MultiheadAttention plain(MultiheadAttentionOptions(4, 2));
   set_params_to_sequence(plain);
@@ -557,19 +557,19 @@ TEST_CASE("MultiheadAttention: torch's initialisation, the GPT constructor, name
   MultiheadAttention mha(MultiheadAttentionOptions(8, 2));
   std::vector<std::string> names;
   for (auto& [n, p] : mha.named_parameters()) names.push_back(n);
-  CHECK(names == std::vector<std::string>{"qkv.weight", "qkv.bias", "proj.weight", "proj.bias"});
+  CHECK(names == std::vector<std::string>{"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"});
   const double xavier = std::sqrt(6.0 / (8 + 24));  // xavier_uniform_ of [24, 8]
-  CHECK(mha.qkv.weight.abs().max().item() <= xavier);
-  CHECK(mha.qkv.weight.abs().max().item() > 0.8 * xavier);
-  CHECK(mha.qkv.bias.abs().max().item() == 0.0);
-  CHECK(mha.proj.bias.abs().max().item() == 0.0);
-  CHECK(mha.proj.weight.abs().max().item() <= 1.0 / std::sqrt(8.0));
+  CHECK(mha.in_proj_weight.abs().max().item() <= xavier);
+  CHECK(mha.in_proj_weight.abs().max().item() > 0.8 * xavier);
+  CHECK(mha.in_proj_bias.abs().max().item() == 0.0);
+  CHECK(mha.out_proj.bias.abs().max().item() == 0.0);
+  CHECK(mha.out_proj.weight.abs().max().item() <= 1.0 / std::sqrt(8.0));
   // The GPT constructor: batch first, its dropout after the projection, Linear's initialisation.
   MultiheadAttention gpt(8, 2, /*causal=*/true, /*bias=*/true, /*dropout=*/0.25);
   CHECK(gpt.options.batch_first());
   CHECK(gpt.options.output_dropout() == 0.25);
   CHECK(gpt.options.dropout() == 0.0);
-  CHECK(gpt.qkv.bias.abs().max().item() > 0.0);
+  CHECK(gpt.in_proj_bias.abs().max().item() > 0.0);
 
   Tensor x = kiln::zeros({3, 2, 8});
   CHECK_THAT(error_of([&] { MultiheadAttention bad(MultiheadAttentionOptions(6, 4)); }),
@@ -633,10 +633,10 @@ TEST_CASE("TransformerEncoder: two layers, a final norm and a causal mask match 
   std::vector<std::string> names;
   for (auto& [n, p] : encoder.named_parameters()) names.push_back(n);
   REQUIRE(names.size() == 26);
-  CHECK(names[0] == "layers.0.self_attn.qkv.weight");
+  CHECK(names[0] == "layers.0.self_attn.in_proj_weight");
   CHECK(names[4] == "layers.0.linear1.weight");
   CHECK(names[11] == "layers.0.norm2.bias");
-  CHECK(names[12] == "layers.1.self_attn.qkv.weight");
+  CHECK(names[12] == "layers.1.self_attn.in_proj_weight");
   CHECK(names[24] == "norm.weight");
   set_params_to_sequence(encoder);
   encoder.eval();
@@ -711,7 +711,7 @@ TEST_CASE("TransformerDecoderLayer: post-norm ReLU and pre-norm GELU match PyTor
     std::vector<std::string> names;
     for (auto& [n, p] : layer.named_parameters()) names.push_back(n);
     REQUIRE(names.size() == 18);
-    CHECK(names[4] == "multihead_attn.qkv.weight");
+    CHECK(names[4] == "multihead_attn.in_proj_weight");
     CHECK(names[17] == "norm3.bias");
     set_params_to_sequence(layer);
     {
@@ -737,7 +737,7 @@ TEST_CASE("Transformer: encoder and decoder with masks match PyTorch", "[transfo
   for (auto& [n, p] : model.named_parameters()) names.push_back(n);
   REQUIRE(names.size() == 46);  // torch's count and order
   CHECK(names[24] == "encoder.norm.weight");
-  CHECK(names[26] == "decoder.layers.0.self_attn.qkv.weight");
+  CHECK(names[26] == "decoder.layers.0.self_attn.in_proj_weight");
   CHECK(names[45] == "decoder.norm.bias");
   set_params_to_sequence(model);
   model.eval();
@@ -799,7 +799,7 @@ TEST_CASE("Transformer layers with bias=false match PyTorch", "[transformer]") {
                                   .activation("gelu"));
   std::vector<std::string> names;
   for (auto& [n, p] : enc.named_parameters()) names.push_back(n);
-  CHECK(names == std::vector<std::string>{"self_attn.qkv.weight", "self_attn.proj.weight", "linear1.weight",
+  CHECK(names == std::vector<std::string>{"self_attn.in_proj_weight", "self_attn.out_proj.weight", "linear1.weight",
                                           "linear2.weight", "norm1.weight", "norm2.weight"});
   set_params_to_sequence(enc);
   enc.eval();

@@ -153,7 +153,7 @@ GPT::GPT(const GPTConfig& c)
   });
   for (const auto& blk : h) {
     auto& b = dynamic_cast<TransformerBlock&>(*blk);
-    init::normal_(b.attn.proj.weight, 0.0, resid_std);
+    init::normal_(b.attn.out_proj.weight, 0.0, resid_std);
     init::normal_(b.proj.weight, 0.0, resid_std);
   }
 }
