@@ -45,7 +45,7 @@ build() {
   local benches
   benches=$(cd "$ROOT/bench/cuda" && ls ./*.cpp ./*.cu | sed 's|^\./|bench_cuda_|; s|\.[a-z]*$||')
   # shellcheck disable=SC2086
-  cmake --build "$BUILD" -j"$(nproc)" --target kiln test_cuda kiln-train kiln-run $benches
+  cmake --build "$BUILD" -j"$(nproc)" --target kiln test_cuda test_core bench_matmul kiln-train kiln-run $benches
 }
 
 export BUILD DEPS PACK PY ROOT
