@@ -110,7 +110,7 @@ rc=0
 export KILN_GPU_BUILD="${KILN_GPU_BUILD:-$ROOT/build-rehearse}"
 # configured afresh each time: an earlier rehearsal's cache names its own (deleted) venv and
 # library paths; the objects stay for ccache and ninja
-rm -f "$KILN_GPU_BUILD/CMakeCache.txt"
+rm -f "$KILN_GPU_BUILD/CMakeCache.txt" "$KILN_GPU_BUILD/build.ninja"
 export KILN_GPU_BUILD_SECONDS="${KILN_GPU_BUILD_SECONDS:-1500}"   # 2 cores build slower than 16
 bash "$ROOT/scripts/gpu-suite.sh" "$out" --rehearse "$@" || rc=1
 # the build must have taken cuDNN from the wheel layout and the header-only libraries from the pack
