@@ -16,7 +16,13 @@
 int main(int argc, char* argv[]) {
   const char* level = std::getenv("KILN_CPU_ISA");
   if (level && *level && std::string(level) != "auto") {
-    const kiln::CpuIsa isa = kiln::parse_cpu_isa(level);
+    kiln::CpuIsa isa;
+    try {
+      isa = kiln::parse_cpu_isa(level);
+    } catch (const kiln::Error& e) {  // a typo in KILN_CPU_ISA: say so, not std::terminate
+      std::fprintf(stderr, "%s\n", e.what());
+      return 2;
+    }
     if (!kiln::cpu_supports(isa) || !kiln::cpu_isa_built(isa)) {
       std::printf("skipped: KILN_CPU_ISA=%s, but this machine or build lacks it (%s)\n", level,
                   kiln::cpu_isa_summary().c_str());
