@@ -22,6 +22,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -37,16 +38,46 @@ namespace {
 namespace F = kiln::nn::functional;
 using kiln::kernels::ConvGeometry;
 using kiln::kernels::cpu::winograd_applies;
-using kiln::kernels::cpu::winograd_backward_both;
-using kiln::kernels::cpu::winograd_backward_generated;
-using kiln::kernels::cpu::winograd_backward_input;
-using kiln::kernels::cpu::winograd_backward_weight;
-using kiln::kernels::cpu::winograd_forward;
 using kiln::kernels::cpu::winograd_geometry;
 using kiln_test::check_close_rel;
 using kiln_test::values;
 using kiln::DType;
 using kiln::Tensor;
+
+namespace wk = kiln::kernels::cpu;
+
+// The kernels of the CPU level in use for f32 (KILN_CPU_ISA; CTest runs this file at every level
+// the host has), each level's vector transforms included; f64 runs the generic transforms, the
+// same at every level.
+wk::WinogradEntries f32_kernels() { return wk::winograd_f32_in_use.on(kiln::Device::cpu()); }
+
+template <class T>
+bool winograd_forward(const T* x, const T* w, const T* bias, T* out, const ConvGeometry& g,
+                      const std::function<void(int64_t, int64_t)>& samples_done = {}) {
+  if constexpr (std::is_same_v<T, float>) return f32_kernels().forward(x, w, bias, out, g, samples_done);
+  else return wk::winograd_forward<T>(x, w, bias, out, g, samples_done);
+}
+template <class T>
+bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry& g) {
+  if constexpr (std::is_same_v<T, float>) return f32_kernels().backward_input(gy, w, gx, g);
+  else return wk::winograd_backward_input<T>(gy, w, gx, g);
+}
+template <class T>
+bool winograd_backward_weight(const T* x, const T* gy, T* dw, const ConvGeometry& g) {
+  if constexpr (std::is_same_v<T, float>) return f32_kernels().backward_weight(x, gy, dw, g);
+  else return wk::winograd_backward_weight<T>(x, gy, dw, g);
+}
+template <class T>
+bool winograd_backward_both(const T* x, const T* gy, const T* w, T* gx, T* dw, const ConvGeometry& g) {
+  if constexpr (std::is_same_v<T, float>) return f32_kernels().backward_both(x, gy, w, gx, dw, g);
+  else return wk::winograd_backward_both<T>(x, gy, w, gx, dw, g);
+}
+template <class T>
+bool winograd_backward_generated(const T* x, const T* w, T* gx, T* dw, const ConvGeometry& g,
+                                 const std::function<void(int64_t, void*)>& make_dy) {
+  if constexpr (std::is_same_v<T, float>) return f32_kernels().backward_generated(x, w, gx, dw, g, make_dy);
+  else return wk::winograd_backward_generated<T>(x, w, gx, dw, g, make_dy);
+}
 
 // Sets one of kiln's process-wide settings for a scope and restores the previous value.
 template <class T, T (*Get)(), void (*Set)(T)>

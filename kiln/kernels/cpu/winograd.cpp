@@ -37,6 +37,9 @@
 #include "kiln/core/error.h"
 #include "kiln/kernels/cpu/gemm.h"
 #include "kiln/kernels/cpu/winograd_tiles.h"
+#if defined(__AVX2__) && defined(__FMA__)
+#include "kiln/kernels/cpu/winograd_lanes.h"
+#endif
 
 namespace kiln::kernels::cpu {
 
@@ -346,105 +349,49 @@ bool input_transform_adjoint(const Problem<F>& p, const T* dv, int64_t ld, int64
   return check == T(0);
 }
 
-#if defined(__AVX512F__)
+#if defined(KILN_WINOGRAD_ROW_LANES)
 // The f32 transforms, vectorised along a row of tiles: lane l of each vector is tile tx0 + l
-// (up to 16 tiles; a plane narrower than 16 tiles leaves lanes idle, which the products' cost
-// at such planes' channel counts dwarfs). A tile's m columns are m-strided in the row, so rows
-// are split into their m column phases with permutes (deinterleave) and put back (interleave).
+// (L = 16 tiles at AVX-512, 8 at AVX2; a plane narrower than L tiles leaves lanes idle, which
+// the products' cost at such planes' channel counts dwarfs). A tile's m columns are m-strided in
+// the row, so rows are split into their m column phases (deinterleave) and put back
+// (interleave). Written once over winograd::RowLanes, the level's vector trait.
+using RL = winograd::RowLanes;
+using Vec = RL::V;
+constexpr int kL = RL::L;
 
-// Lanes l with 0 <= start + l < n.
-inline __mmask16 span_mask(int64_t start, int64_t n) {
-  const int64_t lo = std::clamp<int64_t>(-start, 0, 16), hi = std::clamp<int64_t>(n - start, 0, 16);
-  return hi > lo ? static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u)) : __mmask16(0);
-}
+// Whether a sum of values is finite (not Inf or NaN; a sum that overflows counts as not finite:
+// then the convolution is only computed directly, never wrong). sum - sum is NaN exactly then.
+inline bool finite_sum(Vec sum, int64_t lanes = kL) { return !RL::any_nan(sum - sum, lanes); }
 
-// ph[j][l] = row[m l + j] for j < m and the 16 lanes l: the m column phases of 16 m values.
-template <int M>
-inline void deinterleave(const float* row, __m512 (&ph)[M]) {
-  static_assert(M == 2 || M == 4);
-  if constexpr (M == 2) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    const __m512 a0 = _mm512_loadu_ps(row), a1 = _mm512_loadu_ps(row + 16);
-    ph[0] = _mm512_permutex2var_ps(a0, even, a1);
-    ph[1] = _mm512_permutex2var_ps(a0, odd, a1);
-  } else {
-    // phases j and j + 1 of tiles 0-7 (from the first 32 values) and of tiles 8-15, then their
-    // 8-lane halves put together
-    const __m512i p01 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
-    const __m512i p23 = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
-    const __m512 a0 = _mm512_loadu_ps(row), a1 = _mm512_loadu_ps(row + 16);
-    const __m512 a2 = _mm512_loadu_ps(row + 32), a3 = _mm512_loadu_ps(row + 48);
-    const __m512 lo01 = _mm512_permutex2var_ps(a0, p01, a1), hi01 = _mm512_permutex2var_ps(a2, p01, a3);
-    const __m512 lo23 = _mm512_permutex2var_ps(a0, p23, a1), hi23 = _mm512_permutex2var_ps(a2, p23, a3);
-    ph[0] = _mm512_shuffle_f32x4(lo01, hi01, _MM_SHUFFLE(1, 0, 1, 0));
-    ph[1] = _mm512_shuffle_f32x4(lo01, hi01, _MM_SHUFFLE(3, 2, 3, 2));
-    ph[2] = _mm512_shuffle_f32x4(lo23, hi23, _MM_SHUFFLE(1, 0, 1, 0));
-    ph[3] = _mm512_shuffle_f32x4(lo23, hi23, _MM_SHUFFLE(3, 2, 3, 2));
-  }
-}
-
-// The inverse: out[v] (16 m values in all) with lane l of ph[j] at m l + j.
-template <int M>
-inline void interleave(const __m512 (&ph)[M], __m512 (&out)[M]) {
-  static_assert(M == 2 || M == 4);
-  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  if constexpr (M == 2) {
-    out[0] = _mm512_permutex2var_ps(ph[0], lo, ph[1]);
-    out[1] = _mm512_permutex2var_ps(ph[0], hi, ph[1]);
-  } else {
-    // pairs (ph0, ph1) and (ph2, ph3) of each tile, then the pairs interleaved as doubles
-    const __m512d a_lo = _mm512_castps_pd(_mm512_permutex2var_ps(ph[0], lo, ph[1]));
-    const __m512d a_hi = _mm512_castps_pd(_mm512_permutex2var_ps(ph[0], hi, ph[1]));
-    const __m512d b_lo = _mm512_castps_pd(_mm512_permutex2var_ps(ph[2], lo, ph[3]));
-    const __m512d b_hi = _mm512_castps_pd(_mm512_permutex2var_ps(ph[2], hi, ph[3]));
-    const __m512i first = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), second = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
-    out[0] = _mm512_castpd_ps(_mm512_permutex2var_pd(a_lo, first, b_lo));
-    out[1] = _mm512_castpd_ps(_mm512_permutex2var_pd(a_lo, second, b_lo));
-    out[2] = _mm512_castpd_ps(_mm512_permutex2var_pd(a_hi, first, b_hi));
-    out[3] = _mm512_castpd_ps(_mm512_permutex2var_pd(a_hi, second, b_hi));
-  }
-}
-
-// Stores the transformed positions of a row of up to 16 tiles, position xi at out + xi * xs,
-// and returns the lanes where one of them is Inf or NaN. Whole vectors when `room`: the lanes
-// past the row's last tile land on tiles of the same channel that the caller writes later;
-// masked at the end of a channel's row.
+// Stores the transformed positions of a row of up to L tiles, position xi at out + xi * xs, and
+// returns whether the first `lanes` lanes are finite. Whole vectors when `room`: the lanes past
+// the row's last tile land on tiles of the same channel that the caller writes later; only the
+// first `lanes` at the end of a channel's row.
 template <int XI>
-inline __mmask16 store_positions(float* out, int64_t xs, bool room, __mmask16 lanes, const __m512 (&v)[XI]) {
-  __m512 sum = _mm512_setzero_ps();
+inline bool store_positions(float* out, int64_t xs, bool room, int64_t lanes, const Vec (&v)[XI]) {
+  Vec sum = RL::zero();
   for (int xi = 0; xi < XI; ++xi) {
-    if (room) _mm512_storeu_ps(out + xi * xs, v[xi]);
-    else _mm512_mask_storeu_ps(out + xi * xs, lanes, v[xi]);
-    sum = _mm512_add_ps(sum, v[xi]);
+    if (room) RL::store(out + xi * xs, v[xi]);
+    else RL::store_first(out + xi * xs, lanes, v[xi]);
+    sum = sum + v[xi];
   }
-  // an Inf or NaN makes the sum Inf or NaN, and sum - sum NaN (so may a sum that overflows:
-  // then the convolution is only computed directly, never wrong)
-  const __m512 check = _mm512_sub_ps(sum, sum);
-  return _mm512_mask_cmp_ps_mask(lanes, check, check, _CMP_UNORD_Q);
+  return finite_sum(sum, lanes);
 }
 
 // The same for positions held as an alpha x alpha tile (position a * alpha + b).
 template <int A>
-inline __mmask16 store_positions(float* out, int64_t xs, bool room, __mmask16 lanes, const __m512 (&v)[A][A]) {
-  __m512 flat[A * A];
+inline bool store_positions(float* out, int64_t xs, bool room, int64_t lanes, const Vec (&v)[A][A]) {
+  Vec flat[A * A];
   for (int a = 0; a < A; ++a)
     for (int b = 0; b < A; ++b) flat[a * A + b] = v[a][b];
   return store_positions<A * A>(out, xs, room, lanes, flat);
-}
-
-// Whether a sum of values is Inf or NaN (see store_positions).
-inline bool unordered(__m512 sum) {
-  const __m512 check = _mm512_sub_ps(sum, sum);
-  return _mm512_cmp_ps_mask(check, check, _CMP_UNORD_Q) != 0;
 }
 
 template <class F>
 bool input_transform_f32(const Problem<F>& p, const float* in, const Chunk& ch, float* v, int64_t ld, int64_t xs,
                          float* buf) {
   constexpr int M = F::m, A = F::alpha;
-  __mmask16 bad = 0;  // lanes where a transformed value is Inf or NaN
+  bool finite = true;
   // Each plane is first copied into a zero-bordered buffer, so that the loads below are whole,
   // unmasked vectors: masked loads that start before a row cost several times more on AMD's
   // cores.
@@ -455,73 +402,73 @@ bool input_transform_f32(const Problem<F>& p, const float* in, const Chunk& ch, 
       for (int64_t ty = ch.ty0; ty < ch.ty1; ++ty) {
         const int64_t t = ((n - ch.n0) * (ch.ty1 - ch.ty0) + ty - ch.ty0) * p.TW;
         float* vt = v + c * ld + t;
-        for (int64_t tx0 = 0; tx0 < p.TW; tx0 += 16) {
-          __m512 s[A][A];  // B^T along each row: s[i][b]
+        for (int64_t tx0 = 0; tx0 < p.TW; tx0 += kL) {
+          Vec s[A][A];  // B^T along each row: s[i][b]
           for (int i = 0; i < A; ++i) {
             const float* row = buf + (M * (ty - ch.ty0) + i) * wd + M * tx0;
-            __m512 d[A], lead[M], tail[M];
-            deinterleave<M>(row, lead);      // columns 0 .. m - 1 of each tile
-            deinterleave<M>(row + M, tail);  // and m .. alpha - 1, the next tile's first ones
+            Vec d[A], lead[M], tail[M];
+            RL::deinterleave<M>(row, lead);      // columns 0 .. m - 1 of each tile
+            RL::deinterleave<M>(row + M, tail);  // and m .. alpha - 1, the next tile's first ones
             for (int j = 0; j < M; ++j) d[j] = lead[j];
             for (int j = M; j < A; ++j) d[j] = tail[j - M];
             F::bt(d, s[i]);
           }
-          __m512 r[A * A];
+          Vec r[A * A];
           for (int b = 0; b < A; ++b) {  // then along each column
-            __m512 col[A], o[A];
+            Vec col[A], o[A];
             for (int i = 0; i < A; ++i) col[i] = s[i][b];
             F::bt(col, o);
             for (int a = 0; a < A; ++a) r[a * A + b] = o[a];
           }
-          bad |= store_positions<A * A>(vt + tx0, xs, t + tx0 + 16 <= ld, span_mask(0, p.TW - tx0), r);
+          finite &= store_positions<A * A>(vt + tx0, xs, t + tx0 + kL <= ld, p.TW - tx0, r);
         }
       }
     }
-  return bad == 0;
+  return finite;
 }
 
 template <class F>
 bool output_transform_f32(const Problem<F>& p, const float* m, int64_t ld, int64_t xs, const Chunk& ch,
                           const float* bias, float* out) {
   constexpr int M = F::m, A = F::alpha;
-  __m512 sum = _mm512_setzero_ps();  // Inf or NaN once an output is
+  Vec sum = RL::zero();  // Inf or NaN once an output is
   // The rows a chunk writes end at end_row: whole-vector stores that spill past a row's end land
   // on the next rows, which are written after it (by this tile row, or later ones of the chunk),
   // but must not pass end_row, where another thread's chunk may already have written. With more
-  // than one group of 16 tiles per row, a later group's spill would land on rows an earlier group
+  // than one group of L tiles per row, a later group's spill would land on rows an earlier group
   // has written, so stores are then whole only inside the row.
   const int64_t end_row = std::min(M * ch.ty1, p.OH);
-  const bool one_group = p.TW <= 16;
+  const bool one_group = p.TW <= kL;
   for (int64_t k = 0; k < p.K; ++k) {
-    const __m512 bv = _mm512_set1_ps(bias ? bias[k] : 0.0f);
+    const Vec bv = RL::set1(bias ? bias[k] : 0.0f);
     for (int64_t n = ch.n0; n < ch.n1; ++n) {
       float* plane = out + (n * p.K + k) * p.OH * p.OW;
       for (int64_t ty = ch.ty0; ty < ch.ty1; ++ty) {
         const float* mt = m + k * ld + ((n - ch.n0) * (ch.ty1 - ch.ty0) + ty - ch.ty0) * p.TW;
         const int64_t r = M * ty;
-        for (int64_t tx0 = 0; tx0 < p.TW; tx0 += 16) {
-          const __mmask16 lanes = span_mask(0, p.TW - tx0);
-          __m512 q[M][A];  // A^T along each column
+        for (int64_t tx0 = 0; tx0 < p.TW; tx0 += kL) {
+          const int64_t lanes = p.TW - tx0;
+          Vec q[M][A];  // A^T along each column
           for (int b = 0; b < A; ++b) {
-            __m512 col[A], o[M];
-            for (int i = 0; i < A; ++i) col[i] = _mm512_maskz_loadu_ps(lanes, mt + (i * A + b) * xs + tx0);
+            Vec col[A], o[M];
+            for (int i = 0; i < A; ++i) col[i] = RL::load_first(mt + (i * A + b) * xs + tx0, lanes);
             F::at(col, o);
             for (int a = 0; a < M; ++a) q[a][b] = o[a];
           }
           for (int a = 0; a < M && r + a < p.OH; ++a) {
-            __m512 y[M], v[M];
+            Vec y[M], v[M];
             F::at(q[a], y);
             for (int j = 0; j < M; ++j) {
-              y[j] = _mm512_add_ps(y[j], bv);
-              sum = _mm512_add_ps(sum, y[j]);
+              y[j] = y[j] + bv;
+              sum = sum + y[j];
             }
-            interleave<M>(y, v);
+            RL::interleave<M>(y, v);
             for (int j = 0; j < M; ++j) {
-              const int64_t col = M * tx0 + 16 * j, at = (r + a) * p.OW + col;
-              if (col + 16 <= p.OW || (one_group && at + 16 <= end_row * p.OW)) {
-                _mm512_storeu_ps(plane + at, v[j]);
+              const int64_t col = M * tx0 + kL * j, at = (r + a) * p.OW + col;
+              if (col + kL <= p.OW || (one_group && at + kL <= end_row * p.OW)) {
+                RL::store(plane + at, v[j]);
               } else if (col < p.OW) {
-                _mm512_mask_storeu_ps(plane + at, span_mask(col, p.OW), v[j]);
+                RL::store_first(plane + at, p.OW - col, v[j]);
               }
             }
           }
@@ -529,14 +476,14 @@ bool output_transform_f32(const Problem<F>& p, const float* m, int64_t ld, int64
       }
     }
   }
-  return !unordered(sum);
+  return finite_sum(sum);
 }
 
 template <class F>
 bool grad_transform_f32(const Problem<F>& p, const float* gy, const Chunk& ch, float* gt, int64_t ld, int64_t xs,
                         float* buf) {
   constexpr int M = F::m, A = F::alpha;
-  __mmask16 bad = 0;
+  bool finite = true;
   // the chunk's rows of each plane, zero-padded to whole tiles and whole vectors (see
   // input_transform_f32 on masked loads)
   const int64_t width = grad_width(p), rows = M * (ch.ty1 - ch.ty0);
@@ -555,25 +502,25 @@ bool grad_transform_f32(const Problem<F>& p, const float* gy, const Chunk& ch, f
       }
       for (int64_t ty = ch.ty0; ty < ch.ty1; ++ty) {
         const int64_t t = ((n - ch.n0) * (ch.ty1 - ch.ty0) + ty - ch.ty0) * p.TW;
-        for (int64_t tx0 = 0; tx0 < p.TW; tx0 += 16) {
-          __m512 s[M][A];  // A along each row
+        for (int64_t tx0 = 0; tx0 < p.TW; tx0 += kL) {
+          Vec s[M][A];  // A along each row
           for (int a = 0; a < M; ++a) {
-            __m512 e[M];
-            deinterleave<M>(buf + (M * (ty - ch.ty0) + a) * width + M * tx0, e);
+            Vec e[M];
+            RL::deinterleave<M>(buf + (M * (ty - ch.ty0) + a) * width + M * tx0, e);
             F::a(e, s[a]);
           }
-          __m512 r[A * A];
+          Vec r[A * A];
           for (int b = 0; b < A; ++b) {  // then along each column
-            __m512 col[M], o[A];
+            Vec col[M], o[A];
             for (int a = 0; a < M; ++a) col[a] = s[a][b];
             F::a(col, o);
             for (int i = 0; i < A; ++i) r[i * A + b] = o[i];
           }
-          bad |= store_positions<A * A>(gt + k * ld + t + tx0, xs, t + tx0 + 16 <= ld, span_mask(0, p.TW - tx0), r);
+          finite &= store_positions<A * A>(gt + k * ld + t + tx0, xs, t + tx0 + kL <= ld, p.TW - tx0, r);
         }
       }
     }
-  return bad == 0;
+  return finite;
 }
 
 template <class F>
@@ -581,12 +528,7 @@ bool input_transform_adjoint_f32(const Problem<F>& p, const float* dv, int64_t l
                                  float* gx, float* plane) {
   constexpr int M = F::m, A = F::alpha, O = A - M;  // O: the columns (and rows) tiles overlap by
   const int64_t wd = adjoint_width(p);
-  __m512 sum = _mm512_setzero_ps();  // Inf or NaN once a value is
-  const __m512 zero = _mm512_setzero_ps();
-  // [prev[15], v[0], ..., v[14]]: a tile's columns m .. alpha - 1 land on the next tile's first
-  auto shift_in = [](__m512 v, __m512 prev) {
-    return _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v), _mm512_castps_si512(prev), 15));
-  };
+  Vec sum = RL::zero();  // Inf or NaN once a value is
   for (int64_t n = ch.n0; n < ch.n1; ++n)
     for (int64_t c = 0; c < p.C; ++c) {
       // Rows m ty .. m ty + O - 1 are first written by tile row ty - 1 (its last O rows, stored
@@ -594,43 +536,41 @@ bool input_transform_adjoint_f32(const Problem<F>& p, const float* dv, int64_t l
       std::fill(plane, plane + O * wd, 0.0f);
       for (int64_t ty = 0; ty < p.TH; ++ty) {
         const float* d = dv + c * ld + ((n - ch.n0) * p.TH + ty) * p.TW;
-        __m512 carry[A][O];  // the previous group's columns m .. alpha - 1 (its lane 15 spills over)
+        Vec carry[A][O];  // the previous group's columns m .. alpha - 1 (its last lane spills over)
         for (int i = 0; i < A; ++i)
-          for (int j = 0; j < O; ++j) carry[i][j] = zero;
-        for (int64_t tx0 = 0; tx0 < p.TW; tx0 += 16) {
-          const __mmask16 lanes = span_mask(0, p.TW - tx0);  // lanes past the last tile load 0
-          __m512 h[A][A];  // B along the first index: h[i][b]
+          for (int j = 0; j < O; ++j) carry[i][j] = RL::zero();
+        for (int64_t tx0 = 0; tx0 < p.TW; tx0 += kL) {
+          const int64_t lanes = p.TW - tx0;  // lanes past the last tile load 0
+          Vec h[A][A];  // B along the first index: h[i][b]
           for (int b = 0; b < A; ++b) {
-            __m512 q[A], o[A];
-            for (int a = 0; a < A; ++a) q[a] = _mm512_maskz_loadu_ps(lanes, d + (a * A + b) * xs + tx0);
+            Vec q[A], o[A];
+            for (int a = 0; a < A; ++a) q[a] = RL::load_first(d + (a * A + b) * xs + tx0, lanes);
             F::b(q, o);
             for (int i = 0; i < A; ++i) h[i][b] = o[i];
           }
           for (int i = 0; i < A; ++i) {
-            __m512 dd[A], cols[M], v[M];
+            Vec dd[A], cols[M], v[M];
             F::b(h[i], dd);  // then along the second
             for (int j = 0; j < M; ++j) cols[j] = dd[j];
             for (int j = 0; j < O; ++j) {
-              cols[j] = _mm512_add_ps(cols[j], shift_in(dd[M + j], carry[i][j]));
+              cols[j] = cols[j] + RL::shift_in(dd[M + j], carry[i][j]);
               carry[i][j] = dd[M + j];
             }
-            for (int j = 0; j < M; ++j) sum = _mm512_add_ps(sum, cols[j]);
-            interleave<M>(cols, v);
+            for (int j = 0; j < M; ++j) sum = sum + cols[j];
+            RL::interleave<M>(cols, v);
             float* row = plane + (M * ty + i) * wd + M * tx0;
             for (int j = 0; j < M; ++j) {
-              if (i < O) v[j] = _mm512_add_ps(v[j], _mm512_loadu_ps(row + 16 * j));  // rows the tile row above started
-              _mm512_storeu_ps(row + 16 * j, v[j]);
+              if (i < O) v[j] = v[j] + RL::load(row + kL * j);  // rows the tile row above started
+              RL::store(row + kL * j, v[j]);
             }
           }
         }
-        if (p.TW % 16 == 0) {  // the last tile's overhang had no next lane to land in
-          alignas(64) float spill[16];
+        if (p.TW % kL == 0) {  // the last tile's overhang had no next lane to land in
           for (int i = 0; i < A; ++i) {
             float* row = plane + (M * ty + i) * wd + M * p.TW;
             for (int j = 0; j < O; ++j) {
-              sum = _mm512_add_ps(sum, carry[i][j]);
-              _mm512_store_ps(spill, carry[i][j]);
-              row[j] = (i < O ? row[j] : 0.0f) + spill[15];
+              sum = sum + carry[i][j];
+              row[j] = (i < O ? row[j] : 0.0f) + RL::last(carry[i][j]);
             }
           }
         }
@@ -638,9 +578,16 @@ bool input_transform_adjoint_f32(const Problem<F>& p, const float* dv, int64_t l
       float* out = gx + (n * p.C + c) * p.H * p.W;
       for (int64_t r = 0; r < p.H; ++r) std::copy_n(plane + (r + p.ph) * wd + p.pw, p.W, out + r * p.W);
     }
-  return !unordered(sum);
+  return finite_sum(sum);
 }
+#endif  // KILN_WINOGRAD_ROW_LANES
 
+#if defined(__AVX512F__)
+// Lanes l with 0 <= start + l < n.
+inline __mmask16 span_mask(int64_t start, int64_t n) {
+  const int64_t lo = std::clamp<int64_t>(-start, 0, 16), hi = std::clamp<int64_t>(n - start, 0, 16);
+  return hi > lo ? static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u)) : __mmask16(0);
+}
 // Rows of at most this many tiles take the gathered transforms: measured in bench_conv_lab on
 // ResNet-18's layers, 1.1-1.2x faster at 1 to 4 tiles per row (its 7x7 and 4x4 planes), 1.2-1.6x
 // slower at 7 (its 28x28 and 14x14 ones), where the row-wise transforms fill half the lanes.
@@ -712,7 +659,7 @@ bool input_transform_gathered(const Problem<F>& p, const float* in, const Chunk&
   constexpr int A = F::alpha;
   const TileLanes<F> tl(p, ch);
   const int64_t wg = gathered_width(p), ps = gathered_plane(p), samples = ch.n1 - ch.n0;
-  __mmask16 bad = 0;
+  bool finite = true;
   for (int64_t c = 0; c < p.C; ++c) {
     for (int64_t s = 0; s < samples; ++s) {  // the channel's planes, zero-bordered
       const float* plane = in + ((ch.n0 + s) * p.C + c) * p.H * p.W;
@@ -727,10 +674,10 @@ bool input_transform_gathered(const Problem<F>& p, const float* in, const Chunk&
       for (int i = 0; i < A; ++i)
         for (int j = 0; j < A; ++j) d[i][j] = _mm512_i32gather_ps(at, buf + i * wg + j, 4);
       nest(d, r, [](const auto& x, auto& y) { F::bt(x, y); });
-      bad |= store_positions(v + c * ld + 16 * g, xs, 16 * g + 16 <= ld, tl.valid(g), r);
+      finite &= store_positions(v + c * ld + 16 * g, xs, 16 * g + 16 <= ld, tl.tiles - 16 * g, r);
     }
   }
-  return bad == 0;
+  return finite;
 }
 
 template <class F>
@@ -762,7 +709,7 @@ bool output_transform_gathered(const Problem<F>& p, const float* m, int64_t ld, 
         }
     }
   }
-  return !unordered(sum);
+  return finite_sum(sum);
 }
 
 template <class F>
@@ -771,7 +718,7 @@ bool grad_transform_gathered(const Problem<F>& p, const float* gy, const Chunk& 
   constexpr int M = F::m, A = F::alpha;
   const TileLanes<F> tl(p, ch);
   const int64_t ohw = p.OH * p.OW;
-  __mmask16 bad = 0;
+  bool finite = true;
   const float* base = gy + ch.n0 * p.K * ohw;
   const __m512 zero = _mm512_setzero_ps();
   for (int64_t g = 0; g < tl.groups; ++g) {
@@ -784,10 +731,10 @@ bool grad_transform_gathered(const Problem<F>& p, const float* gy, const Chunk& 
       for (int i = 0; i < M; ++i)
         for (int j = 0; j < M; ++j) e[i][j] = _mm512_mask_i32gather_ps(zero, keep[i][j], at, plane + i * p.OW + j, 4);
       nest(e, r, [](const auto& x, auto& z) { F::a(x, z); });
-      bad |= store_positions(gt + k * ld + 16 * g, xs, 16 * g + 16 <= ld, tl.valid(g), r);
+      finite &= store_positions(gt + k * ld + 16 * g, xs, 16 * g + 16 <= ld, tl.tiles - 16 * g, r);
     }
   }
-  return bad == 0;
+  return finite;
 }
 
 template <class F>
@@ -830,45 +777,47 @@ bool input_transform_adjoint_gathered(const Problem<F>& p, const float* dv, int6
 }
 #endif  // __AVX512F__
 
-// The transforms the kernels call: the AVX-512 ones for f32 where compiled in.
+// The transforms the kernels call: for f32 the vector ones of the level where compiled in (the
+// gathered ones for narrow planes at AVX-512 only: AVX2 has no scatter, and its 8 lanes fill
+// better along a row).
+// KILN_WINOGRAD_VECTOR(gathered call, row call): inside a transform below, returns the vector
+// transform's result for f32 where the level has one.
+#if defined(__AVX512F__)
+#define KILN_WINOGRAD_VECTOR(gathered_call, row_call) \
+  if constexpr (std::is_same_v<T, float>) return gathered(p, ch) ? gathered_call : row_call;
+#elif defined(KILN_WINOGRAD_ROW_LANES)
+#define KILN_WINOGRAD_VECTOR(gathered_call, row_call) \
+  if constexpr (std::is_same_v<T, float>) return row_call;
+#else
+#define KILN_WINOGRAD_VECTOR(gathered_call, row_call)
+#endif
+
 template <class F, class T>
 bool input_transform_any(const Problem<F>& p, const T* in, const Chunk& ch, T* v, int64_t ld, int64_t xs, T* buf) {
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>)
-    return gathered(p, ch) ? input_transform_gathered(p, in, ch, v, ld, xs, buf)
-                           : input_transform_f32(p, in, ch, v, ld, xs, buf);
-#endif
+  KILN_WINOGRAD_VECTOR(input_transform_gathered(p, in, ch, v, ld, xs, buf),
+                       input_transform_f32(p, in, ch, v, ld, xs, buf))
   return input_transform(p, in, ch, v, ld, xs, buf);
 }
 template <class F, class T>
 bool output_transform_any(const Problem<F>& p, const T* m, int64_t ld, int64_t xs, const Chunk& ch, const T* bias,
                           T* out, T* buf) {
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>)
-    return gathered(p, ch) ? output_transform_gathered(p, m, ld, xs, ch, bias, out)
-                           : output_transform_f32(p, m, ld, xs, ch, bias, out);
-#endif
+  KILN_WINOGRAD_VECTOR(output_transform_gathered(p, m, ld, xs, ch, bias, out),
+                       output_transform_f32(p, m, ld, xs, ch, bias, out))
   return output_transform(p, m, ld, xs, ch, bias, out, buf);
 }
 template <class F, class T>
 bool grad_transform_any(const Problem<F>& p, const T* gy, const Chunk& ch, T* gt, int64_t ld, int64_t xs, T* buf) {
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>)
-    return gathered(p, ch) ? grad_transform_gathered(p, gy, ch, gt, ld, xs)
-                           : grad_transform_f32(p, gy, ch, gt, ld, xs, buf);
-#endif
+  KILN_WINOGRAD_VECTOR(grad_transform_gathered(p, gy, ch, gt, ld, xs), grad_transform_f32(p, gy, ch, gt, ld, xs, buf))
   return grad_transform(p, gy, ch, gt, ld, xs, buf);
 }
 template <class F, class T>
 bool input_transform_adjoint_any(const Problem<F>& p, const T* dv, int64_t ld, int64_t xs, const Chunk& ch, T* gx,
                                  T* plane) {
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, float>)
-    return gathered(p, ch) ? input_transform_adjoint_gathered(p, dv, ld, xs, ch, gx, plane)
-                           : input_transform_adjoint_f32(p, dv, ld, xs, ch, gx, plane);
-#endif
+  KILN_WINOGRAD_VECTOR(input_transform_adjoint_gathered(p, dv, ld, xs, ch, gx, plane),
+                       input_transform_adjoint_f32(p, dv, ld, xs, ch, gx, plane))
   return input_transform_adjoint(p, dv, ld, xs, ch, gx, plane);
 }
+#undef KILN_WINOGRAD_VECTOR
 
 // Whether every value is finite (x - x is 0 for finite x and NaN for Inf or NaN).
 template <class T>
@@ -1218,5 +1167,12 @@ template bool winograd_backward_generated<float>(const float*, const float*, flo
 template bool winograd_backward_generated<double>(const double*, const double*, double*, double*,
                                                   const ConvGeometry&, const std::function<void(int64_t, void*)>&);
 
-}  // namespace kiln::kernels::cpu
+namespace {
+WinogradEntries winograd_entries() {
+  return {&winograd_forward<float>, &winograd_backward_input<float>, &winograd_backward_weight<float>,
+          &winograd_backward_both<float>, &winograd_backward_generated<float>};
+}
+}  // namespace
+KILN_REGISTER_KERNEL(winograd_f32_in_use, CPU, winograd_entries);
 
+}  // namespace kiln::kernels::cpu

@@ -11,6 +11,7 @@
 
 #include "kiln/core/dtype.h"
 #include "kiln/kernels/conv.h"
+#include "kiln/kernels/dispatch.h"
 
 namespace kiln::kernels::cpu {
 
@@ -65,5 +66,20 @@ bool winograd_backward_both(const T* x, const T* gy, const T* w, T* gx, T* dw, c
 template <class T>
 bool winograd_backward_generated(const T* x, const T* w, T* gx, T* dw, const ConvGeometry& g,
                                  const std::function<void(int64_t n, void* dy)>& make_dy);
+
+// The f32 entry points above as compiled for the CPU level in use (kiln/core/cpu_isa.h), for
+// callers outside kiln/kernels/cpu such as tests and benchmarks: the functions above are each
+// level's own copy, which the conv kernels call directly, so a test calling them by name would
+// only ever run the baseline level's transforms. Call winograd_f32_in_use.on(Device::cpu()).
+struct WinogradEntries {
+  bool (*forward)(const float*, const float*, const float*, float*, const ConvGeometry&,
+                  const std::function<void(int64_t, int64_t)>&);
+  bool (*backward_input)(const float*, const float*, float*, const ConvGeometry&);
+  bool (*backward_weight)(const float*, const float*, float*, const ConvGeometry&);
+  bool (*backward_both)(const float*, const float*, const float*, float*, float*, const ConvGeometry&);
+  bool (*backward_generated)(const float*, const float*, float*, float*, const ConvGeometry&,
+                             const std::function<void(int64_t, void*)>&);
+};
+inline Kernel<WinogradEntries()> winograd_f32_in_use{"winograd"};
 
 }  // namespace kiln::kernels::cpu
