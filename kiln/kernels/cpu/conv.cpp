@@ -1,11 +1,19 @@
 // CPU 2-D convolution: forward, backward-to-input and backward-to-weight, each as "form the patch
-// matrix, then one Eigen GEMM", in two layouts.
+// matrix, then one GEMM" (gemm() in kiln/kernels/cpu/gemm.h), in two layouts. f32 NCHW 3x3
+// stride-1 convolutions that winograd_applies() accepts run Winograd instead
+// (kiln/kernels/cpu/winograd.h); the code below runs everything else, and those too when the
+// Winograd kernel declines a call.
 //
-//   NCHW (im2col):  per sample and group, col [Cg*kh*kw, OH*OW] is gathered from the input
-//                   planes (a memcpy per output row when stride_w == 1), then
-//                     out_n  [Kg, OH*OW]   = W_g  [Kg, Cg*kh*kw] @ col
-//                     dcol   [Cg*kh*kw, .] = W_g^T @ dout_n      -> col2im (scatter-add)
-//                     dW_g  += dout_n @ col^T
+//   NCHW (im2col):  per block of nb samples and per group, col [Cg*kh*kw, nb*OH*OW] is gathered
+//                   from the input planes, each sample's columns side by side (a memcpy per
+//                   output row when stride_w == 1; one shifted span per tap for "same"-width
+//                   unit-stride convolutions), then
+//                     out_b [Kg, nb*OH*OW] = W_g  [Kg, Cg*kh*kw] @ col
+//                     dcol  [Cg*kh*kw, .]  = W_g^T @ dout_b      -> col2im (scatter-add)
+//                     dW_g += dout_b @ col^T
+//                   A block holds one sample when its plane is large; small planes are batched
+//                   until a block has about 256 columns (nchw_samples_per_block), so the product
+//                   is not 16 or 49 columns wide.
 //   NHWC (im2row):  per block of whole samples, P [rows = samples*OH*OW, kh*kw*Cg] is copied
 //                   from NHWC rows (each tap is Cg contiguous channels; kw*C contiguous values
 //                   when groups == 1 and dilation_w == 1), then
@@ -13,18 +21,27 @@
 //                     dP  = dout @ Wr_g                      -> row2im (scatter-add)
 //                     dWr_g += dout^T @ P
 //
-// Why it is fast: every FLOP runs in Eigen's blocked GEMM (AVX-512/FMA with -march=native); the
-// patch matrix of one sample is ~100-300 KB and stays in L2 between its gather and the GEMM. With
-// at least as many samples as threads, OpenMP splits the batch (each thread has its own patch
-// buffer and Eigen runs single-threaded inside); otherwise Eigen parallelises each GEMM. The
-// weight gradient accumulates into one buffer per thread (never one per sample), summed at the
-// end. 1x1 / stride 1 / no padding convolutions use the input as the patch matrix (no copy).
+// The GEMM: this file is compiled once per CPU level (baseline, AVX2, AVX-512) and the level in
+// use is picked at run time (KILN_CPU_ISA, kiln::cpu_isa(); docs/kernels.md, "One binary, every
+// x86-64"). f32 at the AVX2 and AVX-512 levels runs kiln's own packed GEMM (gemm.cpp); f64, and
+// f32 at the baseline level, run Eigen's. The NCHW kernels prepare each group's weight once per
+// call as a PackedLhs, not once per block. The bias gradient's sums are Eigen expressions on
+// mapped memory.
+//
+// Why it is fast: the patch matrix is gathered one block at a time (a few hundred KB for one
+// sample of a large plane; several samples are batched only up to about 4 MB for NCHW and 1 MB
+// for NHWC), so it is still in cache when the GEMM reads it. With at least as many blocks as
+// threads, OpenMP splits the batch (each thread has its own patch buffer and the GEMM runs
+// single-threaded inside); otherwise the GEMM splits each product among the threads. The weight
+// gradient accumulates into one buffer per thread (never one per sample), summed at the end.
+// 1x1 / stride 1 / no padding convolutions use the input as the patch matrix (no copy) in an
+// NHWC block or a one-sample NCHW block.
 //
 // Which layout's kernel runs: the tensors' own, unless autotuning is on
 // (kiln::set_cpu_conv_autotune(true), kiln/core/cpu_conv.h). Then the first call of each
-// (direction, geometry, dtype, layout) also times the other layout's kernel on converted copies,
-// conversions included, and the faster choice is cached for the process (cleared by
-// kiln::clear_cpu_conv_autotune_cache()).
+// (direction, geometry, dtype, layout, thread count, CPU level) also times the other layout's
+// kernel on converted copies, conversions included, and the faster choice is cached for the
+// process (cleared by kiln::clear_cpu_conv_autotune_cache()).
 //
 // The conv-block fusion (kiln/kernels/conv_block.h) adds two entry points here, because they
 // need the NCHW kernel's inner loop: conv2d_forward_batch_stats (the statistics of a following
