@@ -306,8 +306,9 @@ void row2im(const T* P, T* dx, int64_t samples, int64_t c0, int64_t Cg, const Co
 // ------------------------------------------------------------------------- scheduling
 
 // Runs body(thread, begin, end) over [0, n) in blocks of `block`; with at least as many blocks
-// as threads the blocks are spread over OpenMP threads (Eigen then runs single-threaded inside
-// each), otherwise everything runs on this thread and Eigen parallelises each GEMM.
+// as threads the blocks are spread over OpenMP threads (the GEMM then runs single-threaded inside
+// each), otherwise everything runs on this thread and the GEMM splits each product among the
+// threads (kiln's own at AVX2 and AVX-512, Eigen's at the baseline level and for f64).
 // any_order: the blocks' results do not depend on which thread runs them (no per-thread partial
 // sums), so they are handed out dynamically -- a thread that starts late or runs slower (a VM's
 // vCPUs do) takes fewer. Otherwise a static split keeps reductions bitwise reproducible.

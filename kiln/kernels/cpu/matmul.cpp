@@ -59,8 +59,9 @@ void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b) {
   const int64_t abs_ = batched ? a.stride(0) : 0, bbs = batched ? b.stride(0) : 0;
   auto one = [&](int64_t i) {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      // f32/f64: the CPU GEMM (kiln's own AVX-512 kernel for f32); it splits a product among
-      // threads itself unless it runs inside the batch loop below
+      // f32/f64: the CPU GEMM (kiln's own packed kernel for f32 at the AVX2 and AVX-512 levels,
+      // Eigen's at the baseline level and for f64); it splits a product among threads itself
+      // unless it runs inside the batch loop below
       gemm(MatrixView<const T>{ap + i * abs_, M, K, ars, acs}, MatrixView<const T>{bp + i * bbs, K, N, brs, bcs},
            row_major(cp + i * M * N, M, N, N), false);
       return;
@@ -72,7 +73,7 @@ void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b) {
       });
     });
   };
-  // Many small matrices: one per thread (Eigen then runs single-threaded inside).
+  // Many small matrices: one per thread (the GEMM then runs single-threaded inside).
   if (B > 1 && M * N * K < (1 << 18)) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < B; ++i) one(i);
