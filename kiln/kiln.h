@@ -18,6 +18,7 @@
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/core/generator.h"
+#include "kiln/core/profiler.h"
 #include "kiln/core/gradcheck.h"
 #include "kiln/core/tensor.h"
 #include "kiln/core/threads.h"

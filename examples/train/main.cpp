@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <omp.h>
@@ -234,6 +235,37 @@ std::string rank_path(const Options& o, const std::string& path) {
   return (has_ext ? path.substr(0, path.size() - ext.size()) : path) + ".rank" + std::to_string(o.rank) + ext;
 }
 
+// --profile N: a Profiler over N optimizer steps after the warm-up; writes OUT/trace.json and
+// OUT/profile.txt and prints the table (rank 0).
+class StepProfile {
+ public:
+  explicit StepProfile(const Options& o) : o_(o) {}
+  bool active() const { return prof_.has_value(); }
+  void before_step(int64_t step, bool first_micro) {
+    if (o_.profile > 0 && first_micro && !prof_ && !done_ && step == kiln_train::kProfileWarmup) prof_.emplace();
+  }
+  void after_step(int64_t step, bool main_rank) {
+    if (!prof_ || step < kiln_train::kProfileWarmup + o_.profile) return;
+    if (o_.device == "cuda") kiln::cuda::synchronize();
+    prof_->stop();
+    done_ = true;
+    if (main_rank) {
+      prof_->write_chrome_trace(o_.out + "/trace.json");
+      const std::string table = prof_->table(30);
+      std::ofstream(o_.out + "/profile.txt") << table;
+      std::printf("\nprofile of steps %lld-%lld:\n%s(wrote %s/trace.json and %s/profile.txt)\n",
+                  static_cast<long long>(kiln_train::kProfileWarmup + 1), static_cast<long long>(step), table.c_str(),
+                  o_.out.c_str(), o_.out.c_str());
+    }
+    prof_.reset();
+  }
+
+ private:
+  const Options& o_;
+  std::optional<kiln::profiler::Profiler> prof_;
+  bool done_ = false;
+};
+
 int run(Options o) {
   kiln_train::validate(o, kiln::cuda::is_available());
   kiln_train::init_parallel(o);  // under a launcher: joins the job, o.batch_size becomes this rank's share
@@ -324,6 +356,7 @@ int run(Options o) {
   const std::string ckpt_path = rank_path(o, o.out + "/checkpoint.safetensors");
   const bool writes_checkpoints = main_rank || zero;
   kiln_train::StepGraph graph_state(o.cuda_graphs, opt_ref);
+  StepProfile profile(o);
   Tensor grad_norm;  // a device tensor written by clip_grad_norm (inside the graph with --cuda-graphs)
   for (int64_t epoch = pos.epoch; epoch < o.epochs && !stop; ++epoch) {
     loader.set_epoch(epoch);
@@ -337,6 +370,9 @@ int run(Options o) {
         ++b;
         continue;
       }
+      profile.before_step(pos.step, micro % o.grad_accum == 0);
+      std::optional<kiln::profiler::Range> step_range;
+      if (profile.active()) step_range.emplace("step");
       // One micro-batch: forward (under autocast), scaled backward; on the last micro-batch of a
       // step also clipping and the (possibly skipped) optimizer step. Everything here stays on the
       // device, which is what lets --cuda-graphs capture it.
@@ -392,6 +428,8 @@ int run(Options o) {
         if (sched) sched->step();
         if (ema) ema->update();
         ++pos.step;
+        step_range.reset();
+        profile.after_step(pos.step, main_rank);
         if (pos.step % o.log_every == 0 || pos.step == total_steps) {
           last_loss = loss.item<double>();  // the only host read in the loop, once per log interval
           const double t = now_seconds();

@@ -46,6 +46,10 @@ Options parse(int argc, char** argv) {
   app.add_option("--resume", o.resume, "continue from a checkpoint.safetensors written by kiln-train");
   app.add_flag("--find-lr", o.find_lr, "run the LR range test, print and plot the suggestion, and exit");
   app.add_option("--log-every", o.log_every, "optimizer steps between logged metrics")->check(CLI::PositiveNumber);
+  app.add_option("--profile", o.profile,
+                 "profile N steps after 5 warm-up steps: OUT/trace.json (Perfetto, chrome://tracing) and "
+                 "OUT/profile.txt, the top ops by self time (docs/profiling.md)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", o.threads, "CPU threads for the kernels (0: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--dist-timeout", o.dist_timeout, "under a launcher: seconds a collective or the rendezvous "
                  "may take before it is an error")->check(CLI::PositiveNumber);

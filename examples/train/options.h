@@ -33,6 +33,7 @@ struct Options {
   std::string resume;
   bool find_lr = false;
   int64_t log_every = 50;             // optimizer steps between metric rows
+  int64_t profile = 0;                // profile this many steps after kProfileWarmup (0: off)
   int threads = 0;                    // OpenMP threads for the kernels; 0: all cores
   bool flush_denormal = true;         // CPU: denormal floats read and written as 0 (FTZ/DAZ)
   // Data parallelism, when a launcher (kiln-run, torchrun, mpirun, srun) started several ranks
@@ -47,6 +48,9 @@ struct Options {
   int world_size = 1;
   int cuda_device = 0;
 };
+
+// --profile starts after this many optimizer steps (first-call allocations, autotuning).
+inline constexpr int64_t kProfileWarmup = 5;
 
 // Parses argv (exits on --help / bad syntax, like every CLI11 program) and validates the
 // combination: an invalid one throws kiln::Error explaining why.

@@ -1,6 +1,7 @@
 #include "kiln/core/autograd.h"
 
 #include "kiln/core/autocast.h"
+#include "kiln/core/profiler.h"
 
 #include <algorithm>
 #include <atomic>
@@ -375,6 +376,7 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, b
         Node* const outer = t_running_node;
         t_running_node = node;
         try {
+          profiler::detail::NodeScope profiled(node->name());
           out = node->apply(std::move(grads));
         } catch (...) {
           t_running_node = outer;

@@ -11,6 +11,7 @@
 
 #include "kiln/core/cuda.h"
 #include "kiln/core/error.h"
+#include "kiln/core/profiler.h"
 
 namespace kiln {
 
@@ -151,6 +152,7 @@ Storage::Storage(size_t nbytes, Device device, Allocator* alloc)
     : nbytes_(nbytes), device_(device), alloc_(alloc) {
   data_ = alloc_->allocate(nbytes);
   pinned_ = device.is_cpu() && alloc == g_pinned && g_pinned != nullptr;
+  profiler::detail::record_memory(static_cast<int64_t>(nbytes), device);
 }
 
 Storage::Storage(void* data, size_t nbytes, Device device, Deleter deleter)
@@ -158,6 +160,7 @@ Storage::Storage(void* data, size_t nbytes, Device device, Deleter deleter)
 
 Storage::~Storage() {
   if (alloc_) {
+    if (data_) profiler::detail::record_memory(-static_cast<int64_t>(nbytes_), device_);
     if (data_) alloc_->deallocate(data_);
   } else if (deleter_) {
     deleter_(data_);

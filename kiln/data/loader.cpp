@@ -11,6 +11,7 @@
 
 #include "kiln/core/cuda.h"
 #include "kiln/core/generator.h"
+#include "kiln/core/profiler.h"
 #include "kiln/core/cuda_stream.h"
 #include "kiln/data/staging.h"
 
@@ -109,6 +110,7 @@ struct DataLoader::Impl {
 
   // ---- building (workers, or the caller with workers(0))
   Built build(int64_t b) const {
+    profiler::Range range("load batch");  // kiln/core/profiler.h: on the worker's own track
     Built out;
     const std::vector<int64_t>& idx = batches[static_cast<size_t>(b)];
     std::vector<Example> samples;
@@ -148,7 +150,8 @@ struct DataLoader::Impl {
     return out;
   }
 
-  void worker_loop() {
+  void worker_loop(int worker) {
+    profiler::set_thread_name("loader worker " + std::to_string(worker));
     const int64_t nb = static_cast<int64_t>(batches.size());
     for (;;) {
       int64_t b;
@@ -194,7 +197,7 @@ struct DataLoader::Impl {
     epoch_start = Clock::now();
     running = true;
     for (int w = 0; w < opt.workers() && !batches.empty(); ++w)
-      threads.emplace_back([this] { worker_loop(); });
+      threads.emplace_back([this, w] { worker_loop(w); });
   }
 
   // Takes batch `deliver` from the queue (waiting for it); nullopt semantics via bool.

@@ -25,6 +25,7 @@
 
 #include "kiln/core/cpu_isa_level.h"
 #include "kiln/core/error.h"
+#include "kiln/core/profiler.h"
 #include "kiln/core/tensor.h"
 
 namespace kiln::kernels {
@@ -119,6 +120,11 @@ class Kernel<R(Args...)> {
   R on(Device device, Args... args) const {
     Fn f = fn(backend_of(device));
     if (!f) detail::no_backend(detail::display_name(name_, args...), device);
+    if (profiler::detail::enabled()) {  // kiln/core/profiler.h: one op event per kernel call
+      profiler::detail::OpScope scope(detail::display_name(name_, args...), device);
+      (scope.add(args), ...);
+      return f(std::forward<Args>(args)...);
+    }
     return f(std::forward<Args>(args)...);
   }
 
