@@ -1,4 +1,5 @@
 #pragma once
+#include <vector>
 // Shape arithmetic shared by ops and kernels.
 #include <algorithm>
 #include <cstdint>
@@ -43,5 +44,20 @@ Tensor empty_preserving_layout(const Tensor& like, const TensorOptions& options)
 // an input but not the input itself.
 Tensor empty_preserving_layout(const IntList& sizes, const IntList& strides,
                                const TensorOptions& options);
+
+// Sibling views: tensors of equal sizes and strides in one storage at evenly spaced offsets, as
+// the parts of unbind/chunk of one tensor are (the q, k and v of a fused projection). For such
+// tensors, new ones (options' dtype and device) laid out the same way relative to each other in
+// one new buffer, so that gradients written into them tile one base-shaped gradient as the parts
+// tile their base, and the unbind's backward needs no copy (docs/architecture.md, "Views").
+// Otherwise, or for fewer than two tensors, each an empty_preserving_layout of its own.
+std::vector<Tensor> empty_like_siblings(const std::vector<Tensor>& parts, const TensorOptions& options);
+
+// The inverse question, for the backward of views that tile `sizes`/`strides` along dim d at
+// `starts` (one part per start; `squeezed`: parts lack dim d, as unbind's): when the parts'
+// gradients g already lie in one buffer exactly where the parts lie in their base, that buffer
+// viewed as the base's gradient (no copy); undefined otherwise.
+Tensor view_of_tiled_parts(const std::vector<Tensor>& g, const IntList& sizes, const IntList& strides, int64_t d,
+                           const IntList& starts, bool squeezed);
 
 }  // namespace kiln

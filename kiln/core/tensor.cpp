@@ -208,6 +208,75 @@ Tensor empty_preserving_layout(const IntList& sizes, const IntList& strides,
   return empty(permuted, options).permute(inverse);
 }
 
+namespace {
+// The spacing of sibling views (equal sizes, strides, dtype and storage, offsets in an evenly
+// spaced increasing run), or 0 when the tensors are not siblings.
+int64_t sibling_step(const std::vector<Tensor>& parts) {
+  if (parts.size() < 2) return 0;
+  const Tensor& a = parts[0];
+  if (!a.defined()) return 0;
+  const int64_t step = parts[1].defined() ? parts[1].storage_offset() - a.storage_offset() : 0;
+  if (step <= 0) return 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Tensor& p = parts[i];
+    if (!p.defined() || p.storage() != a.storage() || p.dtype() != a.dtype() || p.sizes() != a.sizes() ||
+        p.strides() != a.strides() || p.storage_offset() != a.storage_offset() + static_cast<int64_t>(i) * step)
+      return 0;
+  }
+  return step;
+}
+}  // namespace
+
+std::vector<Tensor> empty_like_siblings(const std::vector<Tensor>& parts, const TensorOptions& options) {
+  std::vector<Tensor> out;
+  const int64_t step = sibling_step(parts);
+  if (step > 0) {
+    // the parts' base: [n, part sizes...] with the step as the new dim's stride
+    IntList sizes = parts[0].sizes(), strides = parts[0].strides();
+    sizes.insert(sizes.begin(), static_cast<int64_t>(parts.size()));
+    strides.insert(strides.begin(), step);
+    Tensor base = empty_preserving_layout(sizes, strides, options);
+    NoGradGuard ng;
+    for (size_t i = 0; i < parts.size(); ++i) out.push_back(base.select(0, static_cast<int64_t>(i)));
+    return out;
+  }
+  for (const Tensor& p : parts) out.push_back(p.defined() ? empty_preserving_layout(p, options) : Tensor());
+  return out;
+}
+
+Tensor view_of_tiled_parts(const std::vector<Tensor>& g, const IntList& sizes, const IntList& strides, int64_t d,
+                           const IntList& starts, bool squeezed) {
+  if (g.empty() || g.size() != starts.size() || !g[0].defined()) return {};
+  const int64_t base_offset = g[0].storage_offset() - starts[0] * strides[d];
+  if (base_offset < 0) return {};
+  int64_t covered = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Tensor& p = g[i];
+    if (!p.defined() || p.storage() != g[0].storage() || p.dtype() != g[0].dtype() ||
+        p.storage_offset() != base_offset + starts[i] * strides[d])
+      return {};
+    IntList psizes = sizes, pstrides = strides;
+    const int64_t length = squeezed ? 1 : p.size(d);
+    if (squeezed) {
+      psizes.erase(psizes.begin() + d);
+      pstrides.erase(pstrides.begin() + d);
+    } else {
+      psizes[static_cast<size_t>(d)] = length;
+    }
+    if (p.sizes() != psizes || (p.numel() > 1 && p.strides() != pstrides)) return {};
+    if (starts[i] != covered) return {};  // the parts tile dim d in order, so the view only
+    covered += length;                     // addresses elements some part holds
+  }
+  if (covered != sizes[static_cast<size_t>(d)]) return {};
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = g[0].storage();
+  impl->sizes = sizes;
+  impl->strides = strides;
+  impl->offset = base_offset;
+  impl->dtype = g[0].dtype();
+  return Tensor(std::move(impl));
+}
+
 Tensor from_blob(void* data, const IntList& sizes, std::function<void(void*)> deleter,
                  const TensorOptions& opts) {
   return from_blob(data, sizes, contiguous_strides(sizes), std::move(deleter), opts);

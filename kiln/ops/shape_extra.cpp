@@ -92,6 +92,10 @@ std::vector<Tensor> tile_views(const Tensor& base, int64_t d, const IntList& sta
           squeezed ? "UnbindBackward" : "SplitBackward",
           [=](const TensorList& g) {
             if (GradMode::is_enabled()) return TensorList{squeezed ? stack(g, d) : cat(g, d)};
+            // the parts' gradients may already tile one buffer laid out as the base (attention's
+            // q, k, v gradients do: empty_like_siblings in kiln/core/shape.h)
+            Tensor tiled = view_of_tiled_parts(g, sizes, strides, d, starts, squeezed);
+            if (tiled.defined()) return TensorList{tiled};
             Tensor grad = empty_preserving_layout(sizes, strides, g[0].options());
             for (size_t i = 0; i < g.size(); ++i) {
               Tensor place = squeezed ? grad.select(d, starts[i]) : grad.narrow(d, starts[i], lengths[i]);

@@ -6,6 +6,8 @@
 #include <limits>
 
 #include <kiln/kiln.h>
+#include <kiln/nn/functional.h>
+#include "kiln/core/shape.h"
 #include "tests/test_util.h"
 
 using kiln::Tensor;
@@ -123,6 +125,67 @@ TEST_CASE("split and unbind of a permuted view: the gradient has the base's layo
         return p[0].sum(IntList{0}) * p[1].sum(IntList{0});
       },
       {kiln::randn({4, 2, 3}, f64(true))}));
+}
+
+TEST_CASE("empty_like_siblings and view_of_tiled_parts: unbind parts' gradients in one buffer, no copy",
+          "[shape]") {
+  auto x = kiln::randn({2, 5, 3, 2, 4});  // [B, T, 3, H, D]
+  auto base = x.permute({2, 0, 3, 1, 4});
+  auto parts = base.unbind(0);
+  auto sib = kiln::empty_like_siblings(parts, TensorOptions());
+  REQUIRE(sib.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(sib[i].sizes() == parts[i].sizes());
+    CHECK(sib[i].strides() == parts[i].strides());  // laid out as the parts are
+    CHECK(sib[i].storage() == sib[0].storage());
+    CHECK(sib[i].storage_offset() - sib[0].storage_offset() ==
+          parts[i].storage_offset() - parts[0].storage_offset());
+  }
+  // written into, they are the base's gradient as a view: same layout, every value in place
+  for (size_t i = 0; i < 3; ++i) sib[i].copy_(parts[i] * double(i + 1));
+  auto tiled = kiln::view_of_tiled_parts(sib, base.sizes(), base.strides(), 0, {0, 1, 2}, true);
+  REQUIRE(tiled.defined());
+  CHECK(tiled.storage() == sib[0].storage());
+  CHECK(tiled.strides() == base.strides());
+  auto scale = kiln::tensor({1.0, 2.0, 3.0}).view({3, 1, 1, 1, 1});
+  check_close(tiled, values((base * scale).contiguous()), 0, 0);
+  // not siblings: contiguous copies, or parts out of place
+  auto separate = kiln::empty_like_siblings({parts[0].contiguous(), parts[1].contiguous()}, TensorOptions());
+  CHECK(separate[0].storage() != separate[1].storage());
+  CHECK_FALSE(kiln::view_of_tiled_parts({sib[0], sib[2], sib[1]}, base.sizes(), base.strides(), 0, {0, 1, 2}, true)
+                  .defined());
+  CHECK_FALSE(kiln::view_of_tiled_parts({sib[0], sib[1]}, base.sizes(), base.strides(), 0, {0, 1, 2}, true).defined());
+  CHECK_FALSE(kiln::view_of_tiled_parts({sib[0].contiguous(), sib[1], sib[2]}, base.sizes(), base.strides(), 0,
+                                        {0, 1, 2}, true)
+                  .defined());
+}
+
+TEST_CASE("attention on unbind parts of a fused projection: gradients equal, and the unbind copies nothing",
+          "[shape]") {
+  kiln::manual_seed(3);
+  const int64_t B = 2, T = 7, H = 3, D = 5;
+  auto x = kiln::randn({B, T, 3 * H * D}).requires_grad_();
+  auto attend = [&](bool siblings) {
+    auto qkv = x.view({B, T, 3, H, D}).permute({2, 0, 3, 1, 4}).unbind(0);
+    // contiguous() makes three separate tensors: the plain path, the reference here
+    auto q = siblings ? qkv[0] : qkv[0].contiguous(), k = siblings ? qkv[1] : qkv[1].contiguous();
+    auto v = siblings ? qkv[2] : qkv[2].contiguous();
+    return kiln::nn::functional::scaled_dot_product_attention(q, k, v, /*is_causal=*/true);
+  };
+  auto w = kiln::randn({B, H, T, D});
+  auto g_ref = kiln::autograd::grad({(attend(false) * w).sum()}, {x})[0];
+  auto loss = (attend(true) * w).sum();
+  kiln::profiler::Profiler prof;
+  auto g = kiln::autograd::grad({loss}, {x})[0];
+  prof.stop();
+  check_close(g, values(g_ref), 1e-5, 1e-5);
+  int unbind_nodes = 0, copies_in_unbind = 0;
+  for (const auto& e : prof.events()) {
+    unbind_nodes += e.kind == kiln::profiler::EventKind::Node && e.name == "UnbindBackward";
+    copies_in_unbind += e.kind == kiln::profiler::EventKind::Op && e.node == "UnbindBackward" && e.name == "copy_";
+  }
+  CHECK(unbind_nodes == 1);
+  CHECK(copies_in_unbind == 0);
 }
 
 TEST_CASE("linspace and full_like with options", "[factory]") {

@@ -125,18 +125,27 @@ Tensor blocked_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool
              v3b = kernel_operand(vs.detach(), B, cdt);
       Tensor o3b = kernel_operand(so.get().detach(), B, cdt), g3 = kernel_operand(g[0], B, cdt);
       TensorOptions o = TensorOptions().dtype(cdt).device(qs.device());
-      Tensor dq = gq ? empty(q3b.sizes(), o) : Tensor();
-      Tensor dk = gk ? empty(k3b.sizes(), o) : Tensor();
-      Tensor dv = gv ? empty(v3b.sizes(), o) : Tensor();
+      Tensor dq, dk, dv;
+      if (gq && gk && gv && !qs.is_cuda() && q3b.dim() == 4) {
+        // q, k, v of one fused projection: their gradients in one buffer laid out like it, which
+        // the projection's unbind backward then takes without a copy (the CPU kernel writes
+        // strided gradients)
+        auto d = empty_like_siblings({q3b, k3b, v3b}, o);
+        dq = d[0], dk = d[1], dv = d[2];
+      } else {
+        dq = gq ? empty(q3b.sizes(), o) : Tensor();
+        dk = gk ? empty(k3b.sizes(), o) : Tensor();
+        dv = gv ? empty(v3b.sizes(), o) : Tensor();
+      }
       if (B * Tq > 0) {
         kernels::attention_backward(dq, dk, dv, g3, q3b, k3b, v3b, o3b, lse, scale, is_causal);
       } else {
         if (gk) dk.zero_();
         if (gv) dv.zero_();
       }
-      return TensorList{gq ? dq.view(qs.sizes()).to(dt) : Tensor(),
-                        gk ? dk.view(ks.sizes()).to(dt) : Tensor(),
-                        gv ? dv.view(vs.sizes()).to(dt) : Tensor()};
+      auto shaped = [](const Tensor& t, const Tensor& like) { return t.sizes() == like.sizes() ? t : t.view(like.sizes()); };
+      return TensorList{gq ? shaped(dq, qs).to(dt) : Tensor(), gk ? shaped(dk, ks).to(dt) : Tensor(),
+                        gv ? shaped(dv, vs).to(dt) : Tensor()};
     });
   }
   return out;
