@@ -248,12 +248,17 @@ TEST_CASE("scaled_dot_product_attention: backward == naive backward, gradchecks"
   const int64_t blk = kiln::kernels::cpu::attention_block_size();
   for (bool causal : {false, true}) {
     INFO("causal " << causal);
-    Tensor q = kiln::randn({2, blk + 9, 6}, f64(true)), k = kiln::randn({2, blk + 3, 6}, f64(true)),
-           v = kiln::randn({2, blk + 3, 4}, f64(true));
-    Tensor gy = kiln::randn({2, blk + 9, 4}, f64());
-    TL g1 = kiln::autograd::grad({F::scaled_dot_product_attention(q, k, v, causal)}, {q, k, v}, {gy});
-    TL g2 = kiln::autograd::grad({naive_attention(q, k, v, causal)}, {q, k, v}, {gy});
-    for (int i = 0; i < 3; ++i) CHECK(max_err(values(g1[i]), values(g2[i])) < 1e-10);
+    // the kernel's two schedules: rows of one head split over threads (few heads), and one pass
+    // per head (at least two heads per thread)
+    for (int64_t B : {int64_t{2}, int64_t{2 * kiln::get_num_threads() + 1}}) {
+      INFO("batch " << B);
+      Tensor q = kiln::randn({B, blk + 9, 6}, f64(true)), k = kiln::randn({B, blk + 3, 6}, f64(true)),
+             v = kiln::randn({B, blk + 3, 4}, f64(true));
+      Tensor gy = kiln::randn({B, blk + 9, 4}, f64());
+      TL g1 = kiln::autograd::grad({F::scaled_dot_product_attention(q, k, v, causal)}, {q, k, v}, {gy});
+      TL g2 = kiln::autograd::grad({naive_attention(q, k, v, causal)}, {q, k, v}, {gy});
+      for (int i = 0; i < 3; ++i) CHECK(max_err(values(g1[i]), values(g2[i])) < 1e-10);
+    }
     // full Jacobian check on a small case that still spans two blocks of queries
     Tensor qs = kiln::randn({1, blk + 3, 2}, f64(true)), ks = kiln::randn({1, blk + 3, 2}, f64(true)),
            vs = kiln::randn({1, blk + 3, 2}, f64(true));

@@ -17,9 +17,12 @@
 // Backward recomputes each block of probabilities from the saved lse (P = exp(S - lse)), so
 // nothing of size T x T is stored either. With D_i = sum(g_i * out_i):
 //   dV = P^T g,  dP = g V^T,  dS = P * (dP - D),  dQ = dS K * scale,  dK = dS^T Q * scale.
-// dQ is computed in one parallel pass over query blocks and dK, dV in another over key blocks, so
-// no two threads write the same rows (each pass recomputes P; correctness and no atomics first).
+// With at least two batch entries (heads) per thread, one pass per head computes each block's P
+// and dS once for dQ, dK and dV. Otherwise dQ is computed in one parallel pass over query blocks
+// and dK, dV in another over key blocks, so no two threads write the same rows (each pass
+// recomputes P; no atomics).
 #include <Eigen/Core>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -229,6 +232,35 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
         dS.row(i) = (P.row(i).array() * (dS.row(i).array() - Drow[b * d.Tq + q0 + i]) * sc).matrix();
     };
 
+    // One pass when every thread can own whole batch entries (heads): each block's P and dS are
+    // computed once and feed dQ, dK and dV together (the two passes below compute them twice,
+    // which is what lets them split one head's rows across threads).
+    const int threads = par ? omp_get_max_threads() : 1;
+    if (dqp && dkp && dvp && d.B >= 2 * threads) {
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+      for (int64_t b = 0; b < d.B; ++b) {
+        for (int64_t i = 0; i < d.Tq; ++i) std::fill_n(dqp + ldq.offset(b, i), d.D, T(0));
+        Mat<T> dK, dV, P, dS;
+        for (int64_t k0 = 0; k0 < d.Tk; k0 += kBlock) {
+          const int64_t nk = std::min(kBlock, d.Tk - k0);
+          dK.setZero(nk, d.D);
+          dV.setZero(nk, d.Dv);
+          const int64_t qstart = causal ? (std::min(k0, d.Tq) / kBlock) * kBlock : 0;
+          for (int64_t q0 = qstart; q0 < d.Tq; q0 += kBlock) {
+            const int64_t nq = std::min(kBlock, d.Tq - q0);
+            if (causal && q0 + nq - 1 < k0) continue;
+            block(b, q0, nq, k0, nk, P, dS, true);
+            product<T>(rows_of(P).t(), rows_of(gp + lg.offset(b, q0), nq, d.Dv, lg.st), rows_of(dV), true);
+            product<T>(rows_of(dS).t(), rows_of(qp + lq.offset(b, q0), nq, d.D, lq.st), rows_of(dK), true);
+            product<T>(rows_of(dS), rows_of(kp + lk.offset(b, k0), nk, d.D, lk.st),
+                       rows_of(dqp + ldq.offset(b, q0), nq, d.D, ldq.st), true);
+          }
+          MMap<T>(dkp + ldk.offset(b, k0), nk, d.D, Eigen::OuterStride<>(ldk.st)) = dK;
+          MMap<T>(dvp + ldv.offset(b, k0), nk, d.Dv, Eigen::OuterStride<>(ldv.st)) = dV;
+        }
+      }
+      return;
+    }
     if (dqp) {
 #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (par)
       for (int64_t b = 0; b < d.B; ++b)
