@@ -1,0 +1,440 @@
+// kiln-train's training run (trainer.h).
+#include "trainer.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include <kiln/core/debug.h>
+
+#include "parallel.h"
+
+namespace kiln_train {
+
+std::atomic<int> g_interrupted{0};
+
+namespace {
+
+using kiln::Tensor;
+namespace optim = kiln::optim;
+namespace dist = kiln::distributed;
+namespace fs = std::filesystem;
+
+void on_stop_signal(int sig) { g_interrupted = sig; }
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+double default_lr(const Options& o) {
+  if (o.lr > 0) return o.lr;
+  if (o.optimizer == "sgd" || o.optimizer == "lars") return o.model == "gpt" ? 0.05 : 0.1;
+  return o.model == "gpt" ? 2e-3 : 5e-3;  // the CNN: 91.1% after 2 epochs at 5e-3 vs 91.0% at 3e-3
+}
+
+std::unique_ptr<optim::LRScheduler> make_schedule(const Options& o, optim::Optimizer& opt, int64_t total_steps) {
+  const double lr = default_lr(o);
+  // A CUDA graph replays the optimizer kernels with the hyper-parameters of the capture; only the
+  // lr lives in device memory, so under --cuda-graphs the momentum/beta1 cycling stays off.
+  if (o.schedule == "onecycle")
+    return std::make_unique<optim::OneCycleLR>(opt, lr, total_steps,
+                                               optim::OneCycleLROptions().cycle_momentum(!o.cuda_graphs));
+  if (o.schedule == "cyclic")
+    return std::make_unique<optim::CyclicLR>(opt, lr / 10, lr, optim::CyclicLROptions().step_size_up(std::max<int64_t>(1, total_steps / 4)));
+  if (o.schedule == "cosine") return std::make_unique<optim::WarmupCosineLR>(opt, std::max<int64_t>(1, total_steps / 20), total_steps);
+  return nullptr;  // constant
+}
+
+}  // namespace
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const Options& o, const std::vector<Tensor>& params) {
+  const double lr = default_lr(o);
+  auto wd = [&](double d) { return o.weight_decay >= 0 ? o.weight_decay : d; };
+  if (o.optimizer == "adamw") return std::make_unique<optim::AdamW>(params, optim::AdamWOptions(lr).weight_decay(wd(5e-4)));
+  if (o.optimizer == "adam") return std::make_unique<optim::Adam>(params, optim::AdamOptions(lr).weight_decay(wd(0)));
+  if (o.optimizer == "sgd")
+    return std::make_unique<optim::SGD>(params, optim::SGDOptions(lr).momentum(0.9).nesterov(true).weight_decay(wd(5e-4)));
+  if (o.optimizer == "lamb") return std::make_unique<optim::LAMB>(params, optim::LAMBOptions(lr).weight_decay(wd(0.01)));
+  return std::make_unique<optim::LARS>(params, optim::LARSOptions(lr).weight_decay(wd(5e-4)));
+}
+
+std::string speedups_summary(const Options& o) {
+  std::string s;
+  auto add = [&](bool on, const std::string& what) { s += std::string(on ? "  [on]  " : "  [off] ") + what + "\n"; };
+  add(o.schedule == "onecycle" || o.schedule == "cyclic", "1cycle / cyclic LR (--schedule " + o.schedule + ")");
+  add(o.workers > 0, "loader workers (--workers " + std::to_string(o.workers) + ")");
+  add(o.pin_memory && kiln::cuda::is_available(), "pinned memory (--pin-memory; page-locked only with a GPU)");
+  add(o.amp != "off", "mixed precision (--amp " + o.amp + ")");
+  add(o.optimizer == "adamw" || o.optimizer == "lamb" || o.optimizer == "lars", "AdamW/LAMB/LARS, fused multi-tensor step (--optimizer " + o.optimizer + ")");
+  add(o.grad_accum > 1, "gradient accumulation (--grad-accum " + std::to_string(o.grad_accum) + ")");
+  add(o.clip_grad > 0, "gradient clipping (--clip-grad)");
+  add(o.checkpoint_activations, "activation checkpointing (--checkpoint-activations)");
+  add(o.ema > 0, "EMA of weights (--ema)");
+  add(o.channels_last, "channels_last (--channels-last)");
+  const bool cuda = o.device == "cuda";
+  add(cuda && o.cudnn_benchmark, "cuDNN autotuning (--cudnn-benchmark; CUDA only)");
+  add(cuda, "TF32 tensor-core math for f32 matmuls and convolutions (CUDA only)");
+  add(o.cuda_graphs, "CUDA graphs: the whole step replayed with one launch (--cuda-graphs)");
+  add(true, "gradients set to none, no_grad validation, no bias before BatchNorm, input normalisation, fused ops");
+  add(!kiln::debug::current().any(), "debug APIs off (anomaly detection, sync-debug, deterministic algorithms)");
+  add(o.flush_denormal && kiln::flush_denormal(), "denormals flushed to zero on the CPU (--flush-denormal)");
+  add(kiln::cpu_isa() != kiln::CpuIsa::baseline,
+      std::string("CPU kernels for this processor: ") + kiln::cpu_isa_summary() + " (KILN_CPU_ISA)");
+  add(o.distributed, "data parallel over " + std::to_string(o.world_size) + (o.world_size == 1 ? " rank: " : " ranks: ") +
+                            (o.zero ? "ZeRO-1 (--zero)" : "DDP, bucketed all-reduce overlapping backward"));
+  return s;
+}
+
+// ---------------------------------------------------------------- --profile
+
+void StepProfile::before_step(int64_t step, bool first_micro) {
+  if (o_.profile > 0 && first_micro && !prof_ && !done_ && step == kProfileWarmup) prof_.emplace();
+}
+
+void StepProfile::after_step(int64_t step, bool main_rank) {
+  if (!prof_ || step < kProfileWarmup + o_.profile) return;
+  if (o_.device == "cuda") kiln::cuda::synchronize();
+  prof_->stop();
+  done_ = true;
+  if (main_rank) {
+    prof_->write_chrome_trace(o_.out + "/trace.json");
+    const std::string table = prof_->table(30);
+    std::ofstream(o_.out + "/profile.txt") << table;
+    std::printf("\nprofile of steps %lld-%lld:\n%s(wrote %s/trace.json and %s/profile.txt)\n",
+                static_cast<long long>(kProfileWarmup + 1), static_cast<long long>(step), table.c_str(),
+                o_.out.c_str(), o_.out.c_str());
+  }
+  prof_.reset();
+}
+
+// ---------------------------------------------------------------- setup
+
+Trainer::Trainer(Options o, std::unique_ptr<Task> task)
+    : o_(std::move(o)), main_rank_(o_.rank == 0), tty_(kiln::utils::stdout_is_tty()), cuda_(o_.device == "cuda"),
+      task_(std::move(task)), profile_(o_) {
+  params_ = task_->model().parameters();
+  make_optimizers();
+  batches_ = task_->train_loader().size();
+  const int64_t steps_per_epoch = batches_ / o_.grad_accum;
+  KILN_CHECK(steps_per_epoch > 0, "--grad-accum ", o_.grad_accum, " exceeds the ", batches_, " batches of an epoch");
+  total_steps_ = steps_per_epoch * o_.epochs;
+  if (o_.max_steps > 0) total_steps_ = std::min(total_steps_, o_.max_steps);
+  sched_ = make_schedule(o_, *opt_ref_, total_steps_);
+  if (o_.ema > 0) ema_ = std::make_unique<optim::EMA>(task_->model(), o_.ema);
+  // Loss scaling for f16 only (bf16 has f32's range); a no-op otherwise and on the CPU.
+  scaler_ = std::make_unique<kiln::amp::GradScaler>(
+      kiln::amp::GradScalerOptions().enabled(o_.amp == "fp16" && kiln::cuda::is_available()));
+  if (main_rank_)
+    for (const auto& w : kiln::nn::lint(task_->model(), false)) std::printf("%s\n", w.c_str());
+  if (!o_.resume.empty()) {
+    pos_ = load_checkpoint(rank_path(o_, o_.resume), o_, task_->model(), *opt_ref_, sched_.get(), ema_.get());
+    if (main_rank_)
+      std::printf("resumed from %s at epoch %lld, batch %lld, step %lld\n", o_.resume.c_str(),
+                  static_cast<long long>(pos_.epoch), static_cast<long long>(pos_.batch_in_epoch),
+                  static_cast<long long>(pos_.step));
+  }
+  open_logs();
+  print_header();
+  ckpt_path_ = rank_path(o_, o_.out + "/checkpoint.safetensors");
+  writes_checkpoints_ = main_rank_ || zero_;
+  graph_ = std::make_unique<StepGraph>(o_.cuda_graphs, *opt_ref_);
+}
+
+// Data parallel: DDP averages the gradients during backward (rank 0's parameters and buffers are
+// copied to every rank first); --zero instead shards the optimizer, whose step reduce-scatters the
+// gradients and all-gathers the parameters.
+void Trainer::make_optimizers() {
+  auto& model = task_->model();
+  if (o_.distributed && !o_.zero) {
+    std::shared_ptr<kiln::nn::Module> shared(&model, [](kiln::nn::Module*) {});  // the task owns it
+    ddp_ = std::make_unique<dist::DistributedDataParallel>(
+        shared, dist::DistributedDataParallelOptions().bucket_cap_mb(o_.ddp_bucket_mb));
+  }
+  if (o_.zero && o_.distributed) {
+    for (auto& t : model.parameters()) dist::broadcast(t, 0);
+    for (auto& t : model.buffers()) dist::broadcast(t, 0);
+    const Options& o = o_;
+    zero_ = std::make_unique<dist::ZeroRedundancyOptimizer>(
+        params_, [&o](std::vector<Tensor> shard) { return make_optimizer(o, shard); });
+    opt_ref_ = &zero_->local_optimizer();  // schedules, checkpoints and logs see this rank's slices
+  } else {
+    opt_ = make_optimizer(o_, params_);
+    opt_ref_ = opt_.get();
+  }
+}
+
+// Rank 0 alone logs, plots and writes the model (every rank writes checkpoints with --zero).
+void Trainer::open_logs() {
+  fs::create_directories(o_.out);
+  if (!main_rank_) return;
+  const bool appending = !o_.resume.empty();
+  csv_.emplace(o_.out + "/metrics.csv",
+               std::vector<std::string>{"step", "epoch", "loss", "lr", "grad_norm", "samples_per_second", "test_accuracy"},
+               appending);
+  tb_.emplace(o_.out);
+}
+
+void Trainer::print_header() {
+  if (!main_rank_) return;
+  std::printf("kiln-train: %s on %s, %lld parameters, %lld batches/epoch of %lld%s, %lld epochs, %s + %s\n",
+              o_.model.c_str(), o_.device.c_str(), static_cast<long long>(task_->model().parameter_count()),
+              static_cast<long long>(batches_), static_cast<long long>(o_.batch_size),
+              o_.world_size > 1 ? (" per rank x " + std::to_string(o_.world_size) + " ranks").c_str() : "",
+              static_cast<long long>(o_.epochs), o_.optimizer.c_str(), o_.schedule.c_str());
+  std::printf("speed-ups:\n%s", speedups_summary(o_).c_str());
+  if (!kiln::debug::summary().empty()) std::printf("%s\n", kiln::debug::summary().c_str());
+}
+
+// ---------------------------------------------------------------- training
+
+int Trainer::run() {
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);  // what job schedulers send before killing a job
+  for (int64_t epoch = pos_.epoch; epoch < o_.epochs; ++epoch) {
+    if (auto code = train_epoch(epoch)) return *code;
+    end_epoch(epoch);
+    if (o_.max_steps > 0 && pos_.step >= o_.max_steps) break;
+  }
+  return finish();
+}
+
+std::optional<int> Trainer::train_epoch(int64_t epoch) {
+  auto& loader = task_->train_loader();
+  loader.set_epoch(epoch);
+  kiln::utils::Progress progress(batches_, "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(o_.epochs),
+                                 main_rank_ ? std::cout : no_output_, tty_ && main_rank_);
+  int64_t b = 0;
+  micro_ = window_samples_ = 0;
+  window_start_ = now_seconds();
+  const double epoch_start = now_seconds();
+  last_loss_ = sps_ = 0;
+  measured_ = false;
+  for (auto& batch : loader) {
+    if (b < pos_.batch_in_epoch) {  // resuming mid-epoch: these batches were trained already
+      ++b;
+      continue;
+    }
+    profile_.before_step(pos_.step, micro_ % o_.grad_accum == 0);
+    std::optional<kiln::profiler::Range> step_range;
+    if (profile_.active()) step_range.emplace("step");
+    ++micro_;
+    const bool last_micro = micro_ % o_.grad_accum == 0;
+    Tensor loss;
+    if (graph_->active()) {
+      // CUDA graphs (docs/guide.md, speed-up 22): after a few eager warm-up steps (optimizer state, cuDNN
+      // autotuning), the whole step is captured once and replayed with one launch per step.
+      loss = graph_->step(batch, [&](const kiln::data::Batch& bt) { return train_micro(bt, true); });
+    } else {
+      loss = train_micro(batch, last_micro);
+      if (last_micro) graph_->count_eager_step();
+    }
+    ++b;
+    pos_.samples += task_->samples_per_batch(batch);
+    window_samples_ += task_->samples_per_batch(batch);
+    if (last_micro) {
+      finish_step();
+      step_range.reset();
+      profile_.after_step(pos_.step, main_rank_);
+      if (pos_.step % o_.log_every == 0 || pos_.step == total_steps_)
+        if (auto code = log_point(loss, epoch, progress)) return code;
+    }
+    if (measured_) {
+      progress.update(b, {{"loss", last_loss_}}, sps_);
+    } else {
+      progress.update(b);  // no loss read yet (it is read every --log-every steps): none shown
+    }
+    if (auto code = stop_if_signalled(epoch, b, last_micro, epoch_start, progress)) return code;
+    if (o_.max_steps > 0 && pos_.step >= o_.max_steps) break;
+  }
+  if (cuda_) kiln::cuda::synchronize();  // the epoch's time includes its queued GPU work
+  pos_.train_seconds += now_seconds() - epoch_start;
+  if (measured_) {
+    progress.finish({{"loss", last_loss_}});
+  } else {
+    progress.finish();
+  }
+  return std::nullopt;
+}
+
+// One micro-batch: forward (under autocast), scaled backward; on the last micro-batch of a step
+// also clipping and the (possibly skipped) optimizer step. Everything here stays on the device,
+// which is what lets --cuda-graphs capture it.
+Tensor Trainer::train_micro(const kiln::data::Batch& batch, bool last_micro) {
+  Tensor l;
+  {
+    // Mixed precision (docs/guide.md, speed-up 4): matmuls/convs in bf16/f16, losses and norms in f32.
+    std::optional<kiln::amp::Autocast> autocast;
+    if (o_.amp != "off") autocast.emplace(o_.amp == "bf16" ? kiln::DType::BF16 : kiln::DType::F16);
+    if (ddp_) ddp_->before_forward();  // rank 0's buffers (BatchNorm statistics) to every rank
+    l = task_->loss(batch);
+  }
+  {
+    // Accumulating micro-batches issue no collective; the last one reduces their sum.
+    std::optional<dist::DistributedDataParallel::NoSyncGuard> no_sync;
+    if (ddp_ && !last_micro) no_sync.emplace(ddp_->no_sync());
+    scaler_->scale(o_.grad_accum > 1 ? l / static_cast<double>(o_.grad_accum) : l).backward();
+  }
+  if (last_micro) {
+    if (o_.clip_grad > 0) {
+      scaler_->unscale(*opt_);  // clip the true gradients
+      grad_norm_ = optim::clip_grad_norm(params_, o_.clip_grad);
+    }
+    if (zero_) {
+      zero_->step();
+    } else {
+      scaler_->step(*opt_);  // skipped on the device when a gradient overflowed (f16)
+    }
+  }
+  return l;
+}
+
+void Trainer::finish_step() {
+  scaler_->update();
+  if (zero_) {
+    zero_->zero_grad();
+  } else if (!graph_->captured()) {
+    opt_->zero_grad();  // to none; a captured step owns its gradients
+  }
+  if (sched_) sched_->step();
+  if (ema_) ema_->update();
+  ++pos_.step;
+}
+
+// Reads the loss (the only host read in the loop, once per log interval) and logs it.
+std::optional<int> Trainer::log_point(const Tensor& loss, int64_t epoch, kiln::utils::Progress& progress) {
+  last_loss_ = loss.item<double>();
+  const double t = now_seconds();
+  sps_ = static_cast<double>(window_samples_) / (t - window_start_);
+  measured_ = true;
+  window_start_ = t;
+  window_samples_ = 0;
+  const double lr = opt_ref_->param_groups()[0].lr();
+  const double gn = grad_norm_.defined() ? grad_norm_.item<double>() : -1;
+  // Without loss scaling a non-finite loss or gradient norm only gets worse: stop with the step
+  // that showed it. Checked where the loss is read anyway (every --log-every steps), so no step
+  // pays a host sync for it; the GradScaler skips such steps by itself. Under a launcher the rank
+  // that sees it exits and the launcher stops the others.
+  if (!scaler_->is_enabled() && (!std::isfinite(last_loss_) || (grad_norm_.defined() && !std::isfinite(gn)))) {
+    progress.finish();
+    const bool loss_bad = !std::isfinite(last_loss_);
+    const double bad = loss_bad ? last_loss_ : gn;
+    std::fprintf(stderr,
+                 "kiln-train: the %s is %s at step %lld (epoch %lld; checked every --log-every %lld steps); "
+                 "stopping before the optimizer turns the weights into NaN. Lower --lr, or check the data\n",
+                 loss_bad ? "loss" : "gradient norm", std::isnan(bad) ? "nan" : bad > 0 ? "inf" : "-inf",
+                 static_cast<long long>(pos_.step), static_cast<long long>(epoch + 1),
+                 static_cast<long long>(o_.log_every));
+    return 3;
+  }
+  if (csv_)
+    csv_->write_row({pos_.step, epoch + 1, last_loss_, lr, gn >= 0 ? kiln::utils::CsvCell(gn) : kiln::utils::CsvCell(),
+                     sps_ * o_.world_size, kiln::utils::CsvCell()});
+  std::vector<std::pair<std::string, double>> scalars = {{"train/loss", last_loss_}, {"train/lr", lr},
+                                                         {"train/samples_per_second", sps_ * o_.world_size}};
+  if (gn >= 0) scalars.push_back({"train/grad_norm", gn});
+  if (scaler_->is_enabled()) scalars.push_back({"train/loss_scale", scaler_->get_scale()});
+  if (tb_) tb_->add_scalars(scalars, pos_.step);
+  plot_steps_.push_back(static_cast<double>(pos_.step));
+  plot_loss_.push_back(last_loss_);
+  plot_lr_.push_back(lr);
+  return std::nullopt;
+}
+
+// SIGINT/SIGTERM: a checkpoint, then exit 128 + signal. Several ranks stop together: the signal
+// may reach them at different steps, so they agree at the log points (where the loss is read
+// anyway), all at the same step.
+std::optional<int> Trainer::stop_if_signalled(int64_t epoch, int64_t batch, bool last_micro, double epoch_start,
+                                              kiln::utils::Progress& progress) {
+  int stop_signal = g_interrupted;
+  if (o_.world_size > 1) {
+    stop_signal = last_micro && pos_.step % o_.log_every == 0 ? max_over_ranks(o_, g_interrupted, device_of(o_)) : 0;
+  }
+  if (stop_signal == 0) return std::nullopt;
+  pos_.epoch = epoch;
+  pos_.batch_in_epoch = batch;
+  pos_.train_seconds += now_seconds() - epoch_start;
+  if (writes_checkpoints_)
+    save_checkpoint(ckpt_path_, o_, task_->model(), *opt_ref_, sched_.get(), ema_.get(), pos_);
+  progress.finish();
+  if (main_rank_)
+    std::printf("interrupted (%s): wrote %s; continue with --resume %s\n", stop_signal == SIGTERM ? "SIGTERM" : "SIGINT",
+                ckpt_path_.c_str(), ckpt_path_.c_str());
+  finish_parallel(o_);
+  return 128 + stop_signal;
+}
+
+// The epoch's checkpoints (the latest, and one per epoch to go back to); rank 0 evaluates (the
+// replicas are identical) and logs.
+void Trainer::end_epoch(int64_t epoch) {
+  pos_.epoch = epoch + 1;
+  pos_.batch_in_epoch = 0;
+  if (writes_checkpoints_) {
+    save_checkpoint(ckpt_path_, o_, task_->model(), *opt_ref_, sched_.get(), ema_.get(), pos_);
+    fs::copy_file(ckpt_path_, rank_path(o_, o_.out + "/checkpoint-epoch" + std::to_string(epoch + 1) + ".safetensors"),
+                  fs::copy_options::overwrite_existing);
+  }
+  if (!main_rank_) return;
+  {
+    std::optional<optim::EMA::Swap> swap;
+    if (ema_) swap.emplace(*ema_);
+    test_acc_ = task_->evaluate();
+  }
+  const auto& st = task_->train_loader().stats();
+  std::printf("epoch %lld: test accuracy %.2f%%%s, loader wait %.1f%% of the epoch\n", static_cast<long long>(epoch + 1),
+              100 * test_acc_, ema_ ? " (EMA weights)" : "", 100 * st.wait_fraction());
+  csv_->write_row({pos_.step, epoch + 1, last_loss_, opt_ref_->param_groups()[0].lr(), kiln::utils::CsvCell(),
+                   kiln::utils::CsvCell(), test_acc_});
+  tb_->add_scalar("test/accuracy", test_acc_, pos_.step);
+  tb_->flush();
+  plot_epochs_.push_back(static_cast<double>(pos_.step));
+  plot_acc_.push_back(test_acc_);
+}
+
+// The model, the plot, a sample (the GPT) and the JSON summary, kiln-train's last line.
+int Trainer::finish() {
+  auto& model = task_->model();
+  check_replicas_identical(o_, model, device_of(o_));
+  if (!main_rank_) {
+    finish_parallel(o_);
+    return 0;
+  }
+  if (ema_) ema_->copy_to_model();
+  kiln::save(model, o_.out + "/model.safetensors", {{"model", o_.model}});
+  std::vector<kiln::utils::Series> series = {{"train loss", plot_steps_, plot_loss_},
+                                             {"test accuracy", plot_epochs_, plot_acc_},
+                                             {"learning rate", plot_steps_, plot_lr_}};
+  kiln::utils::write_line_plot_png(o_.out + "/plot.png", "kiln-train " + o_.model, series);
+  std::string sample = task_->sample();
+  if (!sample.empty()) std::printf("--- sample ---\n%s\n--------------\n", sample.c_str());
+  std::printf("wrote %s/{metrics.csv, plot.png, model.safetensors, checkpoint*.safetensors} and TensorBoard events\n",
+              o_.out.c_str());
+  // Every rank trains the same number of samples (equal shards, drop_last): the job's throughput
+  // is rank 0's times the world size.
+  const double sps_total =
+      pos_.train_seconds > 0 ? static_cast<double>(pos_.samples) * o_.world_size / pos_.train_seconds : 0;
+  nlohmann::ordered_json summary = {
+      {"model", o_.model}, {"device", o_.device}, {"epochs", o_.epochs}, {"train_seconds", pos_.train_seconds},
+      {"samples_per_second", sps_total}, {"cpu_isa", kiln::cpu_isa_name(kiln::cpu_isa())},
+      {"test_accuracy", test_acc_}, {"world_size", o_.world_size},
+      {"peak_memory_bytes", cuda_ ? static_cast<int64_t>(kiln::cuda::memory_stats(0).peak_reserved_bytes)
+                                  : peak_rss_bytes()}};
+  if (cuda_) summary["peak_host_memory_bytes"] = peak_rss_bytes();
+  finish_parallel(o_);
+  std::cout << summary.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace kiln_train

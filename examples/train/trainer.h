@@ -1,0 +1,99 @@
+#pragma once
+// kiln-train's training run: a Trainer sets the run up (parallel job, model, optimizer, schedule,
+// logs, resume), trains epoch by epoch (one step: forward under autocast, scaled backward,
+// clipping, the optimizer; a log point every --log-every steps), writes a checkpoint at each
+// epoch's end and on SIGINT/SIGTERM, evaluates, and finishes with the model, the plot and the
+// JSON summary.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+#include <kiln/utils/utils.h>
+
+#include "checkpoint.h"
+#include "options.h"
+#include "step_graph.h"
+#include "tasks.h"
+
+namespace kiln_train {
+
+// The signal that asked to stop (SIGINT or SIGTERM, handled alike: checkpoint and exit 128 + signal).
+extern std::atomic<int> g_interrupted;
+
+std::unique_ptr<kiln::optim::Optimizer> make_optimizer(const Options& o, const std::vector<kiln::Tensor>& params);
+
+// What kiln-train prints as its list of speed-ups, each on or off for this run.
+std::string speedups_summary(const Options& o);
+
+// --profile N: a Profiler over N optimizer steps after the warm-up; writes OUT/trace.json and
+// OUT/profile.txt and prints the table (rank 0).
+class StepProfile {
+ public:
+  explicit StepProfile(const Options& o) : o_(o) {}
+  bool active() const { return prof_.has_value(); }
+  void before_step(int64_t step, bool first_micro);
+  void after_step(int64_t step, bool main_rank);
+
+ private:
+  const Options& o_;
+  std::optional<kiln::profiler::Profiler> prof_;
+  bool done_ = false;
+};
+
+class Trainer {
+ public:
+  // o is validated and the parallel job joined (validate, init_parallel) before the task is made.
+  Trainer(Options o, std::unique_ptr<Task> task);
+  // Trains to the end (or to --max-steps, or to a stop signal); returns the exit code.
+  int run();
+
+ private:
+  // setup
+  void make_optimizers();
+  void open_logs();
+  void print_header();
+  // one epoch; an exit code when the run must end early
+  std::optional<int> train_epoch(int64_t epoch);
+  kiln::Tensor train_micro(const kiln::data::Batch& batch, bool last_micro);
+  void finish_step();
+  std::optional<int> log_point(const kiln::Tensor& loss, int64_t epoch, kiln::utils::Progress& progress);
+  std::optional<int> stop_if_signalled(int64_t epoch, int64_t batch, bool last_micro, double epoch_start,
+                                       kiln::utils::Progress& progress);
+  void end_epoch(int64_t epoch);
+  int finish();
+
+  Options o_;
+  bool main_rank_, tty_, cuda_;
+  std::unique_ptr<Task> task_;
+  std::vector<kiln::Tensor> params_;
+  std::unique_ptr<kiln::distributed::DistributedDataParallel> ddp_;
+  std::unique_ptr<kiln::distributed::ZeroRedundancyOptimizer> zero_;
+  std::unique_ptr<kiln::optim::Optimizer> opt_;
+  kiln::optim::Optimizer* opt_ref_ = nullptr;  // what schedules, checkpoints and logs see
+  int64_t batches_ = 0, total_steps_ = 0;
+  std::unique_ptr<kiln::optim::LRScheduler> sched_;
+  std::unique_ptr<kiln::optim::EMA> ema_;
+  std::unique_ptr<kiln::amp::GradScaler> scaler_;
+  std::unique_ptr<StepGraph> graph_;
+  StepProfile profile_;
+  Position pos_;
+  std::optional<kiln::utils::CsvWriter> csv_;
+  std::optional<kiln::utils::SummaryWriter> tb_;
+  std::ostream no_output_{nullptr};  // progress bars of ranks other than 0
+  std::vector<double> plot_steps_, plot_loss_, plot_lr_, plot_epochs_, plot_acc_;
+  std::string ckpt_path_;
+  bool writes_checkpoints_ = false;
+  kiln::Tensor grad_norm_;  // written by clip_grad_norm (inside the graph with --cuda-graphs)
+  double test_acc_ = -1;
+  // the current epoch's log window
+  int64_t micro_ = 0, window_samples_ = 0;
+  double window_start_ = 0, last_loss_ = 0, sps_ = 0;
+  bool measured_ = false;  // a loss and a rate exist only from the epoch's first log point on
+};
+
+}  // namespace kiln_train
