@@ -251,7 +251,7 @@ class Tensor {
   std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true,
                                   bool sorted = true) const;  // values, indices
 
-  // ---- libtorch's shape, logical and norm helpers (ops/shape_extra.cpp), composed of the ops
+  // ---- libtorch's shape, logical and norm helpers (ops/split.cpp, logical.cpp, norm.cpp), composed of the ops
   // above, so differentiable and on every device
   Tensor repeat(const IntList& repeats) const;  // tile: one count per dim (leading dims added)
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;  // views, ceil(size / chunks) each
@@ -446,7 +446,7 @@ class Generator;
 Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false,
                    Generator* generator = nullptr);
 
-// ---- libtorch's shape, creation and contraction helpers (ops/shape_extra.cpp)
+// ---- libtorch's shape, creation and contraction helpers (ops/split.cpp, linspace.cpp, einsum.cpp)
 // steps values from start to end inclusive (torch.linspace); float32 unless opts names a dtype.
 Tensor linspace(double start, double end, int64_t steps, const TensorOptions& opts = {});
 // t's sizes and device; opts' dtype when it names one, and requires_grad
