@@ -110,6 +110,9 @@ const Glyph kGlyphs[] = {
   {',', {".....", ".....", ".....", ".....", ".##..", "..#..", ".#..."}},
   {'_', {".....", ".....", ".....", ".....", ".....", ".....", "#####"}},
   {'=', {".....", ".....", "#####", ".....", "#####", ".....", "....."}},
+  {'>', {".#...", "..#..", "...#.", "....#", "...#.", "..#..", ".#..."}},
+  {'<', {"...#.", "..#..", ".#...", "#....", ".#...", "..#..", "...#."}},
+  {'\'', {"..#..", "..#..", ".#...", ".....", ".....", ".....", "....."}},
   {'?', {".###.", "#...#", "....#", "...#.", "..#..", ".....", "..#.."}},
 };
 // clang-format on
@@ -495,6 +498,192 @@ void write_png(const std::string& path, int width, int height, const std::vector
 void write_line_plot_png(const std::string& path, const std::string& title,
                          const std::vector<Series>& series, const PlotOptions& options) {
   const PlotImage img = render_line_plot(title, series, options);
+  write_png(path, img.width, img.height, img.rgb);
+}
+
+// ------------------------------------------------------------------------------ bar charts
+namespace {
+
+// Ticks of a log bar axis (lo, hi in log10 units) as values: 1, 2 and 5 times powers of ten,
+// thinned to the powers of ten when there are more than ~10; a narrow range falls back to the
+// linear ticks of its values.
+std::vector<double> log_ticks_125(double lo, double hi) {
+  std::vector<double> t;
+  for (int e = static_cast<int>(std::floor(lo)) - 1; e <= static_cast<int>(std::ceil(hi)); ++e)
+    for (double m : {1.0, 2.0, 5.0}) {
+      const double v = m * std::pow(10.0, e), lv = std::log10(v);
+      if (lv >= lo - 1e-9 && lv <= hi + 1e-9) t.push_back(v);
+    }
+  if (t.size() > 10) {
+    std::vector<double> decades;
+    for (double v : t)
+      if (std::fabs(std::log10(v) - std::round(std::log10(v))) < 1e-9) decades.push_back(v);
+    if (decades.size() >= 2) return decades;
+  }
+  if (t.size() < 2) return nice_ticks(std::pow(10.0, lo), std::pow(10.0, hi));
+  return t;
+}
+
+// The x range (in axis units) that holds the origin and every drawable value, padded 5%.
+Axis bar_axis(const std::vector<Bar>& bars, const BarChartOptions& opt) {
+  Axis ax;
+  ax.log = opt.log_x();
+  double lo = INFINITY, hi = -INFINITY;
+  auto take = [&](double v) {
+    if (!ax.usable(v)) return;
+    lo = std::min(lo, ax.map(v)), hi = std::max(hi, ax.map(v));
+  };
+  take(opt.origin());
+  for (const Bar& b : bars) take(b.value), take(b.lo), take(b.hi), take(b.marker);
+  if (!(lo <= hi)) lo = ax.log ? -0.5 : 0, hi = ax.log ? 0.5 : 1;  // nothing drawable
+  if (hi - lo < 1e-9) lo -= ax.log ? 0.3 : 0.5, hi += ax.log ? 0.3 : 0.5;
+  const double pad = (hi - lo) * 0.05;
+  ax.lo = lo - pad, ax.hi = hi + pad, ax.valid = true;
+  return ax;
+}
+
+// Shortens a label to `max_w` pixels, ending it with ".." when cut.
+std::string fit_label(const std::string& s, int max_w, int scale) {
+  if (text_width(s, scale) <= max_w) return s;
+  std::string t = s;
+  while (!t.empty() && text_width(t + "..", scale) > max_w) t.pop_back();
+  return t + "..";
+}
+
+// One legend entry: a swatch drawn by `swatch` then the text; returns the x after it.
+template <class Swatch>
+int legend_entry(Canvas& cv, int x, int y, int line_h, int s, const std::string& text, Swatch swatch) {
+  swatch(x, y + line_h / 2);
+  x += 6 * s + 8;
+  cv.text(x, y, text, kText, s);
+  return x + text_width(text, s) + 8 * s;
+}
+
+// Where values go across a bar chart's plot area.
+struct BarScale {
+  Axis ax;
+  PlotImage::Rect area;
+  int px(double v) const {
+    return static_cast<int>(std::lround(area.x0 + (ax.map(v) - ax.lo) / (ax.hi - ax.lo) * (area.x1 - 1 - area.x0)));
+  }
+};
+
+// Vertical grid lines with tick marks and labels under the plot area, and the axis label.
+void draw_bar_ticks(Canvas& cv, const BarScale& sc, const BarChartOptions& opt, int s) {
+  const Axis& ax = sc.ax;
+  const PlotImage::Rect& area = sc.area;
+  const std::vector<double> ticks = ax.log ? log_ticks_125(ax.lo, ax.hi) : nice_ticks(ax.lo, ax.hi);
+  int last_label_end = -1000000;
+  for (double t : ticks) {
+    if (!ax.usable(t)) continue;
+    const int x = sc.px(t);
+    if (x < area.x0 || x >= area.x1) continue;
+    cv.vline(x, area.y0, area.y1 - 1, kGrid);
+    cv.vline(x, area.y1, area.y1 + 3 + s, kAxis);
+    const std::string l = tick_label_impl(t, ax.log ? t : (ticks.size() > 1 ? ticks[1] - ticks[0] : t), false);
+    const int w = text_width(l, s), lx = std::clamp(x - w / 2, 0, cv.img.width - w);
+    if (lx > last_label_end + 2 * s) {  // skip labels that would overlap
+      cv.text(lx, area.y1 + 6 + s, l, kText, s);
+      last_label_end = lx + w;
+    }
+  }
+  if (!opt.x_label().empty())
+    cv.text(area.x1 - text_width(opt.x_label(), s), area.y1 + 6 + s + kGlyphH * s + 6, opt.x_label(), kMuted, s);
+}
+
+}  // namespace
+
+PlotImage render_bar_chart(const std::string& title, const std::vector<Bar>& bars,
+                           const BarChartOptions& opt) {
+  KILN_CHECK(opt.width() >= 300 && opt.width() <= 16384, "bar chart: width ", opt.width(),
+             " is outside [300, 16384]");
+  KILN_CHECK(opt.bar_height() >= 8 && opt.bar_height() <= 1024, "bar chart: bar height ",
+             opt.bar_height(), " is outside [8, 1024]");
+  KILN_CHECK(!opt.log_x() || opt.origin() > 0, "bar chart: a log axis needs an origin > 0, not ",
+             opt.origin());
+  const int s = std::clamp(opt.text_scale(), 1, 8), line_h = kGlyphH * s;
+  const bool legend = !opt.marker_label().empty() || !opt.whisker_label().empty();
+  const int title_h = (title.empty() ? 8 : line_h + 16) + (legend ? line_h + 10 : 0);
+  const int rows = std::max<int>(1, static_cast<int>(bars.size()));
+  const int axis_h = line_h + 14 + (opt.x_label().empty() ? 0 : line_h + 6) + 6;
+
+  PlotImage img;
+  img.width = opt.width();
+  img.height = title_h + 6 + rows * opt.bar_height() + axis_h;
+  img.rgb.assign(static_cast<size_t>(img.width) * img.height * 3, 255);
+  Canvas cv{img};
+  if (!title.empty()) cv.text((img.width - text_width(title, s)) / 2, 8, title, kText, s);
+
+  // labels take what they need, up to 45% of the width
+  int label_w = 0;
+  for (const Bar& b : bars) label_w = std::max(label_w, text_width(b.label, s));
+  label_w = std::min(label_w, img.width * 45 / 100);
+  PlotImage::Rect area{10 + label_w + 10, title_h + 6, img.width - 20, title_h + 6 + rows * opt.bar_height()};
+  KILN_CHECK(area.x1 - area.x0 >= 60, "bar chart: width ", opt.width(), " leaves no room for the bars");
+  img.panels.push_back(area);
+
+  const BarScale sc{bar_axis(bars, opt), area};
+  const Axis& ax = sc.ax;
+  auto px = [&sc](double v) { return sc.px(v); };
+  const Rgb bar_c = rgb_of(opt.color()), below_c = rgb_of(opt.below_color()),
+            marker_c = rgb_of(opt.marker_color()), whisker_c = rgb_of(opt.whisker_color());
+
+  if (legend) {  // under the title: what the whiskers and markers mean
+    int x = area.x0;
+    const int y = title_h - line_h - 6;
+    if (!opt.whisker_label().empty())
+      x = legend_entry(cv, x, y, line_h, s, opt.whisker_label(), [&](int lx, int cy) {
+        cv.hline(lx, lx + 6 * s, cy, whisker_c);
+        cv.vline(lx, cy - 2 * s, cy + 2 * s, whisker_c);
+        cv.vline(lx + 6 * s, cy - 2 * s, cy + 2 * s, whisker_c);
+      });
+    if (!opt.marker_label().empty())
+      legend_entry(cv, x, y, line_h, s, opt.marker_label(),
+                   [&](int lx, int cy) { cv.fill(lx + 2 * s, cy - 3 * s, lx + 4 * s, cy + 3 * s, marker_c); });
+  }
+
+  draw_bar_ticks(cv, sc, opt, s);
+
+  const int x_origin = px(opt.origin());
+  for (size_t i = 0; i < bars.size(); ++i) {
+    const Bar& b = bars[i];
+    const int top = area.y0 + static_cast<int>(i) * opt.bar_height(), cy = top + opt.bar_height() / 2;
+    img.panels.push_back({area.x0, top, area.x1, top + opt.bar_height()});
+    cv.text(10 + label_w - text_width(fit_label(b.label, label_w, s), s), cy - line_h / 2,
+            fit_label(b.label, label_w, s), kText, s);
+    const int half = std::max(2, opt.bar_height() * 3 / 10);
+    if (ax.usable(b.value)) {
+      const int xv = std::clamp(px(b.value), area.x0, area.x1 - 1);
+      cv.fill(std::min(x_origin, xv), cy - half, std::max(x_origin, xv) + 1, cy + half,
+              b.value >= opt.origin() ? bar_c : below_c);
+    }
+    if (ax.usable(b.lo) && ax.usable(b.hi)) {
+      const int x0 = px(std::min(b.lo, b.hi)), x1 = px(std::max(b.lo, b.hi)), cap = std::max(2, half - 2);
+      cv.hline(x0, x1, cy, whisker_c);
+      cv.vline(x0, cy - cap, cy + cap, whisker_c);
+      cv.vline(x1, cy - cap, cy + cap, whisker_c);
+    }
+    if (ax.usable(b.marker)) {
+      const int xm = px(b.marker);
+      cv.fill(xm - s, cy - half - 3, xm + s + 1, cy + half + 3, marker_c);
+    }
+    if (!ax.usable(b.value) && !b.note.empty())  // over the marker, so it stays readable
+      cv.text(x_origin + 6, cy - line_h / 2, b.note, kMuted, s);
+  }
+  // the origin line and the box, over the bars
+  cv.vline(x_origin, area.y0, area.y1 - 1, kAxis);
+  cv.hline(area.x0 - 1, area.x1, area.y0 - 1, kAxis);
+  cv.hline(area.x0 - 1, area.x1, area.y1, kAxis);
+  cv.vline(area.x0 - 1, area.y0 - 1, area.y1, kAxis);
+  cv.vline(area.x1, area.y0 - 1, area.y1, kAxis);
+  if (bars.empty())
+    cv.text((area.x0 + area.x1 - text_width("no data", s)) / 2, area.y0 + 4, "no data", kMuted, s);
+  return img;
+}
+
+void write_bar_chart_png(const std::string& path, const std::string& title, const std::vector<Bar>& bars,
+                         const BarChartOptions& options) {
+  const PlotImage img = render_bar_chart(title, bars, options);
   write_png(path, img.width, img.height, img.rgb);
 }
 
