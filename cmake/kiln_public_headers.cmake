@@ -24,6 +24,7 @@ set(KILN_PUBLIC_HEADERS
   core/dtype.h
   core/error.h
   core/generator.h
+  core/profiler.h
   core/gradcheck.h
   core/half.h
   core/macros.h
@@ -46,14 +47,14 @@ set(KILN_PUBLIC_HEADERS
   data/tensor_dataset.h
   data/text.h
   data/transforms.h
-  distributed/data_parallel.h
+  distributed/parallel/data_parallel.h
   distributed/distributed.h
-  distributed/launch_env.h
-  distributed/process_group.h
-  distributed/reducer.h
-  distributed/store.h
-  distributed/work.h
-  distributed/zero_redundancy_optimizer.h
+  distributed/store/launch_env.h
+  distributed/backends/process_group.h
+  distributed/parallel/reducer.h
+  distributed/store/store.h
+  distributed/backends/work.h
+  distributed/parallel/zero_redundancy_optimizer.h
   nn/activation.h
   nn/attention.h
   nn/checkpoint.h

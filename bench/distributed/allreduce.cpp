@@ -21,7 +21,7 @@
 #include <kiln/kiln.h>
 
 #include "bench/distributed/dist_bench_util.h"
-#include "kiln/distributed/store.h"
+#include "kiln/distributed/store/store.h"
 
 namespace dist = kiln::distributed;
 using namespace kiln::bench::dist;

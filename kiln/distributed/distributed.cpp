@@ -13,8 +13,8 @@
 
 #include "kiln/core/cuda.h"
 #include "kiln/core/error.h"
-#include "kiln/distributed/launch_env.h"
-#include "kiln/distributed/store.h"
+#include "kiln/distributed/store/launch_env.h"
+#include "kiln/distributed/store/store.h"
 
 namespace kiln::distributed {
 namespace {

@@ -1,7 +1,7 @@
 #pragma once
 // kiln::distributed: torch.distributed's API over kiln's process groups (docs/distributed.md).
 //
-//   // started by kiln-run (or torchrun, mpirun, srun: kiln/distributed/launch_env.h)
+//   // started by kiln-run (or torchrun, mpirun, srun: kiln/distributed/store/launch_env.h)
 //   kiln::distributed::init_process_group();             // "auto": gloo for CPU, nccl for CUDA
 //   auto t = kiln::ones({4});
 //   kiln::distributed::all_reduce(t);                     // every rank: 4 x world_size()
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
-#include "kiln/distributed/process_group.h"
-#include "kiln/distributed/work.h"
+#include "kiln/distributed/backends/process_group.h"
+#include "kiln/distributed/backends/work.h"
 
 namespace kiln::distributed {
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include <kiln/distributed/data_parallel.h>
+#include <kiln/distributed/parallel/data_parallel.h>
 #include <kiln/distributed/distributed.h>
-#include <kiln/distributed/zero_redundancy_optimizer.h>
+#include <kiln/distributed/parallel/zero_redundancy_optimizer.h>
 #include <kiln/kiln.h>
 
 #include "nccl_world.h"

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include <kiln/config.h>
-#include <kiln/distributed/process_group.h>
-#include <kiln/distributed/store.h>
+#include <kiln/distributed/backends/process_group.h>
+#include <kiln/distributed/store/store.h>
 #include <kiln/kiln.h>
 
 #include "nccl_world.h"

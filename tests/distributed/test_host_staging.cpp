@@ -4,7 +4,7 @@
 
 #include <kiln/kiln.h>
 
-#include "kiln/distributed/host_staging.h"
+#include "kiln/distributed/backends/host_staging.h"
 
 using kiln::Tensor;
 using kiln::distributed::HostStaging;

@@ -1,4 +1,4 @@
-// read_launch_env / launched_distributed (kiln/distributed/launch_env.h): each launcher's
+// read_launch_env / launched_distributed (kiln/distributed/store/launch_env.h): each launcher's
 // variables, the per-field precedence, Slurm node lists, defaults, and bad values as errors that
 // name the variable. Every case starts from an environment without launcher variables and puts
 // the test process's own environment back afterwards.
@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "kiln/core/error.h"
-#include "kiln/distributed/launch_env.h"
+#include "kiln/distributed/store/launch_env.h"
 
 using kiln::distributed::launched_distributed;
 using kiln::distributed::LaunchEnv;

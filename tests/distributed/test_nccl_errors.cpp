@@ -8,8 +8,8 @@
 #include <vector>
 
 #include <kiln/config.h>
-#include <kiln/distributed/process_group.h>
-#include <kiln/distributed/store.h>
+#include <kiln/distributed/backends/process_group.h>
+#include <kiln/distributed/store/store.h>
 #include <kiln/kiln.h>
 
 namespace dist = kiln::distributed;

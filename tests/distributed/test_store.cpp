@@ -1,4 +1,4 @@
-// The TCP key-value store (kiln/distributed/store.h): commands and their values, blocking GET and
+// The TCP key-value store (kiln/distributed/store/store.h): commands and their values, blocking GET and
 // WAIT across clients, every timeout path with a time bound, a server that goes away, the join
 // count, concurrent adds (threads and processes), PrefixStore namespaces, the Gloo adapter.
 #include <netinet/in.h>
@@ -18,9 +18,9 @@
 
 #include "kiln/config.h"
 #include "kiln/core/error.h"
-#include "kiln/distributed/store.h"
+#include "kiln/distributed/store/store.h"
 #if KILN_WITH_GLOO
-#include "kiln/distributed/gloo_store.h"
+#include "kiln/distributed/store/gloo_store.h"
 #endif
 #include "tests/distributed/spawn.h"
 

@@ -1,4 +1,4 @@
-// Work (kiln/distributed/work.h): completion, failure, and then() callbacks - that they run
+// Work (kiln/distributed/backends/work.h): completion, failure, and then() callbacks - that they run
 // before wait() returns, on the completing thread, at once when already done, never after a
 // failure, and that a throwing callback fails the work. Also the backends' hint naming the ranks
 // that exited. In one process, no ranks.
@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "kiln/core/error.h"
-#include "kiln/distributed/process_group.h"
-#include "kiln/distributed/work.h"
+#include "kiln/distributed/backends/process_group.h"
+#include "kiln/distributed/backends/work.h"
 #include "tests/error_of.h"
 
 using kiln::distributed::Work;

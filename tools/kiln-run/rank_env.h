@@ -1,6 +1,6 @@
 #pragma once
 // The environment of one rank: kiln-run's own, with the launcher variables that kiln's
-// read_launch_env understands (kiln/distributed/launch_env.h) set for this rank.
+// read_launch_env understands (kiln/distributed/store/launch_env.h) set for this rank.
 #include <string>
 #include <vector>
 

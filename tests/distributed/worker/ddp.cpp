@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/distributed/data_parallel.h"
+#include "kiln/distributed/parallel/data_parallel.h"
 #include "kiln/distributed/distributed.h"
 #include "tests/distributed/worker/scenario.h"
 #include "tests/distributed/worker/training_util.h"

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "kiln/core/error.h"
-#include "kiln/distributed/launch_env.h"
-#include "kiln/distributed/store.h"
+#include "kiln/distributed/store/launch_env.h"
+#include "kiln/distributed/store/store.h"
 #include "tests/distributed/worker/scenario.h"
 
 namespace kd = kiln::distributed;

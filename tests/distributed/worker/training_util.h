@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kiln/distributed/distributed.h"
-#include "kiln/distributed/process_group.h"
+#include "kiln/distributed/backends/process_group.h"
 #include "tests/error_of.h"  // error_of
 
 namespace kiln_test {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kiln/distributed/distributed.h"
-#include "kiln/distributed/zero_redundancy_optimizer.h"
+#include "kiln/distributed/parallel/zero_redundancy_optimizer.h"
 #include "tests/distributed/worker/scenario.h"
 #include "tests/distributed/worker/training_util.h"
 

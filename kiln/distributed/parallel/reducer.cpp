@@ -1,4 +1,4 @@
-#include "kiln/distributed/reducer.h"
+#include "kiln/distributed/parallel/reducer.h"
 
 #include <algorithm>
 #include <map>
@@ -7,7 +7,7 @@
 
 #include "kiln/core/autograd.h"
 #include "kiln/core/error.h"
-#include "kiln/distributed/work.h"
+#include "kiln/distributed/backends/work.h"
 
 namespace kiln::distributed {
 

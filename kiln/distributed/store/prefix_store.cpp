@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "kiln/core/error.h"
-#include "kiln/distributed/store.h"
+#include "kiln/distributed/store/store.h"
 
 namespace kiln::distributed {
 

@@ -35,9 +35,9 @@
 #include <unordered_map>
 
 #include "kiln/core/error.h"
-#include "kiln/distributed/parse_int.h"
-#include "kiln/distributed/socket.h"
-#include "kiln/distributed/store.h"
+#include "kiln/distributed/store/parse_int.h"
+#include "kiln/distributed/store/socket.h"
+#include "kiln/distributed/store/store.h"
 
 namespace kiln::distributed {
 

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "kiln/core/error.h"
-#include "kiln/distributed/process_group.h"
-#include "kiln/distributed/store.h"
+#include "kiln/distributed/backends/process_group.h"
+#include "kiln/distributed/store/store.h"
 
 namespace kiln::distributed {
 namespace {

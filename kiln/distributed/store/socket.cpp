@@ -1,5 +1,5 @@
 // POSIX TCP helpers of the store: listen, connect with retry, send/recv with a deadline.
-#include "kiln/distributed/socket.h"
+#include "kiln/distributed/store/socket.h"
 
 #include <fcntl.h>
 #include <netdb.h>

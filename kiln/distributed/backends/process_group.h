@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
-#include "kiln/distributed/work.h"
+#include "kiln/distributed/backends/work.h"
 
 namespace kiln::distributed {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/distributed/store.h"
+#include "kiln/distributed/store/store.h"
 
 namespace kiln::distributed {
 

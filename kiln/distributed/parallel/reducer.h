@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "kiln/core/tensor.h"
-#include "kiln/distributed/process_group.h"
+#include "kiln/distributed/backends/process_group.h"
 
 namespace kiln::distributed {
 

@@ -1,4 +1,4 @@
-#include "kiln/distributed/data_parallel.h"
+#include "kiln/distributed/parallel/data_parallel.h"
 
 #include <algorithm>
 #include <sstream>

@@ -1,13 +1,13 @@
 // read_launch_env: this process's rank, world size and rendezvous address from whichever
 // launcher started it (the variables each one sets are listed in launch_env.h).
-#include "kiln/distributed/launch_env.h"
+#include "kiln/distributed/store/launch_env.h"
 
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "kiln/core/error.h"
-#include "kiln/distributed/parse_int.h"
+#include "kiln/distributed/store/parse_int.h"
 
 namespace kiln::distributed {
 

@@ -2,7 +2,7 @@
 // DistributedDataParallel: data parallelism across processes (torch.nn.parallel.DDP's shape;
 // docs/data_parallel.md).
 // Every rank holds a full replica of the model and feeds it its own part of the batch; backward
-// averages the gradients across ranks while it runs (kiln/distributed/reducer.h), so after
+// averages the gradients across ranks while it runs (kiln/distributed/parallel/reducer.h), so after
 // loss.backward() every rank holds the same gradients and an ordinary optimizer keeps the
 // replicas identical.
 //
@@ -34,7 +34,7 @@
 #include "kiln/core/arg.h"
 #include "kiln/core/tensor.h"
 #include "kiln/distributed/distributed.h"
-#include "kiln/distributed/reducer.h"
+#include "kiln/distributed/parallel/reducer.h"
 #include "kiln/nn/module.h"
 
 namespace kiln::distributed {

@@ -6,7 +6,7 @@
 // takes longer than the group's timeout.
 #include "kiln/config.h"
 #include "kiln/core/error.h"
-#include "kiln/distributed/process_group.h"
+#include "kiln/distributed/backends/process_group.h"
 
 #if KILN_WITH_NCCL
 #include <cuda_runtime.h>
@@ -22,8 +22,8 @@
 #include "kiln/core/cuda_stream.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/tensor.h"
-#include "kiln/distributed/process_group_nccl.h"
-#include "kiln/distributed/store.h"
+#include "kiln/distributed/backends/process_group_nccl.h"
+#include "kiln/distributed/store/store.h"
 #endif
 
 namespace kiln::distributed {

@@ -1,4 +1,4 @@
-#include "kiln/distributed/work.h"
+#include "kiln/distributed/backends/work.h"
 
 #include "kiln/core/error.h"
 

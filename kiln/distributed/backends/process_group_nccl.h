@@ -18,7 +18,7 @@
 #include "kiln/core/cuda_stream.h"
 #include "kiln/core/device.h"
 #include "kiln/core/tensor.h"
-#include "kiln/distributed/work.h"
+#include "kiln/distributed/backends/work.h"
 
 namespace kiln::distributed::nccl {
 

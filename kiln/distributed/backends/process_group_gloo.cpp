@@ -7,7 +7,7 @@
 // operation, a peer that dies closes its sockets and fails the operation at once, and the first
 // failure breaks the group: every later collective fails with an Error that names the first.
 #include "kiln/config.h"
-#include "kiln/distributed/process_group.h"
+#include "kiln/distributed/backends/process_group.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -28,10 +28,10 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "kiln/distributed/gloo_store.h"
-#include "kiln/distributed/host_staging.h"
-#include "kiln/distributed/parse_int.h"
-#include "kiln/distributed/store.h"
+#include "kiln/distributed/store/gloo_store.h"
+#include "kiln/distributed/backends/host_staging.h"
+#include "kiln/distributed/store/parse_int.h"
+#include "kiln/distributed/store/store.h"
 #endif
 
 namespace kiln::distributed {

@@ -5,7 +5,7 @@
 #include "kiln/config.h"
 
 #if KILN_WITH_NCCL
-#include "kiln/distributed/process_group_nccl.h"
+#include "kiln/distributed/backends/process_group_nccl.h"
 
 #include <cuda_runtime.h>
 
@@ -15,7 +15,7 @@
 
 #include "kiln/core/cuda.h"
 #include "kiln/core/error.h"
-#include "kiln/distributed/process_group.h"
+#include "kiln/distributed/backends/process_group.h"
 
 namespace kiln::distributed::nccl {
 

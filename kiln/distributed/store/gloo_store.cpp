@@ -1,5 +1,5 @@
 // GlooStoreAdapter: Gloo's rendezvous Store interface over a kiln Store (bytes as char vectors).
-#include "kiln/distributed/gloo_store.h"
+#include "kiln/distributed/store/gloo_store.h"
 
 #if KILN_WITH_GLOO
 

@@ -1,4 +1,4 @@
-#include "kiln/distributed/zero_redundancy_optimizer.h"
+#include "kiln/distributed/parallel/zero_redundancy_optimizer.h"
 
 #include <algorithm>
 #include <unordered_set>

@@ -1,4 +1,4 @@
-#include "kiln/distributed/host_staging.h"
+#include "kiln/distributed/backends/host_staging.h"
 
 #include <cstdlib>
 #include <cstring>
