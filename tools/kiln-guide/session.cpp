@@ -109,6 +109,7 @@ std::string failure_text(const Job& j, const ProcessResult& p, const std::string
                   shell_join(j.argv) + "\n";
   if (!p.started) s += "could not be started\n";
   else if (p.timed_out) s += "timed out after " + format_duration(p.wall_seconds) + "\n";
+  else if (g_stop_signal != 0) s += "stopped: kiln-guide was interrupted (status " + std::to_string(p.exit_code) + ")\n";
   else if (!why.empty()) s += why + "\n";
   else s += "exited with status " + std::to_string(p.exit_code) + "\n";
   return s + tail_of_file(stderr_path);
