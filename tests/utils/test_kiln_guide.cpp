@@ -64,6 +64,8 @@ TEST_CASE("kiln-guide formats values in their units", "[utils][kiln-guide]") {
   CHECK(format_value(14.25, Unit::Seconds) == "14.2 s");
   CHECK(format_value(0.91234, Unit::Accuracy) == "91.23%");
   CHECK(format_value(NAN, Unit::Seconds) == "-");
+  CHECK(format_duration(278.4) == "4m 38s");
+  CHECK(format_duration(48.4) == "48s");
 }
 
 TEST_CASE("kiln-guide report.json has exactly the documented schema", "[utils][kiln-guide]") {

@@ -86,21 +86,13 @@ std::string resolve_device(const Options& o, const std::vector<std::string>& gpu
   return "cpu";
 }
 
-std::string duration_text(double s) {
-  char buf[32];
-  const long t = std::lround(s);
-  if (t >= 60) std::snprintf(buf, sizeof buf, "%ldm %02lds", t / 60, t % 60);
-  else std::snprintf(buf, sizeof buf, "%lds", t);
-  return buf;
-}
-
 void print_plan(const std::vector<const Tip*>& selected, const SessionOptions& s, const std::string& mode) {
   const std::vector<Job> jobs = plan_jobs(selected, s);
   double est = 0;
   for (const Job& j : jobs) est += j.estimate_s;
   std::cerr << "kiln-guide: mode " << mode << "; " << s.rounds << (s.rounds == 1 ? " round" : " rounds")
             << " per side: " << jobs.size() << " kiln-train runs for " << selected.size() << " rows, training on the "
-            << (s.device == "cuda" ? "GPU" : "CPU") << "; estimated " << duration_text(est)
+            << (s.device == "cuda" ? "GPU" : "CPU") << "; estimated " << format_duration(est)
             << " on a quiet machine like kiln's 2-core reference VM (longer when the cores are busy)\n";
 }
 
@@ -115,7 +107,7 @@ void print_summary(const std::vector<Row>& rows, const std::string& out, double 
       std::printf("%s\n", r.status.c_str());
     }
   }
-  std::printf("wrote %s/report.md, report.json, report.png and runs/ in %s\n", out.c_str(), duration_text(seconds).c_str());
+  std::printf("wrote %s/report.md, report.json, report.png and runs/ in %s\n", out.c_str(), format_duration(seconds).c_str());
 }
 
 int run(const Options& o) {

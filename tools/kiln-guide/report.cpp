@@ -85,14 +85,6 @@ std::string md_cell(const std::string& s) {
   return out;
 }
 
-std::string format_duration(double s) {
-  char buf[32];
-  const long t = std::lround(s);
-  if (t >= 60) std::snprintf(buf, sizeof buf, "%ldm %02lds", t / 60, t % 60);
-  else std::snprintf(buf, sizeof buf, "%lds", t);
-  return buf;
-}
-
 void write_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
@@ -152,6 +144,14 @@ std::pair<double, double> ratio_range(const std::pair<double, double>& b, const 
   // worst: the with side's worst against the baseline's best; best: the other way round
   if (d == Direction::HigherIsBetter) return {w.first / b.second, w.second / b.first};
   return {b.first / w.second, b.second / w.first};
+}
+
+std::string format_duration(double seconds) {
+  char buf[32];
+  const long t = std::max(0L, std::lround(seconds));
+  if (t >= 60) std::snprintf(buf, sizeof buf, "%ldm %02lds", t / 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%lds", t);
+  return buf;
 }
 
 std::string format_value(double v, Unit u, const std::string& sample_word) {

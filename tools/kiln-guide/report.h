@@ -66,6 +66,9 @@ void write_report_png(const std::string& path, const Machine& m, const std::vect
 // Writes DIR/report.md, report.json and report.png (each atomically: a temporary renamed).
 void write_report(const std::string& dir, const Machine& m, const std::vector<Row>& rows);
 
+// A duration for people: "48s", "4m 38s".
+std::string format_duration(double seconds);
+
 // A value in its unit, for people: "12,345 images/s", "312.5 MiB", "14.2 s", "91.23%".
 std::string format_value(double v, Unit u, const std::string& sample_word = "samples");
 

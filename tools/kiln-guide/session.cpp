@@ -20,14 +20,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string format_duration(double s) {
-  char buf[32];
-  const long t = std::max(0L, std::lround(s));
-  if (t >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
-  else std::snprintf(buf, sizeof buf, "%lds", t);
-  return buf;
-}
-
 std::string job_device(const Tip& t, const SessionOptions& o) {
   if (t.cpu_only) return "cpu";
   // data parallelism over GPUs needs one per rank; otherwise the ranks are CPU cores
