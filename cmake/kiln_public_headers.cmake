@@ -9,13 +9,13 @@ set(KILN_PUBLIC_HEADERS
   core/arg.h
   core/autocast.h
   core/autograd.h
-  core/caching_allocator.h
+  cuda/caching_allocator.h
   core/cpu_conv.h
   core/cpu_isa.h
-  core/cuda.h
-  core/cuda_graph.h
-  core/cuda_stream.h
-  core/cudnn.h
+  cuda/cuda.h
+  cuda/graph.h
+  cuda/stream.h
+  cuda/cudnn.h
   core/custom_function.h
   core/debug.h
   core/denormal.h

@@ -13,14 +13,15 @@ import sys
 # folder -> the folders its files may include (itself included). A layer may use any layer below
 # it; nothing reaches up.
 ALLOWED = {
-    "core": {"core"},
-    "utils": {"core", "utils"},
-    "kernels": {"core", "kernels"},
-    "ops": {"core", "kernels", "ops"},
-    "nn": {"core", "utils", "kernels", "ops", "nn"},
-    "data": {"core", "utils", "kernels", "ops", "data"},
-    "optim": {"core", "utils", "kernels", "ops", "nn", "optim"},
-    "distributed": {"core", "utils", "kernels", "ops", "nn", "optim", "data", "distributed"},
+    "core": {"core", "cuda"},
+    "cuda": {"core", "cuda"},  # the CUDA runtime: core's room for the device, the same layer
+    "utils": {"core", "cuda", "utils"},
+    "kernels": {"core", "cuda", "kernels"},
+    "ops": {"core", "cuda", "kernels", "ops"},
+    "nn": {"core", "cuda", "utils", "kernels", "ops", "nn"},
+    "data": {"core", "cuda", "utils", "kernels", "ops", "data"},
+    "optim": {"core", "cuda", "utils", "kernels", "ops", "nn", "optim"},
+    "distributed": {"core", "cuda", "utils", "kernels", "ops", "nn", "optim", "data", "distributed"},
 }
 # Headers any layer may include: the generated build configuration.
 ANYWHERE = {"kiln/config.h"}

@@ -1,4 +1,4 @@
-// kiln's caching device allocator (kiln/core/caching_allocator.h behind every CUDA tensor) against
+// kiln's caching device allocator (kiln/cuda/caching_allocator.h behind every CUDA tensor) against
 // raw cudaMalloc/cudaFree, on a training-like mix: per step, a forward allocates activations of a
 // small transformer-ish model (sizes from 512 B to 48 MiB, with temporaries freed right away),
 // the backward frees them in reverse order while allocating and freeing gradients. Reported:

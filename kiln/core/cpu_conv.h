@@ -1,6 +1,6 @@
 #pragma once
 // CPU convolution settings: the layout autotuner of the CPU conv kernels, the CPU's counterpart
-// of kiln::cudnn::set_benchmark (kiln/core/cudnn.h) with its own switch and its own cache.
+// of kiln::cudnn::set_benchmark (kiln/cuda/cudnn.h) with its own switch and its own cache.
 //
 //   kiln::set_cpu_conv_autotune(true);
 //

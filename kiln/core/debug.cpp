@@ -1,7 +1,7 @@
 #include "kiln/core/debug.h"
 
 #include "kiln/core/autograd.h"
-#include "kiln/core/cudnn.h"
+#include "kiln/cuda/cudnn.h"
 #include "kiln/core/determinism.h"
 #include "kiln/core/sync_debug.h"
 

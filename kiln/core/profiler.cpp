@@ -17,7 +17,7 @@
 #if KILN_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "kiln/core/cuda.h"
+#include "kiln/cuda/cuda.h"
 #endif
 
 namespace kiln::profiler {

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "kiln/core/cuda.h"
+#include "kiln/cuda/cuda.h"
 #include "kiln/core/error.h"
 #include "kiln/core/profiler.h"
 

@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "kiln/core/autograd.h"
-#include "kiln/core/cuda.h"
+#include "kiln/cuda/cuda.h"
 #include "kiln/core/shape.h"
 
 namespace kiln {

@@ -9,10 +9,10 @@
 #include <mutex>
 #include <thread>
 
-#include "kiln/core/cuda.h"
+#include "kiln/cuda/cuda.h"
 #include "kiln/core/generator.h"
 #include "kiln/core/profiler.h"
-#include "kiln/core/cuda_stream.h"
+#include "kiln/cuda/stream.h"
 #include "kiln/data/staging.h"
 
 namespace kiln::data {

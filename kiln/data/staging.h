@@ -10,7 +10,7 @@
 #include <mutex>
 #include <vector>
 
-#include "kiln/core/cuda_stream.h"
+#include "kiln/cuda/stream.h"
 #include "kiln/core/tensor.h"
 
 namespace kiln::data {

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "kiln/core/cuda.h"
+#include "kiln/cuda/cuda.h"
 #include "kiln/core/error.h"
 #include "kiln/distributed/store/launch_env.h"
 #include "kiln/distributed/store/store.h"

@@ -3,7 +3,7 @@
 // differentiable op (kiln/nn/functional/conv.cpp) checks the user's arguments, fills a geometry
 // and calls these. CPU: kernels/cpu/conv.cpp (im2col + GEMM per sample for NCHW; patch rows
 // straight from NHWC rows for channels-last); CUDA: kernels/cuda/conv_cudnn.cpp (cuDNN, heuristic
-// or autotuned algorithms, see kiln/core/cudnn.h).
+// or autotuned algorithms, see kiln/cuda/cudnn.h).
 //
 // Image tensors are always *logically* [N, C, H, W]; x, out and the gradients of one call share
 // one physical layout (kernels/memory_format.h). Dtypes: the CPU kernels take f32 and f64 (the

@@ -2,7 +2,7 @@
 // otherwise a conversion on the side that holds the data, ending in the backend's strided copy.
 #include "kiln/kernels/copy_fill.h"
 
-#include "kiln/core/cuda.h"
+#include "kiln/cuda/cuda.h"
 
 namespace kiln::kernels {
 

@@ -5,7 +5,7 @@
 // Indices are int64 or int32 and every one is checked against the dimension it indexes. On the
 // CPU an out-of-range index throws kiln::Error naming the op, the index value and the dimension's
 // size before anything is written; on a GPU the kernel skips it (nothing is written out of
-// bounds) and the same error is raised at the next synchronisation (kiln/core/cuda.h,
+// bounds) and the same error is raised at the next synchronisation (kiln/cuda/cuda.h,
 // check_device_errors; docs/kernels.md).
 //
 // The accumulating kernels (index_add, scatter_add) are correct with repeated indices: they are

@@ -1,7 +1,7 @@
 #include "kiln/nn/checkpoint.h"
 
 #include "kiln/core/autograd.h"
-#include "kiln/core/cuda.h"
+#include "kiln/cuda/cuda.h"
 #include "kiln/core/generator.h"
 
 namespace kiln {

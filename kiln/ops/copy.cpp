@@ -1,7 +1,7 @@
 // Copies and conversions of tensors (clone, contiguous, to, pin_memory) and the in-place fills
 // and copies: the differentiable ones record their backward here.
 #include "kiln/core/autograd.h"
-#include "kiln/core/cuda.h"
+#include "kiln/cuda/cuda.h"
 #include "kiln/core/tensor.h"
 #include "kiln/kernels/copy_fill.h"
 #include "kiln/ops/op_helpers.h"

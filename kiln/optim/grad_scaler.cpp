@@ -1,7 +1,7 @@
 #include "kiln/optim/grad_scaler.h"
 
 #include "kiln/core/autograd.h"
-#include "kiln/core/cuda.h"
+#include "kiln/cuda/cuda.h"
 #include "kiln/kernels/amp_kernels.h"
 
 namespace kiln::amp {

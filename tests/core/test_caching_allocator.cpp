@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "kiln/core/caching_allocator.h"
+#include "kiln/cuda/caching_allocator.h"
 #include "kiln/core/error.h"
 
 using kiln::CachingAllocator;

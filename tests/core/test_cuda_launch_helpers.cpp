@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include <kiln/core/cuda_device_error.h>
-#include <kiln/core/cuda_launch_error.h>
+#include <kiln/cuda/device_error.h>
+#include <kiln/cuda/launch_error.h>
 #include <kiln/kernels/cuda/launch_limits.h>
 #include <kiln/kernels/cuda/matmul_alignment.h>
 #include <kiln/kiln.h>

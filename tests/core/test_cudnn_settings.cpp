@@ -1,4 +1,4 @@
-// kiln::cudnn settings (kiln/core/cudnn.h) in every build: the benchmark / deterministic flags,
+// kiln::cudnn settings (kiln/cuda/cudnn.h) in every build: the benchmark / deterministic flags,
 // the version and availability queries, and the autotuner cache's store / lookup / clear. Also
 // that f16 convolution and pooling on the CPU still compute through the f32 kernels (CUDA
 // tensors take f16/bf16 natively; the CPU path must be unchanged).

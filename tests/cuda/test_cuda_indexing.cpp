@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include <kiln/core/cuda_device_error.h>
+#include <kiln/cuda/device_error.h>
 #include <kiln/kiln.h>
 #include <kiln/kernels/indexing.h>
 

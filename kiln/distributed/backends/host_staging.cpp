@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "kiln/core/autograd.h"
-#include "kiln/core/cuda.h"
-#include "kiln/core/cuda_stream.h"
+#include "kiln/cuda/cuda.h"
+#include "kiln/cuda/stream.h"
 #include "kiln/core/error.h"
 
 namespace kiln::distributed {

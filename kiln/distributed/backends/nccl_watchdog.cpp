@@ -13,7 +13,7 @@
 #include <exception>
 #include <utility>
 
-#include "kiln/core/cuda.h"
+#include "kiln/cuda/cuda.h"
 #include "kiln/core/error.h"
 #include "kiln/distributed/backends/process_group.h"
 

@@ -17,9 +17,9 @@
 #include <functional>
 #include <thread>
 
-#include "kiln/core/cuda.h"
-#include "kiln/core/cuda_check.h"
-#include "kiln/core/cuda_stream.h"
+#include "kiln/cuda/cuda.h"
+#include "kiln/cuda/check.h"
+#include "kiln/cuda/stream.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/tensor.h"
 #include "kiln/distributed/backends/process_group_nccl.h"

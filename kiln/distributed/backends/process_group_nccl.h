@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "kiln/core/cuda_stream.h"
+#include "kiln/cuda/stream.h"
 #include "kiln/core/device.h"
 #include "kiln/core/tensor.h"
 #include "kiln/distributed/backends/work.h"

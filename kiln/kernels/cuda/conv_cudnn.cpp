@@ -18,7 +18,7 @@
 // TF32 tensor cores (CUDNN_DEFAULT_MATH; never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, which would
 // also let cuDNN round f32 data down to f16). f64 uses the default math.
 //
-// Algorithm choice (kiln/core/cudnn.h): benchmark off -> cuDNN's heuristics
+// Algorithm choice (kiln/cuda/cudnn.h): benchmark off -> cuDNN's heuristics
 // (cudnnGet...Algorithm_v7), the first algorithm whose workspace can be allocated; benchmark on
 // -> cudnnFind...AlgorithmEx times every algorithm once. Either choice is cached per (direction,
 // geometry, dtype, layout, device, operand alignment, flags) in kiln::cudnn's cache. With
@@ -48,9 +48,9 @@
 #include <string>
 #include <vector>
 
-#include "kiln/core/cuda.h"
-#include "kiln/core/cuda_check.h"
-#include "kiln/core/cudnn.h"
+#include "kiln/cuda/cuda.h"
+#include "kiln/cuda/check.h"
+#include "kiln/cuda/cudnn.h"
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 

@@ -25,7 +25,7 @@
 // Bounds: checked by the kernels themselves, without a host synchronisation (so an embedding
 // can run inside a CUDA graph). An index outside [0, size) is skipped (a gather writes 0 there)
 // and recorded in the device's error record; the kiln::Error naming the op, the index and the
-// range is raised at the next synchronisation point (kiln/core/cuda_device_error.h,
+// range is raised at the next synchronisation point (kiln/cuda/device_error.h,
 // docs/kernels.md "Index bounds on the GPU"). index_min_max (one_hot's class count) still reads
 // its result back: an explicit, reported synchronisation.
 #include <cuda_bf16.h>
@@ -34,7 +34,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <limits>
 
-#include "kiln/core/cuda_device_error.h"
+#include "kiln/cuda/device_error.h"
 #include "kiln/core/determinism.h"
 #include "kiln/core/sync_debug.h"
 #include "kiln/kernels/cuda/block_reduce.cuh"

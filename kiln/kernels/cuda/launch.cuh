@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kiln/core/cuda.h"
-#include "kiln/core/cuda_check.h"
+#include "kiln/cuda/cuda.h"
+#include "kiln/cuda/check.h"
 #include "kiln/core/dtype.h"
 #include "kiln/kernels/pointwise_iter.h"
 

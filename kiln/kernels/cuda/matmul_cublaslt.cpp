@@ -13,8 +13,8 @@
 
 #include <mutex>
 
-#include "kiln/core/cuda.h"
-#include "kiln/core/cuda_check.h"
+#include "kiln/cuda/cuda.h"
+#include "kiln/cuda/check.h"
 #include "kiln/kernels/copy_fill.h"
 #include "kiln/kernels/matmul.h"
 #include "kiln/kernels/pointwise.h"

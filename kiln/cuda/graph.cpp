@@ -1,19 +1,19 @@
 // kiln::cuda::Graph (cuda_graph.h): stream capture into a cudaGraph_t, instantiation, replay,
 // with the caching allocator's private pool for the memory allocated while capturing.
-#include "kiln/core/cuda_graph.h"
+#include "kiln/cuda/graph.h"
 
 #include <atomic>
 
 #include "kiln/config.h"
-#include "kiln/core/cuda.h"
-#include "kiln/core/cuda_stream.h"
+#include "kiln/cuda/cuda.h"
+#include "kiln/cuda/stream.h"
 #include "kiln/core/error.h"
 
 #if KILN_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "kiln/core/cuda_check.h"
-#include "kiln/core/cuda_device_error.h"
+#include "kiln/cuda/check.h"
+#include "kiln/cuda/device_error.h"
 #endif
 
 namespace kiln::cuda {

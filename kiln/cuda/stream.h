@@ -1,5 +1,5 @@
 #pragma once
-// Streams beyond the default one, and events (docs/gpu.md). Like the rest of kiln/core/cuda.h
+// Streams beyond the default one, and events (docs/gpu.md). Like the rest of kiln/cuda/cuda.h
 // these exist in every build; without CUDA they throw a clear Error.
 //
 // Streams come from a per-device pool of non-blocking streams created on first use and never

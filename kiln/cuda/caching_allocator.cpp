@@ -1,4 +1,4 @@
-#include "kiln/core/caching_allocator.h"
+#include "kiln/cuda/caching_allocator.h"
 
 #include <algorithm>
 #include <chrono>

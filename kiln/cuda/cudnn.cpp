@@ -1,13 +1,13 @@
-// cuDNN settings (kiln/core/cudnn.h): two process-wide flags and the autotuner's cache of chosen
+// cuDNN settings (kiln/cuda/cudnn.h): two process-wide flags and the autotuner's cache of chosen
 // convolution algorithms. Compiled in every build; only version() talks to cuDNN itself.
-#include "kiln/core/cudnn.h"
+#include "kiln/cuda/cudnn.h"
 
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
 
 #include "kiln/config.h"
-#include "kiln/core/cuda.h"
+#include "kiln/cuda/cuda.h"
 
 #if KILN_WITH_CUDNN
 #include <cudnn.h>

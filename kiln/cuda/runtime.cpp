@@ -1,15 +1,15 @@
 // The CUDA runtime glue: device queries, current streams, a plain device allocator and pinned
 // host memory, byte copies. Compiled by the host compiler against cudart (no kernels here).
 // The device allocator is the caching allocator (caching_allocator.h), one per device.
-#include "kiln/core/cuda.h"
+#include "kiln/cuda/cuda.h"
 
 #include <atomic>
 #include <mutex>
 #include <string>
 
-#include "kiln/core/caching_allocator.h"
-#include "kiln/core/cuda_device_error.h"
-#include "kiln/core/cuda_stream.h"
+#include "kiln/cuda/caching_allocator.h"
+#include "kiln/cuda/device_error.h"
+#include "kiln/cuda/stream.h"
 #include "kiln/core/error.h"
 #include "kiln/core/storage.h"
 #include "kiln/core/sync_debug.h"
@@ -18,7 +18,7 @@
 #if KILN_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "kiln/core/cuda_check.h"
+#include "kiln/cuda/check.h"
 #endif
 
 namespace kiln::cuda {

@@ -1,7 +1,7 @@
 #pragma once
 // A caching device allocator (docs/guide.md, speed-up 21), PyTorch-style, written against an abstract backend
 // so its bookkeeping runs and is tested on the CPU (tests/core/test_caching_allocator.cpp uses a
-// malloc-based fake; kiln/core/cuda_runtime.cpp plugs in cudaMalloc/cudaFree/events).
+// malloc-based fake; kiln/cuda/runtime.cpp plugs in cudaMalloc/cudaFree/events).
 //
 // - Requests are rounded up to 512 B. Requests of at most 1 MiB come from the small pool, carved
 //   out of 2 MiB segments; larger ones from the large pool, whose segments are the request rounded

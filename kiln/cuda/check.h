@@ -3,7 +3,7 @@
 // Only for translation units built with CUDA.
 #include <cuda_runtime.h>
 
-#include "kiln/core/cuda_launch_error.h"
+#include "kiln/cuda/launch_error.h"
 #include "kiln/core/error.h"
 
 #define KILN_CUDA_CHECK(call)                                                                \

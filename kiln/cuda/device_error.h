@@ -12,7 +12,7 @@
 // the GPU".
 #include <cstdint>
 
-#include "kiln/core/cuda.h"  // check_device_errors(), the public entry point
+#include "kiln/cuda/cuda.h"  // check_device_errors(), the public entry point
 #include "kiln/core/device.h"
 
 namespace kiln::cuda {

@@ -1,5 +1,5 @@
 // The device error record (cuda_device_error.h): one per device, in device memory.
-#include "kiln/core/cuda_device_error.h"
+#include "kiln/cuda/device_error.h"
 
 #include <atomic>
 #include <mutex>
@@ -7,14 +7,14 @@
 #include <vector>
 
 #include "kiln/config.h"
-#include "kiln/core/cuda.h"
-#include "kiln/core/cuda_stream.h"
+#include "kiln/cuda/cuda.h"
+#include "kiln/cuda/stream.h"
 #include "kiln/core/error.h"
 
 #if KILN_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "kiln/core/cuda_check.h"
+#include "kiln/cuda/check.h"
 #endif
 
 namespace kiln::cuda {

@@ -1,20 +1,20 @@
 // Stream pool, cross-stream waits and events (cuda_stream.h). Host code against cudart.
-#include "kiln/core/cuda_stream.h"
+#include "kiln/cuda/stream.h"
 
 #include <array>
 #include <atomic>
 #include <mutex>
 
 #include "kiln/config.h"
-#include "kiln/core/cuda.h"
-#include "kiln/core/cuda_device_error.h"
+#include "kiln/cuda/cuda.h"
+#include "kiln/cuda/device_error.h"
 #include "kiln/core/error.h"
 #include "kiln/core/tensor.h"
 
 #if KILN_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "kiln/core/cuda_check.h"
+#include "kiln/cuda/check.h"
 #endif
 
 namespace kiln::cuda {

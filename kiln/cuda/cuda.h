@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kiln/core/caching_allocator.h"
+#include "kiln/cuda/caching_allocator.h"
 #include "kiln/core/device.h"
 
 namespace kiln::cuda {
