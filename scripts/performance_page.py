@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes docs/performance.md from the committed measurements: every bench/results/*.json made by
 bench/train/compare_report.py (compare_pytorch.sh with JSON=...), one section per machine kind
-and CPU level, newest first. The page is generated: edit the results, not the page.
+and CPU level (the newest run of each; earlier ones are named), newest first. Files sort by name:
+a second run on one day is named YYYY-MM-DDb-..., a third YYYY-MM-DDc-.... The page is generated: edit the results, not the page.
 
 usage: scripts/performance_page.py [--results bench/results] [--out docs/performance.md]
 """
@@ -25,7 +26,7 @@ def side(sides, keys):
 
 def section(path, r):
     m = r["machine"]
-    date = os.path.basename(path)[:10]
+    date = os.path.basename(path)[:10]  # YYYY-MM-DD, also of a "b" file
     lines = [f"## {m.get('kind', '?')}: {m.get('cpu', '?')}, {m.get('level', '?')} ({date})", ""]
     if m.get("note"):
         lines += [m["note"], ""]
@@ -68,9 +69,21 @@ def main():
            "(`bench/train/pytorch_peer.py`); throughput is samples (images or tokens) per second of training.",
            "A CPU level below the machine's best is forced on both sides (kiln: `KILN_CPU_ISA`; PyTorch:",
            "`ATEN_CPU_CAPABILITY`, `ONEDNN_MAX_CPU_ISA`, `MKL_ENABLE_INSTRUCTIONS`).", ""]
+    # The newest file per machine and level; older ones stay in bench/results and are named.
+    latest, older = {}, {}
     for path in files:
         with open(path) as f:
-            out += section(path, json.load(f))
+            r = json.load(f)
+        key = (r["machine"].get("kind"), r["machine"].get("cpu"), r["machine"].get("level"))
+        if key in latest:
+            older.setdefault(key, []).append(path)
+        else:
+            latest[key] = (path, r)
+    for key, (path, r) in latest.items():
+        out += section(path, r)
+        if key in older:
+            names = ", ".join(f"`{os.path.basename(p)}`" for p in older[key])
+            out[-1:] = ["", f"Earlier runs on this machine and level: {names}.", ""]
     with open(a.out, "w") as f:
         f.write("\n".join(out).rstrip() + "\n")
     print(f"performance_page: {a.out} from {len(files)} result file(s)")
