@@ -46,15 +46,19 @@ def report_section(path):
              f"{m.get('rounds')} round(s) per side ({m.get('date', '')[:10]})", "",
              f"From [`{os.path.relpath(path, ROOT)}`]({rel}/report.md) (the commands, the raw runs and a chart "
              f"beside it); total time {m.get('total_seconds', 0) / 60:.1f} min.", "",
-             "| # | speed-up | model | metric | baseline | with | ratio | guides' claim | status |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| # | speed-up | model | metric | baseline | with | ratio | spread (baseline; with) | guides' claim | status |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in d["rows"]:
         if r["status"] == "not measured":
             continue
         ratio = f"**{r['ratio']:.2f}x**" if r.get("ratio") is not None else "-"
+        met = r.get("metric") or ""
+        sp = r.get("spread") or {}
+        spread = "; ".join(f"{value(sp[k][0], met)}-{value(sp[k][1], met)}" for k in ("baseline", "with")
+                           if sp.get(k) and sp[k][0] is not None) or "-"
         lines.append(f"| {r['tip']} | {r['name']} | {r.get('model') or '-'} | {short_metric(r.get('metric') or '')} | "
                      f"{value(r.get('baseline'), r.get('metric') or '')} | {value(r.get('with'), r.get('metric') or '')} | "
-                     f"{ratio} | {r['claim']} | {r['status']} |")
+                     f"{ratio} | {spread} | {r['claim']} | {r['status']} |")
     skipped = [str(r["tip"]) for r in d["rows"] if r["status"] == "not measured"]
     if skipped:
         lines += ["", f"Not measured by kiln-guide (no kiln-train switch; the report says why): tips {', '.join(skipped)}."]
