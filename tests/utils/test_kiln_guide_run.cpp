@@ -95,6 +95,10 @@ TEST_CASE("kiln-guide --quick --only runs kiln-train and writes its report", "[u
   CHECK_FALSE(fs::exists(out / "runs" / "fuse-with-r1" / "model.safetensors"));  // dropped: not needed
   CHECK(kiln_test::slurp(out / "report.png").substr(1, 3) == "PNG");
   CHECK_THAT(kiln_test::slurp(out / "report.md"), Contains("| 18 | fused pointwise ops (nn::fuse) | cnn |"));
+  // the CNN's profile, linked from the report with its top ops (the GPT's needs its corpus)
+  CHECK(nlohmann::json::parse(kiln_test::slurp(out / "traces" / "cnn" / "trace.json")).contains("traceEvents"));
+  CHECK_THAT(kiln_test::slurp(out / "report.md"), Contains("[traces/cnn/trace.json](traces/cnn/trace.json)"));
+  CHECK_THAT(kiln_test::slurp(out / "traces" / "cnn" / "profile.txt"), Contains("conv"));
   fs::remove_all(dir);
 }
 

@@ -18,6 +18,7 @@
 #include "runner.h"
 #include "session.h"
 #include "tips.h"
+#include "traces.h"
 
 namespace {
 
@@ -138,7 +139,11 @@ int run(const Options& o) {
   m.cpu = cpu_model(), m.cores = cpu_cores(), m.cpu_isa = res.cpu_isa, m.gpu = gpus.empty() ? "" : gpus[0];
   m.device = s.device, m.date = iso_date_now(), m.mode = mode, m.rounds = s.rounds, m.kiln_train = s.kiln_train;
   m.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::vector<ModelTrace> traces =
+      res.interrupted || g_stop_signal != 0 ? std::vector<ModelTrace>{} : profile_models(s);
+  m.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   write_report(s.out, m, res.rows);
+  append_traces(s.out, traces);
   print_summary(res.rows, s.out, m.total_seconds);
   if (res.interrupted || g_stop_signal != 0) return 128 + g_stop_signal;
   for (const Row& r : res.rows)
