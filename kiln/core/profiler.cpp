@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_escape.h"
 #include "kiln/core/tensor.h"
 #include "kiln/config.h"
 
@@ -374,26 +375,8 @@ std::string Profiler::table(size_t rows) const {
 
 namespace {
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
+// s as a quoted JSON string.
+std::string json_string(const std::string& s) { return "\"" + ::kiln::detail::json_escape(s) + "\""; }
 
 // Track ids: thread i's forward track is 2 i, its backward track 2 i + 1; device tracks after.
 constexpr int kDeviceTrack = 1000000;

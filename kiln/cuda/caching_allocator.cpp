@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
+#include "kiln/core/json_escape.h"
 
 namespace kiln {
 
@@ -19,26 +20,7 @@ double now_us() {
 
 thread_local std::vector<std::string> t_labels;
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          o += buf;
-        } else {
-          o += c;
-        }
-    }
-  }
-  return o;
-}
+using ::kiln::detail::json_escape;
 
 std::string html_escape(const std::string& s) {
   std::string o;
