@@ -1,5 +1,5 @@
 // bench_optim: one AdamW step over a whole model's parameters, fused multi-tensor kernel
-// (AdamW's rule, kiln/optim/adamw_rule.h, run by the CPU launcher of kiln/kernels/multi_tensor.h:
+// (AdamW's rule, kiln/optim/adamw.h, run by the CPU launcher of kiln/kernels/multi_tensor.h:
 // one read and one write of param, grad, exp_avg, exp_avg_sq per element) vs a per-parameter loop of kiln tensor ops (the unfused reference: ~10 passes and
 // temporaries per parameter). Parameter lists: ResNet-18 (11.7M parameters in 62 tensors) and
 // GPT-2 124M (148 tensors). GB/s counts the fused kernel's minimal traffic, 28 bytes per f32 element

@@ -9,9 +9,10 @@
 //     (multi_tensor_norm, multi_tensor_scale_, multi_tensor_lerp_), routed by kernels/dispatch.h;
 //   - the generic CPU launcher, cpu::multi_tensor_step<Rule>, that runs any update rule.
 // The CUDA launcher is kernels/cuda/multi_tensor.cuh. The update rules themselves live with their
-// optimizers (kiln/optim/*_rule.h); see docs/architecture.md, "Optimizers".
+// optimizers (kiln/optim/<name>.h); see docs/architecture.md, "Optimizers".
 //
-// An update rule is a host/device struct holding the group's hyper-parameters, with
+// An update rule is a host/device struct holding the group's hyper-parameters, built from the
+// optimizer's options (explicit Rule(const Options&)), with
 //   static constexpr const char* kStepName       the kernel's name, for errors ("adamw_step")
 //   static constexpr int kMaxBuffers             per-element state tensors it may use (0..2)
 //   static constexpr bool kPerTensorNorms        true: a first pass computes per-tensor norms
@@ -122,10 +123,13 @@ struct NormTerms {
   double a, b;
 };
 
-// The kernel family of one optimizer's step: `inline MultiTensorStep<AdamWRule> adamw_step{...}`
-// in the rule's header, registered by the optimizer's .cpp (CPU) and .cu (CUDA).
+// The kernel family of one optimizer's step, and the one kernel of it per update rule,
+// step_kernel<AdamWRule>, named by the rule's kStepName. The optimizer's .cpp registers the CPU
+// launcher for it, its .cu the CUDA one (constexpr-constructed, so registration order is safe).
 template <class Rule>
 using MultiTensorStep = Kernel<void(const Rule&, const MultiTensorLists&, const StepScalars&)>;
+template <class Rule>
+inline MultiTensorStep<Rule> step_kernel{Rule::kStepName};
 
 // Runs `step` on the device of the lists' tensors (all of them must share it).
 template <class Rule>

@@ -1,8 +1,6 @@
 #include "kiln/optim/adam.h"
 
 #include "kiln/core/error.h"
-#include "kiln/optim/adam_rule.h"
-#include "kiln/optim/fused_optimizer_impl.h"
 
 namespace kiln::optim {
 
@@ -19,9 +17,7 @@ void validate_adam_like(const char* name, double lr, const Betas& betas, double 
 
 }  // namespace detail
 
-AdamRule rule_of(const AdamOptions& o) {
-  return AdamRule{std::get<0>(o.betas()), std::get<1>(o.betas()), o.eps(), o.weight_decay(), o.maximize()};
-}
-KILN_FUSED_OPTIMIZER_CPU(AdamOptions, AdamParamState, AdamRule, adam_step);
+// Adam's step on the CPU: the generic multi-tensor launcher run with AdamRule.
+KILN_REGISTER_KERNEL(kernels::step_kernel<AdamRule>, CPU, &kernels::cpu::multi_tensor_step<AdamRule>);
 
 }  // namespace kiln::optim

@@ -1,10 +1,9 @@
-// Adam on a GPU: the generic CUDA multi-tensor launcher (kernels/cuda/multi_tensor.cuh) run with
-// Adam's update rule (adam_rule.h), registered as adam_step's CUDA implementation.
+// Adam's step on a GPU: the generic CUDA multi-tensor launcher run with AdamRule (kiln/optim/adam.h).
 #include "kiln/kernels/cuda/multi_tensor.cuh"
-#include "kiln/optim/adam_rule.h"
+#include "kiln/optim/adam.h"
 
 namespace kiln::optim {
 
-KILN_REGISTER_KERNEL(adam_step, CUDA, &kernels::cuda::multi_tensor_step<AdamRule>);
+KILN_REGISTER_KERNEL(kernels::step_kernel<AdamRule>, CUDA, &kernels::cuda::multi_tensor_step<AdamRule>);
 
 }  // namespace kiln::optim

@@ -1,10 +1,9 @@
-// AdamW on a GPU: the generic CUDA multi-tensor launcher (kernels/cuda/multi_tensor.cuh) run with
-// AdamW's update rule (adamw_rule.h), registered as adamw_step's CUDA implementation.
+// AdamW's step on a GPU: the generic CUDA multi-tensor launcher run with AdamWRule (kiln/optim/adamw.h).
 #include "kiln/kernels/cuda/multi_tensor.cuh"
-#include "kiln/optim/adamw_rule.h"
+#include "kiln/optim/adamw.h"
 
 namespace kiln::optim {
 
-KILN_REGISTER_KERNEL(adamw_step, CUDA, &kernels::cuda::multi_tensor_step<AdamWRule>);
+KILN_REGISTER_KERNEL(kernels::step_kernel<AdamWRule>, CUDA, &kernels::cuda::multi_tensor_step<AdamWRule>);
 
 }  // namespace kiln::optim

@@ -1,10 +1,9 @@
-// LAMB on a GPU: the generic CUDA multi-tensor launcher (kernels/cuda/multi_tensor.cuh) run with
-// LAMB's update rule (lamb_rule.h), registered as lamb_step's CUDA implementation.
+// LAMB's step on a GPU: the generic CUDA multi-tensor launcher run with LAMBRule (kiln/optim/lamb.h).
 #include "kiln/kernels/cuda/multi_tensor.cuh"
-#include "kiln/optim/lamb_rule.h"
+#include "kiln/optim/lamb.h"
 
 namespace kiln::optim {
 
-KILN_REGISTER_KERNEL(lamb_step, CUDA, &kernels::cuda::multi_tensor_step<LAMBRule>);
+KILN_REGISTER_KERNEL(kernels::step_kernel<LAMBRule>, CUDA, &kernels::cuda::multi_tensor_step<LAMBRule>);
 
 }  // namespace kiln::optim

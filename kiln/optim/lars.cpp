@@ -1,8 +1,6 @@
 #include "kiln/optim/lars.h"
 
 #include "kiln/core/error.h"
-#include "kiln/optim/fused_optimizer_impl.h"
-#include "kiln/optim/lars_rule.h"
 
 namespace kiln::optim {
 
@@ -17,11 +15,7 @@ void LARSOptions::validate() const {
              "LARS: nesterov momentum requires a momentum > 0 and zero dampening");
 }
 
-LARSRule rule_of(const LARSOptions& o) {
-  return LARSRule{{o.momentum(), o.dampening(), o.weight_decay(), o.nesterov(), o.maximize()},
-                  o.trust_coefficient(),
-                  o.eps()};
-}
-KILN_FUSED_OPTIMIZER_CPU(LARSOptions, SGDParamState, LARSRule, lars_step);
+// LARS's step on the CPU: the generic multi-tensor launcher run with LARSRule.
+KILN_REGISTER_KERNEL(kernels::step_kernel<LARSRule>, CPU, &kernels::cpu::multi_tensor_step<LARSRule>);
 
 }  // namespace kiln::optim

@@ -1,10 +1,9 @@
-// LARS on a GPU: the generic CUDA multi-tensor launcher (kernels/cuda/multi_tensor.cuh) run with
-// LARS's update rule (lars_rule.h), registered as lars_step's CUDA implementation.
+// LARS's step on a GPU: the generic CUDA multi-tensor launcher run with LARSRule (kiln/optim/lars.h).
 #include "kiln/kernels/cuda/multi_tensor.cuh"
-#include "kiln/optim/lars_rule.h"
+#include "kiln/optim/lars.h"
 
 namespace kiln::optim {
 
-KILN_REGISTER_KERNEL(lars_step, CUDA, &kernels::cuda::multi_tensor_step<LARSRule>);
+KILN_REGISTER_KERNEL(kernels::step_kernel<LARSRule>, CUDA, &kernels::cuda::multi_tensor_step<LARSRule>);
 
 }  // namespace kiln::optim

@@ -13,9 +13,10 @@
 // buffers - Adam's moments, SGD's momentum buffer - and f32 master weights for f16/bf16
 // parameters) is created on its first step with the parameter's device and layout.
 //
-// Each optimizer owns its update rule (kiln/optim/<name>_rule.h, run by the generic multi-tensor
-// launchers of kiln/kernels/multi_tensor.h and kernels/cuda/multi_tensor.cuh); this base class
-// collects the group's tensors and hands them to the optimizer's step kernel.
+// Each optimizer is a FusedOptimizer (kiln/optim/fused_optimizer.h) whose header holds its update
+// rule, run by the generic multi-tensor launchers of kiln/kernels/multi_tensor.h and
+// kernels/cuda/multi_tensor.cuh; this base class collects the group's tensors and hands them to
+// the optimizer's step kernel.
 #include <functional>
 #include <map>
 #include <memory>
@@ -250,31 +251,6 @@ class Optimizer {
   std::unique_ptr<OptimizerOptions> defaults_;
   std::unordered_map<const TensorImpl*, std::unique_ptr<OptimizerParamState>> state_;
   bool fused_ = true;
-};
-
-// An optimizer over options `Options`, per-parameter state `ParamState` and the update rule
-// `Rule` (kiln/optim/<name>_rule.h): the constructors and state() of the libtorch frontend. The
-// step members are defined in kiln/optim/fused_optimizer_impl.h and instantiated once, in the
-// optimizer's .cpp, where its rule and step kernel are known.
-template <class Options, class ParamState, class Rule>
-class FusedOptimizer : public Optimizer {
- public:
-  FusedOptimizer(std::vector<Tensor> params, const Options& options = {})
-      : Optimizer({ParamGroup(std::move(params))}, options.clone()) {}
-  FusedOptimizer(std::vector<ParamGroup> groups, const Options& options = {})
-      : Optimizer(std::move(groups), options.clone()) {}
-  // This optimizer's state of `param` (nullptr before its first step).
-  const ParamState* state(const Tensor& param) const {
-    return static_cast<const ParamState*>(Optimizer::state(param));
-  }
-
- protected:
-  std::unique_ptr<OptimizerParamState> make_param_state() const override {
-    return std::make_unique<ParamState>();
-  }
-  int buffers_needed(const OptimizerOptions& options) const override;
-  void run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
-                       const kernels::StepScalars& scalars) const override;
 };
 
 }  // namespace kiln::optim

@@ -1,8 +1,6 @@
 #include "kiln/optim/sgd.h"
 
 #include "kiln/core/error.h"
-#include "kiln/optim/fused_optimizer_impl.h"
-#include "kiln/optim/sgd_rule.h"
 
 namespace kiln::optim {
 
@@ -15,9 +13,7 @@ void SGDOptions::validate() const {
              momentum_, ", dampening ", dampening_, ")");
 }
 
-SGDRule rule_of(const SGDOptions& o) {
-  return SGDRule{{o.momentum(), o.dampening(), o.weight_decay(), o.nesterov(), o.maximize()}};
-}
-KILN_FUSED_OPTIMIZER_CPU(SGDOptions, SGDParamState, SGDRule, sgd_step);
+// SGD's step on the CPU: the generic multi-tensor launcher run with SGDRule.
+KILN_REGISTER_KERNEL(kernels::step_kernel<SGDRule>, CPU, &kernels::cpu::multi_tensor_step<SGDRule>);
 
 }  // namespace kiln::optim

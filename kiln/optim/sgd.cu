@@ -1,10 +1,9 @@
-// SGD on a GPU: the generic CUDA multi-tensor launcher (kernels/cuda/multi_tensor.cuh) run with
-// SGD's update rule (sgd_rule.h), registered as sgd_step's CUDA implementation.
+// SGD's step on a GPU: the generic CUDA multi-tensor launcher run with SGDRule (kiln/optim/sgd.h).
 #include "kiln/kernels/cuda/multi_tensor.cuh"
-#include "kiln/optim/sgd_rule.h"
+#include "kiln/optim/sgd.h"
 
 namespace kiln::optim {
 
-KILN_REGISTER_KERNEL(sgd_step, CUDA, &kernels::cuda::multi_tensor_step<SGDRule>);
+KILN_REGISTER_KERNEL(kernels::step_kernel<SGDRule>, CUDA, &kernels::cuda::multi_tensor_step<SGDRule>);
 
 }  // namespace kiln::optim

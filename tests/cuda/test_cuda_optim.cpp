@@ -4,7 +4,7 @@
 // unscale + inf check, the device-side GradScaler update, the fused lerp. Lists with more tensors
 // than one launch holds (40 per optimizer launch, 110 per list launch, 256 step tensors) check the
 // launch splitting; odd sizes and sizes across the 16K-element chunk boundary check the tails.
-// The math is the CPU's (each optimizer's rule, kiln/optim/*_rule.h); tolerances cover FMA contraction and summation order:
+// The math is the CPU's (each optimizer's rule, in kiln/optim/<name>.h); tolerances cover FMA contraction and summation order:
 // f32 1e-5 relative after 3 steps, bf16/f16 parameters one rounding of the (f32) master weight.
 #include <catch2/catch.hpp>
 

@@ -17,7 +17,7 @@
 // one element at a time otherwise.
 //
 // The second half is the generic optimizer step, multi_tensor_step<Rule>, which runs any update
-// rule of kiln/optim/*_rule.h (contract: kernels/multi_tensor.h); each optimizer's .cu instantiates
+// rule of kiln/optim/<name>.h (contract: kernels/multi_tensor.h); each optimizer's .cu instantiates
 // it and registers it. Its non-template host side (checks, launch planning, the step increment)
 // is StepLaunches in multi_tensor.cu.
 #include <cuda_runtime.h>
