@@ -66,7 +66,7 @@ class VisionTask : public Task {
     if (cnn_) return kiln::checkpoint_sequential(*cnn_, 3, x);
     if (mlp_) return kiln::checkpoint_sequential(mlp_->layers, 2, x.flatten(1));
     auto& r = *resnet_;
-    Tensor h = r.bn1(r.conv1(x));  // the stem's bn1 includes the ReLU (fused_relu)
+    Tensor h = r.forward_stem(x);
     for (nn::Sequential* stage : {&r.layer1, &r.layer2, &r.layer3, &r.layer4})
       h = kiln::checkpoint([stage](const std::vector<Tensor>& in) { return (*stage)(in[0]); }, {h});
     return r.fc(F::adaptive_avg_pool2d(h, {1, 1}).flatten(1));

@@ -93,7 +93,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 // relu(batch_norm(...)) fused (cuDNN's / oneDNN's BN + activation): same arguments, checks,
 // autocast and running-statistics update as batch_norm. One kernel pass writes max(0, bn(x)); the
 // backward recomputes the ReLU mask from x (it saves x, weight and bias, not the output), so the
-// separate ReLU forward and backward passes disappear. BatchNormOptions::fused_relu uses it.
+// separate ReLU forward and backward passes disappear. nn::fuse runs Conv2d -> BatchNorm2d -> ReLU
+// with it (nn::ConvBatchNormReLU2d).
 Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                        const Tensor& weight, const Tensor& bias, bool training,
                        double momentum = 0.1, double eps = 1e-5);

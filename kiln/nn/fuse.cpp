@@ -23,15 +23,14 @@ std::shared_ptr<M> exactly(const Sequential& seq, size_t i) {
   return typeid(*m) == typeid(M) ? std::static_pointer_cast<M>(m) : nullptr;
 }
 
-// Conv2d -> BatchNorm2d -> ReLU (or a fused_relu BatchNorm2d) [-> MaxPool2d(2)] at i; returns
-// the run's length, 0 when there is none.
+// Conv2d -> BatchNorm2d -> ReLU [-> MaxPool2d(2)] at i; returns the run's length, 0 when there
+// is none.
 size_t fuse_conv_block(Sequential& seq, size_t i) {
   auto conv = exactly<Conv2d>(seq, i);
   auto bn = exactly<BatchNorm2d>(seq, i + 1);
   if (!conv || !bn || !ConvBatchNormReLU2d::supports(*conv, *bn)) return 0;
-  size_t n = 2;
-  if (exactly<ReLU>(seq, i + 2)) ++n;
-  else if (!bn->options.fused_relu()) return 0;
+  if (!exactly<ReLU>(seq, i + 2)) return 0;
+  size_t n = 3;
   auto pool = exactly<MaxPool2d>(seq, i + n);
   if (pool && ConvBatchNormReLU2d::supports_pool(*pool)) ++n;
   else pool = nullptr;
@@ -62,8 +61,10 @@ int64_t fuse_sequential(Sequential& seq) {
 
 int64_t fuse(Module& module) {
   int64_t fused = 0;
-  for (auto& [name, m] : module.named_modules())
+  for (auto& [name, m] : module.named_modules()) {
     if (auto* seq = dynamic_cast<Sequential*>(m)) fused += fuse_sequential(*seq);
+    for (const auto& chain : m->chains()) fused += fuse_sequential(*chain);
+  }
   return fused;
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "kiln/core/autograd.h"
+#include "kiln/nn/container.h"
 
 namespace kiln::nn {
 
@@ -88,6 +89,23 @@ Module* Module::child(const std::string& name) const {
   for (const auto& [n, m] : children_)
     if (n == name) return m;
   return nullptr;
+}
+
+size_t Module::declare_chain(const std::vector<Module*>& layers) {
+  KILN_CHECK(!layers.empty(), type_name(), ".declare_chain: a chain needs at least one module");
+  auto chain = std::make_shared<Sequential>();
+  for (Module* m : layers) {
+    const bool registered = std::any_of(children_.begin(), children_.end(), [m](const auto& c) { return c.second == m; });
+    KILN_CHECK(m != nullptr && registered, type_name(), ".declare_chain: every module of a chain must be a registered child");
+    chain->push_back(std::shared_ptr<Module>(std::shared_ptr<Module>(), m));  // non-owning: this module owns it
+  }
+  chains_.push_back(std::move(chain));
+  return chains_.size() - 1;
+}
+
+Tensor Module::run_chain(size_t index, const Tensor& x) {
+  KILN_CHECK(index < chains_.size(), type_name(), ".run_chain: no chain ", index, " (", chains_.size(), " declared)");
+  return chains_[index]->forward(x);
 }
 
 // ---------------------------------------------------------------- traversal

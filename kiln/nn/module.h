@@ -25,6 +25,8 @@ namespace kiln {
 
 namespace nn {
 
+class Sequential;  // kiln/nn/container.h
+
 // Name -> tensor in registration order (parameters and buffers), as checkpoints store them.
 class StateDict {
  public:
@@ -98,9 +100,20 @@ class Module {
   virtual std::string extra_repr() const { return ""; }
   std::string str() const;  // the tree, as print(module) in PyTorch (parameter_count() for the sizes)
 
+  // ---- chains: runs of children that forward() applies one after the other (conv1 -> bn1 ->
+  // relu), each one's output the next one's input. nn::fuse treats each like a Sequential and may
+  // run a fusable stretch of it as one fused module; until then, and for every other stretch,
+  // run_chain runs the children in order. Each chain is a Sequential over the children (not
+  // registered: parameters(), state_dict() and str() are unchanged).
+  const std::vector<std::shared_ptr<Sequential>>& chains() const { return chains_; }
+
  protected:
   void add_child(const std::string& name, Module* child, std::shared_ptr<Module> owned);
   Module* child(const std::string& name) const;
+  // Declares a chain of registered children, in the order forward() applies them; returns its
+  // index for run_chain.
+  size_t declare_chain(const std::vector<Module*>& layers);
+  Tensor run_chain(size_t index, const Tensor& x);
 
  private:
   void check_name(const std::string& name, const char* what) const;
@@ -116,6 +129,7 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, Module*>> children_;
   std::vector<std::shared_ptr<Module>> owned_;
+  std::vector<std::shared_ptr<Sequential>> chains_;
 };
 
 // str() and a newline, as print(module) in Python.

@@ -55,8 +55,7 @@ bool BatchNorm::count_batch() {
 
 Tensor BatchNorm::forward(const Tensor& x) {
   const bool use_batch_stats = begin_forward(x);
-  auto* bn = options.fused_relu() ? &F::batch_norm_relu : &F::batch_norm;
-  return bn(x, running_mean, running_var, weight, bias, use_batch_stats, options.momentum(), options.eps());
+  return F::batch_norm(x, running_mean, running_var, weight, bias, use_batch_stats, options.momentum(), options.eps());
 }
 
 std::string BatchNorm::extra_repr() const {
@@ -64,7 +63,6 @@ std::string BatchNorm::extra_repr() const {
   os << options.num_features() << ", eps=" << float_repr(options.eps()) << ", momentum=" << float_repr(options.momentum())
      << ", affine=" << (options.affine() ? "True" : "False")
      << ", track_running_stats=" << (options.track_running_stats() ? "True" : "False");
-  if (options.fused_relu()) os << ", fused_relu=True";
   return os.str();
 }
 

@@ -11,15 +11,11 @@ struct BatchNormOptions {
   KILN_ARG(double, momentum) = 0.1;
   KILN_ARG(bool, affine) = true;
   KILN_ARG(bool, track_running_stats) = true;
-  // Apply a ReLU to the output in the same kernel (F::batch_norm_relu): forward() returns
-  // relu(bn(x)) and the backward recomputes the mask instead of running a ReLU pass each way.
-  // Parameters and buffers are those of the plain layer, so checkpoints are interchangeable.
-  KILN_ARG(bool, fused_relu) = false;
 };
 
 // Batch normalisation over [N, C] / [N, C, L] (1d) or [N, C, H, W] (2d): batch statistics in
-// training (running statistics updated with momentum), running statistics in eval. With
-// options.fused_relu() the layer is BatchNorm followed by ReLU, fused.
+// training (running statistics updated with momentum), running statistics in eval. Followed by a
+// ReLU in a Sequential or a declared chain, nn::fuse runs the two as one fused op.
 class BatchNorm : public Module {
  public:
   BatchNorm(const BatchNormOptions& options, const char* type_name, std::initializer_list<int64_t> ranks);

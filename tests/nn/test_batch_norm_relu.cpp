@@ -1,7 +1,7 @@
 // batch_norm_relu (the fused BatchNorm + ReLU) against the composite relu(batch_norm(...)): forward,
 // gradients and running statistics on odd sizes, [N, C], channels-last and eval mode; f64
-// gradchecks (first and second order); argument errors; BatchNormOptions::fused_relu (same
-// checkpoint keys as the plain layer); the model zoo's fused layers against an unfused reference.
+// gradchecks (first and second order); argument errors; the model zoo's layers against an
+// unfused reference.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -204,38 +204,7 @@ TEST_CASE("batch_norm_relu: bad arguments throw kiln::Error naming the op", "[no
   CHECK(m.find("[4, 6, 3]") != std::string::npos);
 }
 
-TEST_CASE("BatchNormOptions::fused_relu: relu(BatchNorm), the plain layer's checkpoint keys", "[norm][batch_norm_relu][module]") {
-  kiln::manual_seed(16);
-  nn::BatchNorm2d plain(6), fused(nn::BatchNormOptions(6).fused_relu(true));
-  {
-    kiln::NoGradGuard ng;
-    plain.weight.copy_(kiln::randn({6}));
-    plain.bias.copy_(kiln::randn({6}));
-  }
-  REQUIRE(fused.state_dict().keys() == plain.state_dict().keys());
-  fused.load_state_dict(plain.state_dict());
-  CHECK(fused.extra_repr().find("fused_relu=True") != std::string::npos);
-  CHECK(plain.extra_repr().find("fused_relu") == std::string::npos);
-  for (int step = 0; step < 2; ++step) {
-    Tensor x = kiln::randn({4, 6, 5, 5});
-    check_close_rel(values(fused(x)), values(kiln::relu(plain(x))), 0, "train");
-  }
-  for (const auto& [name, t] : plain.state_dict()) {
-    INFO(name);
-    check_close_rel(values(fused.state_dict().at(name)), values(t), 0);
-  }
-  plain.eval();
-  fused.eval();
-  Tensor x = kiln::randn({3, 6, 4, 4});
-  check_close_rel(values(fused(x)), values(kiln::relu(plain(x))), 0, "eval");
-  // BatchNorm1d with the option on [N, C]
-  nn::BatchNorm1d f1(nn::BatchNormOptions(5).fused_relu(true));
-  Tensor x1 = kiln::randn({9, 5});
-  check_close_rel(values(f1(x1)), values(kiln::relu(F::batch_norm(x1, Tensor(), Tensor(), Tensor(), Tensor(), true))), 0,
-                  "BatchNorm1d");
-}
-
-TEST_CASE("model zoo: fused BN+ReLU keeps the names and the unfused results", "[models][batch_norm_relu]") {
+TEST_CASE("model zoo: the CNN and a ResNet block keep the names and the unfused results", "[models][batch_norm_relu]") {
   kiln::manual_seed(17);
   nn::models::FashionCNN net;
   std::vector<std::string> want = {"conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var",
@@ -256,7 +225,7 @@ TEST_CASE("model zoo: fused BN+ReLU keeps the names and the unfused results", "[
   Tensor ref = (*net.fc2)(kiln::relu((*net.fc1)(h.flatten(1))));
   check_close_rel(values(net(x)), values(ref), 1e-6, "FashionCNN");
 
-  // ResNet basic block: relu(bn1(conv1)) fused
+  // ResNet basic block: relu(bn1(conv1)) as a declared chain
   nn::models::BasicBlock blk(4, 8, 2);
   Tensor xb = kiln::randn({2, 4, 9, 9});
   Tensor out = bn(blk.bn1, blk.conv1(xb));

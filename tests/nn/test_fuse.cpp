@@ -1,7 +1,8 @@
 // nn::fuse: a user-written Sequential CNN with odd sizes gives the unfused model's outputs,
 // gradients and BatchNorm state in training and eval; chains whose fused kernels' preconditions
-// are not met still fuse and run the unfused ops; Linear -> GELU fuses; the Fashion-MNIST CNN's
-// state_dict is unchanged by fusion.
+// are not met still fuse and run the unfused ops; Linear -> GELU fuses; chains declared by
+// hand-written forwards (a user module, ResNet) fuse; the Fashion-MNIST CNN's state_dict is
+// unchanged by fusion.
 #include <catch2/catch.hpp>
 
 #include <memory>
@@ -140,18 +141,62 @@ TEST_CASE("nn::fuse: chains the fused kernels cannot take run the unfused ops", 
   check_same_step(*plain, *fused, x, false, "eval");
 }
 
-TEST_CASE("nn::fuse: a BatchNorm2d with fused_relu stands for BatchNorm2d -> ReLU", "[fuse][module]") {
+// A hand-written module whose forward runs conv -> bn -> relu through a declared chain, then a
+// second conv -> BN without a ReLU (not a fusable stretch, and not declared).
+struct ChainBlock : nn::Module {
+  nn::Conv2d conv{nn::Conv2dOptions(2, 3, 3).padding(1).bias(false)};
+  nn::BatchNorm2d bn{3};
+  nn::ReLU relu;
+  nn::Conv2d conv2{nn::Conv2dOptions(3, 4, 3).bias(false)};
+  nn::BatchNorm2d bn2{4};
+  ChainBlock() : Module("ChainBlock") {
+    register_module("conv", conv);
+    register_module("bn", bn);
+    register_module("relu", relu);
+    register_module("conv2", conv2);
+    register_module("bn2", bn2);
+    declare_chain({&conv, &bn, &relu});
+  }
+  Tensor forward(const Tensor& x) override { return bn2(conv2(run_chain(0, x))); }
+};
+
+TEST_CASE("nn::fuse: a chain declared by a hand-written forward fuses, names and results unchanged", "[fuse][module]") {
   kiln::manual_seed(46);
-  auto make = [] {
-    auto s = std::make_shared<nn::Sequential>(conv(2, 3, 3, 1),
-                                              std::make_shared<nn::BatchNorm2d>(nn::BatchNormOptions(3).fused_relu(true)),
-                                              pool(2), conv(3, 4, 3, 1), std::make_shared<nn::BatchNorm2d>(4));
-    s->to(DType::F64);
-    return s;
-  };
-  auto [plain, fused] = twins(make, 1);  // the last conv -> BN has no ReLU: not a chain
-  CHECK(fused->extra_repr() == "fused: ConvBatchNormReLU2d[0..2]");
-  check_same_step(*plain, *fused, kiln::randn({2, 2, 9, 7}, DType::F64), true, "training");
+  ChainBlock plain, fused;
+  plain.to(DType::F64);
+  fused.to(DType::F64);
+  fused.load_state_dict(plain.state_dict());
+  const std::string printed = fused.str();
+  REQUIRE(fused.chains().size() == 1);
+  CHECK(nn::fuse(fused) == 1);
+  CHECK(nn::fuse(fused) == 0);
+  CHECK(fused.chains()[0]->extra_repr() == "fused: ConvBatchNormReLU2d[0..2]");
+  CHECK(fused.str() == printed);  // a chain is not a child: the tree prints as before
+  CHECK(fused.state_dict().keys() == plain.state_dict().keys());
+  for (int step = 0; step < 2; ++step) check_same_step(plain, fused, kiln::randn({2, 2, 9, 7}, DType::F64), true, "training");
+  plain.eval();
+  fused.eval();
+  check_same_step(plain, fused, kiln::randn({3, 2, 6, 5}, DType::F64), false, "eval");
+  fused.chains()[0]->unfuse();
+  CHECK(fused.chains()[0]->fused_run_count() == 0);
+}
+
+TEST_CASE("nn::fuse: ResNet's stem and every block's conv1 -> bn1 -> relu fuse", "[fuse][module][models]") {
+  kiln::manual_seed(47);
+  auto plain = nn::models::resnet18(5, 1, nn::models::ResNetStem::CIFAR);
+  auto fused = nn::models::resnet18(5, 1, nn::models::ResNetStem::CIFAR);
+  plain->to(DType::F64);
+  fused->to(DType::F64);
+  fused->load_state_dict(plain->state_dict());
+  const std::string printed = fused->str();
+  CHECK(nn::fuse(*fused) == 9);  // the stem and 8 basic blocks
+  CHECK(fused->str() == printed);
+  // the ReLU is a child, as in torchvision's blocks
+  CHECK(printed.find("(relu): ReLU()") != std::string::npos);
+  check_same_step(*plain, *fused, kiln::randn({2, 1, 8, 8}, DType::F64), true, "training");
+  plain->eval();
+  fused->eval();
+  check_same_step(*plain, *fused, kiln::randn({2, 1, 8, 8}, DType::F64), false, "eval");
 }
 
 TEST_CASE("nn::fuse: a conv block with too small an output for the pool still runs", "[fuse][module]") {

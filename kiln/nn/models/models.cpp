@@ -62,13 +62,15 @@ Tensor FashionCNN::forward(const Tensor& x) {
 BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride)
     : Module("BasicBlock"),
       conv1(Conv2dOptions(in_planes, planes, 3).stride(stride).padding(1).bias(false)),
+      bn1(planes),
       conv2(Conv2dOptions(planes, planes, 3).padding(1).bias(false)),
-      bn1(BatchNormOptions(planes).fused_relu(true)),  // bn1 + ReLU fused
       bn2(planes) {
   register_module("conv1", conv1);
   register_module("bn1", bn1);
+  register_module("relu", relu);
   register_module("conv2", conv2);
   register_module("bn2", bn2);
+  declare_chain({&conv1, &bn1, &relu});
   if (stride != 1 || in_planes != planes) {
     downsample = std::make_shared<Sequential>(
         std::make_shared<Conv2d>(Conv2dOptions(in_planes, planes, 1).stride(stride).bias(false)),
@@ -78,9 +80,9 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride)
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = bn1(conv1(x));  // bn1 includes the ReLU
+  Tensor out = run_chain(0, x);  // relu(bn1(conv1(x))), fused after nn::fuse
   out = bn2(conv2(out));
-  return kiln::relu(out + (downsample ? (*downsample)(x) : x));
+  return relu(out + (downsample ? (*downsample)(x) : x));
 }
 
 ResNet::ResNet(const ResNetOptions& o)
@@ -88,12 +90,14 @@ ResNet::ResNet(const ResNetOptions& o)
       conv1(o.stem() == ResNetStem::ImageNet
                 ? Conv2dOptions(o.in_channels(), 64, 7).stride(2).padding(3).bias(false)
                 : Conv2dOptions(o.in_channels(), 64, 3).stride(1).padding(1).bias(false)),
-      bn1(BatchNormOptions(64).fused_relu(true)),  // stem bn1 + ReLU fused
+      bn1(64),
       fc(512, o.num_classes()),
       stem(o.stem()) {
   KILN_CHECK(o.blocks().size() == 4, "ResNet: expected 4 stage sizes, got ", o.blocks());
   register_module("conv1", conv1);
   register_module("bn1", bn1);
+  register_module("relu", relu);
+  declare_chain({&conv1, &bn1, &relu});
   Sequential* stages[4] = {&layer1, &layer2, &layer3, &layer4};
   const char* names[4] = {"layer1", "layer2", "layer3", "layer4"};
   int64_t in_planes = 64;
@@ -112,9 +116,13 @@ ResNet::ResNet(const ResNetOptions& o)
   });
 }
 
+Tensor ResNet::forward_stem(const Tensor& x) {
+  Tensor h = run_chain(0, x);  // relu(bn1(conv1(x))), fused after nn::fuse
+  return stem == ResNetStem::ImageNet ? F::max_pool2d(h, {3, 3}, {2, 2}, {1, 1}) : h;
+}
+
 Tensor ResNet::forward(const Tensor& x) {
-  Tensor h = bn1(conv1(x));  // bn1 includes the ReLU
-  if (stem == ResNetStem::ImageNet) h = F::max_pool2d(h, {3, 3}, {2, 2}, {1, 1});
+  Tensor h = forward_stem(x);
   h = layer4(layer3(layer2(layer1(h))));
   h = F::adaptive_avg_pool2d(h, {1, 1}).flatten(1);
   return fc(h);

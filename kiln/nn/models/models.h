@@ -38,14 +38,18 @@ class FashionCNN : public Sequential {
   std::shared_ptr<Linear> fc1, fc2;
 };
 
-// ResNet basic block: conv3x3-BN-ReLU-conv3x3-BN, plus the identity or a 1x1 conv + BN shortcut.
-// bn1 has fused_relu (BN+ReLU in one kernel), as has the stem's bn1 in ResNet.
+// ResNet basic block, as torchvision's: conv3x3-BN-ReLU-conv3x3-BN, plus the identity or a 1x1
+// conv + BN shortcut, then ReLU (the one relu module serves both). conv1 -> bn1 -> relu is a
+// declared chain, which nn::fuse runs as one fused module (as the stem's in ResNet).
 class BasicBlock : public Module {
  public:
   BasicBlock(int64_t in_planes, int64_t planes, int64_t stride);
   Tensor forward(const Tensor& x) override;
-  Conv2d conv1, conv2;
-  BatchNorm2d bn1, bn2;
+  Conv2d conv1;
+  BatchNorm2d bn1;
+  ReLU relu;
+  Conv2d conv2;
+  BatchNorm2d bn2;
   std::shared_ptr<Sequential> downsample;  // null: identity
 };
 
@@ -63,8 +67,11 @@ class ResNet : public Module {
  public:
   explicit ResNet(const ResNetOptions& options);
   Tensor forward(const Tensor& x) override;
+  // The stem: conv1 -> bn1 -> relu (a declared chain), then the 3x3/2 max-pool of the ImageNet stem.
+  Tensor forward_stem(const Tensor& x);
   Conv2d conv1;
   BatchNorm2d bn1;
+  ReLU relu;
   Sequential layer1, layer2, layer3, layer4;
   Linear fc;
   ResNetStem stem;
