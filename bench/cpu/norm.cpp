@@ -17,6 +17,7 @@
 
 #include <kiln/kiln.h>
 #include <kiln/nn/functional.h>
+#include <kiln/nn/fused/conv_block.h>
 
 #include "../bench_util.h"
 

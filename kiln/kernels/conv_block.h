@@ -2,7 +2,7 @@
 // The conv-block kernel family: the fused kernels behind a Conv2d -> BatchNorm2d -> ReLU ->
 // 2x2 max-pool chain (kiln::nn::ConvBatchNormReLU2d, F::conv2d_batch_norm_relu_max_pool2d,
 // F::batch_norm_relu_max_pool2d). CPU only: the CPU backend registers each one
-// (kernels/cpu/conv_bn_relu_pool.cpp, bn_relu_pool.cpp, conv.cpp); no CUDA backend is
+// (kernels/cpu/conv_bn_relu_pool.cpp, bn_relu_pool.cpp, conv_batch_stats.cpp); no CUDA backend is
 // registered, so a CUDA operand reaching one is an error naming the op. The ops never let that
 // happen: each checks its kernels' preconditions with the supports_* functions below first and
 // runs the unfused ops (conv2d, batch_norm_relu, max_pool2d) when they are not met.
@@ -53,7 +53,8 @@ inline Kernel<void(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
 // ---- conv2d (NCHW) with the batch mean and biased variance of its output per channel ([K],
 // stat dtype) taken in its epilogue, while each sample's output is in cache (per-sample mean and
 // sum of squared deviations, combined in sample order in f64): the statistics pass of the
-// BatchNorm that follows. Never autotuned: it always runs the NCHW kernel (kernels/cpu/conv.cpp).
+// BatchNorm that follows. Never autotuned: it always runs the NCHW kernel, through
+// cpu::conv2d_forward_epilogue (kernels/cpu/conv_batch_stats.cpp).
 inline Kernel<void(const Tensor& out, const Tensor& mean, const Tensor& var, const Tensor& x,
                    const Tensor& weight, const Tensor& bias, const ConvGeometry& g)>
     conv2d_forward_batch_stats{"conv2d_forward_batch_stats"};
@@ -98,12 +99,20 @@ inline Kernel<void(const Tensor& dconv_weight, const Tensor& dweight, const Tens
     conv_batch_norm_relu_max_pool2x2_backward{"conv2d_batch_norm_relu_max_pool2d_backward"};
 
 namespace cpu {
+// The NCHW kernel's hooks for fused kernels (kernels/cpu/conv.cpp), general over what is fused.
+//
+// conv2d (NCHW, CPU) into `out`, calling samples_done(n0, n1) once per block of samples, from the
+// thread that computed it, right after their output planes are written, while they are in cache
+// (conv_batch_stats.cpp takes a following BatchNorm's statistics there). Never autotuned.
+using SamplesDone = std::function<void(int64_t n0, int64_t n1)>;
+void conv2d_forward_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                             const ConvGeometry& g, const SamplesDone& samples_done);
 // conv2d's weight gradient (grad_weight) and input gradient (grad_x) for an output gradient that
 // is never stored: make_dy(n, dy) writes sample n's [K, OH, OW] gradient (x's dtype) into a
 // per-thread buffer, which goes straight into both GEMMs while it is in cache. NCHW only;
 // either output may be undefined; the weight gradient's per-thread sums are combined in thread
 // order over a static split of the samples (reproducible for a fixed thread count).
-// (kernels/cpu/conv.cpp; used by the conv-block backward in kernels/cpu/bn_relu_pool.cpp.)
+// (Used by the conv-block backward in kernels/cpu/bn_relu_pool.cpp.)
 void conv2d_backward_generated(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& x,
                                const Tensor& weight, const ConvGeometry& g,
                                const std::function<void(int64_t n, void* dy)>& make_dy);

@@ -5,6 +5,7 @@
 // geometries the kernels do not compute; which geometries, dtypes and tiles Winograd takes.
 #include <catch2/catch.hpp>
 
+#include <kiln/nn/fused/conv_block.h>
 #include "tests/core/winograd_test_util.h"
 
 using namespace winograd_test;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <kiln/kiln.h>
+#include <kiln/nn/fused/conv_block.h>
 #include "tests/test_util.h"
 
 using namespace kiln_test;

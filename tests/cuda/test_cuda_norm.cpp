@@ -17,6 +17,7 @@
 #include <kiln/kernels/dropout.h>
 #include <kiln/kernels/norm.h>
 #include <kiln/nn/functional.h>
+#include <kiln/nn/fused/conv_block.h>
 
 namespace F = kiln::nn::functional;
 using kiln::DType;

@@ -3,6 +3,7 @@
 // in training and eval mode, for odd sizes (a last row/column outside every window), with and
 // without affine parameters; f64 gradchecks; the composite fallback for channels-last inputs;
 // errors.
+#include <kiln/nn/fused/conv_block.h>
 #include "tests/nn/nn_test_util.h"
 
 namespace {

@@ -9,6 +9,7 @@
 #include <kiln/kernels/conv_block.h>
 #include <kiln/kernels/conv.h>
 #include <kiln/kernels/norm.h>
+#include <kiln/nn/fused/conv_block.h>
 #include "tests/nn/nn_test_util.h"
 
 namespace {

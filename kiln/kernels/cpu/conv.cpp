@@ -43,10 +43,10 @@
 // kernel on converted copies, conversions included, and the faster choice is cached for the
 // process (cleared by kiln::clear_cpu_conv_autotune_cache()).
 //
-// The conv-block fusion (kiln/kernels/conv_block.h) adds two entry points here, because they
-// need the NCHW kernel's inner loop: conv2d_forward_batch_stats (the statistics of a following
-// BatchNorm taken per sample in the forward's epilogue) and conv2d_backward_generated (the
-// GEMMs of the backward fed one generated output-gradient sample at a time).
+// Two entry points open the NCHW kernel's inner loop to fused kernels (kiln/kernels/conv_block.h):
+// conv2d_forward_epilogue (a callback on each block of samples while its output is in cache) and
+// conv2d_backward_generated (the GEMMs of the backward fed one generated output-gradient sample
+// at a time).
 #include <Eigen/Core>
 #include <omp.h>
 
@@ -421,45 +421,6 @@ void check_layout(const char* op, const Tensor& t, const char* what, const ConvG
 
 // ------------------------------------------------------------------------- forward
 
-// ms[0] = mean of v[0, n), ms[1] = sum of (v - mean)^2: two passes over a cache-resident plane
-// with 64 independent lane sums each (one accumulator chain would be add-latency bound), in T,
-// added up by halving. A plane of a few hundred values keeps T's rounding far below BatchNorm's eps.
-// Sum of the L lane sums by halving (the wide steps vectorise), not one serial chain.
-template <class T, int64_t L>
-double tree_sum(T (&acc)[L]) {
-  for (int64_t w = L / 2; w >= 1; w /= 2)
-    for (int64_t l = 0; l < w; ++l) acc[l] += acc[l + w];
-  return static_cast<double>(acc[0]);
-}
-
-template <class T>
-void plane_mean_m2(const T* v, int64_t n, double* ms) {
-  constexpr int64_t L = 64;
-  T acc[L] = {};
-  int64_t i = 0;
-  for (; i + L <= n; i += L)
-    for (int64_t l = 0; l < L; ++l) acc[l] += v[i + l];
-  double s = tree_sum(acc);
-  for (; i < n; ++i) s += static_cast<double>(v[i]);
-  const double m = s / static_cast<double>(n);
-  const T mt = static_cast<T>(m);
-  T acc2[L] = {};
-  for (i = 0; i + L <= n; i += L)
-    for (int64_t l = 0; l < L; ++l) {
-      const T d = v[i + l] - mt;
-      acc2[l] += d * d;
-    }
-  double q = tree_sum(acc2);
-  for (; i < n; ++i) {
-    const double d = static_cast<double>(v[i]) - static_cast<double>(mt);
-    q += d * d;
-  }
-  // deviations were taken from mt = T(m): sum (v - m)^2 = sum (v - mt)^2 - n (m - mt)^2
-  const double e = m - static_cast<double>(mt);
-  ms[0] = m;
-  ms[1] = std::max(0.0, q - static_cast<double>(n) * e * e);
-}
-
 // The weight of each group as the GEMMs' left operand, packed once per call rather than once
 // per block of samples: W [Kg, Cg*kh*kw] for the forward, W^T for the input gradient.
 template <class T>
@@ -473,11 +434,11 @@ std::vector<PackedLhs<T>> packed_weight(const T* wp, const ConvGeometry& g, bool
   return out;
 }
 
-// stats (NCHW only; null: not wanted): per sample and output channel, the mean and the sum of
-// squared deviations of that sample's output plane, [N, K, 2], taken right after its GEMM.
+// samples_done (NCHW only; empty: none): called once per block of samples [n0, n1), from the
+// thread that computed it, right after their output planes are written, while they are in cache.
 template <class T>
 void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const Tensor& bias,
-                  const ConvGeometry& g, double* stats = nullptr) {
+                  const ConvGeometry& g, const SamplesDone& samples_done = {}) {
   const T* xp = x.data_ptr<T>();
   const T* wp = w_t.data_ptr<T>();
   const T* bp = bias.defined() ? bias.data_ptr<T>() : nullptr;
@@ -490,15 +451,7 @@ void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const T
   auto fill_bias = [&](T* c, int64_t k0, int64_t rows, int64_t cols, int64_t ld) {
     for (int64_t k = 0; k < rows; ++k) std::fill(c + k * ld, c + k * ld + cols, bp[k0 + k]);
   };
-  if (winograd_applies(g, dtype_of<T>::value)) {
-    std::function<void(int64_t, int64_t)> done;
-    if (stats)  // the samples' output planes are still in cache
-      done = [&](int64_t n0, int64_t n1) {
-        for (int64_t n = n0; n < n1; ++n)
-          for (int64_t k = 0; k < g.K; ++k) plane_mean_m2(op + (n * g.K + k) * OHW, OHW, stats + (n * g.K + k) * 2);
-      };
-    if (winograd_forward(xp, wp, bp, op, g, done)) return;
-  }
+  if (winograd_applies(g, dtype_of<T>::value) && winograd_forward(xp, wp, bp, op, g, samples_done)) return;
   if (!g.channels_last) {
     const int64_t spb = nchw_samples_per_block(g, nt);
     const std::vector<PackedLhs<T>> wg = packed_weight(wp, g, false);
@@ -519,14 +472,11 @@ void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const T
              bp != nullptr);
       }
       if (!b.single) block_to_planes(yb, op + n0 * g.K * OHW, b.nb, g.K, OHW);
-      if (stats)  // the block's output planes are still in cache
-        for (int64_t n = n0; n < n1; ++n)
-          for (int64_t k = 0; k < g.K; ++k)
-            plane_mean_m2(op + (n * g.K + k) * OHW, OHW, stats + (n * g.K + k) * 2);
+      if (samples_done) samples_done(n0, n1);  // the block's output planes are still in cache
     }, /*any_order=*/true);
     return;
   }
-  KILN_CHECK(!stats, "conv2d_forward_batch_stats: the NCHW kernel only");
+  KILN_CHECK(!samples_done, "conv2d_forward_epilogue: the NCHW kernel only");
   const std::vector<T> wr = weight_to_hwc(wp, g);
   const int64_t spb = samples_per_block(g);
   std::vector<std::vector<T>> bufs(nt);
@@ -825,44 +775,17 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
 }
 KILN_REGISTER_KERNEL(kernels::conv2d_forward, CPU, conv2d_forward);
 
-void conv2d_forward_batch_stats(const Tensor& out, const Tensor& mean, const Tensor& var,
-                                const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                const ConvGeometry& g) {
-  const char* op = "conv2d_forward_batch_stats";
+void conv2d_forward_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                             const ConvGeometry& g, const SamplesDone& samples_done) {
+  const char* op = "conv2d_forward_epilogue";
   check_geometry(op, g);
   KILN_CHECK(!g.channels_last, op, ": the NCHW kernel only");
   check_layout(op, x, "input", g);
   check_layout(op, out, "output", g);
-  const DType st = x.dtype() == DType::F64 ? DType::F64 : DType::F32;
-  for (const Tensor* t : {&mean, &var})
-    KILN_CHECK(t->defined() && t->is_contiguous() && t->numel() == g.K && t->dtype() == st, op,
-               ": mean and var must be contiguous [", g.K, "] ", st, " tensors");
-  const int64_t S = g.OH * g.OW;
-  KILN_CHECK(g.N * S > 0, op, ": no output elements to take statistics over");
+  if (out.numel() == 0) return;
   Tensor w = contiguous_weight(weight);
   Tensor b = bias.defined() ? contiguous(bias) : Tensor();
-  std::vector<double> per_sample(g.N * g.K * 2);
-  dispatch_conv_dtype(x.dtype(), "conv2d", [&](auto tag) {
-    forward_impl<decltype(tag)>(out, x, w, b, g, per_sample.data());
-  });
-  // Chan et al.'s pairwise update, sample by sample: the same result whichever thread ran which
-  // sample.
-  auto write = [&](auto* mp, auto* vp) {
-    for (int64_t k = 0; k < g.K; ++k) {
-      double m = 0, q = 0, count = 0;
-      for (int64_t n = 0; n < g.N; ++n) {
-        const double mn = per_sample[(n * g.K + k) * 2], qn = per_sample[(n * g.K + k) * 2 + 1];
-        const double c = static_cast<double>(S), tot = count + c, d = mn - m;
-        m += d * c / tot;
-        q += qn + d * d * count * c / tot;
-        count = tot;
-      }
-      mp[k] = static_cast<std::remove_pointer_t<decltype(mp)>>(m);
-      vp[k] = static_cast<std::remove_pointer_t<decltype(vp)>>(q / count);
-    }
-  };
-  if (st == DType::F64) write(static_cast<double*>(mean.data_ptr()), static_cast<double*>(var.data_ptr()));
-  else write(static_cast<float*>(mean.data_ptr()), static_cast<float*>(var.data_ptr()));
+  dispatch_conv_dtype(x.dtype(), "conv2d", [&](auto tag) { forward_impl<decltype(tag)>(out, x, w, b, g, samples_done); });
 }
 
 namespace {
@@ -999,15 +922,4 @@ void conv2d_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tens
 KILN_REGISTER_KERNEL(kernels::conv2d_backward, CPU, conv2d_backward);
 
 }  // namespace kiln::kernels::cpu
-
-namespace kiln::kernels {
-
-bool supports_conv2d_batch_stats(const Tensor& x, const ConvGeometry& g) {
-  return x.defined() && x.device().is_cpu() && (x.dtype() == DType::F32 || x.dtype() == DType::F64) &&
-         !g.channels_last && x.dim() == 4 && x.is_contiguous() && g.N * g.OH * g.OW > 0;
-}
-
-KILN_REGISTER_KERNEL(conv2d_forward_batch_stats, CPU, cpu::conv2d_forward_batch_stats);
-
-}  // namespace kiln::kernels
 

@@ -13,10 +13,8 @@
 
 #include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
-#include "kiln/core/cpu_conv.h"
 #include "kiln/core/shape.h"
 #include "kiln/kernels/conv.h"
-#include "kiln/kernels/conv_block.h"
 #include "kiln/kernels/memory_format.h"
 #include "kiln/nn/functional.h"
 #include "kiln/nn/functional/detail.h"
@@ -149,11 +147,9 @@ void record_conv_backward(const char* node, const char* op, const Tensor& x_in, 
 
 namespace {
 
-// conv2d; with batch_mean/batch_var non-null also the output's batch statistics per channel
-// when the CPU NCHW kernel can take them in its epilogue (left undefined otherwise).
+// conv2d; `forward`, when given, is tried in place of the forward kernel (detail::ConvForward).
 Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
-                   const Conv2dParams& params, Tensor* batch_mean, Tensor* batch_var,
-                   kernels::ConvGeometry* geometry = nullptr) {
+                   const Conv2dParams& params, const detail::ConvForward* forward = nullptr) {
   const char* op = "conv2d";
   Tensor rerun = conv_front(op, "[C_out, C_in / groups, kH, kW]", x_in, weight, bias,
                             [&](const Tensor& x, const Tensor& w, const Tensor& b) { return conv2d(x, w, b, params); });
@@ -202,16 +198,7 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
     b = bias.defined() ? bias.detach().contiguous() : Tensor();
   }
   Tensor out = kernels::empty_4d({N, K, g.OH, g.OW}, x.options(), fmt);
-  // the autotuner may pick the channels-last kernel, which has no statistics epilogue
-  if (batch_mean && kernels::supports_conv2d_batch_stats(x, g) && !cpu_conv_autotune()) {
-    const TensorOptions st = TensorOptions().dtype(x.dtype() == DType::F64 ? DType::F64 : DType::F32);
-    *batch_mean = empty({K}, st);
-    *batch_var = empty({K}, st);
-    kernels::conv2d_forward_batch_stats(out, *batch_mean, *batch_var, x, w, b, g);
-    if (geometry) *geometry = g;
-  } else {
-    kernels::conv2d_forward(out, x, w, b, g);
-  }
+  if (!forward || !(*forward)(out, x, w, b, g)) kernels::conv2d_forward(out, x, w, b, g);
 
   record_conv_backward("Conv2dBackward", op, x_in, x, weight, bias, out, fmt,
                        [g, fmt](const ConvSaved& c, const Tensor& grad_out, const Tensor& gy, const Tensor& dx) {
@@ -238,15 +225,12 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& params) {
-  return conv2d_impl(x, weight, bias, params, nullptr, nullptr);
+  return conv2d_impl(x, weight, bias, params);
 }
 
-Tensor detail::conv2d_with_batch_stats(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                       const Conv2dParams& params, Tensor& batch_mean, Tensor& batch_var,
-                                       kernels::ConvGeometry* geometry) {
-  batch_mean = Tensor();
-  batch_var = Tensor();
-  return conv2d_impl(x, weight, bias, params, &batch_mean, &batch_var, geometry);
+Tensor detail::conv2d_with_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                   const Conv2dParams& params, const ConvForward& forward) {
+  return conv2d_impl(x, weight, bias, params, &forward);
 }
 
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,

@@ -1,4 +1,4 @@
-#include "kiln/nn/fuse.h"
+#include "kiln/nn/fused/fuse.h"
 
 #include <memory>
 #include <typeinfo>
@@ -6,9 +6,9 @@
 #include "kiln/nn/activation.h"
 #include "kiln/nn/container.h"
 #include "kiln/nn/conv.h"
-#include "kiln/nn/conv_batch_norm_relu.h"
+#include "kiln/nn/fused/conv_batch_norm_relu.h"
 #include "kiln/nn/linear.h"
-#include "kiln/nn/linear_gelu.h"
+#include "kiln/nn/fused/linear_gelu.h"
 #include "kiln/nn/normalization.h"
 
 namespace kiln::nn {

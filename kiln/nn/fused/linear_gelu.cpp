@@ -1,4 +1,4 @@
-#include "kiln/nn/linear_gelu.h"
+#include "kiln/nn/fused/linear_gelu.h"
 
 #include "kiln/nn/functional.h"
 

@@ -1,6 +1,6 @@
-#include "kiln/nn/conv_batch_norm_relu.h"
+#include "kiln/nn/fused/conv_batch_norm_relu.h"
 
-#include "kiln/nn/functional.h"
+#include "kiln/nn/fused/conv_block.h"
 
 namespace kiln::nn {
 
