@@ -19,8 +19,8 @@
 //   capturing a CUDA graph); its blocks are never handed to other allocations, and its segments
 //   are returned only after release_pool(id).
 // - Optional history (record_history(true)): every alloc/free/segment alloc/segment free with a
-//   time stamp, stream and the thread's MemoryLabel, exportable as a Chrome trace (counter tracks
-//   "allocated" and "reserved") or as a self-contained HTML timeline.
+//   time stamp, stream and the thread's MemoryLabel (history()), which kiln/utils/memory_timeline.h
+//   writes as a Chrome trace (counter tracks "allocated" and "reserved") or as an HTML timeline.
 // All public members are thread-safe (one mutex).
 #include <cstddef>
 #include <cstdint>
@@ -98,11 +98,6 @@ class MemoryLabel {
 };
 const std::string& current_memory_label();
 
-// Writers shared by the allocator and by code exporting several allocators' histories.
-void write_memory_chrome_trace(const std::vector<MemoryEvent>& events, const std::string& path);
-void write_memory_html(const std::vector<MemoryEvent>& events, const std::string& title,
-                       const std::string& path);
-
 class CachingAllocator {
  public:
   static constexpr size_t kMinBlockSize = 512;
@@ -149,8 +144,6 @@ class CachingAllocator {
   bool recording_history() const;
   std::vector<MemoryEvent> history() const;
   void clear_history();
-  void history_to_chrome_trace_json(const std::string& path) const;
-  void history_to_html(const std::string& path) const;
 
   static size_t round_size(size_t nbytes);
   static size_t segment_size(size_t rounded);

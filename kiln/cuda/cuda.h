@@ -60,8 +60,9 @@ void reset_peak_memory_stats(int device = -1);
 std::string memory_summary(int device = -1);  // multi-line text, also part of OOM errors
 // Records every allocation/free (with MemoryLabel labels) on all devices from now on.
 void record_memory_history(bool enabled);
-void export_memory_timeline(const std::string& path_html, int device = -1);  // self-contained
-void export_memory_trace(const std::string& path_json, int device = -1);     // Chrome trace
+// The recorded history (oldest first); kiln/utils/memory_timeline.h writes it as a Chrome trace
+// or an HTML timeline.
+std::vector<MemoryEvent> memory_history(int device = -1);
 // `data` (the start of a live CUDA allocation) is used on stream `s` too: after it is freed it
 // is not reused until the work queued on `s` up to that point has finished.
 void record_stream(void* data, const Stream& s);

@@ -386,11 +386,8 @@ void record_memory_history(bool enabled) {
   int n = device_count();
   for (int d = 0; d < n && d < kMaxDevices; ++d) device_caching_allocator(d)->record_history(enabled);
 }
-void export_memory_timeline(const std::string& path_html, int device) {
-  allocator_of(device, "cuda::export_memory_timeline")->history_to_html(path_html);
-}
-void export_memory_trace(const std::string& path_json, int device) {
-  allocator_of(device, "cuda::export_memory_trace")->history_to_chrome_trace_json(path_json);
+std::vector<MemoryEvent> memory_history(int device) {
+  return allocator_of(device, "cuda::memory_history")->history();
 }
 void record_stream(void* data, const Stream& s) {
   if (!data) return;
@@ -437,8 +434,7 @@ AllocatorStats memory_stats(int) { no_cuda("cuda::memory_stats"); }
 void reset_peak_memory_stats(int) { no_cuda("cuda::reset_peak_memory_stats"); }
 std::string memory_summary(int) { no_cuda("cuda::memory_summary"); }
 void record_memory_history(bool) { no_cuda("cuda::record_memory_history"); }
-void export_memory_timeline(const std::string&, int) { no_cuda("cuda::export_memory_timeline"); }
-void export_memory_trace(const std::string&, int) { no_cuda("cuda::export_memory_trace"); }
+std::vector<MemoryEvent> memory_history(int) { no_cuda("cuda::memory_history"); }
 void record_stream(void*, const Stream&) { no_cuda("cuda::record_stream"); }
 void record_host_use(void*, const Stream&) {}
 void empty_host_cache() {}

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kiln/cuda/caching_allocator.h"
+#include "kiln/utils/memory_timeline.h"
 #include "kiln/core/error.h"
 
 using kiln::CachingAllocator;
@@ -390,7 +391,7 @@ TEST_CASE("caching allocator history exports a Chrome trace and an HTML timeline
   CHECK(h.back().allocated == 0);
 
   std::string json_path = tmp_path("trace.json"), html_path = tmp_path("timeline.html");
-  a.history_to_chrome_trace_json(json_path);
+  kiln::utils::write_memory_trace(a.history(), json_path);
   std::string json = read_all(json_path);
   CHECK(json.find("\"traceEvents\"") != std::string::npos);
   CHECK(json.find("\"ph\":\"C\"") != std::string::npos);
@@ -415,7 +416,7 @@ TEST_CASE("caching allocator history exports a Chrome trace and an HTML timeline
   CHECK(depth == 0);
   CHECK_FALSE(in_str);
 
-  a.history_to_html(html_path);
+  kiln::utils::write_memory_timeline(a.history(), "kiln memory timeline", html_path);
   std::string html = read_all(html_path);
   CHECK(html.find("<svg") != std::string::npos);
   CHECK(html.find("<polyline") != std::string::npos);

@@ -72,8 +72,8 @@ TEST_CASE("device memory history exports", "[cuda][allocator]") {
   }
   kiln::cuda::record_memory_history(false);
   std::string json = "/tmp/kiln_cuda_mem_trace.json", html = "/tmp/kiln_cuda_mem.html";
-  kiln::cuda::export_memory_trace(json, 0);
-  kiln::cuda::export_memory_timeline(html, 0);
+  kiln::utils::export_cuda_memory_trace(json, 0);
+  kiln::utils::export_cuda_memory_timeline(html, 0);
   std::ifstream fj(json), fh(html);
   std::stringstream sj, sh;
   sj << fj.rdbuf();
