@@ -29,4 +29,19 @@ Tensor to_autocast_f32(const Tensor& t) {
   return t.to(DType::F32);
 }
 
+std::optional<Tensor> autocast_rerun(Policy policy, std::initializer_list<Tensor> args,
+                                     const std::function<Tensor(const std::vector<Tensor>&)>& op) {
+  if (!t_dtype) return std::nullopt;
+  std::vector<Tensor> cast;
+  bool changed = false;
+  for (const Tensor& t : args) {
+    cast.push_back(policy == Policy::LowPrecision ? to_autocast_low(t) : to_autocast_f32(t));
+    changed = changed || (t.defined() && !cast.back().is_same(t));
+  }
+  if (!changed) return std::nullopt;
+  if (policy == Policy::F32) return op(cast);
+  NoAutocastGuard off;
+  return op(cast);
+}
+
 }  // namespace kiln::amp

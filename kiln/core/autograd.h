@@ -189,6 +189,23 @@ void record_function(const char* name, const std::vector<const Tensor*>& inputs,
   record(node, inputs, outputs);
 }
 
+// An op's backward in its two forms (docs/architecture.md, "Autograd"): `fused` computes the
+// gradients with the op's backward kernels, for a plain backward; `composite` computes the same
+// gradients as differentiable ops, and runs instead when a graph of the backward itself is being
+// recorded (create_graph), so second derivatives work.
+template <class Fused, class Composite>
+struct TwoFormBackward {
+  Fused fused;
+  Composite composite;
+  TensorList operator()(const TensorList& grads) const {
+    return GradMode::is_enabled() ? composite(grads) : fused(grads);
+  }
+};
+template <class Fused, class Composite>
+TwoFormBackward<Fused, Composite> fused_or_composite(Fused fused, Composite composite) {
+  return {std::move(fused), std::move(composite)};
+}
+
 // Runs backward from `roots`. With `inputs` non-empty, returns their gradients instead of
 // accumulating into any leaf's grad() (like torch.autograd.grad).
 TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph,

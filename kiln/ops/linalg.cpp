@@ -68,11 +68,8 @@ Tensor product(const char* name, const Tensor& a, const Tensor& b) {
 // Autocast (kiln/core/autocast.h) runs the products in low precision: when it casts an operand,
 // the result of `op` on the cast operands, computed with autocast off; else undefined.
 Tensor autocast_rerun(const Tensor& a, const Tensor& b, Tensor (*op)(const Tensor&, const Tensor&)) {
-  if (!amp::autocast_dtype()) return Tensor();
-  Tensor a2 = amp::to_autocast_low(a), b2 = amp::to_autocast_low(b);
-  if (a2.is_same(a) && b2.is_same(b)) return Tensor();
-  amp::NoAutocastGuard off;
-  return op(a2, b2);
+  auto out = amp::autocast_rerun(amp::Policy::LowPrecision, {a, b}, [op](const auto& c) { return op(c[0], c[1]); });
+  return out ? *out : Tensor();
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // backward formula of each. Backward formulas use fused kernels (one pass) unless a graph of the
 // backward itself is being recorded (create_graph), where they use differentiable ops instead.
 #include <cmath>
+#include <functional>
+#include <optional>
 
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
@@ -36,8 +38,8 @@ namespace {
 
 void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
   KILN_CHECK(a.defined() && b.defined(), op, ": an operand is undefined");
-  KILN_CHECK(a.device() == b.device(), op, ": expected both tensors on the same device, got ",
-             a.device(), " (sizes ", a.sizes(), ") and ", b.device(), " (sizes ", b.sizes(), ")");
+  KILN_CHECK(a.device() == b.device(), op, ": expected both tensors on the same device, got ", a.device(), " (sizes ",
+             a.sizes(), ") and ", b.device(), " (sizes ", b.sizes(), ")");
 }
 
 Tensor as_dtype(const Tensor& t, DType d) { return t.dtype() == d ? t : t.to(d); }
@@ -46,9 +48,8 @@ Tensor as_dtype(const Tensor& t, DType d) { return t.dtype() == d ? t : t.to(d);
 
 Tensor unary_raw(UnaryOp op, const Tensor& x, double a = 0, double b = 0) {
   KILN_CHECK(x.defined(), kernels::op_name(op), ": input is undefined");
-  Tensor out = empty_preserving_layout(x, TensorOptions()
-                                              .dtype(kernels::is_predicate(op) ? DType::Bool : x.dtype())
-                                              .device(x.device()));
+  Tensor out = empty_preserving_layout(
+      x, TensorOptions().dtype(kernels::is_predicate(op) ? DType::Bool : x.dtype()).device(x.device()));
   kernels::unary(op, out, x, a, b);
   return out;
 }
@@ -65,9 +66,9 @@ Tensor binary_raw(BinaryOp op, const Tensor& x, const Tensor& y, double alpha = 
   DType dt = promote_types(x.dtype(), y.dtype());
   TensorOptions out_opts = TensorOptions().dtype(kernels::is_comparison(op) ? DType::Bool : dt).device(x.device());
   // Keep the memory format of a full-size operand (channels-last stays channels-last).
-  Tensor out = x.sizes() == shape ? empty_preserving_layout(x, out_opts)
-             : y.sizes() == shape ? empty_preserving_layout(y, out_opts)
-                                  : empty(shape, out_opts);
+  Tensor out = x.sizes() == shape   ? empty_preserving_layout(x, out_opts)
+               : y.sizes() == shape ? empty_preserving_layout(y, out_opts)
+                                    : empty(shape, out_opts);
   kernels::binary(op, out, as_dtype(x, dt), as_dtype(y, dt), alpha, beta);
   return out;
 }
@@ -83,27 +84,45 @@ Tensor wrap_scalar(double v, const Tensor& like) {
   return scalar_tensor(v, TensorOptions().dtype(dt).device(like.device()));
 }
 
-bool create_graph_mode() { return GradMode::is_enabled(); }
+// A unary op's backward, declared once (docs/architecture.md, "Ops"): the node's name, the
+// tensor it keeps for the backward (the input, the output, or none), the gradient as
+// differentiable ops of (g, kept), and, where one exists, the fused backward kernel that computes
+// the same from (g, kept) in one pass (with its two scalars). The fused kernel runs in a plain
+// backward, the differentiable form under create_graph (autograd::fused_or_composite).
+enum class Keeps { Nothing, Input, Output };
+struct UnaryGrad {
+  const char* node;
+  Keeps keeps;
+  std::function<Tensor(const Tensor& g, const Tensor& kept)> composite;
+  std::optional<BinaryOp> fused = std::nullopt;
+  double fused_a = 0, fused_b = 0;
+};
 
-Tensor unary_with_grad(const char* name, UnaryOp op, const Tensor& x,
-                       std::function<Tensor(const Tensor& g, const SavedTensor& x, const SavedTensor& y)> bw,
-                       bool save_x, bool save_y, double a = 0, double b = 0) {
+// Runs unary op `op` (scalars a, b) on x, in f32 for integer input where the op needs fractions,
+// and records its backward as `grad` declares it.
+Tensor unary(UnaryOp op, const Tensor& x, const UnaryGrad& grad, double a = 0, double b = 0) {
   Tensor in = x;
   const bool integer_pow = op == UnaryOp::PowScalar && a >= 0 && a == std::floor(a);
   if (!is_floating(x.dtype()) && op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Relu &&
-      op != UnaryOp::Square && op != UnaryOp::Sign && op != UnaryOp::Clamp &&
-      op != UnaryOp::AddScalar && op != UnaryOp::MulScalar && op != UnaryOp::RSubScalar &&
-      !integer_pow)
+      op != UnaryOp::Square && op != UnaryOp::Sign && op != UnaryOp::Clamp && op != UnaryOp::AddScalar &&
+      op != UnaryOp::MulScalar && op != UnaryOp::RSubScalar && !integer_pow)
     in = x.to(DType::F32);
   Tensor out = unary_raw(op, in, a, b);
-  if (autograd::any_requires_grad({&x})) {
-    SavedTensor sx = save_x ? SavedTensor(x, name) : SavedTensor();
-    SavedTensor sy;
-    if (save_y) sy = SavedTensor::output(out, name);
-    autograd::record_function(name, {&x}, {&out}, [bw, sx, sy](const TensorList& g) {
-      return TensorList{bw(g[0], sx, sy)};
-    });
+  if (!autograd::any_requires_grad({&x})) return out;
+  const SavedTensor kept = grad.keeps == Keeps::Input    ? SavedTensor(x, grad.node)
+                           : grad.keeps == Keeps::Output ? SavedTensor::output(out, grad.node)
+                                                         : SavedTensor();
+  auto composite = [f = grad.composite, kept, k = grad.keeps](const TensorList& g) {
+    return TensorList{f(g[0], k == Keeps::Nothing ? Tensor() : kept.get())};
+  };
+  if (!grad.fused) {
+    autograd::record_function(grad.node, {&x}, {&out}, composite);
+    return out;
   }
+  auto fused = [op = *grad.fused, fa = grad.fused_a, fb = grad.fused_b, kept](const TensorList& g) {
+    return TensorList{binary_raw(op, g[0], kept.get(), fa, fb)};
+  };
+  autograd::record_function(grad.node, {&x}, {&out}, autograd::fused_or_composite(fused, composite));
   return out;
 }
 
@@ -148,8 +167,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
     SavedTensor sb = ga ? SavedTensor(b, "MulBackward") : SavedTensor();
     IntList za = a.sizes(), zb = b.sizes();
     autograd::record_function("MulBackward", {&a, &b}, {&out}, [=](const TensorList& g) {
-      return TensorList{ga ? sum_to(g[0] * sb.get(), za) : Tensor(),
-                        gb ? sum_to(g[0] * sa.get(), zb) : Tensor()};
+      return TensorList{ga ? sum_to(g[0] * sb.get(), za) : Tensor(), gb ? sum_to(g[0] * sa.get(), zb) : Tensor()};
     });
   }
   return out;
@@ -215,156 +233,126 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return -maximum(-a, -b); }
 // ---------------------------------------------------------------- unary
 
 Tensor neg(const Tensor& x) {
-  return unary_with_grad("NegBackward", UnaryOp::Neg, x,
-                         [](const Tensor& g, const SavedTensor&, const SavedTensor&) { return -g; },
-                         false, false);
+  return unary(UnaryOp::Neg, x, {"NegBackward", Keeps::Nothing, [](const Tensor& g, const Tensor&) { return -g; }});
 }
 
 Tensor exp(const Tensor& x) {
-  return unary_with_grad("ExpBackward", UnaryOp::Exp, x,
-                         [](const Tensor& g, const SavedTensor&, const SavedTensor& y) { return g * y.get(); },
-                         false, true);
+  return unary(UnaryOp::Exp, x, {"ExpBackward", Keeps::Output, [](const Tensor& g, const Tensor& y) { return g * y; }});
 }
 
 Tensor log(const Tensor& x) {
-  return unary_with_grad("LogBackward", UnaryOp::Log, x,
-                         [](const Tensor& g, const SavedTensor& x, const SavedTensor&) { return g / x.get(); },
-                         true, false);
+  return unary(UnaryOp::Log, x, {"LogBackward", Keeps::Input, [](const Tensor& g, const Tensor& x) { return g / x; }});
 }
 
 Tensor sqrt(const Tensor& x) {
-  return unary_with_grad("SqrtBackward", UnaryOp::Sqrt, x,
-                         [](const Tensor& g, const SavedTensor&, const SavedTensor& y) { return g / (y.get() * 2.0); },
-                         false, true);
+  return unary(UnaryOp::Sqrt, x,
+               {"SqrtBackward", Keeps::Output, [](const Tensor& g, const Tensor& y) { return g / (y * 2.0); }});
 }
 
 Tensor rsqrt(const Tensor& x) {
-  return unary_with_grad("RsqrtBackward", UnaryOp::Rsqrt, x,
-                         [](const Tensor& g, const SavedTensor&, const SavedTensor& y) {
-                           Tensor yv = y.get();
-                           return g * yv * yv * yv * -0.5;
-                         },
-                         false, true);
+  return unary(UnaryOp::Rsqrt, x,
+               {"RsqrtBackward", Keeps::Output, [](const Tensor& g, const Tensor& y) { return g * y * y * y * -0.5; }});
 }
 
 Tensor abs(const Tensor& x) {
-  return unary_with_grad("AbsBackward", UnaryOp::Abs, x,
-                         [](const Tensor& g, const SavedTensor& x, const SavedTensor&) {
-                           return g * unary_raw(UnaryOp::Sign, x.get());
-                         },
-                         true, false);
+  return unary(UnaryOp::Abs, x, {"AbsBackward", Keeps::Input, [](const Tensor& g, const Tensor& x) {
+                                   return g * unary_raw(UnaryOp::Sign, x);
+                                 }});
 }
 
 Tensor erf(const Tensor& x) {
-  return unary_with_grad("ErfBackward", UnaryOp::Erf, x,
-                         [](const Tensor& g, const SavedTensor& x, const SavedTensor&) {
-                           return g * exp(x.get() * x.get() * -1.0) * 1.12837916709551257390;
-                         },
-                         true, false);
+  return unary(UnaryOp::Erf, x, {"ErfBackward", Keeps::Input, [](const Tensor& g, const Tensor& x) {
+                                   return g * exp(x * x * -1.0) * 1.12837916709551257390;  // 2 / sqrt(pi)
+                                 }});
 }
 
 // sin' = cos, cos' = -sin; both backward formulas are differentiable ops (second derivatives).
 Tensor sin(const Tensor& x) {
-  return unary_with_grad("SinBackward", UnaryOp::Sin, x,
-                         [](const Tensor& g, const SavedTensor& x, const SavedTensor&) { return g * cos(x.get()); },
-                         true, false);
+  return unary(UnaryOp::Sin, x,
+               {"SinBackward", Keeps::Input, [](const Tensor& g, const Tensor& x) { return g * cos(x); }});
 }
 
 Tensor cos(const Tensor& x) {
-  return unary_with_grad("CosBackward", UnaryOp::Cos, x,
-                         [](const Tensor& g, const SavedTensor& x, const SavedTensor&) { return -(g * sin(x.get())); },
-                         true, false);
+  return unary(UnaryOp::Cos, x,
+               {"CosBackward", Keeps::Input, [](const Tensor& g, const Tensor& x) { return -(g * sin(x)); }});
 }
 
 Tensor tanh(const Tensor& x) {
-  return unary_with_grad("TanhBackward", UnaryOp::Tanh, x,
-                         [](const Tensor& g, const SavedTensor&, const SavedTensor& y) {
-                           if (create_graph_mode()) return g * (1.0 - y.get() * y.get());
-                           return binary_raw(BinaryOp::TanhBackward, g, y.get());
-                         },
-                         false, true);
+  return unary(UnaryOp::Tanh, x,
+               {"TanhBackward", Keeps::Output, [](const Tensor& g, const Tensor& y) { return g * (1.0 - y * y); },
+                BinaryOp::TanhBackward});
 }
 
 Tensor sigmoid(const Tensor& x) {
-  return unary_with_grad("SigmoidBackward", UnaryOp::Sigmoid, x,
-                         [](const Tensor& g, const SavedTensor&, const SavedTensor& y) {
-                           if (create_graph_mode()) return g * y.get() * (1.0 - y.get());
-                           return binary_raw(BinaryOp::SigmoidBackward, g, y.get());
-                         },
-                         false, true);
+  return unary(UnaryOp::Sigmoid, x,
+               {"SigmoidBackward", Keeps::Output, [](const Tensor& g, const Tensor& y) { return g * y * (1.0 - y); },
+                BinaryOp::SigmoidBackward});
 }
 
 Tensor relu(const Tensor& x) {
-  return unary_with_grad("ReluBackward", UnaryOp::Relu, x,
-                         [](const Tensor& g, const SavedTensor&, const SavedTensor& y) {
-                           if (create_graph_mode()) return g * logical_not(y.get() <= 0.0).to(g.dtype());  // as ReluBackward
-                           return binary_raw(BinaryOp::ReluBackward, g, y.get());
-                         },
-                         false, true);
+  // the mask is !(y <= 0), as the fused kernel's: a NaN output passes the gradient
+  return unary(UnaryOp::Relu, x,
+               {"ReluBackward", Keeps::Output,
+                [](const Tensor& g, const Tensor& y) { return g * logical_not(y <= 0.0).to(g.dtype()); },
+                BinaryOp::ReluBackward});
 }
 
+namespace {
+// g * gelu'(x) as differentiable ops, for the erf form or the tanh approximation.
+Tensor gelu_grad(const Tensor& g, const Tensor& x, bool tanh_form) {
+  if (tanh_form) {
+    const double k = 0.79788456080286535588, c = 0.044715;
+    Tensor t = tanh((x + x * x * x * c) * k);
+    return g * ((1.0 + t) * 0.5 + x * 0.5 * (1.0 - t * t) * ((x * x * (3.0 * c) + 1.0) * k));
+  }
+  Tensor Phi = (1.0 + erf(x * 0.70710678118654752440)) * 0.5;
+  Tensor pdf = exp(x * x * -0.5) * 0.39894228040143267794;
+  return g * (Phi + x * pdf);
+}
+}  // namespace
+
 Tensor gelu(const Tensor& x, const std::string& approximate) {
-  KILN_CHECK(approximate == "none" || approximate == "tanh",
-             "gelu: approximate must be 'none' or 'tanh', got '", approximate, "'");
+  KILN_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or 'tanh', got '",
+             approximate, "'");
   const bool tanh_form = approximate == "tanh";
-  return unary_with_grad(
-      "GeluBackward", tanh_form ? UnaryOp::GeluTanh : UnaryOp::GeluErf, x,
-      [tanh_form](const Tensor& g, const SavedTensor& xs, const SavedTensor&) {
-        Tensor xv = xs.get();
-        if (create_graph_mode()) {
-          if (tanh_form) {
-            const double k = 0.79788456080286535588, c = 0.044715;
-            Tensor t = tanh((xv + xv * xv * xv * c) * k);
-            return g * ((1.0 + t) * 0.5 + xv * 0.5 * (1.0 - t * t) * ((xv * xv * (3.0 * c) + 1.0) * k));
-          }
-          Tensor Phi = (1.0 + erf(xv * 0.70710678118654752440)) * 0.5;
-          Tensor pdf = exp(xv * xv * -0.5) * 0.39894228040143267794;
-          return g * (Phi + xv * pdf);
-        }
-        return binary_raw(tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluErfBackward, g, xv);
-      },
-      true, false);
+  return unary(tanh_form ? UnaryOp::GeluTanh : UnaryOp::GeluErf, x,
+               {"GeluBackward", Keeps::Input,
+                [tanh_form](const Tensor& g, const Tensor& x) { return gelu_grad(g, x, tanh_form); },
+                tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluErfBackward});
 }
 
 Tensor silu(const Tensor& x) {
-  return unary_with_grad("SiluBackward", UnaryOp::Silu, x,
-                         [](const Tensor& g, const SavedTensor& xs, const SavedTensor&) {
-                           if (create_graph_mode()) {
-                             Tensor s = sigmoid(xs.get());
-                             return g * s * (1.0 + xs.get() * (1.0 - s));
-                           }
-                           return binary_raw(BinaryOp::SiluBackward, g, xs.get());
-                         },
-                         true, false);
+  return unary(UnaryOp::Silu, x,
+               {"SiluBackward", Keeps::Input,
+                [](const Tensor& g, const Tensor& x) {
+                  Tensor s = sigmoid(x);
+                  return g * s * (1.0 + x * (1.0 - s));
+                },
+                BinaryOp::SiluBackward});
 }
 
 Tensor pow(const Tensor& x, double e) {
   if (e == 1.0 && is_floating(x.dtype())) return x * 1.0;
-  return unary_with_grad("PowBackward", UnaryOp::PowScalar, x,
-                         [e](const Tensor& g, const SavedTensor& xs, const SavedTensor&) {
-                           if (e == 2.0) return g * xs.get() * 2.0;
-                           return g * pow(xs.get(), e - 1.0) * e;
-                         },
-                         true, false, e);
+  return unary(UnaryOp::PowScalar, x,
+               {"PowBackward", Keeps::Input,
+                [e](const Tensor& g, const Tensor& x) { return e == 2.0 ? g * x * 2.0 : g * pow(x, e - 1.0) * e; }},
+               e);
 }
 
 Tensor pow(double base, const Tensor& e) {
-  return unary_with_grad("PowBackward", UnaryOp::RPowScalar, e,
-                         [base](const Tensor& g, const SavedTensor&, const SavedTensor& y) {
-                           return g * y.get() * std::log(base);
-                         },
-                         false, true, base);
+  return unary(
+      UnaryOp::RPowScalar, e,
+      {"PowBackward", Keeps::Output, [base](const Tensor& g, const Tensor& y) { return g * y * std::log(base); }},
+      base);
 }
 
 Tensor clamp(const Tensor& x, double lo, double hi) {
   KILN_CHECK(!(lo > hi), "clamp: min ", lo, " is greater than max ", hi);
-  return unary_with_grad("ClampBackward", UnaryOp::Clamp, x,
-                         [lo, hi](const Tensor& g, const SavedTensor& xs, const SavedTensor&) {
-                           if (create_graph_mode())
-                             return g * ((xs.get() >= lo) * (xs.get() <= hi)).to(g.dtype());
-                           return binary_raw(BinaryOp::ClampBackward, g, xs.get(), lo, hi);
-                         },
-                         true, false, lo, hi);
+  return unary(UnaryOp::Clamp, x,
+               {"ClampBackward", Keeps::Input,
+                [lo, hi](const Tensor& g, const Tensor& x) { return g * ((x >= lo) * (x <= hi)).to(g.dtype()); },
+                BinaryOp::ClampBackward, lo, hi},
+               lo, hi);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
@@ -427,16 +415,14 @@ Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 // Scalar forms run one unary kernel (no broadcast of a 0-dim tensor).
 Tensor operator+(const Tensor& a, double b) {
   if (!is_floating(a.dtype()) && b != std::floor(b)) return a.to(DType::F32) + b;
-  return unary_with_grad("AddBackward", UnaryOp::AddScalar, a,
-                         [](const Tensor& g, const SavedTensor&, const SavedTensor&) { return g; },
-                         false, false, b);
+  return unary(UnaryOp::AddScalar, a, {"AddBackward", Keeps::Nothing, [](const Tensor& g, const Tensor&) { return g; }},
+               b);
 }
 Tensor operator-(const Tensor& a, double b) { return a + (-b); }
 Tensor operator*(const Tensor& a, double b) {
   if (!is_floating(a.dtype()) && b != std::floor(b)) return a.to(DType::F32) * b;
-  return unary_with_grad("MulBackward", UnaryOp::MulScalar, a,
-                         [b](const Tensor& g, const SavedTensor&, const SavedTensor&) { return g * b; },
-                         false, false, b);
+  return unary(UnaryOp::MulScalar, a,
+               {"MulBackward", Keeps::Nothing, [b](const Tensor& g, const Tensor&) { return g * b; }}, b);
 }
 Tensor operator/(const Tensor& a, double b) {
   if (!is_floating(a.dtype())) return a.to(DType::F32) * (1.0 / b);
@@ -445,24 +431,21 @@ Tensor operator/(const Tensor& a, double b) {
 Tensor operator+(double a, const Tensor& b) { return b + a; }
 Tensor operator-(double a, const Tensor& b) {
   if (!is_floating(b.dtype()) && a != std::floor(a)) return a - b.to(DType::F32);
-  return unary_with_grad("RsubBackward", UnaryOp::RSubScalar, b,
-                         [](const Tensor& g, const SavedTensor&, const SavedTensor&) { return -g; },
-                         false, false, a);
+  return unary(UnaryOp::RSubScalar, b,
+               {"RsubBackward", Keeps::Nothing, [](const Tensor& g, const Tensor&) { return -g; }}, a);
 }
 Tensor operator*(double a, const Tensor& b) { return b * a; }
 Tensor operator/(double a, const Tensor& b) {
-  return unary_with_grad("RdivBackward", UnaryOp::RDivScalar, b,
-                         [](const Tensor& g, const SavedTensor& xs, const SavedTensor& y) {
-                           return -g * y.get() / xs.get();
-                         },
-                         true, true, a);
+  // d(a / x)/dx = -a / x^2
+  return unary(UnaryOp::RDivScalar, b,
+               {"RdivBackward", Keeps::Input, [a](const Tensor& g, const Tensor& x) { return -(g * a) / (x * x); }}, a);
 }
 Tensor operator-(const Tensor& a) { return neg(a); }
 
-#define KILN_COMPARISON(OPNAME, SYM, ENUM)                                                     \
-  Tensor operator SYM(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::ENUM, a, b); } \
+#define KILN_COMPARISON(OPNAME, SYM, ENUM)                                                                    \
+  Tensor operator SYM(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::ENUM, a, b); }          \
   Tensor operator SYM(const Tensor& a, double b) { return binary_raw(BinaryOp::ENUM, a, wrap_scalar(b, a)); } \
-  Tensor Tensor::OPNAME(const Tensor& o) const { return *this SYM o; }                          \
+  Tensor Tensor::OPNAME(const Tensor& o) const { return *this SYM o; }                                        \
   Tensor Tensor::OPNAME(double o) const { return *this SYM o; }
 KILN_COMPARISON(eq, ==, Eq)
 KILN_COMPARISON(ne, !=, Ne)
@@ -509,9 +492,9 @@ Tensor& binary_inplace(Tensor& self, BinaryOp op, const Tensor& other, const cha
   KILN_CHECK(shape == self.sizes(), name, ": the result of sizes ", shape,
              " does not fit in the in-place target of sizes ", self.sizes());
   DType result = promote_types(self.dtype(), other.dtype());
-  KILN_CHECK(!(is_floating(result) && !is_floating(self.dtype())) &&
-             !(result != DType::Bool && self.dtype() == DType::Bool), name,
-             ": result type ", result, " can't be cast to the in-place target's dtype ", self.dtype());
+  KILN_CHECK(
+      !(is_floating(result) && !is_floating(self.dtype())) && !(result != DType::Bool && self.dtype() == DType::Bool),
+      name, ": result type ", result, " can't be cast to the in-place target's dtype ", self.dtype());
   NoGradGuard ng;
   kernels::binary(op, self, self, as_dtype(other.detach(), self.dtype()), alpha, 0.0);
   self.storage()->bump_version();

@@ -20,8 +20,8 @@ using autograd::TensorList;
 // ---------------------------------------------------------------- repeat, chunk, split
 
 Tensor Tensor::repeat(const IntList& repeats) const {
-  KILN_CHECK(static_cast<int64_t>(repeats.size()) >= dim(), "repeat: the number of repeats (",
-             repeats.size(), ") can not be smaller than the number of dimensions (", dim(), ")");
+  KILN_CHECK(static_cast<int64_t>(repeats.size()) >= dim(), "repeat: the number of repeats (", repeats.size(),
+             ") can not be smaller than the number of dimensions (", dim(), ")");
   for (int64_t r : repeats) KILN_CHECK(r >= 0, "repeat: repeats must be non-negative, got ", repeats);
   const size_t n = repeats.size();
   IntList padded(n - static_cast<size_t>(dim()), 1);
@@ -46,8 +46,8 @@ namespace {
 // backward is free), where one node per view would zero-fill a base-sized tensor per part and
 // sum them. `starts` are the parts' offsets along d; `squeezed`: unbind's parts lack dim d.
 // Under create_graph the backward is cat / stack, which are differentiable.
-std::vector<Tensor> tile_views(const Tensor& base, int64_t d, const IntList& starts,
-                               const IntList& lengths, bool squeezed) {
+std::vector<Tensor> tile_views(const Tensor& base, int64_t d, const IntList& starts, const IntList& lengths,
+                               bool squeezed) {
   std::vector<Tensor> parts;
   {
     NoGradGuard ng;
@@ -58,23 +58,24 @@ std::vector<Tensor> tile_views(const Tensor& base, int64_t d, const IntList& sta
   const IntList sizes = base.sizes(), strides = base.strides();
   std::vector<Tensor*> outputs;
   for (Tensor& p : parts) outputs.push_back(&p);
-  autograd::record(
-      std::make_shared<autograd::FunctionNode>(
-          squeezed ? "UnbindBackward" : "SplitBackward",
-          [=](const TensorList& g) {
-            if (GradMode::is_enabled()) return TensorList{squeezed ? stack(g, d) : cat(g, d)};
-            // the parts' gradients may already tile one buffer laid out as the base (attention's
-            // q, k, v gradients do: empty_like_siblings in kiln/core/shape.h)
-            Tensor tiled = view_of_tiled_parts(g, sizes, strides, d, starts, squeezed);
-            if (tiled.defined()) return TensorList{tiled};
-            Tensor grad = empty_preserving_layout(sizes, strides, g[0].options());
-            for (size_t i = 0; i < g.size(); ++i) {
-              Tensor place = squeezed ? grad.select(d, starts[i]) : grad.narrow(d, starts[i], lengths[i]);
-              place.copy_(g[i]);
-            }
-            return TensorList{grad};
-          }),
-      {&base}, outputs);
+  autograd::record(std::make_shared<autograd::FunctionNode>(
+                       squeezed ? "UnbindBackward" : "SplitBackward",
+                       autograd::fused_or_composite(
+                           [=](const TensorList& g) {
+                             // the parts' gradients may already tile one buffer laid out as the base (attention's
+                             // q, k, v gradients do: empty_like_siblings in kiln/core/shape.h)
+                             Tensor tiled = view_of_tiled_parts(g, sizes, strides, d, starts, squeezed);
+                             if (tiled.defined()) return TensorList{tiled};
+                             Tensor grad = empty_preserving_layout(sizes, strides, g[0].options());
+                             for (size_t i = 0; i < g.size(); ++i) {
+                               Tensor place =
+                                   squeezed ? grad.select(d, starts[i]) : grad.narrow(d, starts[i], lengths[i]);
+                               place.copy_(g[i]);
+                             }
+                             return TensorList{grad};
+                           },
+                           [=](const TensorList& g) { return TensorList{squeezed ? stack(g, d) : cat(g, d)}; })),
+                   {&base}, outputs);
   return parts;
 }
 
@@ -84,12 +85,10 @@ std::vector<Tensor> Tensor::split(int64_t split_size, int64_t dim_in) const {
   KILN_CHECK(this->dim() > 0, "split: expected a tensor with at least one dimension");
   const int64_t d = wrap_dim(dim_in, this->dim(), "split");
   const int64_t size = this->size(d);
-  KILN_CHECK(split_size > 0 || (split_size == 0 && size == 0),
-             "split: split_size must be positive, got ", split_size);
+  KILN_CHECK(split_size > 0 || (split_size == 0 && size == 0), "split: split_size must be positive, got ", split_size);
   if (size == 0) return {*this};
   IntList lengths;
-  for (int64_t start = 0; start < size; start += split_size)
-    lengths.push_back(std::min(split_size, size - start));
+  for (int64_t start = 0; start < size; start += split_size) lengths.push_back(std::min(split_size, size - start));
   return split(lengths, d);
 }
 
@@ -101,8 +100,8 @@ std::vector<Tensor> Tensor::split(const IntList& split_sizes, int64_t dim_in) co
     KILN_CHECK(s >= 0, "split: split sizes must be non-negative, got ", split_sizes);
     total += s;
   }
-  KILN_CHECK(total == size(d), "split: split sizes ", split_sizes, " sum to ", total,
-             " but dimension ", d, " has size ", size(d), " (sizes ", sizes(), ")");
+  KILN_CHECK(total == size(d), "split: split sizes ", split_sizes, " sum to ", total, " but dimension ", d,
+             " has size ", size(d), " (sizes ", sizes(), ")");
   IntList starts;
   int64_t start = 0;
   for (int64_t s : split_sizes) {
@@ -160,11 +159,12 @@ Tensor Tensor::unflatten(int64_t dim_in, const IntList& sizes_in) const {
   const int64_t n = size(d);
   if (infer >= 0) {
     KILN_CHECK(known != 0 && n % known == 0, "unflatten: sizes ", sizes_in,
-               " cannot be inferred to multiply up to the size of dim ", d, " (", n, ") of the input of sizes ", sizes());
+               " cannot be inferred to multiply up to the size of dim ", d, " (", n, ") of the input of sizes ",
+               sizes());
     sz[static_cast<size_t>(infer)] = n / known;
   } else {
-    KILN_CHECK(known == n, "unflatten: sizes ", sizes_in, " don't multiply up to the size of dim ", d, " (",
-               n, ") of the input of sizes ", sizes());
+    KILN_CHECK(known == n, "unflatten: sizes ", sizes_in, " don't multiply up to the size of dim ", d, " (", n,
+               ") of the input of sizes ", sizes());
   }
   IntList out(sizes().begin(), sizes().begin() + d);
   out.insert(out.end(), sz.begin(), sz.end());

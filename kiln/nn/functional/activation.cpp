@@ -14,8 +14,8 @@ using autograd::TensorList;
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   KILN_CHECK(x.defined(), "leaky_relu: input is undefined");
-  KILN_CHECK(is_floating(x.dtype()), "leaky_relu: expected a floating-point input, got ", x.dtype(),
-             " (sizes ", x.sizes(), ")");
+  KILN_CHECK(is_floating(x.dtype()), "leaky_relu: expected a floating-point input, got ", x.dtype(), " (sizes ",
+             x.sizes(), ")");
   Tensor y;
   {
     NoGradGuard ng;
@@ -25,15 +25,20 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
   }
   if (autograd::any_requires_grad({&x})) {
     SavedTensor sx(x, "LeakyReluBackward");
-    autograd::record_function("LeakyReluBackward", {&x}, {&y}, [=](const TensorList& g) {
-      Tensor xs = sx.get();
-      if (GradMode::is_enabled()) return TensorList{where(xs > 0.0, g[0], g[0] * negative_slope)};
-      Tensor gc = g[0].is_contiguous() ? g[0] : g[0].contiguous();
-      Tensor xc = xs.is_contiguous() ? xs.detach() : xs.detach().contiguous();
-      Tensor dx = empty(xs.sizes(), xs.options());
-      kernels::leaky_relu_backward(dx, gc, xc, negative_slope);
-      return TensorList{dx};
-    });
+    autograd::record_function("LeakyReluBackward", {&x}, {&y},
+                              autograd::fused_or_composite(
+                                  [=](const TensorList& g) {
+                                    Tensor xs = sx.get();
+                                    Tensor gc = g[0].is_contiguous() ? g[0] : g[0].contiguous();
+                                    Tensor xc = xs.is_contiguous() ? xs.detach() : xs.detach().contiguous();
+                                    Tensor dx = empty(xs.sizes(), xs.options());
+                                    kernels::leaky_relu_backward(dx, gc, xc, negative_slope);
+                                    return TensorList{dx};
+                                  },
+                                  [=](const TensorList& g) {
+                                    Tensor xs = sx.get();
+                                    return TensorList{where(xs > 0.0, g[0], g[0] * negative_slope)};
+                                  }));
   }
   return y;
 }

@@ -48,33 +48,29 @@ Tensor causal_keep(int64_t Tq, int64_t Tk, Device dev) {
 void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
   const char* op = "scaled_dot_product_attention";
   KILN_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k and v must be defined");
-  KILN_CHECK(q.device() == k.device() && k.device() == v.device(), op,
-             ": q, k, v must be on one device, got ", q.device(), ", ", k.device(), ", ", v.device());
+  KILN_CHECK(q.device() == k.device() && k.device() == v.device(), op, ": q, k, v must be on one device, got ",
+             q.device(), ", ", k.device(), ", ", v.device());
   KILN_CHECK(is_floating(q.dtype()) && q.dtype() == k.dtype() && k.dtype() == v.dtype(), op,
-             ": q, k, v must share one floating-point dtype, got ", q.dtype(), ", ", k.dtype(), ", ",
-             v.dtype());
+             ": q, k, v must share one floating-point dtype, got ", q.dtype(), ", ", k.dtype(), ", ", v.dtype());
   KILN_CHECK(q.dim() >= 2 && q.dim() == k.dim() && k.dim() == v.dim(), op,
-             ": q, k, v must be [..., T, D] with the same number of dimensions, got sizes q ",
-             q.sizes(), ", k ", k.sizes(), ", v ", v.sizes());
+             ": q, k, v must be [..., T, D] with the same number of dimensions, got sizes q ", q.sizes(), ", k ",
+             k.sizes(), ", v ", v.sizes());
   const int64_t nd = q.dim();
   bool lead_ok = true;
   for (int64_t d = 0; d < nd - 2; ++d) lead_ok = lead_ok && q.size(d) == k.size(d) && k.size(d) == v.size(d);
-  KILN_CHECK(lead_ok && q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), op,
-             ": mismatched sizes q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes(),
+  KILN_CHECK(lead_ok && q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2), op, ": mismatched sizes q ", q.sizes(),
+             ", k ", k.sizes(), ", v ", v.sizes(),
              " (expected q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] with equal leading dims)");
-  KILN_CHECK(k.size(-2) > 0 || q.size(-2) == 0, op, ": k and v have no keys (sizes k ", k.sizes(), ", v ",
-             v.sizes(), ")");
+  KILN_CHECK(k.size(-2) > 0 || q.size(-2) == 0, op, ": k and v have no keys (sizes k ", k.sizes(), ", v ", v.sizes(),
+             ")");
 }
 
 // The blocked kernels' path: no mask, no dropout; scale 0 means 1 / sqrt(D).
 Tensor blocked_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double scale_in) {
-  if (amp::autocast_dtype()) {  // autocast: low precision (kiln/core/autocast.h)
-    Tensor q2 = amp::to_autocast_low(q), k2 = amp::to_autocast_low(k), v2 = amp::to_autocast_low(v);
-    if (!q2.is_same(q) || !k2.is_same(k) || !v2.is_same(v)) {
-      amp::NoAutocastGuard off;
-      return blocked_attention(q2, k2, v2, is_causal, scale_in);
-    }
-  }
+  if (auto out = amp::autocast_rerun(amp::Policy::LowPrecision, {q, k, v}, [&](const auto& a) {
+        return blocked_attention(a[0], a[1], a[2], is_causal, scale_in);
+      }))
+    return *out;
   const char* op = "scaled_dot_product_attention";
   check_qkv(q, k, v);
   const int64_t nd = q.dim();
@@ -98,8 +94,7 @@ Tensor blocked_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool
     // [B, H, T, D] out is laid out as [B, T, H, D] (as PyTorch's CPU flash attention does), so
     // merging the heads back, out.transpose(1, 2).reshape({B, T, H * D}), is a view.
     const bool heads_last = q3.dim() == 4;
-    Tensor o3 = heads_last ? empty({q.size(0), Tq, q.size(1), Dv}, oo).transpose(1, 2)
-                           : empty({B, Tq, Dv}, oo);
+    Tensor o3 = heads_last ? empty({q.size(0), Tq, q.size(1), Dv}, oo).transpose(1, 2) : empty({B, Tq, Dv}, oo);
     lse = empty({B, Tq}, TensorOptions().dtype(sdt).device(q.device()));
     if (B * Tq > 0) kernels::attention_forward(o3, lse, q3, k3, v3, scale, is_causal);
     out = (heads_last ? o3 : o3.view(out_sizes)).to(q.dtype());
@@ -108,45 +103,51 @@ Tensor blocked_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool
     const bool gq = q.requires_grad(), gk = k.requires_grad(), gv = v.requires_grad();
     SavedTensor sq(q, op), sk(k, op), sv(v, op), so = SavedTensor::output(out, op);
     const DType dt = q.dtype();
-    autograd::record_function("ScaledDotProductAttentionBackward", {&q, &k, &v}, {&out},
-                              [=](const TensorList& g) {
-      Tensor qs = sq.get(), ks = sk.get(), vs = sv.get();
-      if (GradMode::is_enabled()) {  // create_graph: composite formula
-        Tensor s = matmul(qs, ks.transpose(-2, -1)) * scale;
-        if (is_causal) s = where(causal_keep(Tq, Tk, qs.device()), s, -std::numeric_limits<double>::infinity());
-        Tensor p = kiln::softmax(s, -1);
-        Tensor dp = matmul(g[0], vs.transpose(-2, -1));
-        Tensor ds = p * (dp - sum(dp * p, {-1}, true));
-        return TensorList{gq ? matmul(ds, ks) * scale : Tensor(),
-                          gk ? matmul(ds.transpose(-2, -1), qs) * scale : Tensor(),
-                          gv ? matmul(p.transpose(-2, -1), g[0]) : Tensor()};
-      }
-      Tensor q3b = kernel_operand(qs.detach(), B, cdt), k3b = kernel_operand(ks.detach(), B, cdt),
-             v3b = kernel_operand(vs.detach(), B, cdt);
-      Tensor o3b = kernel_operand(so.get().detach(), B, cdt), g3 = kernel_operand(g[0], B, cdt);
-      TensorOptions o = TensorOptions().dtype(cdt).device(qs.device());
-      Tensor dq, dk, dv;
-      if (gq && gk && gv && !qs.is_cuda() && q3b.dim() == 4) {
-        // q, k, v of one fused projection: their gradients in one buffer laid out like it, which
-        // the projection's unbind backward then takes without a copy (the CPU kernel writes
-        // strided gradients)
-        auto d = empty_like_siblings({q3b, k3b, v3b}, o);
-        dq = d[0], dk = d[1], dv = d[2];
-      } else {
-        dq = gq ? empty(q3b.sizes(), o) : Tensor();
-        dk = gk ? empty(k3b.sizes(), o) : Tensor();
-        dv = gv ? empty(v3b.sizes(), o) : Tensor();
-      }
-      if (B * Tq > 0) {
-        kernels::attention_backward(dq, dk, dv, g3, q3b, k3b, v3b, o3b, lse, scale, is_causal);
-      } else {
-        if (gk) dk.zero_();
-        if (gv) dv.zero_();
-      }
-      auto shaped = [](const Tensor& t, const Tensor& like) { return t.sizes() == like.sizes() ? t : t.view(like.sizes()); };
-      return TensorList{gq ? shaped(dq, qs).to(dt) : Tensor(), gk ? shaped(dk, ks).to(dt) : Tensor(),
-                        gv ? shaped(dv, vs).to(dt) : Tensor()};
-    });
+    autograd::record_function(
+        "ScaledDotProductAttentionBackward", {&q, &k, &v}, {&out},
+        autograd::fused_or_composite(
+            [=](const TensorList& g) {
+              Tensor qs = sq.get(), ks = sk.get(), vs = sv.get();
+              Tensor q3b = kernel_operand(qs.detach(), B, cdt), k3b = kernel_operand(ks.detach(), B, cdt),
+                     v3b = kernel_operand(vs.detach(), B, cdt);
+              Tensor o3b = kernel_operand(so.get().detach(), B, cdt), g3 = kernel_operand(g[0], B, cdt);
+              TensorOptions o = TensorOptions().dtype(cdt).device(qs.device());
+              Tensor dq, dk, dv;
+              if (gq && gk && gv && !qs.is_cuda() && q3b.dim() == 4) {
+                // q, k, v of one fused projection: their gradients in one buffer laid out like it, which
+                // the projection's unbind backward then takes without a copy (the CPU kernel writes
+                // strided gradients)
+                auto d = empty_like_siblings({q3b, k3b, v3b}, o);
+                dq = d[0], dk = d[1], dv = d[2];
+              } else {
+                dq = gq ? empty(q3b.sizes(), o) : Tensor();
+                dk = gk ? empty(k3b.sizes(), o) : Tensor();
+                dv = gv ? empty(v3b.sizes(), o) : Tensor();
+              }
+              if (B * Tq > 0) {
+                kernels::attention_backward(dq, dk, dv, g3, q3b, k3b, v3b, o3b, lse, scale, is_causal);
+              } else {
+                if (gk) dk.zero_();
+                if (gv) dv.zero_();
+              }
+              auto shaped = [](const Tensor& t, const Tensor& like) {
+                return t.sizes() == like.sizes() ? t : t.view(like.sizes());
+              };
+              return TensorList{gq ? shaped(dq, qs).to(dt) : Tensor(), gk ? shaped(dk, ks).to(dt) : Tensor(),
+                                gv ? shaped(dv, vs).to(dt) : Tensor()};
+            },
+            [=](const TensorList& g) {
+              Tensor qs = sq.get(), ks = sk.get(), vs = sv.get();
+              // create_graph: composite formula
+              Tensor s = matmul(qs, ks.transpose(-2, -1)) * scale;
+              if (is_causal) s = where(causal_keep(Tq, Tk, qs.device()), s, -std::numeric_limits<double>::infinity());
+              Tensor p = kiln::softmax(s, -1);
+              Tensor dp = matmul(g[0], vs.transpose(-2, -1));
+              Tensor ds = p * (dp - sum(dp * p, {-1}, true));
+              return TensorList{gq ? matmul(ds, ks) * scale : Tensor(),
+                                gk ? matmul(ds.transpose(-2, -1), qs) * scale : Tensor(),
+                                gv ? matmul(p.transpose(-2, -1), g[0]) : Tensor()};
+            }));
   }
   return out;
 }

@@ -36,16 +36,6 @@ void check_image_input(const char* op, const Tensor& x) {
              ": expected a 4-D input [N, C, H, W] (or 3-D [C, H, W]), got sizes ", x.sizes());
 }
 
-// Under autocast, true with the operands cast to its low-precision dtype when that changed any of
-// them (the op then runs again on x2, w2, b2 with autocast off); false otherwise.
-bool autocast_operands(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& x2, Tensor& w2, Tensor& b2) {
-  if (!amp::autocast_dtype()) return false;  // kiln/core/autocast.h
-  x2 = amp::to_autocast_low(x);
-  w2 = amp::to_autocast_low(w);
-  b2 = amp::to_autocast_low(b);
-  return !x2.is_same(x) || !w2.is_same(w) || (b.defined() && !b2.is_same(b));
-}
-
 // What a convolution's backward keeps: which gradients it computes, x (needed for dw only) and
 // the weight (for dx only) saved, the operands' sizes and options. A private copy x of the
 // input x_in (x != x_in) cannot be modified, so it is saved instead of x_in.
@@ -92,11 +82,9 @@ bool is_half(DType d) { return d == DType::F16 || d == DType::BF16; }
 template <class Again>
 Tensor conv_front(const char* op, const char* weight_layout, const Tensor& x, const Tensor& weight,
                   const Tensor& bias, Again&& again) {
-  Tensor x2, w2, b2;
-  if (autocast_operands(x, weight, bias, x2, w2, b2)) {  // autocast: low precision
-    amp::NoAutocastGuard off;
-    return again(x2, w2, b2);
-  }
+  if (auto out = amp::autocast_rerun(amp::Policy::LowPrecision, {x, weight, bias},
+                                     [&](const auto& a) { return again(a[0], a[1], a[2]); }))
+    return *out;
   check_common(op, x, weight, bias);
   check_image_input(op, x);
   if (x.dim() == 3) return again(x.unsqueeze(0), weight, bias).squeeze(0);

@@ -25,8 +25,8 @@ using kernels::GeluApprox;
 namespace {
 
 GeluApprox parse_approx(const char* op, const std::string& approximate) {
-  KILN_CHECK(approximate == "none" || approximate == "tanh", op,
-             ": approximate must be 'none' or 'tanh', got '", approximate, "'");
+  KILN_CHECK(approximate == "none" || approximate == "tanh", op, ": approximate must be 'none' or 'tanh', got '",
+             approximate, "'");
   return approximate == "tanh" ? GeluApprox::Tanh : GeluApprox::None;
 }
 
@@ -52,8 +52,8 @@ Tensor gelu_grad_composite(const Tensor& g, const Tensor& pre, GeluApprox approx
 void check_bias(const char* op, const Tensor& x, const Tensor& bias) {
   if (!bias.defined()) return;
   KILN_CHECK(x.dim() >= 1 && bias.dim() == 1 && bias.size(0) == x.size(-1), op, ": bias must be [",
-             x.dim() >= 1 ? x.size(-1) : 0, "] (the input's last dimension), got bias sizes ",
-             bias.sizes(), " for input sizes ", x.sizes());
+             x.dim() >= 1 ? x.size(-1) : 0, "] (the input's last dimension), got bias sizes ", bias.sizes(),
+             " for input sizes ", x.sizes());
   KILN_CHECK(bias.device() == x.device(), op, ": input is on ", x.device(), " but bias on ", bias.device());
   KILN_CHECK(is_floating(bias.dtype()), op, ": bias must be floating-point, got ", bias.dtype());
 }
@@ -84,8 +84,8 @@ Tensor bias_gelu(const Tensor& x_in, const Tensor& bias_in, const std::string& a
   const char* op = "bias_gelu";
   const GeluApprox approx = parse_approx(op, approximate);
   KILN_CHECK(x_in.defined(), op, ": input is undefined");
-  KILN_CHECK(is_floating(x_in.dtype()), op, ": expected a floating-point input, got ", x_in.dtype(),
-             " (sizes ", x_in.sizes(), ")");
+  KILN_CHECK(is_floating(x_in.dtype()), op, ": expected a floating-point input, got ", x_in.dtype(), " (sizes ",
+             x_in.sizes(), ")");
   check_bias(op, x_in, bias_in);
   const DType dt = bias_in.defined() ? promote_types(x_in.dtype(), bias_in.dtype()) : x_in.dtype();
   const Tensor x = as_dtype(x_in, dt), bias = as_dtype(bias_in, dt);
@@ -99,30 +99,35 @@ Tensor bias_gelu(const Tensor& x_in, const Tensor& bias_in, const std::string& a
     SavedTensor sx(x, "BiasGeluBackward");
     SavedTensor sb = bias.defined() ? SavedTensor(bias, "BiasGeluBackward") : SavedTensor();
     const bool want_db = bias.defined() && bias.requires_grad();
-    autograd::record_function("BiasGeluBackward", {&x, &bias}, {&y}, [=](const TensorList& g) {
-      Tensor xs = sx.get();
-      Tensor bs = sb.defined() ? sb.get() : Tensor();
-      if (GradMode::is_enabled()) {  // create_graph: composite formula
-        Tensor dpre = gelu_grad_composite(g[0], bs.defined() ? xs + bs : xs, approx);
-        return TensorList{dpre, want_db ? sum_to(dpre, bs.sizes()) : Tensor()};
-      }
-      Tensor dx = empty(xs.sizes(), xs.options());
-      Tensor db = want_db ? empty(bs.sizes(), bs.options()) : Tensor();
-      kernels::bias_gelu_backward(dx, db, contiguous_data(g[0]), contiguous_data(xs), contiguous_data(bs), approx);
-      return TensorList{dx, db};
-    });
+    autograd::record_function("BiasGeluBackward", {&x, &bias}, {&y},
+                              autograd::fused_or_composite(
+                                  [=](const TensorList& g) {
+                                    Tensor xs = sx.get();
+                                    Tensor bs = sb.defined() ? sb.get() : Tensor();
+                                    Tensor dx = empty(xs.sizes(), xs.options());
+                                    Tensor db = want_db ? empty(bs.sizes(), bs.options()) : Tensor();
+                                    kernels::bias_gelu_backward(dx, db, contiguous_data(g[0]), contiguous_data(xs),
+                                                                contiguous_data(bs), approx);
+                                    return TensorList{dx, db};
+                                  },
+                                  [=](const TensorList& g) {
+                                    Tensor xs = sx.get();
+                                    Tensor bs = sb.defined() ? sb.get() : Tensor();
+                                    // create_graph: composite formula
+                                    Tensor dpre = gelu_grad_composite(g[0], bs.defined() ? xs + bs : xs, approx);
+                                    return TensorList{dpre, want_db ? sum_to(dpre, bs.sizes()) : Tensor()};
+                                  }));
   }
   return y;
 }
 
 // ---------------------------------------------------------------- bias + dropout + residual
 
-Tensor bias_dropout_add(const Tensor& x_in, const Tensor& bias_in, const Tensor& residual_in, double p,
-                        bool training) {
+Tensor bias_dropout_add(const Tensor& x_in, const Tensor& bias_in, const Tensor& residual_in, double p, bool training) {
   const char* op = "bias_dropout_add";
   KILN_CHECK(x_in.defined() && residual_in.defined(), op, ": input and residual must be defined");
-  KILN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability p must be in [0, 1], got ", p, " (input sizes ",
-             x_in.sizes(), ")");
+  KILN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability p must be in [0, 1], got ", p, " (input sizes ", x_in.sizes(),
+             ")");
   KILN_CHECK(is_floating(x_in.dtype()) && is_floating(residual_in.dtype()), op,
              ": expected floating-point input and residual, got ", x_in.dtype(), " and ", residual_in.dtype());
   KILN_CHECK(residual_in.sizes() == x_in.sizes(), op, ": residual sizes ", residual_in.sizes(),
@@ -146,25 +151,29 @@ Tensor bias_dropout_add(const Tensor& x_in, const Tensor& bias_in, const Tensor&
   {
     NoGradGuard ng;
     y = empty(x.sizes(), x.options());
-    kernels::bias_dropout_add(y, contiguous_data(x), contiguous_data(bias), contiguous_data(residual), p_eff,
-                              seed, offset);
+    kernels::bias_dropout_add(y, contiguous_data(x), contiguous_data(bias), contiguous_data(residual), p_eff, seed,
+                              offset);
   }
   if (autograd::any_requires_grad({&x, &bias, &residual})) {
     const bool want_dx = x.requires_grad();
     const bool want_db = bias.defined() && bias.requires_grad();
     const IntList bias_sizes = bias.defined() ? bias.sizes() : IntList{};
-    autograd::record_function("BiasDropoutAddBackward", {&x, &bias, &residual}, {&y}, [=](const TensorList& g) {
-      if (!want_dx && !want_db) return TensorList{Tensor(), Tensor(), g[0]};
-      if (GradMode::is_enabled()) {  // create_graph: differentiable mask application
-        Tensor dx = apply_dropout_mask(g[0], p_eff, seed, offset);
-        return TensorList{dx, want_db ? sum_to(dx, bias_sizes) : Tensor(), g[0]};
-      }
-      Tensor gc = contiguous_data(g[0]);
-      Tensor dx = empty(gc.sizes(), gc.options());
-      Tensor db = want_db ? empty(bias_sizes, gc.options()) : Tensor();
-      kernels::bias_dropout_add_backward(dx, db, gc, p_eff, seed, offset);
-      return TensorList{want_dx ? dx : Tensor(), db, g[0]};
-    });
+    autograd::record_function("BiasDropoutAddBackward", {&x, &bias, &residual}, {&y},
+                              autograd::fused_or_composite(
+                                  [=](const TensorList& g) {
+                                    if (!want_dx && !want_db) return TensorList{Tensor(), Tensor(), g[0]};
+                                    Tensor gc = contiguous_data(g[0]);
+                                    Tensor dx = empty(gc.sizes(), gc.options());
+                                    Tensor db = want_db ? empty(bias_sizes, gc.options()) : Tensor();
+                                    kernels::bias_dropout_add_backward(dx, db, gc, p_eff, seed, offset);
+                                    return TensorList{want_dx ? dx : Tensor(), db, g[0]};
+                                  },
+                                  [=](const TensorList& g) {
+                                    if (!want_dx && !want_db) return TensorList{Tensor(), Tensor(), g[0]};
+                                    // create_graph: differentiable mask application
+                                    Tensor dx = apply_dropout_mask(g[0], p_eff, seed, offset);
+                                    return TensorList{dx, want_db ? sum_to(dx, bias_sizes) : Tensor(), g[0]};
+                                  }));
   }
   return y;
 }
@@ -176,8 +185,8 @@ Tensor bias_dropout_add(const Tensor& x_in, const Tensor& bias_in, const Tensor&
 // guide's name; bench/cuda/fused.cu and bench/cpu/fused.cpp compare it with the 5-op chain.
 Tensor fused_gelu(const Tensor& x) {
   KILN_CHECK(x.defined(), "fused_gelu: input is undefined");
-  KILN_CHECK(is_floating(x.dtype()), "fused_gelu: expected a floating-point input, got ", x.dtype(),
-             " (sizes ", x.sizes(), ")");
+  KILN_CHECK(is_floating(x.dtype()), "fused_gelu: expected a floating-point input, got ", x.dtype(), " (sizes ",
+             x.sizes(), ")");
   return kiln::gelu(x, "none");
 }
 
@@ -186,13 +195,9 @@ Tensor fused_gelu(const Tensor& x) {
 Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, const std::string& approximate) {
   const char* op = "linear_gelu";
   const GeluApprox approx = parse_approx(op, approximate);
-  if (amp::autocast_dtype()) {  // autocast: low precision like linear (kiln/core/autocast.h)
-    Tensor x2 = amp::to_autocast_low(x), w2 = amp::to_autocast_low(weight), b2 = amp::to_autocast_low(bias);
-    if (!x2.is_same(x) || !w2.is_same(weight) || (bias.defined() && !b2.is_same(bias))) {
-      amp::NoAutocastGuard off;
-      return linear_gelu(x2, w2, b2, approximate);
-    }
-  }
+  if (auto out = amp::autocast_rerun(amp::Policy::LowPrecision, {x, weight, bias},
+                                     [&](const auto& a) { return linear_gelu(a[0], a[1], a[2], approximate); }))
+    return *out;
   KILN_CHECK(x.defined() && weight.defined(), op, ": input and weight must be defined");
   KILN_CHECK(weight.dim() == 2, op, ": weight must be [out_features, in_features], got sizes ", weight.sizes());
   KILN_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), op, ": input sizes ", x.sizes(),
@@ -201,10 +206,10 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, co
   KILN_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), op, ": bias sizes ", bias.sizes(),
              " do not match weight sizes ", weight.sizes(), " (expected [", weight.size(0), "])");
   KILN_CHECK(is_floating(x.dtype()) && weight.dtype() == x.dtype() && bias.dtype() == x.dtype(), op,
-             ": input, weight and bias must share one floating dtype, got ", x.dtype(), ", ", weight.dtype(),
-             ", ", bias.dtype());
-  KILN_CHECK(weight.device() == x.device() && bias.device() == x.device(), op, ": tensors on different devices: ",
-             x.device(), ", ", weight.device(), ", ", bias.device());
+             ": input, weight and bias must share one floating dtype, got ", x.dtype(), ", ", weight.dtype(), ", ",
+             bias.dtype());
+  KILN_CHECK(weight.device() == x.device() && bias.device() == x.device(), op,
+             ": tensors on different devices: ", x.device(), ", ", weight.device(), ", ", bias.device());
 
   const int64_t K = weight.size(1), N = weight.size(0);
   IntList out_sizes = x.sizes();
@@ -216,30 +221,34 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, co
     x2 = x.detach().reshape({-1, K});
     out = empty({x2.size(0), N}, x.options());
     if (needs_grad) pre = empty({x2.size(0), N}, x.options());
-    kernels::linear_epilogue(out, x2, weight.detach(), contiguous_data(bias), kernels::Epilogue::BiasGelu, pre,
-                             approx);
+    kernels::linear_epilogue(out, x2, weight.detach(), contiguous_data(bias), kernels::Epilogue::BiasGelu, pre, approx);
   }
   Tensor y = out.view(out_sizes);
   if (needs_grad) {
     SavedTensor sx(x, "LinearGeluBackward"), sw(weight, "LinearGeluBackward"), sb(bias, "LinearGeluBackward");
     const bool gx = x.requires_grad(), gw = weight.requires_grad(), gb = bias.requires_grad();
-    autograd::record_function("LinearGeluBackward", {&x, &weight, &bias}, {&y}, [=](const TensorList& g) {
-      Tensor xs = sx.get(), ws = sw.get(), bs = sb.get();
-      if (GradMode::is_enabled()) {  // create_graph: composite formula on the saved inputs
-        Tensor xf = xs.reshape({-1, K});
-        Tensor dpre = gelu_grad_composite(g[0].reshape({-1, N}), mm(xf, ws.t()) + bs, approx);
-        return TensorList{gx ? mm(dpre, ws).view(xs.sizes()) : Tensor(), gw ? mm(dpre.t(), xf) : Tensor(),
-                          gb ? dpre.sum({0}) : Tensor()};
-      }
-      // dpre = g * gelu'(pre) and the bias gradient in one pass, then two GEMMs.
-      Tensor g2 = contiguous_data(g[0]).view({-1, N});
-      Tensor dpre = empty(g2.sizes(), g2.options());
-      Tensor db = gb ? empty({N}, g2.options()) : Tensor();
-      kernels::bias_gelu_backward(dpre, db, g2, pre, Tensor(), approx);
-      Tensor dx = gx ? mm(dpre, ws.detach()).view(xs.sizes()) : Tensor();
-      Tensor dw = gw ? mm(dpre.t(), xs.detach().reshape({-1, K})) : Tensor();
-      return TensorList{dx, dw, db};
-    });
+    autograd::record_function(
+        "LinearGeluBackward", {&x, &weight, &bias}, {&y},
+        autograd::fused_or_composite(
+            [=](const TensorList& g) {
+              Tensor xs = sx.get(), ws = sw.get(), bs = sb.get();
+              // dpre = g * gelu'(pre) and the bias gradient in one pass, then two GEMMs.
+              Tensor g2 = contiguous_data(g[0]).view({-1, N});
+              Tensor dpre = empty(g2.sizes(), g2.options());
+              Tensor db = gb ? empty({N}, g2.options()) : Tensor();
+              kernels::bias_gelu_backward(dpre, db, g2, pre, Tensor(), approx);
+              Tensor dx = gx ? mm(dpre, ws.detach()).view(xs.sizes()) : Tensor();
+              Tensor dw = gw ? mm(dpre.t(), xs.detach().reshape({-1, K})) : Tensor();
+              return TensorList{dx, dw, db};
+            },
+            [=](const TensorList& g) {
+              Tensor xs = sx.get(), ws = sw.get(), bs = sb.get();
+              // create_graph: composite formula on the saved inputs
+              Tensor xf = xs.reshape({-1, K});
+              Tensor dpre = gelu_grad_composite(g[0].reshape({-1, N}), mm(xf, ws.t()) + bs, approx);
+              return TensorList{gx ? mm(dpre, ws).view(xs.sizes()) : Tensor(), gw ? mm(dpre.t(), xf) : Tensor(),
+                                gb ? dpre.sum({0}) : Tensor()};
+            }));
   }
   return y;
 }

@@ -9,13 +9,9 @@
 namespace kiln::nn::functional {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  if (amp::autocast_dtype()) {  // autocast: low precision, bias included (kiln/core/autocast.h)
-    Tensor x2 = amp::to_autocast_low(x), w2 = amp::to_autocast_low(weight), b2 = amp::to_autocast_low(bias);
-    if (!x2.is_same(x) || !w2.is_same(weight) || (bias.defined() && !b2.is_same(bias))) {
-      amp::NoAutocastGuard off;
-      return linear(x2, w2, b2);
-    }
-  }
+  if (auto out = amp::autocast_rerun(amp::Policy::LowPrecision, {x, weight, bias},
+                                     [](const auto& a) { return linear(a[0], a[1], a[2]); }))
+    return *out;
   KILN_CHECK(x.defined() && weight.defined(), "linear: input and weight must be defined");
   KILN_CHECK(weight.dim() == 2, "linear: weight must be [out_features, in_features], got sizes ",
              weight.sizes());

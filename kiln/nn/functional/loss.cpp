@@ -36,19 +36,17 @@ Tensor softplus_neg(const Tensor& x) { return log(exp(-abs(x)) + 1.0) + kiln::re
 }  // namespace
 
 Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
-    Tensor i2 = amp::to_autocast_f32(input), t2 = amp::to_autocast_f32(target);
-    if (!i2.is_same(input) || !t2.is_same(target)) return l1_loss(i2, t2, reduction);
-  }
+  if (auto out = amp::autocast_rerun(amp::Policy::F32, {input, target},
+                                     [&](const auto& a) { return l1_loss(a[0], a[1], reduction); }))
+    return *out;
   check_pair("l1_loss", input, target);
   return reduce_loss(abs(input - target), reduction);
 }
 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta) {
-  if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
-    Tensor i2 = amp::to_autocast_f32(input), t2 = amp::to_autocast_f32(target);
-    if (!i2.is_same(input) || !t2.is_same(target)) return smooth_l1_loss(i2, t2, reduction, beta);
-  }
+  if (auto out = amp::autocast_rerun(amp::Policy::F32, {input, target},
+                                     [&](const auto& a) { return smooth_l1_loss(a[0], a[1], reduction, beta); }))
+    return *out;
   check_pair("smooth_l1_loss", input, target);
   KILN_CHECK(beta >= 0, "smooth_l1_loss: beta must be non-negative, got ", beta);
   if (beta == 0.0) return reduce_loss(abs(input - target), reduction);
@@ -60,10 +58,10 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
 
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
                                         Reduction reduction, const Tensor& pos_weight) {
-  if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
-    Tensor i2 = amp::to_autocast_f32(input), t2 = amp::to_autocast_f32(target);
-    if (!i2.is_same(input) || !t2.is_same(target)) return binary_cross_entropy_with_logits(i2, t2, reduction, pos_weight);
-  }
+  if (auto out = amp::autocast_rerun(amp::Policy::F32, {input, target}, [&](const auto& a) {
+        return binary_cross_entropy_with_logits(a[0], a[1], reduction, pos_weight);
+      }))
+    return *out;
   const char* op = "binary_cross_entropy_with_logits";
   check_pair(op, input, target);
   const bool has_pw = pos_weight.defined();

@@ -26,27 +26,24 @@ namespace {
 
 Tensor contig(const Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
 
-int64_t prod(const IntList& s) {
-  return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<int64_t>());
-}
+int64_t prod(const IntList& s) { return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<int64_t>()); }
 
 void check_input(const char* op, const Tensor& x) {
   KILN_CHECK(x.defined(), op, ": input is undefined");
-  KILN_CHECK(is_floating(x.dtype()), op, ": expected a floating-point input, got ", x.dtype(),
-             " (sizes ", x.sizes(), ")");
+  KILN_CHECK(is_floating(x.dtype()), op, ": expected a floating-point input, got ", x.dtype(), " (sizes ", x.sizes(),
+             ")");
 }
 
 // weight / bias / running stats: defined => same device and dtype family as x, `numel` elements.
-void check_param(const char* op, const char* what, const Tensor& p, const Tensor& x,
-                 const IntList& expected, bool same_dtype) {
+void check_param(const char* op, const char* what, const Tensor& p, const Tensor& x, const IntList& expected,
+                 bool same_dtype) {
   if (!p.defined()) return;
-  KILN_CHECK(p.device() == x.device(), op, ": ", what, " is on ", p.device(), " but input (sizes ",
-             x.sizes(), ") is on ", x.device());
-  KILN_CHECK(p.sizes() == expected || (expected.size() == 1 && p.numel() == expected[0] && p.dim() == 1),
-             op, ": ", what, " has sizes ", p.sizes(), " but expected ", expected, " for input sizes ",
-             x.sizes());
-  KILN_CHECK(!same_dtype || p.dtype() == x.dtype(), op, ": ", what, " has dtype ", p.dtype(),
-             " but input has dtype ", x.dtype());
+  KILN_CHECK(p.device() == x.device(), op, ": ", what, " is on ", p.device(), " but input (sizes ", x.sizes(),
+             ") is on ", x.device());
+  KILN_CHECK(p.sizes() == expected || (expected.size() == 1 && p.numel() == expected[0] && p.dim() == 1), op, ": ",
+             what, " has sizes ", p.sizes(), " but expected ", expected, " for input sizes ", x.sizes());
+  KILN_CHECK(!same_dtype || p.dtype() == x.dtype(), op, ": ", what, " has dtype ", p.dtype(), " but input has dtype ",
+             x.dtype());
 }
 
 TensorOptions stat_opts(const Tensor& x) {
@@ -106,9 +103,9 @@ BnLayout bn_layout(const Tensor& x) {
 
 // batch_norm's argument checks for an input of `sizes` ([N, C, *]) on like's device with like's
 // dtype (like: the input itself, or the input of the conv that produces it).
-void detail::check_batch_norm_args(const char* op, const Tensor& like, const IntList& sizes,
-                           const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                           const Tensor& bias, bool training, double eps) {
+void detail::check_batch_norm_args(const char* op, const Tensor& like, const IntList& sizes, const Tensor& running_mean,
+                                   const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
+                                   double eps) {
   const int64_t C = sizes[1];
   check_param(op, "weight", weight, like, {C}, true);
   check_param(op, "bias", bias, like, {C}, true);
@@ -122,14 +119,13 @@ void detail::check_batch_norm_args(const char* op, const Tensor& like, const Int
   int64_t M = 1;
   for (size_t d = 0; d < sizes.size(); ++d)
     if (d != 1) M *= sizes[d];
-  KILN_CHECK(!training || M > 1, op, ": expected more than 1 value per channel when training, got input sizes ",
-             sizes);
+  KILN_CHECK(!training || M > 1, op, ": expected more than 1 value per channel when training, got input sizes ", sizes);
 }
 
 // running = (1 - momentum) * running + momentum * batch, with the unbiased batch variance of
 // M values per channel.
 void detail::update_running_stats(const Tensor& running_mean, const Tensor& running_var, const Tensor& mean,
-                          const Tensor& var, int64_t M, double momentum) {
+                                  const Tensor& var, int64_t M, double momentum) {
   Tensor unbiased = var * (static_cast<double>(M) / static_cast<double>(M - 1));
   Tensor rm = running_mean, rv = running_var;  // handles to the same tensors
   rm.mul_(1.0 - momentum).add_(mean.to(rm.dtype()), momentum);
@@ -145,8 +141,8 @@ namespace {
 // batch_norm(_relu)'s backward as differentiable ops (the create_graph backward): the input,
 // weight and bias gradients for the output gradient gy.
 TensorList batch_norm_grad_composite(const Tensor& gy_in, const Tensor& xs, const Tensor& w, const Tensor& b,
-                                     const Tensor& mean, const Tensor& invstd, bool training, double eps,
-                                     bool relu, bool gx, bool gw, bool gb) {
+                                     const Tensor& mean, const Tensor& invstd, bool training, double eps, bool relu,
+                                     bool gx, bool gw, bool gb) {
   const int64_t C = xs.size(1);
   const bool has_w = w.defined(), has_b = b.defined();
   IntList dims{0};
@@ -177,15 +173,12 @@ TensorList batch_norm_grad_composite(const Tensor& gy_in, const Tensor& xs, cons
 
 // batch_norm; with relu the fused batch_norm_relu: relu(batch_norm(...)) in the same kernels,
 // whose backward recomputes the ReLU mask from the saved input.
-Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                       double eps, bool relu) {
+Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, double eps, bool relu) {
   const char* op = relu ? "batch_norm_relu" : "batch_norm";
-  if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
-    Tensor x2 = amp::to_autocast_f32(x);
-    if (!x2.is_same(x))
-      return batch_norm_impl(x2, running_mean, running_var, weight, bias, training, momentum, eps, relu);
-  }
+  if (auto out = amp::autocast_rerun(amp::Policy::F32, {x},
+                                     [&](const auto& a) { return batch_norm_impl(a[0], running_mean, running_var, weight, bias, training, momentum, eps, relu); }))
+    return *out;
   const char* node = relu ? "BatchNormReluBackward" : "BatchNormBackward";
   check_input(op, x);
   KILN_CHECK(x.dim() >= 2, op, ": expected input of shape [N, C] or [N, C, *], got sizes ", x.sizes());
@@ -222,36 +215,41 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
     SavedTensor sx(x, node), sw, sb;
     if (has_w) sw = SavedTensor(weight, node);
     if (has_b) sb = SavedTensor(bias, node);  // the ReLU mask needs the bias
-    autograd::record_function(node, {&x, &weight, &bias}, {&out}, [=](const TensorList& g) {
-      Tensor xs = sx.get();
-      Tensor w = has_w ? sw.get() : Tensor();
-      Tensor b = has_b ? sb.get() : Tensor();
-      if (GradMode::is_enabled())  // create_graph: differentiable composite formula
-        return batch_norm_grad_composite(g[0], xs, w, b, mean, invstd, training, eps, relu, gx, gw, gb);
-      Tensor gk = lay.to_kernel(g[0]);
-      Tensor xk2 = lay.to_kernel(xs.detach());
-      Tensor dx = gx ? empty(xk2.sizes(), xk2.options()) : Tensor();
-      Tensor dw = gw ? empty({C}, xs.options()) : Tensor();
-      Tensor db = gb ? empty({C}, xs.options()) : Tensor();
-      kernels::batch_norm_backward(dx, dw, db, gk, xk2, has_w ? contig(w.detach()) : Tensor(), mean,
-                                   invstd, training, relu, has_b ? contig(b.detach()) : Tensor());
-      return TensorList{gx ? lay.from_kernel(dx) : Tensor(), dw, db};
-    });
+    autograd::record_function(
+        node, {&x, &weight, &bias}, {&out},
+        autograd::fused_or_composite(
+            [=](const TensorList& g) {
+              Tensor xs = sx.get();
+              Tensor w = has_w ? sw.get() : Tensor();
+              Tensor b = has_b ? sb.get() : Tensor();
+              Tensor gk = lay.to_kernel(g[0]);
+              Tensor xk2 = lay.to_kernel(xs.detach());
+              Tensor dx = gx ? empty(xk2.sizes(), xk2.options()) : Tensor();
+              Tensor dw = gw ? empty({C}, xs.options()) : Tensor();
+              Tensor db = gb ? empty({C}, xs.options()) : Tensor();
+              kernels::batch_norm_backward(dx, dw, db, gk, xk2, has_w ? contig(w.detach()) : Tensor(), mean, invstd,
+                                           training, relu, has_b ? contig(b.detach()) : Tensor());
+              return TensorList{gx ? lay.from_kernel(dx) : Tensor(), dw, db};
+            },
+            [=](const TensorList& g) {
+              Tensor xs = sx.get();
+              Tensor w = has_w ? sw.get() : Tensor();
+              Tensor b = has_b ? sb.get() : Tensor();
+              return batch_norm_grad_composite(g[0], xs, w, b, mean, invstd, training, eps, relu, gx, gw, gb);
+            }));
   }
   return out;
 }
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                  double eps) {
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps) {
   return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps, /*relu=*/false);
 }
 
-Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                       const Tensor& weight, const Tensor& bias, bool training, double momentum,
-                       double eps) {
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum, double eps) {
   return batch_norm_impl(x, running_mean, running_var, weight, bias, training, momentum, eps, /*relu=*/true);
 }
 
@@ -261,8 +259,8 @@ namespace {
 
 // Normalises x over its trailing elements in groups of K (rows = numel / K), then applies the
 // flat [K] weight/bias (either may be undefined; rms ignores bias).
-Tensor row_norm(const char* name, const Tensor& x, int64_t K, const Tensor& weight,
-                const Tensor& bias, bool rms, double eps) {
+Tensor row_norm(const char* name, const Tensor& x, int64_t K, const Tensor& weight, const Tensor& bias, bool rms,
+                double eps) {
   const int64_t R = K > 0 ? x.numel() / K : 0;
   Tensor wf = weight.defined() ? weight.reshape({K}) : Tensor();
   Tensor bf = bias.defined() ? bias.reshape({K}) : Tensor();
@@ -277,44 +275,48 @@ Tensor row_norm(const char* name, const Tensor& x, int64_t K, const Tensor& weig
                               bf.defined() ? contig(bf.detach()) : Tensor(), rms, eps);
   }
   if (autograd::any_requires_grad({&x, &wf, &bf})) {
-    const bool gx = x.requires_grad(), gw = wf.defined() && wf.requires_grad(),
-               gb = bf.defined() && bf.requires_grad();
+    const bool gx = x.requires_grad(), gw = wf.defined() && wf.requires_grad(), gb = bf.defined() && bf.requires_grad();
     SavedTensor sx(x, name), sw;
     if (wf.defined()) sw = SavedTensor(wf, name);
     const bool has_w = wf.defined();
     const IntList xsizes = x.sizes();
-    autograd::record_function(name, {&x, &wf, &bf}, {&y}, [=](const TensorList& g) {
-      Tensor xs = sx.get();
-      Tensor w = has_w ? sw.get() : Tensor();
-      if (GradMode::is_enabled()) {  // create_graph: composite formula on [R, K]
-        Tensor x2 = xs.reshape({R, K}), g2 = g[0].reshape({R, K});
-        Tensor xhat, is;
-        if (rms) {
-          is = ((x2 * x2).mean({1}, true) + eps).rsqrt();
-          xhat = x2 * is;
-        } else {
-          Tensor xc2 = x2 - x2.mean({1}, true);
-          is = ((xc2 * xc2).mean({1}, true) + eps).rsqrt();
-          xhat = xc2 * is;
-        }
-        Tensor gwt = has_w ? g2 * w : g2;
-        Tensor dx;
-        if (gx) {
-          Tensor inner = gwt - xhat * (gwt * xhat).mean({1}, true);
-          if (!rms) inner = inner - gwt.mean({1}, true);
-          dx = (is * inner).reshape(xsizes);
-        }
-        return TensorList{dx, gw ? (g2 * xhat).sum({0}) : Tensor(), gb ? g2.sum({0}) : Tensor()};
-      }
-      Tensor gc = contig(g[0]);
-      Tensor xk = contig(xs.detach());
-      Tensor dx = gx ? empty(xsizes, xs.options()) : Tensor();
-      Tensor dw = gw ? empty({K}, xs.options()) : Tensor();
-      Tensor db = gb ? empty({K}, xs.options()) : Tensor();
-      kernels::row_norm_backward(dx, dw, db, gc, xk, has_w ? contig(w.detach()) : Tensor(), mean,
-                                 invstd, rms);
-      return TensorList{dx, dw, db};
-    });
+    autograd::record_function(
+        name, {&x, &wf, &bf}, {&y},
+        autograd::fused_or_composite(
+            [=](const TensorList& g) {
+              Tensor xs = sx.get();
+              Tensor w = has_w ? sw.get() : Tensor();
+              Tensor gc = contig(g[0]);
+              Tensor xk = contig(xs.detach());
+              Tensor dx = gx ? empty(xsizes, xs.options()) : Tensor();
+              Tensor dw = gw ? empty({K}, xs.options()) : Tensor();
+              Tensor db = gb ? empty({K}, xs.options()) : Tensor();
+              kernels::row_norm_backward(dx, dw, db, gc, xk, has_w ? contig(w.detach()) : Tensor(), mean, invstd, rms);
+              return TensorList{dx, dw, db};
+            },
+            [=](const TensorList& g) {
+              Tensor xs = sx.get();
+              Tensor w = has_w ? sw.get() : Tensor();
+              // create_graph: composite formula on [R, K]
+              Tensor x2 = xs.reshape({R, K}), g2 = g[0].reshape({R, K});
+              Tensor xhat, is;
+              if (rms) {
+                is = ((x2 * x2).mean({1}, true) + eps).rsqrt();
+                xhat = x2 * is;
+              } else {
+                Tensor xc2 = x2 - x2.mean({1}, true);
+                is = ((xc2 * xc2).mean({1}, true) + eps).rsqrt();
+                xhat = xc2 * is;
+              }
+              Tensor gwt = has_w ? g2 * w : g2;
+              Tensor dx;
+              if (gx) {
+                Tensor inner = gwt - xhat * (gwt * xhat).mean({1}, true);
+                if (!rms) inner = inner - gwt.mean({1}, true);
+                dx = (is * inner).reshape(xsizes);
+              }
+              return TensorList{dx, gw ? (g2 * xhat).sum({0}) : Tensor(), gb ? g2.sum({0}) : Tensor()};
+            }));
   }
   return y;
 }
@@ -331,12 +333,11 @@ int64_t check_normalized_shape(const char* op, const Tensor& x, const IntList& n
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight,
-                  const Tensor& bias, double eps) {
-  if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
-    Tensor x2 = amp::to_autocast_f32(x);
-    if (!x2.is_same(x)) return layer_norm(x2, normalized_shape, weight, bias, eps);
-  }
+Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps) {
+  if (auto out = amp::autocast_rerun(amp::Policy::F32, {x},
+                                     [&](const auto& a) { return layer_norm(a[0], normalized_shape, weight, bias, eps); }))
+    return *out;
   const char* op = "layer_norm";
   check_input(op, x);
   const int64_t K = check_normalized_shape(op, x, normalized_shape);
@@ -346,10 +347,9 @@ Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor
 }
 
 Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight, double eps) {
-  if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
-    Tensor x2 = amp::to_autocast_f32(x);
-    if (!x2.is_same(x)) return rms_norm(x2, normalized_shape, weight, eps);
-  }
+  if (auto out = amp::autocast_rerun(amp::Policy::F32, {x},
+                                     [&](const auto& a) { return rms_norm(a[0], normalized_shape, weight, eps); }))
+    return *out;
   const char* op = "rms_norm";
   check_input(op, x);
   const int64_t K = check_normalized_shape(op, x, normalized_shape);
@@ -357,18 +357,16 @@ Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& 
   return row_norm("RmsNormBackward", x, K, weight, Tensor(), true, eps);
 }
 
-Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias,
-                  double eps) {
-  if (amp::autocast_dtype()) {  // autocast: f32 (kiln/core/autocast.h)
-    Tensor x2 = amp::to_autocast_f32(x);
-    if (!x2.is_same(x)) return group_norm(x2, num_groups, weight, bias, eps);
-  }
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  if (auto out = amp::autocast_rerun(amp::Policy::F32, {x},
+                                     [&](const auto& a) { return group_norm(a[0], num_groups, weight, bias, eps); }))
+    return *out;
   const char* op = "group_norm";
   check_input(op, x);
   KILN_CHECK(x.dim() >= 2, op, ": expected input of shape [N, C, *], got sizes ", x.sizes());
   const int64_t N = x.size(0), C = x.size(1);
-  KILN_CHECK(num_groups > 0 && C % num_groups == 0, op, ": the number of channels (", C,
-             ", input sizes ", x.sizes(), ") must be divisible by num_groups (", num_groups, ")");
+  KILN_CHECK(num_groups > 0 && C % num_groups == 0, op, ": the number of channels (", C, ", input sizes ", x.sizes(),
+             ") must be divisible by num_groups (", num_groups, ")");
   check_param(op, "weight", weight, x, {C}, true);
   check_param(op, "bias", bias, x, {C}, true);
   // Statistics per (sample, group): rows of [N * G, C / G * S]; the per-channel affine follows.
