@@ -257,7 +257,7 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
       return conv_block_gemm_backward(x, conv_weight, params, running_mean, running_var, weight, bias, momentum,
                                       eps);
     // conv2d then the fused BN + ReLU + pool, with the BN statistics taken in the conv's epilogue
-    // where the CPU kernel can (detail::conv2d_with_batch_stats): one pass less over its output
+    // where the CPU kernel can (conv2d_with_batch_stats): one pass less over its output
     Tensor batch_mean, batch_var;
     Tensor y = training ? conv2d_with_batch_stats(x, conv_weight, conv_bias, params, batch_mean, batch_var)
                         : conv2d(x, conv_weight, conv_bias, params);
