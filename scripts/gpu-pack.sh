@@ -58,6 +58,8 @@ mkdir -p "$BUILD"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja "${flags[@]}" > "$BUILD/configure.log" 2>&1 ||
   { cat "$BUILD/configure.log" >&2; exit 1; }
 benches=$(cd "$ROOT/bench/cuda" && ls ./*.cpp ./*.cu | sed 's|^\./|bench_cuda_|; s|\.[a-z]*$||')
+# the kernel lab's CUDA programs (bench/lab, docs/lab.md): lab_layernorm_cuda, ...
+benches="$benches $(cd "$ROOT/bench/lab" && ls ./*_cuda.cu | sed 's|^\./|lab_|; s|\.cu$||')"
 (( ASAN )) && benches=""
 # shellcheck disable=SC2086
 cmake --build "$BUILD" -j"$(nproc)" --target kiln test_cuda test_core bench_matmul kiln-train kiln-run $benches

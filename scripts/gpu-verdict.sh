@@ -260,6 +260,10 @@ rm -f "$KILN_BENCH_JSON"
 for b in transfer elementwise optim norm softmax_xent matmul attention fused reduce conv allocator; do
   [[ -x "$BIN/bench_cuda_$b" ]] && step "bench_cuda_$b" 45 "$T_BENCH" "$BIN/bench_cuda_$b"
 done
+# the kernel lab's CUDA programs: every version validated against its reference (docs/lab.md)
+for l in layernorm softmax_xent adamw; do
+  [[ -x "$BIN/lab_${l}_cuda" ]] && step "lab_${l}_cuda" 30 "$T_BENCH" "$BIN/lab_${l}_cuda" all --repeats 5
+done
 peer_left=$(( T_BENCH - ($(date +%s) - START) ))
 step pytorch-peer 90 "$T_BENCH" "$PY" "$ROOT/bench/cuda/pytorch_peer.py" --out "$work/runs/pytorch.jsonl" \
   --seconds $(( peer_left > 30 ? peer_left - 20 : 10 )) $([[ $REHEARSE == 1 ]] && echo --list)
