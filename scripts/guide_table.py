@@ -20,6 +20,10 @@ END = "<!-- end of kiln-guide reports -->"
 def value(v, metric):
     if v is None:
         return "-"
+    if "per optimizer step" in metric:  # host reads or syncs: fractions of one
+        return f"{v:.2f}"
+    if "largest batch" in metric:  # its text names memory without being bytes
+        return f"{v:,.0f}"
     if "bytes" in metric:
         return f"{v / 2**20:,.0f} MiB"
     if "seconds" in metric:
@@ -31,6 +35,9 @@ def value(v, metric):
 
 def short_metric(m):
     for key, name in (("seconds to", "time to 90% test accuracy"), ("final test accuracy", "final test accuracy"),
+                      ("largest batch", "batch that fits in the baseline's peak"),
+                      ("syncs per optimizer step", "host syncs per step"),
+                      ("host reads of device values", "host reads per step (a sync each on a GPU)"),
                       ("peak", "peak memory"), ("second half", "throughput, 2nd half"), ("throughput", "throughput")):
         if key in m:
             return name
@@ -69,7 +76,7 @@ def main():
     reports = sorted(glob.glob(os.path.join(ROOT, "bench", "results", "*-kiln-guide-*", "report.json")))
     body = [BEGIN, "", "### Measured on these machines", "",
             "kiln-guide's reports, committed under `bench/results/`: ratio > 1 when the speed-up helps "
-            "(with / baseline for throughput and accuracy, baseline / with for memory and time). "
+            "(with / baseline for throughput, accuracy and batch, baseline / with for memory, time and host syncs). "
             "Run `kiln-guide --full --out DIR` for your machine's.", ""]
     if not reports:
         body.append("No report is committed yet.")

@@ -3,6 +3,7 @@
 // final model and resumable checkpoints (trainer.h). The last line of stdout is a JSON summary.
 #include <omp.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -22,8 +23,8 @@ using kiln_train::Options;
 namespace optim = kiln::optim;
 namespace fs = std::filesystem;
 
-// --find-lr: the LR range test instead of training.
-int find_lr(const Options& o, kiln_train::Task& task) {
+// The LR range test on `task`'s model (which it trains: the caller discards or restores it).
+optim::LRFinderResult range_test(const Options& o, kiln_train::Task& task) {
   auto& model = task.model();
   auto opt = kiln_train::make_optimizer(o, model.parameters());
   auto& loader = task.train_loader();
@@ -37,7 +38,12 @@ int find_lr(const Options& o, kiln_train::Task& task) {
     ++it;
     return loss.item<double>();
   };
-  auto r = optim::lr_range_test(*opt, step);
+  return optim::lr_range_test(*opt, step);
+}
+
+// --find-lr: the LR range test instead of training.
+int find_lr(const Options& o, kiln_train::Task& task) {
+  const auto r = range_test(o, task);
   fs::create_directories(o.out);
   kiln::utils::CsvWriter csv(o.out + "/lr_find.csv", {"lr", "loss", "smoothed_loss"});
   for (size_t i = 0; i < r.lrs.size(); ++i) csv.write_row({r.lrs[i], r.losses[i], r.smoothed[i]});
@@ -53,17 +59,37 @@ int find_lr(const Options& o, kiln_train::Task& task) {
   return 0;
 }
 
+// --auto-lr: the range test trains a throwaway model of its own (the data is loaded again, which
+// lr_find_seconds leaves out); then the RNG is seeded again, so the model that trains starts
+// from the same weights as it would without --auto-lr.
+void pick_lr(Options& o) {
+  auto probe = kiln_train::make_task(o);
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = range_test(o, *probe);
+  o.lr_find_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  KILN_CHECK(r.suggested_lr > 0, "--auto-lr: the LR range test found no learning rate (the loss diverged after ",
+             r.lrs.size(), " steps); pass --lr instead");
+  o.lr = r.suggested_lr;
+  if (o.rank == 0)
+    std::printf("--auto-lr: LR range test of %zu steps in %.1f s; training at its suggestion, lr = %.3g\n",
+                r.lrs.size(), o.lr_find_seconds, o.lr);
+  kiln::manual_seed(o.seed);
+}
+
 int run(Options o) {
   kiln_train::validate(o, kiln::cuda::is_available());
   kiln_train::init_parallel(o);  // under a launcher: joins the job, o.batch_size becomes this rank's share
   if (o.threads > 0) omp_set_num_threads(o.threads);
   // After the thread count: the setting is applied to the OpenMP pool as it is now.
   if (o.flush_denormal) kiln::set_flush_denormal(true);
+  KILN_CHECK(!(o.auto_lr && o.distributed), "--auto-lr under a launcher: each rank would pick its own LR from its ",
+             "own shard; run kiln-train --find-lr alone first and pass its suggestion as --lr");
   kiln::manual_seed(o.seed);
   if (o.device == "cuda") {
     kiln::cudnn::set_benchmark(o.cudnn_benchmark);
     kiln::cuda::set_allow_tf32(true);
   }
+  if (o.auto_lr) pick_lr(o);
   auto task = kiln_train::make_task(o);
   if (o.find_lr) return find_lr(o, *task);
   kiln_train::Trainer trainer(o, std::move(task));

@@ -45,7 +45,20 @@ Options parse(int argc, char** argv) {
   app.add_option("--out", o.out, "output folder: metrics.csv, TensorBoard events, plot.png, model, checkpoints");
   app.add_option("--resume", o.resume, "continue from a checkpoint.safetensors written by kiln-train");
   app.add_flag("--find-lr", o.find_lr, "run the LR range test, print and plot the suggestion, and exit");
+  app.add_flag("--auto-lr", o.auto_lr, "run the LR range test first (on a throwaway model, built alike) and "
+               "train at its suggested LR, the max LR of onecycle/cyclic; its time is in the JSON summary");
   app.add_option("--log-every", o.log_every, "optimizer steps between logged metrics")->check(CLI::PositiveNumber);
+  app.add_option("--eval-every", o.eval_every, "also evaluate the test accuracy every N optimizer steps "
+                 "(0: after each epoch only); evaluation time is not training time")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--normalize-inputs", o.normalize_inputs,
+                 "vision models: normalise the pixels with Fashion-MNIST's mean and std, true/false "
+                 "(false: [0, 1] pixels)");
+  app.add_flag("--sync-every-step", o.sync_every_step, "read the loss on the host (item()) after every step, "
+               "as a naive loop does, instead of every --log-every steps: a host-device sync per step on a GPU");
+  app.add_option("--sync-debug", o.sync_debug, "CUDA: off, warn (print each implicit host-device sync's call "
+                 "site once and count them all in the JSON summary) or error (stop at the first)")
+      ->check(CLI::IsMember({"off", "warn", "error"}));
   app.add_option("--profile", o.profile,
                  "profile N steps after 5 warm-up steps: OUT/trace.json (Perfetto, chrome://tracing) and "
                  "OUT/profile.txt, the top ops by self time (docs/profiling.md)")
@@ -93,6 +106,15 @@ void validate(Options& o, bool cuda_available) {
              "global norm for --clip-grad is not available before it; drop one of them");
   KILN_CHECK(!(o.zero && o.amp == "fp16"), "--zero with --amp fp16 is not supported (the loss scaler steps a ",
              "whole optimizer); use --amp bf16");
+  KILN_CHECK(!(o.sync_debug != "off" && !cuda), "--sync-debug needs a CUDA device: on the CPU item() reads ",
+             "memory that the CPU kernels have already written, so there is no host-device sync to report (the ",
+             "JSON summary's host_reads_per_step counts the host reads of the training loop)");
+  KILN_CHECK(o.normalize_inputs || o.model != "gpt", "--normalize-inputs applies to the vision models (cnn, mlp, ",
+             "resnet18): the gpt's inputs are token ids");
+  KILN_CHECK(!(o.auto_lr && o.find_lr), "--auto-lr trains after the LR range test, --find-lr only runs it; pick one");
+  KILN_CHECK(!(o.auto_lr && o.lr > 0), "--auto-lr picks the learning rate itself; drop --lr ", o.lr, " or --auto-lr");
+  KILN_CHECK(!(o.auto_lr && !o.resume.empty()), "--auto-lr with --resume: the checkpoint's schedule holds the LR ",
+             "already; resume without --auto-lr");
   if (o.model == "gpt" && o.max_steps == 0) o.max_steps = 300;
   if (o.model == "gpt" && o.batch_size == 128) o.batch_size = 32;
 }

@@ -32,6 +32,11 @@ struct Options {
   std::string out = "kiln-train-out";
   std::string resume;
   bool find_lr = false;
+  bool auto_lr = false;               // run the LR range test first and train at its suggested LR
+  int64_t eval_every = 0;             // also evaluate every N optimizer steps (0: after each epoch only)
+  bool normalize_inputs = true;       // vision: (x - mean) / std with Fashion-MNIST's pixel statistics
+  bool sync_every_step = false;       // read the loss on the host every step, as a naive loop does
+  std::string sync_debug = "off";     // CUDA: off | warn | error, kiln's sync-debug mode
   int64_t log_every = 50;             // optimizer steps between metric rows
   int64_t profile = 0;                // profile this many steps after kProfileWarmup (0: off)
   int threads = 0;                    // OpenMP threads for the kernels; 0: all cores
@@ -47,6 +52,7 @@ struct Options {
   int rank = 0;
   int world_size = 1;
   int cuda_device = 0;
+  double lr_find_seconds = 0;         // --auto-lr: how long the LR range test took
 };
 
 // --profile starts after this many optimizer steps (first-call allocations, autotuning).

@@ -1,5 +1,6 @@
 #include "tasks.h"
 
+#include <cmath>
 #include <filesystem>
 
 namespace kiln_train {
@@ -23,8 +24,10 @@ std::string dataset_root(const Options& o) {
   return root;
 }
 
+// uint8 pixels to floats in [0, 1], then (--normalize-inputs, the default) standardised.
 data::Compose vision_transform(const Options& o) {
-  data::Compose t(data::ToFloat(), data::Normalize({kMean}, {kStd}));
+  data::Compose t{data::ToFloat()};
+  if (o.normalize_inputs) t.add(std::make_shared<data::Normalize>(std::vector<double>{kMean}, std::vector<double>{kStd}));
   if (o.channels_last) t.add(std::make_shared<data::ChannelsLast>());
   return t;
 }
@@ -58,6 +61,14 @@ class VisionTask : public Task {
 
   nn::Module& model() override { return *model_; }
   data::DataLoader& train_loader() override { return loader_; }
+
+  // The first 256 training images through the training transform, on the host (no device sync).
+  std::optional<std::pair<double, double>> input_stats() override {
+    data::DataLoader probe(train_, data::LoaderOptions().batch_size(256).transform(vision_transform(o_)));
+    Tensor x = (*probe.begin()).input.to(kiln::DType::F64);
+    const double mean = x.mean().item<double>();
+    return std::make_pair(mean, std::sqrt((x - mean).pow(2.0).mean().item<double>()));
+  }
 
   Tensor forward(const Tensor& x) {
     if (!o_.checkpoint_activations) return (*model_)(x);

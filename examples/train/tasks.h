@@ -2,6 +2,8 @@
 // What kiln-train trains: the model, its data, how a batch becomes a loss, and how it is
 // evaluated. Vision tasks (cnn, mlp, resnet18) run on Fashion-MNIST; gpt on a text corpus.
 #include <memory>
+#include <optional>
+#include <utility>
 #include <string>
 
 #include <kiln/kiln.h>
@@ -22,6 +24,9 @@ class Task {
   // Something to show at the end (gpt: a generated sample); empty for vision.
   virtual std::string sample() { return ""; }
   virtual int64_t samples_per_batch(const kiln::data::Batch& b) const { return b.size(); }
+  // The mean and standard deviation of one batch of training inputs as the model receives them
+  // (after the loader's transforms); std::nullopt where inputs are not values (token ids).
+  virtual std::optional<std::pair<double, double>> input_stats() { return std::nullopt; }
 };
 
 std::unique_ptr<Task> make_task(const Options& o);

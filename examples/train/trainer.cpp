@@ -75,6 +75,7 @@ std::string speedups_summary(const Options& o) {
   std::string s;
   auto add = [&](bool on, const std::string& what) { s += std::string(on ? "  [on]  " : "  [off] ") + what + "\n"; };
   add(o.schedule == "onecycle" || o.schedule == "cyclic", "1cycle / cyclic LR (--schedule " + o.schedule + ")");
+  add(o.auto_lr, "LR picked by the LR range test (--auto-lr)");
   add(o.workers > 0, "loader workers (--workers " + std::to_string(o.workers) + ")");
   add(o.pin_memory && kiln::cuda::is_available(), "pinned memory (--pin-memory; page-locked only with a GPU)");
   add(o.amp != "off", "mixed precision (--amp " + o.amp + ")");
@@ -88,7 +89,9 @@ std::string speedups_summary(const Options& o) {
   add(cuda && o.cudnn_benchmark, "cuDNN autotuning (--cudnn-benchmark; CUDA only)");
   add(cuda, "TF32 tensor-core math for f32 matmuls and convolutions (CUDA only)");
   add(o.cuda_graphs, "CUDA graphs: the whole step replayed with one launch (--cuda-graphs)");
-  add(true, "gradients set to none, no_grad validation, no bias before BatchNorm, input normalisation, fused ops");
+  if (o.model != "gpt") add(o.normalize_inputs, "input normalisation (--normalize-inputs)");
+  add(!o.sync_every_step, "no host sync per step: the loss is read every --log-every steps (--sync-every-step)");
+  add(true, "gradients set to none, no_grad validation, no bias before BatchNorm, fused ops");
   add(!kiln::debug::current().any(), "debug APIs off (anomaly detection, sync-debug, deterministic algorithms)");
   add(o.flush_denormal && kiln::flush_denormal(), "denormals flushed to zero on the CPU (--flush-denormal)");
   add(kiln::cpu_isa() != kiln::CpuIsa::baseline,
@@ -120,11 +123,38 @@ void StepProfile::after_step(int64_t step, bool main_rank) {
   prof_.reset();
 }
 
+// ---------------------------------------------------------------- StepTally
+
+void StepTally::start() {
+  mark_ = kiln::cuda::sync_count();
+  if (cuda_) {
+    reserved_peak_ = reserved_peak();  // the reset below clears the allocator's own
+    kiln::cuda::reset_peak_memory_stats(device_);
+  } else {
+    kiln::reset_cpu_peak_memory();
+  }
+}
+
+void StepTally::stop() {
+  syncs_ += kiln::cuda::sync_count() - mark_;
+  const size_t peak = cuda_ ? kiln::cuda::memory_stats(device_).peak_allocated_bytes
+                            : kiln::cpu_memory_stats().peak_allocated_bytes;
+  peak_ = std::max(peak_, static_cast<int64_t>(peak));
+}
+
+int64_t StepTally::reserved_peak() const {
+  return std::max(reserved_peak_, static_cast<int64_t>(kiln::cuda::memory_stats(device_).peak_reserved_bytes));
+}
+
 // ---------------------------------------------------------------- setup
 
 Trainer::Trainer(Options o, std::unique_ptr<Task> task)
     : o_(std::move(o)), main_rank_(o_.rank == 0), tty_(kiln::utils::stdout_is_tty()), cuda_(o_.device == "cuda"),
-      task_(std::move(task)), profile_(o_) {
+      task_(std::move(task)), profile_(o_), steps_(cuda_, o_.cuda_device) {
+  // --sync-debug (docs/guide.md, speed-up 7): on from here, so the setup's uploads are not reported
+  if (o_.sync_debug != "off")
+    kiln::cuda::set_sync_debug_mode(o_.sync_debug == "error" ? kiln::cuda::SyncDebugMode::Error
+                                                             : kiln::cuda::SyncDebugMode::Warn);
   params_ = task_->model().parameters();
   make_optimizers();
   batches_ = task_->train_loader().size();
@@ -146,6 +176,7 @@ Trainer::Trainer(Options o, std::unique_ptr<Task> task)
                   static_cast<long long>(pos_.epoch), static_cast<long long>(pos_.batch_in_epoch),
                   static_cast<long long>(pos_.step));
   }
+  first_step_ = pos_.step;
   open_logs();
   print_header();
   ckpt_path_ = rank_path(o_, o_.out + "/checkpoint.safetensors");
@@ -220,8 +251,9 @@ std::optional<int> Trainer::train_epoch(int64_t epoch) {
   micro_ = window_samples_ = 0;
   window_start_ = now_seconds();
   const double epoch_start = now_seconds();
-  last_loss_ = sps_ = 0;
+  last_loss_ = sps_ = eval_seconds_ = 0;
   measured_ = false;
+  steps_.start();
   for (auto& batch : loader) {
     if (b < pos_.batch_in_epoch) {  // resuming mid-epoch: these batches were trained already
       ++b;
@@ -248,8 +280,7 @@ std::optional<int> Trainer::train_epoch(int64_t epoch) {
       finish_step();
       step_range.reset();
       profile_.after_step(pos_.step, main_rank_);
-      if (pos_.step % o_.log_every == 0 || pos_.step == total_steps_)
-        if (auto code = log_point(loss, epoch, progress)) return code;
+      if (auto code = after_step(loss, epoch, b + o_.grad_accum > batches_, progress)) return code;
     }
     if (measured_) {
       progress.update(b, {{"loss", last_loss_}}, sps_);
@@ -260,7 +291,8 @@ std::optional<int> Trainer::train_epoch(int64_t epoch) {
     if (o_.max_steps > 0 && pos_.step >= o_.max_steps) break;
   }
   if (cuda_) kiln::cuda::synchronize();  // the epoch's time includes its queued GPU work
-  pos_.train_seconds += now_seconds() - epoch_start;
+  steps_.stop();
+  pos_.train_seconds += now_seconds() - epoch_start - eval_seconds_;
   if (measured_) {
     progress.finish({{"loss", last_loss_}});
   } else {
@@ -313,16 +345,43 @@ void Trainer::finish_step() {
   ++pos_.step;
 }
 
-// Reads the loss (the only host read in the loop, once per log interval) and logs it.
+// After an optimizer step: --sync-every-step's read, the log point, and --eval-every's evaluation
+// (not at the epoch's last step, where end_epoch evaluates).
+std::optional<int> Trainer::after_step(const Tensor& loss, int64_t epoch, bool last_of_epoch,
+                                       kiln::utils::Progress& progress) {
+  // A naive loop's `running_loss += loss.item()`: on a GPU the host waits for the step to finish
+  // before it can queue the next one (docs/guide.md, speed-up 7).
+  if (o_.sync_every_step) last_loss_ = read_host(loss);
+  if (pos_.step % o_.log_every == 0 || pos_.step == total_steps_)
+    if (auto code = log_point(loss, epoch, progress)) return code;
+  const bool ends = last_of_epoch || pos_.step == total_steps_;
+  if (o_.eval_every > 0 && pos_.step % o_.eval_every == 0 && !ends) {
+    steps_.stop();
+    const double spent = evaluate_and_log(epoch);
+    eval_seconds_ += spent;
+    window_start_ += spent;  // nor does it slow the throughput window
+    steps_.start();
+  }
+  return std::nullopt;
+}
+
+// A device value read on the host, counted: one device-to-host sync on a GPU.
+double Trainer::read_host(const Tensor& t) {
+  ++host_reads_;
+  return t.item<double>();
+}
+
+// Reads the loss (the only host read in the loop, once per log interval, unless --sync-every-step
+// read it already) and logs it.
 std::optional<int> Trainer::log_point(const Tensor& loss, int64_t epoch, kiln::utils::Progress& progress) {
-  last_loss_ = loss.item<double>();
+  if (!o_.sync_every_step) last_loss_ = read_host(loss);
   const double t = now_seconds();
   sps_ = static_cast<double>(window_samples_) / (t - window_start_);
   measured_ = true;
   window_start_ = t;
   window_samples_ = 0;
   const double lr = opt_ref_->param_groups()[0].lr();
-  const double gn = grad_norm_.defined() ? grad_norm_.item<double>() : -1;
+  const double gn = grad_norm_.defined() ? read_host(grad_norm_) : -1;
   // Without loss scaling a non-finite loss or gradient norm only gets worse: stop with the step
   // that showed it. Checked where the loss is read anyway (every --log-every steps), so no step
   // pays a host sync for it; the GradScaler skips such steps by itself. Under a launcher the rank
@@ -360,12 +419,14 @@ std::optional<int> Trainer::stop_if_signalled(int64_t epoch, int64_t batch, bool
                                               kiln::utils::Progress& progress) {
   int stop_signal = g_interrupted;
   if (o_.world_size > 1) {
-    stop_signal = last_micro && pos_.step % o_.log_every == 0 ? max_over_ranks(o_, g_interrupted, device_of(o_)) : 0;
+    const bool agree = last_micro && pos_.step % o_.log_every == 0;
+    if (agree) ++host_reads_;  // max_over_ranks reads the all-reduced value back on the host
+    stop_signal = agree ? max_over_ranks(o_, g_interrupted, device_of(o_)) : 0;
   }
   if (stop_signal == 0) return std::nullopt;
   pos_.epoch = epoch;
   pos_.batch_in_epoch = batch;
-  pos_.train_seconds += now_seconds() - epoch_start;
+  pos_.train_seconds += now_seconds() - epoch_start - eval_seconds_;
   if (writes_checkpoints_)
     save_checkpoint(ckpt_path_, o_, task_->model(), *opt_ref_, sched_.get(), ema_.get(), pos_);
   progress.finish();
@@ -387,20 +448,50 @@ void Trainer::end_epoch(int64_t epoch) {
                   fs::copy_options::overwrite_existing);
   }
   if (!main_rank_) return;
+  evaluate_and_log(epoch);
+  const auto& st = task_->train_loader().stats();
+  std::printf("epoch %lld: test accuracy %.2f%%%s, loader wait %.1f%% of the epoch\n", static_cast<long long>(epoch + 1),
+              100 * test_acc_, ema_ ? " (EMA weights)" : "", 100 * st.wait_fraction());
+  tb_->flush();
+}
+
+// Rank 0 evaluates (the replicas are identical) and logs the test accuracy at this step: after
+// each epoch, and every --eval-every steps. Returns the seconds it took (0 on other ranks).
+double Trainer::evaluate_and_log(int64_t epoch) {
+  if (!main_rank_) return 0;
+  if (cuda_) kiln::cuda::synchronize();  // the queued training work is training time, not evaluation
+  const double start = now_seconds();
   {
     std::optional<optim::EMA::Swap> swap;
     if (ema_) swap.emplace(*ema_);
     test_acc_ = task_->evaluate();
   }
-  const auto& st = task_->train_loader().stats();
-  std::printf("epoch %lld: test accuracy %.2f%%%s, loader wait %.1f%% of the epoch\n", static_cast<long long>(epoch + 1),
-              100 * test_acc_, ema_ ? " (EMA weights)" : "", 100 * st.wait_fraction());
   csv_->write_row({pos_.step, epoch + 1, last_loss_, opt_ref_->param_groups()[0].lr(), kiln::utils::CsvCell(),
                    kiln::utils::CsvCell(), test_acc_});
   tb_->add_scalar("test/accuracy", test_acc_, pos_.step);
-  tb_->flush();
   plot_epochs_.push_back(static_cast<double>(pos_.step));
   plot_acc_.push_back(test_acc_);
+  return now_seconds() - start;
+}
+
+// The summary's facts about the steps: the learning rate they trained at, how often they read a
+// device value on the host (and with --sync-debug how many syncs the runtime saw), and what the
+// inputs look like after the loader's transforms.
+void Trainer::add_step_facts(nlohmann::ordered_json& summary) {
+  const int64_t steps = pos_.step - first_step_;
+  summary["steps"] = pos_.step;
+  summary["max_lr"] = default_lr(o_);
+  if (o_.auto_lr) summary["lr_find_seconds"] = o_.lr_find_seconds;
+  if (steps > 0) {
+    summary["host_reads_per_step"] = static_cast<double>(host_reads_) / static_cast<double>(steps);
+    if (o_.sync_debug != "off")
+      summary["implicit_syncs_per_step"] = static_cast<double>(steps_.syncs()) / static_cast<double>(steps);
+  }
+  summary["train_peak_allocated_bytes"] = steps_.peak_bytes();
+  if (const auto stats = task_->input_stats()) {
+    summary["input_mean"] = stats->first;
+    summary["input_std"] = stats->second;
+  }
 }
 
 // The model, the plot, a sample (the GPT) and the JSON summary, kiln-train's last line.
@@ -429,9 +520,9 @@ int Trainer::finish() {
       {"model", o_.model}, {"device", o_.device}, {"epochs", o_.epochs}, {"train_seconds", pos_.train_seconds},
       {"samples_per_second", sps_total}, {"cpu_isa", kiln::cpu_isa_name(kiln::cpu_isa())},
       {"test_accuracy", test_acc_}, {"world_size", o_.world_size},
-      {"peak_memory_bytes", cuda_ ? static_cast<int64_t>(kiln::cuda::memory_stats(0).peak_reserved_bytes)
-                                  : peak_rss_bytes()}};
+      {"peak_memory_bytes", cuda_ ? steps_.reserved_peak() : peak_rss_bytes()}};
   if (cuda_) summary["peak_host_memory_bytes"] = peak_rss_bytes();
+  add_step_facts(summary);
   finish_parallel(o_);
   std::cout << summary.dump() << std::endl;
   return 0;

@@ -2,8 +2,8 @@
 // kiln-train's training run: a Trainer sets the run up (parallel job, model, optimizer, schedule,
 // logs, resume), trains epoch by epoch (one step: forward under autocast, scaled backward,
 // clipping, the optimizer; a log point every --log-every steps), writes a checkpoint at each
-// epoch's end and on SIGINT/SIGTERM, evaluates, and finishes with the model, the plot and the
-// JSON summary.
+// epoch's end and on SIGINT/SIGTERM, evaluates (after each epoch, and every --eval-every steps,
+// outside the training time), and finishes with the model, the plot and the JSON summary.
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <kiln/kiln.h>
+#include <nlohmann/json.hpp>
 #include <kiln/utils/utils.h>
 
 #include "checkpoint.h"
@@ -45,6 +46,26 @@ class StepProfile {
   bool done_ = false;
 };
 
+// What the training steps did, evaluation and checkpoints left out: the implicit host-device
+// syncs that sync-debug reported (kiln::cuda::sync_count()), and the peak bytes of live tensors
+// on the training device (the allocator's statistics, whose peaks start() resets). Started and
+// stopped around the steps.
+class StepTally {
+ public:
+  explicit StepTally(bool cuda, int device) : cuda_(cuda), device_(device) {}
+  void start();
+  void stop();
+  int64_t syncs() const { return syncs_; }
+  int64_t peak_bytes() const { return peak_; }
+  // CUDA: the device's peak reserved bytes over the whole run, the resets notwithstanding.
+  int64_t reserved_peak() const;
+
+ private:
+  bool cuda_;
+  int device_;
+  int64_t syncs_ = 0, mark_ = 0, peak_ = 0, reserved_peak_ = 0;
+};
+
 class Trainer {
  public:
   // o is validated and the parallel job joined (validate, init_parallel) before the task is made.
@@ -61,11 +82,16 @@ class Trainer {
   std::optional<int> train_epoch(int64_t epoch);
   kiln::Tensor train_micro(const kiln::data::Batch& batch, bool last_micro);
   void finish_step();
+  std::optional<int> after_step(const kiln::Tensor& loss, int64_t epoch, bool last_of_epoch,
+                                kiln::utils::Progress& progress);
   std::optional<int> log_point(const kiln::Tensor& loss, int64_t epoch, kiln::utils::Progress& progress);
+  double read_host(const kiln::Tensor& t);
+  double evaluate_and_log(int64_t epoch);
   std::optional<int> stop_if_signalled(int64_t epoch, int64_t batch, bool last_micro, double epoch_start,
                                        kiln::utils::Progress& progress);
   void end_epoch(int64_t epoch);
   int finish();
+  void add_step_facts(nlohmann::ordered_json& summary);
 
   Options o_;
   bool main_rank_, tty_, cuda_;
@@ -90,9 +116,14 @@ class Trainer {
   bool writes_checkpoints_ = false;
   kiln::Tensor grad_norm_;  // written by clip_grad_norm (inside the graph with --cuda-graphs)
   double test_acc_ = -1;
+  // Host reads of device values by the training steps (the loss, the gradient norm, the ranks'
+  // stop agreement): each is a device-to-host sync on a GPU. Counted by read_host.
+  int64_t host_reads_ = 0, first_step_ = 0;
+  StepTally steps_;  // the syncs (--sync-debug) and the peak memory of the training steps
   // the current epoch's log window
   int64_t micro_ = 0, window_samples_ = 0;
   double window_start_ = 0, last_loss_ = 0, sps_ = 0;
+  double eval_seconds_ = 0;  // --eval-every: evaluation time inside the epoch, not training time
   bool measured_ = false;  // a loss and a rate exist only from the epoch's first log point on
 };
 

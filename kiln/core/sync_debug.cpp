@@ -16,6 +16,7 @@ namespace kiln::cuda {
 
 namespace {
 std::atomic<int> g_mode{static_cast<int>(SyncDebugMode::Off)};
+std::atomic<int64_t> g_count{0};  // reported syncs (sync_count)
 
 // "libkiln.so.0(_ZN4kiln6Tensor4itemIfEET_v+0x2c) [0x7f..]" -> "kiln::Tensor::item<float>()";
 // falls back to the raw line when there is no symbol (static functions, stripped binaries).
@@ -42,6 +43,7 @@ bool internal_frame(const std::string& f) {
 
 void set_sync_debug_mode(SyncDebugMode mode) { g_mode = static_cast<int>(mode); }
 SyncDebugMode sync_debug_mode() { return static_cast<SyncDebugMode>(g_mode.load()); }
+int64_t sync_count() { return g_count.load(std::memory_order_relaxed); }
 
 namespace internal {
 
@@ -64,6 +66,7 @@ std::string call_site(int max_frames) {
 void report_sync(const std::string& what, bool may_throw) {
   SyncDebugMode mode = sync_debug_mode();
   if (mode == SyncDebugMode::Off) return;
+  g_count.fetch_add(1, std::memory_order_relaxed);
   std::string where = call_site();
   std::string msg = "kiln sync-debug: implicit host-device synchronization (" + what + ")\n" + where;
   if (mode == SyncDebugMode::Error && may_throw) throw Error(msg + "(set_sync_debug_mode(SyncDebugMode::Error) turns these into errors)");

@@ -39,6 +39,29 @@ TEST_CASE("sync-debug mode is off by default and reports by mode", "[core][cuda]
   REQUIRE_NOTHROW(kiln::cuda::internal::report_sync("blocking host-to-device copy of 8 bytes"));
 }
 
+TEST_CASE("sync-debug counts the syncs it reports, in Warn and Error, never in Off", "[core][cuda][sync_debug]") {
+  ModeRestore restore;
+  kiln::cuda::set_sync_debug_mode(SyncDebugMode::Off);
+  const int64_t start = kiln::cuda::sync_count();
+  kiln::cuda::internal::report_sync("device-to-host copy of 4 bytes");
+  CHECK(kiln::cuda::sync_count() == start);  // Off: nothing looks, nothing counts
+
+  kiln::cuda::set_sync_debug_mode(SyncDebugMode::Warn);
+  for (int i = 0; i < 3; ++i) kiln::cuda::internal::report_sync("device-to-host copy of 4 bytes");
+  CHECK(kiln::cuda::sync_count() == start + 3);  // every sync, though printed once per call site
+
+  kiln::cuda::set_sync_debug_mode(SyncDebugMode::Error);
+  CHECK_FALSE(error_of([] { kiln::cuda::internal::report_sync("device-to-host copy of 8 bytes"); }).empty());
+  kiln::cuda::internal::report_sync("allocator wait", /*may_throw=*/false);
+  CHECK(kiln::cuda::sync_count() == start + 5);  // thrown or not, each one counts
+
+  // On the CPU there is nothing to synchronise: reading values back reports no sync.
+  kiln::Tensor loss = (kiln::ones({4}) * 2.0).sum();
+  CHECK(loss.item<double>() == 8.0);
+  CHECK(loss.to(kiln::Device::cpu()).item<float>() == 8.0f);
+  CHECK(kiln::cuda::sync_count() == start + 5);
+}
+
 TEST_CASE("sync-debug call sites name the calling functions", "[core][cuda][sync_debug]") {
   // libkiln's symbols are exported, so a frame inside the library is named (demangled).
   std::string site = kiln::cuda::internal::call_site(16);

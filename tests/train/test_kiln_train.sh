@@ -5,6 +5,9 @@
 #   sigint   Ctrl-C writes a checkpoint and exits with 130; the run then resumes
 #   sigterm  the same for SIGTERM (what a job scheduler sends), exit 143
 #   nan      an absurd --lr makes the loss non-finite: stops with the step named, exit 3
+#   switches the guide's switches change what runs: host reads per step (--sync-every-step), the
+#            inputs' statistics (--normalize-inputs), evaluations (--eval-every), the LR
+#            (--auto-lr) and the steps' peak memory (batch, --checkpoint-activations)
 set -euo pipefail
 bin="$1"
 what="$2"
@@ -51,6 +54,18 @@ errors)
   out=$("$bin" --device cpu --zero --clip-grad 1 --out "$tmp/x" 2>&1); rc=$?
   set -e
   [ $rc -eq 2 ] && grep -q "drop one of them" <<< "$out" || fail "zero with clip-grad: rc=$rc: $out"
+  set +e
+  out=$("$bin" --device cpu --sync-debug warn --out "$tmp/x" 2>&1); rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q "sync-debug needs a CUDA device" <<< "$out" || fail "sync-debug on cpu: rc=$rc: $out"
+  set +e
+  out=$("$bin" --device cpu --auto-lr --lr 0.1 --out "$tmp/x" 2>&1); rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q "drop --lr" <<< "$out" || fail "auto-lr with lr: rc=$rc: $out"
+  set +e
+  out=$("$bin" --device cpu --model gpt --normalize-inputs false --out "$tmp/x" 2>&1); rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q "token ids" <<< "$out" || fail "normalize-inputs on gpt: rc=$rc: $out"
   printf 'garbage' > "$tmp/bad.safetensors"
   set +e
   out=$("$bin" "${common[@]}" --resume "$tmp/bad.safetensors" --out "$tmp/x" 2>&1); rc=$?
@@ -89,6 +104,46 @@ nan)
     || fail "no non-finite message: $out"
   [ ! -e "$tmp/n/model.safetensors" ] || fail "a NaN model was saved"
   echo "nan: stopped at $(grep -Eo 'step [0-9]+' <<< "$out" | head -1)"
+  ;;
+switches)
+  # the JSON summary's field $2 of the run whose output is $1
+  field() { tail -n 1 "$1" | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$2'])"; }
+  short=(--device cpu --model mlp --workers 2 --seed 7 --epochs 1 --max-steps 20 --log-every 10)
+  "$bin" "${short[@]}" --out "$tmp/r0" > "$tmp/r0.log"
+  "$bin" "${short[@]}" --sync-every-step --out "$tmp/r1" > "$tmp/r1.log"
+  [ "$(field "$tmp/r0.log" host_reads_per_step)" = 0.1 ] || fail "loss read every 10 steps: $(tail -n 1 "$tmp/r0.log")"
+  [ "$(field "$tmp/r1.log" host_reads_per_step)" = 1.0 ] || fail "--sync-every-step: $(tail -n 1 "$tmp/r1.log")"
+  # normalised inputs have mean ~0 and std ~1; [0, 1] pixels Fashion-MNIST's 0.286 and 0.353
+  "$bin" "${short[@]}" --normalize-inputs false --out "$tmp/r2" > "$tmp/r2.log"
+  python3 - "$(field "$tmp/r0.log" input_mean)" "$(field "$tmp/r0.log" input_std)" \
+    "$(field "$tmp/r2.log" input_mean)" "$(field "$tmp/r2.log" input_std)" <<'PY' || fail "input statistics"
+import sys
+m, s, m_raw, s_raw = map(float, sys.argv[1:])
+assert abs(m) < 0.1 and 0.9 < s < 1.1, (m, s)
+assert 0.2 < m_raw < 0.4 and 0.3 < s_raw < 0.4, (m_raw, s_raw)
+assert abs(m - (m_raw - 0.2860) / 0.3530) < 1e-4 and abs(s - s_raw / 0.3530) < 1e-4, (m, s, m_raw, s_raw)
+PY
+  # --eval-every 6: test accuracy at steps 6, 12, 18 and at the end (20), once each
+  "$bin" "${short[@]}" --eval-every 6 --out "$tmp/r3" > "$tmp/r3.log"
+  evals=$(awk -F, 'NR > 1 && $7 != "" { printf "%s ", $1 }' "$tmp/r3/metrics.csv")
+  [ "$evals" = "6 12 18 20 " ] || fail "--eval-every 6 evaluated at steps: $evals"
+  # --auto-lr: the range test's pick is the LR trained at, and its time is reported
+  "$bin" "${short[@]}" --auto-lr --out "$tmp/r4" > "$tmp/r4.log"
+  picked=$(grep -Eo 'training at its suggestion, lr = [0-9.e+-]+' "$tmp/r4.log" | awk '{print $NF}')
+  python3 -c "import sys; p, m, t = map(float, sys.argv[1:]); assert abs(m - p) <= 0.005 * p and m != 0.005 and t > 0" \
+    "$picked" "$(field "$tmp/r4.log" max_lr)" "$(field "$tmp/r4.log" lr_find_seconds)" || fail "--auto-lr: $(tail -n 2 "$tmp/r4.log")"
+  [ "$(field "$tmp/r0.log" max_lr)" = 0.005 ] || fail "default max LR"
+  # the steps' peak of live tensors grows with the batch and shrinks with checkpointing (the char
+  # GPT's: the MLP's activations are too small to show, and the CNN's peak is in its first block,
+  # which checkpointing recomputes whole)
+  gpt=(--device cpu --model gpt --workers 2 --seed 7 --epochs 1 --max-steps 2 --log-every 2)
+  "$bin" "${gpt[@]}" --batch-size 8 --out "$tmp/r5" > "$tmp/r5.log"
+  "$bin" "${gpt[@]}" --batch-size 32 --out "$tmp/r6" > "$tmp/r6.log"
+  "$bin" "${gpt[@]}" --batch-size 32 --checkpoint-activations --out "$tmp/r7" > "$tmp/r7.log"
+  python3 -c "import sys; a, b, c = map(int, sys.argv[1:]); assert a < 0.6 * b and c < 0.8 * b, (a, b, c)" \
+    "$(field "$tmp/r5.log" train_peak_allocated_bytes)" "$(field "$tmp/r6.log" train_peak_allocated_bytes)" \
+    "$(field "$tmp/r7.log" train_peak_allocated_bytes)" || fail "peak memory of the steps"
+  echo "switches: each changes what runs"
   ;;
 *) fail "unknown check $what" ;;
 esac

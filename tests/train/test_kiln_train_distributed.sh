@@ -6,7 +6,8 @@
 #   kill         ranks started by hand (no launcher): rank 1 killed with SIGKILL mid-training;
 #                rank 0 must fail with an Error naming the collective and rank 1 within
 #                --dist-timeout plus a few seconds, never hang; under kiln-run the job exits 137
-#   errors       a global batch that does not divide among the ranks: every rank exits 2 naming it
+#   errors       a global batch that does not divide among the ranks: every rank exits 2 naming it;
+#                --auto-lr (each rank would pick its own LR) is refused
 #   one-rank     kiln-run with one rank trains under DDP (world_size 1) to the same weights, bit for
 #                bit, as kiln-train alone; --zero trains as well
 #   sigint       SIGINT to kiln-run: every rank stops at the same step, rank 0 checkpoints,
@@ -111,6 +112,12 @@ errors)
   set -e
   [ $rc -eq 2 ] && grep -q "global batch; it must divide among the 2 ranks" <<< "$out" \
     || fail "indivisible batch: rc=$rc: $out"
+  port=$((port + 1))
+  set +e
+  out=$(timeout 120 "$run" --nproc-per-node 2 --master-port "$port" "$train" "${common[@]}" --auto-lr \
+    --out "$tmp/e" 2>&1); rc=$?
+  set -e
+  [ $rc -ne 0 ] && grep -q "auto-lr under a launcher" <<< "$out" || fail "auto-lr under kiln-run: rc=$rc: $out"
   echo "errors: explained"
   ;;
 one-rank)

@@ -3,6 +3,7 @@
 // output (its JSON summary and metrics.csv).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -64,6 +65,9 @@ TEST_CASE("kiln-guide formats values in their units", "[utils][kiln-guide]") {
   CHECK(format_value(14.25, Unit::Seconds) == "14.2 s");
   CHECK(format_value(0.91234, Unit::Accuracy) == "91.23%");
   CHECK(format_value(NAN, Unit::Seconds) == "-");
+  CHECK(format_value(0.02, Unit::PerStep) == "0.02 per step");
+  CHECK(format_value(1, Unit::PerStep) == "1.00 per step");
+  CHECK(format_value(1234, Unit::Samples) == "1,234 samples");
   CHECK(format_duration(278.4) == "4m 38s");
   CHECK(format_duration(48.4) == "48s");
 }
@@ -76,20 +80,27 @@ TEST_CASE("kiln-guide report.json has exactly the documented schema", "[utils][k
   failed.status = kFailed, failed.failure = "kiln-train exited with status 2\nFashion-MNIST not found";
   Row skipped;
   skipped.tip = 11, skipped.name = "gradients to none", skipped.status = kNotMeasured, skipped.explanation = "always on";
+  Row fit = measured_row();
+  fit.tip = 8, fit.name = "activation checkpointing: the batch it allows", fit.unit = Unit::Samples;
+  fit.baseline_values = {32}, fit.with_values = {87};
+  MemoryFit mf;
+  mf.baseline_batches[0] = 32, mf.baseline_batches[1] = 8, mf.with_batches[0] = 32, mf.with_batches[1] = 8;
+  mf.baseline = {30e6, 4.5e6}, mf.with = {31e6, 1.6e6};
+  fit.fit = mf;
   Machine m;
   m.cpu = "Test CPU", m.cores = 2, m.cpu_isa = "avx2", m.device = "cpu", m.date = "2026-01-01T00:00:00+0000";
   m.mode = "quick", m.rounds = 3, m.total_seconds = 12.5, m.kiln_train = "/bin/kiln-train";
 
-  const nlohmann::json j = nlohmann::json::parse(report_json(m, {measured_row(), gpu, failed, skipped}).dump());
+  const nlohmann::json j = nlohmann::json::parse(report_json(m, {measured_row(), gpu, failed, skipped, fit}).dump());
   REQUIRE(j.size() == 2);
   CHECK(j["machine"]["cpu"] == "Test CPU");
   CHECK(j["machine"]["cores"] == 2);
   CHECK(j["machine"]["cpu_isa"] == "avx2");
   CHECK(j["machine"]["gpu"].is_null());
   CHECK(j["machine"]["total_seconds"] == 12.5);
-  REQUIRE(j["rows"].size() == 4);
+  REQUIRE(j["rows"].size() == 5);
   const std::set<std::string> keys = {"tip", "name", "model", "metric", "direction", "baseline", "with", "ratio",
-                                      "spread", "claim", "source", "explanation", "status"};
+                                      "spread", "claim", "source", "explanation", "fit", "status"};
   for (const auto& r : j["rows"]) {
     std::set<std::string> got;
     for (const auto& kv : r.items()) got.insert(kv.key());
@@ -112,7 +123,15 @@ TEST_CASE("kiln-guide report.json has exactly the documented schema", "[utils][k
     CHECK(r["ratio"].is_null());
     CHECK(r["spread"]["baseline"].is_null());
     CHECK(r["spread"]["with"].is_null());
+    CHECK(r["fit"].is_null());
   }
+  CHECK(r0["fit"].is_null());  // only batch-fit rows have a fit
+  const auto& f = j["rows"][4]["fit"];
+  CHECK(f["baseline"]["batches"] == nlohmann::json::array({32, 8}));
+  CHECK(f["baseline"]["fixed_bytes"] == 30e6);
+  CHECK(f["baseline"]["bytes_per_sample"] == 4.5e6);
+  CHECK(f["with"]["bytes_per_sample"] == 1.6e6);
+  CHECK(j["rows"][4]["ratio"].get<double>() == Approx(87.0 / 32));
   CHECK(j["rows"][1]["status"] == "needs a GPU");
   CHECK(j["rows"][2]["status"] == "failed");
   CHECK_THAT(j["rows"][2]["explanation"].get<std::string>(), Contains("Fashion-MNIST not found"));
@@ -143,7 +162,7 @@ TEST_CASE("kiln-guide on a CPU-only machine: GPU tips need a GPU and never run",
       CHECK_THAT(rows.back().with_command, Contains("--device cuda"));  // what it would run on a GPU
     }
   }
-  CHECK(gpu_rows == 4);  // pinned memory, fp16, cuDNN autotuning, CUDA graphs
+  CHECK(gpu_rows == 5);  // pinned memory, fp16, cuDNN autotuning, the syncs' cost, CUDA graphs
   for (const Job& j : plan_jobs(all, o)) {
     CHECK_FALSE(j.tip->needs_gpu);
     CHECK(j.device == "cpu");
@@ -276,7 +295,113 @@ TEST_CASE("kiln-guide's tip table is complete and well formed", "[utils][kiln-gu
       CHECK((t.model == "cnn" || t.model == "resnet18" || t.model == "gpt"));
       CHECK(t.baseline != t.with);
       if (t.metric == MetricKind::Convergence) CHECK(t.target_accuracy > 0.5);
+      if (t.metric == MetricKind::BatchFit) {  // each side's second batch differs from its first
+        CHECK(t.baseline_probe_batch > 0);
+        CHECK(t.with_probe_batch > 0);
+      }
     }
   }
   for (int n = 1; n <= 27; ++n) CHECK(numbers.count(n) == 1);  // every speed-up of docs/guide.md
+}
+
+TEST_CASE("kiln-guide batch fit: a line through two peaks, the largest batch within a budget", "[utils][kiln-guide]") {
+  const LinearFit f = fit_peak(32, 170e6, 8, 62e6);  // 4.5 MB a sample over 32e6 fixed
+  CHECK(f.per_sample == Approx(4.5e6));
+  CHECK(f.fixed == Approx(26e6));
+  CHECK(largest_batch_within(f, 170e6) == 32);        // its own peak: its own batch, despite rounding
+  CHECK(largest_batch_within(f, 170e6 - 1) == 31);
+  CHECK(largest_batch_within(f, 20e6) == 0);          // not even one sample fits
+  CHECK(std::isnan(largest_batch_within(fit_peak(32, 100e6, 8, 100e6), 200e6)));  // flat: no largest
+  CHECK(std::isnan(fit_peak(8, 1, 8, 2).per_sample));
+
+  const Tip& t = tip_by_key("checkpointing-batch");
+  auto run = [](int round, bool probe, int64_t batch, double peak) {
+    RunOutcome r;
+    r.ok = true, r.round = round, r.probe = probe, r.batch = batch, r.value = peak;
+    return r;
+  };
+  SessionOptions o;
+  o.rounds = 2;
+  Row row;
+  row.metric = "largest batch";
+  // baseline 4.5 MB a sample; with checkpointing 1.5 MB a sample over 30 MB fixed
+  fill_row(row, t, {run(0, false, 32, 170e6), run(0, true, 8, 62e6), run(1, true, 8, 63e6), run(1, false, 32, 171e6)},
+           {run(1, false, 32, 78e6), run(0, false, 32, 78e6), run(0, true, 8, 42e6), run(1, true, 8, 42e6)}, o);
+  CHECK(row.status == kMeasured);
+  CHECK(row.baseline_values == std::vector<double>{32, 32});
+  // round 1: (170e6 - 30e6) / 1.5e6 = 93.3; round 2 the same line under a 171e6 budget: 94
+  CHECK(row.with_values == std::vector<double>{93, 94});
+  REQUIRE(row.fit.has_value());
+  CHECK(row.fit->with.per_sample == Approx(1.5e6));
+  CHECK(row.fit->baseline_batches[1] == 8);
+  CHECK_THAT(row.metric, Contains("per sample: baseline"));
+
+  // accumulation: the with side's micro-batch times its 4 micro-batches a step
+  RunOutcome w = run(0, false, 8, 66e6), wp = run(0, true, 16, 102e6);
+  w.accum = wp.accum = 4;
+  Row acc;
+  fill_row(acc, tip_by_key("grad-accum-batch"), {run(0, false, 32, 170e6), run(0, true, 8, 62e6)}, {w, wp}, o);
+  CHECK(acc.with_values == std::vector<double>{4 * 31});  // micro-batches: (170e6 - 30e6) / 4.5e6 = 31.1
+
+  Row flat;
+  fill_row(flat, t, {run(0, false, 32, 170e6), run(0, true, 8, 62e6)},
+           {run(0, false, 32, 60e6), run(0, true, 8, 61e6)}, o);
+  CHECK(flat.status == kFailed);
+  CHECK_THAT(flat.failure, Contains("did not grow with the batch"));
+  CHECK(flat.with_values.empty());
+}
+
+TEST_CASE("kiln-guide plan: eval cadence, fit runs, sync counting per device", "[utils][kiln-guide]") {
+  SessionOptions o;
+  o.device = "cpu", o.rounds = 1, o.kiln_train = "/bin/kiln-train", o.kiln_run = "/bin/kiln-run", o.out = "/tmp/x";
+  auto arg_after = [](const Job& j, const std::string& flag) {
+    for (size_t i = 0; i + 1 < j.argv.size(); ++i)
+      if (j.argv[i] == flag) return j.argv[i + 1];
+    return std::string();
+  };
+  auto has = [](const Job& j, const std::string& flag) {
+    return std::find(j.argv.begin(), j.argv.end(), flag) != j.argv.end();
+  };
+  // convergence runs evaluate every kEvalSamples samples, in steps of the side's batch
+  for (const Job& j : plan_jobs(select_tips("batch,1cycle,lr-pick,normalisation"), o)) {
+    const int64_t batch = j.tip->key == "batch" ? (j.with ? 512 : 64) : 128;
+    CHECK(j.batch == batch);
+    CHECK(arg_after(j, "--eval-every") == std::to_string(std::llround(static_cast<double>(kEvalSamples) / batch)));
+    if (j.tip->key == "lr-pick") CHECK(has(j, "--auto-lr") == j.with);
+    if (j.tip->key == "normalisation") CHECK(arg_after(j, "--normalize-inputs") == (j.with ? "true" : "false"));
+  }
+  // a batch fit runs each side twice a round: at its own batch and at its probe batch
+  const auto fit = plan_jobs(select_tips("grad-accum-batch"), o);
+  REQUIRE(fit.size() == 4);
+  CHECK((!fit[0].with && !fit[0].probe && fit[0].batch == 32 && arg_after(fit[0], "--batch-size").empty()));
+  CHECK((fit[1].with && !fit[1].probe && fit[1].batch == 8 && fit[1].accum == 4));
+  CHECK((!fit[2].with && fit[2].probe && arg_after(fit[2], "--batch-size") == "8"));
+  CHECK((fit[3].with && fit[3].probe && arg_after(fit[3], "--batch-size") == "16" && arg_after(fit[3], "--grad-accum") == "4"));
+  CHECK(fit[3].id == "grad-accum-batch-with-b16-r1");
+  for (const Job& j : fit) CHECK_FALSE(has(j, "--eval-every"));
+  // the sync count: kiln-train's host reads on the CPU, sync-debug's count on a GPU
+  std::optional<std::string> skip;
+  const Tip& syncs = tip_by_key("syncs");
+  CHECK_THAT(planned_row(syncs, o, &skip).metric, Contains("host reads of device values per optimizer step"));
+  for (const Job& j : plan_jobs({&syncs}, o)) {
+    CHECK(has(j, "--sync-every-step") == !j.with);
+    CHECK_FALSE(has(j, "--sync-debug"));
+  }
+  o.device = "cuda", o.gpu_count = 1;
+  const Row gpu = planned_row(syncs, o, &skip);
+  CHECK_THAT(gpu.metric, Contains("as sync-debug counts them"));
+  CHECK(gpu.direction == Direction::LowerIsBetter);
+  CHECK(gpu.unit == Unit::PerStep);
+  for (const Job& j : plan_jobs({&syncs}, o)) CHECK(arg_after(j, "--sync-debug") == "warn");
+}
+
+TEST_CASE("kiln-guide convergence metric: sub-epoch evaluations, the range test's time", "[utils][kiln-guide]") {
+  SessionOptions o;
+  RunOutcome hit;
+  hit.ok = true, hit.final_accuracy = hit.value = 0.91, hit.hit = TargetHit{300, 5.5};
+  Row row;
+  fill_row(row, tip_by_key("lr-pick"), {hit}, {hit}, o);
+  CHECK_THAT(row.metric, Contains("the first evaluation that reaches it"));
+  CHECK_THAT(row.metric, Contains("every 20,000 samples of training"));
+  CHECK_THAT(row.metric, Contains("includes its LR range test"));
 }

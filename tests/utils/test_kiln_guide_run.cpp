@@ -102,6 +102,45 @@ TEST_CASE("kiln-guide --quick --only runs kiln-train and writes its report", "[u
   fs::remove_all(dir);
 }
 
+TEST_CASE("kiln-guide's switches change what kiln-train runs", "[utils][kiln-guide][slow]") {
+  const fs::path dir = kiln_test::fresh_dir("kiln-guide-switches");
+  write_tiny_fashion_mnist(dir / "data");
+  const fs::path out = dir / "report";
+  const int rc = run(std::string(KILN_GUIDE_BIN) + " --device cpu --only syncs,syncs-speed,normalisation,lr-pick --steps 6 --data " +
+                         (dir / "data").string() + " --out " + out.string(),
+                     dir / "log");
+  INFO(kiln_test::slurp(dir / "log"));
+  REQUIRE(rc == 0);
+  const auto report = nlohmann::json::parse(kiln_test::slurp(out / "report.json"));
+  auto summary = [&](const std::string& id) {
+    return nlohmann::json::parse(kiln_test::slurp(out / "runs" / (id + ".json")))["summary"];
+  };
+
+  // one loss read a step against one at the last step (the tiny epoch ends before --log-every 50)
+  const auto syncs = row_of(report, "fewer host-device syncs: the loss read");
+  CHECK(syncs["status"] == "measured");
+  CHECK(syncs["direction"] == "lower is better");
+  CHECK_THAT(syncs["metric"].get<std::string>(), Contains("host reads of device values per optimizer step"));
+  CHECK(syncs["baseline"] == 1.0);
+  const double steps = summary("syncs-with-r1")["steps"].get<double>();
+  CHECK(syncs["with"].get<double>() == Approx(1 / steps));
+  CHECK(row_of(report, "fewer host-device syncs: throughput")["status"] == "needs a GPU");
+
+  // normalised inputs are the raw [0, 1] pixels standardised with Fashion-MNIST's mean and std
+  const auto raw = summary("normalisation-baseline-r1"), norm = summary("normalisation-with-r1");
+  CHECK(norm["input_mean"].get<double>() == Approx((raw["input_mean"].get<double>() - 0.2860) / 0.3530));
+  CHECK(norm["input_std"].get<double>() == Approx(raw["input_std"].get<double>() / 0.3530));
+
+  // the LR range test's pick is what the with side trains at; convergence runs evaluate mid-epoch
+  const auto picked = summary("lr-pick-with-r1");
+  CHECK(picked["max_lr"].get<double>() != summary("lr-pick-baseline-r1")["max_lr"].get<double>());
+  CHECK(picked["lr_find_seconds"].get<double>() > 0);
+  const auto cmd = nlohmann::json::parse(kiln_test::slurp(out / "runs" / "lr-pick-with-r1.json"))["command"];
+  CHECK_THAT(cmd.get<std::string>(), Contains("--auto-lr"));
+  CHECK_THAT(cmd.get<std::string>(), Contains("--eval-every 156"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("kiln-guide: a failing run is a failed row, setup errors exit 2", "[utils][kiln-guide][slow]") {
   const fs::path dir = kiln_test::fresh_dir("kiln-guide-errors");
   fs::create_directories(dir / "empty");

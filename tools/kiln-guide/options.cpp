@@ -11,8 +11,8 @@ Options parse_options(int argc, char** argv) {
                "runs/ to --out (docs/guide.md, \"Measuring it yourself\")"};
   app.add_option("--device", o.device, "auto (the GPU when kiln-train can use one), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  auto* quick = app.add_flag("--quick", o.quick, "one round per side, short runs (the default; about 5 min on a quiet 2-core machine)");
-  auto* full = app.add_flag("--full", o.full, "3 rounds per side, longer runs (about 25 min on a quiet 2-core machine)");
+  auto* quick = app.add_flag("--quick", o.quick, "one round per side, short runs (the default; about 7 min on a quiet 2-core machine)");
+  auto* full = app.add_flag("--full", o.full, "3 rounds per side, longer runs (about 35 min on a quiet 2-core machine)");
   quick->excludes(full);
   app.add_option("--only", o.only, "tip numbers or keys, comma-separated (e.g. 2,bf16,checkpointing; --list)");
   app.add_option("--repeats", o.repeats, "rounds per side (overrides the mode's 1 or 3)")->check(CLI::PositiveNumber);

@@ -1,6 +1,7 @@
 #include "report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -53,6 +54,8 @@ std::string format_number(double v, Unit u) {
     case Unit::Bytes: std::snprintf(buf, sizeof buf, "%.1f", v / (1024.0 * 1024.0)); return buf;
     case Unit::Seconds: std::snprintf(buf, sizeof buf, "%.1f", v); return buf;
     case Unit::Accuracy: std::snprintf(buf, sizeof buf, "%.2f", 100 * v); return buf;
+    case Unit::PerStep: std::snprintf(buf, sizeof buf, "%.2f", v); return buf;
+    case Unit::Samples: return thousands(v);
   }
   return "?";
 }
@@ -63,6 +66,8 @@ std::string unit_suffix(Unit u, const std::string& sample_word) {
     case Unit::Bytes: return " MiB";
     case Unit::Seconds: return " s";
     case Unit::Accuracy: return "%";
+    case Unit::PerStep: return " per step";
+    case Unit::Samples: return " samples";
   }
   return "";
 }
@@ -108,6 +113,15 @@ std::string machine_line(const Machine& m) {
   return os.str();
 }
 
+Json fit_json(const std::optional<MemoryFit>& f) {
+  if (!f) return nullptr;
+  auto side = [](const int64_t (&batches)[2], const LinearFit& l) {
+    return Json{{"batches", Json::array({batches[0], batches[1]})}, {"fixed_bytes", number_or_null(l.fixed)},
+                {"bytes_per_sample", number_or_null(l.per_sample)}};
+  };
+  return {{"baseline", side(f->baseline_batches, f->baseline)}, {"with", side(f->with_batches, f->with)}};
+}
+
 std::string value_cell(const Row& r, const std::vector<double>& v) {
   if (r.status != kMeasured) return "-";
   return format_number(median(v), r.unit) + unit_suffix(r.unit, r.sample_word);
@@ -146,6 +160,20 @@ std::pair<double, double> ratio_range(const std::pair<double, double>& b, const 
   return {b.first / w.second, b.second / w.first};
 }
 
+LinearFit fit_peak(double batch_a, double peak_a, double batch_b, double peak_b) {
+  if (batch_a == batch_b) return {};
+  LinearFit f;
+  f.per_sample = (peak_a - peak_b) / (batch_a - batch_b);
+  f.fixed = peak_a - f.per_sample * batch_a;
+  return f;
+}
+
+double largest_batch_within(const LinearFit& f, double budget) {
+  if (!(f.per_sample > 0) || !finite(f.fixed) || !finite(budget)) return std::nan("");
+  // the tolerance keeps a batch whose prediction equals the budget up to rounding
+  return std::max(0.0, std::floor((budget - f.fixed) / f.per_sample + 1e-9));
+}
+
 std::string format_duration(double seconds) {
   char buf[32];
   const long t = std::max(0L, std::lround(seconds));
@@ -181,6 +209,7 @@ Json report_json(const Machine& m, const std::vector<Row>& rows) {
                         {"claim", r.claim},
                         {"source", r.source},
                         {"explanation", r.status == kFailed ? r.failure : r.explanation},
+                        {"fit", has ? fit_json(r.fit) : Json(nullptr)},
                         {"status", r.status}});
   }
   return {{"machine", machine}, {"rows", out_rows}};
@@ -191,8 +220,9 @@ std::string report_markdown(const Machine& m, const std::vector<Row>& rows) {
   os << "# kiln-guide: the PyTorch guides' speed-ups, measured with kiln\n\n" << machine_line(m) << "\n\n"
      << "Each row trains kiln-train with the speed-up off (baseline) and on (with), in alternating rounds; "
         "values are the medians of the rounds and the spread is each side's min-max. The ratio is > 1 when "
-        "the speed-up helps: with / baseline where higher is better (throughput, accuracy), baseline / with "
-        "where lower is better (memory, time). Claims are the guides' numbers, on their hardware.\n\n"
+        "the speed-up helps: with / baseline where higher is better (throughput, accuracy, batch), baseline / "
+        "with where lower is better (memory, time, host syncs). Claims are the guides' numbers, on their "
+        "hardware.\n\n"
      << "| # | speed-up | model | metric | baseline | with | ratio | spread (baseline; with) | guides' claim | "
         "source | why kiln's number may differ | status |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";

@@ -3,6 +3,8 @@
 // three forms: report.md (a table for people), report.json (the same, for programs) and
 // report.png (the ratios as a bar chart, with their spread and the guides' claims).
 #include <cmath>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,7 +14,7 @@
 namespace kiln_guide {
 
 enum class Direction { HigherIsBetter, LowerIsBetter };
-enum class Unit { SamplesPerSecond, Bytes, Seconds, Accuracy };
+enum class Unit { SamplesPerSecond, Bytes, Seconds, Accuracy, PerStep, Samples };
 
 // Status words, exactly as report.json writes them.
 inline const char* const kMeasured = "measured";
@@ -25,11 +27,28 @@ double median(std::vector<double> v);
 // {min, max}; {NaN, NaN} for no values.
 std::pair<double, double> spread(const std::vector<double>& v);
 // The speed-up as a ratio that is > 1 when the "with" side is better: with / baseline when
-// higher is better (throughput, accuracy), baseline / with when lower is (memory, time).
+// higher is better (throughput, accuracy, batch), baseline / with when lower is (memory, time,
+// host syncs).
 double ratio(double baseline, double with, Direction d);
 // The range the ratio spans over the two sides' spreads (lowest and highest possible ratio).
 std::pair<double, double> ratio_range(const std::pair<double, double>& baseline,
                                       const std::pair<double, double>& with, Direction d);
+
+// Peak memory as a straight line in the batch: fixed + per_sample x batch.
+struct LinearFit {
+  double fixed = std::nan(""), per_sample = std::nan("");
+};
+// The line through the peaks of two runs at different batches; NaN when the batches are equal.
+LinearFit fit_peak(double batch_a, double peak_a, double batch_b, double peak_b);
+// The largest whole batch whose predicted peak stays within `budget` bytes: 0 when not even one
+// sample fits, NaN when the fit does not grow with the batch (no such largest batch).
+double largest_batch_within(const LinearFit& f, double budget);
+
+// A batch-fit row's lines (each side's medians over the rounds) and the batches they came from.
+struct MemoryFit {
+  int64_t baseline_batches[2] = {0, 0}, with_batches[2] = {0, 0};
+  LinearFit baseline, with;
+};
 
 struct Row {
   int tip = 0;
@@ -42,6 +61,7 @@ struct Row {
   std::string baseline_command, with_command;        // for the report's flag table
   std::string claim, source, explanation;
   double claimed_ratio = std::nan("");
+  std::optional<MemoryFit> fit;  // batch-fit rows: how their numbers were made
   std::string status = kNotMeasured;
   std::string failure;  // failed rows: the command and the tail of its stderr
 };

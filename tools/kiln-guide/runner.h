@@ -35,7 +35,8 @@ nlohmann::json last_json_line(const std::string& text, std::string* raw = nullpt
 std::string tail_of_file(const std::string& path, int max_lines = 12, size_t max_bytes = 2000);
 
 // One row of kiln-train's metrics.csv: a training row (every --log-every steps, with the window's
-// samples per second) or an evaluation row (after each epoch, with the test accuracy).
+// samples per second) or an evaluation row (after each epoch and every --eval-every steps, with
+// the test accuracy).
 struct MetricsRow {
   int64_t step = 0;
   int64_t epoch = 0;

@@ -53,7 +53,17 @@ void add_first(std::vector<Tip>& v) {
                    {"--schedule", "constant"}, {"--schedule", "onecycle"});
   claim(t, "super-convergence: ~10x fewer iterations for ResNet-56 (best case)", 10, kKuhn,
         "a small CNN on Fashion-MNIST for a few epochs, not ResNet-56 on CIFAR-10; 10x is a best case, "
-        "and accuracy is evaluated once per epoch, so time-to-target moves in whole epochs");
+        "and accuracy is evaluated every third of an epoch, so time-to-target moves in steps of about a "
+        "third of an epoch's training time");
+  v.push_back(t);
+
+  t = measured(1, "lr-pick", "1cycle: the LR range test's pick vs the default max LR", "cnn", MetricKind::Convergence,
+               {}, {"--auto-lr"});
+  t.metric_note = "the with side's time includes its LR range test";
+  claim(t, "the LR range test finds 1cycle's max LR in one short run instead of a search", kNone, kKuhn,
+        "kiln-train's default max LR (5e-3) was tuned by hand for this CNN; the range test's pick is the "
+        "steepest descent of its smoothed loss, which --find-lr itself calls a lower bound for 1cycle's max LR "
+        "(it suggests up to ~10x it); runs/*.json hold the picked LR (max_lr)");
   v.push_back(t);
 
   t = measured(2, "workers", "loader workers + pinned memory: workers 0 vs 2", "cnn", MetricKind::Throughput,
@@ -113,16 +123,39 @@ void add_first(std::vector<Tip>& v) {
 
 // Tips 7-17: syncs, memory, data parallelism, small habits.
 void add_middle(std::vector<Tip>& v) {
-  v.push_back(unmeasured(7, "syncs", "fewer host-device syncs", "avoids stalls; keeps the GPU queue full", kKuhnTuning,
-                         "kiln-train's step never synchronises (it reads the loss every --log-every steps) and "
-                         "has no switch to add syncs; bench_cuda_softmax_xent times one"));
+  Tip t = measured(7, "syncs", "fewer host-device syncs: the loss read every step vs every 50 steps", "cnn",
+                   MetricKind::HostSyncs, {"--sync-every-step"}, {});
+  t.quick = t.full = {1, 100};  // a count, exact after a few log intervals
+  t.cuda_both = {"--sync-debug", "warn"};  // on a GPU the runtime counts the syncs it sees
+  claim(t, "avoids stalls; keeps the GPU queue full", kNone, kKuhnTuning,
+        "the count is exact, not a speed: on the CPU every op has finished when it returns, so a host read "
+        "waits for nothing; what the reads cost is the throughput row below (GPU)");
+  v.push_back(t);
 
-  Tip t = measured(8, "checkpointing", "activation checkpointing", "gpt", MetricKind::PeakMemory, {},
-                   {"--checkpoint-activations"});
+  t = measured(7, "syncs-speed", "fewer host-device syncs: throughput", "cnn", MetricKind::Throughput,
+               {"--sync-every-step"}, {});
+  t.needs_gpu = true;
+  claim(t, "avoids stalls; keeps the GPU queue full", kNone, kKuhnTuning,
+        "a sync per step costs the time the host needs to queue the next step's kernels, large only when the "
+        "GPU steps are as short as the CNN's");
+  v.push_back(t);
+
+  t = measured(8, "checkpointing", "activation checkpointing", "gpt", MetricKind::PeakMemory, {},
+               {"--checkpoint-activations"});
   t.quick = kGptMemory, t.full = kGptMemoryFull;
   claim(t, "large memory savings for modest extra time, so bigger batches fit", kNone, kKuhnTuning,
         "on the CPU the peak is the whole process's resident set (corpus, weights, optimizer state, "
         "allocator cache), of which the activations are only a part");
+  v.push_back(t);
+
+  t = measured(8, "checkpointing-batch", "activation checkpointing: the batch it allows", "gpt", MetricKind::BatchFit,
+               {}, {"--checkpoint-activations"});
+  t.quick = kGptMemory, t.full = kGptMemoryFull;
+  t.baseline_probe_batch = 8, t.with_probe_batch = 8;
+  claim(t, "large memory savings for modest extra time, so bigger batches fit", kNone, kKuhnTuning,
+        "a straight line through two runs per side, extrapolated past the batches measured; the peak counts "
+        "live tensors, not the blocks the allocator caches nor the rest of the process, so a run at that batch "
+        "needs somewhat more than the baseline's peak memory row shows");
   v.push_back(t);
 
   t = measured(9, "grad-accum", "gradient accumulation: batch 32 vs 4 x 8", "gpt", MetricKind::PeakMemory, {},
@@ -131,6 +164,17 @@ void add_middle(std::vector<Tip>& v) {
   claim(t, "a larger effective batch in fixed memory", kNone, kKuhn,
         "only the activations shrink with the micro-batch; the resident set also holds the corpus, weights "
         "and optimizer state");
+  v.push_back(t);
+
+  t = measured(9, "grad-accum-batch", "gradient accumulation: the batch it allows (4 micro-batches)", "gpt",
+               MetricKind::BatchFit, {}, {"--batch-size", "8", "--grad-accum", "4"});
+  t.quick = kGptMemory, t.full = kGptMemoryFull;
+  t.baseline_probe_batch = 8, t.with_probe_batch = 16;
+  t.metric_note = "with: micro-batches of that size, 4 per step";
+  claim(t, "a larger effective batch in fixed memory", kNone, kKuhn,
+        "accumulation allows any effective batch, given steps enough; this is the largest with 4 micro-batches "
+        "a step, from a straight line through two runs per side of their live tensors' peak, extrapolated on "
+        "the with side");
   v.push_back(t);
 
   t = measured(10, "ddp", "DDP: 1 vs 2 ranks, same work per rank", "cnn", MetricKind::Throughput,
@@ -158,8 +202,13 @@ void add_middle(std::vector<Tip>& v) {
                          kKuhnTuning, "the model zoo has no bias before BatchNorm and kiln-train cannot add one"));
   v.push_back(unmeasured(16, "no-grad-eval", "no_grad in validation", "faster and less memory", kKuhnTuning,
                          "kiln-train always evaluates under NoGradGuard; no switch"));
-  v.push_back(unmeasured(17, "normalisation", "input / batch normalisation", "faster convergence", kKuhn,
-                         "kiln-train always normalises its inputs and its models use BatchNorm; no switch"));
+  t = measured(17, "normalisation", "input normalisation: [0, 1] pixels vs normalised", "cnn",
+               MetricKind::Convergence, {"--normalize-inputs", "false"}, {"--normalize-inputs", "true"});
+  claim(t, "faster convergence", kNone, kKuhn,
+        "the CNN's first convolution feeds a BatchNorm, which re-centres and re-scales its features whatever "
+        "the inputs' range, so [0, 1] pixels cost it little; BatchNorm itself has no switch (the models are "
+        "built with it)");
+  v.push_back(t);
 }
 
 // Tips 18-27: fusion, layouts, graphs, averaging, and kiln's own.
@@ -236,6 +285,8 @@ const char* metric_word(const Tip& t) {
     case MetricKind::LateThroughput: return "late throughput";
     case MetricKind::PeakMemory: return "peak memory";
     case MetricKind::Convergence: return "time to accuracy";
+    case MetricKind::HostSyncs: return "host syncs per step";
+    case MetricKind::BatchFit: return "batch that fits";
   }
   return "?";
 }
@@ -299,7 +350,10 @@ std::string list_text(const std::vector<const Tip*>& rows) {
     }
     os << "\n      " << t.model << ", " << metric_word(t) << "; baseline " << flags_text(t.baseline) << ", with "
        << (t.launcher ? "kiln-run 2 ranks, " : "") << flags_text(t.with)
-       << (t.needs_gpu ? " (needs a GPU)" : "") << (t.cpu_only ? " (on the CPU)" : "") << "\n";
+       << (t.needs_gpu ? " (needs a GPU)" : "") << (t.cpu_only ? " (on the CPU)" : "");
+    if (t.metric == MetricKind::BatchFit)
+      os << "; each side also at batch " << t.baseline_probe_batch << " / " << t.with_probe_batch << " for the fit";
+    os << "\n";
   }
   return os.str();
 }

@@ -18,7 +18,13 @@ enum class MetricKind {
   LateThroughput,  // the same over the second half of the run's steps
   PeakMemory,      // peak memory in bytes (the process's resident set on the CPU)
   Convergence,     // seconds to a target test accuracy, or the final test accuracy
+  HostSyncs,       // host reads of device values per optimizer step (on a GPU: syncs, by sync-debug)
+  BatchFit,        // the largest batch whose predicted peak memory fits in the baseline's peak
 };
+
+// Test accuracy is evaluated every this many training samples in convergence runs (kiln-train
+// --eval-every, in steps of the side's batch): a third of a Fashion-MNIST epoch.
+inline constexpr int64_t kEvalSamples = 20000;
 
 // How long one run trains: `epochs` passes, cut at `steps` optimizer steps when steps > 0.
 struct Budget {
@@ -36,6 +42,10 @@ struct Tip {
   std::vector<std::string> cuda_both;       // added to both sides when running on a GPU
   Budget quick, full;
   double target_accuracy = 0;  // Convergence: the test accuracy to reach
+  // BatchFit: the micro-batch of each side's second run (the first runs the side's own), from
+  // which each side's peak memory is fitted as fixed + per sample x batch.
+  int64_t baseline_probe_batch = 0, with_probe_batch = 0;
+  std::string metric_note;     // appended to the metric's text (how this row's number is made)
   double cost = 1;             // time per sample against the model's default run (estimates)
   bool needs_gpu = false;      // meaningless without a GPU: listed, never measured on the CPU
   bool cpu_only = false;       // a CPU switch: measured on the CPU whatever --device says
