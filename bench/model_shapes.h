@@ -15,7 +15,10 @@ namespace kiln::bench {
 // ResNet-18 (ImageNet stem, 1000 classes): 11.7M parameters in 62 tensors.
 inline std::vector<IntList> resnet18_shapes() {
   std::vector<IntList> s;
-  auto bn = [&](int64_t c) { s.push_back({c}); s.push_back({c}); };
+  auto bn = [&](int64_t c) {
+    s.push_back({c});
+    s.push_back({c});
+  };
   s.push_back({64, 3, 7, 7});
   bn(64);
   int64_t in = 64;
@@ -43,14 +46,21 @@ inline std::vector<IntList> gpt2_124m_shapes() {
   const int64_t d = 768;
   std::vector<IntList> s = {{50257, d}, {1024, d}};
   for (int l = 0; l < 12; ++l) {
-    s.push_back({d}); s.push_back({d});              // ln_1
-    s.push_back({d, 3 * d}); s.push_back({3 * d});  // attn.c_attn
-    s.push_back({d, d}); s.push_back({d});          // attn.c_proj
-    s.push_back({d}); s.push_back({d});              // ln_2
-    s.push_back({d, 4 * d}); s.push_back({4 * d});  // mlp.c_fc
-    s.push_back({4 * d, d}); s.push_back({d});      // mlp.c_proj
+    s.push_back({d});
+    s.push_back({d});  // ln_1
+    s.push_back({d, 3 * d});
+    s.push_back({3 * d});  // attn.c_attn
+    s.push_back({d, d});
+    s.push_back({d});  // attn.c_proj
+    s.push_back({d});
+    s.push_back({d});  // ln_2
+    s.push_back({d, 4 * d});
+    s.push_back({4 * d});  // mlp.c_fc
+    s.push_back({4 * d, d});
+    s.push_back({d});  // mlp.c_proj
   }
-  s.push_back({d}); s.push_back({d});  // ln_f
+  s.push_back({d});
+  s.push_back({d});  // ln_f
   return s;
 }
 

@@ -27,10 +27,8 @@ int main() {
     }
     w.set_grad({});
     b.set_grad({});
-    if (step % 50 == 0 || step == 199)
-      std::cout << "step " << step << " loss " << loss.item<float>() << "\n";
+    if (step % 50 == 0 || step == 199) std::cout << "step " << step << " loss " << loss.item<float>() << "\n";
   }
-  std::cout << "w = " << w.item<float>() << " (expected ~3), b = " << b.item<float>()
-            << " (expected ~2)\n";
+  std::cout << "w = " << w.item<float>() << " (expected ~3), b = " << b.item<float>() << " (expected ~2)\n";
   return 0;
 }

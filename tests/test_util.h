@@ -43,8 +43,8 @@ inline std::vector<double> values(const kiln::Tensor& t) {
 }
 
 // CHECKs |got - want| <= atol + rtol |want| per element; a NaN want needs a NaN, an inf want the same inf.
-inline void check_close(const std::vector<double>& got, const std::vector<double>& want, double rtol,
-                        double atol, const std::string& what = "") {
+inline void check_close(const std::vector<double>& got, const std::vector<double>& want, double rtol, double atol,
+                        const std::string& what = "") {
   INFO(what);
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -60,14 +60,14 @@ inline void check_close(const std::vector<double>& got, const std::vector<double
 }
 
 // check_close on the values of a tensor.
-inline void check_close(const kiln::Tensor& got, const std::vector<double>& want, double rtol,
-                        double atol, const std::string& what = "") {
+inline void check_close(const kiln::Tensor& got, const std::vector<double>& want, double rtol, double atol,
+                        const std::string& what = "") {
   check_close(values(got), want, rtol, atol, what);
 }
 
 // CHECKs |got - want| <= atol + rtol |want| per element with no special cases: any NaN or inf fails.
-inline void check_close_finite(const std::vector<double>& got, const std::vector<double>& want,
-                               double rtol, double atol, const std::string& what = "") {
+inline void check_close_finite(const std::vector<double>& got, const std::vector<double>& want, double rtol,
+                               double atol, const std::string& what = "") {
   INFO(what);
   REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -77,8 +77,8 @@ inline void check_close_finite(const std::vector<double>& got, const std::vector
 }
 
 // check_close_finite on the values of a tensor.
-inline void check_close_finite(const kiln::Tensor& got, const std::vector<double>& want, double rtol,
-                               double atol, const std::string& what = "") {
+inline void check_close_finite(const kiln::Tensor& got, const std::vector<double>& want, double rtol, double atol,
+                               const std::string& what = "") {
   check_close_finite(values(got), want, rtol, atol, what);
 }
 
@@ -120,8 +120,8 @@ inline kiln::Tensor channels_last(const kiln::Tensor& x) {
 // An empty scratch folder <tmp>/kiln-test-utils-<pid>-<name>; with create = false it is only
 // removed, so that the code under test has to create it.
 inline std::filesystem::path fresh_dir(const std::string& name, bool create = true) {
-  std::filesystem::path d = std::filesystem::temp_directory_path() /
-                            ("kiln-test-utils-" + std::to_string(getpid()) + "-" + name);
+  std::filesystem::path d =
+      std::filesystem::temp_directory_path() / ("kiln-test-utils-" + std::to_string(getpid()) + "-" + name);
   std::filesystem::remove_all(d);
   if (create) std::filesystem::create_directories(d);
   return d;
@@ -183,8 +183,7 @@ inline void set_params_to_sequence(kiln::nn::Module& m) {
 
 // Runs body() once at every CPU level this processor and build have (kiln/core/cpu_isa.h), with
 // that level in use and a Catch2 INFO naming it, then goes back to the level from before.
-template <class F>
-void for_each_cpu_isa(F&& body) {
+template <class F> void for_each_cpu_isa(F&& body) {
   const kiln::CpuIsa before = kiln::cpu_isa();
   for (int i = 0; i < kiln::kNumCpuIsas; ++i) {
     const auto isa = static_cast<kiln::CpuIsa>(i);
@@ -202,4 +201,3 @@ void for_each_cpu_isa(F&& body) {
 }
 
 }  // namespace kiln_test
-

@@ -44,7 +44,8 @@ int main() {
       return fused ? F::scaled_dot_product_attention(q, k, v, true) : naive(q, k, v, true);
     };
     auto fb = [&](bool fused) {
-      Tensor qq = q.detach().requires_grad_(true), kk = k.detach().requires_grad_(true), vv = v.detach().requires_grad_(true);
+      Tensor qq = q.detach().requires_grad_(true), kk = k.detach().requires_grad_(true),
+             vv = v.detach().requires_grad_(true);
       Tensor y = fused ? F::scaled_dot_product_attention(qq, kk, vv, true) : naive(qq, kk, vv, true);
       y.sum().backward();
     };
@@ -57,7 +58,8 @@ int main() {
     std::printf("%-28s %12.2f %12.2f %7.2fx %14.2f %14.2f %7.2fx\n", shape, tf * 1e3, tn * 1e3, tn / tf, tfb * 1e3,
                 tnb * 1e3, tnb / tfb);
   }
-  std::printf("ratio = naive time / fused time; the naive version also holds the T x T scores (and their\n"
-              "softmax, for backward) in memory: 8 x 1024 x 1024 x 4 B = 32 MiB per matrix at T = 1024\n");
+  std::printf(
+      "ratio = naive time / fused time; the naive version also holds the T x T scores (and their\n"
+      "softmax, for backward) in memory: 8 x 1024 x 1024 x 4 B = 32 MiB per matrix at T = 1024\n");
   return 0;
 }

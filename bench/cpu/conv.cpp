@@ -40,9 +40,7 @@ struct Shape {
   bool input_grad;  // the first layer's input (the images) needs no gradient
 };
 
-Tensor channels_last(const Tensor& x) {
-  return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
-}
+Tensor channels_last(const Tensor& x) { return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2}); }
 
 // Direct 3x3 / pad 1 / stride 1 convolution of sample n in double; max abs error vs y.
 double check_sample(const Tensor& x_in, const Tensor& w_in, const Tensor& y_in, int64_t n) {
@@ -83,8 +81,7 @@ int main() {
   F::Conv2dParams p;
   p.padding = {1, 1};
   std::printf("CPU conv2d, batch 128, 3x3, padding 1, f32, %d threads, best of 9 runs\n", omp_get_max_threads());
-  std::printf("%-20s %-14s %10s %10s %12s %10s\n", "shape", "path", "fwd ms", "GFLOP/s", "fwd+bwd ms",
-              "GFLOP/s");
+  std::printf("%-20s %-14s %10s %10s %12s %10s\n", "shape", "path", "fwd ms", "GFLOP/s", "fwd+bwd ms", "GFLOP/s");
   for (const Shape& s : shapes) {
     Tensor x = kiln::randn({s.N, s.C, s.H, s.W});
     Tensor w = kiln::randn({s.K, s.C, 3, 3}) * (1.0 / std::sqrt(9.0 * s.C));
@@ -110,16 +107,17 @@ int main() {
       Tensor xr = xi.detach().requires_grad_(s.input_grad);
       Tensor wr = w.detach().requires_grad_();
       Tensor gyi = gys[path];
-      t_all[path] = time_best([&] {
-        xr.set_grad(Tensor());
-        wr.set_grad(Tensor());
-        F::conv2d(xr, wr, Tensor(), p).backward(gyi);
-      }, 9);
+      t_all[path] = time_best(
+          [&] {
+            xr.set_grad(Tensor());
+            wr.set_grad(Tensor());
+            F::conv2d(xr, wr, Tensor(), p).backward(gyi);
+          },
+          9);
       dw[path] = wr.grad();
       if (s.input_grad) dx[path] = xr.grad();
-      std::printf("%-20s %-14s %10.3f %10.1f %12.3f %10.1f\n", s.name, names[path],
-                  t_fwd[path] * 1e3, fwd_flops / t_fwd[path] / 1e9, t_all[path] * 1e3,
-                  (fwd_flops + bwd_flops) / t_all[path] / 1e9);
+      std::printf("%-20s %-14s %10.3f %10.1f %12.3f %10.1f\n", s.name, names[path], t_fwd[path] * 1e3,
+                  fwd_flops / t_fwd[path] / 1e9, t_all[path] * 1e3, (fwd_flops + bwd_flops) / t_all[path] / 1e9);
     }
     double e = max_diff(dw[0], dw[1]);
     kiln::bench::validate(e < 1e-3 * std::sqrt(double(s.N * s.H * s.W)), "dw NCHW vs NHWC", e);
@@ -131,10 +129,9 @@ int main() {
     using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     Mat A = Mat::Random(s.K, s.C * 9), B = Mat::Random(s.C * 9, s.N * s.H * s.W), Cm(s.K, s.N * s.H * s.W);
     double t_gemm = time_best([&] { Cm.noalias() = A * B; }, 9);
-    std::printf("%-20s %-14s %10.3f %10.1f\n", s.name, "Eigen GEMM peer", t_gemm * 1e3,
-                fwd_flops / t_gemm / 1e9);
-    std::printf("%-20s NHWC/NCHW time: fwd %.2f, fwd+bwd %.2f; NCHW fwd = %.0f%% of peer GEMM speed\n",
-                s.name, t_fwd[1] / t_fwd[0], t_all[1] / t_all[0], 100 * t_gemm / t_fwd[0]);
+    std::printf("%-20s %-14s %10.3f %10.1f\n", s.name, "Eigen GEMM peer", t_gemm * 1e3, fwd_flops / t_gemm / 1e9);
+    std::printf("%-20s NHWC/NCHW time: fwd %.2f, fwd+bwd %.2f; NCHW fwd = %.0f%% of peer GEMM speed\n", s.name,
+                t_fwd[1] / t_fwd[0], t_all[1] / t_all[0], 100 * t_gemm / t_fwd[0]);
   }
 
   // The pooling after each conv (2x2 max), forward and forward+backward, both layouts.
@@ -150,13 +147,15 @@ int main() {
       }
       Tensor xr = xi.detach().requires_grad_();
       Tensor g = kiln::ones({sz[0], sz[1], sz[2] / 2, sz[3] / 2});
-      double tb = time_best([&] {
-        xr.set_grad(Tensor());
-        F::max_pool2d(xr, 2).backward(g);
-      }, 9);
+      double tb = time_best(
+          [&] {
+            xr.set_grad(Tensor());
+            F::max_pool2d(xr, 2).backward(g);
+          },
+          9);
       char name[64];
-      std::snprintf(name, sizeof name, "[%lld,%lld,%lld,%lld]", (long long)sz[0], (long long)sz[1],
-                    (long long)sz[2], (long long)sz[3]);
+      std::snprintf(name, sizeof name, "[%lld,%lld,%lld,%lld]", (long long)sz[0], (long long)sz[1], (long long)sz[2],
+                    (long long)sz[3]);
       std::printf("%-20s %-14s %10.3f %12.3f\n", name, cl ? "channels-last" : "NCHW", tf * 1e3, tb * 1e3);
     }
   }

@@ -185,27 +185,31 @@ int main(int argc, char** argv) {
     }
     for (int i = 0; i < 3 && wino; ++i) kiln::bench::validate(ed[i] < 1e-4, s.name.c_str(), ed[i]);
     if (json) {
-      std::printf("{\"shape\":\"%s\",\"uses\":%d,\"input_grad\":%s,\"batch\":%lld,\"C\":%lld,\"H\":%lld,"
-                  "\"K\":%lld,\"k\":%lld,\"stride\":%lld,\"threads\":%d,\"peak_gflops\":%.1f,\"forward_s\":%.6g,"
-                  "\"input_grad_s\":%.6g,\"weight_grad_s\":%.6g,\"gflop\":%.6g,\"winograd\":%s,"
-                  "\"direct_forward_s\":%.6g,\"direct_input_grad_s\":%.6g,\"direct_weight_grad_s\":%.6g,"
-                  "\"both_grads_s\":%.6g}\n",
-                  s.name.c_str(), s.uses, s.input_grad ? "true" : "false", static_cast<long long>(batch), static_cast<long long>(s.C), static_cast<long long>(s.H),
-                  static_cast<long long>(s.K), static_cast<long long>(s.k), static_cast<long long>(s.stride), threads,
-                  peak, t[0], t[1], t[2], flops / 1e9, wino ? "true" : "false", td[0], td[1], td[2], tboth);
+      std::printf(
+          "{\"shape\":\"%s\",\"uses\":%d,\"input_grad\":%s,\"batch\":%lld,\"C\":%lld,\"H\":%lld,"
+          "\"K\":%lld,\"k\":%lld,\"stride\":%lld,\"threads\":%d,\"peak_gflops\":%.1f,\"forward_s\":%.6g,"
+          "\"input_grad_s\":%.6g,\"weight_grad_s\":%.6g,\"gflop\":%.6g,\"winograd\":%s,"
+          "\"direct_forward_s\":%.6g,\"direct_input_grad_s\":%.6g,\"direct_weight_grad_s\":%.6g,"
+          "\"both_grads_s\":%.6g}\n",
+          s.name.c_str(), s.uses, s.input_grad ? "true" : "false", static_cast<long long>(batch),
+          static_cast<long long>(s.C), static_cast<long long>(s.H), static_cast<long long>(s.K),
+          static_cast<long long>(s.k), static_cast<long long>(s.stride), threads, peak, t[0], t[1], t[2], flops / 1e9,
+          wino ? "true" : "false", td[0], td[1], td[2], tboth);
     } else {
       std::printf("%-34s", s.name.c_str());
-      for (double ti : t) std::printf("  %7.2f ms %5.0f GF/s %3.0f%%", ti * 1e3, flops / ti / 1e9,
-                                      peak > 0 ? 100 * flops / ti / 1e9 / peak : 0.0);
+      for (double ti : t)
+        std::printf("  %7.2f ms %5.0f GF/s %3.0f%%", ti * 1e3, flops / ti / 1e9,
+                    peak > 0 ? 100 * flops / ti / 1e9 / peak : 0.0);
       std::printf("\n");
       if (wino)
-        std::printf("  Winograd above; direct %.2f / %.2f / %.2f ms: speed-up %.2fx / %.2fx / %.2fx; max error "
-                    "%.1e / %.1e / %.1e, direct %.1e / %.1e / %.1e\n",
-                    td[0] * 1e3, td[1] * 1e3, td[2] * 1e3, td[0] / t[0], td[1] / t[1], td[2] / t[2], e[0], e[1], e[2],
-                    ed[0], ed[1], ed[2]);
+        std::printf(
+            "  Winograd above; direct %.2f / %.2f / %.2f ms: speed-up %.2fx / %.2fx / %.2fx; max error "
+            "%.1e / %.1e / %.1e, direct %.1e / %.1e / %.1e\n",
+            td[0] * 1e3, td[1] * 1e3, td[2] * 1e3, td[0] / t[0], td[1] / t[1], td[2] / t[2], e[0], e[1], e[2], ed[0],
+            ed[1], ed[2]);
       if (wino)
-        std::printf("  both gradients in one call %.2f ms against %.2f ms in two: %.2fx; max error %.1e\n",
-                    tboth * 1e3, (t[1] + t[2]) * 1e3, (t[1] + t[2]) / tboth, eboth);
+        std::printf("  both gradients in one call %.2f ms against %.2f ms in two: %.2fx; max error %.1e\n", tboth * 1e3,
+                    (t[1] + t[2]) * 1e3, (t[1] + t[2]) / tboth, eboth);
     }
   }
   return 0;

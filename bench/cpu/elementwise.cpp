@@ -19,8 +19,7 @@ double max_abs_diff(const kiln::Tensor& a, const kiln::Tensor& b) {
 
 void row(const char* name, double seconds, double bytes, double ceiling_gbs) {
   double gbs = bytes / seconds / 1e9;
-  std::printf("%-34s %9.3f ms %8.2f GB/s %6.0f%% of memcpy\n", name, seconds * 1e3, gbs,
-              100 * gbs / ceiling_gbs);
+  std::printf("%-34s %9.3f ms %8.2f GB/s %6.0f%% of memcpy\n", name, seconds * 1e3, gbs, 100 * gbs / ceiling_gbs);
 }
 
 }  // namespace
@@ -31,8 +30,8 @@ int main() {
   const int64_t n = 1 << 24;  // 16M floats = 64 MiB per tensor, far beyond the caches
   auto a = kiln::randn({n}), b = kiln::randn({n});
   auto out = kiln::empty({n});
-  std::printf("threads: %d, tensor: %lld floats (%.0f MiB)\n", omp_get_max_threads(),
-              (long long)n, n * 4.0 / (1 << 20));
+  std::printf("threads: %d, tensor: %lld floats (%.0f MiB)\n", omp_get_max_threads(), (long long)n,
+              n * 4.0 / (1 << 20));
 
   // Ceiling: a parallel memcpy of one tensor (read 64 MiB + write 64 MiB).
   char* dst = static_cast<char*>(out.data_ptr());

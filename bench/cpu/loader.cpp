@@ -46,15 +46,13 @@ std::pair<double, double> measure(const D::Dataset& ds, D::LoaderOptions opt, in
 }
 
 void run(const char* title, const D::Dataset& ds, const D::Compose& tf, int64_t batch, int epochs) {
-  std::printf("\n%s: %lld samples, batch %lld, %d timed epochs, %s\n", title,
-              static_cast<long long>(ds.size()), static_cast<long long>(batch), epochs,
-              tf.str().c_str());
+  std::printf("\n%s: %lld samples, batch %lld, %d timed epochs, %s\n", title, static_cast<long long>(ds.size()),
+              static_cast<long long>(batch), epochs, tf.str().c_str());
   std::printf("  %-8s %-6s %14s %10s\n", "workers", "pinned", "images/s", "vs w=0");
   for (bool pin : {false, true}) {
     double base = 0;
     for (int w : {0, 1, 2, 4}) {
-      auto opt = D::LoaderOptions().batch_size(batch).shuffle(true).seed(1).workers(w)
-                     .pin_memory(pin).transform(tf);
+      auto opt = D::LoaderOptions().batch_size(batch).shuffle(true).seed(1).workers(w).pin_memory(pin).transform(tf);
       auto [ips, wait] = measure(ds, opt, epochs);
       if (w == 0) base = ips;
       std::printf("  %-8d %-6s %14.0f %9.2fx\n", w, pin ? "yes" : "no", ips, ips / base);
@@ -66,9 +64,10 @@ void run(const char* title, const D::Dataset& ds, const D::Compose& tf, int64_t 
 
 int main(int argc, char** argv) {
   int epochs = argc > 1 ? std::atoi(argv[1]) : 2;
-  std::printf("bench_loader: %u hardware threads; CUDA %s (pinned = page-locked only with a "
-              "device)\n", std::thread::hardware_concurrency(),
-              kiln::cuda::is_available() ? "available" : "not available");
+  std::printf(
+      "bench_loader: %u hardware threads; CUDA %s (pinned = page-locked only with a "
+      "device)\n",
+      std::thread::hardware_concurrency(), kiln::cuda::is_available() ? "available" : "not available");
   // Correctness before speed: a fused batch equals the transforms run one by one.
   {
     Synthetic small(8);
@@ -79,8 +78,7 @@ int main(int argc, char** argv) {
     double err = 0;
     for (int64_t r = 0; r < 8; ++r) {
       D::Example ex = small.get(b.indices[static_cast<size_t>(r)]);
-      D::DataRng rng(3, 0, static_cast<uint64_t>(b.indices[static_cast<size_t>(r)]),
-                     D::RngStream::Transform);
+      D::DataRng rng(3, 0, static_cast<uint64_t>(b.indices[static_cast<size_t>(r)]), D::RngStream::Transform);
       tf.apply(ex, rng);
       err = std::max(err, (b.input[r] - ex.input).abs().max().item());
     }
@@ -91,8 +89,7 @@ int main(int argc, char** argv) {
   }
   try {
     D::FashionMNIST fm;
-    run("Fashion-MNIST train", fm, D::Compose(D::ToFloat(), D::Normalize({0.2860}, {0.3530})), 256,
-        epochs);
+    run("Fashion-MNIST train", fm, D::Compose(D::ToFloat(), D::Normalize({0.2860}, {0.3530})), 256, epochs);
   } catch (const kiln::Error& e) {
     std::printf("\nFashion-MNIST skipped: %s\n", e.what());
   }

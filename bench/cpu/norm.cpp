@@ -29,9 +29,8 @@ using kiln::IntList;
 using kiln::Tensor;
 
 void row(const char* name, double fused, double composite, double bytes) {
-  std::printf("%-48s fused %8.3f ms %7.2f GB/s | composite %8.3f ms %7.2f GB/s | %5.2fx\n", name,
-              fused * 1e3, bytes / fused / 1e9, composite * 1e3, bytes / composite / 1e9,
-              composite / fused);
+  std::printf("%-48s fused %8.3f ms %7.2f GB/s | composite %8.3f ms %7.2f GB/s | %5.2fx\n", name, fused * 1e3,
+              bytes / fused / 1e9, composite * 1e3, bytes / composite / 1e9, composite / fused);
 }
 
 template <class Fused, class Comp>
@@ -90,7 +89,9 @@ void run_conv_block(const char* name, const IntList& xs, int64_t K, bool x_grad)
   Tensor cw0 = kiln::randn({K, xs[1], 3, 3}) * (0.3 / std::sqrt(static_cast<double>(xs[1])));
   Tensor w0 = kiln::rand({K}) + 0.5, b0 = kiln::randn({K}) * 0.1;
   Tensor cw = cw0.detach().requires_grad_(), w = w0.detach().requires_grad_(), b = b0.detach().requires_grad_();
-  auto fused = [&] { return F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, Tensor(), Tensor(), w, b, true, 0.1, eps); };
+  auto fused = [&] {
+    return F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, Tensor(), Tensor(), w, b, true, 0.1, eps);
+  };
   auto comp = [&] {
     return F::batch_norm_relu_max_pool2d(F::conv2d(x, cw, Tensor(), p), Tensor(), Tensor(), w, b, true, 0.1, eps);
   };
@@ -129,7 +130,8 @@ int main() {
   {
     Tensor x = kiln::randn({128, 32, 28, 28}) * 2.0 + 0.5;
     Tensor w = kiln::randn({32}), b = kiln::randn({32});
-    run("batch_norm [128,32,28,28]", x, w, b,
+    run(
+        "batch_norm [128,32,28,28]", x, w, b,
         [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
           return F::batch_norm(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps);
         },
@@ -138,7 +140,8 @@ int main() {
   {
     Tensor x = kiln::randn({128, 32, 28, 28}) * 2.0 + 0.5;
     Tensor w = kiln::randn({32}), b = kiln::randn({32});
-    run("batch_norm_relu [128,32,28,28]", x, w, b,
+    run(
+        "batch_norm_relu [128,32,28,28]", x, w, b,
         [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
           return F::batch_norm_relu(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps);
         },
@@ -151,9 +154,10 @@ int main() {
   for (auto sz : {IntList{128, 32, 28, 28}, IntList{128, 64, 14, 14}}) {
     Tensor x = kiln::randn(sz) * 2.0 + 0.5;
     Tensor w = kiln::randn({sz[1]}), b = kiln::randn({sz[1]});
-    std::string name = "bn_relu_max_pool2d [128," + std::to_string(sz[1]) + "," +
-                       std::to_string(sz[2]) + "," + std::to_string(sz[3]) + "]";
-    run(name.c_str(), x, w, b,
+    std::string name = "bn_relu_max_pool2d [128," + std::to_string(sz[1]) + "," + std::to_string(sz[2]) + "," +
+                       std::to_string(sz[3]) + "]";
+    run(
+        name.c_str(), x, w, b,
         [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
           return F::batch_norm_relu_max_pool2d(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps);
         },
@@ -166,7 +170,8 @@ int main() {
   {
     Tensor x = kiln::randn({4096, 768}) * 2.0 + 0.5;
     Tensor w = kiln::randn({768}), b = kiln::randn({768});
-    run("layer_norm [4096,768]", x, w, b,
+    run(
+        "layer_norm [4096,768]", x, w, b,
         [&](const Tensor& a, const Tensor& ww, const Tensor& bb) { return F::layer_norm(a, {768}, ww, bb, eps); },
         [&](const Tensor& a, const Tensor& ww, const Tensor& bb) { return ln_composite(a, ww, bb, eps); });
   }

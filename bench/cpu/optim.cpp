@@ -1,10 +1,10 @@
 // bench_optim: one AdamW step over a whole model's parameters, fused multi-tensor kernel
 // (AdamW's rule, kiln/optim/adamw.h, run by the CPU launcher of kiln/kernels/multi_tensor.h:
-// one read and one write of param, grad, exp_avg, exp_avg_sq per element) vs a per-parameter loop of kiln tensor ops (the unfused reference: ~10 passes and
-// temporaries per parameter). Parameter lists: ResNet-18 (11.7M parameters in 62 tensors) and
-// GPT-2 124M (148 tensors). GB/s counts the fused kernel's minimal traffic, 28 bytes per f32 element
-// (read p, g, m, v; write p, m, v), for both versions, so the ratio is the speed-up. Results of the
-// two versions are validated against each other before timing is reported.
+// one read and one write of param, grad, exp_avg, exp_avg_sq per element) vs a per-parameter loop of kiln tensor ops
+// (the unfused reference: ~10 passes and temporaries per parameter). Parameter lists: ResNet-18 (11.7M parameters in 62
+// tensors) and GPT-2 124M (148 tensors). GB/s counts the fused kernel's minimal traffic, 28 bytes per f32 element (read
+// p, g, m, v; write p, m, v), for both versions, so the ratio is the speed-up. Results of the two versions are
+// validated against each other before timing is reported.
 #include <omp.h>
 
 #include <cmath>
@@ -45,7 +45,10 @@ void run(const char* name, const std::vector<IntList>& shapes) {
   bench::LoopAdamW ref(loop_p, lr, wd);
 
   // validate: three steps of each agree
-  for (int k = 0; k < 3; ++k) { opt.step(); ref.step(); }
+  for (int k = 0; k < 3; ++k) {
+    opt.step();
+    ref.step();
+  }
   double max_err = 0;
   for (size_t i = 0; i < fused_p.size(); ++i) {
     double e = (fused_p[i].detach() - loop_p[i].detach()).abs().max().item<double>();
@@ -56,9 +59,11 @@ void run(const char* name, const std::vector<IntList>& shapes) {
   const double t_fused = bench::time_median([&] { opt.step(); }, 7, 1);
   const double t_loop = bench::time_median([&] { ref.step(); }, 5, 1);
   const double bytes = 28.0 * static_cast<double>(numel);
-  std::printf("%-12s %5zu tensors %7.2fM params | fused %8.2f ms %7.2f GB/s | per-param loop %8.2f ms %7.2f GB/s | speed-up %.2fx  (max |diff| %.1e)\n",
-              name, shapes.size(), numel / 1e6, t_fused * 1e3, bytes / t_fused / 1e9, t_loop * 1e3,
-              bytes / t_loop / 1e9, t_loop / t_fused, max_err);
+  std::printf(
+      "%-12s %5zu tensors %7.2fM params | fused %8.2f ms %7.2f GB/s | per-param loop %8.2f ms %7.2f GB/s | speed-up "
+      "%.2fx  (max |diff| %.1e)\n",
+      name, shapes.size(), numel / 1e6, t_fused * 1e3, bytes / t_fused / 1e9, t_loop * 1e3, bytes / t_loop / 1e9,
+      t_loop / t_fused, max_err);
 }
 
 double copy_bandwidth() {  // peer: a parallel memcpy-like copy of 64 MiB (read + write)

@@ -58,11 +58,24 @@ void bench_unscale(const std::vector<IntList>& shapes) {
   bench::validate(err == 0 && !bad && found.item<float>() == 0, "fused unscale vs per-tensor loop", err);
   // Each timed call scales by 1/1024 and back by 1024 (two passes), so repetitions never drift
   // into denormals, whose slow arithmetic would distort the comparison.
-  const double tf = bench::time_median([&] { fused(back); fused(inv); }, 7, 1) / 2;
-  const double tl = bench::time_median([&] { loop(1024.0); loop(1.0 / 1024.0); }, 7, 1) / 2;
+  const double tf = bench::time_median(
+                        [&] {
+                          fused(back);
+                          fused(inv);
+                        },
+                        7, 1) /
+                    2;
+  const double tl = bench::time_median(
+                        [&] {
+                          loop(1024.0);
+                          loop(1.0 / 1024.0);
+                        },
+                        7, 1) /
+                    2;
   const double bytes = 8.0 * static_cast<double>(numel);  // read + write f32
-  std::printf("unscale + inf check  %3zu tensors %6.2fM | fused %7.2f ms %6.2f GB/s | per-tensor %7.2f ms %6.2f GB/s | %.2fx\n",
-              shapes.size(), numel / 1e6, tf * 1e3, bytes / tf / 1e9, tl * 1e3, bytes / tl / 1e9, tl / tf);
+  std::printf(
+      "unscale + inf check  %3zu tensors %6.2fM | fused %7.2f ms %6.2f GB/s | per-tensor %7.2f ms %6.2f GB/s | %.2fx\n",
+      shapes.size(), numel / 1e6, tf * 1e3, bytes / tf / 1e9, tl * 1e3, bytes / tl / 1e9, tl / tf);
 }
 
 void bench_clip(const std::vector<IntList>& shapes) {
@@ -90,14 +103,19 @@ void bench_clip(const std::vector<IntList>& shapes) {
   Tensor n1 = optim::clip_grad_norm(p1, max_norm);
   Tensor n2 = loop();
   std::vector<Tensor> g1, g2;
-  for (size_t i = 0; i < p1.size(); ++i) { g1.push_back(p1[i].grad()); g2.push_back(p2[i].grad()); }
-  const double err = std::max(max_abs_diff(g1, g2), std::abs(n1.item<double>() - n2.item<double>()) / n2.item<double>());
+  for (size_t i = 0; i < p1.size(); ++i) {
+    g1.push_back(p1[i].grad());
+    g2.push_back(p2[i].grad());
+  }
+  const double err =
+      std::max(max_abs_diff(g1, g2), std::abs(n1.item<double>() - n2.item<double>()) / n2.item<double>());
   bench::validate(err < 1e-5, "fused clip_grad_norm vs per-tensor loop", err);
   const double tf = bench::time_median([&] { optim::clip_grad_norm(p1, max_norm); }, 7, 1);
   const double tl = bench::time_median([&] { loop(); }, 7, 1);
   const double bytes = 12.0 * static_cast<double>(numel);  // norm pass reads, scale pass reads + writes
-  std::printf("clip_grad_norm       %3zu tensors %6.2fM | fused %7.2f ms %6.2f GB/s | per-tensor %7.2f ms %6.2f GB/s | %.2fx\n",
-              shapes.size(), numel / 1e6, tf * 1e3, bytes / tf / 1e9, tl * 1e3, bytes / tl / 1e9, tl / tf);
+  std::printf(
+      "clip_grad_norm       %3zu tensors %6.2fM | fused %7.2f ms %6.2f GB/s | per-tensor %7.2f ms %6.2f GB/s | %.2fx\n",
+      shapes.size(), numel / 1e6, tf * 1e3, bytes / tf / 1e9, tl * 1e3, bytes / tl / 1e9, tl / tf);
 }
 
 void bench_checkpointing() {
@@ -112,10 +130,8 @@ void bench_checkpointing() {
     Tensor pos = arange(static_cast<double>(T), DType::I64);
     Tensor x = gpt.wte(idx) + gpt.wpe(pos);
     for (const auto& blk : gpt.h) {
-      if (ckpt)
-        x = kiln::checkpoint([b = blk.get()](const std::vector<Tensor>& in) { return b->forward(in[0]); }, {x});
-      else
-        x = blk->forward(x);
+      if (ckpt) x = kiln::checkpoint([b = blk.get()](const std::vector<Tensor>& in) { return b->forward(in[0]); }, {x});
+      else x = blk->forward(x);
     }
     Tensor logits = nn::functional::linear(gpt.ln_f(x), gpt.wte.weight);
     Tensor loss = nn::functional::cross_entropy(logits.reshape({-1, c.vocab_size()}), target);
@@ -139,13 +155,25 @@ void bench_checkpointing() {
   for (auto& p : gpt.parameters()) g_ckpt.push_back(p.grad());
   const double err = max_abs_diff(g_plain, g_ckpt);
   bench::validate(std::abs(l1 - l2) < 1e-6 && err < 1e-5, "checkpointed gradients equal plain ones", err);
-  const double tp = bench::time_median([&] { gpt.zero_grad(); step(false); }, 3, 1);
-  const double tc = bench::time_median([&] { gpt.zero_grad(); step(true); }, 3, 1);
-  std::printf("checkpointing GPT    %d blocks, d=%lld, B=%lld T=%lld | plain %7.1f ms peak %7.1f MB | checkpointed %7.1f ms peak %7.1f MB | "
-              "memory %.2fx less, time %+.0f%%\n",
-              static_cast<int>(c.n_layer()), static_cast<long long>(c.n_embd()), static_cast<long long>(B),
-              static_cast<long long>(T), tp * 1e3, peak_plain, tc * 1e3, peak_ckpt, peak_plain / peak_ckpt,
-              100.0 * (tc / tp - 1.0));
+  const double tp = bench::time_median(
+      [&] {
+        gpt.zero_grad();
+        step(false);
+      },
+      3, 1);
+  const double tc = bench::time_median(
+      [&] {
+        gpt.zero_grad();
+        step(true);
+      },
+      3, 1);
+  std::printf(
+      "checkpointing GPT    %d blocks, d=%lld, B=%lld T=%lld | plain %7.1f ms peak %7.1f MB | checkpointed %7.1f ms "
+      "peak %7.1f MB | "
+      "memory %.2fx less, time %+.0f%%\n",
+      static_cast<int>(c.n_layer()), static_cast<long long>(c.n_embd()), static_cast<long long>(B),
+      static_cast<long long>(T), tp * 1e3, peak_plain, tc * 1e3, peak_ckpt, peak_plain / peak_ckpt,
+      100.0 * (tc / tp - 1.0));
 }
 
 }  // namespace

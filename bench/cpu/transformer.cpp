@@ -45,11 +45,12 @@ struct LanguageModel : nn::Module {
   nn::Linear decoder;
   Tensor positions, causal;
   explicit LanguageModel(const Config& c)
-      : nn::Module("LanguageModel"), c(c), embedding(c.vocab, c.d_model),
-        encoder(nn::TransformerEncoderOptions(nn::TransformerEncoderLayerOptions(c.d_model, c.nhead)
-                                                  .dim_feedforward(c.dim_feedforward)
-                                                  .dropout(0.0),
-                                              c.layers)),
+      : nn::Module("LanguageModel"),
+        c(c),
+        embedding(c.vocab, c.d_model),
+        encoder(nn::TransformerEncoderOptions(
+            nn::TransformerEncoderLayerOptions(c.d_model, c.nhead).dim_feedforward(c.dim_feedforward).dropout(0.0),
+            c.layers)),
         decoder(c.d_model, c.vocab) {
     register_module("embedding", embedding);
     register_module("encoder", encoder);

@@ -42,8 +42,8 @@ double max_rel_err(const Tensor& a, const Tensor& b) {
 }
 
 void row(const std::string& name, double tf, double tc, double bytes) {
-  std::printf("%-44s fused %9.3f ms %7.2f GB/s | composite %9.3f ms %7.2f GB/s | %5.2fx\n", name.c_str(),
-              tf * 1e3, bytes / tf / 1e9, tc * 1e3, bytes / tc / 1e9, tc / tf);
+  std::printf("%-44s fused %9.3f ms %7.2f GB/s | composite %9.3f ms %7.2f GB/s | %5.2fx\n", name.c_str(), tf * 1e3,
+              bytes / tf / 1e9, tc * 1e3, bytes / tc / 1e9, tc / tf);
 }
 
 void run(int64_t R, int64_t C, double e) {

@@ -49,10 +49,11 @@ struct Net {
 };
 
 const std::vector<Net> kNets = {
-    {"Fashion-MNIST CNN", 256,
-     {{"conv1 1->32 3x3 @28", 1, 28, 32, 3, 1, 1, 1, false},
-      {"conv2 32->64 3x3 @14", 32, 14, 64, 3, 1, 1, 1, true}}},
-    {"ResNet-18 (224x224)", 128,
+    {"Fashion-MNIST CNN",
+     256,
+     {{"conv1 1->32 3x3 @28", 1, 28, 32, 3, 1, 1, 1, false}, {"conv2 32->64 3x3 @14", 32, 14, 64, 3, 1, 1, 1, true}}},
+    {"ResNet-18 (224x224)",
+     128,
      {{"stem 3->64 7x7/2 @224", 3, 224, 64, 7, 2, 3, 1, false},
       {"layer1 64->64 3x3 @56", 64, 56, 64, 3, 1, 1, 4, true},
       {"layer2 64->128 3x3/2 @56", 64, 56, 128, 3, 2, 1, 1, true},
@@ -85,13 +86,20 @@ std::string case_name(const char* net, int64_t N, const char* conv, const std::s
 // The reference configuration (index 0) is f32 NCHW heuristics.
 const std::vector<Config> kConfigs = {
     {DType::F32, false, false}, {DType::F32, false, true}, {DType::F16, false, false},
-    {DType::F16, false, true},  {DType::F16, true, false},  {DType::F16, true, true},
+    {DType::F16, false, true},  {DType::F16, true, false}, {DType::F16, true, true},
 };
 
 K::ConvGeometry geometry(int64_t N, const Shape& s, bool cl) {
   K::ConvGeometry g;
-  g.N = N; g.C = s.C; g.H = s.H; g.W = s.H; g.K = s.K; g.kh = s.k; g.kw = s.k;
-  g.sh = g.sw = s.s; g.ph = g.pw = s.p;
+  g.N = N;
+  g.C = s.C;
+  g.H = s.H;
+  g.W = s.H;
+  g.K = s.K;
+  g.kh = s.k;
+  g.kw = s.k;
+  g.sh = g.sw = s.s;
+  g.ph = g.pw = s.p;
   g.OH = (s.H + 2 * s.p - s.k) / s.s + 1;
   g.OW = g.OH;
   g.channels_last = cl;

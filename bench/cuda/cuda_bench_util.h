@@ -35,9 +35,7 @@ inline void check(cudaError_t e, const char* what) {
   }
 }
 
-inline cudaStream_t current_stream() {
-  return static_cast<cudaStream_t>(kiln::cuda::current_stream().handle);
-}
+inline cudaStream_t current_stream() { return static_cast<cudaStream_t>(kiln::cuda::current_stream().handle); }
 
 // Median milliseconds per call of fn, timed with events around `inner` back-to-back calls on the
 // current stream (amortises the event overhead for microsecond kernels).
@@ -173,8 +171,7 @@ inline cudaDeviceProp start(const char* bench_name) {
 // copy bandwidth printed under `name` (a column `width` wide), both timings recorded under bench
 // and case_name with impl "kiln" and `peer`. bytes: the fused kernel's minimal traffic.
 inline void fused_row(const char* bench, int width, const char* peer, const std::string& name,
-                      const std::string& case_name, double fused_ms, double peer_ms, double bytes,
-                      double copy_gbs) {
+                      const std::string& case_name, double fused_ms, double peer_ms, double bytes, double copy_gbs) {
   const double gf = gbs(bytes, fused_ms), gp = gbs(bytes, peer_ms);
   std::printf("%-*s fused %8.3f ms %7.0f GB/s (%3.0f%% of copy) | %s %8.3f ms %7.0f GB/s | %5.2fx\n", width,
               name.c_str(), fused_ms, gf, 100.0 * gf / copy_gbs, peer, peer_ms, gp, peer_ms / fused_ms);

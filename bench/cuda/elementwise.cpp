@@ -83,8 +83,20 @@ int main() {
       {"add f32, broadcast row", {a, row}, [](const auto& x) { return x[0] + x[1]; }, 2 * f4, 1e-6, 1e-6, false},
       // one operand read through a transpose (strides [1, R]): uncoalesced on one side
       {"add f32, transposed operand", {a, b}, [](const auto& x) { return x[0] + x[1].t(); }, 3 * f4, 1e-6, 1e-6, false},
-      {"copy f32 of a transpose (contiguous())", {a}, [](const auto& x) { return x[0].t().contiguous(); }, 2 * f4, 0, 0, false},
-      {"mul f32, every other column", {a}, [](const auto& x) { return x[0].slice(1, 0, kCols, 2) * 2.0; }, f4, 1e-6, 1e-6, false},
+      {"copy f32 of a transpose (contiguous())",
+       {a},
+       [](const auto& x) { return x[0].t().contiguous(); },
+       2 * f4,
+       0,
+       0,
+       false},
+      {"mul f32, every other column",
+       {a},
+       [](const auto& x) { return x[0].slice(1, 0, kCols, 2) * 2.0; },
+       f4,
+       1e-6,
+       1e-6,
+       false},
   };
   for (const Case& c : cases) run(c, ceiling);
   return 0;

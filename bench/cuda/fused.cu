@@ -74,8 +74,12 @@ void bench_bias_ops(DType dt, int64_t rows, int64_t cols, double copy_gbs) {
   };
   auto bg = [](const Tensor& a, const Tensor& bb, const Tensor&) { return F::bias_gelu(a, bb); };
   auto bg_chain = [](const Tensor& a, const Tensor& bb, const Tensor&) { return kiln::gelu(a + bb); };
-  auto bda = [](const Tensor& a, const Tensor& bb, const Tensor& rr) { return F::bias_dropout_add(a, bb, rr, 0.1, true); };
-  auto bda_chain = [](const Tensor& a, const Tensor& bb, const Tensor& rr) { return rr + F::dropout(a + bb, 0.1, true); };
+  auto bda = [](const Tensor& a, const Tensor& bb, const Tensor& rr) {
+    return F::bias_dropout_add(a, bb, rr, 0.1, true);
+  };
+  auto bda_chain = [](const Tensor& a, const Tensor& bb, const Tensor& rr) {
+    return rr + F::dropout(a + bb, 0.1, true);
+  };
   {
     const char* parts[] = {"y", "dx", "dbias"};
     auto fg = grads(bg, x, b, r, g), cg = grads(bg_chain, x, b, r, g);

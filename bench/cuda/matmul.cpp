@@ -61,8 +61,8 @@ void gemm_row(cublasHandle_t h, DType dt, int64_t M, int64_t Kd, int64_t N, cons
   Tensor c1 = kiln::empty({M, N}, a.options()), c2 = kiln::empty({M, N}, a.options());
   K::matmul(c1, a, b);
   gemm_ex(h, c2, a, b);
-  const std::string name = std::string(label) + " " + kiln::dtype_name(dt) + (dt == DType::F32 ? "(tf32)" : "") +
-                           " [" + std::to_string(M) + "x" + std::to_string(Kd) + "] @ [" + std::to_string(Kd) + "x" +
+  const std::string name = std::string(label) + " " + kiln::dtype_name(dt) + (dt == DType::F32 ? "(tf32)" : "") + " [" +
+                           std::to_string(M) + "x" + std::to_string(Kd) + "] @ [" + std::to_string(Kd) + "x" +
                            std::to_string(N) + "]";
   double e = max_rel_err(c1, c2);
   kiln::bench::validate(e < gemm_tol(dt), (name + ": kiln vs cublasGemmEx").c_str(), e);
@@ -114,10 +114,11 @@ void linear_gelu_row(DType dt, int64_t M, int64_t Kd, int64_t N) {
   const double t_noaux = gpu::time_ms([&] { K::linear_epilogue(out, x, w, b, K::Epilogue::BiasGelu); }, 10, 5);
   const double t_two = gpu::time_ms(two_kernels, 10, 5);
   const double t_un = gpu::time_ms([&] { y = unfused(); }, 10, 5);
-  std::printf("linear+bias+gelu %-34s epilogue+aux %7.3f ms%s | epilogue %7.3f ms%s | gemm+bias_gelu %7.3f ms | "
-              "gemm+add+gelu %7.3f ms | %4.2fx vs unfused\n",
-              name.c_str(), t_aux, used_aux ? "" : " (fallback)", t_noaux, used_noaux ? "" : " (fallback)", t_two, t_un,
-              t_un / t_aux);
+  std::printf(
+      "linear+bias+gelu %-34s epilogue+aux %7.3f ms%s | epilogue %7.3f ms%s | gemm+bias_gelu %7.3f ms | "
+      "gemm+add+gelu %7.3f ms | %4.2fx vs unfused\n",
+      name.c_str(), t_aux, used_aux ? "" : " (fallback)", t_noaux, used_noaux ? "" : " (fallback)", t_two, t_un,
+      t_un / t_aux);
   // recorded case names: "linear+bias+gelu(tanh) bfloat16 [8192x768] -> 3072"; "kiln" is the
   // epilogue that saves the GELU input (what a training forward runs)
   const double flop = 2.0 * M * N * Kd;
@@ -130,7 +131,8 @@ void linear_gelu_row(DType dt, int64_t M, int64_t Kd, int64_t N) {
   // backward of the GELU feeding the next linear: dpre = (g2 @ W2) * gelu'(pre), dbias
   Tensor g2 = kiln::randn({M, Kd}, o).to(dt), w2 = (kiln::randn({Kd, N}, o) * (1.0 / std::sqrt(double(Kd)))).to(dt);
   Tensor dpre = kiln::empty({M, N}, x.options()), db = kiln::empty({N}, x.options());
-  Tensor dpre2 = kiln::empty({M, N}, x.options()), db2 = kiln::empty({N}, x.options()), dh = kiln::empty({M, N}, x.options());
+  Tensor dpre2 = kiln::empty({M, N}, x.options()), db2 = kiln::empty({N}, x.options()),
+         dh = kiln::empty({M, N}, x.options());
   K::matmul_dgelu_bgrad(dpre, db, g2, w2, aux, K::GeluApprox::Tanh);
   const bool used_dgelu = K::cuda::last_call_used_epilogue();
   auto separate = [&] {
@@ -142,7 +144,8 @@ void linear_gelu_row(DType dt, int64_t M, int64_t Kd, int64_t N) {
   kiln::bench::validate(e < gemm_tol(dt), ("dgelu_bgrad dpre " + name).c_str(), e);
   e = max_rel_err(db, db2) / std::sqrt(double(M));
   kiln::bench::validate(e < gemm_tol(dt), ("dgelu_bgrad dbias " + name).c_str(), e);
-  const double t_fused = gpu::time_ms([&] { K::matmul_dgelu_bgrad(dpre, db, g2, w2, aux, K::GeluApprox::Tanh); }, 10, 5);
+  const double t_fused =
+      gpu::time_ms([&] { K::matmul_dgelu_bgrad(dpre, db, g2, w2, aux, K::GeluApprox::Tanh); }, 10, 5);
   const double t_sep = gpu::time_ms(separate, 10, 5);
   std::printf("gemm+dgelu+bgrad %-34s epilogue %7.3f ms%s | gemm+bias_gelu_backward %7.3f ms | %4.2fx\n", name.c_str(),
               t_fused, used_dgelu ? "" : " (fallback)", t_sep, t_sep / t_fused);

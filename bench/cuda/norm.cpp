@@ -35,8 +35,8 @@ Tensor channels_last(const Tensor& x, kiln::Device dev) {
 
 // cl: x (and the incoming gradient) in channels-last memory.
 template <class Fused, class Comp>
-void run(const std::string& name, const Tensor& x_cpu, const Tensor& w_cpu, const Tensor& b_cpu, double tol,
-         bool cl, Fused fused, Comp comp) {
+void run(const std::string& name, const Tensor& x_cpu, const Tensor& w_cpu, const Tensor& b_cpu, double tol, bool cl,
+         Fused fused, Comp comp) {
   const kiln::Device dev = kiln::Device::cuda(0);
   const double nbytes = static_cast<double>(x_cpu.nbytes());
   const double copy_gbs = gpu::copy_bandwidth_gbs(x_cpu.nbytes());
@@ -110,12 +110,14 @@ int main() {
     const int64_t R = 8192 * 768 / K * 2;
     Tensor x = kiln::randn({R, K}) * 2.0 + 0.5;
     Tensor w = kiln::randn({K}), b = kiln::randn({K});
-    auto ln = [K, eps](const Tensor& a, const Tensor& ww, const Tensor& bb) { return F::layer_norm(a, {K}, ww, bb, eps); };
+    auto ln = [K, eps](const Tensor& a, const Tensor& ww, const Tensor& bb) {
+      return F::layer_norm(a, {K}, ww, bb, eps);
+    };
     auto ln_comp = [eps](const Tensor& a, const Tensor& ww, const Tensor& bb) { return ln_composite(a, ww, bb, eps); };
     run("layer_norm f32 [" + std::to_string(R) + "," + std::to_string(K) + "]", x, w, b, 1e-4, false, ln, ln_comp);
     if (K == 768)
-      run("layer_norm bf16 [" + std::to_string(R) + "," + std::to_string(K) + "]", x.to(DType::BF16),
-          w.to(DType::BF16), b.to(DType::BF16), 5e-2, false, ln, ln_comp);
+      run("layer_norm bf16 [" + std::to_string(R) + "," + std::to_string(K) + "]", x.to(DType::BF16), w.to(DType::BF16),
+          b.to(DType::BF16), 5e-2, false, ln, ln_comp);
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 // bench_cuda_optim: the multi-tensor optimizer kernels on the GPU (kiln/optim/adamw.cu through
-// kernels/cuda/multi_tensor.cuh, kernels/cuda/multi_tensor.cu, amp.cu) against a per-parameter loop of kiln tensor ops, on ResNet-18-sized (11.7M parameters
-// in 62 tensors) and GPT-2-124M-sized (124M parameters in 148 tensors) f32 parameter lists:
+// kernels/cuda/multi_tensor.cuh, kernels/cuda/multi_tensor.cu, amp.cu) against a per-parameter loop of kiln tensor ops,
+// on ResNet-18-sized (11.7M parameters in 62 tensors) and GPT-2-124M-sized (124M parameters in 148 tensors) f32
+// parameter lists:
 //   1. one AdamW step: fused (a few launches for all parameters) vs per-parameter ops (~10
 //      kernels per parameter). GB/s counts the fused kernel's minimal traffic, 28 bytes per
 //      element (read param, grad, exp_avg, exp_avg_sq; write param, exp_avg, exp_avg_sq), for both
@@ -57,8 +58,8 @@ void run(const char* name, const std::vector<IntList>& shapes, double copy_gbs) 
   std::printf("\n%s: %zu tensors, %.2fM parameters (f32)\n", name, shapes.size(), numel / 1e6);
   // recorded case names: "<step> <model> (<tensors> tensors, <parameters> f32)", e.g.
   // "AdamW step ResNet-18 (62 tensors, 11689512 f32)"
-  const std::string model = std::string(name) + " (" + std::to_string(shapes.size()) + " tensors, " +
-                            std::to_string(numel) + " f32)";
+  const std::string model =
+      std::string(name) + " (" + std::to_string(shapes.size()) + " tensors, " + std::to_string(numel) + " f32)";
 
   // ---- 1. AdamW step
   optim::AdamW opt(fused_p, optim::AdamWOptions(1e-3).weight_decay(0.1));
@@ -72,9 +73,11 @@ void run(const char* name, const std::vector<IntList>& shapes, double copy_gbs) 
   const double t_fused = gpu::time_ms([&] { opt.step(); });
   const double t_loop = gpu::time_ms([&] { ref.step(); }, 10, 3);
   const double bytes = 28.0 * static_cast<double>(numel);
-  std::printf("  AdamW step      fused %8.3f ms %7.1f GB/s (%5.1f%% of copy) | per-param loop %8.3f ms %7.1f GB/s | speed-up %.2fx (max |diff| %.1e)\n",
-              t_fused, gpu::gbs(bytes, t_fused), 100.0 * gpu::gbs(bytes, t_fused) / copy_gbs, t_loop,
-              gpu::gbs(bytes, t_loop), t_loop / t_fused, err);
+  std::printf(
+      "  AdamW step      fused %8.3f ms %7.1f GB/s (%5.1f%% of copy) | per-param loop %8.3f ms %7.1f GB/s | speed-up "
+      "%.2fx (max |diff| %.1e)\n",
+      t_fused, gpu::gbs(bytes, t_fused), 100.0 * gpu::gbs(bytes, t_fused) / copy_gbs, t_loop, gpu::gbs(bytes, t_loop),
+      t_loop / t_fused, err);
   gpu::record("optim", "AdamW step " + model, "kiln", t_fused, gpu::bytes(bytes));
   gpu::record("optim", "AdamW step " + model, "per-param loop", t_loop, gpu::bytes(bytes));
 
@@ -103,8 +106,10 @@ void run(const char* name, const std::vector<IntList>& shapes, double copy_gbs) 
                     "fused unscale+inf-check vs per-tensor ops", e);
     const double tf = gpu::time_ms(fused), ts = gpu::time_ms(separate, 10, 3);
     const double b = 8.0 * static_cast<double>(numel);
-    std::printf("  unscale+check   fused %8.3f ms %7.1f GB/s (%5.1f%% of copy) | per-tensor ops %8.3f ms %7.1f GB/s | speed-up %.2fx\n",
-                tf, gpu::gbs(b, tf), 100.0 * gpu::gbs(b, tf) / copy_gbs, ts, gpu::gbs(b, ts), ts / tf);
+    std::printf(
+        "  unscale+check   fused %8.3f ms %7.1f GB/s (%5.1f%% of copy) | per-tensor ops %8.3f ms %7.1f GB/s | speed-up "
+        "%.2fx\n",
+        tf, gpu::gbs(b, tf), 100.0 * gpu::gbs(b, tf) / copy_gbs, ts, gpu::gbs(b, ts), ts / tf);
     gpu::record("optim", "unscale+inf check " + model, "kiln", tf, gpu::bytes(b));
     gpu::record("optim", "unscale+inf check " + model, "per-tensor ops", ts, gpu::bytes(b));
   }
@@ -127,8 +132,10 @@ void run(const char* name, const std::vector<IntList>& shapes, double copy_gbs) 
     const double tf = gpu::time_ms([&] { optim::clip_grad_norm(fused_p, max_norm); });
     const double ts = gpu::time_ms([&] { per_tensor(); }, 10, 3);
     const double b = 12.0 * static_cast<double>(numel);
-    std::printf("  clip_grad_norm  fused %8.3f ms %7.1f GB/s (%5.1f%% of copy) | per-tensor ops %8.3f ms %7.1f GB/s | speed-up %.2fx (norm %.6g)\n",
-                tf, gpu::gbs(b, tf), 100.0 * gpu::gbs(b, tf) / copy_gbs, ts, gpu::gbs(b, ts), ts / tf, nf);
+    std::printf(
+        "  clip_grad_norm  fused %8.3f ms %7.1f GB/s (%5.1f%% of copy) | per-tensor ops %8.3f ms %7.1f GB/s | speed-up "
+        "%.2fx (norm %.6g)\n",
+        tf, gpu::gbs(b, tf), 100.0 * gpu::gbs(b, tf) / copy_gbs, ts, gpu::gbs(b, ts), ts / tf, nf);
     gpu::record("optim", "clip_grad_norm " + model, "kiln", tf, gpu::bytes(b));
     gpu::record("optim", "clip_grad_norm " + model, "per-tensor ops", ts, gpu::bytes(b));
   }

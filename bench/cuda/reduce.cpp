@@ -16,10 +16,10 @@
 namespace {
 
 using namespace kiln::bench;  // gpu::, validate
+using gpu::kGpu;
 using kiln::DType;
 using kiln::IntList;
 using kiln::Tensor;
-using gpu::kGpu;
 
 std::string shape_str(const IntList& s) {
   std::string r = "[";
@@ -27,8 +27,8 @@ std::string shape_str(const IntList& s) {
   return r + "]";
 }
 
-void run(const std::string& name, const Tensor& x_cpu, const std::function<Tensor(const Tensor&)>& f,
-         double rtol, double ceiling) {
+void run(const std::string& name, const Tensor& x_cpu, const std::function<Tensor(const Tensor&)>& f, double rtol,
+         double ceiling) {
   const std::string what = name + " " + shape_str(x_cpu.sizes()) + " " + kiln::dtype_name(x_cpu.dtype());
   Tensor x = x_cpu.to(kGpu);
   {
@@ -54,14 +54,21 @@ int main() {
   std::printf("device copy bandwidth (256 MiB, read + write): %.1f GB/s\n", ceiling);
   for (IntList s : {IntList{8192, 8192}, IntList{65536, 1024}, IntList{1024, 65536}, IntList{4194304, 16}}) {
     Tensor x = kiln::randn(s);
-    run("sum all", x, [](const Tensor& t) { return t.sum(); }, 1e-5, ceiling);
-    run("sum over rows (dim -1)", x, [](const Tensor& t) { return t.sum({-1}); }, 1e-5, ceiling);
-    run("sum over columns (dim 0)", x, [](const Tensor& t) { return t.sum({0}); }, 1e-5, ceiling);
+    run(
+        "sum all", x, [](const Tensor& t) { return t.sum(); }, 1e-5, ceiling);
+    run(
+        "sum over rows (dim -1)", x, [](const Tensor& t) { return t.sum({-1}); }, 1e-5, ceiling);
+    run(
+        "sum over columns (dim 0)", x, [](const Tensor& t) { return t.sum({0}); }, 1e-5, ceiling);
   }
   Tensor x = kiln::randn({8192, 8192});
-  run("amax over rows", x, [](const Tensor& t) { return t.amax({-1}); }, 0, ceiling);
-  run("mean over rows", x, [](const Tensor& t) { return t.mean({-1}); }, 1e-5, ceiling);
-  run("sum all", x.to(DType::BF16), [](const Tensor& t) { return t.sum(); }, 1e-2, ceiling);
-  run("sum over columns (dim 0)", x.to(DType::BF16), [](const Tensor& t) { return t.sum({0}); }, 1e-2, ceiling);
+  run(
+      "amax over rows", x, [](const Tensor& t) { return t.amax({-1}); }, 0, ceiling);
+  run(
+      "mean over rows", x, [](const Tensor& t) { return t.mean({-1}); }, 1e-5, ceiling);
+  run(
+      "sum all", x.to(DType::BF16), [](const Tensor& t) { return t.sum(); }, 1e-2, ceiling);
+  run(
+      "sum over columns (dim 0)", x.to(DType::BF16), [](const Tensor& t) { return t.sum({0}); }, 1e-2, ceiling);
   return 0;
 }

@@ -66,17 +66,16 @@ int main() {
 
     const int reps = mib >= 64 ? 5 : 10, inner = mib >= 64 ? 2 : 5;
     const double t_kp = gpu::time_ms([&] { Tensor d = pinned.to(kGpu, true); }, reps, inner);
-    const double t_rp = gpu::time_ms([&] {
-      gpu::check(cudaMemcpyAsync(raw_dev, raw_pinned, bytes, cudaMemcpyHostToDevice, s), "copy");
-    }, reps, inner);
+    const double t_rp = gpu::time_ms(
+        [&] { gpu::check(cudaMemcpyAsync(raw_dev, raw_pinned, bytes, cudaMemcpyHostToDevice, s), "copy"); }, reps,
+        inner);
     const double t_kg = gpu::time_ms([&] { Tensor d = pageable.to(kGpu, true); }, reps, inner);
-    const double t_rg = gpu::time_ms([&] {
-      gpu::check(cudaMemcpy(raw_dev, raw_pageable.data(), bytes, cudaMemcpyHostToDevice), "copy");
-    }, reps, inner);
+    const double t_rg = gpu::time_ms(
+        [&] { gpu::check(cudaMemcpy(raw_dev, raw_pageable.data(), bytes, cudaMemcpyHostToDevice), "copy"); }, reps,
+        inner);
     const double b = static_cast<double>(bytes);
-    std::printf("%8zu | %7.1f GB/s %7.1f GB/s %5.2fx | %8.1f GB/s %7.1f GB/s %5.2fx | %5.2fx\n", mib,
-                gpu::gbs(b, t_kp), gpu::gbs(b, t_rp), t_rp / t_kp, gpu::gbs(b, t_kg), gpu::gbs(b, t_rg),
-                t_rg / t_kg, t_kg / t_kp);
+    std::printf("%8zu | %7.1f GB/s %7.1f GB/s %5.2fx | %8.1f GB/s %7.1f GB/s %5.2fx | %5.2fx\n", mib, gpu::gbs(b, t_kp),
+                gpu::gbs(b, t_rp), t_rp / t_kp, gpu::gbs(b, t_kg), gpu::gbs(b, t_rg), t_rg / t_kg, t_kg / t_kp);
     // recorded as "host->device pinned 16 MiB" (kiln vs cudaMemcpyAsync from cudaHostAlloc memory)
     // and "host->device pageable 16 MiB" (kiln vs cudaMemcpy from malloc'd memory)
     const std::string sz = " " + std::to_string(mib) + " MiB";

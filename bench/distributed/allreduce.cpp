@@ -119,11 +119,12 @@ int rank_main(int rounds, double max_mb) {
   const double sum_ranks = world * (world + 1) / 2.0;
   std::vector<size_t> sizes = {4, 64, 512, 4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
   if (rank == 0) {
-    std::printf("all_reduce f32 Sum, gloo, %d ranks on loopback, %d alternating rounds "
-                "(median [min-max] of the per-round means)\n",
-                world, rounds);
-    std::printf("%8s %24s %24s %20s %20s %14s\n", "size", "kiln us", "raw ring us",
-                "kiln busbw GB/s", "raw busbw GB/s", "kiln/raw");
+    std::printf(
+        "all_reduce f32 Sum, gloo, %d ranks on loopback, %d alternating rounds "
+        "(median [min-max] of the per-round means)\n",
+        world, rounds);
+    std::printf("%8s %24s %24s %20s %20s %14s\n", "size", "kiln us", "raw ring us", "kiln busbw GB/s", "raw busbw GB/s",
+                "kiln/raw");
   }
   for (size_t bytes : sizes) {
     if (bytes > max_mb * (1 << 20)) break;
@@ -144,8 +145,8 @@ int rank_main(int rounds, double max_mb) {
       for (int64_t i = 0; i < n; ++i) {
         double want = growth * (1 + i % 13);
         if (std::fabs(x[i] - want) > 1e-4 * want) {
-          std::fprintf(stderr, "VALIDATION FAILED: all_reduce of %zu bytes, element %lld = %g, want %g\n",
-                       bytes, (long long)i, double(x[i]), want);
+          std::fprintf(stderr, "VALIDATION FAILED: all_reduce of %zu bytes, element %lld = %g, want %g\n", bytes,
+                       (long long)i, double(x[i]), want);
           return 1;
         }
       }
@@ -174,8 +175,7 @@ int rank_main(int rounds, double max_mb) {
       std::snprintf(c3, 64, "%.3f [%.3f-%.3f]", bw(k.median), bw(k.hi), bw(k.lo));
       std::snprintf(c4, 64, "%.3f [%.3f-%.3f]", bw(r.median), bw(r.hi), bw(r.lo));
       std::snprintf(c5, 64, "%.2f [%.2f-%.2f]", q.median, q.lo, q.hi);
-      std::printf("%8s %24s %24s %20s %20s %14s\n", human_bytes(double(bytes)).c_str(), c1, c2,
-                  c3, c4, c5);
+      std::printf("%8s %24s %24s %20s %20s %14s\n", human_bytes(double(bytes)).c_str(), c1, c2, c3, c4, c5);
       std::fflush(stdout);
     }
   }

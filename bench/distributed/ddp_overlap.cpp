@@ -40,8 +40,7 @@ struct Config {
 // (rank + 1) * (index + 1) everywhere, so the DDP average is known: (N + 1) / 2 * (index + 1).
 class SleepLayer : public kiln::nn::Module {
  public:
-  SleepLayer(int64_t params, int index, int rank, double sleep_ms)
-      : index_(index), rank_(rank), sleep_ms_(sleep_ms) {
+  SleepLayer(int64_t params, int index, int rank, double sleep_ms) : index_(index), rank_(rank), sleep_ms_(sleep_ms) {
     w_ = register_parameter("w", kiln::zeros({params}));
   }
   Tensor forward(const Tensor& x) override {
@@ -56,9 +55,9 @@ class SleepLayer : public kiln::nn::Module {
       const double ms = sleep_ms_;
       kiln::autograd::record_function("SleepBackward", {&x, &w_}, {&y},
                                       [n, value, ms](const kiln::autograd::TensorList& g) {
-        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
-        return kiln::autograd::TensorList{g[0], kiln::full({n}, value)};
-      });
+                                        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+                                        return kiln::autograd::TensorList{g[0], kiln::full({n}, value)};
+                                      });
     }
     return y;
   }
@@ -75,8 +74,8 @@ class SleepNet : public kiln::nn::Module {
  public:
   SleepNet(const Config& c, int rank) {
     for (int k = 0; k < c.layers; ++k) {
-      layers_.push_back(register_module("l" + std::to_string(k),
-                                        std::make_shared<SleepLayer>(c.params, k, rank, c.sleep_ms)));
+      layers_.push_back(
+          register_module("l" + std::to_string(k), std::make_shared<SleepLayer>(c.params, k, rank, c.sleep_ms)));
     }
   }
   Tensor forward(const Tensor& x) override {
@@ -94,11 +93,10 @@ int rank_main(const Config& c) {
   const int rank = dist::rank(), world = dist::world_size();
   auto plain = std::make_shared<SleepNet>(c, rank);
   auto net = std::make_shared<SleepNet>(c, rank);
-  dist::DistributedDataParallel ddp(
-      net, dist::DistributedDataParallelOptions()
-               .bucket_cap_mb(c.bucket_mb)
-               .first_bucket_mb(c.bucket_mb)
-               .gradient_as_bucket_view(c.bucket_view));
+  dist::DistributedDataParallel ddp(net, dist::DistributedDataParallelOptions()
+                                             .bucket_cap_mb(c.bucket_mb)
+                                             .first_bucket_mb(c.bucket_mb)
+                                             .gradient_as_bucket_view(c.bucket_view));
   const Tensor x = kiln::ones({1});
 
   auto time_iters = [&](const std::function<void()>& fn) {
@@ -134,8 +132,8 @@ int rank_main(const Config& c) {
       const double want = (world + 1) / 2.0 * (l->index() + 1);
       double err = kiln::abs(l->weight().grad() - want).max().item<double>();
       if (!(err <= 1e-5 * want)) {
-        std::fprintf(stderr, "VALIDATION FAILED: DDP gradient of layer %d off by %g (want %g)\n",
-                     l->index(), err, want);
+        std::fprintf(stderr, "VALIDATION FAILED: DDP gradient of layer %d off by %g (want %g)\n", l->index(), err,
+                     want);
         return 1;
       }
     }
@@ -172,16 +170,17 @@ int main(int argc, char** argv) {
   }
   if (is_rank_process()) return rank_main(c);
 
-  std::vector<std::string> args = {"--layers", std::to_string(c.layers), "--params",
-                                   std::to_string(c.params), "--sleep-ms", std::to_string(c.sleep_ms),
-                                   "--bucket-mb", std::to_string(c.bucket_mb), "--bucket-view",
-                                   c.bucket_view ? "1" : "0", "--iters",
-                                   std::to_string(c.iters), "--inner", std::to_string(c.inner)};
-  std::printf("DDP overlap: %d layers x %lld f32 parameters (%.1f MB of gradients), backward "
-              "sleeps %.1f ms per layer, %.1f MB buckets; %d rounds over N in rotating order, "
-              "%d inner a/b/c rounds each, median of %d iterations per value\n",
-              c.layers, (long long)c.params, c.layers * c.params * 4.0 / (1 << 20), c.sleep_ms,
-              c.bucket_mb, rounds, c.inner, c.iters);
+  std::vector<std::string> args = {
+      "--layers",      std::to_string(c.layers),   "--params",    std::to_string(c.params),
+      "--sleep-ms",    std::to_string(c.sleep_ms), "--bucket-mb", std::to_string(c.bucket_mb),
+      "--bucket-view", c.bucket_view ? "1" : "0",  "--iters",     std::to_string(c.iters),
+      "--inner",       std::to_string(c.inner)};
+  std::printf(
+      "DDP overlap: %d layers x %lld f32 parameters (%.1f MB of gradients), backward "
+      "sleeps %.1f ms per layer, %.1f MB buckets; %d rounds over N in rotating order, "
+      "%d inner a/b/c rounds each, median of %d iterations per value\n",
+      c.layers, (long long)c.params, c.layers * c.params * 4.0 / (1 << 20), c.sleep_ms, c.bucket_mb, rounds, c.inner,
+      c.iters);
   if (c.bucket_view) std::printf("gradient_as_bucket_view on\n");
   std::map<int, std::vector<double>> ta, tb, tc, hidden;
   for (int round = 0; round < rounds; ++round) {
@@ -205,8 +204,8 @@ int main(int argc, char** argv) {
     std::snprintf(buf, sizeof buf, fmt, s.median * scale, s.lo * scale, s.hi * scale);
     return std::string(buf);
   };
-  std::printf("%3s %22s %22s %22s %22s\n", "N", "(a) backward ms", "(b) all-reduce ms",
-              "(c) DDP ms", "hidden 1-(c-a)/b");
+  std::printf("%3s %22s %22s %22s %22s\n", "N", "(a) backward ms", "(b) all-reduce ms", "(c) DDP ms",
+              "hidden 1-(c-a)/b");
   for (int n : ranks) {
     std::printf("%3d %22s %22s %22s %22s\n", n, show(ta[n], 1e3, "%.1f [%.1f-%.1f]").c_str(),
                 show(tb[n], 1e3, "%.1f [%.1f-%.1f]").c_str(), show(tc[n], 1e3, "%.1f [%.1f-%.1f]").c_str(),

@@ -11,9 +11,16 @@ using kiln::Tensor;
 namespace {
 nlohmann::json identity(const Options& o) {
   // batch_size is this rank's share: with the world size it names the global batch.
-  return {{"model", o.model}, {"optimizer", o.optimizer}, {"batch_size", o.batch_size}, {"schedule", o.schedule},
-          {"epochs", o.epochs}, {"grad_accum", o.grad_accum}, {"ema", o.ema}, {"channels_last", o.channels_last},
-          {"world_size", o.world_size}, {"zero", o.zero}};
+  return {{"model", o.model},
+          {"optimizer", o.optimizer},
+          {"batch_size", o.batch_size},
+          {"schedule", o.schedule},
+          {"epochs", o.epochs},
+          {"grad_accum", o.grad_accum},
+          {"ema", o.ema},
+          {"channels_last", o.channels_last},
+          {"world_size", o.world_size},
+          {"zero", o.zero}};
 }
 
 }  // namespace
@@ -26,9 +33,13 @@ void save_checkpoint(const std::string& path, const Options& o, kiln::nn::Module
   if (ema)
     for (auto& [k, v] : ema->state_dict()) d.insert(k, v);
   auto& gen = kiln::default_generator(kiln::Device::cpu());
-  nlohmann::json meta = {{"epoch", pos.epoch}, {"batch_in_epoch", pos.batch_in_epoch}, {"step", pos.step},
-                         {"train_seconds", pos.train_seconds}, {"samples", pos.samples},
-                         {"rng_seed", std::to_string(gen.seed())}, {"rng_offset", std::to_string(gen.offset())},
+  nlohmann::json meta = {{"epoch", pos.epoch},
+                         {"batch_in_epoch", pos.batch_in_epoch},
+                         {"step", pos.step},
+                         {"train_seconds", pos.train_seconds},
+                         {"samples", pos.samples},
+                         {"rng_seed", std::to_string(gen.seed())},
+                         {"rng_offset", std::to_string(gen.offset())},
                          {"identity", identity(o)}};
   if (sched) {
     auto s = sched->state_dict();
@@ -53,8 +64,8 @@ Position load_checkpoint(const std::string& path, const Options& o, kiln::nn::Mo
   std::string diffs;
   for (auto& [k, v] : want.items()) {
     if (have.contains(k) && have[k] == v) continue;
-    diffs += (diffs.empty() ? "" : ", ") + k + "=" + have.value(k, nlohmann::json("?")).dump() + " (this run: " +
-             v.dump() + ")";
+    diffs += (diffs.empty() ? "" : ", ") + k + "=" + have.value(k, nlohmann::json("?")).dump() +
+             " (this run: " + v.dump() + ")";
   }
   KILN_CHECK(diffs.empty(), "--resume: '", path, "' was written with other settings: ", diffs,
              "; resume with the same settings");
@@ -97,6 +108,5 @@ std::string rank_path(const Options& o, const std::string& path) {
   const bool has_ext = path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
   return (has_ext ? path.substr(0, path.size() - ext.size()) : path) + ".rank" + std::to_string(o.rank) + ext;
 }
-
 
 }  // namespace kiln_train

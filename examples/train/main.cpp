@@ -51,9 +51,10 @@ int find_lr(const Options& o, kiln_train::Task& task) {
   s.log_x = true;
   kiln::utils::write_line_plot_png(o.out + "/lr_find.png", "LR range test", {s},
                                    kiln::utils::PlotOptions().x_label("learning rate"));
-  std::printf("LR range test: %zu steps from %.1e%s; steepest descent at lr = %.3g (try it as --lr, or up to ~10x "
-              "it as the max LR of --schedule onecycle)\n",
-              r.lrs.size(), r.lrs.front(), r.diverged ? ", stopped at divergence" : "", r.suggested_lr);
+  std::printf(
+      "LR range test: %zu steps from %.1e%s; steepest descent at lr = %.3g (try it as --lr, or up to ~10x "
+      "it as the max LR of --schedule onecycle)\n",
+      r.lrs.size(), r.lrs.front(), r.diverged ? ", stopped at divergence" : "", r.suggested_lr);
   std::printf("wrote %s/lr_find.csv and %s/lr_find.png\n", o.out.c_str(), o.out.c_str());
   std::printf("%s\n", nlohmann::json{{"model", o.model}, {"suggested_lr", r.suggested_lr}}.dump().c_str());
   return 0;

@@ -32,7 +32,8 @@ Options parse(int argc, char** argv) {
   app.add_flag("--cudnn-benchmark,!--no-cudnn-benchmark", o.cudnn_benchmark,
                "autotune convolution algorithms once per shape (CUDA; on by default)");
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
-  app.add_option("--clip-grad", o.clip_grad, "clip the global gradient norm to this (0: off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--clip-grad", o.clip_grad, "clip the global gradient norm to this (0: off)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--checkpoint-activations", o.checkpoint_activations, "recompute activations in backward");
   app.add_flag("--fuse,!--no-fuse", o.fuse, "run fusable layer chains as fused modules (nn::fuse; on by default)");
   app.add_option("--ema", o.ema, "evaluate an exponential moving average of the weights with this decay (0: off)")
@@ -45,18 +46,22 @@ Options parse(int argc, char** argv) {
   app.add_option("--out", o.out, "output folder: metrics.csv, TensorBoard events, plot.png, model, checkpoints");
   app.add_option("--resume", o.resume, "continue from a checkpoint.safetensors written by kiln-train");
   app.add_flag("--find-lr", o.find_lr, "run the LR range test, print and plot the suggestion, and exit");
-  app.add_flag("--auto-lr", o.auto_lr, "run the LR range test first (on a throwaway model, built alike) and "
+  app.add_flag("--auto-lr", o.auto_lr,
+               "run the LR range test first (on a throwaway model, built alike) and "
                "train at its suggested LR, the max LR of onecycle/cyclic; its time is in the JSON summary");
   app.add_option("--log-every", o.log_every, "optimizer steps between logged metrics")->check(CLI::PositiveNumber);
-  app.add_option("--eval-every", o.eval_every, "also evaluate the test accuracy every N optimizer steps "
+  app.add_option("--eval-every", o.eval_every,
+                 "also evaluate the test accuracy every N optimizer steps "
                  "(0: after each epoch only); evaluation time is not training time")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--normalize-inputs", o.normalize_inputs,
                  "vision models: normalise the pixels with Fashion-MNIST's mean and std, true/false "
                  "(false: [0, 1] pixels)");
-  app.add_flag("--sync-every-step", o.sync_every_step, "read the loss on the host (item()) after every step, "
+  app.add_flag("--sync-every-step", o.sync_every_step,
+               "read the loss on the host (item()) after every step, "
                "as a naive loop does, instead of every --log-every steps: a host-device sync per step on a GPU");
-  app.add_option("--sync-debug", o.sync_debug, "CUDA: off, warn (print each implicit host-device sync's call "
+  app.add_option("--sync-debug", o.sync_debug,
+                 "CUDA: off, warn (print each implicit host-device sync's call "
                  "site once and count them all in the JSON summary) or error (stop at the first)")
       ->check(CLI::IsMember({"off", "warn", "error"}));
   app.add_option("--profile", o.profile,
@@ -64,11 +69,14 @@ Options parse(int argc, char** argv) {
                  "OUT/profile.txt, the top ops by self time (docs/profiling.md)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", o.threads, "CPU threads for the kernels (0: all cores)")->check(CLI::NonNegativeNumber);
-  app.add_option("--dist-timeout", o.dist_timeout, "under a launcher: seconds a collective or the rendezvous "
-                 "may take before it is an error")->check(CLI::PositiveNumber);
+  app.add_option("--dist-timeout", o.dist_timeout,
+                 "under a launcher: seconds a collective or the rendezvous "
+                 "may take before it is an error")
+      ->check(CLI::PositiveNumber);
   app.add_option("--ddp-bucket-mb", o.ddp_bucket_mb, "under a launcher: DDP's gradient bucket size in MiB")
       ->check(CLI::PositiveNumber);
-  app.add_flag("--zero", o.zero, "under a launcher: ZeRO-1, the optimizer state sharded across ranks "
+  app.add_flag("--zero", o.zero,
+               "under a launcher: ZeRO-1, the optimizer state sharded across ranks "
                "(adamw, adam or sgd)");
   app.add_option("--flush-denormal", o.flush_denormal,
                  "CPU: flush denormal floats to zero, true/false (kiln::set_flush_denormal)");

@@ -23,7 +23,8 @@ bool init_parallel(Options& o) {
   KILN_CHECK(o.batch_size % env.world_size == 0, "--batch-size ", o.batch_size, " is the global batch; it must ",
              "divide among the ", env.world_size, " ranks");
   KILN_CHECK(!o.cuda_graphs, "--cuda-graphs captures one process's step; under a launcher (", env.world_size,
-             env.world_size == 1 ? " rank" : " ranks", ") the gradient all-reduces run inside backward, which a "
+             env.world_size == 1 ? " rank" : " ranks",
+             ") the gradient all-reduces run inside backward, which a "
              "graph cannot replay yet");
   KILN_CHECK(!o.find_lr, "--find-lr runs on one process; start it without a launcher");
   o.distributed = true;
@@ -38,9 +39,10 @@ bool init_parallel(Options& o) {
     o.cuda_device = env.local_rank % gpus;
     kiln::cuda::set_device(o.cuda_device);
     if (env.local_world_size > gpus && env.rank == 0)
-      std::printf("kiln-train: %d ranks per node share %d GPU%s: their gradients are all-reduced over gloo "
-                  "through pinned host memory (slower than NCCL; docs/distributed.md)\n",
-                  env.local_world_size, gpus, gpus == 1 ? "" : "s");
+      std::printf(
+          "kiln-train: %d ranks per node share %d GPU%s: their gradients are all-reduced over gloo "
+          "through pinned host memory (slower than NCCL; docs/distributed.md)\n",
+          env.local_world_size, gpus, gpus == 1 ? "" : "s");
   }
   o.batch_size /= env.world_size;
   dist::init_process_group("auto", std::chrono::milliseconds(static_cast<int64_t>(o.dist_timeout * 1000)));

@@ -32,8 +32,7 @@ class StepGraph {
       // every replay writes them at the same addresses (so nothing may zero_grad() afterwards).
       opt_.zero_grad();
       graph_.capture([&] { loss_ = step_fn(static_); });
-      std::printf("cuda graph: captured the training step (%lld nodes)\n",
-                  static_cast<long long>(graph_.num_nodes()));
+      std::printf("cuda graph: captured the training step (%lld nodes)\n", static_cast<long long>(graph_.num_nodes()));
     } else {
       copy_in(batch);
     }

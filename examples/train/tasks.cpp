@@ -27,7 +27,8 @@ std::string dataset_root(const Options& o) {
 // uint8 pixels to floats in [0, 1], then (--normalize-inputs, the default) standardised.
 data::Compose vision_transform(const Options& o) {
   data::Compose t{data::ToFloat()};
-  if (o.normalize_inputs) t.add(std::make_shared<data::Normalize>(std::vector<double>{kMean}, std::vector<double>{kStd}));
+  if (o.normalize_inputs)
+    t.add(std::make_shared<data::Normalize>(std::vector<double>{kMean}, std::vector<double>{kStd}));
   if (o.channels_last) t.add(std::make_shared<data::ChannelsLast>());
   return t;
 }
@@ -88,8 +89,11 @@ class VisionTask : public Task {
   double evaluate() override {
     kiln::NoGradGuard no_grad;  // docs/guide.md, speed-up 16: no graph, no saved activations
     model_->eval();
-    data::DataLoader test_loader(test_, data::LoaderOptions().batch_size(256).workers(o_.workers)
-                                            .pin_memory(o_.pin_memory).device(device_of(o_))
+    data::DataLoader test_loader(test_, data::LoaderOptions()
+                                            .batch_size(256)
+                                            .workers(o_.workers)
+                                            .pin_memory(o_.pin_memory)
+                                            .device(device_of(o_))
                                             .transform(vision_transform(o_)));
     int64_t correct = 0, total = 0;
     for (auto& b : test_loader) {
@@ -170,7 +174,8 @@ class TextTask : public Task {
   Tensor logits(const Tensor& idx) {
     if (!o_.checkpoint_activations) return gpt_(idx);
     const int64_t T = idx.size(1);
-    Tensor pos = kiln::arange(static_cast<double>(T), kiln::TensorOptions().dtype(kiln::DType::I64).device(idx.device()));
+    Tensor pos =
+        kiln::arange(static_cast<double>(T), kiln::TensorOptions().dtype(kiln::DType::I64).device(idx.device()));
     Tensor x = gpt_.wte(idx) + gpt_.wpe(pos);
     for (const auto& blk : gpt_.h)
       x = kiln::checkpoint([b = blk.get()](const std::vector<Tensor>& in) { return b->forward(in[0]); }, {x});
@@ -219,12 +224,17 @@ class TextTask : public Task {
 }  // namespace
 
 data::LoaderOptions train_loader_options(const Options& o, int64_t n) {
-  auto opts = data::LoaderOptions().batch_size(o.batch_size).drop_last(true).workers(o.workers)
-                  .pin_memory(o.pin_memory).device(device_of(o)).seed(o.seed);
+  auto opts = data::LoaderOptions()
+                  .batch_size(o.batch_size)
+                  .drop_last(true)
+                  .workers(o.workers)
+                  .pin_memory(o.pin_memory)
+                  .device(device_of(o))
+                  .seed(o.seed);
   if (o.world_size > 1) {
     // The same permutation on every rank (same seed and epoch), each rank its own slice.
-    return opts.sampler(std::make_shared<data::DistributedSampler>(n, o.rank, o.world_size, /*shuffle=*/true,
-                                                                   o.seed, /*drop_last=*/true));
+    return opts.sampler(std::make_shared<data::DistributedSampler>(n, o.rank, o.world_size, /*shuffle=*/true, o.seed,
+                                                                   /*drop_last=*/true));
   }
   return opts.shuffle(true);
 }

@@ -53,8 +53,10 @@ std::unique_ptr<optim::LRScheduler> make_schedule(const Options& o, optim::Optim
     return std::make_unique<optim::OneCycleLR>(opt, lr, total_steps,
                                                optim::OneCycleLROptions().cycle_momentum(!o.cuda_graphs));
   if (o.schedule == "cyclic")
-    return std::make_unique<optim::CyclicLR>(opt, lr / 10, lr, optim::CyclicLROptions().step_size_up(std::max<int64_t>(1, total_steps / 4)));
-  if (o.schedule == "cosine") return std::make_unique<optim::WarmupCosineLR>(opt, std::max<int64_t>(1, total_steps / 20), total_steps);
+    return std::make_unique<optim::CyclicLR>(
+        opt, lr / 10, lr, optim::CyclicLROptions().step_size_up(std::max<int64_t>(1, total_steps / 4)));
+  if (o.schedule == "cosine")
+    return std::make_unique<optim::WarmupCosineLR>(opt, std::max<int64_t>(1, total_steps / 20), total_steps);
   return nullptr;  // constant
 }
 
@@ -63,11 +65,14 @@ std::unique_ptr<optim::LRScheduler> make_schedule(const Options& o, optim::Optim
 std::unique_ptr<optim::Optimizer> make_optimizer(const Options& o, const std::vector<Tensor>& params) {
   const double lr = default_lr(o);
   auto wd = [&](double d) { return o.weight_decay >= 0 ? o.weight_decay : d; };
-  if (o.optimizer == "adamw") return std::make_unique<optim::AdamW>(params, optim::AdamWOptions(lr).weight_decay(wd(5e-4)));
+  if (o.optimizer == "adamw")
+    return std::make_unique<optim::AdamW>(params, optim::AdamWOptions(lr).weight_decay(wd(5e-4)));
   if (o.optimizer == "adam") return std::make_unique<optim::Adam>(params, optim::AdamOptions(lr).weight_decay(wd(0)));
   if (o.optimizer == "sgd")
-    return std::make_unique<optim::SGD>(params, optim::SGDOptions(lr).momentum(0.9).nesterov(true).weight_decay(wd(5e-4)));
-  if (o.optimizer == "lamb") return std::make_unique<optim::LAMB>(params, optim::LAMBOptions(lr).weight_decay(wd(0.01)));
+    return std::make_unique<optim::SGD>(params,
+                                        optim::SGDOptions(lr).momentum(0.9).nesterov(true).weight_decay(wd(5e-4)));
+  if (o.optimizer == "lamb")
+    return std::make_unique<optim::LAMB>(params, optim::LAMBOptions(lr).weight_decay(wd(0.01)));
   return std::make_unique<optim::LARS>(params, optim::LARSOptions(lr).weight_decay(wd(5e-4)));
 }
 
@@ -79,7 +84,8 @@ std::string speedups_summary(const Options& o) {
   add(o.workers > 0, "loader workers (--workers " + std::to_string(o.workers) + ")");
   add(o.pin_memory && kiln::cuda::is_available(), "pinned memory (--pin-memory; page-locked only with a GPU)");
   add(o.amp != "off", "mixed precision (--amp " + o.amp + ")");
-  add(o.optimizer == "adamw" || o.optimizer == "lamb" || o.optimizer == "lars", "AdamW/LAMB/LARS, fused multi-tensor step (--optimizer " + o.optimizer + ")");
+  add(o.optimizer == "adamw" || o.optimizer == "lamb" || o.optimizer == "lars",
+      "AdamW/LAMB/LARS, fused multi-tensor step (--optimizer " + o.optimizer + ")");
   add(o.grad_accum > 1, "gradient accumulation (--grad-accum " + std::to_string(o.grad_accum) + ")");
   add(o.clip_grad > 0, "gradient clipping (--clip-grad)");
   add(o.checkpoint_activations, "activation checkpointing (--checkpoint-activations)");
@@ -96,8 +102,9 @@ std::string speedups_summary(const Options& o) {
   add(o.flush_denormal && kiln::flush_denormal(), "denormals flushed to zero on the CPU (--flush-denormal)");
   add(kiln::cpu_isa() != kiln::CpuIsa::baseline,
       std::string("CPU kernels for this processor: ") + kiln::cpu_isa_summary() + " (KILN_CPU_ISA)");
-  add(o.distributed, "data parallel over " + std::to_string(o.world_size) + (o.world_size == 1 ? " rank: " : " ranks: ") +
-                            (o.zero ? "ZeRO-1 (--zero)" : "DDP, bucketed all-reduce overlapping backward"));
+  add(o.distributed, "data parallel over " + std::to_string(o.world_size) +
+                         (o.world_size == 1 ? " rank: " : " ranks: ") +
+                         (o.zero ? "ZeRO-1 (--zero)" : "DDP, bucketed all-reduce overlapping backward"));
   return s;
 }
 
@@ -117,8 +124,8 @@ void StepProfile::after_step(int64_t step, bool main_rank) {
     const std::string table = prof_->table(30);
     std::ofstream(o_.out + "/profile.txt") << table;
     std::printf("\nprofile of steps %lld-%lld:\n%s(wrote %s/trace.json and %s/profile.txt)\n",
-                static_cast<long long>(kProfileWarmup + 1), static_cast<long long>(step), table.c_str(),
-                o_.out.c_str(), o_.out.c_str());
+                static_cast<long long>(kProfileWarmup + 1), static_cast<long long>(step), table.c_str(), o_.out.c_str(),
+                o_.out.c_str());
   }
   prof_.reset();
 }
@@ -137,8 +144,8 @@ void StepTally::start() {
 
 void StepTally::stop() {
   syncs_ += kiln::cuda::sync_count() - mark_;
-  const size_t peak = cuda_ ? kiln::cuda::memory_stats(device_).peak_allocated_bytes
-                            : kiln::cpu_memory_stats().peak_allocated_bytes;
+  const size_t peak =
+      cuda_ ? kiln::cuda::memory_stats(device_).peak_allocated_bytes : kiln::cpu_memory_stats().peak_allocated_bytes;
   peak_ = std::max(peak_, static_cast<int64_t>(peak));
 }
 
@@ -149,8 +156,13 @@ int64_t StepTally::reserved_peak() const {
 // ---------------------------------------------------------------- setup
 
 Trainer::Trainer(Options o, std::unique_ptr<Task> task)
-    : o_(std::move(o)), main_rank_(o_.rank == 0), tty_(kiln::utils::stdout_is_tty()), cuda_(o_.device == "cuda"),
-      task_(std::move(task)), profile_(o_), steps_(cuda_, o_.cuda_device) {
+    : o_(std::move(o)),
+      main_rank_(o_.rank == 0),
+      tty_(kiln::utils::stdout_is_tty()),
+      cuda_(o_.device == "cuda"),
+      task_(std::move(task)),
+      profile_(o_),
+      steps_(cuda_, o_.cuda_device) {
   // --sync-debug (docs/guide.md, speed-up 7): on from here, so the setup's uploads are not reported
   if (o_.sync_debug != "off")
     kiln::cuda::set_sync_debug_mode(o_.sync_debug == "error" ? kiln::cuda::SyncDebugMode::Error
@@ -212,9 +224,10 @@ void Trainer::open_logs() {
   fs::create_directories(o_.out);
   if (!main_rank_) return;
   const bool appending = !o_.resume.empty();
-  csv_.emplace(o_.out + "/metrics.csv",
-               std::vector<std::string>{"step", "epoch", "loss", "lr", "grad_norm", "samples_per_second", "test_accuracy"},
-               appending);
+  csv_.emplace(
+      o_.out + "/metrics.csv",
+      std::vector<std::string>{"step", "epoch", "loss", "lr", "grad_norm", "samples_per_second", "test_accuracy"},
+      appending);
   tb_.emplace(o_.out);
 }
 
@@ -393,7 +406,10 @@ std::optional<int> Trainer::log_point(const Tensor& loss, int64_t epoch, kiln::u
     std::fprintf(stderr,
                  "kiln-train: the %s is %s at step %lld (epoch %lld; checked every --log-every %lld steps); "
                  "stopping before the optimizer turns the weights into NaN. Lower --lr, or check the data\n",
-                 loss_bad ? "loss" : "gradient norm", std::isnan(bad) ? "nan" : bad > 0 ? "inf" : "-inf",
+                 loss_bad ? "loss" : "gradient norm",
+                 std::isnan(bad) ? "nan"
+                 : bad > 0       ? "inf"
+                                 : "-inf",
                  static_cast<long long>(pos_.step), static_cast<long long>(epoch + 1),
                  static_cast<long long>(o_.log_every));
     return 3;
@@ -401,8 +417,8 @@ std::optional<int> Trainer::log_point(const Tensor& loss, int64_t epoch, kiln::u
   if (csv_)
     csv_->write_row({pos_.step, epoch + 1, last_loss_, lr, gn >= 0 ? kiln::utils::CsvCell(gn) : kiln::utils::CsvCell(),
                      sps_ * o_.world_size, kiln::utils::CsvCell()});
-  std::vector<std::pair<std::string, double>> scalars = {{"train/loss", last_loss_}, {"train/lr", lr},
-                                                         {"train/samples_per_second", sps_ * o_.world_size}};
+  std::vector<std::pair<std::string, double>> scalars = {
+      {"train/loss", last_loss_}, {"train/lr", lr}, {"train/samples_per_second", sps_ * o_.world_size}};
   if (gn >= 0) scalars.push_back({"train/grad_norm", gn});
   if (scaler_->is_enabled()) scalars.push_back({"train/loss_scale", scaler_->get_scale()});
   if (tb_) tb_->add_scalars(scalars, pos_.step);
@@ -427,12 +443,11 @@ std::optional<int> Trainer::stop_if_signalled(int64_t epoch, int64_t batch, bool
   pos_.epoch = epoch;
   pos_.batch_in_epoch = batch;
   pos_.train_seconds += now_seconds() - epoch_start - eval_seconds_;
-  if (writes_checkpoints_)
-    save_checkpoint(ckpt_path_, o_, task_->model(), *opt_ref_, sched_.get(), ema_.get(), pos_);
+  if (writes_checkpoints_) save_checkpoint(ckpt_path_, o_, task_->model(), *opt_ref_, sched_.get(), ema_.get(), pos_);
   progress.finish();
   if (main_rank_)
-    std::printf("interrupted (%s): wrote %s; continue with --resume %s\n", stop_signal == SIGTERM ? "SIGTERM" : "SIGINT",
-                ckpt_path_.c_str(), ckpt_path_.c_str());
+    std::printf("interrupted (%s): wrote %s; continue with --resume %s\n",
+                stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", ckpt_path_.c_str(), ckpt_path_.c_str());
   finish_parallel(o_);
   return 128 + stop_signal;
 }
@@ -450,8 +465,9 @@ void Trainer::end_epoch(int64_t epoch) {
   if (!main_rank_) return;
   evaluate_and_log(epoch);
   const auto& st = task_->train_loader().stats();
-  std::printf("epoch %lld: test accuracy %.2f%%%s, loader wait %.1f%% of the epoch\n", static_cast<long long>(epoch + 1),
-              100 * test_acc_, ema_ ? " (EMA weights)" : "", 100 * st.wait_fraction());
+  std::printf("epoch %lld: test accuracy %.2f%%%s, loader wait %.1f%% of the epoch\n",
+              static_cast<long long>(epoch + 1), 100 * test_acc_, ema_ ? " (EMA weights)" : "",
+              100 * st.wait_fraction());
   tb_->flush();
 }
 
@@ -516,11 +532,15 @@ int Trainer::finish() {
   // is rank 0's times the world size.
   const double sps_total =
       pos_.train_seconds > 0 ? static_cast<double>(pos_.samples) * o_.world_size / pos_.train_seconds : 0;
-  nlohmann::ordered_json summary = {
-      {"model", o_.model}, {"device", o_.device}, {"epochs", o_.epochs}, {"train_seconds", pos_.train_seconds},
-      {"samples_per_second", sps_total}, {"cpu_isa", kiln::cpu_isa_name(kiln::cpu_isa())},
-      {"test_accuracy", test_acc_}, {"world_size", o_.world_size},
-      {"peak_memory_bytes", cuda_ ? steps_.reserved_peak() : peak_rss_bytes()}};
+  nlohmann::ordered_json summary = {{"model", o_.model},
+                                    {"device", o_.device},
+                                    {"epochs", o_.epochs},
+                                    {"train_seconds", pos_.train_seconds},
+                                    {"samples_per_second", sps_total},
+                                    {"cpu_isa", kiln::cpu_isa_name(kiln::cpu_isa())},
+                                    {"test_accuracy", test_acc_},
+                                    {"world_size", o_.world_size},
+                                    {"peak_memory_bytes", cuda_ ? steps_.reserved_peak() : peak_rss_bytes()}};
   if (cuda_) summary["peak_host_memory_bytes"] = peak_rss_bytes();
   add_step_facts(summary);
   finish_parallel(o_);

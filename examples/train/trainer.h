@@ -124,7 +124,7 @@ class Trainer {
   int64_t micro_ = 0, window_samples_ = 0;
   double window_start_ = 0, last_loss_ = 0, sps_ = 0;
   double eval_seconds_ = 0;  // --eval-every: evaluation time inside the epoch, not training time
-  bool measured_ = false;  // a loss and a rate exist only from the epoch's first log point on
+  bool measured_ = false;    // a loss and a rate exist only from the epoch's first log point on
 };
 
 }  // namespace kiln_train

@@ -8,7 +8,6 @@
 #include <queue>
 #include <unordered_map>
 
-
 namespace kiln {
 
 namespace {
@@ -37,9 +36,9 @@ size_t Node::add_pre_hook(uint32_t slot, TensorHook hook) {
 }
 
 void Node::remove_pre_hook(size_t handle) {
-  pre_hooks_.erase(std::remove_if(pre_hooks_.begin(), pre_hooks_.end(),
-                                  [&](const PreHook& h) { return h.handle == handle; }),
-                   pre_hooks_.end());
+  pre_hooks_.erase(
+      std::remove_if(pre_hooks_.begin(), pre_hooks_.end(), [&](const PreHook& h) { return h.handle == handle; }),
+      pre_hooks_.end());
 }
 
 Tensor Node::run_pre_hooks(uint32_t slot, Tensor grad) const {
@@ -58,8 +57,7 @@ TensorList FunctionNode::apply(TensorList&& grad_outputs) {
   return fn_(grad_outputs);
 }
 
-AccumulateGrad::AccumulateGrad(std::weak_ptr<TensorImpl> leaf)
-    : Node("AccumulateGrad"), leaf_(std::move(leaf)) {}
+AccumulateGrad::AccumulateGrad(std::weak_ptr<TensorImpl> leaf) : Node("AccumulateGrad"), leaf_(std::move(leaf)) {}
 
 TensorList AccumulateGrad::apply(TensorList&& grads) {
   auto impl = leaf_.lock();
@@ -78,8 +76,8 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     // no add); otherwise copy so later in-place accumulation cannot alias another tensor.
     if (GradMode::is_enabled()) {
       m.grad = g;
-    } else if (g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 &&
-               g.is_contiguous() && g.dtype() == leaf.dtype()) {
+    } else if (g.impl_ptr().use_count() <= 2 && g.storage().use_count() == 1 && g.is_contiguous() &&
+               g.dtype() == leaf.dtype()) {
       m.grad = g.detach();
     } else {
       m.grad = g.to(leaf.dtype()).contiguous();
@@ -125,9 +123,8 @@ SavedTensor SavedTensor::output(const Tensor& out, const char* op, uint32_t outp
 
 Tensor SavedTensor::get() const {
   if (tensor_.defined()) {
-    KILN_CHECK(tensor_.version() == version_, op_,
-               ": a tensor saved for backward (sizes ", tensor_.sizes(), ", ", tensor_.dtype(),
-               ") was modified in place after it was saved (version ", version_, " -> ",
+    KILN_CHECK(tensor_.version() == version_, op_, ": a tensor saved for backward (sizes ", tensor_.sizes(), ", ",
+               tensor_.dtype(), ") was modified in place after it was saved (version ", version_, " -> ",
                tensor_.version(), "); backward would use the wrong values");
   }
   if (!is_output_) return tensor_;
@@ -229,9 +226,8 @@ void check_anomaly(const Node& node, const TensorList& grads) {
     const Tensor& g = grads[i];
     if (!g.defined() || !g.is_floating_point() || g.numel() == 0) continue;
     double bad = logical_not(isfinite(g)).to(DType::F32).sum().item<double>();
-    KILN_CHECK(bad == 0, "anomaly detected: ", node.name(), " returned NaN or Inf in its gradient ",
-               "for input ", i, " (", static_cast<int64_t>(bad), " of ", g.numel(),
-               " elements, sizes ", g.sizes(), ")");
+    KILN_CHECK(bad == 0, "anomaly detected: ", node.name(), " returned NaN or Inf in its gradient ", "for input ", i,
+               " (", static_cast<int64_t>(bad), " of ", g.numel(), " elements, sizes ", g.sizes(), ")");
   }
 }
 
@@ -274,10 +270,10 @@ void compute_dependencies(GraphTask& task, const std::vector<Node*>& roots) {
 
 }  // namespace
 
-TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph,
-                        bool create_graph, const TensorList& inputs, bool allow_unused) {
-  KILN_CHECK(roots.size() == grad_roots.size() || grad_roots.empty(), "backward: got ",
-             roots.size(), " outputs but ", grad_roots.size(), " gradients");
+TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph, bool create_graph,
+                        const TensorList& inputs, bool allow_unused) {
+  KILN_CHECK(roots.size() == grad_roots.size() || grad_roots.empty(), "backward: got ", roots.size(), " outputs but ",
+             grad_roots.size(), " gradients");
   GraphTask task;
   std::vector<Node*> root_nodes;
   std::vector<std::shared_ptr<Node>> keep_alive;  // roots' nodes outlive their tensors here
@@ -291,13 +287,15 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, b
                "NoGradGuard or forget requires_grad(true) on the inputs?");
     Tensor g;
     if (grad_roots.empty() || !grad_roots[i].defined()) {
-      KILN_CHECK(r.numel() == 1, "backward: grad can be implicitly created only for scalar "
-                 "outputs; output ", i, " has sizes ", r.sizes(), ", pass a gradient");
+      KILN_CHECK(r.numel() == 1,
+                 "backward: grad can be implicitly created only for scalar "
+                 "outputs; output ",
+                 i, " has sizes ", r.sizes(), ", pass a gradient");
       g = ones_like(r);
     } else {
       g = grad_roots[i];
-      KILN_CHECK(g.sizes() == r.sizes(), "backward: gradient sizes ", g.sizes(),
-                 " do not match output sizes ", r.sizes());
+      KILN_CHECK(g.sizes() == r.sizes(), "backward: gradient sizes ", g.sizes(), " do not match output sizes ",
+                 r.sizes());
     }
     Edge e = gradient_edge(r);
     keep_alive.push_back(e.fn);
@@ -312,8 +310,7 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, b
   const bool capture_mode = !inputs.empty();
   task.captured.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    KILN_CHECK(inputs[i].defined() && inputs[i].requires_grad(), "autograd::grad: input ", i,
-               " does not require grad");
+    KILN_CHECK(inputs[i].defined() && inputs[i].requires_grad(), "autograd::grad: input ", i, " does not require grad");
     Edge e = gradient_edge(inputs[i]);
     keep_alive.push_back(e.fn);
     task.captures[e.fn.get()].push_back({e.input_nr, i});
@@ -418,8 +415,8 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, b
 
   if (capture_mode) {
     for (size_t i = 0; i < inputs.size(); ++i) {
-      KILN_CHECK(task.captured[i].defined() || allow_unused, "autograd::grad: input ", i,
-                 " (sizes ", inputs[i].sizes(), ") was not used to compute the outputs; pass "
+      KILN_CHECK(task.captured[i].defined() || allow_unused, "autograd::grad: input ", i, " (sizes ", inputs[i].sizes(),
+                 ") was not used to compute the outputs; pass "
                  "allow_unused=true to get an undefined gradient for it");
     }
   }
@@ -427,30 +424,29 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, b
 }
 
 void queue_callback(std::function<void()> callback) {
-  KILN_CHECK(t_current_task != nullptr, "autograd::queue_callback: can only be called while "
+  KILN_CHECK(t_current_task != nullptr,
+             "autograd::queue_callback: can only be called while "
              "backward runs (from a hook or a node's backward)");
   t_current_task->final_callbacks.push_back(std::move(callback));
 }
 
-TensorList grad(const TensorList& outputs, const TensorList& inputs,
-                const TensorList& grad_outputs, bool retain_graph, bool create_graph,
-                bool allow_unused) {
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs, bool retain_graph,
+                bool create_graph, bool allow_unused) {
   KILN_CHECK(!inputs.empty(), "autograd::grad: no inputs given");
-  return run_backward(outputs, grad_outputs, retain_graph || create_graph, create_graph, inputs,
-                      allow_unused);
+  return run_backward(outputs, grad_outputs, retain_graph || create_graph, create_graph, inputs, allow_unused);
 }
 
 }  // namespace autograd
 
 // ---------------------------------------------------------------- Tensor's autograd methods
 
-bool Tensor::requires_grad() const {
-  return defined() && impl_->autograd && impl_->autograd->requires_grad;
-}
+bool Tensor::requires_grad() const { return defined() && impl_->autograd && impl_->autograd->requires_grad; }
 
 Tensor& Tensor::requires_grad_(bool r) {
-  KILN_CHECK(!r || is_floating(dtype()), "requires_grad_: only floating-point tensors can require "
-             "gradients, got dtype ", dtype());
+  KILN_CHECK(!r || is_floating(dtype()),
+             "requires_grad_: only floating-point tensors can require "
+             "gradients, got dtype ",
+             dtype());
   auto& m = autograd::meta(*this);
   KILN_CHECK(r || !m.grad_fn, "requires_grad_(false): can only be called on leaves; use detach()");
   m.requires_grad = r;
@@ -522,7 +518,8 @@ void Tensor::retain_grad() const {
 }
 
 size_t Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
-  KILN_CHECK(requires_grad(), "register_hook: cannot register a hook on a tensor that does not "
+  KILN_CHECK(requires_grad(),
+             "register_hook: cannot register a hook on a tensor that does not "
              "require gradient");
   if (!is_leaf()) return grad_fn()->add_pre_hook(output_nr(), std::move(hook));
   static std::atomic<size_t> next{1u << 30};
@@ -543,7 +540,8 @@ void Tensor::remove_hook(size_t handle) const {
 }
 
 void Tensor::register_post_accumulate_grad_hook(std::function<void(Tensor&)> hook) const {
-  KILN_CHECK(requires_grad() && is_leaf(), "register_post_accumulate_grad_hook: only leaves that "
+  KILN_CHECK(requires_grad() && is_leaf(),
+             "register_post_accumulate_grad_hook: only leaves that "
              "require grad accumulate gradients");
   autograd::meta(*this).post_accumulate_hooks.push_back(std::move(hook));
 }

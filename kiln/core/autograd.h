@@ -183,8 +183,8 @@ void record(const std::shared_ptr<Node>& node, const std::vector<const Tensor*>&
 
 // Convenience for ops: record a FunctionNode named `name` if needed.
 template <class F>
-void record_function(const char* name, const std::vector<const Tensor*>& inputs,
-                     const std::vector<Tensor*>& outputs, F&& backward) {
+void record_function(const char* name, const std::vector<const Tensor*>& inputs, const std::vector<Tensor*>& outputs,
+                     F&& backward) {
   auto node = std::make_shared<FunctionNode>(name, std::forward<F>(backward));
   record(node, inputs, outputs);
 }
@@ -193,8 +193,7 @@ void record_function(const char* name, const std::vector<const Tensor*>& inputs,
 // gradients with the op's backward kernels, for a plain backward; `composite` computes the same
 // gradients as differentiable ops, and runs instead when a graph of the backward itself is being
 // recorded (create_graph), so second derivatives work.
-template <class Fused, class Composite>
-struct TwoFormBackward {
+template <class Fused, class Composite> struct TwoFormBackward {
   Fused fused;
   Composite composite;
   TensorList operator()(const TensorList& grads) const {
@@ -208,9 +207,8 @@ TwoFormBackward<Fused, Composite> fused_or_composite(Fused fused, Composite comp
 
 // Runs backward from `roots`. With `inputs` non-empty, returns their gradients instead of
 // accumulating into any leaf's grad() (like torch.autograd.grad).
-TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph,
-                        bool create_graph, const TensorList& inputs = {},
-                        bool allow_unused = false);
+TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph, bool create_graph,
+                        const TensorList& inputs = {}, bool allow_unused = false);
 
 // Runs `callback` once the backward pass that is running on this thread has finished every node
 // (torch's Variable._execution_engine.queue_callback): what DDP uses to finish its gradient
@@ -219,9 +217,8 @@ TensorList run_backward(const TensorList& roots, const TensorList& grad_roots, b
 void queue_callback(std::function<void()> callback);
 
 // torch.autograd.grad: d(sum outputs·grad_outputs)/d(inputs).
-TensorList grad(const TensorList& outputs, const TensorList& inputs,
-                const TensorList& grad_outputs = {}, bool retain_graph = false,
-                bool create_graph = false, bool allow_unused = false);
+TensorList grad(const TensorList& outputs, const TensorList& inputs, const TensorList& grad_outputs = {},
+                bool retain_graph = false, bool create_graph = false, bool allow_unused = false);
 
 // Anomaly mode: after each node's backward, check its gradients for NaN/Inf and throw an Error
 // naming the node. Off by default (it costs a pass over every gradient).

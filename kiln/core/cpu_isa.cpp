@@ -23,8 +23,7 @@ constexpr const char* kNames[kNumCpuIsas] = {"baseline", "avx2", "avx512"};
 std::string unavailable(CpuIsa isa) {
   if (!cpu_supports(isa)) return std::string("this processor lacks ") + cpu_isa_name(isa);
   if (!cpu_isa_built(isa))
-    return std::string("this build of kiln has no ") + cpu_isa_name(isa) +
-           " kernels (CMake option KILN_CPU_ISAS)";
+    return std::string("this build of kiln has no ") + cpu_isa_name(isa) + " kernels (CMake option KILN_CPU_ISAS)";
   return "";
 }
 
@@ -60,9 +59,12 @@ bool cpu_supports(CpuIsa isa) {
 #if defined(__x86_64__)
   __builtin_cpu_init();  // may run before libgcc's own constructor (static initialisers)
   switch (isa) {
-    case CpuIsa::baseline: return true;
-    case CpuIsa::avx2: return __builtin_cpu_supports("x86-64-v3");
-    case CpuIsa::avx512: return __builtin_cpu_supports("x86-64-v4");
+    case CpuIsa::baseline:
+      return true;
+    case CpuIsa::avx2:
+      return __builtin_cpu_supports("x86-64-v3");
+    case CpuIsa::avx512:
+      return __builtin_cpu_supports("x86-64-v4");
   }
   return false;
 #else
@@ -72,9 +74,12 @@ bool cpu_supports(CpuIsa isa) {
 
 bool cpu_isa_built(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::baseline: return true;
-    case CpuIsa::avx2: return KILN_CPU_ISA_AVX2_BUILT != 0;
-    case CpuIsa::avx512: return KILN_CPU_ISA_AVX512_BUILT != 0;
+    case CpuIsa::baseline:
+      return true;
+    case CpuIsa::avx2:
+      return KILN_CPU_ISA_AVX2_BUILT != 0;
+    case CpuIsa::avx512:
+      return KILN_CPU_ISA_AVX512_BUILT != 0;
   }
   return false;
 }
@@ -89,9 +94,7 @@ CpuIsa best_cpu_isa() {
 
 CpuIsa cpu_isa() { return static_cast<CpuIsa>(detail::cpu_isa_level()); }
 
-void set_cpu_isa(CpuIsa isa) {
-  detail::g_cpu_isa_level.store(static_cast<int>(checked(isa, "set_cpu_isa")));
-}
+void set_cpu_isa(CpuIsa isa) { detail::g_cpu_isa_level.store(static_cast<int>(checked(isa, "set_cpu_isa"))); }
 
 void reset_cpu_isa() { detail::g_cpu_isa_level.store(static_cast<int>(from_environment())); }
 

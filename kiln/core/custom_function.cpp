@@ -15,7 +15,8 @@ void AutogradContext::save_for_backward(variable_list to_save) {
 }
 
 variable_list AutogradContext::get_saved_variables() const {
-  KILN_CHECK(!released_, name_, ": the saved tensors were freed after the first backward; pass "
+  KILN_CHECK(!released_, name_,
+             ": the saved tensors were freed after the first backward; pass "
              "retain_graph=true to the first backward() to keep them");
   KILN_CHECK(saved_, name_, ": get_saved_variables can only be called from backward");
   variable_list out;
@@ -35,13 +36,12 @@ void AutogradContext::mark_non_differentiable(const variable_list& outputs) {
 }
 
 bool AutogradContext::needs_input_grad(size_t index) const {
-  KILN_CHECK(index < needs_input_grad_.size(), name_, ": needs_input_grad(", index,
-             "): the function has ", needs_input_grad_.size(), " Tensor inputs");
+  KILN_CHECK(index < needs_input_grad_.size(), name_, ": needs_input_grad(", index, "): the function has ",
+             needs_input_grad_.size(), " Tensor inputs");
   return needs_input_grad_[index];
 }
 
-void AutogradContext::Internal::prepare(AutogradContext& ctx, const variable_list& inputs,
-                                        std::string name) {
+void AutogradContext::Internal::prepare(AutogradContext& ctx, const variable_list& inputs, std::string name) {
   ctx.name_ = std::move(name);
   ctx.needs_input_grad_.clear();
   const bool grad = GradMode::is_enabled();
@@ -85,14 +85,13 @@ std::string function_name(const std::type_info& t) {
 
 // ---------------------------------------------------------------- the node
 
-CustomFunctionNode::CustomFunctionNode(std::string name, Backward backward,
-                                       std::vector<IntList> input_sizes,
+CustomFunctionNode::CustomFunctionNode(std::string name, Backward backward, std::vector<IntList> input_sizes,
                                        std::shared_ptr<AutogradContext> ctx)
-    : Node(std::move(name)), backward_(backward), input_sizes_(std::move(input_sizes)),
-      ctx_(std::move(ctx)) {}
+    : Node(std::move(name)), backward_(backward), input_sizes_(std::move(input_sizes)), ctx_(std::move(ctx)) {}
 
 TensorList CustomFunctionNode::apply(TensorList&& grad_outputs) {
-  KILN_CHECK(!released(), "backward through ", name(), " a second time: its saved tensors were "
+  KILN_CHECK(!released(), "backward through ", name(),
+             " a second time: its saved tensors were "
              "freed after the first backward; pass retain_graph=true to the first backward() to "
              "keep them");
   variable_list grads = backward_(ctx_.get(), std::move(grad_outputs));
@@ -103,8 +102,8 @@ TensorList CustomFunctionNode::apply(TensorList&& grad_outputs) {
     for (size_t i = n; i < grads.size(); ++i) extras_undefined = extras_undefined && !grads[i].defined();
     if (extras_undefined) grads.resize(n);
   }
-  KILN_CHECK(grads.size() == n, name(), ": backward returned ", grads.size(),
-             " gradients, expected ", n, " (one per Tensor input, undefined where there is none)");
+  KILN_CHECK(grads.size() == n, name(), ": backward returned ", grads.size(), " gradients, expected ", n,
+             " (one per Tensor input, undefined where there is none)");
   const auto& edges = next_edges();
   for (size_t i = 0; i < n; ++i) {
     if (!grads[i].defined()) continue;
@@ -119,15 +118,16 @@ void CustomFunctionNode::release() { AutogradContext::Internal::release(*ctx_); 
 bool CustomFunctionNode::released() const { return AutogradContext::Internal::released(*ctx_); }
 
 void finish_apply(const std::string& name, CustomFunctionNode::Backward backward,
-                  const std::shared_ptr<AutogradContext>& ctx, const variable_list& inputs,
-                  variable_list& outputs, bool record_node) {
+                  const std::shared_ptr<AutogradContext>& ctx, const variable_list& inputs, variable_list& outputs,
+                  bool record_node) {
   const auto& dirty = AutogradContext::Internal::dirty(*ctx);
   for (const TensorImpl* d : dirty) {
     bool is_input = false, returned = false;
     for (const auto& t : inputs) is_input = is_input || (t.defined() && t.impl_ptr().get() == d);
     for (const auto& t : outputs) returned = returned || (t.defined() && t.impl_ptr().get() == d);
     KILN_CHECK(is_input, name, ": mark_dirty was given a tensor that is not an input");
-    KILN_CHECK(returned, name, ": an input marked dirty (modified in place) must be returned as "
+    KILN_CHECK(returned, name,
+               ": an input marked dirty (modified in place) must be returned as "
                "an output");
   }
   for (size_t i = 0; i < outputs.size(); ++i) {

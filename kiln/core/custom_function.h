@@ -54,8 +54,7 @@ using variable_list = std::vector<Tensor>;
 class IValue {
  public:
   IValue() = default;
-  template <class T, class D = std::decay_t<T>,
-            class = std::enable_if_t<!std::is_same<D, IValue>::value>>
+  template <class T, class D = std::decay_t<T>, class = std::enable_if_t<!std::is_same<D, IValue>::value>>
   IValue(T&& v) {  // NOLINT: implicit, as libtorch's
     if constexpr (std::is_same<D, bool>::value) {
       v_ = static_cast<bool>(v);
@@ -90,23 +89,19 @@ class IValue {
   IntList toIntList() const { return get<IntList>("IntList"); }
   std::vector<int64_t> toIntVector() const { return get<IntList>("IntList"); }
   std::vector<double> toDoubleVector() const { return get<std::vector<double>>("vector<double>"); }
-  template <class T>
-  T to() const { return get<T>(typeid(T).name()); }
+  template <class T> T to() const { return get<T>(typeid(T).name()); }
 
   const std::any& any() const { return v_; }
 
  private:
-  template <class T>
-  bool is() const { return v_.type() == typeid(T); }
-  template <class T>
-  const T& get_ref(const char* want) const {
+  template <class T> bool is() const { return v_.type() == typeid(T); }
+  template <class T> const T& get_ref(const char* want) const {
     const T* p = std::any_cast<T>(&v_);
-    KILN_CHECK(p != nullptr, "AutogradContext::saved_data: expected a value of type ", want,
-               ", got ", v_.has_value() ? "another type" : "none");
+    KILN_CHECK(p != nullptr, "AutogradContext::saved_data: expected a value of type ", want, ", got ",
+               v_.has_value() ? "another type" : "none");
     return *p;
   }
-  template <class T>
-  T get(const char* want) const { return get_ref<T>(want); }
+  template <class T> T get(const char* want) const { return get_ref<T>(want); }
 
   std::any v_;
 };
@@ -168,8 +163,7 @@ namespace detail {
 std::string function_name(const std::type_info& t);
 
 inline void collect_tensors(variable_list&) {}
-template <class A, class... Rest>
-void collect_tensors(variable_list& out, const A& a, const Rest&... rest) {
+template <class A, class... Rest> void collect_tensors(variable_list& out, const A& a, const Rest&... rest) {
   using D = std::decay_t<A>;
   if constexpr (std::is_same<D, Tensor>::value) {
     out.push_back(a);
@@ -198,15 +192,13 @@ class CustomFunctionNode final : public Node {
 
 // After forward: checks dirty/aliasing outputs, records the node, saves the tensors.
 void finish_apply(const std::string& name, CustomFunctionNode::Backward backward,
-                  const std::shared_ptr<AutogradContext>& ctx, const variable_list& inputs,
-                  variable_list& outputs, bool record_node);
+                  const std::shared_ptr<AutogradContext>& ctx, const variable_list& inputs, variable_list& outputs,
+                  bool record_node);
 
 }  // namespace detail
 
-template <class T>
-struct Function {
-  template <class... Args>
-  static auto apply(Args&&... args) {
+template <class T> struct Function {
+  template <class... Args> static auto apply(Args&&... args) {
     variable_list inputs;
     detail::collect_tensors(inputs, args...);
     auto ctx = std::make_shared<AutogradContext>();
@@ -224,8 +216,7 @@ struct Function {
         outputs = T::forward(ctx.get(), std::forward<Args>(args)...);
       }
     }
-    detail::finish_apply(detail::function_name(typeid(T)), &T::backward, ctx, inputs, outputs,
-                         record_node);
+    detail::finish_apply(detail::function_name(typeid(T)), &T::backward, ctx, inputs, outputs, record_node);
     if constexpr (std::is_same<Out, Tensor>::value) {
       return outputs[0];
     } else {
@@ -233,7 +224,6 @@ struct Function {
     }
   }
 };
-
 
 }  // namespace autograd
 }  // namespace kiln

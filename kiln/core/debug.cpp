@@ -25,8 +25,8 @@ std::string summary() {
     out += (out.back() == ':' ? " " : ", ") + what;
   };
   add(s.anomaly_detection, "anomaly detection");
-  add(s.sync_debug, std::string("sync-debug (") +
-                        (cuda::sync_debug_mode() == cuda::SyncDebugMode::Error ? "error" : "warn") + ")");
+  add(s.sync_debug,
+      std::string("sync-debug (") + (cuda::sync_debug_mode() == cuda::SyncDebugMode::Error ? "error" : "warn") + ")");
   add(s.deterministic_algorithms, "deterministic algorithms");
   add(s.cudnn_deterministic, "cuDNN deterministic");
   return out;

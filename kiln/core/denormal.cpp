@@ -39,8 +39,7 @@ bool set_flush_denormal(bool on) {
 
 bool flush_denormal() {
 #if KILN_HAS_MXCSR
-  return _MM_GET_FLUSH_ZERO_MODE() == _MM_FLUSH_ZERO_ON &&
-         _MM_GET_DENORMALS_ZERO_MODE() == _MM_DENORMALS_ZERO_ON;
+  return _MM_GET_FLUSH_ZERO_MODE() == _MM_FLUSH_ZERO_ON && _MM_GET_DENORMALS_ZERO_MODE() == _MM_DENORMALS_ZERO_ON;
 #else
   return false;
 #endif

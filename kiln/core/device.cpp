@@ -18,8 +18,6 @@ Device Device::parse(const std::string& s) {
   KILN_FAIL("Device::parse: expected 'cpu', 'cuda' or 'cuda:N', got '", s, "'");
 }
 
-std::string Device::str() const {
-  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
-}
+std::string Device::str() const { return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index); }
 
 }  // namespace kiln

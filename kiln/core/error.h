@@ -10,8 +10,7 @@ namespace kiln {
 
 class Error : public std::runtime_error {
  public:
-  Error(const std::string& msg, const char* file, int line)
-      : std::runtime_error(msg), file_(file), line_(line) {}
+  Error(const std::string& msg, const char* file, int line) : std::runtime_error(msg), file_(file), line_(line) {}
   explicit Error(const std::string& msg) : std::runtime_error(msg) {}
   const char* file() const { return file_; }
   int line() const { return line_; }
@@ -22,16 +21,13 @@ class Error : public std::runtime_error {
 };
 
 namespace detail {
-template <class T>
-void stream_one(std::ostream& os, const T& v) { os << v; }
-template <class T>
-void stream_one(std::ostream& os, const std::vector<T>& v) {
+template <class T> void stream_one(std::ostream& os, const T& v) { os << v; }
+template <class T> void stream_one(std::ostream& os, const std::vector<T>& v) {
   os << '[';
   for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
   os << ']';
 }
-template <class... Args>
-std::string concat(const Args&... args) {
+template <class... Args> std::string concat(const Args&... args) {
   std::ostringstream os;
   (stream_one(os, args), ...);
   return os.str();
@@ -40,8 +36,8 @@ std::string concat(const Args&... args) {
 
 }  // namespace kiln
 
-#define KILN_CHECK(cond, ...)                                                          \
-  do {                                                                                 \
+#define KILN_CHECK(cond, ...)                                                                  \
+  do {                                                                                         \
     if (!(cond)) throw ::kiln::Error(::kiln::detail::concat(__VA_ARGS__), __FILE__, __LINE__); \
   } while (0)
 

@@ -19,8 +19,8 @@ double* element(const Tensor& t, int64_t i) {
 }
 }  // namespace
 
-bool gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
-               const std::vector<Tensor>& inputs, double eps, double atol, double rtol) {
+bool gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn, const std::vector<Tensor>& inputs,
+               double eps, double atol, double rtol) {
   for (size_t k = 0; k < inputs.size(); ++k) {
     const Tensor& x = inputs[k];
     if (!x.requires_grad()) continue;
@@ -77,9 +77,9 @@ bool gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& fn,
         const Tensor& g = analytic[j][d];
         double a = g.defined() ? g.data_ptr<double>()[i] : 0.0;
         bool ok = std::abs(a - numeric) <= atol + rtol * std::abs(numeric);
-        KILN_CHECK(ok, "gradcheck: Jacobian mismatch for input ", diff_index[d], " (sizes ",
-                   x.sizes(), ") element ", i, " w.r.t. output element ", j, ": analytic ", a,
-                   " vs numerical ", numeric, " (atol ", atol, ", rtol ", rtol, ")");
+        KILN_CHECK(ok, "gradcheck: Jacobian mismatch for input ", diff_index[d], " (sizes ", x.sizes(), ") element ", i,
+                   " w.r.t. output element ", j, ": analytic ", a, " vs numerical ", numeric, " (atol ", atol,
+                   ", rtol ", rtol, ")");
       }
     }
   }

@@ -36,7 +36,11 @@ struct Half {
   KILN_INLINE Half(float f) : bits(from_float(f)) {}
   KILN_INLINE operator float() const { return to_float(bits); }
 
-  static KILN_INLINE Half from_bits(uint16_t b) { Half h; h.bits = b; return h; }
+  static KILN_INLINE Half from_bits(uint16_t b) {
+    Half h;
+    h.bits = b;
+    return h;
+  }
 
   static KILN_INLINE uint16_t from_float(float f) {
     uint32_t x = detail::float_bits(f);
@@ -46,8 +50,8 @@ struct Half {
       return static_cast<uint16_t>(sign | (x > 0x7f800000u ? 0x7e00u : 0x7c00u));
     }
     if (x >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow to inf
-    if (x < 0x38800000u) {  // subnormal half (or zero): |f| < 2^-14
-      if (x < 0x33000000u) return static_cast<uint16_t>(sign);  // below half of smallest subnormal
+    if (x < 0x38800000u) {                                               // subnormal half (or zero): |f| < 2^-14
+      if (x < 0x33000000u) return static_cast<uint16_t>(sign);           // below half of smallest subnormal
       uint32_t mant = (x & 0x007fffffu) | 0x00800000u;
       int shift = 126 - static_cast<int>(x >> 23);  // value / 2^-24 = mant * 2^(exp-126); shift in [14, 24]
       uint32_t half_mant = mant >> (shift);
@@ -75,7 +79,10 @@ struct Half {
         out = sign;
       } else {  // subnormal: normalise
         int e = -1;
-        do { ++e; mant <<= 1; } while ((mant & 0x400u) == 0);
+        do {
+          ++e;
+          mant <<= 1;
+        } while ((mant & 0x400u) == 0);
         out = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
       }
     } else {
@@ -92,7 +99,11 @@ struct BFloat16 {
   KILN_INLINE BFloat16(float f) : bits(from_float(f)) {}
   KILN_INLINE operator float() const { return detail::bits_float(static_cast<uint32_t>(bits) << 16); }
 
-  static KILN_INLINE BFloat16 from_bits(uint16_t b) { BFloat16 h; h.bits = b; return h; }
+  static KILN_INLINE BFloat16 from_bits(uint16_t b) {
+    BFloat16 h;
+    h.bits = b;
+    return h;
+  }
 
   static KILN_INLINE uint16_t from_float(float f) {
     uint32_t x = detail::float_bits(f);

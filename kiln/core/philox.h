@@ -10,9 +10,13 @@
 namespace kiln::philox {
 
 #if defined(__CUDACC__)
-using ::cos; using ::log; using ::sqrt;
+using ::cos;
+using ::log;
+using ::sqrt;
 #else
-using std::cos; using std::log; using std::sqrt;
+using std::cos;
+using std::log;
+using std::sqrt;
 #endif
 
 struct U32x4 {
@@ -35,7 +39,10 @@ KILN_INLINE U32x4 block(uint64_t key, uint64_t ctr_lo, uint64_t ctr_hi = 0) {
     uint32_t lo0 = mulhilo(0xD2511F53u, c0, &hi0);
     uint32_t lo1 = mulhilo(0xCD9E8D57u, c2, &hi1);
     uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
@@ -53,9 +60,7 @@ KILN_INLINE double to_unit_double(uint32_t a, uint32_t b) {
 // The element-index -> counter mapping every backend uses: element i of a draw that starts at
 // `offset` reads block (offset + i) and uses its words as needed. One block per element wastes
 // bits but keeps the mapping trivial and identical everywhere.
-KILN_INLINE U32x4 element_block(uint64_t seed, uint64_t offset, uint64_t i) {
-  return block(seed, offset + i, 0);
-}
+KILN_INLINE U32x4 element_block(uint64_t seed, uint64_t offset, uint64_t i) { return block(seed, offset + i, 0); }
 
 // Uniform in [0, 1): float precision, computed from word 0.
 KILN_INLINE float uniform_f(uint64_t seed, uint64_t offset, uint64_t i) {

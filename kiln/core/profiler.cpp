@@ -59,8 +59,8 @@ Session& session() {
 struct ThreadState {
   int generation = -1;
   int index = 0;
-  std::string name;                     // set_thread_name before or during a session
-  const std::string* node = nullptr;    // the autograd node running on this thread
+  std::string name;                   // set_thread_name before or during a session
+  const std::string* node = nullptr;  // the autograd node running on this thread
   bool backward = false;
 };
 thread_local ThreadState t_state;
@@ -155,7 +155,8 @@ Profiler::Profiler(ProfilerOptions options) {
     s.start = Clock::now();
     s.device_origin = nullptr;
 #if KILN_WITH_CUDA
-    if (options.cuda_events && cuda::is_available()) s.device_origin = record_device_event(Device::cuda(cuda::current_device()));
+    if (options.cuda_events && cuda::is_available())
+      s.device_origin = record_device_event(Device::cuda(cuda::current_device()));
 #endif
     thread_index_locked(s);  // the thread that profiles is the first track
   }
@@ -335,7 +336,8 @@ std::vector<OpSummary> Profiler::key_averages() const {
   }
   std::vector<OpSummary> rows;
   for (auto& [key, s] : by_name) rows.push_back(s);
-  std::stable_sort(rows.begin(), rows.end(), [](const OpSummary& a, const OpSummary& b) { return a.self_ns > b.self_ns; });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const OpSummary& a, const OpSummary& b) { return a.self_ns > b.self_ns; });
   return rows;
 }
 
@@ -401,8 +403,8 @@ void Profiler::write_chrome_trace(const std::string& path) const {
     return f;
   };
   auto name_track = [&](int tid, const std::string& name) {
-    sep() << "{\"ph\": \"M\", \"pid\": 1, \"tid\": " << tid << ", \"name\": \"thread_name\", \"args\": {\"name\": "
-          << json_string(name) << "}}";
+    sep() << "{\"ph\": \"M\", \"pid\": 1, \"tid\": " << tid
+          << ", \"name\": \"thread_name\", \"args\": {\"name\": " << json_string(name) << "}}";
     sep() << "{\"ph\": \"M\", \"pid\": 1, \"tid\": " << tid
           << ", \"name\": \"thread_sort_index\", \"args\": {\"sort_index\": " << tid << "}}";
   };
@@ -417,14 +419,15 @@ void Profiler::write_chrome_trace(const std::string& path) const {
     if (e.kind == EventKind::Memory) {
       const std::string dev = e.device.str();
       in_use[dev] += e.bytes;
-      sep() << "{\"ph\": \"C\", \"pid\": 1, \"name\": " << json_string("memory " + dev) << ", \"ts\": " << us(e.start_ns)
+      sep() << "{\"ph\": \"C\", \"pid\": 1, \"name\": " << json_string("memory " + dev)
+            << ", \"ts\": " << us(e.start_ns)
             << ", \"args\": {\"MB allocated since the start\": " << static_cast<double>(in_use[dev]) / 1e6 << "}}";
       continue;
     }
     const int tid = 2 * e.thread + (e.backward ? 1 : 0);
     sep() << "{\"ph\": \"X\", \"pid\": 1, \"tid\": " << tid << ", \"cat\": \"" << cats[static_cast<int>(e.kind)]
-          << "\", \"name\": " << json_string(e.name) << ", \"ts\": " << us(e.start_ns) << ", \"dur\": "
-          << us(e.duration_ns());
+          << "\", \"name\": " << json_string(e.name) << ", \"ts\": " << us(e.start_ns)
+          << ", \"dur\": " << us(e.duration_ns());
     if (e.kind == EventKind::Op) {
       f << ", \"args\": {\"device\": " << json_string(e.device.str());
       if (!e.shapes.empty()) f << ", \"shapes\": " << json_string(e.shapes) << ", \"dtype\": " << json_string(e.dtype);
@@ -439,9 +442,9 @@ void Profiler::write_chrome_trace(const std::string& path) const {
         device_tracks[dtid] = true;
         name_track(dtid, e.device.str() + " (device time)");
       }
-      sep() << "{\"ph\": \"X\", \"pid\": 1, \"tid\": " << dtid << ", \"cat\": \"device\", \"name\": "
-            << json_string(e.name) << ", \"ts\": " << e.device_start_ms * 1e3 << ", \"dur\": " << e.device_ms * 1e3
-            << "}";
+      sep() << "{\"ph\": \"X\", \"pid\": 1, \"tid\": " << dtid
+            << ", \"cat\": \"device\", \"name\": " << json_string(e.name) << ", \"ts\": " << e.device_start_ms * 1e3
+            << ", \"dur\": " << e.device_ms * 1e3 << "}";
     }
   }
   f << "\n]}\n";

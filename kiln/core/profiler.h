@@ -135,8 +135,7 @@ class OpScope {
   OpScope& operator=(const OpScope&) = delete;
   void add(const Tensor& t);
   void add(const std::vector<Tensor>& ts);
-  template <typename T>
-  void add(const T&) {}
+  template <typename T> void add(const T&) {}
 
  private:
   bool active_;

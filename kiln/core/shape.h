@@ -12,8 +12,7 @@ namespace kiln {
 // Maps a possibly negative dim into [0, ndim); a 0-dim tensor accepts 0 and -1.
 inline int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   int64_t n = std::max<int64_t>(ndim, 1);
-  KILN_CHECK(dim >= -n && dim < n, op, ": dimension ", dim, " out of range for a tensor with ",
-             ndim, " dimensions");
+  KILN_CHECK(dim >= -n && dim < n, op, ": dimension ", dim, " out of range for a tensor with ", ndim, " dimensions");
   return dim < 0 ? dim + n : dim;
 }
 
@@ -42,8 +41,7 @@ IntList reduction_dims(const IntList& dims, int64_t ndim, const char* op);
 Tensor empty_preserving_layout(const Tensor& like, const TensorOptions& options);
 // The same from a layout alone (sizes and strides), for backward closures that keep the shape of
 // an input but not the input itself.
-Tensor empty_preserving_layout(const IntList& sizes, const IntList& strides,
-                               const TensorOptions& options);
+Tensor empty_preserving_layout(const IntList& sizes, const IntList& strides, const TensorOptions& options);
 
 // Sibling views: tensors of equal sizes and strides in one storage at evenly spaced offsets, as
 // the parts of unbind/chunk of one tensor are (the q, k and v of a fused projection). For such

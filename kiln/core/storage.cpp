@@ -144,12 +144,9 @@ Allocator* allocator_for(Device device) {
 }
 
 // Page-locked memory needs a working CUDA driver; without a device it is ordinary memory.
-Allocator* pinned_allocator() {
-  return g_pinned && cuda::is_available() ? g_pinned : cpu_allocator();
-}
+Allocator* pinned_allocator() { return g_pinned && cuda::is_available() ? g_pinned : cpu_allocator(); }
 
-Storage::Storage(size_t nbytes, Device device, Allocator* alloc)
-    : nbytes_(nbytes), device_(device), alloc_(alloc) {
+Storage::Storage(size_t nbytes, Device device, Allocator* alloc) : nbytes_(nbytes), device_(device), alloc_(alloc) {
   data_ = alloc_->allocate(nbytes);
   pinned_ = device.is_cpu() && alloc == g_pinned && g_pinned != nullptr;
   profiler::detail::record_memory(static_cast<int64_t>(nbytes), device);

@@ -18,8 +18,8 @@ class Allocator {
   virtual void deallocate(void* ptr) = 0;
 };
 
-Allocator* cpu_allocator();                 // 64-byte aligned host memory, large blocks cached
-void empty_cpu_cache();                     // returns cached host blocks to the system
+Allocator* cpu_allocator();  // 64-byte aligned host memory, large blocks cached
+void empty_cpu_cache();      // returns cached host blocks to the system
 size_t cpu_cached_bytes();
 // Bytes of host memory held by live CPU tensors (the allocator's usable sizes), and the peak since
 // start or the last reset: what activation checkpointing saves on the CPU is visible here.
@@ -30,8 +30,8 @@ struct CpuMemoryStats {
 };
 CpuMemoryStats cpu_memory_stats();
 void reset_cpu_peak_memory();
-Allocator* allocator_for(Device device);    // CPU or the current backend's device allocator
-Allocator* pinned_allocator();              // page-locked host memory; CPU allocator without CUDA
+Allocator* allocator_for(Device device);  // CPU or the current backend's device allocator
+Allocator* pinned_allocator();            // page-locked host memory; CPU allocator without CUDA
 void register_allocator(DeviceType type, Allocator* a);
 void register_pinned_allocator(Allocator* a);
 

@@ -34,8 +34,8 @@ std::string readable_frame(const char* raw) {
 
 // Frames of the sync machinery itself, which say nothing about where the sync comes from.
 bool internal_frame(const std::string& f) {
-  for (const char* p : {"kiln::cuda::internal::", "kiln::cuda::memcpy", "CudaBackend", "CachingAllocator::",
-                        "kiln::kernels::copy", "kiln::kernels::cuda::copy"})
+  for (const char* p : {"kiln::cuda::internal::", "kiln::cuda::memcpy", "CudaBackend",
+                        "CachingAllocator::", "kiln::kernels::copy", "kiln::kernels::cuda::copy"})
     if (f.find(p) != std::string::npos) return true;
   return false;
 }
@@ -69,7 +69,8 @@ void report_sync(const std::string& what, bool may_throw) {
   g_count.fetch_add(1, std::memory_order_relaxed);
   std::string where = call_site();
   std::string msg = "kiln sync-debug: implicit host-device synchronization (" + what + ")\n" + where;
-  if (mode == SyncDebugMode::Error && may_throw) throw Error(msg + "(set_sync_debug_mode(SyncDebugMode::Error) turns these into errors)");
+  if (mode == SyncDebugMode::Error && may_throw)
+    throw Error(msg + "(set_sync_debug_mode(SyncDebugMode::Error) turns these into errors)");
   static std::mutex mu;
   static std::set<std::string> seen;  // one report per call site, not one per step
   std::lock_guard<std::mutex> lock(mu);

@@ -38,21 +38,18 @@ Tensor make_view(const Tensor& base, IntList sizes, IntList strides, int64_t off
 }
 
 // Records a view op: `backward` maps the view's gradient to the base's gradient.
-template <class F>
-Tensor record_view(const char* name, const Tensor& base, Tensor view, F&& backward) {
+template <class F> Tensor record_view(const char* name, const Tensor& base, Tensor view, F&& backward) {
   if (autograd::any_requires_grad({&base})) {
-    autograd::record_function(name, {&base}, {&view},
-                              [bw = std::forward<F>(backward)](const autograd::TensorList& g) {
-                                return autograd::TensorList{bw(g[0])};
-                              });
+    autograd::record_function(name, {&base}, {&view}, [bw = std::forward<F>(backward)](const autograd::TensorList& g) {
+      return autograd::TensorList{bw(g[0])};
+    });
   }
   return view;
 }
 
 // Gradient of a strided sub-view: zeros of the base shape with `grad` written into the same
 // sub-view. Differentiable itself (its backward takes the sub-view again) for create_graph.
-template <class MakeView>
-Tensor scatter_into_zeros(const Tensor& grad, const IntList& base_sizes, MakeView make) {
+template <class MakeView> Tensor scatter_into_zeros(const Tensor& grad, const IntList& base_sizes, MakeView make) {
   Tensor result = zeros(base_sizes, grad.options());
   {
     NoGradGuard ng;
@@ -60,9 +57,7 @@ Tensor scatter_into_zeros(const Tensor& grad, const IntList& base_sizes, MakeVie
   }
   if (autograd::any_requires_grad({&grad})) {
     autograd::record_function("SliceBackwardBackward", {&grad}, {&result},
-                              [make](const autograd::TensorList& g) {
-                                return autograd::TensorList{make(g[0])};
-                              });
+                              [make](const autograd::TensorList& g) { return autograd::TensorList{make(g[0])}; });
   }
   return result;
 }
@@ -116,15 +111,13 @@ void* Tensor::data_ptr() const {
   return base ? base + impl_->offset * static_cast<int64_t>(element_size()) : nullptr;
 }
 
-template <class T>
-T* Tensor::data_ptr() const {
-  KILN_CHECK(dtype() == dtype_of<T>::value, "data_ptr<", dtype_name(dtype_of<T>::value),
-             ">(): tensor has dtype ", dtype_name(dtype()));
+template <class T> T* Tensor::data_ptr() const {
+  KILN_CHECK(dtype() == dtype_of<T>::value, "data_ptr<", dtype_name(dtype_of<T>::value), ">(): tensor has dtype ",
+             dtype_name(dtype()));
   return static_cast<T*>(data_ptr());
 }
 
-template <class T>
-T Tensor::item() const {
+template <class T> T Tensor::item() const {
   KILN_CHECK(numel() == 1, "item(): expected a tensor with one element, got sizes ", sizes());
   Tensor host = device().is_cpu() ? *this : to(Device::cpu());
   if constexpr (std::is_integral_v<T>) {  // exact for 64-bit integers (no trip through double)
@@ -144,7 +137,7 @@ T Tensor::item() const {
   else return static_cast<T>(v);
 }
 
-#define KILN_INSTANTIATE_ACCESSORS(T) \
+#define KILN_INSTANTIATE_ACCESSORS(T)      \
   template T* Tensor::data_ptr<T>() const; \
   template T Tensor::item<T>() const;
 KILN_INSTANTIATE_ACCESSORS(float)
@@ -183,15 +176,13 @@ Tensor empty_preserving_layout(const Tensor& like, const TensorOptions& options)
   return empty_preserving_layout(like.sizes(), like.strides(), options);
 }
 
-Tensor empty_preserving_layout(const IntList& sizes, const IntList& strides,
-                               const TensorOptions& options) {
+Tensor empty_preserving_layout(const IntList& sizes, const IntList& strides, const TensorOptions& options) {
   const int64_t nd = static_cast<int64_t>(sizes.size());
   if (nd < 2) return empty(sizes, options);
   // Order dims by decreasing stride; dense when each stride is the product of the sizes inside it.
   IntList order(nd);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
   int64_t expected = 1;
   for (int64_t i = nd - 1; i >= 0; --i) {
     const int64_t d = order[i];
@@ -265,7 +256,7 @@ Tensor view_of_tiled_parts(const std::vector<Tensor>& g, const IntList& sizes, c
     }
     if (p.sizes() != psizes || (p.numel() > 1 && p.strides() != pstrides)) return {};
     if (starts[i] != covered) return {};  // the parts tile dim d in order, so the view only
-    covered += length;                     // addresses elements some part holds
+    covered += length;                    // addresses elements some part holds
   }
   if (covered != sizes[static_cast<size_t>(d)]) return {};
   auto impl = std::make_shared<TensorImpl>();
@@ -277,28 +268,28 @@ Tensor view_of_tiled_parts(const std::vector<Tensor>& g, const IntList& sizes, c
   return Tensor(std::move(impl));
 }
 
-Tensor from_blob(void* data, const IntList& sizes, std::function<void(void*)> deleter,
-                 const TensorOptions& opts) {
+Tensor from_blob(void* data, const IntList& sizes, std::function<void(void*)> deleter, const TensorOptions& opts) {
   return from_blob(data, sizes, contiguous_strides(sizes), std::move(deleter), opts);
 }
 
-Tensor from_blob(void* data, const IntList& sizes, const IntList& strides,
-                 std::function<void(void*)> deleter, const TensorOptions& opts) {
+Tensor from_blob(void* data, const IntList& sizes, const IntList& strides, std::function<void(void*)> deleter,
+                 const TensorOptions& opts) {
   check_sizes(sizes, "from_blob");
-  KILN_CHECK(sizes.size() == strides.size(), "from_blob: sizes ", sizes, " and strides ", strides,
-             " differ in length");
-  KILN_CHECK(data != nullptr || std::accumulate(sizes.begin(), sizes.end(), int64_t{1},
-                                                std::multiplies<>()) == 0,
+  KILN_CHECK(sizes.size() == strides.size(), "from_blob: sizes ", sizes, " and strides ", strides, " differ in length");
+  KILN_CHECK(data != nullptr || std::accumulate(sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<>()) == 0,
              "from_blob: null data pointer");
   int64_t extent = 1;  // elements spanned
   for (size_t i = 0; i < sizes.size(); ++i) {
     KILN_CHECK(strides[i] >= 0, "from_blob: negative strides are not supported: ", strides);
-    if (sizes[i] == 0) { extent = 0; break; }
+    if (sizes[i] == 0) {
+      extent = 0;
+      break;
+    }
     extent += (sizes[i] - 1) * strides[i];
   }
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(data, extent * element_size(opts.dtype()), opts.device(),
-                                            std::move(deleter));
+  impl->storage =
+      std::make_shared<Storage>(data, extent * element_size(opts.dtype()), opts.device(), std::move(deleter));
   impl->sizes = sizes;
   impl->strides = strides;
   impl->dtype = opts.dtype();
@@ -311,8 +302,10 @@ Tensor from_blob(void* data, const IntList& sizes, const IntList& strides,
 
 void Tensor::set_data(const Tensor& src) {
   KILN_CHECK(defined() && src.defined(), "set_data: tensor is undefined");
-  KILN_CHECK(!requires_grad() || is_floating(src.dtype()), "set_data: a tensor that requires grad "
-             "needs floating-point data, got ", src.dtype());
+  KILN_CHECK(!requires_grad() || is_floating(src.dtype()),
+             "set_data: a tensor that requires grad "
+             "needs floating-point data, got ",
+             src.dtype());
   impl_->storage = src.impl_->storage;
   impl_->sizes = src.impl_->sizes;
   impl_->strides = src.impl_->strides;
@@ -336,8 +329,7 @@ IntList infer_sizes(IntList sizes, int64_t numel, const char* op) {
     }
   }
   if (infer >= 0) {
-    KILN_CHECK(known != 0 && numel % known == 0, op, ": shape ", sizes,
-               " is invalid for input of size ", numel);
+    KILN_CHECK(known != 0 && numel % known == 0, op, ": shape ", sizes, " is invalid for input of size ", numel);
     sizes[infer] = numel / known;
   } else {
     KILN_CHECK(known == numel, op, ": shape ", sizes, " is invalid for input of size ", numel);
@@ -347,8 +339,7 @@ IntList infer_sizes(IntList sizes, int64_t numel, const char* op) {
 
 // Strides for viewing (sizes, strides) as new_sizes without a copy, or empty when impossible
 // (same algorithm as PyTorch's computeStride: match chunks of contiguous dimensions).
-bool view_strides(const IntList& sizes, const IntList& strides, const IntList& new_sizes,
-                  IntList& out) {
+bool view_strides(const IntList& sizes, const IntList& strides, const IntList& new_sizes, IntList& out) {
   out.assign(new_sizes.size(), 0);
   int64_t numel = 1;
   for (int64_t s : sizes) numel *= s;
@@ -383,8 +374,7 @@ Tensor Tensor::view(const IntList& new_sizes_in) const {
   IntList new_sizes = infer_sizes(new_sizes_in, numel(), "view");
   IntList st;
   KILN_CHECK(view_strides(sizes(), strides(), new_sizes, st), "view: sizes ", new_sizes,
-             " are not compatible with the input's sizes ", sizes(), " and strides ", strides(),
-             "; use reshape()");
+             " are not compatible with the input's sizes ", sizes(), " and strides ", strides(), "; use reshape()");
   IntList old = sizes();
   return record_view("ViewBackward", *this, make_view(*this, new_sizes, st, storage_offset()),
                      [old](const Tensor& g) { return g.reshape(old); });
@@ -443,20 +433,18 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   st[d] *= step;
   int64_t off = storage_offset() + start * strides()[d];
   IntList base = sizes();
-  return record_view("SliceBackward", *this, make_view(*this, sz, st, off),
-                     [base, d, start, end, step](const Tensor& g) {
-                       return scatter_into_zeros(g, base, [=](const Tensor& z) {
-                         return z.slice(d, start, end, step);
-                       });
-                     });
+  return record_view(
+      "SliceBackward", *this, make_view(*this, sz, st, off), [base, d, start, end, step](const Tensor& g) {
+        return scatter_into_zeros(g, base, [=](const Tensor& z) { return z.slice(d, start, end, step); });
+      });
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   d = wrap_dim(d, dim(), "narrow");
   int64_t n = sizes()[d];
   if (start < 0) start += n;
-  KILN_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: start ", start,
-             " + length ", length, " exceeds dimension ", d, " of size ", n, " (sizes ", sizes(), ")");
+  KILN_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow: start ", start, " + length ", length,
+             " exceeds dimension ", d, " of size ", n, " (sizes ", sizes(), ")");
   return slice(d, start, start + length);
 }
 
@@ -464,20 +452,17 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   KILN_CHECK(dim() > 0, "select: cannot index a 0-dim tensor");
   d = wrap_dim(d, dim(), "select");
   int64_t n = sizes()[d];
-  KILN_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dimension ",
-             d, " of size ", n, " (sizes ", sizes(), ")");
+  KILN_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dimension ", d, " of size ", n,
+             " (sizes ", sizes(), ")");
   if (index < 0) index += n;
   IntList sz = sizes(), st = strides();
   int64_t off = storage_offset() + index * st[d];
   sz.erase(sz.begin() + d);
   st.erase(st.begin() + d);
   IntList base = sizes();
-  return record_view("SelectBackward", *this, make_view(*this, sz, st, off),
-                     [base, d, index](const Tensor& g) {
-                       return scatter_into_zeros(g, base, [=](const Tensor& z) {
-                         return z.select(d, index);
-                       });
-                     });
+  return record_view("SelectBackward", *this, make_view(*this, sz, st, off), [base, d, index](const Tensor& g) {
+    return scatter_into_zeros(g, base, [=](const Tensor& z) { return z.select(d, index); });
+  });
 }
 
 Tensor Tensor::squeeze() const {
@@ -516,8 +501,8 @@ Tensor Tensor::unsqueeze(int64_t d) const {
 
 Tensor Tensor::expand(const IntList& new_sizes) const {
   int64_t n = static_cast<int64_t>(new_sizes.size());
-  KILN_CHECK(n >= dim(), "expand: the number of sizes provided (", n,
-             ") must be at least the number of dimensions (", dim(), ") of sizes ", sizes());
+  KILN_CHECK(n >= dim(), "expand: the number of sizes provided (", n, ") must be at least the number of dimensions (",
+             dim(), ") of sizes ", sizes());
   IntList sz(n), st(n);
   for (int64_t i = n - 1; i >= 0; --i) {
     int64_t j = i - (n - dim());
@@ -525,8 +510,8 @@ Tensor Tensor::expand(const IntList& new_sizes) const {
     if (j >= 0) {
       int64_t have = sizes()[j];
       if (want == -1) want = have;
-      KILN_CHECK(have == want || have == 1, "expand: cannot expand sizes ", sizes(), " to ",
-                 new_sizes, " (dimension ", i, ")");
+      KILN_CHECK(have == want || have == 1, "expand: cannot expand sizes ", sizes(), " to ", new_sizes, " (dimension ",
+                 i, ")");
       sz[i] = want;
       st[i] = have == want ? strides()[j] : 0;
     } else {

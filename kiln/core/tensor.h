@@ -25,7 +25,7 @@ namespace kiln {
 struct IntList : std::vector<int64_t> {
   using std::vector<int64_t>::vector;
   IntList() = default;
-  IntList(const std::vector<int64_t>& v) : std::vector<int64_t>(v) {}                // NOLINT: implicit by design
+  IntList(const std::vector<int64_t>& v) : std::vector<int64_t>(v) {}                 // NOLINT: implicit by design
   IntList(std::vector<int64_t>&& v) noexcept : std::vector<int64_t>(std::move(v)) {}  // NOLINT
 };
 
@@ -38,7 +38,7 @@ struct AutogradMeta;
 struct TensorOptions {
   TensorOptions() = default;
   TensorOptions(DType d) : dtype_(d), has_dtype_(true) {}  // NOLINT: implicit, like libtorch
-  TensorOptions(Device d) : device_(d) {}  // NOLINT
+  TensorOptions(Device d) : device_(d) {}                  // NOLINT
 
   TensorOptions& dtype(DType d) {
     dtype_ = d;
@@ -63,7 +63,7 @@ struct TensorOptions {
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   IntList sizes;
-  IntList strides;  // in elements
+  IntList strides;     // in elements
   int64_t offset = 0;  // in elements
   DType dtype = DType::F32;
   std::unique_ptr<autograd::AutogradMeta> autograd;  // created on first use
@@ -149,8 +149,7 @@ class Tensor {
   const std::shared_ptr<autograd::Node>& grad_fn() const;
   bool is_leaf() const;
   uint32_t output_nr() const;
-  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false,
-                bool create_graph = false) const;
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false, bool create_graph = false) const;
   Tensor detach() const;
   Tensor& detach_();
   void retain_grad() const;
@@ -253,8 +252,8 @@ class Tensor {
 
   // ---- libtorch's shape, logical and norm helpers (ops/split.cpp, logical.cpp, norm.cpp), composed of the ops
   // above, so differentiable and on every device
-  Tensor repeat(const IntList& repeats) const;  // tile: one count per dim (leading dims added)
-  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;  // views, ceil(size / chunks) each
+  Tensor repeat(const IntList& repeats) const;                           // tile: one count per dim (leading dims added)
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;      // views, ceil(size / chunks) each
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;  // views, the last may be smaller
   std::vector<Tensor> split(const IntList& split_sizes, int64_t dim = 0) const;  // sizes sum to size(dim)
   std::vector<Tensor> unbind(int64_t dim = 0) const;  // views: the select of each index of dim
@@ -298,10 +297,8 @@ Tensor randn_like(const Tensor& t);
 Tensor randint(int64_t low, int64_t high, const IntList& sizes, const TensorOptions& opts = DType::I64);
 // Copies host data into a new 1-D tensor (then to opts' device). The dtype follows T unless opts
 // names another.
-template <class T>
-Tensor tensor(const std::vector<T>& values, const TensorOptions& opts);
-template <class T>
-Tensor tensor(const std::vector<T>& values) {
+template <class T> Tensor tensor(const std::vector<T>& values, const TensorOptions& opts);
+template <class T> Tensor tensor(const std::vector<T>& values) {
   return tensor(values, TensorOptions().dtype(dtype_of<T>::value));
 }
 // One element of a kiln::tensor({...}) literal, remembering how it was written.
@@ -309,9 +306,11 @@ struct TensorLiteral {
   enum class Kind : uint8_t { Bool, Int, Float };
   template <class T, std::enable_if_t<std::is_arithmetic<T>::value, int> = 0>
   TensorLiteral(T v)  // NOLINT: implicit, so that {1, 2, 3} converts
-      : f(static_cast<double>(v)), i(static_cast<int64_t>(v)),
+      : f(static_cast<double>(v)),
+        i(static_cast<int64_t>(v)),
         kind(std::is_same<T, bool>::value ? Kind::Bool
-             : std::is_integral<T>::value ? Kind::Int : Kind::Float) {}
+             : std::is_integral<T>::value ? Kind::Int
+                                          : Kind::Float) {}
   double f;
   int64_t i;
   Kind kind;
@@ -325,8 +324,8 @@ Tensor scalar_tensor(double value, const TensorOptions& opts = {});
 // empty) runs when the last tensor viewing the memory is destroyed.
 Tensor from_blob(void* data, const IntList& sizes, std::function<void(void*)> deleter = {},
                  const TensorOptions& opts = {});
-Tensor from_blob(void* data, const IntList& sizes, const IntList& strides,
-                 std::function<void(void*)> deleter = {}, const TensorOptions& opts = {});
+Tensor from_blob(void* data, const IntList& sizes, const IntList& strides, std::function<void(void*)> deleter = {},
+                 const TensorOptions& opts = {});
 
 // ---- free-function forms of the ops
 Tensor operator+(const Tensor& a, const Tensor& b);
@@ -437,14 +436,12 @@ Tensor cumprod(const Tensor& a, int64_t dim);
 std::tuple<Tensor, Tensor> sort(const Tensor& a, int64_t dim = -1, bool descending = false);
 Tensor argsort(const Tensor& a, int64_t dim = -1, bool descending = false);
 // The k largest (smallest) along dim, in sorted order (also when sorted = false).
-std::tuple<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim = -1, bool largest = true,
-                                bool sorted = true);
+std::tuple<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true);
 class Generator;
 // num_samples int64 category indices per row of a 1-D [n] or 2-D [rows, n] tensor of
 // non-negative weights (not necessarily normalised). generator: nullptr = the default one of
 // probs' device.
-Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false,
-                   Generator* generator = nullptr);
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false, Generator* generator = nullptr);
 
 // ---- libtorch's shape, creation and contraction helpers (ops/split.cpp, linspace.cpp, einsum.cpp)
 // steps values from start to end inclusive (torch.linspace); float32 unless opts names a dtype.

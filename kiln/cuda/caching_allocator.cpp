@@ -18,17 +18,18 @@ double now_us() {
 
 thread_local std::vector<std::string> t_labels;
 
-
-
-
 }  // namespace
 
 const char* to_string(MemoryAction a) {
   switch (a) {
-    case MemoryAction::Alloc: return "alloc";
-    case MemoryAction::Free: return "free";
-    case MemoryAction::SegmentAlloc: return "segment_alloc";
-    case MemoryAction::SegmentFree: return "segment_free";
+    case MemoryAction::Alloc:
+      return "alloc";
+    case MemoryAction::Free:
+      return "free";
+    case MemoryAction::SegmentAlloc:
+      return "segment_alloc";
+    case MemoryAction::SegmentFree:
+      return "segment_free";
   }
   return "?";
 }
@@ -44,8 +45,7 @@ const std::string& current_memory_label() {
 // ------------------------------------------------------------------------------ bookkeeping
 
 bool CachingAllocator::BlockLess::operator()(const Block* a, const Block* b) const {
-  if (a->stream != b->stream) return reinterpret_cast<uintptr_t>(a->stream) <
-                                    reinterpret_cast<uintptr_t>(b->stream);
+  if (a->stream != b->stream) return reinterpret_cast<uintptr_t>(a->stream) < reinterpret_cast<uintptr_t>(b->stream);
   if (a->size != b->size) return a->size < b->size;
   return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
 }
@@ -89,14 +89,10 @@ size_t CachingAllocator::segment_size(size_t rounded) {
 
 std::string CachingAllocator::human(size_t bytes) {
   char buf[64];
-  if (bytes >= (size_t{1} << 30))
-    std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / double(size_t{1} << 30));
-  else if (bytes >= (size_t{1} << 20))
-    std::snprintf(buf, sizeof(buf), "%.2f MiB", bytes / double(size_t{1} << 20));
-  else if (bytes >= 1024)
-    std::snprintf(buf, sizeof(buf), "%.2f KiB", bytes / 1024.0);
-  else
-    std::snprintf(buf, sizeof(buf), "%zu B", bytes);
+  if (bytes >= (size_t{1} << 30)) std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / double(size_t{1} << 30));
+  else if (bytes >= (size_t{1} << 20)) std::snprintf(buf, sizeof(buf), "%.2f MiB", bytes / double(size_t{1} << 20));
+  else if (bytes >= 1024) std::snprintf(buf, sizeof(buf), "%.2f KiB", bytes / 1024.0);
+  else std::snprintf(buf, sizeof(buf), "%zu B", bytes);
   return buf;
 }
 
@@ -214,9 +210,8 @@ void* CachingAllocator::allocate_locked(size_t nbytes, void* stream) {
     if (!b) {
       stats_.num_ooms++;
       std::string details = backend_->oom_details();
-      KILN_FAIL("out of memory on ", name_, ": tried to allocate ", nbytes, " bytes (",
-                human(nbytes), "; a ", human(seg), " segment)",
-                details.empty() ? "" : "\n", details, "\n", summary_locked());
+      KILN_FAIL("out of memory on ", name_, ": tried to allocate ", nbytes, " bytes (", human(nbytes), "; a ",
+                human(seg), " segment)", details.empty() ? "" : "\n", details, "\n", summary_locked());
     }
   }
 
@@ -336,16 +331,14 @@ void CachingAllocator::free_block(Block* b) {
   Pool* pool = b->pool;
   pool->blocks.insert(b);
   // A released private pool gives each segment back as soon as it is whole again.
-  if (pool->is_private && !b->prev && !b->next &&
-      private_pools_.at(pool->private_id)->released)
-    release_segment(b);
+  if (pool->is_private && !b->prev && !b->next && private_pools_.at(pool->private_id)->released) release_segment(b);
 }
 
 void CachingAllocator::record_stream(void* ptr, void* stream) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = allocated_.find(ptr);
-  KILN_CHECK(it != allocated_.end(), "CachingAllocator(", name_, ")::record_stream: pointer ",
-             ptr, " is not a live allocation of this allocator");
+  KILN_CHECK(it != allocated_.end(), "CachingAllocator(", name_, ")::record_stream: pointer ", ptr,
+             " is not a live allocation of this allocator");
   Block* b = it->second;
   if (stream != b->stream) b->stream_uses.insert(stream);
 }
@@ -395,8 +388,7 @@ void CachingAllocator::release_cached_locked() {
     if (it == private_pools_.end()) continue;
     PrivatePool* pp = it->second.get();
     release_pool_segments(pp->small);
-    if (private_pools_.count(id) && private_pools_.at(id).get() == pp)
-      release_pool_segments(pp->large);
+    if (private_pools_.count(id) && private_pools_.at(id).get() == pp) release_pool_segments(pp->large);
   }
 }
 
@@ -416,8 +408,7 @@ void CachingAllocator::begin_private_pool(uint64_t id) {
     pp->small.is_private = pp->large.is_private = true;
     pp->small.private_id = pp->large.private_id = id;
   }
-  KILN_CHECK(!pp->released, "CachingAllocator(", name_, ")::begin_private_pool: pool ", id,
-             " was released");
+  KILN_CHECK(!pp->released, "CachingAllocator(", name_, ")::begin_private_pool: pool ", id, " was released");
   thread_pool_[std::this_thread::get_id()] = id;
 }
 
@@ -450,8 +441,7 @@ void CachingAllocator::release_pool(uint64_t id) {
     return;
   }
   release_pool_segments(pp->small);
-  if (private_pools_.count(id) && private_pools_.at(id).get() == pp)
-    release_pool_segments(pp->large);
+  if (private_pools_.count(id) && private_pools_.at(id).get() == pp) release_pool_segments(pp->large);
 }
 
 // -------------------------------------------------------------------------- stats, summary
@@ -501,22 +491,18 @@ std::string CachingAllocator::summary_locked() const {
   const AllocatorStats& s = stats_;
   std::ostringstream os;
   os << "caching allocator " << name_ << ":\n"
-     << "  allocated:          " << s.allocated_bytes << " bytes (" << human(s.allocated_bytes)
-     << ") in " << allocated_.size() << " blocks; requested " << human(s.requested_bytes) << "\n"
-     << "  reserved:           " << s.reserved_bytes << " bytes (" << human(s.reserved_bytes)
-     << ")\n"
-     << "  peak allocated:     " << s.peak_allocated_bytes << " bytes ("
-     << human(s.peak_allocated_bytes) << "); peak reserved " << human(s.peak_reserved_bytes)
-     << "\n"
-     << "  segments:           " << segments_.size() << " (" << small_segs << " small, "
-     << large_segs << " large, " << private_segs << " in " << private_pools_.size()
-     << " private pools)\n"
-     << "  cached free:        " << free_bytes << " bytes (" << human(free_bytes) << ") in "
-     << free_blocks << " blocks; waiting on other streams: " << human(pending_bytes) << "\n"
+     << "  allocated:          " << s.allocated_bytes << " bytes (" << human(s.allocated_bytes) << ") in "
+     << allocated_.size() << " blocks; requested " << human(s.requested_bytes) << "\n"
+     << "  reserved:           " << s.reserved_bytes << " bytes (" << human(s.reserved_bytes) << ")\n"
+     << "  peak allocated:     " << s.peak_allocated_bytes << " bytes (" << human(s.peak_allocated_bytes)
+     << "); peak reserved " << human(s.peak_reserved_bytes) << "\n"
+     << "  segments:           " << segments_.size() << " (" << small_segs << " small, " << large_segs << " large, "
+     << private_segs << " in " << private_pools_.size() << " private pools)\n"
+     << "  cached free:        " << free_bytes << " bytes (" << human(free_bytes) << ") in " << free_blocks
+     << " blocks; waiting on other streams: " << human(pending_bytes) << "\n"
      << "  largest free block: " << largest_free << " bytes (" << human(largest_free) << ")\n"
-     << "  calls:              " << s.num_allocs << " allocs, " << s.num_frees << " frees, "
-     << s.num_backend_allocs << " backend allocs, " << s.num_backend_frees
-     << " backend frees, " << s.num_ooms << " out-of-memory errors";
+     << "  calls:              " << s.num_allocs << " allocs, " << s.num_frees << " frees, " << s.num_backend_allocs
+     << " backend allocs, " << s.num_backend_frees << " backend frees, " << s.num_ooms << " out-of-memory errors";
   return os.str();
 }
 

@@ -65,12 +65,12 @@ struct AllocatorStats {
   size_t reserved_bytes = 0;        // bytes held from the backend (all segments)
   size_t peak_allocated_bytes = 0;  // since construction or reset_peak_stats()
   size_t peak_reserved_bytes = 0;
-  size_t num_segments = 0;          // live backend allocations
-  uint64_t num_allocs = 0;          // allocate() calls that returned memory
+  size_t num_segments = 0;  // live backend allocations
+  uint64_t num_allocs = 0;  // allocate() calls that returned memory
   uint64_t num_frees = 0;
   uint64_t num_backend_allocs = 0;  // real cudaMalloc calls that succeeded
   uint64_t num_backend_frees = 0;
-  uint64_t num_ooms = 0;            // out-of-memory errors thrown
+  uint64_t num_ooms = 0;  // out-of-memory errors thrown
 };
 
 enum class MemoryAction { Alloc, Free, SegmentAlloc, SegmentFree };
@@ -80,9 +80,9 @@ struct MemoryEvent {
   double time_us = 0;  // since the allocator was created
   MemoryAction action = MemoryAction::Alloc;
   uintptr_t ptr = 0;
-  size_t size = 0;     // block size (rounded) for alloc/free, segment size for segment events
+  size_t size = 0;  // block size (rounded) for alloc/free, segment size for segment events
   uintptr_t stream = 0;
-  std::string label;   // the innermost MemoryLabel of the thread, "" when none
+  std::string label;     // the innermost MemoryLabel of the thread, "" when none
   size_t allocated = 0;  // allocator totals right after the event
   size_t reserved = 0;
 };
@@ -157,7 +157,7 @@ class CachingAllocator {
     void* stream = nullptr;
     Pool* pool = nullptr;
     bool allocated = false;
-    int event_count = 0;  // cross-stream uses still running after free
+    int event_count = 0;    // cross-stream uses still running after free
     Block* prev = nullptr;  // neighbours within the segment
     Block* next = nullptr;
     std::set<void*> stream_uses;
@@ -180,7 +180,7 @@ class CachingAllocator {
   void* allocate_locked(size_t nbytes, void* stream);
   void free_locked(Block* b);
   void record_stream_events_locked(Block* b);  // events on the streams that used b, then pending
-  void free_block(Block* b);  // back to its pool's free list, merged with neighbours
+  void free_block(Block* b);                   // back to its pool's free list, merged with neighbours
   bool try_merge(Block* dst, Block* src);
   Block* alloc_segment(Pool& pool, size_t size, void* stream);
   void release_segment(Block* b);
@@ -202,8 +202,8 @@ class CachingAllocator {
   std::unordered_map<std::thread::id, uint64_t> thread_pool_;  // threads routed to a private pool
   std::unordered_map<void*, Block*> allocated_;
   std::map<void*, std::pair<size_t, Pool*>> segments_;  // base -> (size, pool) of live segments
-  std::vector<std::pair<void*, Block*>> pending_;  // (event, block) of cross-stream frees
-  std::vector<Block*> deferred_until_no_capture_;   // cross-stream frees made during a capture
+  std::vector<std::pair<void*, Block*>> pending_;       // (event, block) of cross-stream frees
+  std::vector<Block*> deferred_until_no_capture_;       // cross-stream frees made during a capture
   AllocatorStats stats_;
   bool history_on_ = false;
   size_t history_max_ = 0;

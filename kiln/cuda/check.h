@@ -6,25 +6,24 @@
 #include "kiln/cuda/launch_error.h"
 #include "kiln/core/error.h"
 
-#define KILN_CUDA_CHECK(call)                                                                \
-  do {                                                                                       \
-    cudaError_t kiln_err_ = (call);                                                          \
-    if (kiln_err_ != cudaSuccess)                                                            \
-      throw ::kiln::Error(::kiln::detail::concat("CUDA error in ", #call, ": ",             \
-                                                 cudaGetErrorName(kiln_err_), ": ",          \
-                                                 cudaGetErrorString(kiln_err_)),             \
-                          __FILE__, __LINE__);                                               \
+#define KILN_CUDA_CHECK(call)                                                                                      \
+  do {                                                                                                             \
+    cudaError_t kiln_err_ = (call);                                                                                \
+    if (kiln_err_ != cudaSuccess)                                                                                  \
+      throw ::kiln::Error(::kiln::detail::concat("CUDA error in ", #call, ": ", cudaGetErrorName(kiln_err_), ": ", \
+                                                 cudaGetErrorString(kiln_err_)),                                   \
+                          __FILE__, __LINE__);                                                                     \
   } while (0)
 
 // After a <<<...>>> launch: reports a bad launch configuration at the launch site, naming the
 // kernel (`name`, a string).
-#define KILN_CUDA_CHECK_LAUNCH(name)                                                           \
-  do {                                                                                       \
-    cudaError_t kiln_err_ = cudaGetLastError();                                              \
-    if (kiln_err_ != cudaSuccess)                                                            \
-      throw ::kiln::Error(::kiln::cuda::internal::launch_error_message(                      \
-                              (name), cudaGetErrorName(kiln_err_), cudaGetErrorString(kiln_err_)), \
-                          __FILE__, __LINE__);                                               \
+#define KILN_CUDA_CHECK_LAUNCH(name)                                                                        \
+  do {                                                                                                      \
+    cudaError_t kiln_err_ = cudaGetLastError();                                                             \
+    if (kiln_err_ != cudaSuccess)                                                                           \
+      throw ::kiln::Error(::kiln::cuda::internal::launch_error_message((name), cudaGetErrorName(kiln_err_), \
+                                                                       cudaGetErrorString(kiln_err_)),      \
+                          __FILE__, __LINE__);                                                              \
   } while (0)
 
 namespace kiln::cuda::internal {

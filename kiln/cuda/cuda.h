@@ -10,9 +10,9 @@
 
 namespace kiln::cuda {
 
-bool is_available();     // built with CUDA and at least one device present
-int device_count();      // 0 without CUDA or without a device
-bool built_with_cuda();  // compiled with KILN_CUDA on
+bool is_available();                // built with CUDA and at least one device present
+int device_count();                 // 0 without CUDA or without a device
+bool built_with_cuda();             // compiled with KILN_CUDA on
 void synchronize(int device = -1);  // -1: the current device
 // Throws the kiln::Error that a kernel on `device` (-1: the current device) recorded since the
 // last check, such as an out-of-range gather index (kernels check indices on the device and the
@@ -49,8 +49,7 @@ bool allow_tf32();
 // Byte copy between any two devices (host <-> device, device <-> device). Asynchronous on the
 // current stream when `non_blocking` and the host side is pinned; otherwise it returns once
 // the copy is complete.
-void memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
-            bool non_blocking);
+void memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes, bool non_blocking);
 
 // The caching device allocator (caching_allocator.h; one per device). `device` -1 is the current
 // device. Without CUDA these throw, except empty_cache(), which has nothing to do.
@@ -71,8 +70,8 @@ void record_stream(void* data, const Stream& s);
 // `s`: once freed, it is reused only after that copy has finished. Copies through Tensor::copy_
 // and to() call this themselves; a no-op for memory that is not from the pinned cache.
 void record_host_use(void* data, const Stream& s);
-void empty_host_cache();              // returns the cached pinned blocks to the driver
-AllocatorStats host_memory_stats();   // the pinned cache's statistics (all zero without CUDA)
+void empty_host_cache();             // returns the cached pinned blocks to the driver
+AllocatorStats host_memory_stats();  // the pinned cache's statistics (all zero without CUDA)
 // Routes this thread's allocations on `device` to private pool `id` (CUDA-graph capture); its
 // memory is reused by nothing else until release_private_pool(id).
 void begin_private_pool(uint64_t id, int device = -1);

@@ -100,8 +100,8 @@ void check_device_errors_on(const Stream& s) {
   KILN_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (host.flag == 0) return;
   KILN_CUDA_CHECK(cudaMemsetAsync(r, 0, sizeof(host), stream));  // reported once
-  KILN_FAIL(site_name(host.site), ": index ", host.value, " is out of range for dimension ", host.dim,
-            " with size ", host.bound, host.value < 0 ? " (negative indices are not allowed)" : "",
+  KILN_FAIL(site_name(host.site), ": index ", host.value, " is out of range for dimension ", host.dim, " with size ",
+            host.bound, host.value < 0 ? " (negative indices are not allowed)" : "",
             "; found by a kernel on cuda:", device,
             " and reported at this synchronisation (docs/kernels.md, \"Index bounds on the GPU\")");
 }
@@ -119,9 +119,7 @@ void check_device_errors(int device) {
 void check_device_errors(int) {}  // nothing runs on a device
 
 namespace internal {
-DeviceErrorRecord* device_error_record(int) {
-  KILN_FAIL("device error record: kiln was built without CUDA support");
-}
+DeviceErrorRecord* device_error_record(int) { KILN_FAIL("device error record: kiln was built without CUDA support"); }
 void check_device_errors_on(const Stream&) {}
 }  // namespace internal
 

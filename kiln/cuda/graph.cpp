@@ -44,7 +44,8 @@ void Graph::capture(const std::function<void()>& region) {
     region();
   } catch (const std::exception& e) {
     abort_capture();
-    throw Error(std::string("CUDA graph capture failed inside the captured region (nothing was recorded): ") + e.what());
+    throw Error(std::string("CUDA graph capture failed inside the captured region (nothing was recorded): ") +
+                e.what());
   }
   capture_end();
 }
@@ -66,8 +67,8 @@ void Graph::capture_begin() {
   pool_used_ = true;
   // Relaxed: the allocator may still call cudaMalloc / query events of finished work from this
   // thread while the region runs; host syncs on the capturing stream remain errors.
-  cudaError_t e = cudaStreamBeginCapture(static_cast<cudaStream_t>(capture_stream_.handle),
-                                         cudaStreamCaptureModeRelaxed);
+  cudaError_t e =
+      cudaStreamBeginCapture(static_cast<cudaStream_t>(capture_stream_.handle), cudaStreamCaptureModeRelaxed);
   if (e != cudaSuccess) {
     cudaGetLastError();
     end_private_pool(device_);
@@ -119,8 +120,8 @@ void Graph::abort_capture() {
 
 void Graph::replay() {
   KILN_CHECK(captured(), "Graph::replay: nothing has been captured");
-  KILN_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_),
-                                  static_cast<cudaStream_t>(current_stream(device_).handle)));
+  KILN_CUDA_CHECK(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), static_cast<cudaStream_t>(current_stream(device_).handle)));
 }
 
 void Graph::reset() {

@@ -71,9 +71,7 @@ class CudaBackend final : public AllocatorBackend {
     KILN_CUDA_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(stream)));
     return ev;
   }
-  bool event_done(void* ev) override {
-    return query(cudaEventQuery(static_cast<cudaEvent_t>(ev)), "cudaEventQuery");
-  }
+  bool event_done(void* ev) override { return query(cudaEventQuery(static_cast<cudaEvent_t>(ev)), "cudaEventQuery"); }
   void synchronize_event(void* ev) override {
     internal::report_sync("the caching allocator waits for a cross-stream use before releasing memory", false);
     KILN_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(ev)));
@@ -131,8 +129,7 @@ constexpr int kMaxDevices = 16;
 CachingAllocator* device_caching_allocator(int device) {
   static std::atomic<CachingAllocator*> allocs[kMaxDevices] = {};
   static std::mutex mu;
-  KILN_CHECK(device >= 0 && device < kMaxDevices, "CUDA caching allocator: device index ", device,
-             " out of range");
+  KILN_CHECK(device >= 0 && device < kMaxDevices, "CUDA caching allocator: device index ", device, " out of range");
   CachingAllocator* a = allocs[device].load(std::memory_order_acquire);
   if (a) return a;
   std::lock_guard<std::mutex> lock(mu);
@@ -276,8 +273,7 @@ void check_device(Device device, const char* op) {
   KILN_CHECK(device.is_cuda(), op, ": expected a CUDA device, got ", device);
   int n = device_count();
   KILN_CHECK(n > 0, op, ": no CUDA device is available (", device, " requested)");
-  KILN_CHECK(device.index >= 0 && device.index < n, op, ": device ", device,
-             " does not exist (", n, " CUDA devices)");
+  KILN_CHECK(device.index >= 0 && device.index < n, op, ": device ", device, " does not exist (", n, " CUDA devices)");
 }
 
 int current_device() {
@@ -331,8 +327,7 @@ void copy_device_to_device(void* dst, Device dst_device, const void* src, Device
 }
 }  // namespace
 
-void memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
-            bool non_blocking) {
+void memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes, bool non_blocking) {
   if (nbytes == 0) return;
   if (dst_device.is_cuda() && src_device.is_cuda())
     return copy_device_to_device(dst, dst_device, src, src_device, nbytes);
@@ -374,21 +369,15 @@ void empty_cache() {
   for (int d = 0; d < n && d < kMaxDevices; ++d) device_caching_allocator(d)->empty_cache();
 }
 AllocatorStats memory_stats(int device) { return allocator_of(device, "cuda::memory_stats")->stats(); }
-void reset_peak_memory_stats(int device) {
-  allocator_of(device, "cuda::reset_peak_memory_stats")->reset_peak_stats();
-}
-std::string memory_summary(int device) {
-  return allocator_of(device, "cuda::memory_summary")->summary();
-}
+void reset_peak_memory_stats(int device) { allocator_of(device, "cuda::reset_peak_memory_stats")->reset_peak_stats(); }
+std::string memory_summary(int device) { return allocator_of(device, "cuda::memory_summary")->summary(); }
 void record_memory_history(bool enabled) {
   KILN_CHECK(is_available(), "cuda::record_memory_history: no CUDA device is available");
   g_record_history = enabled;
   int n = device_count();
   for (int d = 0; d < n && d < kMaxDevices; ++d) device_caching_allocator(d)->record_history(enabled);
 }
-std::vector<MemoryEvent> memory_history(int device) {
-  return allocator_of(device, "cuda::memory_history")->history();
-}
+std::vector<MemoryEvent> memory_history(int device) { return allocator_of(device, "cuda::memory_history")->history(); }
 void record_stream(void* data, const Stream& s) {
   if (!data) return;
   allocator_of(s.device.index, "cuda::record_stream")->record_stream(data, s.handle);
@@ -403,9 +392,7 @@ AllocatorStats host_memory_stats() { return host_caching_allocator()->stats(); }
 void begin_private_pool(uint64_t id, int device) {
   allocator_of(device, "cuda::begin_private_pool")->begin_private_pool(id);
 }
-void end_private_pool(int device) {
-  allocator_of(device, "cuda::end_private_pool")->end_private_pool();
-}
+void end_private_pool(int device) { allocator_of(device, "cuda::end_private_pool")->end_private_pool(); }
 void release_private_pool(uint64_t id, int device) {
   allocator_of(device, "cuda::release_private_pool")->release_pool(id);
 }
@@ -445,9 +432,7 @@ void release_private_pool(uint64_t, int) { no_cuda("cuda::release_private_pool")
 
 #endif
 
-StreamGuard::StreamGuard(const Stream& s) : prev_(current_stream(s.device.index)) {
-  set_current_stream(s);
-}
+StreamGuard::StreamGuard(const Stream& s) : prev_(current_stream(s.device.index)) { set_current_stream(s); }
 StreamGuard::~StreamGuard() { set_current_stream(prev_); }
 
 }  // namespace kiln::cuda

@@ -40,8 +40,7 @@ struct DevicePool {
 
 DevicePool& pool_of(int device) {
   static DevicePool pools[kMaxDevices];
-  KILN_CHECK(device >= 0 && device < kMaxDevices, "get_stream_from_pool: device index ", device,
-             " out of range");
+  KILN_CHECK(device >= 0 && device < kMaxDevices, "get_stream_from_pool: device index ", device, " out of range");
   DevicePool& p = pools[device];
   std::call_once(p.created, [&] {
     DeviceScope scope(device);
@@ -98,8 +97,8 @@ bool current_stream_is_capturing() {
 
 void record_stream(const Tensor& t, const Stream& s) {
   if (!t.defined() || !t.device().is_cuda()) return;
-  KILN_CHECK(s.device == t.device(), "record_stream: the tensor is on ", t.device(),
-             " but the stream belongs to ", s.device);
+  KILN_CHECK(s.device == t.device(), "record_stream: the tensor is on ", t.device(), " but the stream belongs to ",
+             s.device);
   record_stream(t.storage()->data(), s);
 }
 
@@ -109,9 +108,7 @@ Event::~Event() {
   if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
 }
 
-Event::Event(Event&& o) noexcept : event_(o.event_), device_(o.device_), timing_(o.timing_) {
-  o.event_ = nullptr;
-}
+Event::Event(Event&& o) noexcept : event_(o.event_), device_(o.device_), timing_(o.timing_) { o.event_ = nullptr; }
 
 Event& Event::operator=(Event&& o) noexcept {
   if (this != &o) {

@@ -52,8 +52,8 @@ class Event {
   void record(const Stream& s);  // marks the current end of s's queue
   void record();                 // on the current stream of the current device
   bool recorded() const { return event_ != nullptr; }
-  bool query() const;            // the recorded work has finished (true if never recorded)
-  void synchronize() const;      // the host waits for the recorded work
+  bool query() const;                // the recorded work has finished (true if never recorded)
+  void synchronize() const;          // the host waits for the recorded work
   void wait(const Stream& s) const;  // s waits for the recorded work (no host sync)
   // Milliseconds between this event and `end` (both recorded with enable_timing, end completed).
   float elapsed_ms(const Event& end) const;

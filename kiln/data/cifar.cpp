@@ -9,8 +9,7 @@ namespace kiln::data {
 namespace {
 constexpr int64_t kPixels = 3 * 32 * 32;
 
-std::string resolve(const std::string& root, const std::string& sub, const std::string& probe,
-                    const char* name) {
+std::string resolve(const std::string& root, const std::string& sub, const std::string& probe, const char* name) {
   if (file_exists(root + "/" + probe)) return root;
   if (file_exists(root + "/" + sub + "/" + probe)) return root + "/" + sub;
   KILN_FAIL(name, ": ", probe, " not found in ", root, " or ", root, "/", sub,
@@ -19,8 +18,8 @@ std::string resolve(const std::string& root, const std::string& sub, const std::
 }
 }  // namespace
 
-void CIFAR::read_records(const std::vector<std::string>& files, int label_bytes, int label_byte,
-                         int64_t num_classes, Tensor* images, Tensor* labels) {
+void CIFAR::read_records(const std::vector<std::string>& files, int label_bytes, int label_byte, int64_t num_classes,
+                         Tensor* images, Tensor* labels) {
   const int64_t rec = label_bytes + kPixels;
   std::vector<std::string> blobs;
   int64_t total = 0;
@@ -43,8 +42,8 @@ void CIFAR::read_records(const std::vector<std::string>& files, int label_bytes,
     for (int64_t i = 0; i < n; ++i, ++k) {
       const unsigned char* r = p + i * rec;
       int label = r[label_byte];
-      KILN_CHECK(label < num_classes, "CIFAR: ", files[fi], " record ", i, " has label ", label,
-                 " (expected 0..", num_classes - 1, "): corrupt file");
+      KILN_CHECK(label < num_classes, "CIFAR: ", files[fi], " record ", i, " has label ", label, " (expected 0..",
+                 num_classes - 1, "): corrupt file");
       lp[k] = label;
       std::memcpy(ip + k * kPixels, r + label_bytes, kPixels);
     }
@@ -52,15 +51,13 @@ void CIFAR::read_records(const std::vector<std::string>& files, int label_bytes,
 }
 
 Example CIFAR::get(int64_t index) const {
-  KILN_CHECK(index >= 0 && index < size(), "CIFAR: index ", index, " out of range [0, ", size(),
-             ")");
+  KILN_CHECK(index >= 0 && index < size(), "CIFAR: index ", index, " out of range [0, ", size(), ")");
   return Example{images_.select(0, index), labels_.select(0, index)};
 }
 
 CIFAR10::CIFAR10(const std::string& root, Split split) {
-  std::string dir = resolve(root, "cifar-10-batches-bin",
-                            split == Split::Train ? "data_batch_1.bin" : "test_batch.bin",
-                            "CIFAR10");
+  std::string dir =
+      resolve(root, "cifar-10-batches-bin", split == Split::Train ? "data_batch_1.bin" : "test_batch.bin", "CIFAR10");
   std::vector<std::string> files;
   if (split == Split::Train) {
     for (int i = 1; i <= 5; ++i) files.push_back(dir + "/data_batch_" + std::to_string(i) + ".bin");

@@ -18,14 +18,14 @@ class CIFAR : public Dataset {
   int64_t size() const override { return images_.size(0); }
   Example get(int64_t index) const override;
   int64_t length(int64_t) const override { return 1; }
-  const Tensor& images() const { return images_; }  // [N, 3, 32, 32] uint8
+  const Tensor& images() const { return images_; }   // [N, 3, 32, 32] uint8
   const Tensor& targets() const { return labels_; }  // [N] int64
   int64_t num_classes() const { return num_classes_; }
 
   // Reads records from explicit files (what the constructors call). label_bytes: 1 (CIFAR-10)
   // or 2 (CIFAR-100); label_byte picks which of them is the target.
-  static void read_records(const std::vector<std::string>& files, int label_bytes, int label_byte,
-                           int64_t num_classes, Tensor* images, Tensor* labels);
+  static void read_records(const std::vector<std::string>& files, int label_bytes, int label_byte, int64_t num_classes,
+                           Tensor* images, Tensor* labels);
 
  protected:
   CIFAR() = default;

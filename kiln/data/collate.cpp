@@ -13,8 +13,8 @@ Tensor alloc(StagingPool* pool, const IntList& sizes, const IntList& strides, DT
   if (pool) return pool->acquire(sizes, strides, dtype);
   int64_t n = 1;
   for (int64_t v : sizes) n *= v;
-  auto st = std::make_shared<Storage>(std::max<size_t>(1, static_cast<size_t>(n) * element_size(dtype)),
-                                      Device::cpu(), cpu_allocator());
+  auto st = std::make_shared<Storage>(std::max<size_t>(1, static_cast<size_t>(n) * element_size(dtype)), Device::cpu(),
+                                      cpu_allocator());
   return make_tensor(st, sizes, strides, dtype);
 }
 
@@ -36,8 +36,7 @@ void copy_into(const Tensor& slot, const Tensor& src) {
 }
 
 template <class In, class Out>
-void convert_image(const In* in, Out* out, int64_t c, int64_t hw, bool channels_last,
-                   const float* a, const float* b) {
+void convert_image(const In* in, Out* out, int64_t c, int64_t hw, bool channels_last, const float* a, const float* b) {
   if (!channels_last) {
     for (int64_t k = 0; k < c; ++k) {
       const In* src = in + k * hw;
@@ -55,8 +54,7 @@ void convert_image(const In* in, Out* out, int64_t c, int64_t hw, bool channels_
 }
 
 template <class Out>
-void convert_dispatch_in(const Tensor& src, Out* out, int64_t c, int64_t hw, bool cl,
-                         const float* a, const float* b) {
+void convert_dispatch_in(const Tensor& src, Out* out, int64_t c, int64_t hw, bool cl, const float* a, const float* b) {
   if (src.dtype() == DType::U8) {
     convert_image(src.data_ptr<uint8_t>(), out, c, hw, cl, a, b);
   } else {
@@ -90,29 +88,30 @@ void fill_mask(StagingPool* pool, const std::vector<Tensor>& xs, int64_t longest
     for (int64_t t = 0; t < longest; ++t) m[k * longest + t] = t < xs[static_cast<size_t>(k)].size(0);
 }
 
-Tensor collate_field(const std::vector<Tensor>& xs, const char* what, double pad, StagingPool* pool,
-                     Tensor* mask, bool always_mask, const Conversion* conv) {
+Tensor collate_field(const std::vector<Tensor>& xs, const char* what, double pad, StagingPool* pool, Tensor* mask,
+                     bool always_mask, const Conversion* conv) {
   const Tensor& first = xs[0];
   const int64_t B = static_cast<int64_t>(xs.size());
   bool same = true;
   for (const auto& x : xs) {
     KILN_CHECK(x.defined(), "collate: a sample has no ", what, " while others do");
     KILN_CHECK(x.dim() == first.dim() && x.dtype() == first.dtype(), "collate: ", what,
-               " of different ranks or dtypes in one batch: ", first.sizes(), " ", first.dtype(),
-               " vs ", x.sizes(), " ", x.dtype());
+               " of different ranks or dtypes in one batch: ", first.sizes(), " ", first.dtype(), " vs ", x.sizes(),
+               " ", x.dtype());
     if (x.sizes() != first.sizes()) same = false;
   }
   IntList sample_sizes = first.sizes();
   if (conv && conv->active) {
-    KILN_CHECK(same, "collate: the fused ToFloat/Normalize tail needs images of one shape, got ",
-               first.sizes(), " and others");
-    KILN_CHECK(first.dim() == 2 || first.dim() == 3, "collate: ToFloat/Normalize/ChannelsLast "
-               "expect images [C, H, W] or [H, W], got ", first.sizes());
+    KILN_CHECK(same, "collate: the fused ToFloat/Normalize tail needs images of one shape, got ", first.sizes(),
+               " and others");
+    KILN_CHECK(first.dim() == 2 || first.dim() == 3,
+               "collate: ToFloat/Normalize/ChannelsLast "
+               "expect images [C, H, W] or [H, W], got ",
+               first.sizes());
     IntList sizes{B};
     sizes.insert(sizes.end(), sample_sizes.begin(), sample_sizes.end());
     bool cl = conv->channels_last && sizes.size() == 4;
-    KILN_CHECK(!conv->channels_last || cl, "collate: ChannelsLast needs [C, H, W] images, got ",
-               first.sizes());
+    KILN_CHECK(!conv->channels_last || cl, "collate: ChannelsLast needs [C, H, W] images, got ", first.sizes());
     IntList strides = cl ? channels_last_strides(sizes) : contiguous_strides(sizes);
     Tensor out = alloc(pool, sizes, strides, conv->dtype);
     std::vector<float> a, b;
@@ -129,8 +128,7 @@ Tensor collate_field(const std::vector<Tensor>& xs, const char* what, double pad
     Tensor out = alloc(pool, sizes, strides, first.dtype());
     for (int64_t k = 0; k < B; ++k) copy_into(out.select(0, k), xs[static_cast<size_t>(k)]);
     if (mask && always_mask) {
-      KILN_CHECK(first.dim() >= 1, "collate: a padding mask needs sequences, got ", what, " ",
-                 first.sizes());
+      KILN_CHECK(first.dim() >= 1, "collate: a padding mask needs sequences, got ", what, " ", first.sizes());
       fill_mask(pool, xs, first.size(0), mask);
     }
     return out;
@@ -140,8 +138,8 @@ Tensor collate_field(const std::vector<Tensor>& xs, const char* what, double pad
   int64_t longest = 0;
   for (const auto& x : xs) {
     for (int64_t d = 1; d < x.dim(); ++d)
-      KILN_CHECK(x.size(d) == first.size(d), "collate: ", what, " ", first.sizes(), " and ",
-                 x.sizes(), " differ beyond dim 0; only the length (dim 0) may vary");
+      KILN_CHECK(x.size(d) == first.size(d), "collate: ", what, " ", first.sizes(), " and ", x.sizes(),
+                 " differ beyond dim 0; only the length (dim 0) may vary");
     longest = std::max(longest, x.size(0));
   }
   IntList sizes{B, longest};
@@ -158,15 +156,14 @@ Tensor collate_field(const std::vector<Tensor>& xs, const char* what, double pad
 
 }  // namespace
 
-Batch collate(const std::vector<Example>& samples, const CollateOptions& options,
-              StagingPool* pool) {
+Batch collate(const std::vector<Example>& samples, const CollateOptions& options, StagingPool* pool) {
   KILN_CHECK(!samples.empty(), "collate: empty batch");
   Batch batch;
   std::vector<Tensor> xs, ys;
   xs.reserve(samples.size());
   for (const auto& s : samples) xs.push_back(s.input);
-  batch.input = collate_field(xs, "inputs", options.pad_value(), pool, &batch.mask,
-                              options.always_mask(), &options.conversion());
+  batch.input =
+      collate_field(xs, "inputs", options.pad_value(), pool, &batch.mask, options.always_mask(), &options.conversion());
   bool has_target = samples[0].target.defined();
   if (has_target) {
     ys.reserve(samples.size());

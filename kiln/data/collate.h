@@ -20,9 +20,9 @@ namespace kiln::data {
 class StagingPool;
 
 struct Batch {
-  Tensor input;   // [B, ...]
-  Tensor target;  // [B] or [B, ...]; undefined when the samples have no target
-  Tensor mask;    // [B, L] bool for padded variable-length inputs; undefined otherwise
+  Tensor input;                  // [B, ...]
+  Tensor target;                 // [B] or [B, ...]; undefined when the samples have no target
+  Tensor mask;                   // [B, L] bool for padded variable-length inputs; undefined otherwise
   std::vector<int64_t> indices;  // the dataset indices of the rows
   int64_t index = 0;             // position of this batch in its epoch
   int64_t epoch = 0;
@@ -39,7 +39,6 @@ struct CollateOptions {
 };
 
 // Collates `samples` into buffers from `pool` (plain heap tensors when pool is null).
-Batch collate(const std::vector<Example>& samples, const CollateOptions& options,
-              StagingPool* pool);
+Batch collate(const std::vector<Example>& samples, const CollateOptions& options, StagingPool* pool);
 
 }  // namespace kiln::data

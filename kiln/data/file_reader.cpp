@@ -50,8 +50,9 @@ size_t FileReader::read_some(void* dst, size_t n) {
   while (total < n) {
     unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - total, 1u << 30));
     int got = gzread(G(gz_), out + total, chunk);
-    if (got < 0) KILN_FAIL(path_, " is corrupt (", compressed_ ? "gzip" : "read", " error at byte ",
-                           offset_ + total, "): ", gz_error(gz_));
+    if (got < 0)
+      KILN_FAIL(path_, " is corrupt (", compressed_ ? "gzip" : "read", " error at byte ", offset_ + total,
+                "): ", gz_error(gz_));
     if (got == 0) {
       int code = 0;
       gzerror(G(gz_), &code);
@@ -71,8 +72,8 @@ void FileReader::read_exact(void* dst, size_t n, const char* what) {
   if (got != n) {
     int code = 0;
     gzerror(G(gz_), &code);
-    KILN_FAIL(what, ": ", path_, " is truncated: needed ", n, " bytes at offset ", start,
-              ", found ", got, compressed_ && code == Z_BUF_ERROR ? " (gzip stream ends early)" : "");
+    KILN_FAIL(what, ": ", path_, " is truncated: needed ", n, " bytes at offset ", start, ", found ", got,
+              compressed_ && code == Z_BUF_ERROR ? " (gzip stream ends early)" : "");
   }
 }
 
@@ -81,17 +82,18 @@ void FileReader::expect_end(const char* what) {
   size_t got = read_some(extra, sizeof extra);
   if (got != 0) {
     uint64_t more = offset_;
-    while (read_some(extra, sizeof extra) > 0) {}
-    KILN_FAIL(what, ": ", path_, " has ", offset_ - more + got, " unexpected trailing bytes after ",
-              more - got, " bytes (wrong count in the header, or a corrupt file)");
+    while (read_some(extra, sizeof extra) > 0) {
+    }
+    KILN_FAIL(what, ": ", path_, " has ", offset_ - more + got, " unexpected trailing bytes after ", more - got,
+              " bytes (wrong count in the header, or a corrupt file)");
   }
   int code = 0;
   gzerror(G(gz_), &code);
   KILN_CHECK(code == Z_OK, what, ": ", path_, " is corrupt: ", gz_error(gz_));
   int rc = gzclose_r(G(gz_));
   gz_ = nullptr;
-  KILN_CHECK(rc == Z_OK, what, ": ", path_, " is corrupt (gzip stream ends early or fails its ",
-             "checksum, zlib code ", rc, ")");
+  KILN_CHECK(rc == Z_OK, what, ": ", path_, " is corrupt (gzip stream ends early or fails its ", "checksum, zlib code ",
+             rc, ")");
 }
 
 std::string read_whole_file(const std::string& path) {

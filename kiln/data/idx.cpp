@@ -12,13 +12,32 @@ namespace {
 // (bytes per element in the file, dtype of the tensor) for an IDX type code.
 bool idx_type(int code, size_t* file_bytes, DType* dtype) {
   switch (code) {
-    case 0x08: *file_bytes = 1; *dtype = DType::U8; return true;
-    case 0x09: *file_bytes = 1; *dtype = DType::I32; return true;
-    case 0x0B: *file_bytes = 2; *dtype = DType::I32; return true;
-    case 0x0C: *file_bytes = 4; *dtype = DType::I32; return true;
-    case 0x0D: *file_bytes = 4; *dtype = DType::F32; return true;
-    case 0x0E: *file_bytes = 8; *dtype = DType::F64; return true;
-    default: return false;
+    case 0x08:
+      *file_bytes = 1;
+      *dtype = DType::U8;
+      return true;
+    case 0x09:
+      *file_bytes = 1;
+      *dtype = DType::I32;
+      return true;
+    case 0x0B:
+      *file_bytes = 2;
+      *dtype = DType::I32;
+      return true;
+    case 0x0C:
+      *file_bytes = 4;
+      *dtype = DType::I32;
+      return true;
+    case 0x0D:
+      *file_bytes = 4;
+      *dtype = DType::F32;
+      return true;
+    case 0x0E:
+      *file_bytes = 8;
+      *dtype = DType::F64;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -26,7 +45,9 @@ bool idx_type(int code, size_t* file_bytes, DType* dtype) {
 // widened into `out` of the tensor's dtype).
 void decode(int code, const unsigned char* in, void* out, int64_t n) {
   switch (code) {
-    case 0x08: std::memcpy(out, in, static_cast<size_t>(n)); break;
+    case 0x08:
+      std::memcpy(out, in, static_cast<size_t>(n));
+      break;
     case 0x09: {
       auto* o = static_cast<int32_t*>(out);
       for (int64_t i = 0; i < n; ++i) o[i] = static_cast<int8_t>(in[i]);
@@ -37,15 +58,15 @@ void decode(int code, const unsigned char* in, void* out, int64_t n) {
       for (int64_t i = 0; i < n; ++i) o[i] = static_cast<int16_t>((in[2 * i] << 8) | in[2 * i + 1]);
       break;
     }
-    case 0x0C: case 0x0D: {
+    case 0x0C:
+    case 0x0D: {
       auto* o = static_cast<uint32_t*>(out);
       for (int64_t i = 0; i < n; ++i) o[i] = load_be32(in + 4 * i);
       break;
     }
     case 0x0E: {
       auto* o = static_cast<uint64_t*>(out);
-      for (int64_t i = 0; i < n; ++i)
-        o[i] = (uint64_t(load_be32(in + 8 * i)) << 32) | load_be32(in + 8 * i + 4);
+      for (int64_t i = 0; i < n; ++i) o[i] = (uint64_t(load_be32(in + 8 * i)) << 32) | load_be32(in + 8 * i + 4);
       break;
     }
   }
@@ -59,11 +80,10 @@ Tensor read_idx(const std::string& path) {
   r.read_exact(magic, 4, "read_idx (magic number)");
   size_t file_bytes = 0;
   DType dtype = DType::U8;
-  KILN_CHECK(magic[0] == 0 && magic[1] == 0 && idx_type(magic[2], &file_bytes, &dtype),
-             "read_idx: ", path, " is not an IDX file: bad magic number 0x", std::hex,
-             (uint32_t(magic[0]) << 24 | uint32_t(magic[1]) << 16 | uint32_t(magic[2]) << 8 |
-              magic[3]),
-             std::dec, " (expected 0x000008dd for uint8 data with dd dimensions)");
+  KILN_CHECK(magic[0] == 0 && magic[1] == 0 && idx_type(magic[2], &file_bytes, &dtype), "read_idx: ", path,
+             " is not an IDX file: bad magic number 0x", std::hex,
+             (uint32_t(magic[0]) << 24 | uint32_t(magic[1]) << 16 | uint32_t(magic[2]) << 8 | magic[3]), std::dec,
+             " (expected 0x000008dd for uint8 data with dd dimensions)");
   int ndim = magic[3];
   KILN_CHECK(ndim >= 1 && ndim <= 8, "read_idx: ", path, " claims ", ndim,
              " dimensions (expected 1 to 8): corrupt header");
@@ -73,12 +93,10 @@ Tensor read_idx(const std::string& path) {
   int64_t n = 1;
   for (int d = 0; d < ndim; ++d) {
     int64_t s = load_be32(dims_be + 4 * d);
-    KILN_CHECK(s < (int64_t(1) << 31), "read_idx: ", path, " dimension ", d, " is ", s,
-               ": corrupt header");
+    KILN_CHECK(s < (int64_t(1) << 31), "read_idx: ", path, " dimension ", d, " is ", s, ": corrupt header");
     sizes.push_back(s);
     n *= s;
-    KILN_CHECK(n <= (int64_t(1) << 36), "read_idx: ", path, " header promises ", sizes,
-               " elements: corrupt header");
+    KILN_CHECK(n <= (int64_t(1) << 36), "read_idx: ", path, " header promises ", sizes, " elements: corrupt header");
   }
   Tensor out = empty(sizes, TensorOptions().dtype(dtype));
   size_t nbytes = static_cast<size_t>(n) * file_bytes;
@@ -97,14 +115,24 @@ void write_idx(const std::string& path, const Tensor& t_in, bool gzip) {
   Tensor t = t_in.contiguous();
   int code = 0;
   switch (t.dtype()) {
-    case DType::U8: code = 0x08; break;
-    case DType::I32: code = 0x0C; break;
-    case DType::F32: code = 0x0D; break;
-    case DType::F64: code = 0x0E; break;
-    default: KILN_FAIL("write_idx: dtype ", t.dtype(), " has no IDX type code");
+    case DType::U8:
+      code = 0x08;
+      break;
+    case DType::I32:
+      code = 0x0C;
+      break;
+    case DType::F32:
+      code = 0x0D;
+      break;
+    case DType::F64:
+      code = 0x0E;
+      break;
+    default:
+      KILN_FAIL("write_idx: dtype ", t.dtype(), " has no IDX type code");
   }
   std::string bytes;
-  bytes.push_back(0); bytes.push_back(0);
+  bytes.push_back(0);
+  bytes.push_back(0);
   bytes.push_back(static_cast<char>(code));
   bytes.push_back(static_cast<char>(t.dim()));
   auto put32 = [&](uint32_t v) {
@@ -121,17 +149,14 @@ void write_idx(const std::string& path, const Tensor& t_in, bool gzip) {
 // ---------------------------------------------------------------- MNIST / Fashion-MNIST
 
 namespace {
-std::string find_idx(const std::string& root, const std::string& stem, const char* name,
-                     const char* package) {
+std::string find_idx(const std::string& root, const std::string& stem, const char* name, const char* package) {
   std::string base = root + "/" + stem;
   if (file_exists(base)) return base;
   if (file_exists(base + ".gz")) return base + ".gz";
   KILN_FAIL(name, ": ", base, "[.gz] not found. ",
-            package ? std::string("Install Debian's ") + package + " package (apt install " +
-                          package + "), or pass"
+            package ? std::string("Install Debian's ") + package + " package (apt install " + package + "), or pass"
                     : std::string("Pass"),
-            " the folder holding the IDX files as the root argument (", name,
-            "(root, Split::Train))");
+            " the folder holding the IDX files as the root argument (", name, "(root, Split::Train))");
 }
 }  // namespace
 
@@ -151,32 +176,27 @@ void MNIST::load(const std::string& root, Split split, const char* name, const c
              " should hold uint8 images [N, H, W], found ", images.dtype(), " ", images.sizes());
   KILN_CHECK(labels.dtype() == DType::U8 && labels.dim() == 1, name, ": ", lpath,
              " should hold uint8 labels [N], found ", labels.dtype(), " ", labels.sizes());
-  KILN_CHECK(images.size(0) == labels.size(0), name, ": ", ipath, " holds ", images.size(0),
-             " images but ", lpath, " holds ", labels.size(0), " labels");
+  KILN_CHECK(images.size(0) == labels.size(0), name, ": ", ipath, " holds ", images.size(0), " images but ", lpath,
+             " holds ", labels.size(0), " labels");
   const uint8_t* lp = labels.data_ptr<uint8_t>();
   for (int64_t i = 0; i < labels.numel(); ++i)
-    KILN_CHECK(lp[i] < 10, name, ": ", lpath, " label ", i, " is ", int(lp[i]),
-               " (expected 0..9): corrupt file");
+    KILN_CHECK(lp[i] < 10, name, ": ", lpath, " label ", i, " is ", int(lp[i]), " (expected 0..9): corrupt file");
   images_ = images.view({images.size(0), 1, images.size(1), images.size(2)});
   labels_ = labels.to(DType::I64);
 }
 
 Example MNIST::get(int64_t index) const {
-  KILN_CHECK(index >= 0 && index < size(), "MNIST: index ", index, " out of range [0, ", size(),
-             ")");
+  KILN_CHECK(index >= 0 && index < size(), "MNIST: index ", index, " out of range [0, ", size(), ")");
   return Example{images_.select(0, index), labels_.select(0, index)};
 }
 
-std::vector<std::string> MNIST::classes() const {
-  return {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
-}
+std::vector<std::string> MNIST::classes() const { return {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}; }
 
 FashionMNIST::FashionMNIST(const std::string& root, Split split)
     : MNIST(root, split, "FashionMNIST", "dataset-fashion-mnist") {}
 
 std::vector<std::string> FashionMNIST::classes() const {
-  return {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-          "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  return {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
 }
 
 }  // namespace kiln::data

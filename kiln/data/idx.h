@@ -29,7 +29,7 @@ class MNIST : public Dataset {
   int64_t size() const override { return images_.size(0); }
   Example get(int64_t index) const override;
   int64_t length(int64_t) const override { return 1; }
-  const Tensor& images() const { return images_; }  // [N, 1, H, W] uint8
+  const Tensor& images() const { return images_; }   // [N, 1, H, W] uint8
   const Tensor& targets() const { return labels_; }  // [N] int64
   int64_t num_classes() const { return 10; }
   virtual std::vector<std::string> classes() const;

@@ -19,9 +19,7 @@ namespace kiln::data {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // A batch built by a worker (or its failure).
 struct Built {
@@ -79,10 +77,8 @@ struct DataLoader::Impl {
     } else {
       std::shared_ptr<const Sampler> s = opt.sampler();
       if (!s) {
-        if (opt.shuffle())
-          s = std::make_shared<RandomSampler>(ds->size(), seed);
-        else
-          s = std::make_shared<SequentialSampler>(ds->size());
+        if (opt.shuffle()) s = std::make_shared<RandomSampler>(ds->size(), seed);
+        else s = std::make_shared<SequentialSampler>(ds->size());
       }
       batcher = std::make_shared<FixedBatchSampler>(s, opt.batch_size(), opt.drop_last());
     }
@@ -94,8 +90,7 @@ struct DataLoader::Impl {
         .always_mask(opt.padding_mask());
     prefetch = opt.prefetch() > 0 ? opt.prefetch() : std::max(2 * opt.workers(), 1);
     pool = std::make_unique<StagingPool>(opt.pin_memory());
-    if (opt.device().is_cuda() && opt.pin_memory())
-      copy_stream = cuda::get_stream_from_pool(opt.device().index);
+    if (opt.device().is_cuda() && opt.pin_memory()) copy_stream = cuda::get_stream_from_pool(opt.device().index);
   }
 
   ~Impl() { stop_workers(); }
@@ -134,17 +129,18 @@ struct DataLoader::Impl {
       out.batch.index = b;
       out.batch.epoch = epoch;
     } catch (const std::exception& e) {
-      std::string msg = current >= 0
-          ? ::kiln::detail::concat("DataLoader: loading sample ", current, " (batch ", b, " of epoch ",
-                           epoch, ") failed: ", e.what())
-          : ::kiln::detail::concat("DataLoader: collating batch ", b, " of epoch ", epoch, " failed: ",
-                           e.what());
+      std::string msg = current >= 0 ? ::kiln::detail::concat("DataLoader: loading sample ", current, " (batch ", b,
+                                                              " of epoch ", epoch, ") failed: ", e.what())
+                                     : ::kiln::detail::concat("DataLoader: collating batch ", b, " of epoch ", epoch,
+                                                              " failed: ", e.what());
       out.error = std::make_exception_ptr(LoaderError(msg, current, b));
       out.batch = Batch{};
     } catch (...) {
-      out.error = std::make_exception_ptr(LoaderError(
-          ::kiln::detail::concat("DataLoader: sample ", current, " (batch ", b, ") threw a non-standard "
-                         "exception"), current, b));
+      out.error =
+          std::make_exception_ptr(LoaderError(::kiln::detail::concat("DataLoader: sample ", current, " (batch ", b,
+                                                                     ") threw a non-standard "
+                                                                     "exception"),
+                                              current, b));
       out.batch = Batch{};
     }
     return out;
@@ -196,8 +192,7 @@ struct DataLoader::Impl {
     stats.epoch = epoch;
     epoch_start = Clock::now();
     running = true;
-    for (int w = 0; w < opt.workers() && !batches.empty(); ++w)
-      threads.emplace_back([this, w] { worker_loop(w); });
+    for (int w = 0; w < opt.workers() && !batches.empty(); ++w) threads.emplace_back([this, w] { worker_loop(w); });
   }
 
   // Takes batch `deliver` from the queue (waiting for it); nullopt semantics via bool.
@@ -209,8 +204,9 @@ struct DataLoader::Impl {
       if (!wait) return Built{};
       if (opt.timeout() > 0) {
         if (!cv_ready.wait_for(lock, std::chrono::milliseconds(opt.timeout()), has))
-          KILN_FAIL("DataLoader: timed out after ", opt.timeout(), " ms waiting for batch ", b,
-                    " of epoch ", epoch, " (", opt.workers(), " workers); a Dataset::get or "
+          KILN_FAIL("DataLoader: timed out after ", opt.timeout(), " ms waiting for batch ", b, " of epoch ", epoch,
+                    " (", opt.workers(),
+                    " workers); a Dataset::get or "
                     "transform is stuck or too slow — raise timeout() or fix the dataset");
       } else {
         cv_ready.wait(lock, has);

@@ -76,10 +76,10 @@ struct LoaderOptions {
 
 struct LoaderStats {
   int64_t epoch = -1;
-  int64_t batches = 0;        // delivered so far in this epoch
+  int64_t batches = 0;  // delivered so far in this epoch
   int64_t samples = 0;
-  double wait_seconds = 0;    // consumer time spent inside the loader (waiting or loading)
-  double epoch_seconds = 0;   // from begin() to the last batch delivered
+  double wait_seconds = 0;          // consumer time spent inside the loader (waiting or loading)
+  double epoch_seconds = 0;         // from begin() to the last batch delivered
   int64_t staging_allocations = 0;  // staging blocks allocated since the loader was built
   int64_t staging_blocks = 0;
   double wait_fraction() const { return epoch_seconds > 0 ? wait_seconds / epoch_seconds : 0.0; }
@@ -126,8 +126,8 @@ class DataLoader {
   int64_t size() const;
   // The epoch the next begin() runs (the counter otherwise increments by one per begin()).
   void set_epoch(int64_t epoch);
-  int64_t epoch() const;  // the current (or last) epoch; -1 before the first
-  const LoaderStats& stats() const;  // the current (or last) epoch
+  int64_t epoch() const;                            // the current (or last) epoch; -1 before the first
+  const LoaderStats& stats() const;                 // the current (or last) epoch
   const std::vector<LoaderStats>& history() const;  // finished epochs
   const LoaderOptions& options() const;
   const Dataset& dataset() const;

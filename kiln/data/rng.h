@@ -15,8 +15,7 @@ enum class RngStream : uint32_t { Shuffle = 1, Transform = 2, Bucket = 3, Distri
 class DataRng {
  public:
   DataRng(uint64_t seed, uint64_t epoch, uint64_t index, RngStream stream)
-      : seed_(seed), index_(index),
-        hi_((epoch << 24) ^ (static_cast<uint64_t>(stream) << 12)) {}
+      : seed_(seed), index_(index), hi_((epoch << 24) ^ (static_cast<uint64_t>(stream) << 12)) {}
   uint32_t next_u32() {
     if (used_ == 4) {
       blk_ = philox::block(seed_, index_, hi_ + counter_++);

@@ -27,8 +27,7 @@ std::vector<int64_t> RandomSampler::indices(int64_t epoch) const {
   return permutation(n_, seed_, static_cast<uint64_t>(epoch));
 }
 
-DistributedSampler::DistributedSampler(int64_t n, int rank, int world_size, bool shuffle,
-                                       uint64_t seed, bool drop_last)
+DistributedSampler::DistributedSampler(int64_t n, int rank, int world_size, bool shuffle, uint64_t seed, bool drop_last)
     : n_(n), rank_(rank), world_(world_size), shuffle_(shuffle), seed_(seed), drop_last_(drop_last) {
   KILN_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "DistributedSampler: rank ", rank,
              " is not in [0, world_size = ", world_size, ")");
@@ -58,8 +57,7 @@ std::vector<int64_t> DistributedSampler::indices(int64_t loader_epoch) const {
   return mine;
 }
 
-FixedBatchSampler::FixedBatchSampler(std::shared_ptr<const Sampler> sampler, int64_t batch_size,
-                                     bool drop_last)
+FixedBatchSampler::FixedBatchSampler(std::shared_ptr<const Sampler> sampler, int64_t batch_size, bool drop_last)
     : sampler_(std::move(sampler)), batch_size_(batch_size), drop_last_(drop_last) {
   KILN_CHECK(sampler_ != nullptr, "FixedBatchSampler: no sampler");
   KILN_CHECK(batch_size >= 1, "FixedBatchSampler: batch_size must be >= 1, got ", batch_size);
@@ -71,8 +69,7 @@ std::vector<std::vector<int64_t>> FixedBatchSampler::batches(int64_t epoch) cons
   for (size_t s = 0; s < idx.size(); s += static_cast<size_t>(batch_size_)) {
     size_t e = std::min(idx.size(), s + static_cast<size_t>(batch_size_));
     if (drop_last_ && static_cast<int64_t>(e - s) < batch_size_) break;
-    out.emplace_back(idx.begin() + static_cast<std::ptrdiff_t>(s),
-                     idx.begin() + static_cast<std::ptrdiff_t>(e));
+    out.emplace_back(idx.begin() + static_cast<std::ptrdiff_t>(s), idx.begin() + static_cast<std::ptrdiff_t>(e));
   }
   return out;
 }
@@ -80,12 +77,11 @@ std::vector<std::vector<int64_t>> FixedBatchSampler::batches(int64_t epoch) cons
 BucketBatchSampler::BucketBatchSampler(std::vector<int64_t> lengths, BucketOptions options)
     : lengths_(std::move(lengths)), o_(options) {
   KILN_CHECK(o_.max_tokens() >= 1, "BucketBatchSampler: max_tokens must be >= 1");
-  KILN_CHECK(o_.world_size() >= 1 && o_.rank() >= 0 && o_.rank() < o_.world_size(),
-             "BucketBatchSampler: rank ", o_.rank(), " not in [0, ", o_.world_size(), ")");
+  KILN_CHECK(o_.world_size() >= 1 && o_.rank() >= 0 && o_.rank() < o_.world_size(), "BucketBatchSampler: rank ",
+             o_.rank(), " not in [0, ", o_.world_size(), ")");
   for (size_t i = 0; i < lengths_.size(); ++i)
-    KILN_CHECK(lengths_[i] >= 1 && lengths_[i] <= o_.max_tokens(), "BucketBatchSampler: sample ", i,
-               " has length ", lengths_[i], ", outside [1, max_tokens = ", o_.max_tokens(),
-               "]: it can never fit a batch");
+    KILN_CHECK(lengths_[i] >= 1 && lengths_[i] <= o_.max_tokens(), "BucketBatchSampler: sample ", i, " has length ",
+               lengths_[i], ", outside [1, max_tokens = ", o_.max_tokens(), "]: it can never fit a batch");
 }
 
 int64_t BucketBatchSampler::padded_tokens(const std::vector<int64_t>& batch) const {
@@ -131,9 +127,8 @@ std::vector<std::vector<int64_t>> BucketBatchSampler::batches(int64_t epoch) con
     if (!cur.empty()) out.push_back(std::move(cur));
   }
   if (o_.shuffle()) {  // batch order shuffled too, so lengths do not trend within an epoch
-    std::vector<int64_t> perm = permutation(static_cast<int64_t>(out.size()),
-                                            o_.seed() ^ 0x9E3779B97F4A7C15ull,
-                                            static_cast<uint64_t>(epoch));
+    std::vector<int64_t> perm =
+        permutation(static_cast<int64_t>(out.size()), o_.seed() ^ 0x9E3779B97F4A7C15ull, static_cast<uint64_t>(epoch));
     std::vector<std::vector<int64_t>> shuffled;
     shuffled.reserve(out.size());
     for (int64_t p : perm) shuffled.push_back(std::move(out[static_cast<size_t>(p)]));

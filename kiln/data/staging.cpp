@@ -23,8 +23,7 @@ IntList channels_last_strides(const IntList& sz) {
   return {h * w * c, 1, w * c, c};
 }
 
-Tensor make_tensor(std::shared_ptr<Storage> storage, const IntList& sizes, const IntList& strides,
-                   DType dtype) {
+Tensor make_tensor(std::shared_ptr<Storage> storage, const IntList& sizes, const IntList& strides, DType dtype) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::move(storage);
   impl->sizes = sizes;
@@ -98,9 +97,8 @@ void StagingPool::trim(size_t keep) {
     bool free = b.storage.use_count() == 1 && (!b.pending || b.pending->query());
     (free ? idle : busy).push_back(std::move(b));
   }
-  std::sort(idle.begin(), idle.end(), [](const Block& a, const Block& b) {
-    return a.storage->nbytes() > b.storage->nbytes();
-  });
+  std::sort(idle.begin(), idle.end(),
+            [](const Block& a, const Block& b) { return a.storage->nbytes() > b.storage->nbytes(); });
   if (idle.size() > keep) idle.resize(keep);
   blocks_ = std::move(busy);
   for (auto& b : idle) blocks_.push_back(std::move(b));

@@ -15,7 +15,6 @@
 
 namespace kiln::data {
 
-
 class StagingPool {
  public:
   explicit StagingPool(bool pinned) : pinned_(pinned) {}
@@ -48,8 +47,7 @@ class StagingPool {
 
 // A tensor over `storage` (offset 0) with the given layout: how the loader makes views of
 // staging blocks and device buffers without copying.
-Tensor make_tensor(std::shared_ptr<Storage> storage, const IntList& sizes, const IntList& strides,
-                   DType dtype);
+Tensor make_tensor(std::shared_ptr<Storage> storage, const IntList& sizes, const IntList& strides, DType dtype);
 IntList contiguous_strides(const IntList& sizes);
 // [N, C, H, W] strides of the channels-last (NHWC) memory format.
 IntList channels_last_strides(const IntList& sizes);

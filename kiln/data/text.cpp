@@ -15,8 +15,8 @@ namespace kiln::data {
 
 CharDataset::CharDataset(const std::string& text, int64_t block_size) : block_size_(block_size) {
   KILN_CHECK(block_size >= 1, "CharDataset: block_size must be >= 1, got ", block_size);
-  KILN_CHECK(static_cast<int64_t>(text.size()) > block_size, "CharDataset: the text has ",
-             text.size(), " bytes; a block of ", block_size, " needs at least ", block_size + 1);
+  KILN_CHECK(static_cast<int64_t>(text.size()) > block_size, "CharDataset: the text has ", text.size(),
+             " bytes; a block of ", block_size, " needs at least ", block_size + 1);
   bool seen[256] = {};
   for (unsigned char c : text) seen[c] = true;
   std::fill(std::begin(index_of_), std::end(index_of_), int16_t(-1));
@@ -62,10 +62,8 @@ CharDataset CharDataset::fortunes(int64_t block_size, const std::string& dir) {
 }
 
 Example CharDataset::get(int64_t index) const {
-  KILN_CHECK(index >= 0 && index < size(), "CharDataset: index ", index, " out of range [0, ",
-             size(), ")");
-  return Example{tokens_.slice(0, index, index + block_size_),
-                 tokens_.slice(0, index + 1, index + 1 + block_size_)};
+  KILN_CHECK(index >= 0 && index < size(), "CharDataset: index ", index, " out of range [0, ", size(), ")");
+  return Example{tokens_.slice(0, index, index + block_size_), tokens_.slice(0, index + 1, index + 1 + block_size_)};
 }
 
 std::vector<int64_t> CharDataset::encode(const std::string& s) const {
@@ -81,8 +79,7 @@ std::vector<int64_t> CharDataset::encode(const std::string& s) const {
 std::string CharDataset::decode(const std::vector<int64_t>& ids) const {
   std::string out;
   for (int64_t id : ids) {
-    KILN_CHECK(id >= 0 && id < vocab_size(), "CharDataset::decode: id ", id, " out of range [0, ",
-               vocab_size(), ")");
+    KILN_CHECK(id >= 0 && id < vocab_size(), "CharDataset::decode: id ", id, " out of range [0, ", vocab_size(), ")");
     out.push_back(vocab_[static_cast<size_t>(id)]);
   }
   return out;
@@ -120,8 +117,7 @@ void write_token_shard(const std::string& path, const std::vector<uint16_t>& tok
   size_t w = std::fwrite(bytes.data(), 1, bytes.size(), f);
   int rc = std::fclose(f);
   KILN_CHECK(w == bytes.size() && rc == 0, "write_token_shard: writing ", tmp, " failed");
-  KILN_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "write_token_shard: cannot rename ", tmp,
-             " to ", path);
+  KILN_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "write_token_shard: cannot rename ", tmp, " to ", path);
 }
 
 std::vector<uint16_t> read_token_shard(const std::string& path) {
@@ -132,12 +128,10 @@ std::vector<uint16_t> read_token_shard(const std::string& path) {
   uint32_t version = static_cast<uint32_t>(get_le(h + 4, 4));
   uint64_t count = get_le(h + 8, 8);
   KILN_CHECK(magic == TokenShardDataset::kMagic, "read_token_shard: ", path,
-             " is not a token shard: bad magic number 0x", std::hex, magic, std::dec,
-             " (expected \"KTOK\")");
-  KILN_CHECK(version == TokenShardDataset::kVersion, "read_token_shard: ", path, " has version ",
-             version, "; this kiln reads version ", TokenShardDataset::kVersion);
-  KILN_CHECK(count < (uint64_t(1) << 40), "read_token_shard: ", path, " claims ", count,
-             " tokens: corrupt header");
+             " is not a token shard: bad magic number 0x", std::hex, magic, std::dec, " (expected \"KTOK\")");
+  KILN_CHECK(version == TokenShardDataset::kVersion, "read_token_shard: ", path, " has version ", version,
+             "; this kiln reads version ", TokenShardDataset::kVersion);
+  KILN_CHECK(count < (uint64_t(1) << 40), "read_token_shard: ", path, " claims ", count, " tokens: corrupt header");
   std::vector<uint16_t> tokens(count);
   std::vector<unsigned char> raw(count * 2);
   r.read_exact(raw.data(), raw.size(), "read_token_shard (tokens)");
@@ -154,8 +148,7 @@ TokenShardDataset::TokenShardDataset(const std::vector<std::string>& paths, int6
     shards_.push_back(read_token_shard(p));
     int64_t n = static_cast<int64_t>(shards_.back().size());
     int32_t s = static_cast<int32_t>(shards_.size() - 1);
-    for (int64_t start = 0; start + block_size + 1 <= n; start += block_size)
-      windows_.emplace_back(s, start);
+    for (int64_t start = 0; start + block_size + 1 <= n; start += block_size) windows_.emplace_back(s, start);
   }
   KILN_CHECK(!windows_.empty(), "TokenShardDataset: no shard holds ", block_size + 1,
              " tokens (a window of block_size + 1)");
@@ -168,8 +161,7 @@ int64_t TokenShardDataset::num_tokens() const {
 }
 
 Example TokenShardDataset::get(int64_t index) const {
-  KILN_CHECK(index >= 0 && index < size(), "TokenShardDataset: index ", index,
-             " out of range [0, ", size(), ")");
+  KILN_CHECK(index >= 0 && index < size(), "TokenShardDataset: index ", index, " out of range [0, ", size(), ")");
   auto [s, start] = windows_[static_cast<size_t>(index)];
   const uint16_t* p = shards_[static_cast<size_t>(s)].data() + start;
   Tensor both = empty({block_size_ + 1}, DType::I64);

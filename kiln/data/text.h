@@ -34,8 +34,8 @@ class CharDataset : public Dataset {
 
   int64_t block_size() const { return block_size_; }
   int64_t vocab_size() const { return static_cast<int64_t>(vocab_.size()); }
-  const std::string& vocab() const { return vocab_; }  // token id -> byte
-  const Tensor& tokens() const { return tokens_; }     // the whole text as int64 ids
+  const std::string& vocab() const { return vocab_; }       // token id -> byte
+  const Tensor& tokens() const { return tokens_; }          // the whole text as int64 ids
   std::vector<int64_t> encode(const std::string& s) const;  // throws on bytes not in the vocab
   std::string decode(const std::vector<int64_t>& ids) const;
   std::string decode(const Tensor& ids) const;

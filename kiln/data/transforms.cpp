@@ -13,8 +13,7 @@ struct Chw {
 };
 
 Chw chw_of(const Tensor& t, const char* op) {
-  KILN_CHECK(t.defined() && (t.dim() == 2 || t.dim() == 3), op,
-             ": expected an image [C, H, W] or [H, W], got ",
+  KILN_CHECK(t.defined() && (t.dim() == 2 || t.dim() == 3), op, ": expected an image [C, H, W] or [H, W], got ",
              t.defined() ? t.sizes() : IntList{});
   if (t.dim() == 2) return {1, t.size(0), t.size(1), false};
   return {t.size(0), t.size(1), t.size(2), true};
@@ -25,8 +24,7 @@ Chw chw_of(const Tensor& t, const char* op) {
 void RandomCrop::apply(Example& ex, DataRng& rng) const {
   Chw s = chw_of(ex.input, "RandomCrop");
   int64_t ph = s.h + 2 * pad_, pw = s.w + 2 * pad_;
-  KILN_CHECK(h_ <= ph && w_ <= pw, "RandomCrop: crop ", h_, "x", w_, " is larger than the padded image ",
-             ph, "x", pw);
+  KILN_CHECK(h_ <= ph && w_ <= pw, "RandomCrop: crop ", h_, "x", w_, " is larger than the padded image ", ph, "x", pw);
   int64_t top = rng.randint(ph - h_ + 1), left = rng.randint(pw - w_ + 1);
   Tensor in = ex.input.contiguous();
   const size_t es = in.element_size();
@@ -80,19 +78,20 @@ void ToFloat::apply(Example& ex, DataRng&) const {
   }
 }
 
-Normalize::Normalize(std::vector<double> mean, std::vector<double> std)
-    : mean_(std::move(mean)), std_(std::move(std)) {
-  KILN_CHECK(!mean_.empty() && mean_.size() == std_.size(), "Normalize: mean (", mean_.size(),
-             " values) and std (", std_.size(), " values) must be non-empty and the same length");
+Normalize::Normalize(std::vector<double> mean, std::vector<double> std) : mean_(std::move(mean)), std_(std::move(std)) {
+  KILN_CHECK(!mean_.empty() && mean_.size() == std_.size(), "Normalize: mean (", mean_.size(), " values) and std (",
+             std_.size(), " values) must be non-empty and the same length");
   for (double s : std_) KILN_CHECK(s != 0.0, "Normalize: std must be non-zero");
 }
 
 void Normalize::apply(Example& ex, DataRng&) const {
   Chw s = chw_of(ex.input, "Normalize");
-  KILN_CHECK(ex.input.is_floating_point(), "Normalize: expects a floating-point image (put ToFloat "
-             "before it), got ", ex.input.dtype());
-  KILN_CHECK(mean_.size() == 1 || static_cast<int64_t>(mean_.size()) == s.c, "Normalize: ",
-             mean_.size(), " means for an image with ", s.c, " channels");
+  KILN_CHECK(ex.input.is_floating_point(),
+             "Normalize: expects a floating-point image (put ToFloat "
+             "before it), got ",
+             ex.input.dtype());
+  KILN_CHECK(mean_.size() == 1 || static_cast<int64_t>(mean_.size()) == s.c, "Normalize: ", mean_.size(),
+             " means for an image with ", s.c, " channels");
   DType dt = ex.input.dtype();
   Tensor x = ex.input.to(DType::F32).contiguous().clone();
   float* p = x.data_ptr<float>();
@@ -111,14 +110,13 @@ void ChannelsLast::apply(Example& ex, DataRng&) const {
   ex.input = ex.input.permute({1, 2, 0}).contiguous().permute({2, 0, 1});
 }
 
-void Conversion::coefficients(DType in, int64_t channels, std::vector<float>* a,
-                              std::vector<float>* b) const {
+void Conversion::coefficients(DType in, int64_t channels, std::vector<float>* a, std::vector<float>* b) const {
   std::vector<double> da(static_cast<size_t>(channels), 1.0), db(static_cast<size_t>(channels), 0.0);
   if (to_float && in == DType::U8)
     for (auto& v : da) v = 1.0 / 255.0;
   for (const auto& [mean, std] : normalizes) {
-    KILN_CHECK(mean.size() == 1 || static_cast<int64_t>(mean.size()) == channels, "Normalize: ",
-               mean.size(), " means for an image with ", channels, " channels");
+    KILN_CHECK(mean.size() == 1 || static_cast<int64_t>(mean.size()) == channels, "Normalize: ", mean.size(),
+               " means for an image with ", channels, " channels");
     for (int64_t c = 0; c < channels; ++c) {
       size_t k = mean.size() == 1 ? 0 : static_cast<size_t>(c);
       da[static_cast<size_t>(c)] /= std[k];
@@ -144,11 +142,9 @@ size_t Compose::split_fused(Conversion* tail) const {
   size_t start = ts_.size();
   while (start > 0) {
     const Transform* t = ts_[start - 1].get();
-    if (dynamic_cast<const ToFloat*>(t) || dynamic_cast<const Normalize*>(t) ||
-        dynamic_cast<const ChannelsLast*>(t))
+    if (dynamic_cast<const ToFloat*>(t) || dynamic_cast<const Normalize*>(t) || dynamic_cast<const ChannelsLast*>(t))
       --start;
-    else
-      break;
+    else break;
   }
   // The tail is fusable when a Normalize never precedes the ToFloat (it needs floats) unless the
   // input is float already — we cannot know that here, so require a ToFloat first or no ToFloat.

@@ -99,10 +99,7 @@ struct Conversion {
 class Compose {
  public:
   Compose() = default;
-  template <class... T>
-  explicit Compose(T... transforms) {
-    (add(std::make_shared<T>(std::move(transforms))), ...);
-  }
+  template <class... T> explicit Compose(T... transforms) { (add(std::make_shared<T>(std::move(transforms))), ...); }
   Compose& add(std::shared_ptr<const Transform> t);
   bool empty() const { return ts_.empty(); }
   size_t size() const { return ts_.size(); }

@@ -40,8 +40,7 @@ class DeviceRoutedProcessGroup final : public ProcessGroup {
   std::shared_ptr<Work> all_gather_into_tensor(Tensor output, Tensor input) override {
     return pick({input}).all_gather_into_tensor(std::move(output), std::move(input));
   }
-  std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs,
-                                       ReduceOp op) override {
+  std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs, ReduceOp op) override {
     return pick({output}).reduce_scatter(std::move(output), std::move(inputs), op);
   }
   std::shared_ptr<Work> reduce_scatter_tensor(Tensor output, Tensor input, ReduceOp op) override {
@@ -70,15 +69,9 @@ class NonMemberGroup final : public ProcessGroup {
   std::shared_ptr<Work> all_reduce(std::vector<Tensor>, ReduceOp) override { fail("all_reduce"); }
   std::shared_ptr<Work> broadcast(std::vector<Tensor>, int) override { fail("broadcast"); }
   std::shared_ptr<Work> all_gather(std::vector<Tensor>, Tensor) override { fail("all_gather"); }
-  std::shared_ptr<Work> all_gather_into_tensor(Tensor, Tensor) override {
-    fail("all_gather_into_tensor");
-  }
-  std::shared_ptr<Work> reduce_scatter(Tensor, std::vector<Tensor>, ReduceOp) override {
-    fail("reduce_scatter");
-  }
-  std::shared_ptr<Work> reduce_scatter_tensor(Tensor, Tensor, ReduceOp) override {
-    fail("reduce_scatter_tensor");
-  }
+  std::shared_ptr<Work> all_gather_into_tensor(Tensor, Tensor) override { fail("all_gather_into_tensor"); }
+  std::shared_ptr<Work> reduce_scatter(Tensor, std::vector<Tensor>, ReduceOp) override { fail("reduce_scatter"); }
+  std::shared_ptr<Work> reduce_scatter_tensor(Tensor, Tensor, ReduceOp) override { fail("reduce_scatter_tensor"); }
   std::shared_ptr<Work> barrier() override { fail("barrier"); }
   void abort() override {}
 
@@ -126,9 +119,11 @@ std::vector<std::string> parse_backends(const std::string& backend) {
     const bool own_gpu = gpus > 0 && read_launch_env().local_world_size <= gpus;
     if (gloo_available()) out.push_back("gloo");
     if (nccl_available() && gpus > 0 && (own_gpu || !gloo_available())) out.push_back("nccl");
-    KILN_CHECK(!out.empty(), "init_process_group: backend \"auto\" found no usable backend: this "
-               "kiln was built without Gloo", (nccl_available() ? " and no GPU is present" :
-               " and without NCCL"), " (docs/distributed.md, \"Backends\")");
+    KILN_CHECK(!out.empty(),
+               "init_process_group: backend \"auto\" found no usable backend: this "
+               "kiln was built without Gloo",
+               (nccl_available() ? " and no GPU is present" : " and without NCCL"),
+               " (docs/distributed.md, \"Backends\")");
     return out;
   }
   std::stringstream ss(backend);
@@ -136,17 +131,16 @@ std::vector<std::string> parse_backends(const std::string& backend) {
   while (std::getline(ss, item, ',')) {
     // torch's "cpu:gloo,cuda:nccl" spelling too.
     if (auto colon = item.find(':'); colon != std::string::npos) item = item.substr(colon + 1);
-    KILN_CHECK(item == "gloo" || item == "nccl", "init_process_group: unknown backend \"", item,
-               "\" in \"", backend, "\"; expected \"auto\", \"gloo\", \"nccl\" or \"gloo,nccl\"");
+    KILN_CHECK(item == "gloo" || item == "nccl", "init_process_group: unknown backend \"", item, "\" in \"", backend,
+               "\"; expected \"auto\", \"gloo\", \"nccl\" or \"gloo,nccl\"");
     if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
   }
   return out;
 }
 
 // One process group over `store` (a namespace of its own) with the chosen backends.
-Group make_group(const std::vector<std::string>& backends, const std::shared_ptr<Store>& store,
-                 int rank, int size, std::chrono::milliseconds timeout,
-                 std::function<std::vector<int>()> exited_ranks) {
+Group make_group(const std::vector<std::string>& backends, const std::shared_ptr<Store>& store, int rank, int size,
+                 std::chrono::milliseconds timeout, std::function<std::vector<int>()> exited_ranks) {
   ProcessGroupOptions options;
   options.timeout = timeout;
   options.exited_ranks = std::move(exited_ranks);
@@ -172,8 +166,7 @@ std::string exited_key(int global_rank) { return "exited/" + std::to_string(glob
 // exit without having reported a failed collective themselves, i.e. the ranks that died rather
 // than the ranks that gave up because of them. The store's server lives in rank 0: when it is
 // gone, rank 0 is what exited.
-std::function<std::vector<int>()> exited_members(std::shared_ptr<Store> job_store,
-                                                 std::vector<int> members, int self) {
+std::function<std::vector<int>()> exited_members(std::shared_ptr<Store> job_store, std::vector<int> members, int self) {
   std::weak_ptr<Store> weak = job_store;
   return [weak, members, self] {
     std::vector<int> exited;
@@ -185,8 +178,7 @@ std::function<std::vector<int>()> exited_members(std::shared_ptr<Store> job_stor
           store->set("failed/" + std::to_string(self), std::string("1"));
           continue;
         }
-        if (store->check({exited_key(members[i])}) &&
-            !store->check({"failed/" + std::to_string(members[i])}))
+        if (store->check({exited_key(members[i])}) && !store->check({"failed/" + std::to_string(members[i])}))
           exited.push_back(static_cast<int>(i));
       } catch (const Error&) {
         auto zero = std::find(members.begin(), members.end(), 0);
@@ -222,8 +214,7 @@ void keep_store_for_peers_at_exit() {
 }
 
 // Every rank announces itself; an Error names the ranks that did not within the timeout.
-void rendezvous(Store& store, int rank, int world_size, std::chrono::milliseconds timeout,
-                const std::string& where) {
+void rendezvous(Store& store, int rank, int world_size, std::chrono::milliseconds timeout, const std::string& where) {
   auto key = [](int r) { return "joined/" + std::to_string(r); };
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
@@ -241,8 +232,9 @@ void rendezvous(Store& store, int rank, int world_size, std::chrono::millisecond
       if (!store.check({key(r)})) missing.push_back(r);
     }
     if (missing.empty()) throw;
-    KILN_FAIL("init_process_group: rank ", rank, " waited ", wait_for.count(), " ms at ", where,
-              " but ranks ", missing, " of ", world_size, " never joined (not started, crashed "
+    KILN_FAIL("init_process_group: rank ", rank, " waited ", wait_for.count(), " ms at ", where, " but ranks ", missing,
+              " of ", world_size,
+              " never joined (not started, crashed "
               "before init_process_group, or given another MASTER_ADDR/MASTER_PORT)");
   }
 }
@@ -251,7 +243,8 @@ Group resolve(const Group& group) {
   if (group) return group;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  KILN_CHECK(s.initialized, "kiln::distributed: the default process group is not initialised; "
+  KILN_CHECK(s.initialized,
+             "kiln::distributed: the default process group is not initialised; "
              "call kiln::distributed::init_process_group() first");
   return s.default_group;
 }
@@ -267,7 +260,8 @@ void init_process_group(const InitOptions& options) {
   State& s = state();
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    KILN_CHECK(!s.initialized, "init_process_group: already initialised; call "
+    KILN_CHECK(!s.initialized,
+               "init_process_group: already initialised; call "
                "destroy_process_group() first");
   }
   KILN_CHECK(options.timeout.count() > 0, "init_process_group: the timeout must be positive");
@@ -301,8 +295,8 @@ void init_process_group(const InitOptions& options) {
   rendezvous(*store, rank, world_size, options.timeout, where);
   std::vector<int> all(world_size);
   for (int r = 0; r < world_size; ++r) all[r] = r;
-  Group group = make_group(backends, std::make_shared<PrefixStore>("default", store), rank,
-                           world_size, options.timeout, exited_members(store, all, rank));
+  Group group = make_group(backends, std::make_shared<PrefixStore>("default", store), rank, world_size, options.timeout,
+                           exited_members(store, all, rank));
 
   std::lock_guard<std::mutex> lock(s.mu);
   s.store = store;
@@ -372,8 +366,7 @@ std::shared_ptr<Store> default_store() {
   return state().store;
 }
 
-Group new_group(const std::vector<int>& ranks, const std::string& backend,
-                std::chrono::milliseconds timeout) {
+Group new_group(const std::vector<int>& ranks, const std::string& backend, std::chrono::milliseconds timeout) {
   resolve(nullptr);
   State& s = state();
   std::unique_lock<std::mutex> lock(s.mu);
@@ -382,11 +375,10 @@ Group new_group(const std::vector<int>& ranks, const std::string& backend,
     for (int r = 0; r < s.world_size; ++r) members.push_back(r);
   }
   std::sort(members.begin(), members.end());
-  KILN_CHECK(std::adjacent_find(members.begin(), members.end()) == members.end(),
-             "new_group: ranks ", ranks, " has duplicates");
+  KILN_CHECK(std::adjacent_find(members.begin(), members.end()) == members.end(), "new_group: ranks ", ranks,
+             " has duplicates");
   for (int r : members) {
-    KILN_CHECK(r >= 0 && r < s.world_size, "new_group: rank ", r, " is not in the world of ",
-               s.world_size);
+    KILN_CHECK(r >= 0 && r < s.world_size, "new_group: rank ", r, " is not in the world of ", s.world_size);
   }
   // Every rank calls new_group in the same order, so the counter names the same group everywhere.
   const int id = ++s.groups_created;
@@ -411,13 +403,12 @@ Group new_group(const std::vector<int>& ranks, const std::string& backend,
 
 // ---- collectives
 
-std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, bool async_op,
-                                 const Group& group) {
+std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op, bool async_op, const Group& group) {
   return finish(resolve(group)->all_reduce({tensor}, op), async_op);
 }
 
-std::shared_ptr<Work> all_reduce_coalesced(const std::vector<Tensor>& tensors, ReduceOp op,
-                                           bool async_op, const Group& group) {
+std::shared_ptr<Work> all_reduce_coalesced(const std::vector<Tensor>& tensors, ReduceOp op, bool async_op,
+                                           const Group& group) {
   return finish(resolve(group)->all_reduce(tensors, op), async_op);
 }
 
@@ -430,8 +421,8 @@ int group_rank_of(const Group& g, int global_rank, const char* collective) {
   if (it == s.global_ranks.end()) return global_rank;  // a group made outside new_group
   const auto& members = it->second;
   auto pos = std::find(members.begin(), members.end(), global_rank);
-  KILN_CHECK(pos != members.end(), collective, ": src rank ", global_rank,
-             " is not a member of this group (ranks ", members, ")");
+  KILN_CHECK(pos != members.end(), collective, ": src rank ", global_rank, " is not a member of this group (ranks ",
+             members, ")");
   return static_cast<int>(pos - members.begin());
 }
 }  // namespace
@@ -441,40 +432,37 @@ std::shared_ptr<Work> broadcast(const Tensor& tensor, int src, bool async_op, co
   return finish(g->broadcast({tensor}, group_rank_of(g, src, "broadcast")), async_op);
 }
 
-std::shared_ptr<Work> broadcast_coalesced(const std::vector<Tensor>& tensors, int src,
-                                          bool async_op, const Group& group) {
+std::shared_ptr<Work> broadcast_coalesced(const std::vector<Tensor>& tensors, int src, bool async_op,
+                                          const Group& group) {
   Group g = resolve(group);
   return finish(g->broadcast(tensors, group_rank_of(g, src, "broadcast")), async_op);
 }
 
-std::shared_ptr<Work> all_gather(std::vector<Tensor>& outputs, const Tensor& input, bool async_op,
-                                 const Group& group) {
+std::shared_ptr<Work> all_gather(std::vector<Tensor>& outputs, const Tensor& input, bool async_op, const Group& group) {
   Group g = resolve(group);
   if (outputs.empty()) {
     KILN_CHECK(input.defined(), "all_gather: the input is undefined");
-    for (int r = 0; r < g->size(); ++r) outputs.push_back(empty(input.sizes(),
-        TensorOptions().dtype(input.dtype()).device(input.device())));
+    for (int r = 0; r < g->size(); ++r)
+      outputs.push_back(empty(input.sizes(), TensorOptions().dtype(input.dtype()).device(input.device())));
   }
   return finish(g->all_gather(outputs, input), async_op);
 }
 
-std::shared_ptr<Work> all_gather_into_tensor(const Tensor& output, const Tensor& input,
-                                             bool async_op, const Group& group) {
+std::shared_ptr<Work> all_gather_into_tensor(const Tensor& output, const Tensor& input, bool async_op,
+                                             const Group& group) {
   return finish(resolve(group)->all_gather_into_tensor(output, input), async_op);
 }
 
-std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
-                                     ReduceOp op, bool async_op, const Group& group) {
+std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
+                                     bool async_op, const Group& group) {
   return finish(resolve(group)->reduce_scatter(output, inputs, op), async_op);
 }
 
-std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op,
-                                            bool async_op, const Group& group) {
+std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op, bool async_op,
+                                            const Group& group) {
   return finish(resolve(group)->reduce_scatter_tensor(output, input, op), async_op);
 }
 
-std::shared_ptr<Work> barrier(bool async_op, const Group& group) {
-  return finish(resolve(group)->barrier(), async_op);
-}
+std::shared_ptr<Work> barrier(bool async_op, const Group& group) { return finish(resolve(group)->barrier(), async_op); }
 
 }  // namespace kiln::distributed

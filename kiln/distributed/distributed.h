@@ -41,8 +41,7 @@ struct InitOptions {
 // Joins the job: connects to (or, on rank 0, hosts) the store, waits until every rank arrived
 // (an Error naming the ranks that did not within the timeout), and builds the default group.
 void init_process_group(const InitOptions& options = {});
-void init_process_group(const std::string& backend,
-                        std::chrono::milliseconds timeout = std::chrono::seconds(300));
+void init_process_group(const std::string& backend, std::chrono::milliseconds timeout = std::chrono::seconds(300));
 // Waits for in-flight collectives of this process, then tears every group down. Safe to call
 // when not initialized.
 void destroy_process_group();
@@ -62,26 +61,22 @@ Group new_group(const std::vector<int>& ranks, const std::string& backend = "",
 
 // ---- collectives. With async_op the call returns at once and the caller waits on the Work;
 // without it the call returns when the result is there (and the returned Work is completed).
-std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum,
-                                 bool async_op = false, const Group& group = nullptr);
-std::shared_ptr<Work> all_reduce_coalesced(const std::vector<Tensor>& tensors,
-                                           ReduceOp op = ReduceOp::Sum, bool async_op = false,
-                                           const Group& group = nullptr);
-std::shared_ptr<Work> broadcast(const Tensor& tensor, int src, bool async_op = false,
-                                const Group& group = nullptr);
-std::shared_ptr<Work> broadcast_coalesced(const std::vector<Tensor>& tensors, int src,
-                                          bool async_op = false, const Group& group = nullptr);
+std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::Sum, bool async_op = false,
+                                 const Group& group = nullptr);
+std::shared_ptr<Work> all_reduce_coalesced(const std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::Sum,
+                                           bool async_op = false, const Group& group = nullptr);
+std::shared_ptr<Work> broadcast(const Tensor& tensor, int src, bool async_op = false, const Group& group = nullptr);
+std::shared_ptr<Work> broadcast_coalesced(const std::vector<Tensor>& tensors, int src, bool async_op = false,
+                                          const Group& group = nullptr);
 // outputs: world_size tensors shaped as `input` (allocated here when the vector is empty).
-std::shared_ptr<Work> all_gather(std::vector<Tensor>& outputs, const Tensor& input,
-                                 bool async_op = false, const Group& group = nullptr);
-std::shared_ptr<Work> all_gather_into_tensor(const Tensor& output, const Tensor& input,
-                                             bool async_op = false, const Group& group = nullptr);
+std::shared_ptr<Work> all_gather(std::vector<Tensor>& outputs, const Tensor& input, bool async_op = false,
+                                 const Group& group = nullptr);
+std::shared_ptr<Work> all_gather_into_tensor(const Tensor& output, const Tensor& input, bool async_op = false,
+                                             const Group& group = nullptr);
 std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
-                                     ReduceOp op = ReduceOp::Sum, bool async_op = false,
-                                     const Group& group = nullptr);
-std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& input,
-                                            ReduceOp op = ReduceOp::Sum, bool async_op = false,
-                                            const Group& group = nullptr);
+                                     ReduceOp op = ReduceOp::Sum, bool async_op = false, const Group& group = nullptr);
+std::shared_ptr<Work> reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum,
+                                            bool async_op = false, const Group& group = nullptr);
 std::shared_ptr<Work> barrier(bool async_op = false, const Group& group = nullptr);
 
 }  // namespace kiln::distributed

@@ -10,7 +10,7 @@ namespace kiln::kernels {
 
 // y = x > 0 ? x : slope * x; dx = g * (x > 0 ? 1 : slope). Contiguous operands.
 inline Kernel<void(const Tensor& y, const Tensor& x, double slope)> leaky_relu{"leaky_relu"};
-inline Kernel<void(const Tensor& dx, const Tensor& g, const Tensor& x, double slope)>
-    leaky_relu_backward{"leaky_relu_backward"};
+inline Kernel<void(const Tensor& dx, const Tensor& g, const Tensor& x, double slope)> leaky_relu_backward{
+    "leaky_relu_backward"};
 
 }  // namespace kiln::kernels

@@ -47,8 +47,8 @@ inline Kernel<void(const std::vector<Tensor>& grads, const Tensor& inv_scale, co
 
 // scale: one-element f32 (or f64); growth_tracker: one-element i64; found_inf: one-element f32.
 // All on one device.
-inline Kernel<void(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
-                   double growth_factor, double backoff_factor, int64_t growth_interval)>
+inline Kernel<void(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
+                   double backoff_factor, int64_t growth_interval)>
     amp_update_scale_{"amp_update_scale_"};
 
 // What both backends' amp_update_scale_ check of their operands.

@@ -15,13 +15,12 @@ namespace kiln::kernels {
 // [B * H, Tq] contiguous), so the op hands it views of a fused projection without copies; the
 // CUDA kernel takes the contiguous 3-D form only.
 // Causal masking is aligned top-left (query i sees keys j <= i), as PyTorch's is_causal.
-inline Kernel<void(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                   const Tensor& v, double scale, bool causal)>
+inline Kernel<void(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                   double scale, bool causal)>
     attention_forward{"scaled_dot_product_attention"};
 // dq, dk, dv like q, k, v (contiguous); g like out.
-inline Kernel<void(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& g,
-                   const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                   const Tensor& lse, double scale, bool causal)>
+inline Kernel<void(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& g, const Tensor& q,
+                   const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale, bool causal)>
     attention_backward{"scaled_dot_product_attention_backward"};
 
 namespace cpu {

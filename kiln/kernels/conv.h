@@ -30,23 +30,21 @@ struct ConvGeometry {
 };
 
 // out = conv(x, weight) + bias (bias [K] or undefined). out is overwritten.
-inline Kernel<void(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                   const ConvGeometry& g)>
+inline Kernel<void(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvGeometry& g)>
     conv2d_forward{"conv2d"};
 // grad_x = d(out)/d(x)^T grad_out (the transposed convolution). grad_x is overwritten.
-inline Kernel<void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
-                   const ConvGeometry& g)>
+inline Kernel<void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight, const ConvGeometry& g)>
     conv2d_backward_input{"conv2d_backward_input"};
 // grad_weight = sum over the batch of grad_out (x) patches; grad_bias (may be undefined) = sum of
 // grad_out over N, OH, OW. Both overwritten. Per-thread partial sums, never per-sample grads.
-inline Kernel<void(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out,
-                   const Tensor& x, const ConvGeometry& g)>
+inline Kernel<void(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x,
+                   const ConvGeometry& g)>
     conv2d_backward_weight{"conv2d_backward_weight"};
 // Both: grad_x, grad_weight and grad_bias (may be undefined) as the two kernels above would
 // write them, for a backend that gains from computing them together (the CPU's Winograd
 // convolutions transform grad_out once for both). Only where registered (has(backend)).
-inline Kernel<void(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
-                   const Tensor& grad_out, const Tensor& x, const Tensor& weight, const ConvGeometry& g)>
+inline Kernel<void(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out,
+                   const Tensor& x, const Tensor& weight, const ConvGeometry& g)>
     conv2d_backward{"conv2d_backward"};
 
 }  // namespace kiln::kernels

@@ -29,8 +29,7 @@ constexpr int64_t kConvBnPoolMaxPatch = 32;
 // f32/f64 CPU tensor, conv_weight a [K, C, kh, kw] CPU tensor of x's dtype, stride 1, groups 1,
 // C * kh * kw <= kConvBnPoolMaxPatch, a conv output of at least 2x2 whose per-sample planes fit
 // a thread's cache-sized buffer (8 MB).
-bool supports_conv_batch_norm_relu_max_pool2x2(const Tensor& x, const Tensor& conv_weight,
-                                               const ConvGeometry& g);
+bool supports_conv_batch_norm_relu_max_pool2x2(const Tensor& x, const Tensor& conv_weight, const ConvGeometry& g);
 // conv2d_forward_batch_stats and conv2d_batch_norm_relu_max_pool2x2_backward: x a contiguous
 // NCHW f32/f64 CPU tensor, a conv output with at least one element.
 bool supports_conv2d_batch_stats(const Tensor& x, const ConvGeometry& g);
@@ -55,8 +54,8 @@ inline Kernel<void(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
 // sum of squared deviations, combined in sample order in f64): the statistics pass of the
 // BatchNorm that follows. Never autotuned: it always runs the NCHW kernel, through
 // cpu::conv2d_forward_epilogue (kernels/cpu/conv_batch_stats.cpp).
-inline Kernel<void(const Tensor& out, const Tensor& mean, const Tensor& var, const Tensor& x,
-                   const Tensor& weight, const Tensor& bias, const ConvGeometry& g)>
+inline Kernel<void(const Tensor& out, const Tensor& mean, const Tensor& var, const Tensor& x, const Tensor& weight,
+                   const Tensor& bias, const ConvGeometry& g)>
     conv2d_forward_batch_stats{"conv2d_forward_batch_stats"};
 
 // ---- backward of conv2d followed by batch_norm_relu_max_pool2x2 (kernels/cpu/bn_relu_pool.cpp):
@@ -85,17 +84,16 @@ inline Kernel<void(const Tensor& dconv_x, const Tensor& dconv_w, const Tensor& d
 // pooled gradient and the forward's codes and writes the conv weight's gradient and BatchNorm's
 // dweight/dbias (each may be undefined; patch_sum/gram only used when training).
 inline Kernel<bool(const Tensor& mean, const Tensor& invstd, const Tensor& var, const Tensor& patch_sum,
-                   const Tensor& gram, const Tensor& x, const Tensor& conv_weight, const ConvGeometry& g,
-                   double eps)>
+                   const Tensor& gram, const Tensor& x, const Tensor& conv_weight, const ConvGeometry& g, double eps)>
     conv_batch_norm_stats{"conv2d_batch_norm_relu_max_pool2d"};
 inline Kernel<void(const Tensor& out, const Tensor& codes, const Tensor& x, const Tensor& conv_weight,
                    const ConvGeometry& g, const Tensor& weight, const Tensor& bias, const Tensor& mean,
                    const Tensor& invstd)>
     conv_batch_norm_relu_max_pool2x2_forward{"conv2d_batch_norm_relu_max_pool2d"};
-inline Kernel<void(const Tensor& dconv_weight, const Tensor& dweight, const Tensor& dbias,
-                   const Tensor& grad_out, const Tensor& codes, const Tensor& x, const Tensor& conv_weight,
-                   const ConvGeometry& g, const Tensor& patch_sum, const Tensor& gram, const Tensor& weight,
-                   const Tensor& mean, const Tensor& invstd, bool training)>
+inline Kernel<void(const Tensor& dconv_weight, const Tensor& dweight, const Tensor& dbias, const Tensor& grad_out,
+                   const Tensor& codes, const Tensor& x, const Tensor& conv_weight, const ConvGeometry& g,
+                   const Tensor& patch_sum, const Tensor& gram, const Tensor& weight, const Tensor& mean,
+                   const Tensor& invstd, bool training)>
     conv_batch_norm_relu_max_pool2x2_backward{"conv2d_batch_norm_relu_max_pool2d_backward"};
 
 namespace cpu {
@@ -113,9 +111,8 @@ void conv2d_forward_epilogue(const Tensor& out, const Tensor& x, const Tensor& w
 // either output may be undefined; the weight gradient's per-thread sums are combined in thread
 // order over a static split of the samples (reproducible for a fixed thread count).
 // (Used by the conv-block backward in kernels/cpu/bn_relu_pool.cpp.)
-void conv2d_backward_generated(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& x,
-                               const Tensor& weight, const ConvGeometry& g,
-                               const std::function<void(int64_t n, void* dy)>& make_dy);
+void conv2d_backward_generated(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& x, const Tensor& weight,
+                               const ConvGeometry& g, const std::function<void(int64_t n, void* dy)>& make_dy);
 }  // namespace cpu
 
 }  // namespace kiln::kernels

@@ -11,10 +11,8 @@ void copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
   if (dst.device().is_cpu() && src.device().is_cpu()) return copy_within_device(dst, src);
   // Cross-device or device-to-device: a byte copy when layouts and dtypes match, otherwise stage
   // through a contiguous tensor of the destination's dtype.
-  if (dst.dtype() == src.dtype() && dst.sizes() == src.sizes() && dst.is_contiguous() &&
-      src.is_contiguous()) {
-    kiln::cuda::memcpy(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes(),
-                 non_blocking);
+  if (dst.dtype() == src.dtype() && dst.sizes() == src.sizes() && dst.is_contiguous() && src.is_contiguous()) {
+    kiln::cuda::memcpy(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes(), non_blocking);
     // An asynchronous copy from/to pinned memory is still running: its block must not be reused
     // by the pinned cache until the copy's stream has passed this point.
     if (non_blocking && (src.is_pinned() || dst.is_pinned())) {
@@ -33,8 +31,7 @@ void copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
     }
     // A strided destination: upload densely, then scatter on the device.
     Tensor uploaded = empty(dst.sizes(), TensorOptions().dtype(dst.dtype()).device(dst.device()));
-    kiln::cuda::memcpy(uploaded.data_ptr(), dst.device(), staged.data_ptr(), Device::cpu(),
-                       uploaded.nbytes(), false);
+    kiln::cuda::memcpy(uploaded.data_ptr(), dst.device(), staged.data_ptr(), Device::cpu(), uploaded.nbytes(), false);
     copy_within_device(dst, uploaded);
     return;
   } else if (dst.device().is_cpu()) {  // device -> host: bring the bytes over, convert here
@@ -44,8 +41,10 @@ void copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
     copy_within_device(dst, staged);
     return;
   }
-  KILN_CHECK(src.device() == dst.device(), "copy_: copies between two CUDA devices must be contiguous and "
-             "of one dtype (got ", src.device(), " -> ", dst.device(), ")");
+  KILN_CHECK(src.device() == dst.device(),
+             "copy_: copies between two CUDA devices must be contiguous and "
+             "of one dtype (got ",
+             src.device(), " -> ", dst.device(), ")");
   copy_within_device(dst, src);
 }
 

@@ -25,7 +25,7 @@ inline Kernel<void(const Tensor& dst, double value)> fill{"fill_"};
 // [low, high). Element i uses counter block offset + i, the same on every backend.
 inline Kernel<void(const Tensor& dst, uint64_t seed, uint64_t offset)> fill_uniform{"rand"};
 inline Kernel<void(const Tensor& dst, uint64_t seed, uint64_t offset)> fill_normal{"randn"};
-inline Kernel<void(const Tensor& dst, int64_t low, int64_t high, uint64_t seed, uint64_t offset)>
-    fill_randint{"randint"};
+inline Kernel<void(const Tensor& dst, int64_t low, int64_t high, uint64_t seed, uint64_t offset)> fill_randint{
+    "randint"};
 
 }  // namespace kiln::kernels

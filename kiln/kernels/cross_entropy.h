@@ -34,23 +34,22 @@ inline DType xent_stat_dtype(DType logits) { return logits == DType::F64 ? DType
 
 // logits [R, C] contiguous (f32, f64, f16, bf16); target [R] contiguous int64 or int32;
 // loss, lse [R] contiguous in xent_stat_dtype(logits). All on one device.
-void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& logits,
-                           const Tensor& target, int64_t ignore_index, double label_smoothing);
+void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& target,
+                           int64_t ignore_index, double label_smoothing);
 
 // dx [R, C] contiguous, dtype of logits; grad: the loss gradient per row in the stat dtype,
 // contiguous with R elements, or a single element used for every row (the sum/mean reductions;
 // a device scalar, so nothing is read on the host); lse from the forward.
-void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& logits,
-                            const Tensor& lse, const Tensor& target, int64_t ignore_index,
-                            double label_smoothing);
+void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& logits, const Tensor& lse,
+                            const Tensor& target, int64_t ignore_index, double label_smoothing);
 
 // The backends' slots behind the two checked entry points above.
 namespace backend {
 inline Kernel<void(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& target,
                    int64_t ignore_index, double label_smoothing)>
     cross_entropy_forward{"cross_entropy"};
-inline Kernel<void(const Tensor& dx, const Tensor& grad, const Tensor& logits, const Tensor& lse,
-                   const Tensor& target, int64_t ignore_index, double label_smoothing)>
+inline Kernel<void(const Tensor& dx, const Tensor& grad, const Tensor& logits, const Tensor& lse, const Tensor& target,
+                   int64_t ignore_index, double label_smoothing)>
     cross_entropy_backward{"cross_entropy_backward"};
 }  // namespace backend
 
@@ -75,19 +74,14 @@ KILN_INLINE int target_kind(int64_t t, int64_t C, int64_t ignore_index) {
 
 // Online (max, sum of exp) pair: after pushing x_1..x_n, sum == sum_i exp(x_i - max).
 // -inf entries add nothing; a NaN entry makes sum NaN; +inf makes max inf.
-template <class M>
-struct MaxSum {
+template <class M> struct MaxSum {
   M max;
   M sum;
 };
 
-template <class M>
-KILN_INLINE MaxSum<M> maxsum_init() {
-  return MaxSum<M>{-static_cast<M>(INFINITY), M(0)};
-}
+template <class M> KILN_INLINE MaxSum<M> maxsum_init() { return MaxSum<M>{-static_cast<M>(INFINITY), M(0)}; }
 
-template <class M>
-KILN_INLINE void maxsum_push(MaxSum<M>& a, M x) {
+template <class M> KILN_INLINE void maxsum_push(MaxSum<M>& a, M x) {
   if (x > a.max) {
     a.sum = a.sum * math::exp_(a.max - x) + M(1);  // a.max = -inf: 0 * 0 + 1
     a.max = x;
@@ -98,8 +92,7 @@ KILN_INLINE void maxsum_push(MaxSum<M>& a, M x) {
   }
 }
 
-template <class M>
-KILN_INLINE MaxSum<M> maxsum_merge(MaxSum<M> a, MaxSum<M> b) {
+template <class M> KILN_INLINE MaxSum<M> maxsum_merge(MaxSum<M> a, MaxSum<M> b) {
   if (b.max == -static_cast<M>(INFINITY)) return MaxSum<M>{a.max, a.sum + b.sum};  // b.sum: 0 or NaN
   if (a.max == -static_cast<M>(INFINITY)) return MaxSum<M>{b.max, a.sum + b.sum};
   const M m = a.max > b.max ? a.max : b.max;
@@ -110,14 +103,12 @@ KILN_INLINE MaxSum<M> maxsum_merge(MaxSum<M> a, MaxSum<M> b) {
 // sum s = sum_j exp(x_j - m), sum_x = sum_j x_j, and the target's logit x_t.
 // The loss is formed as log(s) - (x_t - m), not lse - x_t, so a confident prediction with large
 // logits keeps its small loss accurate.
-template <class M>
-struct RowLoss {
+template <class M> struct RowLoss {
   M loss;
   M lse;
 };
 
-template <class M>
-KILN_INLINE RowLoss<M> row_loss(M m, M s, M sum_x, M x_t, int64_t C, M eps) {
+template <class M> KILN_INLINE RowLoss<M> row_loss(M m, M s, M sum_x, M x_t, int64_t C, M eps) {
   if (m == -static_cast<M>(INFINITY)) m = M(0);  // a row of -inf: avoid (-inf) - (-inf)
   const M log_s = log(s);
   const M nll = log_s - (x_t - m);
@@ -130,16 +121,10 @@ KILN_INLINE RowLoss<M> row_loss(M m, M s, M sum_x, M x_t, int64_t C, M eps) {
 }
 
 // One element of the gradient: (softmax_j - q_j) * g, with softmax_j = exp(x_j - lse).
-template <class M>
-KILN_INLINE M grad_elem(M x, M lse, M q, M g) {
-  return (math::exp_(x - lse) - q) * g;
-}
+template <class M> KILN_INLINE M grad_elem(M x, M lse, M q, M g) { return (math::exp_(x - lse) - q) * g; }
 
 // The smoothed target weight q of a non-target class (e / C); the target gets q + (1 - e).
-template <class M>
-KILN_INLINE M q_other(M eps, int64_t C) {
-  return eps / static_cast<M>(C);
-}
+template <class M> KILN_INLINE M q_other(M eps, int64_t C) { return eps / static_cast<M>(C); }
 
 }  // namespace xent
 }  // namespace kiln::kernels

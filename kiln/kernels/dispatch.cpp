@@ -15,9 +15,8 @@ void OperandDevices::add(const Tensor& t) {
     first = &t;
     return;
   }
-  KILN_CHECK(t.device() == first->device(), op, ": expected all tensors on one device, got ",
-             first->device(), " (sizes ", first->sizes(), ") and ", t.device(), " (sizes ",
-             t.sizes(), ")");
+  KILN_CHECK(t.device() == first->device(), op, ": expected all tensors on one device, got ", first->device(),
+             " (sizes ", first->sizes(), ") and ", t.device(), " (sizes ", t.sizes(), ")");
 }
 
 void no_operand(const char* op) { KILN_FAIL(op, ": every tensor operand is undefined"); }

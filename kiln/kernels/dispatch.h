@@ -56,13 +56,10 @@ struct OperandDevices {
 
 // A family whose first argument is an op enum with an `op_name` (UnaryOp, BinaryOp, ...) names
 // itself by that op in errors ("relu: ..."), others by the family name.
-template <typename A, typename = void>
-struct HasOpName : std::false_type {};
-template <typename A>
-struct HasOpName<A, std::void_t<decltype(op_name(std::declval<A>()))>> : std::true_type {};
+template <typename A, typename = void> struct HasOpName : std::false_type {};
+template <typename A> struct HasOpName<A, std::void_t<decltype(op_name(std::declval<A>()))>> : std::true_type {};
 
-template <typename... Args>
-const char* display_name(const char* family, const Args&... args) {
+template <typename... Args> const char* display_name(const char* family, const Args&... args) {
   if constexpr (sizeof...(Args) > 0) {
     using First = std::decay_t<std::tuple_element_t<0, std::tuple<Args...>>>;
     if constexpr (std::is_enum_v<First> && HasOpName<First>::value)
@@ -75,23 +72,18 @@ const char* display_name(const char* family, const Args&... args) {
 
 // The device shared by every defined tensor operand among `args`; throws a kiln::Error naming
 // `op`, both devices and both shapes when two differ, and when no operand is defined.
-template <typename... Args>
-Device operand_device(const char* op, const Args&... args) {
+template <typename... Args> Device operand_device(const char* op, const Args&... args) {
   detail::OperandDevices devices{op};
   (devices.add(args), ...);
   if (!devices.first) detail::no_operand(op);
   return devices.first->device();
 }
 
-inline Backend backend_of(Device device) {
-  return device.is_cuda() ? Backend::CUDA : Backend::CPU;
-}
+inline Backend backend_of(Device device) { return device.is_cuda() ? Backend::CUDA : Backend::CPU; }
 
-template <typename Signature>
-class Kernel;
+template <typename Signature> class Kernel;
 
-template <typename R, typename... Args>
-class Kernel<R(Args...)> {
+template <typename R, typename... Args> class Kernel<R(Args...)> {
  public:
   using Fn = R (*)(Args...);
 
@@ -112,8 +104,7 @@ class Kernel<R(Args...)> {
   Fn cpu_at(int level) const { return cpu_[level]; }
 
   R operator()(Args... args) const {
-    return on(operand_device(detail::display_name(name_, args...), args...),
-              std::forward<Args>(args)...);
+    return on(operand_device(detail::display_name(name_, args...), args...), std::forward<Args>(args)...);
   }
 
   // Runs the implementation for `device` without looking at the operands.
@@ -152,7 +143,6 @@ class Kernel<R(Args...)> {
 // Used once per kernel and backend, in the backend's file, at namespace scope (kiln is a shared
 // library, so every registration runs). A CPU kernel registers at the CPU level its file is
 // compiled for (KILN_THIS_CPU_ISA).
-#define KILN_REGISTER_KERNEL(kernel, backend, fn)                                            \
-  static const bool KILN_KERNEL_CONCAT(kiln_kernel_registered_, __LINE__) =                 \
-      ((kernel).register_backend(::kiln::kernels::Backend::backend, (fn), KILN_THIS_CPU_ISA), \
-       true)
+#define KILN_REGISTER_KERNEL(kernel, backend, fn)                           \
+  static const bool KILN_KERNEL_CONCAT(kiln_kernel_registered_, __LINE__) = \
+      ((kernel).register_backend(::kiln::kernels::Backend::backend, (fn), KILN_THIS_CPU_ISA), true)

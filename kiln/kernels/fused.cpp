@@ -20,20 +20,19 @@ namespace {
 // Undefined operands are optional (bias, unwanted gradients) and skipped.
 void check_data(const char* op, const char* what, const Tensor& t, const Tensor& like) {
   KILN_CHECK(t.defined(), op, ": ", what, " is undefined");
-  KILN_CHECK(is_floating(t.dtype()), op, ": expected floating-point tensors, got ", what, " of dtype ",
-             t.dtype());
+  KILN_CHECK(is_floating(t.dtype()), op, ": expected floating-point tensors, got ", what, " of dtype ", t.dtype());
   KILN_CHECK(t.is_contiguous(), op, ": ", what, " must be contiguous (sizes ", t.sizes(), ")");
-  KILN_CHECK(t.dtype() == like.dtype() && t.sizes() == like.sizes(), op, ": ", what, " has sizes ",
-             t.sizes(), " and dtype ", t.dtype(), ", expected ", like.sizes(), " and ", like.dtype());
+  KILN_CHECK(t.dtype() == like.dtype() && t.sizes() == like.sizes(), op, ": ", what, " has sizes ", t.sizes(),
+             " and dtype ", t.dtype(), ", expected ", like.sizes(), " and ", like.dtype());
 }
 
 // A [K] vector (bias or its gradient) matching the last dimension of `like`; undefined is fine.
 void check_vector(const char* op, const char* what, const Tensor& v, const Tensor& like) {
   if (!v.defined()) return;
   const int64_t k = like.dim() == 0 ? 1 : like.size(-1);
-  KILN_CHECK(v.dim() == 1 && v.size(0) == k && v.is_contiguous() && v.dtype() == like.dtype(), op,
-             ": ", what, " must be a contiguous [", k, "] vector of dtype ", like.dtype(), ", got sizes ",
-             v.sizes(), " dtype ", v.dtype());
+  KILN_CHECK(v.dim() == 1 && v.size(0) == k && v.is_contiguous() && v.dtype() == like.dtype(), op, ": ", what,
+             " must be a contiguous [", k, "] vector of dtype ", like.dtype(), ", got sizes ", v.sizes(), " dtype ",
+             v.dtype());
 }
 
 }  // namespace
@@ -47,8 +46,8 @@ void bias_gelu(const Tensor& y, const Tensor& x, const Tensor& bias, GeluApprox 
   backend::bias_gelu(y, x, bias, approx);
 }
 
-void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, const Tensor& x,
-                        const Tensor& bias, GeluApprox approx) {
+void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, const Tensor& x, const Tensor& bias,
+                        GeluApprox approx) {
   const char* op = "bias_gelu_backward";
   check_data(op, "input", x, x);
   check_data(op, "grad_output", g, x);
@@ -62,8 +61,8 @@ void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, 
   backend::bias_gelu_backward(dx, dbias, g, x, bias, approx);
 }
 
-void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, const Tensor& residual,
-                      double p, uint64_t seed, uint64_t offset) {
+void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, const Tensor& residual, double p,
+                      uint64_t seed, uint64_t offset) {
   const char* op = "bias_dropout_add";
   check_data(op, "input", x, x);
   check_data(op, "residual", residual, x);
@@ -74,8 +73,8 @@ void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, cons
   backend::bias_dropout_add(y, x, bias, residual, p, seed, offset);
 }
 
-void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, double p,
-                               uint64_t seed, uint64_t offset) {
+void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, double p, uint64_t seed,
+                               uint64_t offset) {
   const char* op = "bias_dropout_add_backward";
   check_data(op, "grad_output", g, g);
   check_data(op, "grad_input", dx, g);
@@ -88,20 +87,18 @@ void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tens
   backend::bias_dropout_add_backward(dx, dbias, g, p, seed, offset);
 }
 
-void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                     Epilogue epilogue, const Tensor& gelu_aux, GeluApprox approx) {
+void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, Epilogue epilogue,
+                     const Tensor& gelu_aux, GeluApprox approx) {
   const char* op = epilogue == Epilogue::Bias ? "linear_epilogue(bias)" : "linear_epilogue(bias_gelu)";
   KILN_CHECK(x.defined() && weight.defined() && bias.defined() && out.defined(), op,
              ": x, weight, bias and out must be defined");
-  KILN_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1), op, ": x ", x.sizes(),
-             " and weight ", weight.sizes(), " must be [M, K] and [N, K]");
-  KILN_CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == weight.size(0) &&
-                 out.is_contiguous(),
-             op, ": out must be a contiguous [", x.size(0), ", ", weight.size(0), "] tensor, got ",
-             out.sizes());
+  KILN_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1), op, ": x ", x.sizes(), " and weight ",
+             weight.sizes(), " must be [M, K] and [N, K]");
+  KILN_CHECK(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == weight.size(0) && out.is_contiguous(), op,
+             ": out must be a contiguous [", x.size(0), ", ", weight.size(0), "] tensor, got ", out.sizes());
   KILN_CHECK(is_floating(x.dtype()) && weight.dtype() == x.dtype() && out.dtype() == x.dtype(), op,
-             ": x, weight and out must share one floating dtype, got ", x.dtype(), ", ", weight.dtype(),
-             ", ", out.dtype());
+             ": x, weight and out must share one floating dtype, got ", x.dtype(), ", ", weight.dtype(), ", ",
+             out.dtype());
   check_vector(op, "bias", bias, out);
   if (gelu_aux.defined()) {
     KILN_CHECK(epilogue == Epilogue::BiasGelu, op, ": gelu_aux is only written by the BiasGelu epilogue");
@@ -110,18 +107,17 @@ void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, c
   backend::linear_epilogue(out, x, weight, bias, epilogue, gelu_aux, approx);
 }
 
-void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a, const Tensor& b,
-                        const Tensor& pre, GeluApprox approx) {
+void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a, const Tensor& b, const Tensor& pre,
+                        GeluApprox approx) {
   const char* op = "matmul_dgelu_bgrad";
   check_data(op, "pre", pre, pre);
   check_data(op, "dpre", dpre, pre);
   check_vector(op, "grad_bias", dbias, pre);
-  KILN_CHECK(pre.dim() == 2 && a.dim() == 2 && b.dim() == 2 && a.size(0) == pre.size(0) &&
-                 b.size(1) == pre.size(1) && a.size(1) == b.size(0),
-             op, ": expected a [M, K], b [K, N] and pre [M, N], got ", a.sizes(), ", ", b.sizes(), ", ",
-             pre.sizes());
-  KILN_CHECK(a.dtype() == pre.dtype() && b.dtype() == pre.dtype(), op, ": dtypes differ: ", a.dtype(),
-             ", ", b.dtype(), ", ", pre.dtype());
+  KILN_CHECK(pre.dim() == 2 && a.dim() == 2 && b.dim() == 2 && a.size(0) == pre.size(0) && b.size(1) == pre.size(1) &&
+                 a.size(1) == b.size(0),
+             op, ": expected a [M, K], b [K, N] and pre [M, N], got ", a.sizes(), ", ", b.sizes(), ", ", pre.sizes());
+  KILN_CHECK(a.dtype() == pre.dtype() && b.dtype() == pre.dtype(), op, ": dtypes differ: ", a.dtype(), ", ", b.dtype(),
+             ", ", pre.dtype());
   KILN_CHECK(!dpre.is_same(pre), op, ": dpre must not be pre");
   backend::matmul_dgelu_bgrad(dpre, dbias, a, b, pre, approx);
 }

@@ -5,7 +5,6 @@
 
 #include "kiln/core/shape.h"
 
-
 namespace kiln::kernels {
 
 namespace {
@@ -16,14 +15,12 @@ void require_defined(const char* op, std::initializer_list<const Tensor*> ts) {
 
 void check_index_dtype(const Tensor& index, const char* op) {
   KILN_CHECK(index.dtype() == DType::I64 || index.dtype() == DType::I32, op,
-             ": index must be an int64 or int32 tensor, got ", index.dtype(), " (sizes ",
-             index.sizes(), ")");
+             ": index must be an int64 or int32 tensor, got ", index.dtype(), " (sizes ", index.sizes(), ")");
 }
 
-void check_same_dtype(const Tensor& a, const char* an, const Tensor& b, const char* bn,
-                      const char* op) {
-  KILN_CHECK(a.dtype() == b.dtype(), op, ": expected ", an, " and ", bn, " to share a dtype, got ",
-             a.dtype(), " and ", b.dtype());
+void check_same_dtype(const Tensor& a, const char* an, const Tensor& b, const char* bn, const char* op) {
+  KILN_CHECK(a.dtype() == b.dtype(), op, ": expected ", an, " and ", bn, " to share a dtype, got ", a.dtype(), " and ",
+             b.dtype());
 }
 
 IntList with_size(IntList s, int64_t d, int64_t n) {
@@ -33,13 +30,11 @@ IntList with_size(IntList s, int64_t d, int64_t n) {
 
 }  // namespace
 
-void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index,
-                  const char* op) {
+void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op) {
   require_defined(op, {&out, &in, &index});
   const Device dev = operand_device(op, out, in, index);
   check_index_dtype(index, op);
-  KILN_CHECK(in.dim() >= 1, op, ": the kernel expects an input with at least one dimension, got sizes ",
-             in.sizes());
+  KILN_CHECK(in.dim() >= 1, op, ": the kernel expects an input with at least one dimension, got sizes ", in.sizes());
   dim = wrap_dim(dim, in.dim(), op);
   KILN_CHECK(index.dim() <= 1, op, ": index must be 0-D or 1-D, got sizes ", index.sizes());
   check_same_dtype(out, "out", in, "input", op);
@@ -48,19 +43,17 @@ void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor
   backend::index_select.on(dev, out, in, dim, index, op);
 }
 
-void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src,
-               const char* op) {
+void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op) {
   require_defined(op, {&out, &index, &src});
   const Device dev = operand_device(op, out, index, src);
   check_index_dtype(index, op);
-  KILN_CHECK(out.dim() >= 1, op, ": the kernel expects a target with at least one dimension, got sizes ",
-             out.sizes());
+  KILN_CHECK(out.dim() >= 1, op, ": the kernel expects a target with at least one dimension, got sizes ", out.sizes());
   dim = wrap_dim(dim, out.dim(), op);
   KILN_CHECK(index.dim() <= 1, op, ": index must be 0-D or 1-D, got sizes ", index.sizes());
   check_same_dtype(out, "the target", src, "source", op);
   IntList want = with_size(out.sizes(), dim, index.numel());
-  KILN_CHECK(src.sizes() == want, op, ": source has sizes ", src.sizes(), ", expected ", want,
-             " (target sizes ", out.sizes(), ", ", index.numel(), " indices along dimension ", dim, ")");
+  KILN_CHECK(src.sizes() == want, op, ": source has sizes ", src.sizes(), ", expected ", want, " (target sizes ",
+             out.sizes(), ", ", index.numel(), " indices along dimension ", dim, ")");
   backend::index_add.on(dev, out, dim, index, src, op);
 }
 
@@ -72,31 +65,29 @@ void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& inde
   KILN_CHECK(index.dim() == in.dim(), op, ": index must have as many dimensions as the input, got index sizes ",
              index.sizes(), " and input sizes ", in.sizes());
   for (int64_t d = 0; d < in.dim(); ++d) {
-    KILN_CHECK(d == dim || index.size(d) <= in.size(d), op, ": index sizes ", index.sizes(),
-               " exceed the input sizes ", in.sizes(), " in dimension ", d, " (only dimension ",
-               dim, " may be larger)");
+    KILN_CHECK(d == dim || index.size(d) <= in.size(d), op, ": index sizes ", index.sizes(), " exceed the input sizes ",
+               in.sizes(), " in dimension ", d, " (only dimension ", dim, " may be larger)");
   }
   check_same_dtype(out, "out", in, "input", op);
-  KILN_CHECK(out.sizes() == index.sizes(), op, ": out has sizes ", out.sizes(),
-             ", expected the index sizes ", index.sizes());
+  KILN_CHECK(out.sizes() == index.sizes(), op, ": out has sizes ", out.sizes(), ", expected the index sizes ",
+             index.sizes());
   backend::gather.on(dev, out, in, dim, index, op);
 }
 
-void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src,
-                 const char* op) {
+void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op) {
   require_defined(op, {&out, &index, &src});
   const Device dev = operand_device(op, out, index, src);
   check_index_dtype(index, op);
   dim = wrap_dim(dim, out.dim(), op);
   KILN_CHECK(index.dim() == out.dim() && src.dim() == out.dim(), op,
-             ": index, source and target must have the same number of dimensions, got index sizes ",
-             index.sizes(), ", source sizes ", src.sizes(), " and target sizes ", out.sizes());
+             ": index, source and target must have the same number of dimensions, got index sizes ", index.sizes(),
+             ", source sizes ", src.sizes(), " and target sizes ", out.sizes());
   for (int64_t d = 0; d < out.dim(); ++d) {
-    KILN_CHECK(index.size(d) <= src.size(d), op, ": index sizes ", index.sizes(),
-               " exceed the source sizes ", src.sizes(), " in dimension ", d);
+    KILN_CHECK(index.size(d) <= src.size(d), op, ": index sizes ", index.sizes(), " exceed the source sizes ",
+               src.sizes(), " in dimension ", d);
     KILN_CHECK(d == dim || index.size(d) <= out.size(d), op, ": index sizes ", index.sizes(),
-               " exceed the target sizes ", out.sizes(), " in dimension ", d,
-               " (only dimension ", dim, " may be larger)");
+               " exceed the target sizes ", out.sizes(), " in dimension ", d, " (only dimension ", dim,
+               " may be larger)");
   }
   check_same_dtype(out, "the target", src, "source", op);
   backend::scatter_add.on(dev, out, dim, index, src, op);

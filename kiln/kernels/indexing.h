@@ -27,12 +27,10 @@ void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor
                   const char* op = "index_select");
 // out.index_select(dim, index) += src, summing where index repeats. src has out's sizes with
 // sizes[dim] = index.numel(); index is 0-D or 1-D; src and out share a dtype (not bool).
-void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src,
-               const char* op = "index_add");
+void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op = "index_add");
 // out[p] = in[p with p[dim] replaced by index[p]] for every position p of index.
 // index has in's rank and index.size(d) <= in.size(d) for d != dim; out has index's sizes.
-void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index,
-            const char* op = "gather");
+void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op = "gather");
 // out[p with p[dim] replaced by index[p]] += src[p] for every position p of index, summing
 // where positions collide. index, src and out share a rank; index.size(d) <= src.size(d) for
 // every d and index.size(d) <= out.size(d) for d != dim.
@@ -44,30 +42,33 @@ std::pair<int64_t, int64_t> index_min_max(const Tensor& index, const char* op);
 
 // Runs f(TypeTag<U>) with U the unsigned integer of dt's element size: the backends' gathers only
 // move bits, whatever the dtype.
-template <class F>
-void dispatch_by_size(DType dt, F&& f) {
+template <class F> void dispatch_by_size(DType dt, F&& f) {
   switch (element_size(dt)) {
-    case 1: return f(TypeTag<uint8_t>{});
-    case 2: return f(TypeTag<uint16_t>{});
-    case 4: return f(TypeTag<uint32_t>{});
-    case 8: return f(TypeTag<uint64_t>{});
-    default: KILN_FAIL("gather: unsupported element size ", element_size(dt));
+    case 1:
+      return f(TypeTag<uint8_t>{});
+    case 2:
+      return f(TypeTag<uint16_t>{});
+    case 4:
+      return f(TypeTag<uint32_t>{});
+    case 8:
+      return f(TypeTag<uint64_t>{});
+    default:
+      KILN_FAIL("gather: unsupported element size ", element_size(dt));
   }
 }
 
 // The backends' slots behind the checked entry points above (arguments already checked; `dim`
 // wrapped to be non-negative).
 namespace backend {
-inline Kernel<void(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op)>
-    index_select{"index_select"};
-inline Kernel<void(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op)>
-    index_add{"index_add"};
-inline Kernel<void(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op)>
-    gather{"gather"};
-inline Kernel<void(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op)>
-    scatter_add{"scatter_add"};
-inline Kernel<std::pair<int64_t, int64_t>(const Tensor& index, const char* op)> index_min_max{
-    "index_min_max"};
+inline Kernel<void(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op)> index_select{
+    "index_select"};
+inline Kernel<void(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op)> index_add{
+    "index_add"};
+inline Kernel<void(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op)> gather{
+    "gather"};
+inline Kernel<void(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op)> scatter_add{
+    "scatter_add"};
+inline Kernel<std::pair<int64_t, int64_t>(const Tensor& index, const char* op)> index_min_max{"index_min_max"};
 }  // namespace backend
 
 }  // namespace kiln::kernels

@@ -7,8 +7,8 @@ bool has_layout(const Tensor& t, MemoryFormat fmt) {
   if (fmt == MemoryFormat::Contiguous) return t.is_contiguous();
   if (fmt != MemoryFormat::ChannelsLast || t.dim() != 4) return false;
   const int64_t N = t.size(0), C = t.size(1), H = t.size(2), W = t.size(3);
-  return (C == 1 || t.stride(1) == 1) && (W == 1 || t.stride(3) == C) &&
-         (H == 1 || t.stride(2) == W * C) && (N == 1 || t.stride(0) == H * W * C);
+  return (C == 1 || t.stride(1) == 1) && (W == 1 || t.stride(3) == C) && (H == 1 || t.stride(2) == W * C) &&
+         (N == 1 || t.stride(0) == H * W * C);
 }
 
 MemoryFormat memory_format(const Tensor& t) {

@@ -50,9 +50,13 @@
 namespace kiln::math {
 
 #if defined(__CUDACC__)
-using ::fabs; using ::pow; using ::sqrt;  // (kiln::pow/sqrt on tensors would hide them otherwise)
+using ::fabs;
+using ::pow;
+using ::sqrt;  // (kiln::pow/sqrt on tensors would hide them otherwise)
 #else
-using std::fabs; using std::pow; using std::sqrt;
+using std::fabs;
+using std::pow;
+using std::sqrt;
 #endif
 
 // Per-element contribution to a p-norm: |x|^p (p = 2: x^2, p = 1: |x|); the inf norm uses max |x|.
@@ -67,8 +71,7 @@ struct NormTerm {
 };
 
 // The per-element lerp of multi_tensor_lerp_, shared by both launchers: x + w (y - x).
-template <class T>
-struct LerpOp {
+template <class T> struct LerpOp {
   T w;
   KILN_INLINE T operator()(T x, T y) const { return x + w * (y - x); }
 };
@@ -126,17 +129,15 @@ struct NormTerms {
 // The kernel family of one optimizer's step, and the one kernel of it per update rule,
 // step_kernel<AdamWRule>, named by the rule's kStepName. The optimizer's .cpp registers the CPU
 // launcher for it, its .cu the CUDA one (constexpr-constructed, so registration order is safe).
-template <class Rule>
-using MultiTensorStep = Kernel<void(const Rule&, const MultiTensorLists&, const StepScalars&)>;
-template <class Rule>
-inline MultiTensorStep<Rule> step_kernel{Rule::kStepName};
+template <class Rule> using MultiTensorStep = Kernel<void(const Rule&, const MultiTensorLists&, const StepScalars&)>;
+template <class Rule> inline MultiTensorStep<Rule> step_kernel{Rule::kStepName};
 
 // Runs `step` on the device of the lists' tensors (all of them must share it).
 template <class Rule>
-void run_multi_tensor_step(const MultiTensorStep<Rule>& step, const Rule& rule,
-                           const MultiTensorLists& lists, const StepScalars& scalars) {
-  const Device device = operand_device(step.name(), lists.params, lists.grads, lists.masters,
-                                       lists.steps, lists.buffers[0], lists.buffers[1]);
+void run_multi_tensor_step(const MultiTensorStep<Rule>& step, const Rule& rule, const MultiTensorLists& lists,
+                           const StepScalars& scalars) {
+  const Device device = operand_device(step.name(), lists.params, lists.grads, lists.masters, lists.steps,
+                                       lists.buffers[0], lists.buffers[1]);
   step.on(device, rule, lists, scalars);
 }
 
@@ -198,15 +199,12 @@ inline void lerp_strided_(const Tensor& d, const Tensor& s, double weight) {
 }
 
 namespace detail {
-inline void check_step_state(const char* op, const Tensor& s, const Tensor& p, DType want,
-                             const char* what, size_t i) {
-  KILN_CHECK(s.device() == p.device(), op, ": ", what, "[", i, "] is on ", s.device(),
-             ", parameter on ", p.device());
-  KILN_CHECK(s.dtype() == want, op, ": ", what, "[", i, "] has dtype ", s.dtype(), ", expected ",
-             want, " for a ", p.dtype(), " parameter");
-  KILN_CHECK(same_layout(s, p), op, ": ", what, "[", i, "] (sizes ", s.sizes(), " strides ",
-             s.strides(), ") does not have the parameter's layout (sizes ", p.sizes(), " strides ",
-             p.strides(), ")");
+inline void check_step_state(const char* op, const Tensor& s, const Tensor& p, DType want, const char* what, size_t i) {
+  KILN_CHECK(s.device() == p.device(), op, ": ", what, "[", i, "] is on ", s.device(), ", parameter on ", p.device());
+  KILN_CHECK(s.dtype() == want, op, ": ", what, "[", i, "] has dtype ", s.dtype(), ", expected ", want, " for a ",
+             p.dtype(), " parameter");
+  KILN_CHECK(same_layout(s, p), op, ": ", what, "[", i, "] (sizes ", s.sizes(), " strides ", s.strides(),
+             ") does not have the parameter's layout (sizes ", p.sizes(), " strides ", p.strides(), ")");
 }
 }  // namespace detail
 
@@ -231,12 +229,11 @@ inline std::vector<int32_t> check_step_lists(const char* op, const MultiTensorLi
     KILN_CHECK(p.defined(), op, ": params[", i, "] is undefined");
     KILN_CHECK(p.is_floating_point(), op, ": params[", i, "] has dtype ", p.dtype(),
                "; only floating-point parameters can be optimized");
-    KILN_CHECK(is_dense(p), op, ": params[", i, "] (sizes ", p.sizes(), " strides ", p.strides(),
-               ") is not dense");
-    KILN_CHECK(g.dtype() == p.dtype() && g.device() == p.device() && same_layout(g, p), op,
-               ": grads[", i, "] (", g.dtype(), ", ", g.device(), ", sizes ", g.sizes(),
-               " strides ", g.strides(), ") must match its parameter (", p.dtype(), ", ",
-               p.device(), ", sizes ", p.sizes(), " strides ", p.strides(), ")");
+    KILN_CHECK(is_dense(p), op, ": params[", i, "] (sizes ", p.sizes(), " strides ", p.strides(), ") is not dense");
+    KILN_CHECK(g.dtype() == p.dtype() && g.device() == p.device() && same_layout(g, p), op, ": grads[", i, "] (",
+               g.dtype(), ", ", g.device(), ", sizes ", g.sizes(), " strides ", g.strides(),
+               ") must match its parameter (", p.dtype(), ", ", p.device(), ", sizes ", p.sizes(), " strides ",
+               p.strides(), ")");
     const DType state_dtype = p.dtype() == DType::F64 ? DType::F64 : DType::F32;
     for (int k = 0; k < num_buffers; ++k) {
       KILN_CHECK(L.buffers[k][i].defined(), op, ": buffers[", k, "][", i, "] is required");
@@ -250,8 +247,8 @@ inline std::vector<int32_t> check_step_lists(const char* op, const MultiTensorLi
       KILN_CHECK(!L.masters[i].defined(), op, ": masters[", i, "] is only for f16/bf16 parameters");
     }
     const Tensor& st = L.steps[i];
-    KILN_CHECK(st.defined() && st.numel() == 1 && st.dtype() == DType::F64 && st.device() == p.device(),
-               op, ": steps[", i, "] must be a one-element f64 tensor on ", p.device());
+    KILN_CHECK(st.defined() && st.numel() == 1 && st.dtype() == DType::F64 && st.device() == p.device(), op, ": steps[",
+               i, "] must be a one-element f64 tensor on ", p.device());
     active.push_back(static_cast<int32_t>(i));
   }
   return active;
@@ -323,7 +320,8 @@ void update_range(const StepPointers& q, int64_t b, int64_t e, const F& f) {
 #pragma omp simd
   for (int64_t i = b; i < e; ++i) {
     S x;
-    if constexpr (kMaster) x = w[i]; else x = p[i];
+    if constexpr (kMaster) x = w[i];
+    else x = p[i];
     S gi = S(0), s0 = S(0), s1 = S(0);
     if constexpr (ReadGrad) gi = static_cast<S>(g[i]);
     if constexpr (NBuf > 0) s0 = b0[i];
@@ -342,8 +340,7 @@ void update_range(const StepPointers& q, int64_t b, int64_t e, const F& f) {
 
 // The norm pass over [b, e): f(w, g, b0, b1) may update the first NBuf buffers, not the weight;
 // returns the sums of its NormTerms.
-template <class P, int NBuf, class F>
-NormTerms norm_range(const StepPointers& q, int64_t b, int64_t e, const F& f) {
+template <class P, int NBuf, class F> NormTerms norm_range(const StepPointers& q, int64_t b, int64_t e, const F& f) {
   using S = state_t<P>;
   constexpr bool kMaster = !std::is_same_v<P, S>;
   const P* __restrict p = static_cast<const P*>(q.p);
@@ -355,7 +352,8 @@ NormTerms norm_range(const StepPointers& q, int64_t b, int64_t e, const F& f) {
 #pragma omp simd reduction(+ : sa, sb)
   for (int64_t i = b; i < e; ++i) {
     S x;
-    if constexpr (kMaster) x = w[i]; else x = p[i];
+    if constexpr (kMaster) x = w[i];
+    else x = p[i];
     S s0 = S(0), s1 = S(0);
     if constexpr (NBuf > 0) s0 = b0[i];
     if constexpr (NBuf > 1) s1 = b1[i];
@@ -371,8 +369,7 @@ NormTerms norm_range(const StepPointers& q, int64_t b, int64_t e, const F& f) {
 }  // namespace multi_tensor_detail
 
 // One optimizer step with `rule` over every parameter of the lists (contract: MultiTensorLists).
-template <class Rule>
-void multi_tensor_step(const Rule& rule, const MultiTensorLists& L, const StepScalars& sc) {
+template <class Rule> void multi_tensor_step(const Rule& rule, const MultiTensorLists& L, const StepScalars& sc) {
   using namespace multi_tensor_detail;
   const char* op = Rule::kStepName;
   const int nbuf = rule.num_buffers();

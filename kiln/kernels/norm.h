@@ -23,9 +23,8 @@ inline DType norm_stat_dtype(DType t) { return t == DType::F64 ? DType::F64 : DT
 // y undefined (CPU): statistics only, for kernels that consume x themselves.
 // relu: fused BatchNorm + ReLU, y = max(0, x * a_c + b_c) written in the same pass
 // (a_c = invstd_c * w_c, b_c = bias_c - mean_c * a_c); the pre-activation is not stored.
-inline Kernel<void(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                   const Tensor& mean, const Tensor& invstd, const Tensor& var, bool training,
-                   double eps, bool relu)>
+inline Kernel<void(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                   const Tensor& invstd, const Tensor& var, bool training, double eps, bool relu)>
     batch_norm_forward{"batch_norm"};
 // Gradients of batch_norm_forward; dx, dweight, dbias may each be undefined (not wanted).
 // training: dx includes the terms through the batch statistics; otherwise dx = g * w * invstd.
@@ -33,19 +32,18 @@ inline Kernel<void(const Tensor& y, const Tensor& x, const Tensor& weight, const
 // x * a_c + b_c > 0 with the forward's a_c, b_c and expression (so it is the forward's mask
 // exactly; `bias` is needed for b_c, undefined meaning 0) and g is masked before the sums and the
 // dx pass. bias is unused without relu.
-inline Kernel<void(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g,
-                   const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& invstd,
-                   bool training, bool relu, const Tensor& bias)>
+inline Kernel<void(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g, const Tensor& x,
+                   const Tensor& weight, const Tensor& mean, const Tensor& invstd, bool training, bool relu,
+                   const Tensor& bias)>
     batch_norm_backward{"batch_norm_backward"};
 
 // ---- row norm (layer norm, and RMS norm when rms): x, y contiguous [R, K], statistics per row;
 // weight, bias [K] or undefined (bias unused by rms); mean (undefined for rms) and invstd [R].
-inline Kernel<void(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
-                   const Tensor& weight, const Tensor& bias, bool rms, double eps)>
+inline Kernel<void(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x, const Tensor& weight,
+                   const Tensor& bias, bool rms, double eps)>
     row_norm_forward{"layer_norm"};
-inline Kernel<void(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g,
-                   const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& invstd,
-                   bool rms)>
+inline Kernel<void(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g, const Tensor& x,
+                   const Tensor& weight, const Tensor& mean, const Tensor& invstd, bool rms)>
     row_norm_backward{"layer_norm_backward"};
 
 }  // namespace kiln::kernels

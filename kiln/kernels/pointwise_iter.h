@@ -15,8 +15,8 @@ constexpr int kMaxDims = 12;
 constexpr int kMaxOperands = 4;
 
 struct PointwiseIter {
-  int ndim = 0;        // after merging; 0 means a single element
-  int noperands = 0;   // operand 0 is the output
+  int ndim = 0;       // after merging; 0 means a single element
+  int noperands = 0;  // operand 0 is the output
   int64_t numel = 0;
   int64_t sizes[kMaxDims] = {};
   int64_t strides[kMaxOperands][kMaxDims] = {};  // bytes; dimension 0 is the outermost
@@ -33,8 +33,7 @@ struct PointwiseIter {
   bool is_flat_contiguous() const { return ndim <= 1 && inner_contiguous(); }
 };
 
-inline PointwiseIter make_pointwise_iter(const Tensor& out, std::initializer_list<const Tensor*> ins,
-                                         const char* op) {
+inline PointwiseIter make_pointwise_iter(const Tensor& out, std::initializer_list<const Tensor*> ins, const char* op) {
   PointwiseIter it;
   const int64_t nd = out.dim();
   KILN_CHECK(nd <= kMaxDims, op, ": tensors with more than ", kMaxDims, " dimensions are not supported");
@@ -58,8 +57,8 @@ inline PointwiseIter make_pointwise_iter(const Tensor& out, std::initializer_lis
         continue;
       }
       int64_t s = t.sizes()[d - lead];
-      KILN_CHECK(s == out.sizes()[d] || s == 1, op, ": input of sizes ", t.sizes(),
-                 " cannot broadcast to ", out.sizes());
+      KILN_CHECK(s == out.sizes()[d] || s == 1, op, ": input of sizes ", t.sizes(), " cannot broadcast to ",
+                 out.sizes());
       st[k][d] = (s == 1 ? 0 : t.strides()[d - lead]) * it.elem_size[k];
     }
   }
@@ -71,7 +70,10 @@ inline PointwiseIter make_pointwise_iter(const Tensor& out, std::initializer_lis
     if (m > 0) {
       bool mergeable = true;
       for (k = 0; k < it.noperands; ++k)
-        if (it.strides[k][m - 1] != st[k][d] * size) { mergeable = false; break; }
+        if (it.strides[k][m - 1] != st[k][d] * size) {
+          mergeable = false;
+          break;
+        }
       if (mergeable) {
         it.sizes[m - 1] *= size;
         for (k = 0; k < it.noperands; ++k) it.strides[k][m - 1] = st[k][d];

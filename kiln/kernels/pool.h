@@ -19,18 +19,16 @@ struct PoolGeometry {
 inline Kernel<void(const Tensor& out, const Tensor& indices, const Tensor& x, const PoolGeometry& g)>
     max_pool2d_forward{"max_pool2d"};
 // grad_x is overwritten: zero, then grad_out scattered to the recorded argmax positions.
-inline Kernel<void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
-                   const PoolGeometry& g)>
+inline Kernel<void(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices, const PoolGeometry& g)>
     max_pool2d_backward{"max_pool2d_backward"};
 inline Kernel<void(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad)>
     avg_pool2d_forward{"avg_pool2d"};
-inline Kernel<void(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,
-                   bool count_include_pad)>
+inline Kernel<void(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g, bool count_include_pad)>
     avg_pool2d_backward{"avg_pool2d_backward"};
 // Window i covers [floor(i * H / OH), ceil((i + 1) * H / OH)) (PyTorch's rule); kh.. unused.
-inline Kernel<void(const Tensor& out, const Tensor& x, const PoolGeometry& g)>
-    adaptive_avg_pool2d_forward{"adaptive_avg_pool2d"};
-inline Kernel<void(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g)>
-    adaptive_avg_pool2d_backward{"adaptive_avg_pool2d_backward"};
+inline Kernel<void(const Tensor& out, const Tensor& x, const PoolGeometry& g)> adaptive_avg_pool2d_forward{
+    "adaptive_avg_pool2d"};
+inline Kernel<void(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g)> adaptive_avg_pool2d_backward{
+    "adaptive_avg_pool2d_backward"};
 
 }  // namespace kiln::kernels

@@ -15,11 +15,9 @@ inline const char* op_name(ReduceOp op) {
 }
 
 // Reduces `in` over `dims` into out (shape of in with dims set to 1 or removed, contiguous).
-inline Kernel<void(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dims)> reduce{
-    "reduce"};
+inline Kernel<void(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dims)> reduce{"reduce"};
 // values and int64 indices of the max (is_max) or min along `dim`.
-inline Kernel<void(bool is_max, const Tensor& values, const Tensor& indices, const Tensor& in,
-                   int64_t dim)>
-    arg_reduce{"max/min"};
+inline Kernel<void(bool is_max, const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim)> arg_reduce{
+    "max/min"};
 
 }  // namespace kiln::kernels

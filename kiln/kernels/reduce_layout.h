@@ -8,15 +8,13 @@
 namespace kiln::kernels {
 
 struct ReduceLayout {
-  int64_t K = 1;        // output elements
-  int64_t R = 1;        // elements reduced into each
-  bool leading = false; // only leading dims reduced, input contiguous: read [R, K] in place
-  IntList perm;         // kept dims then reduced dims
+  int64_t K = 1;         // output elements
+  int64_t R = 1;         // elements reduced into each
+  bool leading = false;  // only leading dims reduced, input contiguous: read [R, K] in place
+  IntList perm;          // kept dims then reduced dims
 
   // The [K, R] row-major source (a copy only when the permuted view is not contiguous).
-  Tensor rows(const Tensor& in) const {
-    return contiguous(in.detach().permute(perm));
-  }
+  Tensor rows(const Tensor& in) const { return contiguous(in.detach().permute(perm)); }
 };
 
 inline ReduceLayout reduce_layout(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dims) {
@@ -26,9 +24,15 @@ inline ReduceLayout reduce_layout(ReduceOp op, const Tensor& out, const Tensor& 
   std::vector<bool> is_red(static_cast<size_t>(nd), false);
   for (int64_t d : dims) is_red[static_cast<size_t>(d)] = true;
   for (int64_t d = 0; d < nd; ++d)
-    if (!is_red[static_cast<size_t>(d)]) { l.perm.push_back(d); l.K *= in.sizes()[d]; }
+    if (!is_red[static_cast<size_t>(d)]) {
+      l.perm.push_back(d);
+      l.K *= in.sizes()[d];
+    }
   for (int64_t d = 0; d < nd; ++d)
-    if (is_red[static_cast<size_t>(d)]) { l.perm.push_back(d); l.R *= in.sizes()[d]; }
+    if (is_red[static_cast<size_t>(d)]) {
+      l.perm.push_back(d);
+      l.R *= in.sizes()[d];
+    }
   KILN_CHECK(out.numel() == l.K, "reduce: output has ", out.numel(), " elements, expected ", l.K);
   KILN_CHECK(!(l.R == 0 && l.K > 0 && (op == ReduceOp::Max || op == ReduceOp::Min)), "max/min: cannot reduce ",
              "over a dimension of size 0 (sizes ", in.sizes(), ")");

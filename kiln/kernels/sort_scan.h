@@ -19,14 +19,12 @@ enum class ScanOp : uint8_t { Sum, Prod };
 // out = inclusive scan of `in` along dim (reverse: from the end, out[i] = sum/prod of in[i:]).
 // out: contiguous, in's sizes and dtype (numeric). Accumulates in double for floating dtypes,
 // int64 for integers.
-inline Kernel<void(ScanOp op, const Tensor& out, const Tensor& in, int64_t dim, bool reverse)> scan{
-    "scan"};
+inline Kernel<void(ScanOp op, const Tensor& out, const Tensor& in, int64_t dim, bool reverse)> scan{"scan"};
 
 // indices (int64, contiguous, in's sizes) = the stable sorting permutation of each row of `in`
 // along dim, ascending or descending; NaN compares as larger than every number (so it comes last
 // ascending, first descending), as in PyTorch.
-inline Kernel<void(const Tensor& indices, const Tensor& in, int64_t dim, bool descending)> argsort{
-    "sort"};
+inline Kernel<void(const Tensor& indices, const Tensor& in, int64_t dim, bool descending)> argsort{"sort"};
 
 // The rows both backends work on: `in` with dim moved last as contiguous rows of length n, and
 // where the row results go (`out` itself when dim is already last, else a scratch buffer that
@@ -61,8 +59,7 @@ struct RowsAlongDim {
 // rows, and the per-row math (KILN_INLINE, so one definition serves the host and the device).
 
 inline void check_scan_output(const Tensor& out, const Tensor& in) {
-  KILN_CHECK(out.dtype() == in.dtype() && out.sizes() == in.sizes() && out.is_contiguous(),
-             "scan: bad output");
+  KILN_CHECK(out.dtype() == in.dtype() && out.sizes() == in.sizes() && out.is_contiguous(), "scan: bad output");
 }
 
 inline void check_sort_indices(const Tensor& indices, const Tensor& in) {
@@ -72,8 +69,7 @@ inline void check_sort_indices(const Tensor& indices, const Tensor& in) {
 
 // body(src, dst, rows, n) on the rows of `in` along dim (see RowsAlongDim), then the results
 // scattered back into out. Nothing for an empty input.
-template <class Body>
-void on_rows_along_dim(const Tensor& out, const Tensor& in, int64_t dim, Body&& body) {
+template <class Body> void on_rows_along_dim(const Tensor& out, const Tensor& in, int64_t dim, Body&& body) {
   if (in.numel() == 0) return;
   const RowsAlongDim layout(out, in, dim);
   body(layout.src, layout.dst, layout.rows, layout.n);
@@ -81,12 +77,10 @@ void on_rows_along_dim(const Tensor& out, const Tensor& in, int64_t dim, Body&& 
 }
 
 // The scan's accumulator: double for floating dtypes, int64 for integers.
-template <class T>
-using scan_acc_t = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, double, int64_t>;
+template <class T> using scan_acc_t = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, double, int64_t>;
 
 // y = the inclusive scan of the row x[0, n) (from the end when reverse).
-template <class T>
-KILN_INLINE void scan_row(const T* x, T* y, int64_t n, bool prod, bool reverse) {
+template <class T> KILN_INLINE void scan_row(const T* x, T* y, int64_t n, bool prod, bool reverse) {
   using M = opmath_t<T>;
   using A = scan_acc_t<T>;
   A acc = prod ? A(1) : A(0);
@@ -99,8 +93,7 @@ KILN_INLINE void scan_row(const T* x, T* y, int64_t n, bool prod, bool reverse) 
 }
 
 // a sorts strictly before b; NaN is the largest value (a != a tests NaN; integers never are).
-template <class M>
-KILN_INLINE bool sorts_before(M a, M b, bool descending) {
+template <class M> KILN_INLINE bool sorts_before(M a, M b, bool descending) {
   if (descending) return (a != a && b == b) || a > b;
   return (b != b && a == a) || a < b;
 }

@@ -34,8 +34,7 @@ std::string Upsample::extra_repr() const {
   };
   if (!options.scale_factor().empty())
     s = "scale_factor=" + tuple(options.scale_factor(), [](double v) { return float_repr(v); });
-  else
-    s = "size=" + tuple(options.size(), [](int64_t v) { return std::to_string(v); });
+  else s = "size=" + tuple(options.size(), [](int64_t v) { return std::to_string(v); });
   return s + ", mode='" + options.mode() + "'";
 }
 

@@ -41,18 +41,19 @@ Tensor additive_mask(const Tensor& mask, const char* name, const Tensor& query) 
 // [L, S]: -inf where key j comes after query i (torch's causal mask, aligned at the top left).
 Tensor causal_additive_mask(int64_t L, int64_t S, const Tensor& query) {
   const TensorOptions index = TensorOptions().dtype(DType::I64).device(query.device());
-  const Tensor later = arange(static_cast<double>(S), index).view({1, S}) > arange(static_cast<double>(L), index).view({L, 1});
+  const Tensor later =
+      arange(static_cast<double>(S), index).view({1, S}) > arange(static_cast<double>(L), index).view({L, 1});
   return zeros({L, S}, TensorOptions().dtype(query.dtype()).device(query.device())).masked_fill(later, kNegInf);
 }
 
 }  // namespace
 
-MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& o) : MultiheadAttention(o, /*torch_init=*/true) {}
+MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& o)
+    : MultiheadAttention(o, /*torch_init=*/true) {}
 
 MultiheadAttention::MultiheadAttention(int64_t e, int64_t h, bool c, bool bias, double dropout)
-    : MultiheadAttention(
-          MultiheadAttentionOptions(e, h).bias(bias).batch_first(true).causal(c).output_dropout(dropout),
-          /*torch_init=*/false) {}
+    : MultiheadAttention(MultiheadAttentionOptions(e, h).bias(bias).batch_first(true).causal(c).output_dropout(dropout),
+                         /*torch_init=*/false) {}
 
 MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& o, bool torch_init)
     : Module("MultiheadAttention"),
@@ -61,12 +62,14 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& o, bool 
       num_heads(o.num_heads()),
       causal(o.causal()),
       // Linear's default initialisation, drawn before out_proj's (torch_init replaces it below)
-      in_proj_weight(linear_init_weight(register_parameter("in_proj_weight", empty({3 * o.embed_dim(), o.embed_dim()})))),
-      in_proj_bias(o.bias() ? linear_init_bias(register_parameter("in_proj_bias", empty({3 * o.embed_dim()})), o.embed_dim())
-                            : Tensor()),
+      in_proj_weight(
+          linear_init_weight(register_parameter("in_proj_weight", empty({3 * o.embed_dim(), o.embed_dim()})))),
+      in_proj_bias(o.bias()
+                       ? linear_init_bias(register_parameter("in_proj_bias", empty({3 * o.embed_dim()})), o.embed_dim())
+                       : Tensor()),
       out_proj(LinearOptions(o.embed_dim(), o.embed_dim()).bias(o.bias())) {
-  KILN_CHECK(num_heads > 0 && embed_dim > 0 && embed_dim % num_heads == 0, "MultiheadAttention: embed_dim (",
-             embed_dim, ") must be positive and divisible by num_heads (", num_heads, ")");
+  KILN_CHECK(num_heads > 0 && embed_dim > 0 && embed_dim % num_heads == 0, "MultiheadAttention: embed_dim (", embed_dim,
+             ") must be positive and divisible by num_heads (", num_heads, ")");
   KILN_CHECK(o.dropout() >= 0.0 && o.dropout() <= 1.0, "MultiheadAttention: dropout must be in [0, 1], got ",
              o.dropout());
   register_module("out_proj", out_proj);  // the one child, as in torch
@@ -85,11 +88,14 @@ Tensor MultiheadAttention::forward(const Tensor& x) {
 }
 
 Tensor MultiheadAttention::heads(const Tensor& x) {
-  KILN_CHECK(x.dim() == 3 && x.size(2) == embed_dim, "MultiheadAttention: expected [B, T, ", embed_dim,
-             "], got sizes ", x.sizes());
+  KILN_CHECK(x.dim() == 3 && x.size(2) == embed_dim, "MultiheadAttention: expected [B, T, ", embed_dim, "], got sizes ",
+             x.sizes());
   const int64_t B = x.size(0), T = x.size(1), D = embed_dim / num_heads;
   // q, k, v: [B, H, T, D] views of the projection (unbind: their gradients land in one buffer)
-  auto qkv_out = functional::linear(x, in_proj_weight, in_proj_bias).view({B, T, 3, num_heads, D}).permute({2, 0, 3, 1, 4}).unbind(0);
+  auto qkv_out = functional::linear(x, in_proj_weight, in_proj_bias)
+                     .view({B, T, 3, num_heads, D})
+                     .permute({2, 0, 3, 1, 4})
+                     .unbind(0);
   const double p = is_training() ? options.dropout() : 0.0;
   Tensor y = functional::scaled_dot_product_attention(qkv_out[0], qkv_out[1], qkv_out[2], Tensor(), p, causal);
   return y.transpose(1, 2).reshape({B, T, embed_dim});  // a view: y is laid out [B, T, H, D]
@@ -191,7 +197,8 @@ std::tuple<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query, cons
 // torch prints nothing for its MultiheadAttention; only kiln's own options show.
 std::string MultiheadAttention::extra_repr() const {
   std::string s = causal ? "causal=True" : "";
-  if (options.output_dropout() > 0.0) s += std::string(s.empty() ? "" : ", ") + "output_dropout=" + float_repr(options.output_dropout());
+  if (options.output_dropout() > 0.0)
+    s += std::string(s.empty() ? "" : ", ") + "output_dropout=" + float_repr(options.output_dropout());
   return s;
 }
 

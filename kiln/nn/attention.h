@@ -14,20 +14,20 @@ struct MultiheadAttentionOptions {
   MultiheadAttentionOptions(int64_t embed_dim, int64_t num_heads) : embed_dim_(embed_dim), num_heads_(num_heads) {}
   KILN_ARG(int64_t, embed_dim);
   KILN_ARG(int64_t, num_heads);
-  KILN_ARG(double, dropout) = 0.0;        // on the attention probabilities, in training (torch's dropout)
-  KILN_ARG(bool, bias) = true;            // of the input and output projections
-  KILN_ARG(bool, batch_first) = false;    // [N, L, E] in and out instead of torch's default [L, N, E]
-  KILN_ARG(bool, causal) = false;         // every call masks each query's later keys (a decoder)
-  KILN_ARG(double, output_dropout) = 0.0; // after the output projection (GPT-2's resid_dropout)
+  KILN_ARG(double, dropout) = 0.0;         // on the attention probabilities, in training (torch's dropout)
+  KILN_ARG(bool, bias) = true;             // of the input and output projections
+  KILN_ARG(bool, batch_first) = false;     // [N, L, E] in and out instead of torch's default [L, N, E]
+  KILN_ARG(bool, causal) = false;          // every call masks each query's later keys (a decoder)
+  KILN_ARG(double, output_dropout) = 0.0;  // after the output projection (GPT-2's resid_dropout)
 };
 
 // What forward(query, key, value, ...) takes besides the three inputs, with torch's names and
 // defaults. Masks follow torch's nn.MultiheadAttention (not F::scaled_dot_product_attention): a
 // bool mask is true where a key must NOT be attended to, a floating one is added to the scores.
 struct MultiheadAttentionArgs {
-  KILN_ARG(Tensor, key_padding_mask);     // [N, S] ([S] unbatched): keys to ignore, per sample
-  KILN_ARG(bool, need_weights) = true;    // also return the attention probabilities
-  KILN_ARG(Tensor, attn_mask);            // [L, S] or [N * num_heads, L, S]
+  KILN_ARG(Tensor, key_padding_mask);           // [N, S] ([S] unbatched): keys to ignore, per sample
+  KILN_ARG(bool, need_weights) = true;          // also return the attention probabilities
+  KILN_ARG(Tensor, attn_mask);                  // [L, S] or [N * num_heads, L, S]
   KILN_ARG(bool, average_attn_weights) = true;  // the weights averaged over heads: [N, L, S]
   // torch's hint that attn_mask is causal: with no key_padding_mask and need_weights false the
   // causal kernel runs in the mask's place (as torch), otherwise the mask is used as given.
@@ -49,8 +49,7 @@ class MultiheadAttention : public Module {
   explicit MultiheadAttention(const MultiheadAttentionOptions& options);
   // GPT-2's self-attention: batch first, `dropout` after the output projection, Linear's
   // initialisation.
-  MultiheadAttention(int64_t embed_dim, int64_t num_heads, bool causal = false, bool bias = true,
-                     double dropout = 0.0);
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, bool causal = false, bool bias = true, double dropout = 0.0);
 
   // Self-attention: forward(x, x, x) without the weights (torch's need_weights=False).
   Tensor forward(const Tensor& x) override;

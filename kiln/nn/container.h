@@ -17,15 +17,13 @@ class ModuleList : public Module {
   explicit ModuleList(std::shared_ptr<M>... modules) : ModuleList("ModuleList", std::move(modules)...) {}
   void push_back(std::shared_ptr<Module> module);  // named by its index
   void push_back(const std::string& name, std::shared_ptr<Module> module);
-  template <class M, class... Args>
-  M& emplace_back(Args&&... args) {
+  template <class M, class... Args> M& emplace_back(Args&&... args) {
     auto m = std::make_shared<M>(std::forward<Args>(args)...);
     push_back(m);
     return *m;
   }
   Module& operator[](size_t i) const;
-  template <class M>
-  M& at(size_t i) const {
+  template <class M> M& at(size_t i) const {
     auto* m = dynamic_cast<M*>(&(*this)[i]);
     KILN_CHECK(m != nullptr, type_name(), "[", i, "] is not of the requested type");
     return *m;
@@ -36,8 +34,7 @@ class ModuleList : public Module {
 
  protected:
   // For subclasses: their type name, then their first modules.
-  template <class... M>
-  explicit ModuleList(const char* type_name, std::shared_ptr<M>... modules) : Module(type_name) {
+  template <class... M> explicit ModuleList(const char* type_name, std::shared_ptr<M>... modules) : Module(type_name) {
     (push_back(std::move(modules)), ...);
   }
   std::vector<std::shared_ptr<Module>> items_;
@@ -60,7 +57,7 @@ class Sequential : public ModuleList {
   void fuse_run(size_t first, size_t count, std::shared_ptr<Module> fused);
   bool is_fused(size_t i) const;  // module i belongs to a fused run
   size_t fused_run_count() const { return runs_.size(); }
-  void unfuse() { runs_.clear(); }  // forward() runs every module again
+  void unfuse() { runs_.clear(); }          // forward() runs every module again
   std::string extra_repr() const override;  // lists the fused runs
 
  protected:

@@ -8,15 +8,15 @@
 namespace kiln::nn {
 
 namespace F = functional;
-using detail::pair_str;
 using detail::default_init;
+using detail::pair_str;
 
 Conv2d::Conv2d(const Conv2dOptions& o) : ConvModule("Conv2d", o) {
   KILN_CHECK(o.groups() > 0 && o.in_channels() % o.groups() == 0 && o.out_channels() % o.groups() == 0,
              "Conv2d: in_channels (", o.in_channels(), ") and out_channels (", o.out_channels(),
              ") must be divisible by groups (", o.groups(), ")");
-  weight = register_parameter("weight", empty({o.out_channels(), o.in_channels() / o.groups(),
-                                               o.kernel_size().h, o.kernel_size().w}));
+  weight = register_parameter(
+      "weight", empty({o.out_channels(), o.in_channels() / o.groups(), o.kernel_size().h, o.kernel_size().w}));
   if (o.bias()) bias = register_parameter("bias", empty({o.out_channels()}));
   reset_parameters();
 }
@@ -58,16 +58,16 @@ Tensor Conv1d::forward(const Tensor& x) {
 }
 
 std::string Conv1d::extra_repr() const {
-  return std::to_string(options.in_channels()) + ", " + std::to_string(options.out_channels()) +
-         ", kernel_size=(" + std::to_string(options.kernel_size()) + ",), stride=(" +
-         std::to_string(options.stride()) + ",)" + (options.bias() ? "" : ", bias=False");
+  return std::to_string(options.in_channels()) + ", " + std::to_string(options.out_channels()) + ", kernel_size=(" +
+         std::to_string(options.kernel_size()) + ",), stride=(" + std::to_string(options.stride()) + ",)" +
+         (options.bias() ? "" : ", bias=False");
 }
 
 ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& o) : ConvModule("ConvTranspose2d", o) {
   KILN_CHECK(o.groups() > 0 && o.in_channels() % o.groups() == 0 && o.out_channels() % o.groups() == 0,
              "ConvTranspose2d: channels must be divisible by groups (", o.groups(), ")");
-  weight = register_parameter("weight", empty({o.in_channels(), o.out_channels() / o.groups(),
-                                               o.kernel_size().h, o.kernel_size().w}));
+  weight = register_parameter(
+      "weight", empty({o.in_channels(), o.out_channels() / o.groups(), o.kernel_size().h, o.kernel_size().w}));
   if (o.bias()) bias = register_parameter("bias", empty({o.out_channels()}));
   // PyTorch computes fan_in from weight.size(1) * k * k for transposed convs too.
   default_init(weight, bias);

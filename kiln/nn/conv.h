@@ -9,22 +9,21 @@ namespace kiln::nn {
 // Size2 (2-D). A macro rather than a base struct: KILN_ARG's setters return the struct they are
 // declared in, and a chain such as `ConvTranspose2dOptions(...).stride(2).output_padding(1)`
 // must keep the full type.
-#define KILN_CONV_OPTIONS(Options, Size)                                                        \
-  Options(int64_t in_channels, int64_t out_channels, Size kernel_size)                          \
-      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}    \
-  KILN_ARG(int64_t, in_channels);                                                               \
-  KILN_ARG(int64_t, out_channels);                                                              \
-  KILN_ARG(Size, kernel_size);                                                                  \
-  KILN_ARG(Size, stride) = 1;                                                                   \
-  KILN_ARG(Size, padding) = 0;                                                                  \
-  KILN_ARG(Size, dilation) = 1;                                                                 \
-  KILN_ARG(int64_t, groups) = 1;                                                                \
+#define KILN_CONV_OPTIONS(Options, Size)                                                     \
+  Options(int64_t in_channels, int64_t out_channels, Size kernel_size)                       \
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {} \
+  KILN_ARG(int64_t, in_channels);                                                            \
+  KILN_ARG(int64_t, out_channels);                                                           \
+  KILN_ARG(Size, kernel_size);                                                               \
+  KILN_ARG(Size, stride) = 1;                                                                \
+  KILN_ARG(Size, padding) = 0;                                                               \
+  KILN_ARG(Size, dilation) = 1;                                                              \
+  KILN_ARG(int64_t, groups) = 1;                                                             \
   KILN_ARG(bool, bias) = true
 
 // The members every convolution module has: its options, its weight and its bias (undefined
 // without bias).
-template <class Options>
-class ConvModule : public Module {
+template <class Options> class ConvModule : public Module {
  public:
   Options options;
   Tensor weight, bias;

@@ -5,7 +5,6 @@
 
 namespace kiln::nn {
 
-
 Embedding::Embedding(int64_t n, int64_t d) : Module("Embedding"), num_embeddings(n), embedding_dim(d) {
   KILN_CHECK(n > 0 && d > 0, "Embedding: sizes must be positive, got ", n, " and ", d);
   weight = register_parameter("weight", empty({n, d}));

@@ -34,11 +34,10 @@ struct Conv2dParams {
   IntList dilation{1, 1};
   int64_t groups = 1;
 };
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
-              const Conv2dParams& params = {});
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dParams& params = {});
 // [N, C, L] with weight [C_out, C_in / groups, K]; scalars for stride/padding/dilation
-Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
-              int64_t stride = 1, int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
 // weight [C_in, C_out / groups, kH, kW]
 struct ConvTranspose2dParams : Conv2dParams {  // conv2d's parameters, plus:
   IntList output_padding{0, 0};
@@ -47,11 +46,10 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
                         const ConvTranspose2dParams& params = {});
 
 // ---- pooling (kernel/stride/padding as {h, w}; an empty stride means stride = kernel)
-Tensor max_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride = {},
-                  const IntList& padding = {0, 0});
+Tensor max_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride = {}, const IntList& padding = {0, 0});
 inline Tensor max_pool2d(const Tensor& x, int64_t kernel) { return max_pool2d(x, {kernel, kernel}); }
-Tensor avg_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride = {},
-                  const IntList& padding = {0, 0}, bool count_include_pad = true);
+Tensor avg_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride = {}, const IntList& padding = {0, 0},
+                  bool count_include_pad = true);
 Tensor adaptive_avg_pool2d(const Tensor& x, const IntList& output_size);
 
 // ---- padding and resizing (kiln/nn/functional/resample.cpp), composed of cat, narrow and
@@ -87,23 +85,20 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options);
 // x [N, C, *]. In training mode uses batch statistics and, when running_mean/var are defined,
 // updates them in place: running = (1 - momentum) * running + momentum * batch (unbiased var).
 // In eval mode normalises with the running statistics.
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                  const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
-                  double eps = 1e-5);
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
 // relu(batch_norm(...)) fused (cuDNN's / oneDNN's BN + activation): same arguments, checks,
 // autocast and running-statistics update as batch_norm. One kernel pass writes max(0, bn(x)); the
 // backward recomputes the ReLU mask from x (it saves x, weight and bias, not the output), so the
 // separate ReLU forward and backward passes disappear. nn::fuse runs Conv2d -> BatchNorm2d -> ReLU
 // with it (nn::ConvBatchNormReLU2d).
-Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                       const Tensor& weight, const Tensor& bias, bool training,
-                       double momentum = 0.1, double eps = 1e-5);
+Tensor batch_norm_relu(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5);
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
-Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),
-                  const Tensor& bias = Tensor(), double eps = 1e-5);
-Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(),
-                double eps = 1e-6);
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                  double eps = 1e-5);
+Tensor rms_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight = Tensor(), double eps = 1e-6);
 
 // ---- regularisation: zeroes with probability p and scales by 1/(1-p) in training; the mask
 // comes from the device's Philox generator (reproducible under manual_seed).
@@ -123,8 +118,7 @@ Tensor fused_gelu(const Tensor& x);
 // CUDA) and the pre-activation saved for the backward. The default is the tanh form, which is
 // what cuBLASLt's epilogue computes (and GPT-2's MLP uses); "none" runs the GEMM + bias epilogue
 // and a separate bias_gelu pass on CUDA.
-Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                   const std::string& approximate = "tanh");
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, const std::string& approximate = "tanh");
 
 // ---- embedding
 inline Tensor embedding(const Tensor& indices, const Tensor& weight) { return kiln::embedding(weight, indices); }
@@ -145,14 +139,12 @@ Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = 
 Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean,
                       double beta = 1.0);
 Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
-                                        Reduction reduction = Reduction::Mean,
-                                        const Tensor& pos_weight = Tensor());
+                                        Reduction reduction = Reduction::Mean, const Tensor& pos_weight = Tensor());
 
 // ---- attention: q, k, v [..., T, D] (any leading dims); softmax(q k^T / sqrt(D) [+ causal
 // mask]) v. A blocked implementation on the CPU that never materialises more than one block of
 // scores per row.
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    bool is_causal = false);
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal = false);
 // torch's full form: attn_mask bool (true: the key takes part) or floating (added to the scores),
 // broadcast to [..., Tq, Tk], not together with is_causal; dropout_p on the attention
 // probabilities (always applied: pass 0 in eval, as nanoGPT does); scale instead of 1 / sqrt(D).

@@ -16,8 +16,7 @@ double calculate_gain(const std::string& nl, double param) {
 }
 
 std::pair<int64_t, int64_t> fans(const Tensor& t) {
-  KILN_CHECK(t.dim() >= 2, "init: fan in and fan out need a tensor with at least 2 dimensions, got sizes ",
-             t.sizes());
+  KILN_CHECK(t.dim() >= 2, "init: fan in and fan out need a tensor with at least 2 dimensions, got sizes ", t.sizes());
   int64_t receptive = 1;
   for (int64_t d = 2; d < t.dim(); ++d) receptive *= t.size(d);
   return {t.size(1) * receptive, t.size(0) * receptive};
@@ -50,7 +49,7 @@ Tensor& trunc_normal_(Tensor& t, double mean, double std, double a, double b) {
   const TensorOptions o = TensorOptions().dtype(DType::F64).device(t.device());
   Tensor r = kiln::randn(t.sizes(), o) * std + mean;
   for (int round = 0;; ++round) {
-    Tensor outside = logical_or(r < a, r > b);
+    Tensor outside = logical_or(r<a, r> b);
     if (!outside.any().item<bool>()) break;
     KILN_CHECK(round < 1000, "trunc_normal_: [", a, ", ", b, "] holds too little of N(", mean, ", ", std,
                "^2) to draw from it");

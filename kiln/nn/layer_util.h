@@ -10,9 +10,7 @@
 
 namespace kiln::nn::detail {
 
-inline std::string pair_str(const Size2& s) {
-  return "(" + std::to_string(s.h) + ", " + std::to_string(s.w) + ")";
-}
+inline std::string pair_str(const Size2& s) { return "(" + std::to_string(s.h) + ", " + std::to_string(s.w) + ")"; }
 // A shape as a Python tuple: (64,) or (2, 3).
 inline std::string shape_str(const IntList& s) {
   std::string out = "(";

@@ -23,8 +23,7 @@ Tensor Linear::forward(const Tensor& x) { return F::linear(x, weight, bias); }
 
 std::string Linear::extra_repr() const {
   return "in_features=" + std::to_string(options.in_features()) +
-         ", out_features=" + std::to_string(options.out_features()) +
-         ", bias=" + (options.bias() ? "True" : "False");
+         ", out_features=" + std::to_string(options.out_features()) + ", bias=" + (options.bias() ? "True" : "False");
 }
 
 }  // namespace kiln::nn

@@ -5,8 +5,7 @@
 namespace kiln::nn {
 
 struct LinearOptions {
-  LinearOptions(int64_t in_features, int64_t out_features)
-      : in_features_(in_features), out_features_(out_features) {}
+  LinearOptions(int64_t in_features, int64_t out_features) : in_features_(in_features), out_features_(out_features) {}
   KILN_ARG(int64_t, in_features);
   KILN_ARG(int64_t, out_features);
   KILN_ARG(bool, bias) = true;

@@ -30,8 +30,8 @@ std::vector<std::string> lint(Module& module, bool print) {
       if (has_bias_before_norm(kids[i].second) && is_norm(kids[i + 1].second)) {
         std::string a = path.empty() ? kids[i].first : path + "." + kids[i].first;
         std::string b = path.empty() ? kids[i + 1].first : path + "." + kids[i + 1].first;
-        warnings.push_back("kiln::nn::lint: " + a + " (" + kids[i].second->type_name() +
-                           ") has a bias but feeds " + b + " (" + kids[i + 1].second->type_name() +
+        warnings.push_back("kiln::nn::lint: " + a + " (" + kids[i].second->type_name() + ") has a bias but feeds " + b +
+                           " (" + kids[i + 1].second->type_name() +
                            "), which cancels it: construct it with bias(false)");
       }
     }

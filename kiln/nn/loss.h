@@ -34,14 +34,14 @@ class NLLLoss : public Module {
   Reduction reduction;
 };
 
-#define KILN_SIMPLE_LOSS(NAME, FN)                                                         \
-  class NAME : public Module {                                                             \
-   public:                                                                                 \
+#define KILN_SIMPLE_LOSS(NAME, FN)                                                                \
+  class NAME : public Module {                                                                    \
+   public:                                                                                        \
     explicit NAME(Reduction reduction = Reduction::Mean) : Module(#NAME), reduction(reduction) {} \
-    Tensor operator()(const Tensor& input, const Tensor& target) const {                  \
-      return functional::FN(input, target, reduction);                                     \
-    }                                                                                      \
-    Reduction reduction;                                                                   \
+    Tensor operator()(const Tensor& input, const Tensor& target) const {                          \
+      return functional::FN(input, target, reduction);                                            \
+    }                                                                                             \
+    Reduction reduction;                                                                          \
   };
 KILN_SIMPLE_LOSS(MSELoss, mse_loss)
 KILN_SIMPLE_LOSS(L1Loss, l1_loss)

@@ -52,20 +52,19 @@ Tensor Module::forward(const Tensor&) {
 }
 
 void Module::check_name(const std::string& name, const char* what) const {
-  KILN_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name_, ": ", what,
-             " name '", name, "' must be non-empty and contain no '.'");
+  KILN_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name_, ": ", what, " name '", name,
+             "' must be non-empty and contain no '.'");
   auto taken = [&](const auto& list) {
     return std::any_of(list.begin(), list.end(), [&](const auto& p) { return p.first == name; });
   };
-  KILN_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), type_name_,
-             ": the name '", name, "' is already registered");
+  KILN_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), type_name_, ": the name '", name,
+             "' is already registered");
 }
 
 Tensor Module::register_parameter(const std::string& name, Tensor tensor, bool requires_grad) {
   check_name(name, "parameter");
   KILN_CHECK(tensor.defined(), type_name_, ": parameter '", name, "' is undefined");
-  KILN_CHECK(tensor.is_leaf(), type_name_, ": parameter '", name,
-             "' must be a leaf tensor (detach() it first)");
+  KILN_CHECK(tensor.is_leaf(), type_name_, ": parameter '", name, "' must be a leaf tensor (detach() it first)");
   if (requires_grad) tensor.requires_grad_(true);
   params_.emplace_back(name, tensor);
   return tensor;
@@ -95,8 +94,10 @@ size_t Module::declare_chain(const std::vector<Module*>& layers) {
   KILN_CHECK(!layers.empty(), type_name(), ".declare_chain: a chain needs at least one module");
   auto chain = std::make_shared<Sequential>();
   for (Module* m : layers) {
-    const bool registered = std::any_of(children_.begin(), children_.end(), [m](const auto& c) { return c.second == m; });
-    KILN_CHECK(m != nullptr && registered, type_name(), ".declare_chain: every module of a chain must be a registered child");
+    const bool registered =
+        std::any_of(children_.begin(), children_.end(), [m](const auto& c) { return c.second == m; });
+    KILN_CHECK(m != nullptr && registered, type_name(),
+               ".declare_chain: every module of a chain must be a registered child");
     chain->push_back(std::shared_ptr<Module>(std::shared_ptr<Module>(), m));  // non-owning: this module owns it
   }
   chains_.push_back(std::move(chain));
@@ -123,8 +124,7 @@ std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurs
   // A tensor shared by two modules (tied weights) is listed once, under its first name.
   std::vector<std::pair<std::string, Tensor>> unique;
   for (auto& p : out) {
-    bool seen = std::any_of(unique.begin(), unique.end(),
-                            [&](const auto& q) { return q.second.is_same(p.second); });
+    bool seen = std::any_of(unique.begin(), unique.end(), [&](const auto& q) { return q.second.is_same(p.second); });
     if (!seen) unique.push_back(std::move(p));
   }
   return unique;
@@ -178,8 +178,7 @@ void Module::train(bool on) {
   for (auto& [n, m] : children_) m->train(on);
 }
 
-template <class F>
-void Module::for_each_tensor(F&& f) {
+template <class F> void Module::for_each_tensor(F&& f) {
   for (auto& [n, t] : params_) f(t, true);
   for (auto& [n, t] : buffers_) f(t, false);
   for (auto& [n, m] : children_) m->for_each_tensor(f);
@@ -206,9 +205,8 @@ Tensor to_memory_format(const Tensor& t, MemoryFormat f) {
 
 void Module::to(Device device, bool non_blocking) {
   std::vector<Tensor*> seen;
-  for_each_tensor([&](Tensor& t, bool) {
-    move_tensor(t, [&](const Tensor& x) { return x.to(device, non_blocking); });
-  });
+  for_each_tensor(
+      [&](Tensor& t, bool) { move_tensor(t, [&](const Tensor& x) { return x.to(device, non_blocking); }); });
 }
 
 void Module::to(DType dtype) {
@@ -224,9 +222,8 @@ void Module::to(Device device, DType dtype, bool non_blocking) {
 }
 
 void Module::to(MemoryFormat format) {
-  for_each_tensor([&](Tensor& t, bool) {
-    move_tensor(t, [&](const Tensor& x) { return to_memory_format(x, format); });
-  });
+  for_each_tensor(
+      [&](Tensor& t, bool) { move_tensor(t, [&](const Tensor& x) { return to_memory_format(x, format); }); });
 }
 
 void Module::zero_grad(bool set_to_none) {
@@ -264,16 +261,14 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
   for (const auto& [k, v] : dict)
     if (!own.contains(k)) unexpected.push_back(k);
   if (strict && (!missing.empty() || !unexpected.empty())) {
-    KILN_FAIL(type_name_, ".load_state_dict: keys do not match; missing: ", missing,
-              "; unexpected: ", unexpected);
+    KILN_FAIL(type_name_, ".load_state_dict: keys do not match; missing: ", missing, "; unexpected: ", unexpected);
   }
   NoGradGuard ng;
   for (const auto& [k, target] : own) {
     const Tensor* src = dict.find(k);
     if (!src) continue;
-    KILN_CHECK(src->sizes() == target.sizes(), type_name_, ".load_state_dict: '", k,
-               "' has sizes ", src->sizes(), " in the checkpoint but ", target.sizes(),
-               " in the model");
+    KILN_CHECK(src->sizes() == target.sizes(), type_name_, ".load_state_dict: '", k, "' has sizes ", src->sizes(),
+               " in the checkpoint but ", target.sizes(), " in the model");
     Tensor dst = target;  // same storage as the module's tensor
     dst.copy_(*src);
   }

@@ -57,13 +57,11 @@ class Module {
   // ---- registration (names must be unique per module and contain no '.')
   Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
   Tensor register_buffer(const std::string& name, Tensor tensor);
-  template <class M>
-  M& register_module(const std::string& name, M& module) {
+  template <class M> M& register_module(const std::string& name, M& module) {
     add_child(name, &module, nullptr);
     return module;
   }
-  template <class M>
-  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+  template <class M> std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     add_child(name, module.get(), module);
     return module;
   }
@@ -120,8 +118,7 @@ class Module {
   void collect(const std::string& prefix, bool recurse, bool params,
                std::vector<std::pair<std::string, Tensor>>& out) const;
   void print(std::ostream& os, int indent) const;
-  template <class F>
-  void for_each_tensor(F&& f);  // parameters and buffers of this module and all children
+  template <class F> void for_each_tensor(F&& f);  // parameters and buffers of this module and all children
 
   std::string type_name_;
   bool training_ = true;

@@ -60,8 +60,8 @@ Tensor BatchNorm::forward(const Tensor& x) {
 
 std::string BatchNorm::extra_repr() const {
   std::ostringstream os;
-  os << options.num_features() << ", eps=" << float_repr(options.eps()) << ", momentum=" << float_repr(options.momentum())
-     << ", affine=" << (options.affine() ? "True" : "False")
+  os << options.num_features() << ", eps=" << float_repr(options.eps())
+     << ", momentum=" << float_repr(options.momentum()) << ", affine=" << (options.affine() ? "True" : "False")
      << ", track_running_stats=" << (options.track_running_stats() ? "True" : "False");
   return os.str();
 }
@@ -96,9 +96,7 @@ GroupNorm::GroupNorm(int64_t g, int64_t c, double e, bool affine)
 
 Tensor GroupNorm::forward(const Tensor& x) { return F::group_norm(x, num_groups, weight, bias, eps); }
 
-std::string GroupNorm::extra_repr() const {
-  return std::to_string(num_groups) + ", " + std::to_string(num_channels);
-}
+std::string GroupNorm::extra_repr() const { return std::to_string(num_groups) + ", " + std::to_string(num_channels); }
 
 RMSNorm::RMSNorm(IntList shape, double e, bool affine) : Module("RMSNorm"), normalized_shape(std::move(shape)), eps(e) {
   if (affine) weight = register_parameter("weight", ones(normalized_shape));

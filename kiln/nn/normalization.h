@@ -57,7 +57,7 @@ struct LayerNormOptions {
 
 class LayerNorm : public Module {
  public:
-  LayerNorm(const LayerNormOptions& options);  // NOLINT
+  LayerNorm(const LayerNormOptions& options);                     // NOLINT
   LayerNorm(int64_t dim) : LayerNorm(LayerNormOptions({dim})) {}  // NOLINT
   Tensor forward(const Tensor& x) override;
   std::string extra_repr() const override;

@@ -41,15 +41,17 @@ LSTMState step(Recurrence kind, const Tensor& gx, const Tensor& h, const Tensor&
       Tensor n = kiln::tanh(i[2] + reset * r[2]);
       return {(1.0 - update) * n + update * h, Tensor()};
     }
-    case Recurrence::Tanh: return {kiln::tanh(gx + gh), Tensor()};
-    case Recurrence::ReLU: return {kiln::relu(gx + gh), Tensor()};
+    case Recurrence::Tanh:
+      return {kiln::tanh(gx + gh), Tensor()};
+    case Recurrence::ReLU:
+      return {kiln::relu(gx + gh), Tensor()};
   }
   KILN_FAIL("unreachable");
 }
 
 void check_sizes(int64_t input_size, int64_t hidden_size, const char* what) {
-  KILN_CHECK(input_size > 0 && hidden_size > 0, what, ": input_size and hidden_size must be positive, got ",
-             input_size, " and ", hidden_size);
+  KILN_CHECK(input_size > 0 && hidden_size > 0, what, ": input_size and hidden_size must be positive, got ", input_size,
+             " and ", hidden_size);
 }
 
 // An initial state tensor: zeros of `want` when undefined, else checked against `want`.
@@ -150,8 +152,7 @@ RNNLayersBase::RNNLayersBase(const char* type_name, Recurrence kind, const RNNOp
   KILN_CHECK(o.num_layers() >= 1, type_name, ": num_layers must be at least 1, got ", o.num_layers());
   KILN_CHECK(o.dropout() >= 0.0 && o.dropout() <= 1.0, type_name, ": dropout must be a probability in [0, 1], got ",
              o.dropout());
-  if (kind == Recurrence::Tanh || kind == Recurrence::ReLU)
-    this->kind = elman(type_name, o.nonlinearity());
+  if (kind == Recurrence::Tanh || kind == Recurrence::ReLU) this->kind = elman(type_name, o.nonlinearity());
   else
     KILN_CHECK(o.nonlinearity() == "tanh", type_name, ": nonlinearity is an option of nn::RNN only, got '",
                o.nonlinearity(), "'");
@@ -226,8 +227,7 @@ std::tuple<Tensor, Tensor, Tensor> RNNLayersBase::run(const Tensor& input, const
       outs.push_back(stack(ys, 0));
     }
     layer_in = D == 1 ? outs[0] : cat(outs, 2);
-    if (l + 1 < L && options.dropout() > 0.0 && is_training())
-      layer_in = F::dropout(layer_in, options.dropout(), true);
+    if (l + 1 < L && options.dropout() > 0.0 && is_training()) layer_in = F::dropout(layer_in, options.dropout(), true);
   }
   Tensor out = layer_in, h_n = stack(hn, 0), c_n = lstm ? stack(cn, 0) : Tensor();
   if (unbatched) return {out.squeeze(1), h_n.squeeze(1), lstm ? c_n.squeeze(1) : c_n};

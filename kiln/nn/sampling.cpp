@@ -16,11 +16,9 @@ void check(const Tensor& logits, const SamplingOptions& o) {
   KILN_CHECK(logits.defined(), "sample_next_token: logits are undefined");
   KILN_CHECK((logits.dim() == 1 || logits.dim() == 2) && logits.size(-1) > 0,
              "sample_next_token: expected logits [V] or [B, V] with V > 0, got sizes ", logits.sizes());
-  KILN_CHECK(logits.is_floating_point(), "sample_next_token: expected floating-point logits, got ",
-             logits.dtype());
+  KILN_CHECK(logits.is_floating_point(), "sample_next_token: expected floating-point logits, got ", logits.dtype());
   KILN_CHECK(o.top_k() >= 0, "sample_next_token: top_k must be >= 0 (0 keeps all), got ", o.top_k());
-  KILN_CHECK(o.top_p() > 0 && o.top_p() <= 1, "sample_next_token: top_p must be in (0, 1], got ",
-             o.top_p());
+  KILN_CHECK(o.top_p() > 0 && o.top_p() <= 1, "sample_next_token: top_p must be in (0, 1], got ", o.top_p());
   KILN_CHECK(!std::isnan(o.temperature()), "sample_next_token: temperature is NaN");
 }
 

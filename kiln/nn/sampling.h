@@ -25,7 +25,6 @@ Tensor sampling_probs(const Tensor& logits, const SamplingOptions& opts = {});
 
 // Draws one token per row: logits [V] -> int64 [], [B, V] -> int64 [B], on logits' device.
 // Uniform numbers come from `generator` (the CPU default generator when null), one per row.
-Tensor sample_next_token(const Tensor& logits, const SamplingOptions& opts = {},
-                         Generator* generator = nullptr);
+Tensor sample_next_token(const Tensor& logits, const SamplingOptions& opts = {}, Generator* generator = nullptr);
 
 }  // namespace kiln::nn

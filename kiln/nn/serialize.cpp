@@ -20,14 +20,22 @@ using json = nlohmann::json;
 
 const char* st_dtype(DType d) {
   switch (d) {
-    case DType::F32: return "F32";
-    case DType::F64: return "F64";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-    case DType::I64: return "I64";
-    case DType::I32: return "I32";
-    case DType::U8: return "U8";
-    case DType::Bool: return "BOOL";
+    case DType::F32:
+      return "F32";
+    case DType::F64:
+      return "F64";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
+    case DType::I64:
+      return "I64";
+    case DType::I32:
+      return "I32";
+    case DType::U8:
+      return "U8";
+    case DType::Bool:
+      return "BOOL";
   }
   return "?";
 }
@@ -37,7 +45,10 @@ bool parse_st_dtype(const std::string& s, DType& out) {
       {"F32", DType::F32}, {"F64", DType::F64}, {"F16", DType::F16}, {"BF16", DType::BF16},
       {"I64", DType::I64}, {"I32", DType::I32}, {"U8", DType::U8},   {"BOOL", DType::Bool}};
   for (auto& [name, d] : table)
-    if (s == name) { out = d; return true; }
+    if (s == name) {
+      out = d;
+      return true;
+    }
   return false;
 }
 
@@ -125,8 +136,8 @@ nn::StateDict load(const std::string& path, Metadata* metadata) {
              " bytes, shorter than the 8-byte header length");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
-  KILN_CHECK(n <= bytes.size() - 8, "load: '", path, "': header length ", n, " exceeds the file size ",
-             bytes.size(), " (truncated or not a safetensors file)");
+  KILN_CHECK(n <= bytes.size() - 8, "load: '", path, "': header length ", n, " exceeds the file size ", bytes.size(),
+             " (truncated or not a safetensors file)");
   json header;
   try {
     header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
@@ -156,14 +167,15 @@ nn::StateDict load(const std::string& path, Metadata* metadata) {
     const json& v = it.value();
     Entry e;
     e.name = it.key();
-    KILN_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
-               "load: '", path, "': entry '", e.name, "' needs dtype, shape and data_offsets");
-    KILN_CHECK(v["dtype"].is_string() && parse_st_dtype(v["dtype"].get<std::string>(), e.dtype), "load: '",
-               path, "': entry '", e.name, "' has unsupported dtype ", v["dtype"].dump());
+    KILN_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"), "load: '",
+               path, "': entry '", e.name, "' needs dtype, shape and data_offsets");
+    KILN_CHECK(v["dtype"].is_string() && parse_st_dtype(v["dtype"].get<std::string>(), e.dtype), "load: '", path,
+               "': entry '", e.name, "' has unsupported dtype ", v["dtype"].dump());
     KILN_CHECK(v["shape"].is_array(), "load: '", path, "': entry '", e.name, "' has a bad shape");
     int64_t numel = 1;
     for (const auto& d : v["shape"]) {
-      KILN_CHECK(d.is_number_unsigned(), "load: '", path, "': entry '", e.name, "' has a bad shape ", v["shape"].dump());
+      KILN_CHECK(d.is_number_unsigned(), "load: '", path, "': entry '", e.name, "' has a bad shape ",
+                 v["shape"].dump());
       e.shape.push_back(d.get<int64_t>());
       numel *= e.shape.back();
     }
@@ -172,12 +184,11 @@ nn::StateDict load(const std::string& path, Metadata* metadata) {
                "load: '", path, "': entry '", e.name, "' has bad data_offsets");
     e.begin = off[0].get<size_t>();
     e.end = off[1].get<size_t>();
-    KILN_CHECK(e.begin <= e.end && e.end <= data_size, "load: '", path, "': entry '", e.name,
-               "' data_offsets [", e.begin, ", ", e.end, "] lie outside the ", data_size,
-               "-byte data section (truncated file?)");
-    KILN_CHECK(e.end - e.begin == static_cast<size_t>(numel) * element_size(e.dtype), "load: '", path,
-               "': entry '", e.name, "' has ", e.end - e.begin, " bytes but shape ", e.shape, " of ",
-               dtype_name(e.dtype), " needs ", numel * static_cast<int64_t>(element_size(e.dtype)));
+    KILN_CHECK(e.begin <= e.end && e.end <= data_size, "load: '", path, "': entry '", e.name, "' data_offsets [",
+               e.begin, ", ", e.end, "] lie outside the ", data_size, "-byte data section (truncated file?)");
+    KILN_CHECK(e.end - e.begin == static_cast<size_t>(numel) * element_size(e.dtype), "load: '", path, "': entry '",
+               e.name, "' has ", e.end - e.begin, " bytes but shape ", e.shape, " of ", dtype_name(e.dtype), " needs ",
+               numel * static_cast<int64_t>(element_size(e.dtype)));
     entries.push_back(std::move(e));
   }
   // The byte buffer must be covered exactly, without overlaps or holes (as the format requires).
@@ -186,8 +197,8 @@ nn::StateDict load(const std::string& path, Metadata* metadata) {
   std::sort(ranges.begin(), ranges.end());
   size_t covered = 0;
   for (auto& [b, en] : ranges) {
-    KILN_CHECK(b == covered, "load: '", path, "': tensor data ", (b < covered ? "overlaps" : "has a hole"),
-               " at byte ", std::min(b, covered));
+    KILN_CHECK(b == covered, "load: '", path, "': tensor data ", (b < covered ? "overlaps" : "has a hole"), " at byte ",
+               std::min(b, covered));
     covered = en;
   }
   KILN_CHECK(covered == data_size, "load: '", path, "': ", data_size - covered,
@@ -217,14 +228,22 @@ void load(nn::Module& module, const std::string& path, bool strict) {
 namespace {
 const char* npy_descr(DType d) {
   switch (d) {
-    case DType::F32: return "<f4";
-    case DType::F64: return "<f8";
-    case DType::F16: return "<f2";
-    case DType::I64: return "<i8";
-    case DType::I32: return "<i4";
-    case DType::U8: return "|u1";
-    case DType::Bool: return "|b1";
-    default: return nullptr;
+    case DType::F32:
+      return "<f4";
+    case DType::F64:
+      return "<f8";
+    case DType::F16:
+      return "<f2";
+    case DType::I64:
+      return "<i8";
+    case DType::I32:
+      return "<i4";
+    case DType::U8:
+      return "|u1";
+    case DType::Bool:
+      return "|b1";
+    default:
+      return nullptr;
   }
 }
 }  // namespace
@@ -282,7 +301,10 @@ Tensor load_npy(const std::string& path) {
   DType dt;
   bool found = false;
   for (DType d : {DType::F32, DType::F64, DType::F16, DType::I64, DType::I32, DType::U8, DType::Bool}) {
-    if (descr == npy_descr(d)) { dt = d; found = true; }
+    if (descr == npy_descr(d)) {
+      dt = d;
+      found = true;
+    }
   }
   KILN_CHECK(found, "load_npy: '", path, "': unsupported dtype '", descr, "'");
   std::string fo = field("fortran_order");
@@ -299,8 +321,8 @@ Tensor load_npy(const std::string& path) {
   }
   Tensor t = empty(shape, dt);
   size_t need = t.nbytes(), have = b.size() - hstart - hl;
-  KILN_CHECK(have == need, "load_npy: '", path, "': expected ", need, " data bytes for shape ", shape,
-             ", found ", have);
+  KILN_CHECK(have == need, "load_npy: '", path, "': expected ", need, " data bytes for shape ", shape, ", found ",
+             have);
   if (need) std::memcpy(t.data_ptr(), b.data() + hstart + hl, need);
   return t;
 }

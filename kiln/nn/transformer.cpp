@@ -10,7 +10,10 @@ namespace kiln::nn {
 namespace {
 
 MultiheadAttentionOptions attention_options(const TransformerLayerOptions& o) {
-  return MultiheadAttentionOptions(o.d_model(), o.nhead()).dropout(o.dropout()).batch_first(o.batch_first()).bias(o.bias());
+  return MultiheadAttentionOptions(o.d_model(), o.nhead())
+      .dropout(o.dropout())
+      .batch_first(o.batch_first())
+      .bias(o.bias());
 }
 
 LayerNormOptions norm_options(const TransformerLayerOptions& o) {
@@ -29,7 +32,11 @@ void check_activation(const char* layer, const std::string& activation) {
 // dropout_after(attn(x, kv, kv)) without the weights: a layer's attention branch.
 Tensor attention_branch(MultiheadAttention& attn, Dropout& dropout_after, const Tensor& x, const Tensor& kv,
                         const Tensor& mask, const Tensor& key_padding_mask, bool is_causal) {
-  auto args = MultiheadAttentionArgs().attn_mask(mask).key_padding_mask(key_padding_mask).need_weights(false).is_causal(is_causal);
+  auto args = MultiheadAttentionArgs()
+                  .attn_mask(mask)
+                  .key_padding_mask(key_padding_mask)
+                  .need_weights(false)
+                  .is_causal(is_causal);
   return dropout_after(std::get<0>(attn(x, kv, kv, args)));
 }
 
@@ -38,8 +45,8 @@ Tensor attention_branch(MultiheadAttention& attn, Dropout& dropout_after, const 
 // and the add are one F::bias_dropout_add.
 Tensor feed_forward_branch(const std::string& activation, Linear& linear1, Dropout& dropout, Linear& linear2,
                            Dropout& dropout_after, const Tensor& x, const Tensor& residual) {
-  Tensor h = activation == "gelu" ? functional::linear_gelu(x, linear1.weight, linear1.bias, "none")
-                                  : kiln::relu(linear1(x));
+  Tensor h =
+      activation == "gelu" ? functional::linear_gelu(x, linear1.weight, linear1.bias, "none") : kiln::relu(linear1(x));
   return functional::bias_dropout_add(functional::linear(dropout(h), linear2.weight), linear2.bias, residual,
                                       dropout_after.p, dropout_after.is_training());
 }
@@ -97,7 +104,6 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mas
   x = norm1(x + attend(x));
   return norm2(feed_forward(x, x));
 }
-
 
 TransformerEncoder::TransformerEncoder(const TransformerEncoderOptions& o) : Module("TransformerEncoder"), options(o) {
   make_stack<TransformerEncoderLayer>(*this, layers, norm, o, "TransformerEncoder");
@@ -168,7 +174,6 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   x = norm2(x + attend_memory(x));
   return norm3(feed_forward(x, x));
 }
-
 
 TransformerDecoder::TransformerDecoder(const TransformerDecoderOptions& o) : Module("TransformerDecoder"), options(o) {
   make_stack<TransformerDecoderLayer>(*this, layers, norm, o, "TransformerDecoder");

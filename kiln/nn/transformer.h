@@ -68,8 +68,8 @@ class TransformerDecoderLayer : public Module {
                     const Tensor& memory_mask = Tensor(), const Tensor& tgt_key_padding_mask = Tensor(),
                     const Tensor& memory_key_padding_mask = Tensor(), bool tgt_is_causal = false,
                     bool memory_is_causal = false) {
-    return forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
-                   tgt_is_causal, memory_is_causal);
+    return forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal,
+                   memory_is_causal);
   }
 
   TransformerDecoderLayerOptions options;
@@ -129,8 +129,8 @@ class TransformerDecoder : public Module {
                     const Tensor& memory_mask = Tensor(), const Tensor& tgt_key_padding_mask = Tensor(),
                     const Tensor& memory_key_padding_mask = Tensor(), bool tgt_is_causal = false,
                     bool memory_is_causal = false) {
-    return forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
-                   tgt_is_causal, memory_is_causal);
+    return forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal,
+                   memory_is_causal);
   }
 
   TransformerDecoderOptions options;

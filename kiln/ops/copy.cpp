@@ -17,8 +17,7 @@ Tensor Tensor::clone() const {
   Tensor out = empty(sizes(), options());
   kernels::copy(out, *this);
   if (autograd::any_requires_grad({this})) {
-    autograd::record_function("CloneBackward", {this}, {&out},
-                              [](const autograd::TensorList& g) { return g; });
+    autograd::record_function("CloneBackward", {this}, {&out}, [](const autograd::TensorList& g) { return g; });
   }
   return out;
 }
@@ -35,10 +34,9 @@ Tensor Tensor::to(Device dev, DType dt, bool non_blocking) const {
     KILN_CHECK(is_floating(dt), "to: cannot convert a tensor that requires grad to ", dt);
     DType src_dt = dtype();
     Device src_dev = device();
-    autograd::record_function("ToCopyBackward", {this}, {&out},
-                              [src_dt, src_dev](const autograd::TensorList& g) {
-                                return autograd::TensorList{g[0].to(src_dev, src_dt)};
-                              });
+    autograd::record_function("ToCopyBackward", {this}, {&out}, [src_dt, src_dev](const autograd::TensorList& g) {
+      return autograd::TensorList{g[0].to(src_dev, src_dt)};
+    });
   }
   return out;
 }

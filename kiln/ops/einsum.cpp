@@ -80,8 +80,7 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& tensors) {
   std::string eq;
   for (char c : equation)
     if (c != ' ') eq.push_back(c);
-  KILN_CHECK(eq.find("...") == std::string::npos, "einsum: \"...\" (ellipsis) is not supported: ",
-             equation);
+  KILN_CHECK(eq.find("...") == std::string::npos, "einsum: \"...\" (ellipsis) is not supported: ", equation);
   const size_t arrow = eq.find("->");
   std::string lhs = eq.substr(0, arrow);
   std::vector<std::string> specs;
@@ -92,8 +91,8 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& tensors) {
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  KILN_CHECK(specs.size() == tensors.size(), "einsum: the equation \"", equation, "\" names ",
-             specs.size(), " operands but ", tensors.size(), " tensors were given");
+  KILN_CHECK(specs.size() == tensors.size(), "einsum: the equation \"", equation, "\" names ", specs.size(),
+             " operands but ", tensors.size(), " tensors were given");
   std::map<char, int> count;
   std::map<char, int64_t> size;
   std::vector<Operand> ops;
@@ -102,15 +101,16 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& tensors) {
     const Tensor& t = tensors[k];
     KILN_CHECK(t.defined(), "einsum: operand ", k, " is undefined");
     for (char c : s)
-      KILN_CHECK(std::isalpha(static_cast<unsigned char>(c)), "einsum: invalid subscript '", c,
-                 "' in \"", equation, "\" (letters, ',' and '->' only)");
-    KILN_CHECK(static_cast<int64_t>(s.size()) == t.dim(), "einsum: operand ", k, " has ", t.dim(),
-               " dims (sizes ", t.sizes(), ") but its subscripts \"", s, "\" name ", s.size());
+      KILN_CHECK(std::isalpha(static_cast<unsigned char>(c)), "einsum: invalid subscript '", c, "' in \"", equation,
+                 "\" (letters, ',' and '->' only)");
+    KILN_CHECK(static_cast<int64_t>(s.size()) == t.dim(), "einsum: operand ", k, " has ", t.dim(), " dims (sizes ",
+               t.sizes(), ") but its subscripts \"", s, "\" name ", s.size());
     Operand op{t, s};
     std::set<char> distinct(s.begin(), s.end());
     if (distinct.size() != s.size()) {
       // a repeated label: only a square matrix's diagonal ("ii") is supported
-      KILN_CHECK(s.size() == 2 && s[0] == s[1] && t.size(0) == t.size(1), "einsum: repeated "
+      KILN_CHECK(s.size() == 2 && s[0] == s[1] && t.size(0) == t.size(1),
+                 "einsum: repeated "
                  "subscripts within an operand are supported only as \"ii\" on a square matrix, got \"",
                  s, "\" with sizes ", t.sizes());
       Tensor idx = arange(static_cast<double>(t.size(0)), TensorOptions().dtype(DType::I64).device(t.device()));
@@ -121,9 +121,8 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& tensors) {
       char c = op.labels[i];
       int64_t n = op.t.size(static_cast<int64_t>(i));
       auto it = size.find(c);
-      KILN_CHECK(it == size.end() || it->second == n, "einsum: subscript '", c, "' has size ", n,
-                 " for operand ", k, " but size ", it == size.end() ? 0 : it->second,
-                 " elsewhere (no broadcasting)");
+      KILN_CHECK(it == size.end() || it->second == n, "einsum: subscript '", c, "' has size ", n, " for operand ", k,
+                 " but size ", it == size.end() ? 0 : it->second, " elsewhere (no broadcasting)");
       size[c] = n;
       ++count[c];
     }
@@ -134,8 +133,8 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& tensors) {
     out = eq.substr(arrow + 2);
     std::set<char> seen;
     for (char c : out) {
-      KILN_CHECK(std::isalpha(static_cast<unsigned char>(c)), "einsum: invalid output subscript '",
-                 c, "' in \"", equation, "\"");
+      KILN_CHECK(std::isalpha(static_cast<unsigned char>(c)), "einsum: invalid output subscript '", c, "' in \"",
+                 equation, "\"");
       KILN_CHECK(size.count(c), "einsum: output subscript '", c, "' does not appear in the inputs");
       KILN_CHECK(seen.insert(c).second, "einsum: output subscript '", c, "' appears twice");
     }

@@ -28,8 +28,8 @@ Tensor scalar_tensor(double value, const TensorOptions& opts) { return full({}, 
 Tensor arange(double end, const TensorOptions& opts) { return arange(0, end, 1, opts); }
 Tensor arange(double start, double end, double step, const TensorOptions& opts) {
   KILN_CHECK(step != 0, "arange: step must be non-zero");
-  KILN_CHECK((end - start) * step >= 0, "arange: (end - start) and step have different signs: start=",
-             start, " end=", end, " step=", step);
+  KILN_CHECK((end - start) * step >= 0, "arange: (end - start) and step have different signs: start=", start,
+             " end=", end, " step=", step);
   auto n = static_cast<int64_t>(std::ceil((end - start) / step));
   Tensor host = empty({n}, TensorOptions().dtype(DType::F64));
   auto* p = host.data_ptr<double>();
@@ -39,8 +39,7 @@ Tensor arange(double start, double end, double step, const TensorOptions& opts) 
   return t;
 }
 
-template <class T>
-Tensor tensor(const std::vector<T>& values, const TensorOptions& opts) {
+template <class T> Tensor tensor(const std::vector<T>& values, const TensorOptions& opts) {
   auto n = static_cast<int64_t>(values.size());
   Tensor host = empty({n}, TensorOptions().dtype(dtype_of<T>::value));
   if constexpr (std::is_same_v<T, bool>) {

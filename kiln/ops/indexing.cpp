@@ -30,19 +30,16 @@ void check_defined(const Tensor& t, const char* op, const char* what) {
 void check_index(const Tensor& index, const char* op) {
   check_defined(index, op, "index");
   KILN_CHECK(index.dtype() == DType::I64 || index.dtype() == DType::I32, op,
-             ": index must be an int64 or int32 tensor, got ", index.dtype(), " (sizes ",
-             index.sizes(), ")");
+             ": index must be an int64 or int32 tensor, got ", index.dtype(), " (sizes ", index.sizes(), ")");
 }
 
 void check_same_device(const Tensor& a, const Tensor& index, const char* op) {
-  KILN_CHECK(a.device() == index.device(), op,
-             ": expected the input and the index on the same device, got ", a.device(),
-             " (sizes ", a.sizes(), ") and ", index.device(), " (sizes ", index.sizes(), ")");
+  KILN_CHECK(a.device() == index.device(), op, ": expected the input and the index on the same device, got ",
+             a.device(), " (sizes ", a.sizes(), ") and ", index.device(), " (sizes ", index.sizes(), ")");
 }
 
 // grad (shape of the selection) added into zeros of `sizes` at `index` along `dim`.
-Tensor index_add_into_zeros(const Tensor& grad, const IntList& sizes, int64_t dim,
-                            const SavedTensor& index) {
+Tensor index_add_into_zeros(const Tensor& grad, const IntList& sizes, int64_t dim, const SavedTensor& index) {
   Tensor out = zeros(sizes, grad.options());
   kernels::index_add(out, dim, index.get(), grad, "index_select_backward");
   if (autograd::any_requires_grad({&grad})) {
@@ -54,14 +51,12 @@ Tensor index_add_into_zeros(const Tensor& grad, const IntList& sizes, int64_t di
 }
 
 // grad (shape of the index) scattered-added into zeros of `sizes` along `dim`.
-Tensor scatter_add_into_zeros(const Tensor& grad, const IntList& sizes, int64_t dim,
-                              const SavedTensor& index) {
+Tensor scatter_add_into_zeros(const Tensor& grad, const IntList& sizes, int64_t dim, const SavedTensor& index) {
   Tensor out = zeros(sizes, grad.options());
   kernels::scatter_add(out, dim, index.get(), grad, "gather_backward");
   if (autograd::any_requires_grad({&grad})) {
-    autograd::record_function("ScatterAddBackward", {&grad}, {&out}, [dim, index](const TensorList& g) {
-      return TensorList{gather(g[0], dim, index.get())};
-    });
+    autograd::record_function("ScatterAddBackward", {&grad}, {&out},
+                              [dim, index](const TensorList& g) { return TensorList{gather(g[0], dim, index.get())}; });
   }
   return out;
 }
@@ -72,14 +67,13 @@ Tensor scatter_add_into_zeros(const Tensor& grad, const IntList& sizes, int64_t 
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   KILN_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
-  for (size_t i = 0; i < tensors.size(); ++i)
-    KILN_CHECK(tensors[i].defined(), "cat: tensor ", i, " is undefined");
+  for (size_t i = 0; i < tensors.size(); ++i) KILN_CHECK(tensors[i].defined(), "cat: tensor ", i, " is undefined");
   const Device dev = tensors[0].device();
   DType dt = tensors[0].dtype();
   for (size_t i = 1; i < tensors.size(); ++i) {
     KILN_CHECK(tensors[i].device() == dev, "cat: expected all tensors on one device, got ", dev,
-               " for tensor 0 (sizes ", tensors[0].sizes(), ") and ", tensors[i].device(),
-               " for tensor ", i, " (sizes ", tensors[i].sizes(), ")");
+               " for tensor 0 (sizes ", tensors[0].sizes(), ") and ", tensors[i].device(), " for tensor ", i,
+               " (sizes ", tensors[i].sizes(), ")");
     dt = promote_types(dt, tensors[i].dtype());
   }
   // PyTorch's legacy rule: 1-D tensors of size 0 are skipped whatever the other shapes.
@@ -116,11 +110,11 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   for (int64_t i = 0; i < n; ++i) {
     const Tensor& t = tensors[i];
     if (skipped(t)) continue;
-    KILN_CHECK(t.dim() == r.dim(), "cat: tensors must have the same number of dimensions, got sizes ",
-               r.sizes(), " (tensor ", ref, ") and ", t.sizes(), " (tensor ", i, ")");
+    KILN_CHECK(t.dim() == r.dim(), "cat: tensors must have the same number of dimensions, got sizes ", r.sizes(),
+               " (tensor ", ref, ") and ", t.sizes(), " (tensor ", i, ")");
     for (int64_t d = 0; d < r.dim(); ++d) {
-      KILN_CHECK(d == dim || t.size(d) == r.size(d), "cat: sizes of tensors must match except in dimension ",
-                 dim, "; got sizes ", r.sizes(), " (tensor ", ref, ") and ", t.sizes(), " (tensor ", i,
+      KILN_CHECK(d == dim || t.size(d) == r.size(d), "cat: sizes of tensors must match except in dimension ", dim,
+                 "; got sizes ", r.sizes(), " (tensor ", ref, ") and ", t.sizes(), " (tensor ", i,
                  "), which differ in dimension ", d);
     }
     out_sizes[dim] += t.size(dim);
@@ -171,9 +165,8 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   KILN_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
   for (size_t i = 0; i < tensors.size(); ++i) {
     KILN_CHECK(tensors[i].defined(), "stack: tensor ", i, " is undefined");
-    KILN_CHECK(tensors[i].sizes() == tensors[0].sizes(),
-               "stack: expects each tensor to be equal size, but got ", tensors[0].sizes(),
-               " at entry 0 and ", tensors[i].sizes(), " at entry ", i);
+    KILN_CHECK(tensors[i].sizes() == tensors[0].sizes(), "stack: expects each tensor to be equal size, but got ",
+               tensors[0].sizes(), " at entry 0 and ", tensors[i].sizes(), " at entry ", i);
   }
   dim = wrap_dim(dim, tensors[0].dim() + 1, "stack");
   std::vector<Tensor> parts;
@@ -229,8 +222,7 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
              index.sizes(), " and input sizes ", a.sizes());
   for (int64_t d = 0; d < a.dim(); ++d) {
     KILN_CHECK(d == dim || index.size(d) <= a.size(d), "gather: index sizes ", index.sizes(),
-               " exceed the input sizes ", a.sizes(), " in dimension ", d, " (only dimension ", dim,
-               " may be larger)");
+               " exceed the input sizes ", a.sizes(), " in dimension ", d, " (only dimension ", dim, " may be larger)");
   }
   Tensor out = empty(index.sizes(), a.options());
   kernels::gather(out, a, dim, index, "gather");
@@ -257,8 +249,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   // error is raised at the next synchronisation (docs/kernels.md, "Index bounds on the GPU").
   if (indices.numel() > 0 && indices.device().is_cpu()) {
     auto [lo, hi] = kernels::index_min_max(indices, "embedding");
-    KILN_CHECK(lo >= 0 && hi < V, "embedding: index ", lo < 0 ? lo : hi,
-               " is out of range for a weight with ", V, " embeddings (sizes ", weight.sizes(), ")");
+    KILN_CHECK(lo >= 0 && hi < V, "embedding: index ", lo < 0 ? lo : hi, " is out of range for a weight with ", V,
+               " embeddings (sizes ", weight.sizes(), ")");
   }
   Tensor flat = indices.dim() == 0 ? indices.unsqueeze(0) : indices.reshape({indices.numel()});
   IntList out_sizes = indices.sizes();
@@ -269,19 +261,19 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   check_defined(indices, "one_hot", "indices");
   KILN_CHECK(indices.dtype() == DType::I64 || indices.dtype() == DType::I32,
-             "one_hot: indices must be an int64 or int32 tensor, got ", indices.dtype(), " (sizes ",
-             indices.sizes(), ")");
-  KILN_CHECK(num_classes >= -1, "one_hot: num_classes must be -1 (inferred) or non-negative, got ",
-             num_classes);
+             "one_hot: indices must be an int64 or int32 tensor, got ", indices.dtype(), " (sizes ", indices.sizes(),
+             ")");
+  KILN_CHECK(num_classes >= -1, "one_hot: num_classes must be -1 (inferred) or non-negative, got ", num_classes);
   if (indices.numel() == 0) {
-    KILN_CHECK(num_classes != -1, "one_hot: cannot infer the number of classes from an empty tensor "
-               "(sizes ", indices.sizes(), "); pass num_classes");
+    KILN_CHECK(num_classes != -1,
+               "one_hot: cannot infer the number of classes from an empty tensor "
+               "(sizes ",
+               indices.sizes(), "); pass num_classes");
   } else {
     auto [lo, hi] = kernels::index_min_max(indices, "one_hot");
     KILN_CHECK(lo >= 0, "one_hot: class values must be non-negative, got ", lo);
     if (num_classes == -1) num_classes = hi + 1;
-    KILN_CHECK(hi < num_classes, "one_hot: class value ", hi, " is out of range for num_classes ",
-               num_classes);
+    KILN_CHECK(hi < num_classes, "one_hot: class value ", hi, " is out of range for num_classes ", num_classes);
   }
   IntList out_sizes = indices.sizes();
   out_sizes.push_back(num_classes);
@@ -296,9 +288,7 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
 
 // ---------------------------------------------------------------- methods
 
-Tensor Tensor::index_select(int64_t dim, const Tensor& index) const {
-  return kiln::index_select(*this, dim, index);
-}
+Tensor Tensor::index_select(int64_t dim, const Tensor& index) const { return kiln::index_select(*this, dim, index); }
 
 Tensor Tensor::gather(int64_t dim, const Tensor& index) const { return kiln::gather(*this, dim, index); }
 

@@ -18,16 +18,14 @@ namespace {
 
 void check_operands(const char* op, const Tensor& a, const Tensor& b) {
   KILN_CHECK(a.defined() && b.defined(), op, ": an operand is undefined");
-  KILN_CHECK(a.device() == b.device(), op, ": operands on different devices: ", a.device(), " and ",
-             b.device());
-  KILN_CHECK(a.dtype() == b.dtype(), op, ": operands have different dtypes: ", a.dtype(), " and ",
-             b.dtype(), " (sizes ", a.sizes(), " and ", b.sizes(), ")");
+  KILN_CHECK(a.device() == b.device(), op, ": operands on different devices: ", a.device(), " and ", b.device());
+  KILN_CHECK(a.dtype() == b.dtype(), op, ": operands have different dtypes: ", a.dtype(), " and ", b.dtype(),
+             " (sizes ", a.sizes(), " and ", b.sizes(), ")");
 }
 
 // The inner sizes k (of a) and k2 (of b) must agree; the message names the operands' full sizes.
 void check_inner_sizes(const char* op, const Tensor& a, const Tensor& b, int64_t k, int64_t k2) {
-  KILN_CHECK(k == k2, op, ": shapes ", a.sizes(), " and ", b.sizes(), " cannot be multiplied (", k, " != ",
-             k2, ")");
+  KILN_CHECK(k == k2, op, ": shapes ", a.sizes(), " and ", b.sizes(), " cannot be multiplied (", k, " != ", k2, ")");
 }
 
 // A matrix (or batch of matrices) stored transposed: its last two dims swapped are contiguous,
@@ -77,8 +75,7 @@ Tensor autocast_rerun(const Tensor& a, const Tensor& b, Tensor (*op)(const Tenso
 Tensor mm(const Tensor& a, const Tensor& b) {
   if (Tensor low = autocast_rerun(a, b, mm); low.defined()) return low;
   check_operands("mm", a, b);
-  KILN_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D matrices, got sizes ", a.sizes(),
-             " and ", b.sizes());
+  KILN_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D matrices, got sizes ", a.sizes(), " and ", b.sizes());
   check_inner_sizes("mm", a, b, a.size(1), b.size(0));
   return product("Mm", a, b);
 }
@@ -86,8 +83,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 Tensor bmm(const Tensor& a, const Tensor& b) {
   if (Tensor low = autocast_rerun(a, b, bmm); low.defined()) return low;
   check_operands("bmm", a, b);
-  KILN_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D batches, got sizes ", a.sizes(),
-             " and ", b.sizes());
+  KILN_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-D batches, got sizes ", a.sizes(), " and ", b.sizes());
   KILN_CHECK(a.size(0) == b.size(0), "bmm: batch sizes differ: ", a.sizes(), " and ", b.sizes());
   check_inner_sizes("bmm", a, b, a.size(2), b.size(1));
   return product("Bmm", a, b);
@@ -97,8 +93,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (Tensor low = autocast_rerun(a, b, matmul); low.defined()) return low;
   check_operands("matmul", a, b);
   const int64_t da = a.dim(), db = b.dim();
-  KILN_CHECK(da >= 1 && db >= 1, "matmul: both operands need at least one dimension, got sizes ",
-             a.sizes(), " and ", b.sizes());
+  KILN_CHECK(da >= 1 && db >= 1, "matmul: both operands need at least one dimension, got sizes ", a.sizes(), " and ",
+             b.sizes());
   if (da == 1 && db == 1) {
     KILN_CHECK(a.size(0) == b.size(0), "matmul: vectors of different lengths ", a.sizes(), " and ", b.sizes());
     return mm(a.unsqueeze(0), b.unsqueeze(1)).reshape({});
@@ -125,8 +121,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   int64_t B = 1;
   for (int64_t s : batch) B *= s;
   IntList ea = batch, eb = batch;
-  ea.push_back(n); ea.push_back(k);
-  eb.push_back(k); eb.push_back(m);
+  ea.push_back(n);
+  ea.push_back(k);
+  eb.push_back(k);
+  eb.push_back(m);
   Tensor r = bmm(aa.expand(ea).reshape({B, n, k}), bb.expand(eb).reshape({B, k, m}));
   IntList out_shape = batch;
   if (da > 1) out_shape.push_back(n);

@@ -26,8 +26,7 @@ Tensor linspace(double start, double end, int64_t steps, const TensorOptions& op
     const double step = (end - start) / static_cast<double>(steps - 1);
     const int64_t half = steps / 2;
     for (int64_t i = 0; i < steps; ++i)
-      p[i] = i < half ? start + step * static_cast<double>(i)
-                      : end - step * static_cast<double>(steps - 1 - i);
+      p[i] = i < half ? start + step * static_cast<double>(i) : end - step * static_cast<double>(steps - 1 - i);
   }
   Tensor t = host.to(opts.device(), opts.dtype());
   if (opts.requires_grad()) t.requires_grad_(true);

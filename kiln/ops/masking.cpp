@@ -48,11 +48,10 @@ Tensor triangle(const char* name, const Tensor& a, int64_t diagonal, bool lower)
 void check_mask(const Tensor& a, const Tensor& mask, const char* op) {
   KILN_CHECK(a.defined() && mask.defined(), op, ": input or mask is undefined");
   KILN_CHECK(mask.dtype() == DType::Bool, op, ": mask must be a bool tensor, got ", mask.dtype());
-  KILN_CHECK(mask.device() == a.device(), op, ": mask is on ", mask.device(), " but the input is on ",
-             a.device());
+  KILN_CHECK(mask.device() == a.device(), op, ": mask is on ", mask.device(), " but the input is on ", a.device());
   IntList b = broadcast_shapes(a.sizes(), mask.sizes(), op);
-  KILN_CHECK(b == a.sizes(), op, ": mask of sizes ", mask.sizes(),
-             " does not broadcast to the input's sizes ", a.sizes());
+  KILN_CHECK(b == a.sizes(), op, ": mask of sizes ", mask.sizes(), " does not broadcast to the input's sizes ",
+             a.sizes());
 }
 
 }  // namespace

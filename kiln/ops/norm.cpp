@@ -55,8 +55,7 @@ Tensor norm(const Tensor& x, double p, const IntList& dims_in, bool keepdim) {
       Tensor n = GradMode::is_enabled() && xv.requires_grad() ? kiln::norm(xv, p, dims, true) : sn.get();
       Tensor gk = g[0].reshape(keep_sizes);
       Tensor scale = where(n == 0.0, 0.0, gk / (p == 2 ? n : kiln::pow(n, p - 1)));
-      Tensor dx = p == 2 ? xv * scale
-                         : where(xv == 0.0, 0.0, sign_of(xv) * kiln::pow(kiln::abs(xv), p - 1)) * scale;
+      Tensor dx = p == 2 ? xv * scale : where(xv == 0.0, 0.0, sign_of(xv) * kiln::pow(kiln::abs(xv), p - 1)) * scale;
       return TensorList{dx};
     });
   }
@@ -64,8 +63,6 @@ Tensor norm(const Tensor& x, double p, const IntList& dims_in, bool keepdim) {
 }
 
 Tensor Tensor::norm(double p) const { return kiln::norm(*this, p); }
-Tensor Tensor::norm(double p, const IntList& dims, bool keepdim) const {
-  return kiln::norm(*this, p, dims, keepdim);
-}
+Tensor Tensor::norm(double p, const IntList& dims, bool keepdim) const { return kiln::norm(*this, p, dims, keepdim); }
 
 }  // namespace kiln

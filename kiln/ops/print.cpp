@@ -22,8 +22,11 @@ struct Formatter {
   std::string format(double v) const {
     char buf[64];
     switch (kind) {
-      case Bool: return v != 0 ? "True" : "False";
-      case Int: std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v)); break;
+      case Bool:
+        return v != 0 ? "True" : "False";
+      case Int:
+        std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
+        break;
       case IntFloat:
         if (std::isfinite(v)) std::snprintf(buf, sizeof buf, "%.0f.", v);
         else std::snprintf(buf, sizeof buf, "%s", std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf"));
@@ -60,8 +63,8 @@ void collect(const View& v, int64_t dim, int64_t offset, bool summarize, std::ve
   }
 }
 
-void emit(std::ostream& os, const View& v, const Formatter& f, int64_t dim, int64_t offset,
-          bool summarize, int indent) {
+void emit(std::ostream& os, const View& v, const Formatter& f, int64_t dim, int64_t offset, bool summarize,
+          int indent) {
   const int64_t nd = static_cast<int64_t>(v.sizes.size());
   if (nd == 0) {
     os << f.format(v.data[offset]);

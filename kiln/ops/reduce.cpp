@@ -25,8 +25,7 @@ IntList reduction_dims(const IntList& dims, int64_t ndim, const char* op) {
   }
   for (int64_t d : dims) out.push_back(wrap_dim(d, ndim, op));
   std::sort(out.begin(), out.end());
-  KILN_CHECK(std::adjacent_find(out.begin(), out.end()) == out.end(), op,
-             ": dimension repeated in ", dims);
+  KILN_CHECK(std::adjacent_find(out.begin(), out.end()) == out.end(), op, ": dimension repeated in ", dims);
   if (ndim == 0) out.clear();  // a 0-dim tensor reduces over nothing
   return out;
 }
@@ -121,8 +120,7 @@ std::tuple<Tensor, Tensor> minmax_dim(const Tensor& x, int64_t dim, bool keepdim
   if (autograd::any_requires_grad({&x})) {
     IntList in_sizes = x.sizes();
     SavedTensor si(indices, is_max ? "MaxBackward" : "MinBackward");
-    autograd::record_function(is_max ? "MaxBackward" : "MinBackward", {&x}, {&values},
-                              [=](const TensorList& g) {
+    autograd::record_function(is_max ? "MaxBackward" : "MinBackward", {&x}, {&values}, [=](const TensorList& g) {
       if (in_sizes.empty()) return TensorList{g[0]};
       // one_hot(indices) along dim times the gradient
       Tensor idx = keepdim ? si.get() : si.get().unsqueeze(dim);
@@ -147,8 +145,7 @@ Tensor minmax_all(const Tensor& x, bool is_max) {
   Tensor out = reduce_raw(is_max ? ReduceOp::Max : ReduceOp::Min, x, dims, false);
   if (autograd::any_requires_grad({&x})) {
     SavedTensor sx(x, name), so = SavedTensor::output(out, name);
-    autograd::record_function(is_max ? "MaxBackward" : "MinBackward", {&x}, {&out},
-                              [=](const TensorList& g) {
+    autograd::record_function(is_max ? "MaxBackward" : "MinBackward", {&x}, {&out}, [=](const TensorList& g) {
       Tensor xs = sx.get(), os = so.get();
       Tensor mask = logical_or(xs == os, logical_and(isnan(xs), isnan(os))).to(g[0].dtype());
       return TensorList{mask * (g[0] / mask.sum())};
@@ -165,8 +162,7 @@ Tensor amaxmin(const Tensor& x, const IntList& dims_in, bool keepdim, bool is_ma
   if (autograd::any_requires_grad({&x})) {
     SavedTensor sx(x, name), so = SavedTensor::output(out, name);
     IntList in_sizes = x.sizes();
-    autograd::record_function(is_max ? "AmaxBackward" : "AminBackward", {&x}, {&out},
-                              [=](const TensorList& g) {
+    autograd::record_function(is_max ? "AmaxBackward" : "AminBackward", {&x}, {&out}, [=](const TensorList& g) {
       Tensor ob = expand_grad(so.get(), in_sizes, dims, keepdim);
       Tensor mask = (sx.get() == ob).to(g[0].dtype());
       Tensor count = sum(mask, dims, true);
@@ -180,8 +176,12 @@ Tensor amaxmin(const Tensor& x, const IntList& dims_in, bool keepdim, bool is_ma
 
 Tensor Tensor::max() const { return minmax_all(*this, true); }
 Tensor Tensor::min() const { return minmax_all(*this, false); }
-std::tuple<Tensor, Tensor> Tensor::max(int64_t dim, bool keepdim) const { return minmax_dim(*this, dim, keepdim, true); }
-std::tuple<Tensor, Tensor> Tensor::min(int64_t dim, bool keepdim) const { return minmax_dim(*this, dim, keepdim, false); }
+std::tuple<Tensor, Tensor> Tensor::max(int64_t dim, bool keepdim) const {
+  return minmax_dim(*this, dim, keepdim, true);
+}
+std::tuple<Tensor, Tensor> Tensor::min(int64_t dim, bool keepdim) const {
+  return minmax_dim(*this, dim, keepdim, false);
+}
 Tensor Tensor::amax(const IntList& dims, bool keepdim) const { return amaxmin(*this, dims, keepdim, true); }
 Tensor Tensor::amin(const IntList& dims, bool keepdim) const { return amaxmin(*this, dims, keepdim, false); }
 

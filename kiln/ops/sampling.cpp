@@ -40,8 +40,7 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, G
   KILN_CHECK(probs.defined(), "multinomial: input is undefined");
   KILN_CHECK(probs.dim() == 1 || probs.dim() == 2, "multinomial: prob_dist must be 1 or 2 dim, got sizes ",
              probs.sizes());
-  KILN_CHECK(is_floating(probs.dtype()), "multinomial: prob_dist must be a floating point tensor, got ",
-             probs.dtype());
+  KILN_CHECK(is_floating(probs.dtype()), "multinomial: prob_dist must be a floating point tensor, got ", probs.dtype());
   KILN_CHECK(num_samples > 0, "multinomial: cannot sample ", num_samples, " (<= 0) samples");
   const int64_t n = probs.size(-1);
   const int64_t rows = probs.dim() == 2 ? probs.size(0) : 1;
@@ -60,8 +59,10 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, G
     int64_t nonzero = 0;
     for (int64_t i = 0; i < n; ++i) {
       const double v = p[r * n + i];
-      KILN_CHECK(std::isfinite(v) && v >= 0, "multinomial: probability tensor contains either inf, nan or "
-                 "element < 0 (row ", r, ", category ", i, ": ", v, ")");
+      KILN_CHECK(std::isfinite(v) && v >= 0,
+                 "multinomial: probability tensor contains either inf, nan or "
+                 "element < 0 (row ",
+                 r, ", category ", i, ": ", v, ")");
       total += v;
       nonzero += v > 0;
     }

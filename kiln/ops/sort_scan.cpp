@@ -127,7 +127,9 @@ std::tuple<Tensor, Tensor> topk(const Tensor& a, int64_t k, int64_t dim, bool la
 
 Tensor Tensor::cumsum(int64_t dim) const { return kiln::cumsum(*this, dim); }
 Tensor Tensor::cumprod(int64_t dim) const { return kiln::cumprod(*this, dim); }
-std::tuple<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending) const { return kiln::sort(*this, dim, descending); }
+std::tuple<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending) const {
+  return kiln::sort(*this, dim, descending);
+}
 Tensor Tensor::argsort(int64_t dim, bool descending) const { return kiln::argsort(*this, dim, descending); }
 std::tuple<Tensor, Tensor> Tensor::topk(int64_t k, int64_t dim, bool largest, bool sorted) const {
   return kiln::topk(*this, k, dim, largest, sorted);

@@ -30,8 +30,7 @@ void visit_adam_like(Visit& visit, double& lr, Betas& betas, double& eps, double
 
 // The options Adam, AdamW and LAMB share, checked and saved the same way; each derived class
 // gives its name (kName) and its defaults of eps and weight_decay.
-template <class Derived>
-class AdamLikeOptions : public OptimizerOptionsBase<Derived> {
+template <class Derived> class AdamLikeOptions : public OptimizerOptionsBase<Derived> {
   KILN_BASE_ARG(Derived, double, lr);
   KILN_BASE_ARG(Derived, Betas, betas) = std::make_tuple(0.9, 0.999);
   KILN_BASE_ARG(Derived, double, eps);
@@ -40,8 +39,7 @@ class AdamLikeOptions : public OptimizerOptionsBase<Derived> {
 
  public:
   static constexpr auto kMomentumOption = &AdamLikeOptions::betas_;
-  template <class Visit>
-  static void for_each_option(Derived& self, Visit&& visit) {
+  template <class Visit> static void for_each_option(Derived& self, Visit&& visit) {
     visit_adam_like(visit, self.lr_, self.betas_, self.eps_, self.weight_decay_, self.maximize_);
   }
   void validate() const override { validate_adam_like(Derived::kName, lr_, betas_, eps_, weight_decay_); }
@@ -75,13 +73,15 @@ struct AdamMomentsRule {
 
   template <class Derived>
   explicit AdamMomentsRule(const detail::AdamLikeOptions<Derived>& o)
-      : beta1(std::get<0>(o.betas())), beta2(std::get<1>(o.betas())), eps(o.eps()),
-        weight_decay(o.weight_decay()), maximize(o.maximize()) {}
+      : beta1(std::get<0>(o.betas())),
+        beta2(std::get<1>(o.betas())),
+        eps(o.eps()),
+        weight_decay(o.weight_decay()),
+        maximize(o.maximize()) {}
 
   KILN_INLINE int num_buffers() const { return 2; }
 
-  template <class T>
-  struct Moments {
+  template <class T> struct Moments {
     T beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
     T step_size;     // lr / (1 - b1^t)
     T inv_bc2_sqrt;  // 1 / sqrt(1 - b2^t)
@@ -94,8 +94,7 @@ struct AdamMomentsRule {
     }
   };
 
-  template <class T>
-  KILN_INLINE void set_moments(Moments<T>& f, const kernels::UpdateScalars& s) const {
+  template <class T> KILN_INLINE void set_moments(Moments<T>& f, const kernels::UpdateScalars& s) const {
     f.beta1 = T(beta1);
     f.one_minus_beta1 = T(1.0 - beta1);
     f.beta2 = T(beta2);
@@ -121,8 +120,7 @@ struct AdamRule : AdamMomentsRule {
   static constexpr const char* kStepName = "adam_step";
   explicit AdamRule(const AdamOptions& o) : AdamMomentsRule(o) {}
 
-  template <class T>
-  struct Update : Moments<T> {
+  template <class T> struct Update : Moments<T> {
     T weight_decay;
     KILN_INLINE void operator()(T& p, T g, T& exp_avg, T& exp_avg_sq) const {
       g = g * this->grad_mul;
@@ -131,8 +129,7 @@ struct AdamRule : AdamMomentsRule {
     }
   };
 
-  template <class T>
-  KILN_INLINE Update<T> update(const kernels::UpdateScalars& s) const {
+  template <class T> KILN_INLINE Update<T> update(const kernels::UpdateScalars& s) const {
     Update<T> f;
     set_moments<T>(f, s);
     f.weight_decay = T(weight_decay);

@@ -23,8 +23,7 @@ struct AdamWRule : AdamMomentsRule {
   static constexpr const char* kStepName = "adamw_step";
   explicit AdamWRule(const AdamWOptions& o) : AdamMomentsRule(o) {}
 
-  template <class T>
-  struct Update : Moments<T> {
+  template <class T> struct Update : Moments<T> {
     T decay;  // 1 - lr * weight_decay
     KILN_INLINE void operator()(T& p, T g, T& exp_avg, T& exp_avg_sq) const {
       g = g * this->grad_mul;
@@ -33,8 +32,7 @@ struct AdamWRule : AdamMomentsRule {
     }
   };
 
-  template <class T>
-  KILN_INLINE Update<T> update(const kernels::UpdateScalars& s) const {
+  template <class T> KILN_INLINE Update<T> update(const kernels::UpdateScalars& s) const {
     Update<T> f;
     set_moments<T>(f, s);
     f.decay = T(1.0 - s.lr * weight_decay);

@@ -22,8 +22,8 @@ constexpr double kInfNorm = std::numeric_limits<double>::infinity();
 // Returns the total norm (before clipping) as a 0-dim tensor: f64 if any gradient is f64, else f32;
 // 0 when no parameter has a gradient. error_if_nonfinite = true reads the norm on the host (a sync)
 // and throws kiln::Error when it is NaN or infinite, leaving the gradients unchanged.
-Tensor clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm,
-                      double norm_type = 2.0, bool error_if_nonfinite = false);
+Tensor clip_grad_norm(const std::vector<Tensor>& parameters, double max_norm, double norm_type = 2.0,
+                      bool error_if_nonfinite = false);
 
 // Clamps every gradient to [-clip_value, clip_value] in place.
 void clip_grad_value(const std::vector<Tensor>& parameters, double clip_value);

@@ -64,8 +64,8 @@ void EMA::load_state_dict(const nn::StateDict& dict) {
   NoGradGuard ng;
   for (size_t i = 0; i < names_.size(); ++i) {
     const Tensor& src = dict.at("ema." + names_[i]);
-    KILN_CHECK(src.sizes() == shadow_[i].sizes(), "EMA.load_state_dict: '", names_[i], "' has sizes ",
-               src.sizes(), ", expected ", shadow_[i].sizes());
+    KILN_CHECK(src.sizes() == shadow_[i].sizes(), "EMA.load_state_dict: '", names_[i], "' has sizes ", src.sizes(),
+               ", expected ", shadow_[i].sizes());
     shadow_[i].copy_(src);
   }
   updates_ = dict.at("ema.__num_updates").item<int64_t>();

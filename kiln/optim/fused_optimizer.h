@@ -17,22 +17,17 @@ namespace kiln::optim {
 
 // An optimizer over options `Options`, per-parameter state `ParamState` and the update rule `Rule`:
 // the constructors and state() of the libtorch frontend.
-template <class Options, class ParamState, class Rule>
-class FusedOptimizer : public Optimizer {
+template <class Options, class ParamState, class Rule> class FusedOptimizer : public Optimizer {
  public:
   FusedOptimizer(std::vector<Tensor> params, const Options& options = {})
       : Optimizer({ParamGroup(std::move(params))}, options.clone()) {}
   FusedOptimizer(std::vector<ParamGroup> groups, const Options& options = {})
       : Optimizer(std::move(groups), options.clone()) {}
   // This optimizer's state of `param` (nullptr before its first step).
-  const ParamState* state(const Tensor& param) const {
-    return static_cast<const ParamState*>(Optimizer::state(param));
-  }
+  const ParamState* state(const Tensor& param) const { return static_cast<const ParamState*>(Optimizer::state(param)); }
 
  protected:
-  std::unique_ptr<OptimizerParamState> make_param_state() const override {
-    return std::make_unique<ParamState>();
-  }
+  std::unique_ptr<OptimizerParamState> make_param_state() const override { return std::make_unique<ParamState>(); }
   int buffers_needed(const OptimizerOptions& options) const override {
     return Rule(static_cast<const Options&>(options)).num_buffers();
   }

@@ -74,8 +74,9 @@ double GradScaler::get_scale() const {
 }
 
 std::vector<std::pair<std::string, Tensor>> GradScaler::state_dict() const {
-  return {{"scale", scalar_tensor(get_scale(), DType::F64)},
-          {"growth_tracker", scalar_tensor(growth_tracker_.defined() ? growth_tracker_.item<double>() : 0, DType::F64)}};
+  return {
+      {"scale", scalar_tensor(get_scale(), DType::F64)},
+      {"growth_tracker", scalar_tensor(growth_tracker_.defined() ? growth_tracker_.item<double>() : 0, DType::F64)}};
 }
 
 void GradScaler::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& items) {

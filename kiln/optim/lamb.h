@@ -19,8 +19,7 @@ class LAMBOptions : public detail::AdamLikeOptions<LAMBOptions> {
   KILN_ARG(bool, bias_correction) = true;
 
  public:
-  template <class Visit>
-  static void for_each_option(LAMBOptions& self, Visit&& visit) {
+  template <class Visit> static void for_each_option(LAMBOptions& self, Visit&& visit) {
     AdamLikeOptions::for_each_option(self, visit);
     visit("bias_correction", self.bias_correction_);
   }
@@ -46,14 +45,17 @@ struct LAMBRule {
   bool bias_correction, maximize;
 
   explicit LAMBRule(const LAMBOptions& o)
-      : beta1(std::get<0>(o.betas())), beta2(std::get<1>(o.betas())), eps(o.eps()),
-        weight_decay(o.weight_decay()), bias_correction(o.bias_correction()), maximize(o.maximize()) {}
+      : beta1(std::get<0>(o.betas())),
+        beta2(std::get<1>(o.betas())),
+        eps(o.eps()),
+        weight_decay(o.weight_decay()),
+        bias_correction(o.bias_correction()),
+        maximize(o.maximize()) {}
 
   KILN_INLINE int num_buffers() const { return 2; }
 
   // The per-tensor constants of both passes.
-  template <class T>
-  struct Direction {
+  template <class T> struct Direction {
     T beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay;
     T inv_bc1, inv_bc2_sqrt, grad_mul;
     KILN_INLINE T operator()(T p, T exp_avg, T exp_avg_sq) const {
@@ -61,8 +63,7 @@ struct LAMBRule {
     }
   };
 
-  template <class T>
-  struct Moments {
+  template <class T> struct Moments {
     Direction<T> r;
     KILN_INLINE kernels::NormTerms operator()(T p, T g, T& exp_avg, T& exp_avg_sq) const {
       g = g * r.grad_mul;
@@ -73,8 +74,7 @@ struct LAMBRule {
     }
   };
 
-  template <class T>
-  struct Update {
+  template <class T> struct Update {
     Direction<T> r;
     T lr_trust;  // lr * trust ratio
     KILN_INLINE void operator()(T& p, T /*grad*/, T& exp_avg, T& exp_avg_sq) const {
@@ -82,8 +82,7 @@ struct LAMBRule {
     }
   };
 
-  template <class T>
-  KILN_INLINE Direction<T> direction(const kernels::UpdateScalars& s) const {
+  template <class T> KILN_INLINE Direction<T> direction(const kernels::UpdateScalars& s) const {
     const double bc1 = bias_correction ? 1.0 - math::pow(beta1, s.step) : 1.0;
     const double bc2 = bias_correction ? 1.0 - math::pow(beta2, s.step) : 1.0;
     Direction<T> d;
@@ -99,8 +98,7 @@ struct LAMBRule {
     return d;
   }
 
-  template <class T>
-  KILN_INLINE Moments<T> norm_terms(const kernels::UpdateScalars& s) const {
+  template <class T> KILN_INLINE Moments<T> norm_terms(const kernels::UpdateScalars& s) const {
     return Moments<T>{direction<T>(s)};
   }
 
@@ -110,8 +108,7 @@ struct LAMBRule {
     return (param_norm > 0.0 && update_norm > 0.0) ? param_norm / update_norm : 1.0;
   }
 
-  template <class T>
-  KILN_INLINE Update<T> update(const kernels::UpdateScalars& s) const {
+  template <class T> KILN_INLINE Update<T> update(const kernels::UpdateScalars& s) const {
     return Update<T>{direction<T>(s), T(s.lr * s.trust)};
   }
 };

@@ -8,8 +8,7 @@ void LARSOptions::validate() const {
   KILN_CHECK(lr_ >= 0.0, "LARS: invalid learning rate ", lr_, " (must be >= 0)");
   KILN_CHECK(momentum_ >= 0.0, "LARS: invalid momentum ", momentum_, " (must be >= 0)");
   KILN_CHECK(weight_decay_ >= 0.0, "LARS: invalid weight_decay ", weight_decay_, " (must be >= 0)");
-  KILN_CHECK(trust_coefficient_ > 0.0, "LARS: invalid trust_coefficient ", trust_coefficient_,
-             " (must be > 0)");
+  KILN_CHECK(trust_coefficient_ > 0.0, "LARS: invalid trust_coefficient ", trust_coefficient_, " (must be > 0)");
   KILN_CHECK(eps_ >= 0.0, "LARS: invalid eps ", eps_, " (must be >= 0)");
   KILN_CHECK(!nesterov_ || (momentum_ > 0.0 && dampening_ == 0.0),
              "LARS: nesterov momentum requires a momentum > 0 and zero dampening");

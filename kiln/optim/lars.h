@@ -20,8 +20,7 @@ class LARSOptions : public detail::SGDLikeOptions<LARSOptions> {
   KILN_ARG(double, eps) = 1e-8;
 
  public:
-  template <class Visit>
-  static void for_each_option(LARSOptions& self, Visit&& visit) {
+  template <class Visit> static void for_each_option(LARSOptions& self, Visit&& visit) {
     detail::visit_sgd_like(visit, self.lr_, self.momentum_, self.dampening_, self.weight_decay_);
     visit("trust_coefficient", self.trust_coefficient_);
     visit("eps", self.eps_);
@@ -44,18 +43,15 @@ struct LARSRule : MomentumRule {
 
   double trust_coefficient, eps;
 
-  explicit LARSRule(const LARSOptions& o)
-      : MomentumRule(o), trust_coefficient(o.trust_coefficient()), eps(o.eps()) {}
+  explicit LARSRule(const LARSOptions& o) : MomentumRule(o), trust_coefficient(o.trust_coefficient()), eps(o.eps()) {}
 
-  template <class T>
-  struct SquaredNorms {
+  template <class T> struct SquaredNorms {
     KILN_INLINE kernels::NormTerms operator()(T p, T g, T& /*unused*/, T& /*unused*/) const {
       return {static_cast<double>(p) * static_cast<double>(p), static_cast<double>(g) * static_cast<double>(g)};
     }
   };
 
-  template <class T>
-  struct Update : Step<T> {
+  template <class T> struct Update : Step<T> {
     T trust;
     KILN_INLINE void operator()(T& p, T g, T& momentum_buffer, T& /*unused*/) const {
       g = g * this->grad_mul;
@@ -63,10 +59,7 @@ struct LARSRule : MomentumRule {
     }
   };
 
-  template <class T>
-  KILN_INLINE SquaredNorms<T> norm_terms(const kernels::UpdateScalars& /*s*/) const {
-    return {};
-  }
+  template <class T> KILN_INLINE SquaredNorms<T> norm_terms(const kernels::UpdateScalars& /*s*/) const { return {}; }
 
   // sums: (sum p^2, sum grad^2) over the tensor, the gradient still scaled.
   KILN_INLINE double trust_ratio(kernels::NormTerms sums, double inv_grad_scale) const {
@@ -77,8 +70,7 @@ struct LARSRule : MomentumRule {
                : 1.0;
   }
 
-  template <class T>
-  KILN_INLINE Update<T> update(const kernels::UpdateScalars& s) const {
+  template <class T> KILN_INLINE Update<T> update(const kernels::UpdateScalars& s) const {
     Update<T> f;
     set_step<T>(f, s);
     f.trust = T(s.trust);

@@ -4,8 +4,7 @@
 
 namespace kiln::optim {
 
-LRFinderResult lr_range_test(Optimizer& opt, const std::function<double()>& train_step,
-                             const LRFinderOptions& o) {
+LRFinderResult lr_range_test(Optimizer& opt, const std::function<double()>& train_step, const LRFinderOptions& o) {
   KILN_CHECK(o.start_lr() > 0 && o.end_lr() > o.start_lr() && o.num_steps() >= 2,
              "lr_range_test: need 0 < start_lr < end_lr and at least 2 steps");
   LRFinderResult r;

@@ -14,32 +14,24 @@ namespace kiln::optim {
 
 namespace detail {
 
-void put_option(std::map<std::string, double>& values, const char* key, double value) {
-  values[key] = value;
-}
-void put_option(std::map<std::string, double>& values, const char* key, bool value) {
-  values[key] = value ? 1.0 : 0.0;
-}
+void put_option(std::map<std::string, double>& values, const char* key, double value) { values[key] = value; }
+void put_option(std::map<std::string, double>& values, const char* key, bool value) { values[key] = value ? 1.0 : 0.0; }
 void put_option(std::map<std::string, double>& values, const char* /*key*/, const Betas& value) {
   values["beta1"] = std::get<0>(value);
   values["beta2"] = std::get<1>(value);
 }
 
-void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* key,
-                double& value) {
+void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* key, double& value) {
   auto it = values.find(key);
-  KILN_CHECK(it != values.end(), optimizer, "::load_state_dict: parameter group option '", key,
-             "' is missing");
+  KILN_CHECK(it != values.end(), optimizer, "::load_state_dict: parameter group option '", key, "' is missing");
   value = it->second;
 }
-void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* key,
-                bool& value) {
+void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* key, bool& value) {
   double number = 0;
   get_option(optimizer, values, key, number);
   value = number != 0.0;
 }
-void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* /*key*/,
-                Betas& value) {
+void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* /*key*/, Betas& value) {
   get_option(optimizer, values, "beta1", std::get<0>(value));
   get_option(optimizer, values, "beta2", std::get<1>(value));
 }
@@ -113,9 +105,8 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOp
 }
 
 void Optimizer::check_options_type(const OptimizerOptions& options) const {
-  KILN_CHECK(std::string(options.optimizer_name()) == defaults_->optimizer_name(),
-             defaults_->optimizer_name(), ": a parameter group has ", options.optimizer_name(),
-             " options");
+  KILN_CHECK(std::string(options.optimizer_name()) == defaults_->optimizer_name(), defaults_->optimizer_name(),
+             ": a parameter group has ", options.optimizer_name(), " options");
 }
 
 void Optimizer::add_param_group(const ParamGroup& group) {
@@ -130,18 +121,17 @@ void Optimizer::add_param_group(const ParamGroup& group) {
   for (size_t i = 0; i < g.params().size(); ++i) {
     const Tensor& p = g.params()[i];
     KILN_CHECK(p.defined(), name, ": parameter ", i, " of the group is undefined");
-    KILN_CHECK(p.is_floating_point(), name, ": can only optimize floating-point tensors, parameter ",
-               i, " has dtype ", p.dtype());
-    KILN_CHECK(p.is_leaf(), name, ": can't optimize a non-leaf tensor (parameter ", i, ", sizes ",
-               p.sizes(), ", made by ", p.grad_fn() ? p.grad_fn()->name() : "?",
+    KILN_CHECK(p.is_floating_point(), name, ": can only optimize floating-point tensors, parameter ", i, " has dtype ",
+               p.dtype());
+    KILN_CHECK(p.is_leaf(), name, ": can't optimize a non-leaf tensor (parameter ", i, ", sizes ", p.sizes(),
+               ", made by ", p.grad_fn() ? p.grad_fn()->name() : "?",
                "); optimize the leaf it was computed from, or detach() it");
-    KILN_CHECK(!mine.count(p.impl()), name, ": parameter ", i,
-               " appears twice in the parameter group");
+    KILN_CHECK(!mine.count(p.impl()), name, ": parameter ", i, " appears twice in the parameter group");
     KILN_CHECK(!seen.count(p.impl()), name, ": parameter ", i, " (sizes ", p.sizes(),
                ") appears in more than one parameter group");
     KILN_CHECK(g.params().front().device() == p.device(), name,
-               ": all parameters of a group must be on one device, got ",
-               g.params().front().device(), " and ", p.device());
+               ": all parameters of a group must be on one device, got ", g.params().front().device(), " and ",
+               p.device());
     mine.insert(p.impl());
   }
   groups_.push_back(std::move(g));
@@ -156,8 +146,7 @@ std::vector<Tensor> Optimizer::parameters() const {
 std::vector<std::pair<const char*, Tensor>> OptimizerParamState::buffers() const {
   std::vector<std::pair<const char*, Tensor>> out;
   // buffer_slots() hands out pointers to write through; here they are only read.
-  for (const auto& [name, slot] : const_cast<OptimizerParamState*>(this)->buffer_slots())
-    out.emplace_back(name, *slot);
+  for (const auto& [name, slot] : const_cast<OptimizerParamState*>(this)->buffer_slots()) out.emplace_back(name, *slot);
   return out;
 }
 
@@ -174,8 +163,7 @@ Tensor zeros_with_layout(const Tensor& p, DType dtype) {
   if (p.is_contiguous() || p.dim() < 2) return zeros(p.sizes(), opts);
   IntList order(p.dim());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return p.stride(a) > p.stride(b); });
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p.stride(a) > p.stride(b); });
   IntList sizes(p.dim()), inverse(p.dim());
   for (int64_t i = 0; i < p.dim(); ++i) {
     sizes[i] = p.size(order[i]);
@@ -313,14 +301,14 @@ OptimizerStateDict Optimizer::state_dict() const {
 
 void Optimizer::load_state_dict(const OptimizerStateDict& d) {
   const char* name = defaults_->optimizer_name();
-  KILN_CHECK(d.optimizer.empty() || d.optimizer == name, name,
-             "::load_state_dict: the state dict is from a ", d.optimizer, " optimizer");
+  KILN_CHECK(d.optimizer.empty() || d.optimizer == name, name, "::load_state_dict: the state dict is from a ",
+             d.optimizer, " optimizer");
   KILN_CHECK(d.param_groups.size() == groups_.size(), name, "::load_state_dict: the state dict has ",
              d.param_groups.size(), " parameter groups, the optimizer ", groups_.size());
   for (size_t gi = 0; gi < groups_.size(); ++gi)
-    KILN_CHECK(d.param_groups[gi].params.size() == groups_[gi].params().size(), name,
-               "::load_state_dict: group ", gi, " has ", d.param_groups[gi].params.size(),
-               " parameters in the state dict, ", groups_[gi].params().size(), " in the optimizer");
+    KILN_CHECK(d.param_groups[gi].params.size() == groups_[gi].params().size(), name, "::load_state_dict: group ", gi,
+               " has ", d.param_groups[gi].params.size(), " parameters in the state dict, ",
+               groups_[gi].params().size(), " in the optimizer");
   // Validate everything before changing anything.
   std::vector<std::unique_ptr<OptimizerOptions>> opts;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
@@ -347,17 +335,17 @@ void Optimizer::load_state_dict(const OptimizerStateDict& d) {
           s.step = full({}, t.item<double>(), TensorOptions(DType::F64).device(p.device()));
           continue;
         }
-        KILN_CHECK(t.sizes() == p.sizes(), name, "::load_state_dict: state ", ids[k], ".", key,
-                   " has sizes ", t.sizes(), ", the parameter ", p.sizes());
+        KILN_CHECK(t.sizes() == p.sizes(), name, "::load_state_dict: state ", ids[k], ".", key, " has sizes ",
+                   t.sizes(), ", the parameter ", p.sizes());
         Tensor c = copy_with_layout(t.to(p.device()), p, key == "master" ? DType::F32 : sdt);
         if (key == "master") {
           s.master = c;
           continue;
         }
-        auto slot = std::find_if(buffers.begin(), buffers.end(),
-                                 [&key = key](const auto& b) { return key == b.first; });
-        KILN_CHECK(slot != buffers.end(), name, "::load_state_dict: unknown state entry '", key,
-                   "' for parameter ", ids[k]);
+        auto slot =
+            std::find_if(buffers.begin(), buffers.end(), [&key = key](const auto& b) { return key == b.first; });
+        KILN_CHECK(slot != buffers.end(), name, "::load_state_dict: unknown state entry '", key, "' for parameter ",
+                   ids[k]);
         *slot->second = c;
       }
       KILN_CHECK(s.step.defined(), name, "::load_state_dict: state ", ids[k], " has no step");
@@ -383,8 +371,8 @@ std::vector<std::pair<std::string, Tensor>> OptimizerStateDict::flatten() const 
   return out;
 }
 
-OptimizerStateDict OptimizerStateDict::unflatten(
-    const std::string& optimizer, const std::vector<std::pair<std::string, Tensor>>& items) {
+OptimizerStateDict OptimizerStateDict::unflatten(const std::string& optimizer,
+                                                 const std::vector<std::pair<std::string, Tensor>>& items) {
   OptimizerStateDict d;
   d.optimizer = optimizer;
   for (const auto& [key, t] : items) {

@@ -63,12 +63,9 @@ void put_option(std::map<std::string, double>& values, const char* key, double v
 void put_option(std::map<std::string, double>& values, const char* key, bool value);
 void put_option(std::map<std::string, double>& values, const char* key, const Betas& value);
 // The same read back; throws kiln::Error naming `optimizer` when the option is missing.
-void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* key,
-                double& value);
-void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* key,
-                bool& value);
-void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* key,
-                Betas& value);
+void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* key, double& value);
+void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* key, bool& value);
+void get_option(const char* optimizer, const std::map<std::string, double>& values, const char* key, Betas& value);
 // The momentum LR schedules cycle: a plain momentum option, or beta1 of the betas.
 inline double& momentum_in(double& momentum) { return momentum; }
 inline double& momentum_in(Betas& betas) { return std::get<0>(betas); }
@@ -82,8 +79,7 @@ void zero_grad(Tensor& param, bool set_to_none);
 //   lr()                         the KILN_ARG learning rate
 //   kMomentumOption              pointer to the field schedules cycle (momentum_ or betas_)
 //   for_each_option(self, visit) calls visit(key, field) for each state_dict option of self
-template <class Derived>
-class OptimizerOptionsBase : public OptimizerOptions {
+template <class Derived> class OptimizerOptionsBase : public OptimizerOptions {
  public:
   std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<Derived>(self()); }
   const char* optimizer_name() const override { return Derived::kName; }
@@ -93,15 +89,13 @@ class OptimizerOptionsBase : public OptimizerOptions {
   void set_momentum(double m) override { detail::momentum_in(self().*Derived::kMomentumOption) = m; }
   std::map<std::string, double> to_map() const override {
     std::map<std::string, double> values;
-    Derived::for_each_option(self(), [&](const char* key, const auto& field) {
-      detail::put_option(values, key, field);
-    });
+    Derived::for_each_option(self(),
+                             [&](const char* key, const auto& field) { detail::put_option(values, key, field); });
     return values;
   }
   void from_map(const std::map<std::string, double>& values) override {
-    Derived::for_each_option(self(), [&](const char* key, auto& field) {
-      detail::get_option(Derived::kName, values, key, field);
-    });
+    Derived::for_each_option(
+        self(), [&](const char* key, auto& field) { detail::get_option(Derived::kName, values, key, field); });
   }
 
  private:

@@ -60,8 +60,7 @@ double GammaDecayLR::lr_at(int64_t t, size_t g) const {
   return base_lrs_[g] * std::pow(gamma_, static_cast<double>(decays(t)));
 }
 
-StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma)
-    : GammaDecayLR(opt, gamma), step_size_(step_size) {
+StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma) : GammaDecayLR(opt, gamma), step_size_(step_size) {
   KILN_CHECK(step_size > 0, "StepLR: step_size must be positive, got ", step_size);
   initialize();
 }
@@ -81,8 +80,7 @@ ExponentialLR::ExponentialLR(Optimizer& opt, double gamma) : GammaDecayLR(opt, g
 LinearLR::LinearLR(Optimizer& opt, double start_factor, double end_factor, int64_t total_iters)
     : LRScheduler(opt), start_(start_factor), end_(end_factor), total_(total_iters) {
   KILN_CHECK(start_factor >= 0.0 && start_factor <= 1.0 && end_factor >= 0.0 && end_factor <= 1.0,
-             "LinearLR: start_factor and end_factor must be in [0, 1], got ", start_factor, " and ",
-             end_factor);
+             "LinearLR: start_factor and end_factor must be in [0, 1], got ", start_factor, " and ", end_factor);
   KILN_CHECK(total_iters > 0, "LinearLR: total_iters must be positive, got ", total_iters);
   initialize();
 }
@@ -97,25 +95,22 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t T_max, double eta_m
   initialize();
 }
 double CosineAnnealingLR::lr_at(int64_t t, size_t g) const {
-  return eta_min_ + (base_lrs_[g] - eta_min_) *
-                        (1.0 + std::cos(kPi * static_cast<double>(t) / static_cast<double>(T_max_))) / 2.0;
+  return eta_min_ +
+         (base_lrs_[g] - eta_min_) * (1.0 + std::cos(kPi * static_cast<double>(t) / static_cast<double>(T_max_))) / 2.0;
 }
 
-WarmupCosineLR::WarmupCosineLR(Optimizer& opt, int64_t warmup_steps, int64_t total_steps,
-                               double eta_min, double warmup_start_factor)
-    : LRScheduler(opt), warmup_(warmup_steps), total_(total_steps), eta_min_(eta_min),
-      start_(warmup_start_factor) {
+WarmupCosineLR::WarmupCosineLR(Optimizer& opt, int64_t warmup_steps, int64_t total_steps, double eta_min,
+                               double warmup_start_factor)
+    : LRScheduler(opt), warmup_(warmup_steps), total_(total_steps), eta_min_(eta_min), start_(warmup_start_factor) {
   KILN_CHECK(warmup_steps >= 0 && total_steps > warmup_steps,
-             "WarmupCosineLR: need 0 <= warmup_steps < total_steps, got ", warmup_steps, " and ",
-             total_steps);
+             "WarmupCosineLR: need 0 <= warmup_steps < total_steps, got ", warmup_steps, " and ", total_steps);
   KILN_CHECK(warmup_start_factor >= 0.0 && warmup_start_factor <= 1.0,
              "WarmupCosineLR: warmup_start_factor must be in [0, 1], got ", warmup_start_factor);
   initialize();
 }
 double WarmupCosineLR::lr_at(int64_t t, size_t g) const {
   const double base = base_lrs_[g];
-  if (t < warmup_)
-    return base * (start_ + (1.0 - start_) * static_cast<double>(t) / static_cast<double>(warmup_));
+  if (t < warmup_) return base * (start_ + (1.0 - start_) * static_cast<double>(t) / static_cast<double>(warmup_));
   if (t >= total_) return eta_min_;
   const double pct = static_cast<double>(t - warmup_) / static_cast<double>(total_ - warmup_);
   return eta_min_ + (base - eta_min_) * (1.0 + std::cos(kPi * pct)) / 2.0;
@@ -123,13 +118,12 @@ double WarmupCosineLR::lr_at(int64_t t, size_t g) const {
 
 // ---------------------------------------------------------------- OneCycleLR
 
-OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps,
-                       const OneCycleLROptions& o)
+OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, const OneCycleLROptions& o)
     : LRScheduler(opt), max_lr_(max_lr), total_(total_steps), o_(o) {
   KILN_CHECK(total_steps > 0, "OneCycleLR: total_steps must be positive, got ", total_steps);
   KILN_CHECK(max_lr >= 0.0, "OneCycleLR: max_lr must be >= 0, got ", max_lr);
-  KILN_CHECK(o.pct_start() >= 0.0 && o.pct_start() <= 1.0,
-             "OneCycleLR: pct_start must be in [0, 1], got ", o.pct_start());
+  KILN_CHECK(o.pct_start() >= 0.0 && o.pct_start() <= 1.0, "OneCycleLR: pct_start must be in [0, 1], got ",
+             o.pct_start());
   KILN_CHECK(o.div_factor() > 0.0 && o.final_div_factor() > 0.0,
              "OneCycleLR: div_factor and final_div_factor must be positive");
   const double initial = max_lr / o.div_factor();
@@ -141,22 +135,22 @@ OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps,
                {2.0 * o.pct_start() * T - 2.0, max_lr, initial, bm, mm},
                {T - 1.0, initial, min_lr, mm, mm}};
   } else {
-    phases_ = {{o.pct_start() * T - 1.0, initial, max_lr, mm, bm},
-               {T - 1.0, max_lr, min_lr, bm, mm}};
+    phases_ = {{o.pct_start() * T - 1.0, initial, max_lr, mm, bm}, {T - 1.0, max_lr, min_lr, bm, mm}};
   }
   for (double& b : base_lrs_) b = initial;  // PyTorch's group["initial_lr"]
   initialize();
 }
 
 double OneCycleLR::anneal(double start, double end, double pct) const {
-  if (o_.anneal_strategy() == AnnealStrategy::Cos)
-    return end + (start - end) / 2.0 * (std::cos(kPi * pct) + 1.0);
+  if (o_.anneal_strategy() == AnnealStrategy::Cos) return end + (start - end) / 2.0 * (std::cos(kPi * pct) + 1.0);
   return (end - start) * pct + start;
 }
 
 double OneCycleLR::lr_at(int64_t t, size_t) const {
-  KILN_CHECK(t <= total_, "OneCycleLR: tried to step ", t, " times; the specified number of total "
-             "steps is ", total_);
+  KILN_CHECK(t <= total_, "OneCycleLR: tried to step ", t,
+             " times; the specified number of total "
+             "steps is ",
+             total_);
   return phase_value(t, &Phase::start_lr, &Phase::end_lr);
 }
 
@@ -200,9 +194,15 @@ double CyclicLR::scaled_fraction(int64_t t) const {
   const double f = x <= ratio ? x / ratio : (x - 1.0) / (ratio - 1.0);
   double scale = 1.0;
   switch (o_.mode()) {
-    case CyclicMode::Triangular: scale = 1.0; break;
-    case CyclicMode::Triangular2: scale = 1.0 / std::pow(2.0, cycle - 1.0); break;
-    case CyclicMode::ExpRange: scale = std::pow(o_.gamma(), td); break;
+    case CyclicMode::Triangular:
+      scale = 1.0;
+      break;
+    case CyclicMode::Triangular2:
+      scale = 1.0 / std::pow(2.0, cycle - 1.0);
+      break;
+    case CyclicMode::ExpRange:
+      scale = std::pow(o_.gamma(), td);
+      break;
   }
   return f * scale;
 }

@@ -19,9 +19,9 @@ namespace kiln::optim {
 
 // A schedule's state: the step count and the per-group base values it computes from.
 struct SchedulerStateDict {
-  int64_t last_step = 0;           // PyTorch's last_epoch: how many times step() ran
-  std::vector<double> base_lrs;    // per group
-  std::vector<double> last_lrs;    // per group, what the last step set
+  int64_t last_step = 0;         // PyTorch's last_epoch: how many times step() ran
+  std::vector<double> base_lrs;  // per group
+  std::vector<double> last_lrs;  // per group, what the last step set
 };
 
 class LRScheduler {
@@ -105,8 +105,7 @@ class ExponentialLR : public GammaDecayLR {
 // PyTorch's LinearLR: lr = base * (start + (end - start) * min(t, total_iters) / total_iters)
 class LinearLR : public LRScheduler {
  public:
-  LinearLR(Optimizer& opt, double start_factor = 1.0 / 3.0, double end_factor = 1.0,
-           int64_t total_iters = 5);
+  LinearLR(Optimizer& opt, double start_factor = 1.0 / 3.0, double end_factor = 1.0, int64_t total_iters = 5);
   double lr_at(int64_t t, size_t g) const override;
 
  private:
@@ -172,8 +171,7 @@ struct OneCycleLROptions {
 // Stepping past total_steps throws.
 class OneCycleLR : public LRScheduler {
  public:
-  OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps,
-             const OneCycleLROptions& options = {});
+  OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, const OneCycleLROptions& options = {});
   double lr_at(int64_t t, size_t g) const override;
   double momentum_at(int64_t t) const;
 

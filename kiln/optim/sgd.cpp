@@ -9,8 +9,8 @@ void SGDOptions::validate() const {
   KILN_CHECK(momentum_ >= 0.0, "SGD: invalid momentum ", momentum_, " (must be >= 0)");
   KILN_CHECK(weight_decay_ >= 0.0, "SGD: invalid weight_decay ", weight_decay_, " (must be >= 0)");
   KILN_CHECK(!nesterov_ || (momentum_ > 0.0 && dampening_ == 0.0),
-             "SGD: nesterov momentum requires a momentum > 0 and zero dampening (got momentum ",
-             momentum_, ", dampening ", dampening_, ")");
+             "SGD: nesterov momentum requires a momentum > 0 and zero dampening (got momentum ", momentum_,
+             ", dampening ", dampening_, ")");
 }
 
 // SGD's step on the CPU: the generic multi-tensor launcher run with SGDRule.

@@ -25,8 +25,7 @@ void visit_sgd_like(Visit& visit, double& lr, double& momentum, double& dampenin
 
 // The options SGD and LARS share; each derived class gives its name (kName), its default
 // momentum and validate. for_each_option saves SGD's options (LARS, with more, has its own).
-template <class Derived>
-class SGDLikeOptions : public OptimizerOptionsBase<Derived> {
+template <class Derived> class SGDLikeOptions : public OptimizerOptionsBase<Derived> {
   KILN_BASE_ARG(Derived, double, lr);
   KILN_BASE_ARG(Derived, double, momentum);
   KILN_BASE_ARG(Derived, double, dampening) = 0.0;
@@ -36,8 +35,7 @@ class SGDLikeOptions : public OptimizerOptionsBase<Derived> {
 
  public:
   static constexpr auto kMomentumOption = &SGDLikeOptions::momentum_;
-  template <class Visit>
-  static void for_each_option(Derived& self, Visit&& visit) {
+  template <class Visit> static void for_each_option(Derived& self, Visit&& visit) {
     visit_sgd_like(visit, self.lr_, self.momentum_, self.dampening_, self.weight_decay_);
     visit("nesterov", self.nesterov_);
     visit("maximize", self.maximize_);
@@ -70,13 +68,15 @@ struct MomentumRule {
 
   template <class Derived>
   explicit MomentumRule(const detail::SGDLikeOptions<Derived>& o)
-      : momentum(o.momentum()), dampening(o.dampening()), weight_decay(o.weight_decay()),
-        nesterov(o.nesterov()), maximize(o.maximize()) {}
+      : momentum(o.momentum()),
+        dampening(o.dampening()),
+        weight_decay(o.weight_decay()),
+        nesterov(o.nesterov()),
+        maximize(o.maximize()) {}
 
   KILN_INLINE int num_buffers() const { return momentum != 0.0 ? 1 : 0; }
 
-  template <class T>
-  struct Step {
+  template <class T> struct Step {
     T lr, weight_decay, momentum, one_minus_dampening, grad_mul;  // grad_mul = ±1/grad_scale
     bool use_momentum, first, nesterov;
     KILN_INLINE void apply(T& p, T d, T& momentum_buffer) const {
@@ -88,8 +88,7 @@ struct MomentumRule {
     }
   };
 
-  template <class T>
-  KILN_INLINE void set_step(Step<T>& f, const kernels::UpdateScalars& s) const {
+  template <class T> KILN_INLINE void set_step(Step<T>& f, const kernels::UpdateScalars& s) const {
     f.lr = T(s.lr);
     f.weight_decay = T(weight_decay);
     f.momentum = T(momentum);
@@ -117,8 +116,7 @@ struct SGDRule : MomentumRule {
   static constexpr bool kPerTensorNorms = false;
   explicit SGDRule(const SGDOptions& o) : MomentumRule(o) {}
 
-  template <class T>
-  struct Update : Step<T> {
+  template <class T> struct Update : Step<T> {
     KILN_INLINE void operator()(T& p, T g, T& momentum_buffer, T& /*unused*/) const {
       g = g * this->grad_mul;
       g = g + this->weight_decay * p;
@@ -126,8 +124,7 @@ struct SGDRule : MomentumRule {
     }
   };
 
-  template <class T>
-  KILN_INLINE Update<T> update(const kernels::UpdateScalars& s) const {
+  template <class T> KILN_INLINE Update<T> update(const kernels::UpdateScalars& s) const {
     Update<T> f;
     set_step<T>(f, s);
     return f;

@@ -23,8 +23,8 @@ std::string format_double(double v) {
 }
 
 std::string csv_quote(const std::string& s) {
-  const bool needs = s.find_first_of(",\"\r\n") != std::string::npos ||
-                     (!s.empty() && (s.front() == ' ' || s.back() == ' '));
+  const bool needs =
+      s.find_first_of(",\"\r\n") != std::string::npos || (!s.empty() && (s.front() == ' ' || s.back() == ' '));
   if (!needs) return s;
   std::string out = "\"";
   for (char c : s) {
@@ -54,8 +54,7 @@ CsvWriter::CsvWriter(const std::string& path, std::vector<std::string> columns, 
       ss << in.rdbuf();
       const auto rows = parse_csv(ss.str());
       KILN_CHECK(!rows.empty() && rows.front() == columns_, "CsvWriter: '", path,
-                 "' exists with a different header (expected ", header_line(columns_),
-                 "); refusing to append");
+                 "' exists with a different header (expected ", header_line(columns_), "); refusing to append");
       write_header = false;
       rows_ = static_cast<int64_t>(rows.size()) - 1;
       // a file cut off mid-row (no trailing newline) gets its line ended first
@@ -69,8 +68,7 @@ CsvWriter::CsvWriter(const std::string& path, std::vector<std::string> columns, 
   }
   if (file_ == nullptr) {
     file_ = std::fopen(path.c_str(), write_header ? "wb" : "ab");
-    KILN_CHECK(file_ != nullptr, "CsvWriter: cannot open '", path, "' for writing: ",
-               std::strerror(errno));
+    KILN_CHECK(file_ != nullptr, "CsvWriter: cannot open '", path, "' for writing: ", std::strerror(errno));
   }
   if (write_header) write_line(header_line(columns_));
 }
@@ -87,9 +85,8 @@ void CsvWriter::write_line(const std::string& line) {
 }
 
 void CsvWriter::write_row(const std::vector<CsvCell>& row) {
-  KILN_CHECK(row.size() == columns_.size(), "CsvWriter::write_row: ", row.size(),
-             " cells for ", columns_.size(), " columns (", header_line(columns_), ") in '", path_,
-             "'");
+  KILN_CHECK(row.size() == columns_.size(), "CsvWriter::write_row: ", row.size(), " cells for ", columns_.size(),
+             " columns (", header_line(columns_), ") in '", path_, "'");
   std::string line;
   for (size_t i = 0; i < row.size(); ++i) {
     if (i) line += ',';

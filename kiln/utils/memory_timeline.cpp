@@ -20,11 +20,20 @@ std::string html_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
     switch (c) {
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '&': o += "&amp;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '&':
+        o += "&amp;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      default:
+        o += c;
     }
   }
   return o;
@@ -59,16 +68,15 @@ void write_memory_trace(const std::vector<MemoryEvent>& events, const std::strin
     std::string name = to_string(e.action);
     if (!e.label.empty()) name += " " + e.label;
     f << ",\n{\"name\":\"" << json_escape(name) << "\",\"ph\":\"i\",\"s\":\"p\",\"ts\":" << ts
-      << ",\"pid\":0,\"tid\":0,\"args\":{\"action\":\"" << to_string(e.action)
-      << "\",\"ptr\":\"" << hex(e.ptr) << "\",\"size\":" << e.size << ",\"stream\":\""
-      << hex(e.stream) << "\",\"label\":\"" << json_escape(e.label) << "\"}}";
+      << ",\"pid\":0,\"tid\":0,\"args\":{\"action\":\"" << to_string(e.action) << "\",\"ptr\":\"" << hex(e.ptr)
+      << "\",\"size\":" << e.size << ",\"stream\":\"" << hex(e.stream) << "\",\"label\":\"" << json_escape(e.label)
+      << "\"}}";
   }
   f << "\n]}\n";
   KILN_CHECK(f.good(), "memory trace: writing '", path, "' failed");
 }
 
-void write_memory_timeline(const std::vector<MemoryEvent>& events, const std::string& title,
-                           const std::string& path) {
+void write_memory_timeline(const std::vector<MemoryEvent>& events, const std::string& title, const std::string& path) {
   const double W = 1000, H = 360, L = 90, R = 20, T = 20, B = 40;  // plot area margins
   const double pw = W - L - R, ph = H - T - B;
   double t_min = events.empty() ? 0 : events.front().time_us;
@@ -153,17 +161,14 @@ void write_memory_timeline(const std::vector<MemoryEvent>& events, const std::st
     << "</title>\n<style>body{font-family:sans-serif;margin:20px}"
        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;"
        "text-align:right}th{background:#eee}</style></head><body>\n";
-  f << "<h2>" << html_escape(title) << "</h2>\n<p>" << events.size()
-    << " events; peak allocated " << mib(peak_alloc) << ", peak reserved " << mib(peak_res)
-    << "</p>\n";
-  f << "<svg width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << " " << H
-    << "\">\n<rect x=\"" << L << "\" y=\"" << T << "\" width=\"" << pw << "\" height=\"" << ph
-    << "\" fill=\"#fafafa\" stroke=\"#999\"/>\n";
+  f << "<h2>" << html_escape(title) << "</h2>\n<p>" << events.size() << " events; peak allocated " << mib(peak_alloc)
+    << ", peak reserved " << mib(peak_res) << "</p>\n";
+  f << "<svg width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << " " << H << "\">\n<rect x=\"" << L
+    << "\" y=\"" << T << "\" width=\"" << pw << "\" height=\"" << ph << "\" fill=\"#fafafa\" stroke=\"#999\"/>\n";
   char buf[160];
   for (int k = 0; k <= 4; ++k) {  // y ticks
     size_t v = y_max / 4 * k;
-    std::snprintf(buf, sizeof(buf),
-                  "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%s</text>\n",
+    std::snprintf(buf, sizeof(buf), "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%s</text>\n",
                   L - 4, Y(v) + 4, mib(v).c_str());
     f << buf;
   }
@@ -175,18 +180,16 @@ void write_memory_timeline(const std::vector<MemoryEvent>& events, const std::st
                   X(t), T + ph + 16, t / 1000.0);
     f << buf;
   }
-  f << "<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"1.5\" points=\"" << series(true)
-    << "\"/>\n";
-  f << "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\""
-    << series(false) << "\"/>\n";
+  f << "<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"1.5\" points=\"" << series(true) << "\"/>\n";
+  f << "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\"" << series(false) << "\"/>\n";
   f << "<text x=\"" << L + 10 << "\" y=\"" << T + 16
-    << "\" font-size=\"12\" fill=\"#d62728\">reserved</text>\n<text x=\"" << L + 80 << "\" y=\""
-    << T + 16 << "\" font-size=\"12\" fill=\"#1f77b4\">allocated</text>\n</svg>\n";
+    << "\" font-size=\"12\" fill=\"#d62728\">reserved</text>\n<text x=\"" << L + 80 << "\" y=\"" << T + 16
+    << "\" font-size=\"12\" fill=\"#1f77b4\">allocated</text>\n</svg>\n";
   f << "<h3>Allocations by label</h3>\n<table><tr><th>label</th><th>allocations</th>"
        "<th>total bytes</th><th>peak live</th></tr>\n";
   for (auto& [lab, s] : by_label)
-    f << "<tr><td style=\"text-align:left\">" << html_escape(lab) << "</td><td>" << s.allocs
-      << "</td><td>" << mib(s.bytes) << "</td><td>" << mib(s.peak_live) << "</td></tr>\n";
+    f << "<tr><td style=\"text-align:left\">" << html_escape(lab) << "</td><td>" << s.allocs << "</td><td>"
+      << mib(s.bytes) << "</td><td>" << mib(s.peak_live) << "</td></tr>\n";
   f << "</table>\n</body></html>\n";
   KILN_CHECK(f.good(), "memory timeline: writing '", path, "' failed");
 }

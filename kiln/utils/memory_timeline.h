@@ -18,8 +18,7 @@
 namespace kiln::utils {
 
 void write_memory_trace(const std::vector<MemoryEvent>& events, const std::string& path);
-void write_memory_timeline(const std::vector<MemoryEvent>& events, const std::string& title,
-                           const std::string& path);
+void write_memory_timeline(const std::vector<MemoryEvent>& events, const std::string& title, const std::string& path);
 
 // The recorded history of CUDA device `device` (-1: the current one), written as above. Without
 // CUDA they throw, as cuda::memory_history does.

@@ -152,8 +152,7 @@ struct Rgb {
 Rgb rgb_of(uint32_t c) {
   return {static_cast<uint8_t>(c >> 16), static_cast<uint8_t>(c >> 8), static_cast<uint8_t>(c)};
 }
-constexpr Rgb kWhite{255, 255, 255}, kGrid{228, 228, 228}, kAxis{70, 70, 70},
-    kText{30, 30, 30}, kMuted{150, 150, 150};
+constexpr Rgb kWhite{255, 255, 255}, kGrid{228, 228, 228}, kAxis{70, 70, 70}, kText{30, 30, 30}, kMuted{150, 150, 150};
 
 const uint32_t kPalette[] = {0x1f77b4, 0xff7f0e, 0x2ca02c, 0xd62728, 0x9467bd,
                              0x8c564b, 0xe377c2, 0x7f7f7f, 0xbcbd22, 0x17becf};
@@ -287,16 +286,14 @@ std::string tick_label_impl(double v, double step, bool force_sci) {
 
 std::string tick_label(double v, double step) { return tick_label_impl(v, step, false); }
 
-PlotImage render_line_plot(const std::string& title, const std::vector<Series>& series,
-                           const PlotOptions& opt) {
-  KILN_CHECK(opt.width() >= 200 && opt.width() <= 16384, "plot: width ", opt.width(),
-             " is outside [200, 16384]");
-  KILN_CHECK(opt.panel_height() >= 80 && opt.panel_height() <= 16384, "plot: panel height ",
-             opt.panel_height(), " is outside [80, 16384]");
+PlotImage render_line_plot(const std::string& title, const std::vector<Series>& series, const PlotOptions& opt) {
+  KILN_CHECK(opt.width() >= 200 && opt.width() <= 16384, "plot: width ", opt.width(), " is outside [200, 16384]");
+  KILN_CHECK(opt.panel_height() >= 80 && opt.panel_height() <= 16384, "plot: panel height ", opt.panel_height(),
+             " is outside [80, 16384]");
   const int s = std::clamp(opt.text_scale(), 1, 8);
   for (const Series& se : series)
-    KILN_CHECK(se.xs.empty() || se.xs.size() == se.ys.size(), "plot: series '", se.name,
-               "' has ", se.xs.size(), " x values for ", se.ys.size(), " y values");
+    KILN_CHECK(se.xs.empty() || se.xs.size() == se.ys.size(), "plot: series '", se.name, "' has ", se.xs.size(),
+               " x values for ", se.ys.size(), " y values");
 
   // Group the series into panels (in the order of their first appearance).
   std::vector<PanelSpec> panels;
@@ -305,8 +302,7 @@ PlotImage render_line_plot(const std::string& title, const std::vector<Series>& 
   for (const Series& se : series) {
     size_t pi = panels.size();
     if (se.panel >= 0) {
-      auto it = std::find_if(shared.begin(), shared.end(),
-                             [&](const auto& p) { return p.first == se.panel; });
+      auto it = std::find_if(shared.begin(), shared.end(), [&](const auto& p) { return p.first == se.panel; });
       if (it != shared.end()) pi = it->second;
       else shared.emplace_back(se.panel, pi);
     }
@@ -357,9 +353,7 @@ PlotImage render_line_plot(const std::string& title, const std::vector<Series>& 
 
     // ticks and their labels (values, not axis units)
     auto ticks_of = [](const Axis& a) {
-      return !a.valid ? std::vector<double>{}
-             : a.log  ? log_ticks(a.lo, a.hi)
-                      : nice_ticks(a.lo, a.hi);
+      return !a.valid ? std::vector<double>{} : a.log ? log_ticks(a.lo, a.hi) : nice_ticks(a.lo, a.hi);
     };
     const std::vector<double> xt = ticks_of(ax), yt = ticks_of(ay);
     auto labels_of = [](const std::vector<double>& t, bool log) {
@@ -386,9 +380,8 @@ PlotImage render_line_plot(const std::string& title, const std::vector<Series>& 
     area.x1 = img.width - 20;
     area.y0 = top + line_h + 14;
     area.y1 = top + opt.panel_height() - (line_h + 10) - (opt.x_label().empty() ? 0 : line_h + 6) - 6;
-    KILN_CHECK(area.y1 - area.y0 >= 20 && area.x1 - area.x0 >= 40,
-               "plot: panel height ", opt.panel_height(), " / width ", opt.width(),
-               " leave no room for the plot at text scale ", s);
+    KILN_CHECK(area.y1 - area.y0 >= 20 && area.x1 - area.x0 >= 40, "plot: panel height ", opt.panel_height(),
+               " / width ", opt.width(), " leave no room for the plot at text scale ", s);
     img.panels.push_back(area);
 
     // heading: the series' names in their colours
@@ -404,9 +397,7 @@ PlotImage render_line_plot(const std::string& title, const std::vector<Series>& 
     auto px = [&](double v) {  // axis units -> pixel
       return area.x0 + (v - ax.lo) / (ax.hi - ax.lo) * (area.x1 - 1 - area.x0);
     };
-    auto py = [&](double v) {
-      return area.y1 - 1 - (v - ay.lo) / (ay.hi - ay.lo) * (area.y1 - 1 - area.y0);
-    };
+    auto py = [&](double v) { return area.y1 - 1 - (v - ay.lo) / (ay.hi - ay.lo) * (area.y1 - 1 - area.y0); };
 
     // grid, ticks, labels
     const int tick = 2 + 2 * s;
@@ -431,8 +422,7 @@ PlotImage render_line_plot(const std::string& title, const std::vector<Series>& 
       }
     }
     if (!opt.x_label().empty())
-      cv.text(area.x1 - text_width(opt.x_label(), s), area.y1 + tick + 4 + line_h + 6, opt.x_label(),
-              kMuted, s);
+      cv.text(area.x1 - text_width(opt.x_label(), s), area.y1 + tick + 4 + line_h + 6, opt.x_label(), kMuted, s);
 
     // box
     cv.hline(area.x0 - 1, area.x1, area.y0 - 1, kAxis);
@@ -442,8 +432,7 @@ PlotImage render_line_plot(const std::string& title, const std::vector<Series>& 
 
     if (usable_points == 0) {
       const std::string msg = "no data";
-      cv.text((area.x0 + area.x1 - text_width(msg, s)) / 2, (area.y0 + area.y1 - line_h) / 2, msg,
-              kMuted, s);
+      cv.text((area.x0 + area.x1 - text_width(msg, s)) / 2, (area.y0 + area.y1 - line_h) / 2, msg, kMuted, s);
       continue;
     }
 
@@ -475,10 +464,8 @@ PlotImage render_line_plot(const std::string& title, const std::vector<Series>& 
 }
 
 void write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb) {
-  KILN_CHECK(width > 0 && height > 0 &&
-                 rgb.size() == static_cast<size_t>(width) * static_cast<size_t>(height) * 3,
-             "write_png: ", rgb.size(), " bytes for a ", width, "x", height, " RGB image ('",
-             path, "')");
+  KILN_CHECK(width > 0 && height > 0 && rgb.size() == static_cast<size_t>(width) * static_cast<size_t>(height) * 3,
+             "write_png: ", rgb.size(), " bytes for a ", width, "x", height, " RGB image ('", path, "')");
   namespace fs = std::filesystem;
   const std::string tmp = path + ".tmp";
   const int ok = stbi_write_png(tmp.c_str(), width, height, 3, rgb.data(), width * 3);
@@ -495,8 +482,8 @@ void write_png(const std::string& path, int width, int height, const std::vector
   }
 }
 
-void write_line_plot_png(const std::string& path, const std::string& title,
-                         const std::vector<Series>& series, const PlotOptions& options) {
+void write_line_plot_png(const std::string& path, const std::string& title, const std::vector<Series>& series,
+                         const PlotOptions& options) {
   const PlotImage img = render_line_plot(title, series, options);
   write_png(path, img.width, img.height, img.rgb);
 }
@@ -593,14 +580,11 @@ void draw_bar_ticks(Canvas& cv, const BarScale& sc, const BarChartOptions& opt, 
 
 }  // namespace
 
-PlotImage render_bar_chart(const std::string& title, const std::vector<Bar>& bars,
-                           const BarChartOptions& opt) {
-  KILN_CHECK(opt.width() >= 300 && opt.width() <= 16384, "bar chart: width ", opt.width(),
-             " is outside [300, 16384]");
-  KILN_CHECK(opt.bar_height() >= 8 && opt.bar_height() <= 1024, "bar chart: bar height ",
-             opt.bar_height(), " is outside [8, 1024]");
-  KILN_CHECK(!opt.log_x() || opt.origin() > 0, "bar chart: a log axis needs an origin > 0, not ",
-             opt.origin());
+PlotImage render_bar_chart(const std::string& title, const std::vector<Bar>& bars, const BarChartOptions& opt) {
+  KILN_CHECK(opt.width() >= 300 && opt.width() <= 16384, "bar chart: width ", opt.width(), " is outside [300, 16384]");
+  KILN_CHECK(opt.bar_height() >= 8 && opt.bar_height() <= 1024, "bar chart: bar height ", opt.bar_height(),
+             " is outside [8, 1024]");
+  KILN_CHECK(!opt.log_x() || opt.origin() > 0, "bar chart: a log axis needs an origin > 0, not ", opt.origin());
   const int s = std::clamp(opt.text_scale(), 1, 8), line_h = kGlyphH * s;
   const bool legend = !opt.marker_label().empty() || !opt.whisker_label().empty();
   const int title_h = (title.empty() ? 8 : line_h + 16) + (legend ? line_h + 10 : 0);
@@ -625,8 +609,8 @@ PlotImage render_bar_chart(const std::string& title, const std::vector<Bar>& bar
   const BarScale sc{bar_axis(bars, opt), area};
   const Axis& ax = sc.ax;
   auto px = [&sc](double v) { return sc.px(v); };
-  const Rgb bar_c = rgb_of(opt.color()), below_c = rgb_of(opt.below_color()),
-            marker_c = rgb_of(opt.marker_color()), whisker_c = rgb_of(opt.whisker_color());
+  const Rgb bar_c = rgb_of(opt.color()), below_c = rgb_of(opt.below_color()), marker_c = rgb_of(opt.marker_color()),
+            whisker_c = rgb_of(opt.whisker_color());
 
   if (legend) {  // under the title: what the whiskers and markers mean
     int x = area.x0;
@@ -676,8 +660,7 @@ PlotImage render_bar_chart(const std::string& title, const std::vector<Bar>& bar
   cv.hline(area.x0 - 1, area.x1, area.y1, kAxis);
   cv.vline(area.x0 - 1, area.y0 - 1, area.y1, kAxis);
   cv.vline(area.x1, area.y0 - 1, area.y1, kAxis);
-  if (bars.empty())
-    cv.text((area.x0 + area.x1 - text_width("no data", s)) / 2, area.y0 + 4, "no data", kMuted, s);
+  if (bars.empty()) cv.text((area.x0 + area.x1 - text_width("no data", s)) / 2, area.y0 + 4, "no data", kMuted, s);
   return img;
 }
 

@@ -48,18 +48,19 @@ struct PlotOptions {
 
 // An RGB image (row-major, 3 bytes a pixel) and where the panels' plot areas are in it.
 struct PlotImage {
-  struct Rect { int x0, y0, x1, y1; };  // [x0, x1) x [y0, y1)
+  struct Rect {
+    int x0, y0, x1, y1;
+  };  // [x0, x1) x [y0, y1)
   int width = 0, height = 0;
   std::vector<uint8_t> rgb;
-  std::vector<Rect> panels;     // each panel's plot area (inside the axes box)
+  std::vector<Rect> panels;  // each panel's plot area (inside the axes box)
   const uint8_t* pixel(int x, int y) const { return &rgb[(static_cast<size_t>(y) * width + x) * 3]; }
 };
 
 // Draws the plot in memory (what write_line_plot_png encodes).
 PlotImage render_line_plot(const std::string& title, const std::vector<Series>& series,
                            const PlotOptions& options = PlotOptions());
-void write_line_plot_png(const std::string& path, const std::string& title,
-                         const std::vector<Series>& series,
+void write_line_plot_png(const std::string& path, const std::string& title, const std::vector<Series>& series,
                          const PlotOptions& options = PlotOptions());
 // Encodes any RGB image as a PNG file (atomically); errors name the path.
 void write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb);
@@ -81,20 +82,20 @@ struct Bar {
   double lo = std::numeric_limits<double>::quiet_NaN();  // whisker; NaN: none
   double hi = std::numeric_limits<double>::quiet_NaN();
   double marker = std::numeric_limits<double>::quiet_NaN();  // NaN: none
-  std::string note;  // drawn in place of the bar when `value` is not finite
+  std::string note;                                          // drawn in place of the bar when `value` is not finite
 };
 
 struct BarChartOptions {
-  KILN_ARG(int, width) = 1000;      // pixels
-  KILN_ARG(int, bar_height) = 30;   // pixels per row
+  KILN_ARG(int, width) = 1000;     // pixels
+  KILN_ARG(int, bar_height) = 30;  // pixels per row
   KILN_ARG(int, text_scale) = 2;
   KILN_ARG(bool, log_x) = false;
-  KILN_ARG(double, origin) = 0;     // where bars start (1 for ratios)
+  KILN_ARG(double, origin) = 0;  // where bars start (1 for ratios)
   KILN_ARG(std::string, x_label) = "";
-  KILN_ARG(std::string, marker_label) = "";   // legend entry for the markers ("": no legend)
-  KILN_ARG(std::string, whisker_label) = "";  // legend entry for the whiskers
-  KILN_ARG(uint32_t, color) = 0x1f77b4;       // bars at or above the origin
-  KILN_ARG(uint32_t, below_color) = 0xff7f0e; // bars below it
+  KILN_ARG(std::string, marker_label) = "";    // legend entry for the markers ("": no legend)
+  KILN_ARG(std::string, whisker_label) = "";   // legend entry for the whiskers
+  KILN_ARG(uint32_t, color) = 0x1f77b4;        // bars at or above the origin
+  KILN_ARG(uint32_t, below_color) = 0xff7f0e;  // bars below it
   KILN_ARG(uint32_t, marker_color) = 0xd62728;
   KILN_ARG(uint32_t, whisker_color) = 0x333333;
 };
@@ -103,8 +104,7 @@ struct BarChartOptions {
 // (in the plot area's columns).
 PlotImage render_bar_chart(const std::string& title, const std::vector<Bar>& bars,
                            const BarChartOptions& options = BarChartOptions());
-void write_bar_chart_png(const std::string& path, const std::string& title,
-                         const std::vector<Bar>& bars,
+void write_bar_chart_png(const std::string& path, const std::string& title, const std::vector<Bar>& bars,
                          const BarChartOptions& options = BarChartOptions());
 
 // The tick positions an axis from lo to hi gets (1, 2 or 5 times a power of ten apart), and

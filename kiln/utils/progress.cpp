@@ -31,8 +31,8 @@ std::string format_duration(double seconds) {
   if (s < 3600) {
     std::snprintf(buf, sizeof buf, "%d:%02d", static_cast<int>(s / 60), static_cast<int>(s % 60));
   } else {
-    std::snprintf(buf, sizeof buf, "%lld:%02d:%02d", static_cast<long long>(s / 3600),
-                  static_cast<int>(s / 60 % 60), static_cast<int>(s % 60));
+    std::snprintf(buf, sizeof buf, "%lld:%02d:%02d", static_cast<long long>(s / 3600), static_cast<int>(s / 60 % 60),
+                  static_cast<int>(s % 60));
   }
   return buf;
 }
@@ -50,10 +50,8 @@ std::string fmt_rate(double v) {
 }
 }  // namespace
 
-Progress::Progress(int64_t total_steps, std::string label, std::ostream& os, bool is_tty,
-                   ProgressOptions options)
-    : total_(total_steps), label_(std::move(label)), os_(os), tty_(is_tty),
-      opt_(std::move(options)) {
+Progress::Progress(int64_t total_steps, std::string label, std::ostream& os, bool is_tty, ProgressOptions options)
+    : total_(total_steps), label_(std::move(label)), os_(os), tty_(is_tty), opt_(std::move(options)) {
   if (opt_.percent_interval() <= 0) opt_.percent_interval(100);
   if (opt_.max_lines() < 1) opt_.max_lines(1);
   next_percent_ = opt_.percent_interval();
@@ -163,8 +161,7 @@ void Progress::update(int64_t step, const Metrics& metrics, double samples_per_s
            static_cast<double>(step) * 100.0 >= next_percent_ * static_cast<double>(total_))
       next_percent_ += opt_.percent_interval();
   } else if (t - std::max(last_draw_, start_) >= opt_.seconds_interval() &&
-             lines_ + 1 + remaining_thresholds() + 1 <= opt_.max_lines() &&
-             (total_ <= 0 || step < total_)) {
+             lines_ + 1 + remaining_thresholds() + 1 <= opt_.max_lines() && (total_ <= 0 || step < total_)) {
     due = true;
   }
   if (due && lines_ + 1 < opt_.max_lines()) {

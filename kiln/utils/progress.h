@@ -53,8 +53,8 @@ struct ProgressOptions {
 
 class Progress {
  public:
-  Progress(int64_t total_steps, std::string label = "", std::ostream& os = std::cout,
-           bool is_tty = stdout_is_tty(), ProgressOptions options = ProgressOptions());
+  Progress(int64_t total_steps, std::string label = "", std::ostream& os = std::cout, bool is_tty = stdout_is_tty(),
+           ProgressOptions options = ProgressOptions());
   ~Progress();
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
@@ -85,13 +85,13 @@ class Progress {
   int width_ = 0;  // TTY line width limit, 0: none
 
   double start_;
-  double last_draw_ = -1e300;   // TTY redraw / non-TTY line times
-  double next_percent_;         // the next non-TTY threshold, in percent
+  double last_draw_ = -1e300;  // TTY redraw / non-TTY line times
+  double next_percent_;        // the next non-TTY threshold, in percent
   int64_t step_ = 0;
   Metrics metrics_;
   double sps_ = -1;
-  size_t drawn_len_ = 0;        // TTY: length of the line on screen
-  bool line_open_ = false;      // TTY: a line is drawn and not yet ended
+  size_t drawn_len_ = 0;    // TTY: length of the line on screen
+  bool line_open_ = false;  // TTY: a line is drawn and not yet ended
   bool finished_ = false;
   int64_t lines_ = 0;
 };

@@ -114,8 +114,7 @@ std::string file_version_event(double wall_time, const std::string& version) {
   return ev;
 }
 
-std::string scalars_event(double wall_time, int64_t step,
-                          const std::vector<std::pair<std::string, float>>& values) {
+std::string scalars_event(double wall_time, int64_t step, const std::vector<std::pair<std::string, float>>& values) {
   std::string summary;
   for (const auto& [tag, v] : values) {
     std::string value;
@@ -132,8 +131,7 @@ std::string scalars_event(double wall_time, int64_t step,
 
 }  // namespace tfrecord
 
-SummaryWriter::SummaryWriter(const std::string& dir, const std::string& filename_suffix,
-                             double flush_seconds)
+SummaryWriter::SummaryWriter(const std::string& dir, const std::string& filename_suffix, double flush_seconds)
     : dir_(dir), flush_seconds_(flush_seconds) {
   namespace fs = std::filesystem;
   KILN_CHECK(!dir.empty(), "SummaryWriter: empty log directory");
@@ -142,15 +140,14 @@ SummaryWriter::SummaryWriter(const std::string& dir, const std::string& filename
   KILN_CHECK(fs::is_directory(dir), "SummaryWriter: cannot create log directory '", dir,
              "': ", ec ? ec.message() : std::string("not a directory"));
   const double now = unix_time_now();
-  const std::string base = (fs::path(dir) / ("events.out.tfevents." +
-                                             std::to_string(static_cast<int64_t>(now)) + "." +
-                                             hostname())).string();
+  const std::string base =
+      (fs::path(dir) / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." + hostname()))
+          .string();
   // Two writers opened in the same second in the same folder get distinct files.
   path_ = base + filename_suffix;
   for (int i = 1; fs::exists(path_); ++i) path_ = base + "." + std::to_string(i) + filename_suffix;
   file_ = std::fopen(path_.c_str(), "wb");
-  KILN_CHECK(file_ != nullptr, "SummaryWriter: cannot open '", path_, "' for writing: ",
-             std::strerror(errno));
+  KILN_CHECK(file_ != nullptr, "SummaryWriter: cannot open '", path_, "' for writing: ", std::strerror(errno));
   std::lock_guard<std::mutex> lock(mu_);
   tfrecord::append_record(buffer_, tfrecord::file_version_event(now));
   flush_locked();
@@ -164,13 +161,12 @@ SummaryWriter::~SummaryWriter() {
   }
 }
 
-void SummaryWriter::add_scalar(const std::string& tag, double value, int64_t step,
-                               double wall_time) {
+void SummaryWriter::add_scalar(const std::string& tag, double value, int64_t step, double wall_time) {
   add_scalars({{tag, value}}, step, wall_time);
 }
 
-void SummaryWriter::add_scalars(const std::vector<std::pair<std::string, double>>& values,
-                                int64_t step, double wall_time) {
+void SummaryWriter::add_scalars(const std::vector<std::pair<std::string, double>>& values, int64_t step,
+                                double wall_time) {
   std::vector<std::pair<std::string, float>> fv;
   fv.reserve(values.size());
   for (const auto& [tag, v] : values) {
@@ -202,8 +198,7 @@ void SummaryWriter::flush_locked() {
     buffer_.clear();
     KILN_CHECK(ok, "SummaryWriter: short write to '", path_, "': ", std::strerror(errno));
   }
-  KILN_CHECK(std::fflush(file_) == 0, "SummaryWriter: cannot flush '", path_, "': ",
-             std::strerror(errno));
+  KILN_CHECK(std::fflush(file_) == 0, "SummaryWriter: cannot flush '", path_, "': ", std::strerror(errno));
 }
 
 void SummaryWriter::close() {

@@ -40,22 +40,20 @@ void append_record(std::string& out, const std::string& data);
 // Protobuf wire-format pieces (append to `out`).
 void put_varint(std::string& out, uint64_t v);
 void put_tag(std::string& out, uint32_t field, uint32_t wire_type);
-void put_double(std::string& out, uint32_t field, double v);            // wire type 1
-void put_float(std::string& out, uint32_t field, float v);              // wire type 5
-void put_int64(std::string& out, uint32_t field, int64_t v);            // wire type 0
-void put_bytes(std::string& out, uint32_t field, const std::string& v); // wire type 2
+void put_double(std::string& out, uint32_t field, double v);             // wire type 1
+void put_float(std::string& out, uint32_t field, float v);               // wire type 5
+void put_int64(std::string& out, uint32_t field, int64_t v);             // wire type 0
+void put_bytes(std::string& out, uint32_t field, const std::string& v);  // wire type 2
 // Whole Event messages (the record payloads).
 std::string file_version_event(double wall_time, const std::string& version = "brain.Event:2");
-std::string scalars_event(double wall_time, int64_t step,
-                          const std::vector<std::pair<std::string, float>>& values);
+std::string scalars_event(double wall_time, int64_t step, const std::vector<std::pair<std::string, float>>& values);
 }  // namespace tfrecord
 
 class SummaryWriter {
  public:
   // Creates `dir` (and its parents) and the event file in it. `filename_suffix` is appended to
   // the file name (as PyTorch's SummaryWriter does). Throws kiln::Error naming the path on failure.
-  explicit SummaryWriter(const std::string& dir, const std::string& filename_suffix = "",
-                         double flush_seconds = 10.0);
+  explicit SummaryWriter(const std::string& dir, const std::string& filename_suffix = "", double flush_seconds = 10.0);
   ~SummaryWriter();  // flushes and closes
   SummaryWriter(const SummaryWriter&) = delete;
   SummaryWriter& operator=(const SummaryWriter&) = delete;
@@ -64,8 +62,7 @@ class SummaryWriter {
   // wall_time < 0 means now (seconds since the Unix epoch).
   void add_scalar(const std::string& tag, double value, int64_t step, double wall_time = -1);
   // Several scalars at one step in one event (each tag its own curve).
-  void add_scalars(const std::vector<std::pair<std::string, double>>& values, int64_t step,
-                   double wall_time = -1);
+  void add_scalars(const std::vector<std::pair<std::string, double>>& values, int64_t step, double wall_time = -1);
   void flush();  // writes the buffered records and fflush()es the file
   void close();  // flush and close; later add_* calls throw
 

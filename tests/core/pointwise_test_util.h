@@ -12,7 +12,6 @@ namespace pointwise_test {
 
 using namespace kiln_test;
 
-
 using kiln::DType;
 using kiln::Tensor;
 using kiln::TensorOptions;
@@ -24,7 +23,7 @@ inline std::vector<double> map1(const std::vector<double>& x, const std::functio
 }
 
 inline std::vector<double> map2(const std::vector<double>& x, const std::vector<double>& y,
-                         const std::function<double(double, double)>& f) {
+                                const std::function<double(double, double)>& f) {
   std::vector<double> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) out[i] = f(x[i], y[i]);
   return out;
@@ -56,6 +55,5 @@ inline Tensor positive(const kiln::IntList& shape, bool rg, double lo = 0.5) {
   x.requires_grad_(rg);
   return x;
 }
-
 
 }  // namespace pointwise_test

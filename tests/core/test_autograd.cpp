@@ -19,9 +19,9 @@ double at(const Tensor& t, int64_t i) { return t.contiguous().reshape({-1})[i].i
 
 TEST_CASE("diamond graph accumulates both paths", "[autograd]") {
   auto x = kiln::tensor({2.0, -1.5}, f64(true));
-  auto a = x * 3.0;       // da/dx = 3
-  auto b = a * a;         // path 1: 2a * 3 = 18x
-  auto c = a.exp();       // path 2: e^a * 3
+  auto a = x * 3.0;  // da/dx = 3
+  auto b = a * a;    // path 1: 2a * 3 = 18x
+  auto c = a.exp();  // path 2: e^a * 3
   (b + c).sum().backward();
   for (int i = 0; i < 2; ++i) {
     double xv = at(x.detach(), i);
@@ -60,7 +60,7 @@ TEST_CASE("backward twice needs retain_graph", "[autograd]") {
 
 TEST_CASE("saved tensors are released after backward", "[autograd]") {
   auto x = kiln::randn({64, 64}, f64(true));
-  auto h = x.exp();  // saves its output
+  auto h = x.exp();                                  // saves its output
   std::weak_ptr<kiln::Storage> saved = h.storage();  // the data the graph keeps
   auto loss = h.sum();
   h = Tensor();  // only the graph holds the exp output now
@@ -176,9 +176,7 @@ TEST_CASE("queue_callback runs after the whole backward pass, in order, and may 
   REQUIRE_THROWS_WITH(kiln::autograd::queue_callback([] {}), Catch::Contains("while backward runs"));
   bool ran = false;
   auto c = kiln::tensor({1.0}, f64(true));
-  c.register_post_accumulate_grad_hook([&](Tensor&) {
-    kiln::autograd::queue_callback([&] { ran = true; });
-  });
+  c.register_post_accumulate_grad_hook([&](Tensor&) { kiln::autograd::queue_callback([&] { ran = true; }); });
   auto d = kiln::tensor({1.0}, f64(true));
   d.register_hook([](const Tensor& g) -> Tensor { throw kiln::Error("hook failed"); });
   REQUIRE_THROWS_WITH((c * 1.0 + d * 1.0).sum().backward(), Catch::Contains("hook failed"));
@@ -273,8 +271,10 @@ TEST_CASE("create_graph gives second derivatives", "[autograd]") {
   for (const char* op : {"tanh", "sigmoid", "gelu", "silu"}) {
     auto f = [op](const std::vector<Tensor>& in) {
       std::string o = op;
-      Tensor a = o == "tanh" ? in[0].tanh() : o == "sigmoid" ? in[0].sigmoid()
-               : o == "gelu" ? in[0].gelu() : in[0].silu();
+      Tensor a = o == "tanh"      ? in[0].tanh()
+                 : o == "sigmoid" ? in[0].sigmoid()
+                 : o == "gelu"    ? in[0].gelu()
+                                  : in[0].silu();
       return kiln::autograd::grad({a.sum()}, {in[0]}, {}, true, true)[0];
     };
     INFO(op);
@@ -286,8 +286,7 @@ TEST_CASE("views are differentiable", "[autograd]") {
   auto f = [](const std::vector<Tensor>& in) {
     const Tensor& x = in[0];
     return x.transpose(0, 1).reshape({-1}).slice(0, 1, 11, 3) * 2.0 +
-           x.select(1, 2).unsqueeze(0).expand({4, 3}).flatten().narrow(0, 2, 4) +
-           x.permute({1, 0})[3].squeeze().sum();
+           x.select(1, 2).unsqueeze(0).expand({4, 3}).flatten().narrow(0, 2, 4) + x.permute({1, 0})[3].squeeze().sum();
   };
   REQUIRE(kiln::gradcheck(f, {kiln::randn({3, 4}, f64(true))}));
 }

@@ -157,12 +157,10 @@ TEST_CASE("caching allocator splits and coalesces blocks", "[allocator]") {
   REQUIRE(be.allocs == 1);  // all three carved from one 2 MiB segment
   CHECK(y == x + 100 * KiB);
   CHECK(z == y + 200 * KiB);
-  CHECK(a.summary().find("largest free block: " + std::to_string(2 * MiB - 600 * KiB)) !=
-        std::string::npos);
+  CHECK(a.summary().find("largest free block: " + std::to_string(2 * MiB - 600 * KiB)) != std::string::npos);
 
   a.free(y);  // a hole in the middle: not merged with allocated neighbours
-  CHECK(a.summary().find("cached free:        " + std::to_string(2 * MiB - 400 * KiB)) !=
-        std::string::npos);
+  CHECK(a.summary().find("cached free:        " + std::to_string(2 * MiB - 400 * KiB)) != std::string::npos);
   // A request that fits the hole takes it (best fit: the hole is smaller than the tail).
   char* w = static_cast<char*>(a.allocate(150 * KiB));
   CHECK(w == y);
@@ -280,7 +278,7 @@ TEST_CASE("a cross-stream free during a capture waits for the capture's end", "[
   a.begin_private_pool(7);  // what Graph::capture_begin does
   a.free(p);
   CHECK(be.events == 0);
-  a.process_events();  // runs inside allocate too: must not touch the deferred block
+  a.process_events();                           // runs inside allocate too: must not touch the deferred block
   void* in_pool = a.allocate(4096, stream(1));  // from the private pool; p is not free either way
   CHECK(in_pool != p);
   a.free(in_pool);
@@ -357,8 +355,7 @@ TEST_CASE("caching allocator out of memory: empties the cache, retries, then thr
   a.free(r);
 }
 
-TEST_CASE("caching allocator history exports a Chrome trace and an HTML timeline",
-          "[allocator]") {
+TEST_CASE("caching allocator history exports a Chrome trace and an HTML timeline", "[allocator]") {
   FakeBackend be;
   CachingAllocator a(&be, "fake");
   void* before = a.allocate(1000);  // not recorded: history is off by default

@@ -20,8 +20,7 @@ using kiln::kernels::cpu::gemm;
 using kiln::kernels::cpu::MatrixView;
 using kiln_test::for_each_cpu_isa;
 
-template <class T>
-struct Case {
+template <class T> struct Case {
   int64_t M, N, K;
   bool ta, tb, accumulate;
   int threads;
@@ -30,8 +29,7 @@ struct Case {
 
 // Runs one product with A stored [M, K] (or [K, M] when ta) and B [K, N] (or [N, K] when tb) and
 // returns the worst error relative to 1 + |reference|.
-template <class T>
-double max_error(const Case<T>& c, std::mt19937& rng) {
+template <class T> double max_error(const Case<T>& c, std::mt19937& rng) {
   std::normal_distribution<double> nd;
   std::vector<T> a(c.M * c.K), b(c.K * c.N), out(c.M * c.N);
   for (auto& v : a) v = static_cast<T>(nd(rng));
@@ -46,10 +44,10 @@ double max_error(const Case<T>& c, std::mt19937& rng) {
       for (int64_t k = 0; k < c.K; ++k) s += A(i, k) * B(k, j);
       want[i * c.N + j] = s;
     }
-  MatrixView<const T> av = c.ta ? MatrixView<const T>{a.data(), c.M, c.K, 1, c.M}
-                                : MatrixView<const T>{a.data(), c.M, c.K, c.K, 1};
-  MatrixView<const T> bv = c.tb ? MatrixView<const T>{b.data(), c.K, c.N, 1, c.K}
-                                : MatrixView<const T>{b.data(), c.K, c.N, c.N, 1};
+  MatrixView<const T> av =
+      c.ta ? MatrixView<const T>{a.data(), c.M, c.K, 1, c.M} : MatrixView<const T>{a.data(), c.M, c.K, c.K, 1};
+  MatrixView<const T> bv =
+      c.tb ? MatrixView<const T>{b.data(), c.K, c.N, 1, c.K} : MatrixView<const T>{b.data(), c.K, c.N, c.N, 1};
   if constexpr (std::is_same_v<T, float>) {  // the copy of the CPU level in use
     kiln::kernels::cpu::gemm_f32_in_use.on(kiln::Device::cpu(), av, bv, MatrixView<T>{out.data(), c.M, c.N, c.N, 1},
                                            c.accumulate, c.threads, c.packed);

@@ -17,7 +17,6 @@
 
 using namespace winograd_test;
 
-
 TEST_CASE("winograd_forward f64 equals a direct convolution in double", "[winograd]") {
   for_each_tile([] { check_forward_shapes<double>(11); });
 }
@@ -27,18 +26,30 @@ TEST_CASE("winograd_forward f32 equals a direct convolution in double within f32
 }
 
 TEST_CASE("winograd_backward_input f64 and f32 equal the adjoint of the direct convolution", "[winograd]") {
-  SECTION("f64") { for_each_tile([] { check_backward_input_shapes<double>(13); }); }
-  SECTION("f32") { for_each_tile([] { check_backward_input_shapes<float>(14); }); }
+  SECTION("f64") {
+    for_each_tile([] { check_backward_input_shapes<double>(13); });
+  }
+  SECTION("f32") {
+    for_each_tile([] { check_backward_input_shapes<float>(14); });
+  }
 }
 
 TEST_CASE("winograd_backward_weight f64 and f32 equal the direct weight gradient", "[winograd]") {
-  SECTION("f64") { for_each_tile([] { check_backward_weight_shapes<double>(16); }); }
-  SECTION("f32") { for_each_tile([] { check_backward_weight_shapes<float>(17); }); }
+  SECTION("f64") {
+    for_each_tile([] { check_backward_weight_shapes<double>(16); });
+  }
+  SECTION("f32") {
+    for_each_tile([] { check_backward_weight_shapes<float>(17); });
+  }
 }
 
 TEST_CASE("winograd_backward_both f64 and f32 equal the direct input and weight gradients", "[winograd]") {
-  SECTION("f64") { for_each_tile([] { check_both_gradients_shapes<double>(BothVia::Stored, 24); }); }
-  SECTION("f32") { for_each_tile([] { check_both_gradients_shapes<float>(BothVia::Stored, 25); }); }
+  SECTION("f64") {
+    for_each_tile([] { check_both_gradients_shapes<double>(BothVia::Stored, 24); });
+  }
+  SECTION("f32") {
+    for_each_tile([] { check_both_gradients_shapes<float>(BothVia::Stored, 25); });
+  }
 }
 
 TEST_CASE("winograd_backward_both declines samples larger than a chunk, writing nothing", "[winograd]") {
@@ -51,16 +62,19 @@ TEST_CASE("winograd_backward_both declines samples larger than a chunk, writing 
 }
 
 TEST_CASE("winograd_backward_generated f64 and f32: the output gradient made per sample", "[winograd]") {
-  SECTION("f64") { for_each_tile([] { check_both_gradients_shapes<double>(BothVia::Generated, 18); }); }
-  SECTION("f32") { for_each_tile([] { check_both_gradients_shapes<float>(BothVia::Generated, 19); }); }
+  SECTION("f64") {
+    for_each_tile([] { check_both_gradients_shapes<double>(BothVia::Generated, 18); });
+  }
+  SECTION("f32") {
+    for_each_tile([] { check_both_gradients_shapes<float>(BothVia::Generated, 19); });
+  }
 }
 
-TEST_CASE("winograd_backward_input is the adjoint of winograd_forward: <gy, conv(x)> = <conv^T(gy), x>",
-          "[winograd]") {
+TEST_CASE("winograd_backward_input is the adjoint of winograd_forward: <gy, conv(x)> = <conv^T(gy), x>", "[winograd]") {
   // Independent of the reference loops above: the identity ties the two kernels together.
   std::mt19937 rng(15);
-  for (const Shape& s : {Shape{2, 5, 7, 7, 6, 1, 2, false}, Shape{1, 17, 3, 13, 4, 2, 0, false},
-                         Shape{3, 3, 4, 4, 37, 0, 1, false}}) {
+  for (const Shape& s :
+       {Shape{2, 5, 7, 7, 6, 1, 2, false}, Shape{1, 17, 3, 13, 4, 2, 0, false}, Shape{3, 3, 4, 4, 37, 0, 1, false}}) {
     const ConvGeometry g = geometry(s.N, s.C, s.K, s.H, s.W, s.ph, s.pw);
     INFO(describe(g));
     const auto x = normals(g.N * g.C * g.H * g.W, rng), w = normals(g.K * g.C * 9, rng);
@@ -75,9 +89,10 @@ TEST_CASE("winograd_backward_input is the adjoint of winograd_forward: <gy, conv
   }
 }
 
-TEST_CASE("winograd_backward_input through both routes: the forward's tiles (whole samples per chunk) and the "
-          "full convolution (samples larger than a chunk)",
-          "[winograd]") {
+TEST_CASE(
+    "winograd_backward_input through both routes: the forward's tiles (whole samples per chunk) and the "
+    "full convolution (samples larger than a chunk)",
+    "[winograd]") {
   // The adjoint route needs whole samples in a chunk (~2^22 / (xi * 4 * (C + K)) tiles, xi = 16
   // or 36 transformed positions); a 321 x 319 output with C = 3, K = 2 has 161 x 160 tiles of
   // 2x2 per sample, more than F(2x2, 3x3)'s budget of ~13000, or 81 x 80 of 4x4, more than
@@ -105,9 +120,10 @@ TEST_CASE("winograd_backward_input through both routes: the forward's tiles (who
   }
 }
 
-TEST_CASE("winograd_forward: rows-of-tiles and multi-sample chunks on two threads, samples_done once per sample "
-          "after its planes are final",
-          "[winograd]") {
+TEST_CASE(
+    "winograd_forward: rows-of-tiles and multi-sample chunks on two threads, samples_done once per sample "
+    "after its planes are final",
+    "[winograd]") {
   struct ChunkCase {
     const char* what;
     ConvGeometry g;
@@ -154,28 +170,27 @@ TEST_CASE("winograd_forward: rows-of-tiles and multi-sample chunks on two thread
         std::atomic<int64_t> widest{0};
         std::atomic<bool> bad_range{false};
         std::atomic<int> all_final_at_first_call{-1};  // -1: no call yet
-        const bool ok = winograd_forward<T>(xt.data(), wt.data(), bt.data(), out.data(), g,
-                                            [&](int64_t n0, int64_t n1) {
-                                              if (n0 < 0 || n1 > g.N || n0 >= n1) {
-                                                bad_range = true;
-                                                return;
-                                              }
-                                              int first = -1;
-                                              // (on one thread only: elsewhere other chunks are being written)
-                                              if (threads == 1 && all_final_at_first_call.compare_exchange_strong(first, 0)) {
-                                                const bool all = std::none_of(out.begin(), out.end(),
-                                                                              [](T v) { return std::isnan(v); });
-                                                all_final_at_first_call = all ? 1 : 0;
-                                              }
-                                              int64_t cur = widest.load();
-                                              while (n1 - n0 > cur && !widest.compare_exchange_weak(cur, n1 - n0)) {
-                                              }
-                                              for (int64_t n = n0; n < n1; ++n) {
-                                                calls[n].fetch_add(1);
-                                                // what the caller would read now (e.g. BatchNorm statistics)
-                                                std::copy_n(out.data() + n * plane, plane, snapshot.data() + n * plane);
-                                              }
-                                            });
+        const bool ok =
+            winograd_forward<T>(xt.data(), wt.data(), bt.data(), out.data(), g, [&](int64_t n0, int64_t n1) {
+              if (n0 < 0 || n1 > g.N || n0 >= n1) {
+                bad_range = true;
+                return;
+              }
+              int first = -1;
+              // (on one thread only: elsewhere other chunks are being written)
+              if (threads == 1 && all_final_at_first_call.compare_exchange_strong(first, 0)) {
+                const bool all = std::none_of(out.begin(), out.end(), [](T v) { return std::isnan(v); });
+                all_final_at_first_call = all ? 1 : 0;
+              }
+              int64_t cur = widest.load();
+              while (n1 - n0 > cur && !widest.compare_exchange_weak(cur, n1 - n0)) {
+              }
+              for (int64_t n = n0; n < n1; ++n) {
+                calls[n].fetch_add(1);
+                // what the caller would read now (e.g. BatchNorm statistics)
+                std::copy_n(out.data() + n * plane, plane, snapshot.data() + n * plane);
+              }
+            });
         REQUIRE(ok);
         CHECK_FALSE(bad_range.load());
         for (int64_t n = 0; n < g.N; ++n) {
@@ -226,8 +241,8 @@ TEST_CASE("conv2d_forward_batch_stats takes its statistics from final Winograd p
   // rows of tiles (64 x 65 = 4160 tiles per sample against a budget of ~2000 at 16 + 16 channels;
   // and 500 x 7 = 3500 on a plane narrower than a vector) and several whole samples per chunk
   // (see the chunking test)
-  for (const ConvGeometry& g : {geometry(2, 16, 16, 127, 129, 1, 1), geometry(2, 16, 16, 1000, 14, 1, 1),
-                                geometry(13, 16, 16, 9, 7, 1, 2)}) {
+  for (const ConvGeometry& g :
+       {geometry(2, 16, 16, 127, 129, 1, 1), geometry(2, 16, 16, 1000, 14, 1, 1), geometry(13, 16, 16, 9, 7, 1, 2)}) {
     INFO(describe(g));
     REQUIRE(winograd_applies(g, DType::F32));
     Tensor x = kiln::randn({g.N, g.C, g.H, g.W}) + 0.5, w = kiln::randn({g.K, g.C, 3, 3}), b = kiln::randn({g.K});

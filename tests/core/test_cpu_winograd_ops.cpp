@@ -96,7 +96,8 @@ TEST_CASE("conv2d with Inf or NaN in its operands is bitwise the direct kernel's
     REQUIRE(winograd_applies(g, DType::F32));
   }
   const float inf = std::numeric_limits<float>::infinity();
-  const Tensor x0 = kiln::randn({g.N, g.C, g.H, g.W}), b = kiln::randn({g.K}), gy0 = kiln::randn({g.N, g.K, g.OH, g.OW});
+  const Tensor x0 = kiln::randn({g.N, g.C, g.H, g.W}), b = kiln::randn({g.K}),
+               gy0 = kiln::randn({g.N, g.K, g.OH, g.OW});
   Tensor w = kiln::randn({g.K, g.C, 3, 3});
   {
     // weights that make output (0, k, 2, 4) of the Inf inputs below NaN (k = 0: Inf - Inf), +Inf
@@ -202,8 +203,7 @@ TEST_CASE("conv2d with Inf or NaN in its operands is bitwise the direct kernel's
   }
 }
 
-TEST_CASE("conv2d with Winograd on equals it off: forward, input and weight gradients, strided inputs",
-          "[winograd]") {
+TEST_CASE("conv2d with Winograd on equals it off: forward, input and weight gradients, strided inputs", "[winograd]") {
   kiln::manual_seed(51);
   F::Conv2dParams p;
   p.padding = {1, 1};
@@ -239,8 +239,8 @@ TEST_CASE("conv2d with Winograd on equals it off: forward, input and weight grad
              bl = b.detach().clone().requires_grad_();
       Tensor y = F::conv2d(in.view(l), wl, bl, p);
       y.backward(g);
-      return Result{values(y), values(l.grad()), values(wl.grad()), values(bl.grad()), y.detach(), l.grad(),
-                    wl.grad(), bl.grad()};
+      return Result{values(y),  values(l.grad()), values(wl.grad()), values(bl.grad()),
+                    y.detach(), l.grad(),         wl.grad(),         bl.grad()};
     };
     Result on, off;
     {
@@ -253,8 +253,8 @@ TEST_CASE("conv2d with Winograd on equals it off: forward, input and weight grad
     }
     const Result ref = run(in.leaf.to(DType::F64), w0.to(DType::F64), b0.to(DType::F64), gy.to(DType::F64));
     // the same in f64 on |x|, |w|, |b|, |gy|: each result's sum of the magnitudes of its terms
-    const Result mag = run(in.leaf.to(DType::F64).abs(), w0.to(DType::F64).abs(), b0.to(DType::F64).abs(),
-                           gy.to(DType::F64).abs());
+    const Result mag =
+        run(in.leaf.to(DType::F64).abs(), w0.to(DType::F64).abs(), b0.to(DType::F64).abs(), gy.to(DType::F64).abs());
     auto check = [](const std::vector<double>& got, const std::vector<double>& want, const std::vector<double>& m,
                     const char* what) {
       INFO(what);
@@ -297,11 +297,10 @@ TEST_CASE("conv2d_backward (both gradients in one call) rejects a missing or mis
   Tensor gx = kiln::empty({2, 16, 6, 6});
   CHECK_THROWS_WITH(kiln::kernels::conv2d_backward(gx, Tensor(), Tensor(), gy, x, w, g),
                     Catch::Contains("grad_weight must be contiguous like the weight"));
-  CHECK_THROWS_AS(kiln::kernels::conv2d_backward(gx, kiln::empty({16, 16, 3, 2}), Tensor(), gy, x, w, g),
-                  kiln::Error);
-  CHECK_THROWS_AS(kiln::kernels::conv2d_backward(gx, kiln::empty({16, 16, 3, 3}).transpose(0, 1), Tensor(), gy, x,
-                                                 w, g),
-                  kiln::Error);
+  CHECK_THROWS_AS(kiln::kernels::conv2d_backward(gx, kiln::empty({16, 16, 3, 2}), Tensor(), gy, x, w, g), kiln::Error);
+  CHECK_THROWS_AS(
+      kiln::kernels::conv2d_backward(gx, kiln::empty({16, 16, 3, 3}).transpose(0, 1), Tensor(), gy, x, w, g),
+      kiln::Error);
   // and with a good one it writes both gradients as the two single kernels do, bias included
   Tensor gw = kiln::empty({16, 16, 3, 3}), gb = kiln::empty({16});
   kiln::kernels::conv2d_backward(gx, gw, gb, gy, x, w, g);
@@ -339,7 +338,7 @@ TEST_CASE("winograd_applies: f32 NCHW 3x3 stride-1 convolutions of 16+ channels,
   CHECK_FALSE(winograd_applies(g, DType::F32));  // channels-last
   g = base;
   g.dh = g.dw = 2, g.ph = g.pw = 2;
-  CHECK_FALSE(winograd_applies(g, DType::F32));  // dilation 2 (same 9x9 output)
+  CHECK_FALSE(winograd_applies(g, DType::F32));                                // dilation 2 (same 9x9 output)
   CHECK_FALSE(winograd_applies(geometry(3, 32, 32, 9, 9, 3, 3), DType::F32));  // padding 3
   CHECK_FALSE(winograd_applies(geometry(3, 32, 32, 9, 9, 1, 3), DType::F32));  // padding 3 on one axis
   CHECK_FALSE(winograd_applies(geometry(3, 3, 32, 9, 9, 1, 1), DType::F32));   // C = 3
@@ -354,8 +353,7 @@ TEST_CASE("winograd_applies: f32 NCHW 3x3 stride-1 convolutions of 16+ channels,
   CHECK(winograd_applies(base, DType::F32));
 }
 
-TEST_CASE("conv2d_batch_norm_relu_max_pool2d's generated backward with Winograd on equals it off",
-          "[winograd]") {
+TEST_CASE("conv2d_batch_norm_relu_max_pool2d's generated backward with Winograd on equals it off", "[winograd]") {
   // the fused conv-block path whose conv backward gets its output gradient one sample at a time
   // (kiln/kernels/conv_block.h); its 3x3 stride-1 conv of 16 channels runs Winograd when on
   kiln::manual_seed(43);
@@ -382,7 +380,8 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d's generated backward with Winograd 
   CHECK_FALSE(bitwise_equal(on[2], off[2]));
 }
 
-TEST_CASE("winograd_tile: F(4x4, 3x3) where its products dominate; set_cpu_conv_winograd_tile forces one", "[winograd]") {
+TEST_CASE("winograd_tile: F(4x4, 3x3) where its products dominate; set_cpu_conv_winograd_tile forces one",
+          "[winograd]") {
   REQUIRE(kiln::cpu_conv_winograd_tile() == 0);
   // ResNet-18's 3x3 stride-1 layers (padding 1) and the CNN's conv2
   CHECK(kiln::kernels::cpu::winograd_tile(geometry(2, 64, 64, 28, 28, 1, 1)) == 4);    // 0.56x the products

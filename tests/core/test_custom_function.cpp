@@ -47,9 +47,7 @@ struct Exp : Function<Exp> {
 
 // Clamp with a straight-through gradient: the gradient passes unchanged.
 struct StraightThroughClamp : Function<StraightThroughClamp> {
-  static Tensor forward(AutogradContext*, const Tensor& x, double lo, double hi) {
-    return x.clamp(lo, hi);
-  }
+  static Tensor forward(AutogradContext*, const Tensor& x, double lo, double hi) { return x.clamp(lo, hi); }
   static variable_list backward(AutogradContext*, variable_list g) {
     return {g[0], Tensor(), Tensor()};  // one per argument: the trailing undefined are allowed
   }
@@ -59,8 +57,7 @@ struct StraightThroughClamp : Function<StraightThroughClamp> {
 struct MulAdd : Function<MulAdd> {
   static variable_list forward(AutogradContext* ctx, const Tensor& a, std::vector<Tensor> bs) {
     ctx->save_for_backward({a, bs[0]});
-    ctx->saved_data["needs"] = std::to_string(ctx->needs_input_grad(0)) +
-                               std::to_string(ctx->needs_input_grad(1));
+    ctx->saved_data["needs"] = std::to_string(ctx->needs_input_grad(0)) + std::to_string(ctx->needs_input_grad(1));
     return {a * bs[0], a + bs[0]};
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
@@ -118,7 +115,6 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
   return m;
 }
 
-
 }  // namespace
 
 TEST_CASE("custom function: x * exp(x) passes gradcheck", "[custom_function]") {
@@ -156,8 +152,7 @@ TEST_CASE("custom function: used twice in one graph, and with ops around it", "[
   REQUIRE(max_abs_diff(x.grad(), x.exp() * 2.0) < 1e-12);
 }
 
-TEST_CASE("custom function: several inputs and outputs, vector args, needs_input_grad",
-          "[custom_function]") {
+TEST_CASE("custom function: several inputs and outputs, vector args, needs_input_grad", "[custom_function]") {
   auto a = kiln::randn({2, 3}, f64(true));
   auto b = kiln::randn({2, 3}, f64(true));
   REQUIRE(kiln::gradcheck(
@@ -194,8 +189,7 @@ TEST_CASE("custom function: saved_data holds any value", "[custom_function]") {
   REQUIRE(ctx.saved_data["sizes"].toIntVector() == std::vector<int64_t>{2, 3});
   REQUIRE(ctx.saved_data["t"].toTensor().numel() == 2);
   REQUIRE(ctx.saved_data["pair"].to<std::pair<int, double>>().second == 2.5);
-  REQUIRE(error_of([&] { ctx.saved_data["d"].toInt(); }).find("expected a value of type int") !=
-          std::string::npos);
+  REQUIRE(error_of([&] { ctx.saved_data["d"].toInt(); }).find("expected a value of type int") != std::string::npos);
   REQUIRE(ctx.saved_data["missing"].isNone());
 }
 
@@ -223,8 +217,7 @@ TEST_CASE("custom function: a saved tensor modified in place is refused", "[cust
   REQUIRE(e.find("SaveInput") != std::string::npos);
 }
 
-TEST_CASE("custom function: second backward needs retain_graph; no-grad records nothing",
-          "[custom_function]") {
+TEST_CASE("custom function: second backward needs retain_graph; no-grad records nothing", "[custom_function]") {
   auto x = kiln::randn({3}, f64(true));
   auto y = Exp::apply(x).sum();
   y.backward(Tensor(), /*retain_graph=*/true);
@@ -245,7 +238,7 @@ TEST_CASE("custom function: create_graph differentiates through backward", "[cus
   auto x = kiln::tensor({0.3, -0.7}, f64(true));
   auto y = MulExp::apply(x, 1.0).sum();
   auto g = kiln::autograd::grad({y}, {x}, {}, true, true)[0];  // (x + 1) e^x
-  g.sum().backward();                                           // (x + 2) e^x
+  g.sum().backward();                                          // (x + 2) e^x
   kiln::NoGradGuard ng;
   REQUIRE(max_abs_diff(x.grad(), (x + 2.0) * x.exp()) < 1e-12);
 }
@@ -254,13 +247,13 @@ TEST_CASE("custom function: mark_dirty and mark_non_differentiable", "[custom_fu
   auto x = kiln::tensor({1.0, -3.0, 2.0}, f64(true));
   auto h = x * 2.0;
   auto r = AddOneInPlace::apply(h);
-  REQUIRE(r[0].is_same(h));                 // the dirty input is the output, history rebased
+  REQUIRE(r[0].is_same(h));  // the dirty input is the output, history rebased
   REQUIRE(h.grad_fn() == r[0].grad_fn());
   REQUIRE(values(h) == std::vector<double>{3.0, -5.0, 5.0});
   REQUIRE(r[1].dtype() == DType::I64);
   REQUIRE_FALSE(r[1].requires_grad());
   REQUIRE_FALSE(r[2].requires_grad());
-  (r[0] * r[0]).sum().backward();           // d/dx (2x + 1)^2 = 4 (2x + 1)
+  (r[0] * r[0]).sum().backward();  // d/dx (2x + 1)^2 = 4 (2x + 1)
   REQUIRE(values(x.grad()) == std::vector<double>{12.0, -20.0, 20.0});
   // a leaf that requires grad cannot be dirtied
   auto leaf = kiln::tensor({1.0}, f64(true));

@@ -28,8 +28,8 @@ KILN_REGISTER_KERNEL(test_add, CPU, test_add_cpu);
 
 // Host memory that says it is on cuda:0 (never dereferenced as such).
 Tensor labelled_cuda(std::vector<float>& host) {
-  return kiln::from_blob(host.data(), {static_cast<int64_t>(host.size())}, [](void*) {},
-                         kiln::TensorOptions().device(Device::cuda(0)));
+  return kiln::from_blob(
+      host.data(), {static_cast<int64_t>(host.size())}, [](void*) {}, kiln::TensorOptions().device(Device::cuda(0)));
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -74,8 +74,7 @@ TEST_CASE("dispatch errors: two devices, no operand, no backend", "[dispatch][er
   CHECK_THAT(missing, Catch::Contains("test_add: ") && Catch::Contains("cuda:0"));
   if (kiln::cuda::built_with_cuda())
     CHECK_THAT(missing, Catch::Contains("no kernel for tensors on cuda:0 in this build"));
-  else
-    CHECK_THAT(missing, Catch::Contains("kiln was built without CUDA"));
+  else CHECK_THAT(missing, Catch::Contains("kiln was built without CUDA"));
   CHECK(out.data_ptr<float>()[0] == 0.f);  // nothing ran
 }
 

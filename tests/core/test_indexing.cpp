@@ -103,8 +103,8 @@ TEST_CASE("cat: forward values along each dimension", "[indexing][cat]") {
 
 TEST_CASE("cat: non-contiguous inputs and dtype promotion", "[indexing][cat]") {
   Tensor a = kiln::arange(12).reshape({3, 4});
-  Tensor at = a.t();                      // [4, 3], transposed
-  Tensor s = a.slice(1, 0, 4, 2).t();     // [2, 3] with step
+  Tensor at = a.t();                   // [4, 3], transposed
+  Tensor s = a.slice(1, 0, 4, 2).t();  // [2, 3] with step
   Tensor c = kiln::cat({at, s}, 0);
   REQUIRE(c.sizes() == kiln::IntList{6, 3});
   REQUIRE(values(c) == std::vector<double>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11, 0, 4, 8, 2, 6, 10});
@@ -138,8 +138,11 @@ TEST_CASE("cat: gradients", "[indexing][cat][grad]") {
   REQUIRE(check_grad([](const std::vector<Tensor>& x) { return kiln::cat({x[0], x[0]}, -1); }, {a}));
   // a transposed input (the view is taken inside so the leaf stays contiguous)
   Tensor t = randn64({3, 2});
-  REQUIRE(check_grad([](const std::vector<Tensor>& x) { return kiln::cat({x[0].t(), x[1]}, 0); },
-                     {t, randn64({1, 3})}));
+  REQUIRE(check_grad(
+      [](const std::vector<Tensor>& x) {
+        return kiln::cat({x[0].t(), x[1]}, 0);
+      },
+      {t, randn64({1, 3})}));
 
   // exact slices, and an input that needs no grad
   Tensor p = kiln::arange(4, f64(true)).reshape({2, 2}).detach().requires_grad_();
@@ -163,8 +166,8 @@ TEST_CASE("cat: errors", "[indexing][cat][errors]") {
   Tensor a = kiln::zeros({2, 3}), b = kiln::zeros({3, 2});
   REQUIRE_THROWS_AS(kiln::cat({}, 0), kiln::Error);
   REQUIRE_THROWS_AS(kiln::cat({a, b}, 0), kiln::Error);
-  REQUIRE_THROWS_WITH(kiln::cat({a, b}, 0), Catch::Contains("cat") && Catch::Contains("[2, 3]") &&
-                                                 Catch::Contains("[3, 2]"));
+  REQUIRE_THROWS_WITH(kiln::cat({a, b}, 0),
+                      Catch::Contains("cat") && Catch::Contains("[2, 3]") && Catch::Contains("[3, 2]"));
   REQUIRE_THROWS_AS(kiln::cat({a, kiln::zeros({2, 3, 1})}, 0), kiln::Error);
   REQUIRE_THROWS_AS(kiln::cat({a, a}, 2), kiln::Error);
   REQUIRE_THROWS_AS(kiln::cat({a, a}, -3), kiln::Error);
@@ -194,8 +197,11 @@ TEST_CASE("stack: forward values and gradients", "[indexing][stack]") {
   kiln::manual_seed(12);
   REQUIRE(check_grad([](const std::vector<Tensor>& x) { return kiln::stack(x, 1); },
                      {randn64({3, 2}), randn64({3, 2}), randn64({3, 2})}));
-  REQUIRE(check_grad([](const std::vector<Tensor>& x) { return kiln::stack({x[0].t(), x[1]}, -1); },
-                     {randn64({2, 3}), randn64({3, 2})}));
+  REQUIRE(check_grad(
+      [](const std::vector<Tensor>& x) {
+        return kiln::stack({x[0].t(), x[1]}, -1);
+      },
+      {randn64({2, 3}), randn64({3, 2})}));
 
   REQUIRE_THROWS_AS(kiln::stack({a, kiln::zeros({3, 2})}), kiln::Error);
   REQUIRE_THROWS_AS(kiln::stack({}), kiln::Error);
@@ -216,7 +222,7 @@ TEST_CASE("index_select: forward values", "[indexing][index_select]") {
   REQUIRE(values(a.index_select(-1, i32({3, 1, 1}))) == values(c));
 
   // transposed input, strided index
-  Tensor at = a.t();  // [4, 3]
+  Tensor at = a.t();                                    // [4, 3]
   Tensor idx = i64({2, 9, 0, 9, 3}).slice(0, 0, 5, 2);  // {2, 0, 3}
   Tensor t = at.index_select(0, idx);
   REQUIRE(values(t) == std::vector<double>{2, 6, 10, 0, 4, 8, 3, 7, 11});
@@ -260,12 +266,14 @@ TEST_CASE("index_select: repeated indices accumulate gradients", "[indexing][ind
 TEST_CASE("index_select: gradcheck", "[indexing][index_select][grad]") {
   kiln::manual_seed(21);
   Tensor idx = i64({3, 0, 3, 1});
-  REQUIRE(check_grad([&](const std::vector<Tensor>& x) { return kiln::index_select(x[0], 0, idx); },
-                     {randn64({4, 3})}));
-  REQUIRE(check_grad([&](const std::vector<Tensor>& x) { return x[0].index_select(-1, idx); },
-                     {randn64({2, 3, 4})}));
-  REQUIRE(check_grad([&](const std::vector<Tensor>& x) { return x[0].transpose(0, 2).index_select(1, i32({2, 2, 0})); },
-                     {randn64({4, 3, 2})}));
+  REQUIRE(
+      check_grad([&](const std::vector<Tensor>& x) { return kiln::index_select(x[0], 0, idx); }, {randn64({4, 3})}));
+  REQUIRE(check_grad([&](const std::vector<Tensor>& x) { return x[0].index_select(-1, idx); }, {randn64({2, 3, 4})}));
+  REQUIRE(check_grad(
+      [&](const std::vector<Tensor>& x) {
+        return x[0].transpose(0, 2).index_select(1, i32({2, 2, 0}));
+      },
+      {randn64({4, 3, 2})}));
 }
 
 TEST_CASE("index_select: double backward", "[indexing][index_select][grad]") {
@@ -364,12 +372,11 @@ TEST_CASE("gather: gradcheck", "[indexing][gather][grad]") {
     kiln::IntList isz = {2, 3, 2};
     isz[d] = 5;  // more positions than the input along dim: repeated indices
     Tensor idx = kiln::randint(0, 3, isz);
-    REQUIRE(check_grad([&](const std::vector<Tensor>& x) { return kiln::gather(x[0], dim, idx); },
-                       {randn64({3, 3, 3})}));
+    REQUIRE(
+        check_grad([&](const std::vector<Tensor>& x) { return kiln::gather(x[0], dim, idx); }, {randn64({3, 3, 3})}));
   }
   Tensor idx = kiln::randint(0, 4, {3, 2});
-  REQUIRE(check_grad([&](const std::vector<Tensor>& x) { return x[0].t().gather(0, idx); },
-                     {randn64({2, 4})}));
+  REQUIRE(check_grad([&](const std::vector<Tensor>& x) { return x[0].t().gather(0, idx); }, {randn64({2, 4})}));
 }
 
 TEST_CASE("gather: errors", "[indexing][gather][errors]") {
@@ -378,7 +385,7 @@ TEST_CASE("gather: errors", "[indexing][gather][errors]") {
                       Catch::Contains("gather") && Catch::Contains("index 4") && Catch::Contains("size 4"));
   REQUIRE_THROWS_WITH(a.gather(0, i64({0, -2}).reshape({1, 2})), Catch::Contains("index -2"));
   REQUIRE_THROWS_WITH(a.gather(0, kiln::zeros({1, 2})), Catch::Contains("gather") && Catch::Contains("float32"));
-  REQUIRE_THROWS_AS(a.gather(0, i64({0, 1})), kiln::Error);                     // rank mismatch
+  REQUIRE_THROWS_AS(a.gather(0, i64({0, 1})), kiln::Error);                      // rank mismatch
   REQUIRE_THROWS_AS(a.gather(0, kiln::zeros({2, 5}, DType::I64)), kiln::Error);  // too wide in dim 1
   REQUIRE_THROWS_AS(a.gather(2, kiln::zeros({2, 2}, DType::I64)), kiln::Error);
 }
@@ -483,13 +490,13 @@ TEST_CASE("embedding: forward, repeated-row gradients, gradcheck", "[indexing][e
 
   kiln::manual_seed(51);
   Tensor idx = kiln::randint(0, 6, {3, 4});
-  REQUIRE(check_grad([&](const std::vector<Tensor>& x) { return kiln::embedding(x[0], idx); },
-                     {randn64({6, 4})}));
+  REQUIRE(check_grad([&](const std::vector<Tensor>& x) { return kiln::embedding(x[0], idx); }, {randn64({6, 4})}));
 
   REQUIRE_THROWS_WITH(kiln::embedding(w, i64({5})),
                       Catch::Contains("embedding") && Catch::Contains("index 5") && Catch::Contains("5 embeddings"));
   REQUIRE_THROWS_AS(kiln::embedding(w, i64({-1})), kiln::Error);
-  REQUIRE_THROWS_WITH(kiln::embedding(kiln::zeros({5}), i64({0})), Catch::Contains("embedding") && Catch::Contains("2-D"));
+  REQUIRE_THROWS_WITH(kiln::embedding(kiln::zeros({5}), i64({0})),
+                      Catch::Contains("embedding") && Catch::Contains("2-D"));
   REQUIRE_THROWS_AS(kiln::embedding(w, kiln::zeros({2})), kiln::Error);
 }
 

@@ -19,8 +19,8 @@ using kiln::IntList;
 using kiln::Tensor;
 
 // Naive batched matmul: a [B, n, k] @ b [B, k, m] in row-major, all in double.
-std::vector<double> naive_bmm(const std::vector<double>& a, const std::vector<double>& b, int64_t B,
-                              int64_t n, int64_t k, int64_t m) {
+std::vector<double> naive_bmm(const std::vector<double>& a, const std::vector<double>& b, int64_t B, int64_t n,
+                              int64_t k, int64_t m) {
   std::vector<double> c(B * n * m, 0.0);
   for (int64_t z = 0; z < B; ++z)
     for (int64_t i = 0; i < n; ++i)
@@ -41,11 +41,16 @@ std::vector<double> naive_mm(const Tensor& a, const Tensor& b) {
 // the final rounding to 16 bits counts: f16 unit roundoff 2^-11 -> rel 2e-3; bf16 2^-8 -> 1e-2.
 double rtol_for(DType dt) {
   switch (dt) {
-    case DType::F64: return 1e-12;
-    case DType::F32: return 1e-5;
-    case DType::F16: return 2e-3;
-    case DType::BF16: return 1e-2;
-    default: return 0;
+    case DType::F64:
+      return 1e-12;
+    case DType::F32:
+      return 1e-5;
+    case DType::F16:
+      return 2e-3;
+    case DType::BF16:
+      return 1e-2;
+    default:
+      return 0;
   }
 }
 // The absolute tolerance per dtype: the same values as rtol_for.
@@ -220,7 +225,7 @@ TEST_CASE("linalg: transposed and strided operands", "[linalg][strided]") {
     check_close_finite(kiln::mm(a, bt), naive_mm(a, bt), rt, at, "A B^T");
     check_close_finite(kiln::mm(at_, bt), naive_mm(at_, bt), rt, at, "A^T B^T");
     // neither stride is 1: every other row and column
-    Tensor as = kiln::randn({8, 12}, dt).slice(0, 0, 8, 2).slice(1, 1, 12, 2);  // [4,6]
+    Tensor as = kiln::randn({8, 12}, dt).slice(0, 0, 8, 2).slice(1, 1, 12, 2);    // [4,6]
     Tensor bs = kiln::randn({12, 15}, dt).slice(0, 0, 12, 2).slice(1, 0, 15, 3);  // [6,5]
     REQUIRE(as.sizes() == IntList{4, 6});
     REQUIRE(bs.sizes() == IntList{6, 5});
@@ -236,13 +241,19 @@ TEST_CASE("linalg: transposed and strided operands", "[linalg][strided]") {
     Tensor ab = kiln::randn({3, 6, 4}, dt).transpose(1, 2);  // [3,4,6]
     Tensor bb = kiln::randn({6, 3, 5}, dt).transpose(0, 1);  // [3,6,5], batch stride 5
     check_close_finite(kiln::bmm(ab, bb), naive_bmm(values(ab), values(bb), 3, 4, 6, 5), rt, at, "bmm strided");
-    check_close_finite(kiln::matmul(ab, bb), naive_bmm(values(ab), values(bb), 3, 4, 6, 5), rt, at, "matmul 3d strided");
-    check_close_finite(kiln::matmul(ab, bt), naive_bmm(values(ab), [&] {
-                         auto v = values(bt);
-                         std::vector<double> r;
-                         for (int i = 0; i < 3; ++i) r.insert(r.end(), v.begin(), v.end());
-                         return r;
-                       }(), 3, 4, 6, 5), rt, at, "matmul 3d . transposed 2d");
+    check_close_finite(kiln::matmul(ab, bb), naive_bmm(values(ab), values(bb), 3, 4, 6, 5), rt, at,
+                       "matmul 3d strided");
+    check_close_finite(kiln::matmul(ab, bt),
+                       naive_bmm(
+                           values(ab),
+                           [&] {
+                             auto v = values(bt);
+                             std::vector<double> r;
+                             for (int i = 0; i < 3; ++i) r.insert(r.end(), v.begin(), v.end());
+                             return r;
+                           }(),
+                           3, 4, 6, 5),
+                       rt, at, "matmul 3d . transposed 2d");
     // a 1-D strided vector
     Tensor v = kiln::randn({12}, dt).slice(0, 0, 12, 2);
     check_close_finite(kiln::matmul(a, v), naive_bmm(values(a), values(v), 1, 4, 6, 1), rt, at, "strided vector");
@@ -310,8 +321,8 @@ TEST_CASE("linalg: an operand stored transposed gets its gradient in its own lay
   kiln::bmm(bx, bw.transpose(1, 2)).backward(bg);
   CHECK(bw.grad().is_contiguous());
   for (int64_t z = 0; z < 2; ++z)
-    check_close_finite(bw.grad().select(0, z), naive_mm(bg.select(0, z).t(), bx.detach().select(0, z)), 1e-12,
-                       1e-12, "batched dW");
+    check_close_finite(bw.grad().select(0, z), naive_mm(bg.select(0, z).t(), bx.detach().select(0, z)), 1e-12, 1e-12,
+                       "batched dW");
 }
 
 TEST_CASE("linalg: gradchecks", "[linalg][gradcheck]") {
@@ -329,15 +340,14 @@ TEST_CASE("linalg: gradchecks", "[linalg][gradcheck]") {
   CHECK(kiln::gradcheck([](const TL& in) { return kiln::matmul(in[0], in[1]); }, {r({5}), r({2, 5, 3})}));
   CHECK(kiln::gradcheck([](const TL& in) { return kiln::matmul(in[0], in[1]); }, {r({3, 5}), r({2, 5, 2})}));
   CHECK(kiln::gradcheck([](const TL& in) { return kiln::matmul(in[0], in[1]); }, {r({2, 3, 5}), r({2, 5, 2})}));
-  CHECK(kiln::gradcheck([](const TL& in) { return kiln::matmul(in[0], in[1]); },
-                          {r({2, 1, 3, 4}), r({3, 4, 2})}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::matmul(in[0], in[1]); }, {r({2, 1, 3, 4}), r({3, 4, 2})}));
   // transposed / strided operands
   CHECK(kiln::gradcheck([](const TL& in) { return kiln::mm(in[0].t(), in[1].t()); }, {r({4, 3}), r({2, 4})}));
   CHECK(kiln::gradcheck([](const TL& in) { return kiln::mm(in[0].slice(1, 0, 8, 2), in[1]); }, {r({3, 8}), r({4, 2})}));
   CHECK(kiln::gradcheck([](const TL& in) { return kiln::bmm(in[0].transpose(1, 2), in[1]); },
-                          {r({2, 4, 3}), r({2, 4, 2})}));
+                        {r({2, 4, 3}), r({2, 4, 2})}));
   CHECK(kiln::gradcheck([](const TL& in) { return kiln::bmm(in[0], in[1].transpose(1, 2)); },
-                          {r({2, 3, 4}), r({2, 2, 4})}));
+                        {r({2, 3, 4}), r({2, 2, 4})}));
   // the same tensor on both sides
   CHECK(kiln::gradcheck([](const TL& in) { return kiln::mm(in[0], in[0].t()); }, {r({3, 4})}));
 }

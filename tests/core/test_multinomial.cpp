@@ -87,7 +87,8 @@ TEST_CASE("multinomial: errors", "[multinomial][errors]") {
                     Catch::Contains("inf, nan or element < 0"));
   CHECK_THROWS_WITH(kiln::multinomial(kiln::tensor(std::vector<double>{1, NAN}), 1), Catch::Contains("inf, nan"));
   CHECK_THROWS_WITH(kiln::multinomial(kiln::tensor(std::vector<double>{INFINITY, 1}), 1), Catch::Contains("inf, nan"));
-  CHECK_THROWS_WITH(kiln::multinomial(kiln::zeros({2, 3}, DType::F64), 1), Catch::Contains("sum of probabilities <= 0"));
+  CHECK_THROWS_WITH(kiln::multinomial(kiln::zeros({2, 3}, DType::F64), 1),
+                    Catch::Contains("sum of probabilities <= 0"));
   CHECK_THROWS_WITH(kiln::multinomial(w, 4), Catch::Contains("without replacement"));
   CHECK_THROWS_WITH(kiln::multinomial(kiln::tensor(std::vector<double>{1, 0, 2}), 3),
                     Catch::Contains("has only 2 non-zero weights"));

@@ -39,9 +39,7 @@ Tensor make(const std::vector<double>& v, const IntList& sizes, DType dt, bool g
 }
 
 // Constant operands of a row, in the input's dtype.
-Tensor like(const Tensor& x, const std::vector<double>& v, const IntList& sizes) {
-  return make(v, sizes, x.dtype());
-}
+Tensor like(const Tensor& x, const std::vector<double>& v, const IntList& sizes) { return make(v, sizes, x.dtype()); }
 
 Tensor i64(const std::vector<int64_t>& v) { return kiln::tensor(v); }
 
@@ -51,44 +49,92 @@ std::vector<Row> rows() {
   const double z3 = ln_(3, 2, 2.0 / 3);  // (x - mean) / sqrt(var + eps) of [1, 2, 3] at 3
   std::vector<Row> r;
   // ---- activations
-  r.push_back({"relu", {nan_, inf, -inf, -1, 0, 2}, {6}, [](const Tensor& x) { return kiln::relu(x); },
-               {nan_, inf, 0, 0, 0, 2}, {1, 1, 0, 0, 0, 1}});  // threshold_backward: y <= 0 ? 0 : g
+  r.push_back({"relu",
+               {nan_, inf, -inf, -1, 0, 2},
+               {6},
+               [](const Tensor& x) { return kiln::relu(x); },
+               {nan_, inf, 0, 0, 0, 2},
+               {1, 1, 0, 0, 0, 1}});  // threshold_backward: y <= 0 ? 0 : g
   r.push_back({"Tensor::relu", {nan_, -inf}, {2}, [](const Tensor& x) { return x.relu(); }, {nan_, 0}, {1, 0}});
-  r.push_back({"leaky_relu", {nan_, inf, -inf, -2, 3}, {5}, [](const Tensor& x) { return F::leaky_relu(x, 0.1); },
-               {nan_, inf, -inf, -0.2, 3}, {0.1, 1, 0.1, 0.1, 1}});
-  r.push_back({"gelu", {nan_, inf, -inf, 0}, {4}, [](const Tensor& x) { return kiln::gelu(x); },
-               {nan_, inf, nan_, 0}, {nan_, nan_, nan_, 0.5}});  // -inf * 0.5 * (1 + erf(-inf)) = -inf * 0
-  r.push_back({"gelu tanh", {nan_, inf, -inf, 0}, {4}, [](const Tensor& x) { return kiln::gelu(x, "tanh"); },
-               {nan_, inf, nan_, 0}, {}});
-  r.push_back({"bias_gelu", {nan_, -inf, 1}, {1, 3},
+  r.push_back({"leaky_relu",
+               {nan_, inf, -inf, -2, 3},
+               {5},
+               [](const Tensor& x) { return F::leaky_relu(x, 0.1); },
+               {nan_, inf, -inf, -0.2, 3},
+               {0.1, 1, 0.1, 0.1, 1}});
+  r.push_back({"gelu",
+               {nan_, inf, -inf, 0},
+               {4},
+               [](const Tensor& x) { return kiln::gelu(x); },
+               {nan_, inf, nan_, 0},
+               {nan_, nan_, nan_, 0.5}});  // -inf * 0.5 * (1 + erf(-inf)) = -inf * 0
+  r.push_back({"gelu tanh",
+               {nan_, inf, -inf, 0},
+               {4},
+               [](const Tensor& x) { return kiln::gelu(x, "tanh"); },
+               {nan_, inf, nan_, 0},
+               {}});
+  r.push_back({"bias_gelu",
+               {nan_, -inf, 1},
+               {1, 3},
                [](const Tensor& x) { return F::bias_gelu(x, kiln::zeros({3}, x.options().requires_grad(false))); },
-               {nan_, nan_, 0.5 * (1 + std::erf(1 / std::sqrt(2.0)))}, {}});
-  r.push_back({"linear_gelu", {nan_, 1}, {1, 2},
+               {nan_, nan_, 0.5 * (1 + std::erf(1 / std::sqrt(2.0)))},
+               {}});
+  r.push_back({"linear_gelu",
+               {nan_, 1},
+               {1, 2},
                [](const Tensor& x) {
                  return F::linear_gelu(x, like(x, {1, 1, 0, 1}, {2, 2}), like(x, {0, 0}, {2}));
                },
-               {nan_, nan_}, {}});  // nan * 0 is nan in the GEMM too
-  r.push_back({"clamp", {nan_, inf, -inf, 0.5}, {4}, [](const Tensor& x) { return kiln::clamp(x, 0, 1); },
-               {nan_, 1, 0, 0.5}, {0, 0, 0, 1}});
+               {nan_, nan_},
+               {}});  // nan * 0 is nan in the GEMM too
+  r.push_back({"clamp",
+               {nan_, inf, -inf, 0.5},
+               {4},
+               [](const Tensor& x) { return kiln::clamp(x, 0, 1); },
+               {nan_, 1, 0, 0.5},
+               {0, 0, 0, 1}});
   r.push_back({"clamp_min", {nan_, -inf}, {2}, [](const Tensor& x) { return x.clamp_min(0); }, {nan_, 0}, {}});
-  r.push_back({"maximum", {nan_, 1, -inf, 2}, {4},
-               [](const Tensor& x) { return kiln::maximum(x, like(x, {1, nan_, inf, 3}, {4})); },
-               {nan_, nan_, inf, 3}, {}});
-  r.push_back({"minimum", {nan_, 1, -inf, 2}, {4},
-               [](const Tensor& x) { return kiln::minimum(x, like(x, {1, nan_, inf, 3}, {4})); },
-               {nan_, nan_, -inf, 2}, {}});
+  r.push_back({"maximum",
+               {nan_, 1, -inf, 2},
+               {4},
+               [](const Tensor& x) {
+                 return kiln::maximum(x, like(x, {1, nan_, inf, 3}, {4}));
+               },
+               {nan_, nan_, inf, 3},
+               {}});
+  r.push_back({"minimum",
+               {nan_, 1, -inf, 2},
+               {4},
+               [](const Tensor& x) {
+                 return kiln::minimum(x, like(x, {1, nan_, inf, 3}, {4}));
+               },
+               {nan_, nan_, -inf, 2},
+               {}});
   // ---- reductions: NaN is the extreme value, its first index the arg
   r.push_back({"max", {1, nan_, 3, nan_}, {4}, [](const Tensor& x) { return x.max(); }, {nan_}, {0, 0.5, 0, 0.5}});
   r.push_back({"min", {1, nan_, -inf}, {3}, [](const Tensor& x) { return x.min(); }, {nan_}, {0, 1, 0}});
   r.push_back({"max inf", {1, inf, -inf}, {3}, [](const Tensor& x) { return x.max(); }, {inf}, {0, 1, 0}});
   r.push_back({"argmax", {1, nan_, 3, nan_}, {4}, [](const Tensor& x) { return x.argmax(); }, {1}, {}});
   r.push_back({"argmin", {-inf, 2, nan_}, {3}, [](const Tensor& x) { return x.argmin(0); }, {2}, {}});
-  r.push_back({"max(dim) values", {1, nan_, 3, 2, 5, 4}, {2, 3},
-               [](const Tensor& x) { return std::get<0>(x.max(1)); }, {nan_, 5}, {0, 1, 0, 0, 1, 0}});
-  r.push_back({"max(dim) indices", {1, nan_, 3, 2, 5, 4}, {2, 3},
-               [](const Tensor& x) { return std::get<1>(x.max(1)); }, {1, 1}, {}});
-  r.push_back({"min(dim) indices", {1, -inf, nan_, 2, 5, -inf}, {2, 3},
-               [](const Tensor& x) { return std::get<1>(x.min(1)); }, {2, 2}, {}});
+  r.push_back({"max(dim) values",
+               {1, nan_, 3, 2, 5, 4},
+               {2, 3},
+               [](const Tensor& x) { return std::get<0>(x.max(1)); },
+               {nan_, 5},
+               {0, 1, 0, 0, 1, 0}});
+  r.push_back({"max(dim) indices",
+               {1, nan_, 3, 2, 5, 4},
+               {2, 3},
+               [](const Tensor& x) { return std::get<1>(x.max(1)); },
+               {1, 1},
+               {}});
+  r.push_back({"min(dim) indices",
+               {1, -inf, nan_, 2, 5, -inf},
+               {2, 3},
+               [](const Tensor& x) { return std::get<1>(x.min(1)); },
+               {2, 2},
+               {}});
   r.push_back({"amax", {1, nan_, 3, 2, 5, inf}, {2, 3}, [](const Tensor& x) { return x.amax({1}); }, {nan_, inf}, {}});
   r.push_back({"sum", {1, inf, 2}, {3}, [](const Tensor& x) { return x.sum(); }, {inf}, {1, 1, 1}});
   r.push_back({"sum inf - inf", {inf, -inf}, {2}, [](const Tensor& x) { return x.sum(); }, {nan_}, {}});
@@ -96,70 +142,135 @@ std::vector<Row> rows() {
   r.push_back({"mean", {1, inf, -2}, {3}, [](const Tensor& x) { return x.mean(); }, {inf}, {}});
   r.push_back({"mean(dim)", {-inf, 1, 4, 2}, {2, 2}, [](const Tensor& x) { return x.mean({1}); }, {-inf, 3}, {}});
   // ---- max pooling: a window holding a NaN gives NaN and its index points at the NaN
-  r.push_back({"max_pool2d 2x2", {1, nan_, 3, 4, 5, 6, 7, -inf}, {1, 1, 2, 4},
-               [](const Tensor& x) { return F::max_pool2d(x, 2); }, {nan_, 7}, {0, 1, 0, 0, 0, 0, 1, 0}});
-  r.push_back({"max_pool2d k2 s1", {1, 2, 3, 4, nan_, 6, 7, 8, inf}, {1, 1, 3, 3},
-               [](const Tensor& x) { return F::max_pool2d(x, {2, 2}, {1, 1}); }, {nan_, nan_, nan_, nan_},
+  r.push_back({"max_pool2d 2x2",
+               {1, nan_, 3, 4, 5, 6, 7, -inf},
+               {1, 1, 2, 4},
+               [](const Tensor& x) { return F::max_pool2d(x, 2); },
+               {nan_, 7},
+               {0, 1, 0, 0, 0, 0, 1, 0}});
+  r.push_back({"max_pool2d k2 s1",
+               {1, 2, 3, 4, nan_, 6, 7, 8, inf},
+               {1, 1, 3, 3},
+               [](const Tensor& x) {
+                 return F::max_pool2d(x, {2, 2}, {1, 1});
+               },
+               {nan_, nan_, nan_, nan_},
                {0, 0, 0, 0, 4, 0, 0, 0, 0}});
-  r.push_back({"max_pool2d -inf", {-inf, -inf, -inf, -inf}, {1, 1, 2, 2},
-               [](const Tensor& x) { return F::max_pool2d(x, 2); }, {-inf}, {1, 0, 0, 0}});
+  r.push_back({"max_pool2d -inf",
+               {-inf, -inf, -inf, -inf},
+               {1, 1, 2, 2},
+               [](const Tensor& x) { return F::max_pool2d(x, 2); },
+               {-inf},
+               {1, 0, 0, 0}});
   // ---- softmax: a NaN anywhere in a row, +inf, or a row of -inf gives a NaN row
   const double l2 = std::log(2.0);
   const std::vector<double> sm_in{nan_, 1, 2, inf, 1, 2, -inf, 0, 0, -inf, -inf, -inf};
-  r.push_back({"softmax", sm_in, {4, 3}, [](const Tensor& x) { return kiln::softmax(x, 1); },
-               {nan_, nan_, nan_, nan_, nan_, nan_, 0, 0.5, 0.5, nan_, nan_, nan_}, {}});
-  r.push_back({"log_softmax", sm_in, {4, 3}, [](const Tensor& x) { return kiln::log_softmax(x, 1); },
-               {nan_, nan_, nan_, nan_, nan_, nan_, -inf, -l2, -l2, nan_, nan_, nan_}, {}});
-  r.push_back({"softmax dim 0", {-inf, nan_, 0, 1}, {2, 2}, [](const Tensor& x) { return kiln::softmax(x, 0); },
-               {0, nan_, 1, nan_}, {}});
+  r.push_back({"softmax",
+               sm_in,
+               {4, 3},
+               [](const Tensor& x) { return kiln::softmax(x, 1); },
+               {nan_, nan_, nan_, nan_, nan_, nan_, 0, 0.5, 0.5, nan_, nan_, nan_},
+               {}});
+  r.push_back({"log_softmax",
+               sm_in,
+               {4, 3},
+               [](const Tensor& x) { return kiln::log_softmax(x, 1); },
+               {nan_, nan_, nan_, nan_, nan_, nan_, -inf, -l2, -l2, nan_, nan_, nan_},
+               {}});
+  r.push_back({"softmax dim 0",
+               {-inf, nan_, 0, 1},
+               {2, 2},
+               [](const Tensor& x) { return kiln::softmax(x, 0); },
+               {0, nan_, 1, nan_},
+               {}});
   // ---- cross-entropy: lse - x_t with inf logits
-  r.push_back({"cross_entropy none", {-inf, 0, inf, 0, nan_, 0, 0, -inf}, {4, 2},
-               [](const Tensor& x) { return kiln::cross_entropy(x, i64({1, 0, 1, 1}), -100, 0.0, Reduction::None); },
-               {0, nan_, nan_, inf}, {}});
-  r.push_back({"cross_entropy mean", {-inf, 0, 0, -inf}, {2, 2},
-               [](const Tensor& x) { return kiln::cross_entropy(x, i64({1, 1})); }, {inf}, {}});
-  r.push_back({"cross_entropy -inf logit grad", {-inf, 0}, {1, 2},
-               [](const Tensor& x) { return kiln::cross_entropy(x, i64({1})); }, {0}, {0, 0}});
+  r.push_back({"cross_entropy none",
+               {-inf, 0, inf, 0, nan_, 0, 0, -inf},
+               {4, 2},
+               [](const Tensor& x) {
+                 return kiln::cross_entropy(x, i64({1, 0, 1, 1}), -100, 0.0, Reduction::None);
+               },
+               {0, nan_, nan_, inf},
+               {}});
+  r.push_back({"cross_entropy mean",
+               {-inf, 0, 0, -inf},
+               {2, 2},
+               [](const Tensor& x) {
+                 return kiln::cross_entropy(x, i64({1, 1}));
+               },
+               {inf},
+               {}});
+  r.push_back({"cross_entropy -inf logit grad",
+               {-inf, 0},
+               {1, 2},
+               [](const Tensor& x) { return kiln::cross_entropy(x, i64({1})); },
+               {0},
+               {0, 0}});
   // ---- norms: a NaN spoils its own row (layer norm) or channel (batch norm), nothing else
-  r.push_back({"layer_norm", {nan_, 1, 2, 1, 2, 3}, {2, 3}, [](const Tensor& x) { return F::layer_norm(x, {3}); },
-               {nan_, nan_, nan_, -z3, 0, z3}, {}});
-  r.push_back({"batch_norm train", {nan_, 1, 1, 2, 2, 3}, {3, 2},
+  r.push_back({"layer_norm",
+               {nan_, 1, 2, 1, 2, 3},
+               {2, 3},
+               [](const Tensor& x) { return F::layer_norm(x, {3}); },
+               {nan_, nan_, nan_, -z3, 0, z3},
+               {}});
+  r.push_back({"batch_norm train",
+               {nan_, 1, 1, 2, 2, 3},
+               {3, 2},
                [](const Tensor& x) { return F::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true); },
-               {nan_, -z3, nan_, 0, nan_, z3}, {}});
-  r.push_back({"batch_norm_relu train", {nan_, 1, 1, 2, 2, 3}, {3, 2},
+               {nan_, -z3, nan_, 0, nan_, z3},
+               {}});
+  r.push_back({"batch_norm_relu train",
+               {nan_, 1, 1, 2, 2, 3},
+               {3, 2},
                [](const Tensor& x) { return F::batch_norm_relu(x, Tensor(), Tensor(), Tensor(), Tensor(), true); },
-               {nan_, 0, nan_, 0, nan_, z3}, {}});
-  r.push_back({"batch_norm_relu eval", {nan_, -1, inf, -inf}, {2, 2},
-               [](const Tensor& x) {
-                 return F::batch_norm_relu(x, like(x, {0, 0}, {2}), like(x, {1, 1}, {2}), Tensor(), Tensor(), false, 0.1, 0.0);
-               },
-               {nan_, 0, inf, 0}, {}});
+               {nan_, 0, nan_, 0, nan_, z3},
+               {}});
+  r.push_back(
+      {"batch_norm_relu eval",
+       {nan_, -1, inf, -inf},
+       {2, 2},
+       [](const Tensor& x) {
+         return F::batch_norm_relu(x, like(x, {0, 0}, {2}), like(x, {1, 1}, {2}), Tensor(), Tensor(), false, 0.1, 0.0);
+       },
+       {nan_, 0, inf, 0},
+       {}});
   // [1, 2, 2, 2]: channel 0 holds a NaN, channel 1 is [1, 2, 3, 4] -> relu(bn) max = (4 - 2.5) / sqrt(1.25 + eps)
-  r.push_back({"batch_norm_relu_max_pool2d train", {nan_, 1, 2, 3, 1, 2, 3, 4}, {1, 2, 2, 2},
-               [](const Tensor& x) {
-                 return F::batch_norm_relu_max_pool2d(x, Tensor(), Tensor(), Tensor(), Tensor(), true);
-               },
-               {nan_, ln_(4, 2.5, 1.25)}, {}});
-  r.push_back({"batch_norm_relu_max_pool2d eval", {nan_, -1, -2, -3, -1, -2, -3, -4, -5, 4, -7, -8}, {1, 1, 2, 6},
+  r.push_back(
+      {"batch_norm_relu_max_pool2d train",
+       {nan_, 1, 2, 3, 1, 2, 3, 4},
+       {1, 2, 2, 2},
+       [](const Tensor& x) { return F::batch_norm_relu_max_pool2d(x, Tensor(), Tensor(), Tensor(), Tensor(), true); },
+       {nan_, ln_(4, 2.5, 1.25)},
+       {}});
+  r.push_back({"batch_norm_relu_max_pool2d eval",
+               {nan_, -1, -2, -3, -1, -2, -3, -4, -5, 4, -7, -8},
+               {1, 1, 2, 6},
                [](const Tensor& x) {
                  return F::batch_norm_relu_max_pool2d(x, like(x, {0}, {1}), like(x, {1}, {1}), Tensor(), Tensor(),
                                                       false, 0.1, 0.0);
                },
-               {nan_, 4, 0}, {}});
+               {nan_, 4, 0},
+               {}});
   // conv 1x1 (weight 1, no bias) -> BN (eval, identity) -> ReLU -> 2x2 pool: the fused conv block
-  r.push_back({"conv2d_batch_norm_relu_max_pool2d eval", {nan_, -1, -2, -3, -1, -2, -3, -4, -5, 4, -7, -8}, {1, 1, 2, 6},
+  r.push_back({"conv2d_batch_norm_relu_max_pool2d eval",
+               {nan_, -1, -2, -3, -1, -2, -3, -4, -5, 4, -7, -8},
+               {1, 1, 2, 6},
                [](const Tensor& x) {
                  return F::conv2d_batch_norm_relu_max_pool2d(x.detach(), like(x, {1}, {1, 1, 1, 1}), Tensor(), {},
                                                              like(x, {0}, {1}), like(x, {1}, {1}), Tensor(), Tensor(),
                                                              false, 0.1, 0.0);
                },
-               {nan_, 4, 0}, {}});
-  r.push_back({"conv2d_batch_norm_relu_max_pool2d train", {nan_, -1, -2, -3, -1, -2, -3, 4}, {1, 1, 2, 4},
+               {nan_, 4, 0},
+               {}});
+  r.push_back({"conv2d_batch_norm_relu_max_pool2d train",
+               {nan_, -1, -2, -3, -1, -2, -3, 4},
+               {1, 1, 2, 4},
                [](const Tensor& x) {
                  return F::conv2d_batch_norm_relu_max_pool2d(x.detach(), like(x, {1}, {1, 1, 1, 1}), Tensor(), {},
                                                              Tensor(), Tensor(), Tensor(), Tensor(), true);
                },
-               {nan_, nan_}, {}});  // the channel's batch statistics are NaN
+               {nan_, nan_},
+               {}});  // the channel's batch statistics are NaN
   return r;
 }
 
@@ -216,8 +327,8 @@ TEST_CASE("NaN and Inf: eval-mode batch norm's input gradient at a NaN or inf in
   }
   // [1, 1, 2, 2] through BN + ReLU + 2x2 pool: the window's max is the NaN, which gets g * w
   Tensor x = kiln::tensor({1.0, nan_, -2.0, 3.0}, f64()).reshape({1, 1, 2, 2}).requires_grad_(true);
-  Tensor y = F::batch_norm_relu_max_pool2d(x, kiln::zeros({1}, f64()), kiln::ones({1}, f64()), kiln::tensor({2.0}, f64()),
-                                           Tensor(), false, 0.1, 0.0);
+  Tensor y = F::batch_norm_relu_max_pool2d(x, kiln::zeros({1}, f64()), kiln::ones({1}, f64()),
+                                           kiln::tensor({2.0}, f64()), Tensor(), false, 0.1, 0.0);
   check_close(values(y), {nan_}, 0, 0);
   y.backward(kiln::ones_like(y));
   check_close(values(x.grad()), {0, 2, 0, 0}, 0, 0);
@@ -256,7 +367,7 @@ TEST_CASE("NaN and Inf: allclose and equal as torch.allclose / torch.equal", "[n
     CHECK(kiln::allclose(t({1.0, inf, -inf}), t({1.0, inf, -inf}), 0.0, 0.0));  // equal infinities are close
     CHECK_FALSE(kiln::allclose(t({inf}), t({-inf}), 1.0, 1.0));
     CHECK_FALSE(kiln::allclose(t({inf}), t({1e30}), 1.0, 1.0));  // finite in f32 too
-    CHECK_FALSE(kiln::allclose(t({nan}), t({nan}), 1.0, 1.0));  // NaN is never close
+    CHECK_FALSE(kiln::allclose(t({nan}), t({nan}), 1.0, 1.0));   // NaN is never close
     CHECK(kiln::allclose(t({1.0}), t({1.0 + 1e-9}), 0.0, 1e-8));
     CHECK_FALSE(kiln::allclose(t({1.0}), t({1.0 + 1e-7}), 0.0, 1e-8));
     CHECK(kiln::equal(t({inf, -inf}), t({inf, -inf})));

@@ -17,7 +17,6 @@ using kiln::DType;
 using kiln::Tensor;
 using kiln::TensorOptions;
 
-
 // ---------------------------------------------------------------- binary arithmetic
 
 TEST_CASE("pointwise: add/sub/mul/div tensor-tensor match the formulas", "[pointwise]") {
@@ -36,10 +35,10 @@ TEST_CASE("pointwise: add/sub/mul/div tensor-tensor match the formulas", "[point
     check_close(d, map2(av, bv, [](double x, double y) { return x - y; }), tol, tol, "sub");
     check_close(m, map2(av, bv, [](double x, double y) { return x * y; }), tol, tol, "mul");
     check_close(q, map2(av, bv, [](double x, double y) { return x / y; }), tol, tol, "div");
-    check_close(kiln::add(a, b, 2.5), map2(av, bv, [](double x, double y) { return x + 2.5 * y; }),
-                tol, tol, "add alpha");
-    check_close(kiln::sub(a, b, 0.5), map2(av, bv, [](double x, double y) { return x - 0.5 * y; }),
-                tol, tol, "sub alpha");
+    check_close(kiln::add(a, b, 2.5), map2(av, bv, [](double x, double y) { return x + 2.5 * y; }), tol, tol,
+                "add alpha");
+    check_close(kiln::sub(a, b, 0.5), map2(av, bv, [](double x, double y) { return x - 0.5 * y; }), tol, tol,
+                "sub alpha");
     check_close(a.add(b), values(s), 0, 0, "method add");
     check_close(a.sub(b), values(d), 0, 0, "method sub");
     check_close(a.mul(b), values(m), 0, 0, "method mul");
@@ -139,10 +138,8 @@ TEST_CASE("pointwise: unary forward against std:: formulas (f32 and f64)", "[poi
 TEST_CASE("pointwise: gelu forms differ and tanh form is the approximation", "[pointwise]") {
   // At x = 1: exact 0.8413447460685429, tanh approx 0.8411919906082768.
   Tensor x = kiln::tensor({1.0, -1.0, 3.0}, f64());
-  check_close(kiln::gelu(x, "none"), {0.8413447460685429, -0.15865525393145707, 2.99595030590511},
-              1e-12, 1e-12);
-  check_close(kiln::gelu(x, "tanh"), {0.8411919906082768, -0.15880800939172324, 2.996362607918227},
-              1e-12, 1e-12);
+  check_close(kiln::gelu(x, "none"), {0.8413447460685429, -0.15865525393145707, 2.99595030590511}, 1e-12, 1e-12);
+  check_close(kiln::gelu(x, "tanh"), {0.8411919906082768, -0.15880800939172324, 2.996362607918227}, 1e-12, 1e-12);
   REQUIRE_THROWS_AS(kiln::gelu(x, "erf"), kiln::Error);
   REQUIRE_THROWS_AS(x.gelu("Tanh"), kiln::Error);
 }
@@ -370,7 +367,7 @@ TEST_CASE("pointwise: where forward, scalar forms, broadcasting and gradients", 
   check_close(b0.grad(), {4.0}, 0, 0, "b0 grad summed over the false row");
   CHECK(kiln::gradcheck([c31](const TL& in) { return kiln::where(c31, in[0], in[1]); }, {a4, b0}));
 
-  REQUIRE_THROWS_AS(kiln::where(kiln::ones({3, 4}), a, b), kiln::Error);  // non-bool condition
+  REQUIRE_THROWS_AS(kiln::where(kiln::ones({3, 4}), a, b), kiln::Error);          // non-bool condition
   REQUIRE_THROWS_AS(kiln::where(cond, a, kiln::randn({5}, f64())), kiln::Error);  // bad broadcast
 }
 
@@ -385,12 +382,12 @@ TEST_CASE("pointwise: comparisons return bool tensors with the right values", "[
     std::vector<double> want;
   };
   std::vector<Case> cases = {
-      {"==", a == b, {0, 1, 0, 1}}, {"!=", a != b, {1, 0, 1, 0}}, {"<", a < b, {1, 0, 0, 0}},
-      {"<=", a <= b, {1, 1, 0, 1}}, {">", a > b, {0, 0, 1, 0}},   {">=", a >= b, {0, 1, 1, 1}},
-      {"eq", a.eq(b), {0, 1, 0, 1}}, {"ne", a.ne(b), {1, 0, 1, 0}}, {"lt", a.lt(b), {1, 0, 0, 0}},
-      {"le", a.le(b), {1, 1, 0, 1}}, {"gt", a.gt(b), {0, 0, 1, 0}}, {"ge", a.ge(b), {0, 1, 1, 1}},
-      {"== 2", a == 2.0, {0, 1, 0, 0}}, {"!= 2", a != 2.0, {1, 0, 1, 1}}, {"< 2.5", a < 2.5, {1, 1, 0, 0}},
-      {"<= 2", a <= 2.0, {1, 1, 0, 0}}, {"> 2", a > 2.0, {0, 0, 1, 1}}, {">= 3", a >= 3.0, {0, 0, 1, 1}},
+      {"==", a == b, {0, 1, 0, 1}},       {"!=", a != b, {1, 0, 1, 0}},         {"<", a < b, {1, 0, 0, 0}},
+      {"<=", a <= b, {1, 1, 0, 1}},       {">", a > b, {0, 0, 1, 0}},           {">=", a >= b, {0, 1, 1, 1}},
+      {"eq", a.eq(b), {0, 1, 0, 1}},      {"ne", a.ne(b), {1, 0, 1, 0}},        {"lt", a.lt(b), {1, 0, 0, 0}},
+      {"le", a.le(b), {1, 1, 0, 1}},      {"gt", a.gt(b), {0, 0, 1, 0}},        {"ge", a.ge(b), {0, 1, 1, 1}},
+      {"== 2", a == 2.0, {0, 1, 0, 0}},   {"!= 2", a != 2.0, {1, 0, 1, 1}},     {"< 2.5", a < 2.5, {1, 1, 0, 0}},
+      {"<= 2", a <= 2.0, {1, 1, 0, 0}},   {"> 2", a > 2.0, {0, 0, 1, 1}},       {">= 3", a >= 3.0, {0, 0, 1, 1}},
       {"ge(3)", a.ge(3.0), {0, 0, 1, 1}}, {"lt(2.5)", a.lt(2.5), {1, 1, 0, 0}},
   };
   for (auto& c : cases) {

@@ -221,8 +221,8 @@ TEST_CASE("pointwise: in-place add_, mul_, div_, clamp_ and compound operators",
   t *= 2.0;
   t -= 1.0;
   t /= 4.0;
-  check_close(t, map2(av, bv, [](double x, double y) { return ((x + y) * 2.0 - 1.0) / 4.0; }), 1e-14,
-              1e-14, "compound");
+  check_close(t, map2(av, bv, [](double x, double y) { return ((x + y) * 2.0 - 1.0) / 4.0; }), 1e-14, 1e-14,
+              "compound");
 
   // broadcast other into self: [3,4] += [4]
   t = a.clone();
@@ -255,7 +255,7 @@ TEST_CASE("pointwise: in-place into a float result an int tensor cannot hold thr
 
 TEST_CASE("pointwise: in-place on non-contiguous views writes through to the base", "[pointwise][inplace]") {
   Tensor base = kiln::arange(12, f64()).view({3, 4});
-  Tensor tv = base.t();  // [4,3], non-contiguous
+  Tensor tv = base.t();                                 // [4,3], non-contiguous
   tv.add_(kiln::tensor({100.0, 200.0, 300.0}, f64()));  // adds per row of base
   check_close(base, {100, 101, 102, 103, 204, 205, 206, 207, 308, 309, 310, 311}, 0, 0, "transpose add_");
   Tensor b2 = kiln::arange(10, f64());
@@ -364,9 +364,9 @@ TEST_CASE("pointwise: broadcasting shapes and gradchecks", "[pointwise][broadcas
 TEST_CASE("pointwise: non-contiguous inputs (transpose, strided slice, expand)", "[pointwise][strided]") {
   kiln::manual_seed(25);
   Tensor base = kiln::randn({4, 6}, f64());
-  Tensor tr = base.t();                    // [6,4]
-  Tensor sl = base.slice(1, 0, 6, 2);      // [4,3] stride 2
-  Tensor sl2 = base.slice(0, 1, 4, 2);     // [2,6] every other row
+  Tensor tr = base.t();                 // [6,4]
+  Tensor sl = base.slice(1, 0, 6, 2);   // [4,3] stride 2
+  Tensor sl2 = base.slice(0, 1, 4, 2);  // [2,6] every other row
   REQUIRE_FALSE(tr.is_contiguous());
   REQUIRE_FALSE(sl.is_contiguous());
   auto trv = values(tr), slv = values(sl);
@@ -383,13 +383,11 @@ TEST_CASE("pointwise: non-contiguous inputs (transpose, strided slice, expand)",
   check_close(tr - tr2, map2(trv, values(tr2), [](double x, double y) { return x - y; }), 1e-14, 1e-14, "t - t");
   // expanded (stride 0) operand
   Tensor ex = kiln::randn({1, 4}, f64()).expand({6, 4});
-  check_close(tr / (ex.abs() + 1.0),
-              map2(trv, values(ex), [](double x, double y) { return x / (std::abs(y) + 1.0); }), 1e-14, 1e-14,
-              "t / expanded");
+  check_close(tr / (ex.abs() + 1.0), map2(trv, values(ex), [](double x, double y) { return x / (std::abs(y) + 1.0); }),
+              1e-14, 1e-14, "t / expanded");
   check_close(tr > 0.0, map1(trv, [](double v) { return v > 0 ? 1.0 : 0.0; }), 0, 0, "cmp transpose");
-  check_close(kiln::where(tr > 0.0, tr, other), map2(trv, values(other), [](double x, double y) {
-                return x > 0 ? x : y;
-              }), 0, 0, "where transpose");
+  check_close(kiln::where(tr > 0.0, tr, other),
+              map2(trv, values(other), [](double x, double y) { return x > 0 ? x : y; }), 0, 0, "where transpose");
   // 16-bit non-contiguous
   Tensor h = base.to(DType::F16).t();
   check_close(kiln::tanh(h), map1(values(h), [](double v) { return std::tanh(v); }), 2e-3, 1e-3, "f16 tanh transpose");

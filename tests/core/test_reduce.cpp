@@ -129,9 +129,9 @@ TEST_CASE("reduce: sum and mean over dims, negative dims, keepdim", "[reduce]") 
     IntList dims;       // as passed
     IntList canonical;  // wrapped
   };
-  std::vector<Case> cases = {{{0}, {0}},       {{1}, {1}},          {{2}, {2}},     {{-1}, {2}},
-                             {{-3}, {0}},      {{0, 2}, {0, 2}},    {{2, 0}, {0, 2}}, {{-1, 0}, {0, 2}},
-                             {{1, 2}, {1, 2}}, {{0, 1}, {0, 1}},    {{0, 1, 2}, {0, 1, 2}}};
+  std::vector<Case> cases = {
+      {{0}, {0}},       {{1}, {1}},        {{2}, {2}},       {{-1}, {2}},      {{-3}, {0}},           {{0, 2}, {0, 2}},
+      {{2, 0}, {0, 2}}, {{-1, 0}, {0, 2}}, {{1, 2}, {1, 2}}, {{0, 1}, {0, 1}}, {{0, 1, 2}, {0, 1, 2}}};
   for (auto& c : cases) {
     INFO("dims " << c.dims.size() << " first " << c.dims[0]);
     for (bool keep : {false, true}) {
@@ -320,11 +320,14 @@ TEST_CASE("reduce: var and std with correction 0 and 1", "[reduce]") {
       std::sort(canon.begin(), canon.end());
       auto want_var = ref_reduce(xv, sizes, canon, g_var(corr));
       check_close(x.var(dims, corr), want_var, 1e-12, 1e-12, "var");
-      check_close(x.std(dims, corr), [&] {
-        std::vector<double> s;
-        for (double v : want_var) s.push_back(std::sqrt(v));
-        return s;
-      }(), 1e-12, 1e-12, "std");
+      check_close(
+          x.std(dims, corr),
+          [&] {
+            std::vector<double> s;
+            for (double v : want_var) s.push_back(std::sqrt(v));
+            return s;
+          }(),
+          1e-12, 1e-12, "std");
       CHECK(x.var(dims, corr, true).sizes() == keep_shape(sizes, canon));
       CHECK(x.std(dims, corr, false).sizes() == drop_shape(sizes, canon));
     }
@@ -371,8 +374,8 @@ TEST_CASE("reduce: logsumexp matches the stable formula, also for huge values", 
 TEST_CASE("reduce: reductions on non-contiguous views", "[reduce][strided]") {
   kiln::manual_seed(38);
   Tensor base = kiln::randn({5, 8}, f64());
-  Tensor tr = base.t();                  // [8,5]
-  Tensor sl = base.slice(1, 1, 8, 3);    // [5,3] columns 1,4,7
+  Tensor tr = base.t();                                          // [8,5]
+  Tensor sl = base.slice(1, 1, 8, 3);                            // [5,3] columns 1,4,7
   Tensor p3 = kiln::randn({3, 4, 5}, f64()).permute({2, 0, 1});  // [5,3,4]
   auto trv = values(tr), slv = values(sl), p3v = values(p3);
   check_close(tr.sum({0}), ref_reduce(trv, {8, 5}, {0}, g_sum), 1e-12, 1e-12, "t sum 0");
@@ -387,8 +390,7 @@ TEST_CASE("reduce: reductions on non-contiguous views", "[reduce][strided]") {
   CHECK(sl.argmax().item<int64_t>() == static_cast<int64_t>(g_argmax(slv)));
   check_close(p3.sum({0, 2}), ref_reduce(p3v, {5, 3, 4}, {0, 2}, g_sum), 1e-12, 1e-12, "permuted sum");
   check_close(p3.var({1}, 0), ref_reduce(p3v, {5, 3, 4}, {1}, g_var(0)), 1e-12, 1e-12, "permuted var");
-  check_close(kiln::logsumexp(p3, {0}), ref_reduce(p3v, {5, 3, 4}, {0}, g_lse), 1e-12, 1e-12,
-              "permuted logsumexp");
+  check_close(kiln::logsumexp(p3, {0}), ref_reduce(p3v, {5, 3, 4}, {0}, g_lse), 1e-12, 1e-12, "permuted logsumexp");
   // expanded (stride-0) input
   Tensor ex = kiln::tensor({1.0, 2.0, 3.0}, f64()).view({1, 3}).expand({4, 3});
   check_close(ex.sum({0}), {4, 8, 12}, 0, 0, "expanded sum 0");
@@ -459,7 +461,10 @@ TEST_CASE("reduce: 100000-element reductions (one long row split across threads)
     int64_t amx = 0;
     for (int64_t i = 0; i < n; ++i) {
       s += xv[i];
-      if (xv[i] > mx) { mx = xv[i]; amx = i; }
+      if (xv[i] > mx) {
+        mx = xv[i];
+        amx = i;
+      }
       mn = std::min(mn, xv[i]);
     }
     const double tol = dt == DType::F32 ? 1e-6 : 1e-11;
@@ -545,7 +550,12 @@ TEST_CASE("reduce: sum/mean gradient (an expanded view) fans in correctly with a
   Tensor c = z * 1.0;
   (c.mean({0}) * 4.0 + c.select(0, 1)).sum().backward();
   check_close(z.grad(), {2, 2, 2, 3, 3, 3}, 0, 0, "mean path first");
-  CHECK(kiln::gradcheck([](const TL& in) { Tensor t = in[0] * 1.0; return t.sum({1}) * 2.0 + t.select(1, 0); }, {x}));
+  CHECK(kiln::gradcheck(
+      [](const TL& in) {
+        Tensor t = in[0] * 1.0;
+        return t.sum({1}) * 2.0 + t.select(1, 0);
+      },
+      {x}));
 }
 
 // ---------------------------------------------------------------- errors

@@ -69,30 +69,30 @@ TEST_CASE("uniform and normal moments", "[rng]") {
 
 TEST_CASE("dropout_keep draws the scalar Philox decisions, 8 or 16 at a time, across a low-word wrap", "[rng]") {
   kiln_test::for_each_cpu_isa([] {
-  // Counters offset + i0 + j: runs that start just below 2^32 (the low word wraps inside a
-  // vector), at 0, and at large values; lengths around multiples of 8 and 16; p from 0 to near
-  // 1; at every CPU level (the AVX2 and AVX-512 copies vectorise differently).
-  const uint64_t seeds[] = {0, 42, 0x123456789ABCDEFull, ~0ull};
-  const uint64_t starts[] = {0, 7, (1ull << 32) - 9, (1ull << 32) - 16, (3ull << 32) - 1, ~0ull - 100};
-  const float ps[] = {0.0f, 0.1f, 0.5f, 0.9f, 0.999f};
-  int64_t kept = 0, total = 0;
-  for (uint64_t seed : seeds)
-    for (uint64_t start : starts)
-      for (float p : ps)
-        for (int64_t n : {0, 1, 15, 16, 17, 33, 64, 77}) {
-          uint8_t keep[80];
-          const uint64_t offset = start / 2, i0 = start - start / 2;
-          kiln::kernels::cpu::dropout_keep_in_use.on(kiln::Device::cpu(), seed, offset, p, i0, n, keep);
-          for (int64_t j = 0; j < n; ++j) {
-            const bool want = kiln::philox::uniform_f(seed, offset, i0 + static_cast<uint64_t>(j)) >= p;
-            INFO("seed " << seed << " offset " << offset << " i0 " << i0 << " p " << p << " j " << j);
-            REQUIRE(static_cast<bool>(keep[j]) == want);
-            REQUIRE(keep[j] <= 1);
-            kept += keep[j];
-            ++total;
+    // Counters offset + i0 + j: runs that start just below 2^32 (the low word wraps inside a
+    // vector), at 0, and at large values; lengths around multiples of 8 and 16; p from 0 to near
+    // 1; at every CPU level (the AVX2 and AVX-512 copies vectorise differently).
+    const uint64_t seeds[] = {0, 42, 0x123456789ABCDEFull, ~0ull};
+    const uint64_t starts[] = {0, 7, (1ull << 32) - 9, (1ull << 32) - 16, (3ull << 32) - 1, ~0ull - 100};
+    const float ps[] = {0.0f, 0.1f, 0.5f, 0.9f, 0.999f};
+    int64_t kept = 0, total = 0;
+    for (uint64_t seed : seeds)
+      for (uint64_t start : starts)
+        for (float p : ps)
+          for (int64_t n : {0, 1, 15, 16, 17, 33, 64, 77}) {
+            uint8_t keep[80];
+            const uint64_t offset = start / 2, i0 = start - start / 2;
+            kiln::kernels::cpu::dropout_keep_in_use.on(kiln::Device::cpu(), seed, offset, p, i0, n, keep);
+            for (int64_t j = 0; j < n; ++j) {
+              const bool want = kiln::philox::uniform_f(seed, offset, i0 + static_cast<uint64_t>(j)) >= p;
+              INFO("seed " << seed << " offset " << offset << " i0 " << i0 << " p " << p << " j " << j);
+              REQUIRE(static_cast<bool>(keep[j]) == want);
+              REQUIRE(keep[j] <= 1);
+              kept += keep[j];
+              ++total;
+            }
           }
-        }
-  CHECK(kept > total / 3);  // the draws are not all one way
-  CHECK(kept < total);
+    CHECK(kept > total / 3);  // the draws are not all one way
+    CHECK(kept < total);
   });
 }

@@ -86,9 +86,11 @@ TEST_CASE("scan: gradcheck of cumsum and cumprod (with zeros too)", "[scan][grad
   // second derivative of cumsum through create_graph
   Tensor w = kiln::randn({4}, f64(true));
   Tensor g = kiln::autograd::grad({(w.cumsum(0) * w.cumsum(0)).sum()}, {w}, {}, true, true)[0];
-  CHECK(kiln::gradcheck([](const TL& in) {
-    return kiln::autograd::grad({(in[0].cumsum(0) * in[0].cumsum(0)).sum()}, {in[0]}, {}, true, true)[0];
-  }, {w}));
+  CHECK(kiln::gradcheck(
+      [](const TL& in) {
+        return kiln::autograd::grad({(in[0].cumsum(0) * in[0].cumsum(0)).sum()}, {in[0]}, {}, true, true)[0];
+      },
+      {w}));
   CHECK(g.defined());
 }
 

@@ -15,7 +15,6 @@ using kiln::TensorOptions;
 
 using namespace kiln_test;
 
-
 TEST_CASE("tensor literals: int64, float32, bool, explicit dtype wins", "[factory]") {
   auto i = kiln::tensor({1, 2, 0, 3});
   REQUIRE(i.dtype() == DType::I64);
@@ -47,8 +46,7 @@ TEST_CASE("repeat tiles like torch.repeat", "[shape]") {
   auto r3 = kiln::tensor({1.0, 2.0}).repeat({2, 1, 2});  // leading dims added
   REQUIRE(r3.sizes() == IntList{2, 1, 4});
   REQUIRE(values(r3) == std::vector<double>{1, 2, 1, 2, 1, 2, 1, 2});
-  REQUIRE(kiln::gradcheck([](const TL& in) { return in[0].repeat({3, 1, 2}); },
-                          {kiln::randn({2, 3}, f64(true))}));
+  REQUIRE(kiln::gradcheck([](const TL& in) { return in[0].repeat({3, 1, 2}); }, {kiln::randn({2, 3}, f64(true))}));
   REQUIRE(error_of([&] { x.repeat({2}); }).find("can not be smaller") != std::string::npos);
 }
 
@@ -88,8 +86,7 @@ TEST_CASE("unbind: views of each index, one backward for all of them", "[shape]"
   REQUIRE(parts[2].storage() == x.storage());  // views
   REQUIRE(kiln::unbind(x, -1).size() == 4);
   REQUIRE(kiln::unbind(kiln::empty({0, 3}, f64()), 0).empty());
-  REQUIRE(error_of([] { kiln::scalar_tensor(1.0).unbind(); }).find("at least one dimension") !=
-          std::string::npos);
+  REQUIRE(error_of([] { kiln::scalar_tensor(1.0).unbind(); }).find("at least one dimension") != std::string::npos);
   // a part that gets no gradient contributes zeros; parts used twice accumulate
   REQUIRE(kiln::gradcheck(
       [](const TL& in) {
@@ -99,8 +96,7 @@ TEST_CASE("unbind: views of each index, one backward for all of them", "[shape]"
       {kiln::randn({3, 4, 2}, f64(true))}));
 }
 
-TEST_CASE("split and unbind of a permuted view: the gradient has the base's layout",
-          "[shape]") {
+TEST_CASE("split and unbind of a permuted view: the gradient has the base's layout", "[shape]") {
   // The pattern of a fused q/k/v projection: [B, T, 3, H, D] -> [3, B, H, T, D] -> q, k, v.
   auto x = kiln::randn({2, 5, 3, 2, 4}, f64(true));
   auto base = x.permute({2, 0, 3, 1, 4});
@@ -127,8 +123,7 @@ TEST_CASE("split and unbind of a permuted view: the gradient has the base's layo
       {kiln::randn({4, 2, 3}, f64(true))}));
 }
 
-TEST_CASE("empty_like_siblings and view_of_tiled_parts: unbind parts' gradients in one buffer, no copy",
-          "[shape]") {
+TEST_CASE("empty_like_siblings and view_of_tiled_parts: unbind parts' gradients in one buffer, no copy", "[shape]") {
   auto x = kiln::randn({2, 5, 3, 2, 4});  // [B, T, 3, H, D]
   auto base = x.permute({2, 0, 3, 1, 4});
   auto parts = base.unbind(0);
@@ -138,8 +133,7 @@ TEST_CASE("empty_like_siblings and view_of_tiled_parts: unbind parts' gradients 
     CHECK(sib[i].sizes() == parts[i].sizes());
     CHECK(sib[i].strides() == parts[i].strides());  // laid out as the parts are
     CHECK(sib[i].storage() == sib[0].storage());
-    CHECK(sib[i].storage_offset() - sib[0].storage_offset() ==
-          parts[i].storage_offset() - parts[0].storage_offset());
+    CHECK(sib[i].storage_offset() - sib[0].storage_offset() == parts[i].storage_offset() - parts[0].storage_offset());
   }
   // written into, they are the base's gradient as a view: same layout, every value in place
   for (size_t i = 0; i < 3; ++i) sib[i].copy_(parts[i] * double(i + 1));
@@ -152,12 +146,12 @@ TEST_CASE("empty_like_siblings and view_of_tiled_parts: unbind parts' gradients 
   // not siblings: contiguous copies, or parts out of place
   auto separate = kiln::empty_like_siblings({parts[0].contiguous(), parts[1].contiguous()}, TensorOptions());
   CHECK(separate[0].storage() != separate[1].storage());
-  CHECK_FALSE(kiln::view_of_tiled_parts({sib[0], sib[2], sib[1]}, base.sizes(), base.strides(), 0, {0, 1, 2}, true)
-                  .defined());
+  CHECK_FALSE(
+      kiln::view_of_tiled_parts({sib[0], sib[2], sib[1]}, base.sizes(), base.strides(), 0, {0, 1, 2}, true).defined());
   CHECK_FALSE(kiln::view_of_tiled_parts({sib[0], sib[1]}, base.sizes(), base.strides(), 0, {0, 1, 2}, true).defined());
-  CHECK_FALSE(kiln::view_of_tiled_parts({sib[0].contiguous(), sib[1], sib[2]}, base.sizes(), base.strides(), 0,
-                                        {0, 1, 2}, true)
-                  .defined());
+  CHECK_FALSE(
+      kiln::view_of_tiled_parts({sib[0].contiguous(), sib[1], sib[2]}, base.sizes(), base.strides(), 0, {0, 1, 2}, true)
+          .defined());
 }
 
 TEST_CASE("attention on unbind parts of a fused projection: gradients equal, and the unbind copies nothing",
@@ -255,11 +249,8 @@ TEST_CASE("norm: values for p = 1, 2, inf, 3, 0 and gradients", "[reduce]") {
   REQUIRE(values(z.grad()) == std::vector<double>{0, 0, 0});
   // second derivative through the custom backward
   auto a = kiln::randn({4}, f64(true));
-  REQUIRE(kiln::gradcheck(
-      [](const TL& in) {
-        return kiln::autograd::grad({in[0].norm()}, {in[0]}, {}, true, true)[0];
-      },
-      {a}));
+  REQUIRE(kiln::gradcheck([](const TL& in) { return kiln::autograd::grad({in[0].norm()}, {in[0]}, {}, true, true)[0]; },
+                          {a}));
   REQUIRE_THROWS_AS(kiln::tensor({1, 2}).norm(), kiln::Error);
 }
 
@@ -270,8 +261,8 @@ TEST_CASE("einsum: common contractions equal their matmul forms", "[linalg]") {
   auto X = kiln::randn({2, 3, 4}, f64()), Y = kiln::randn({2, 4, 5}, f64());
   check_same_tensor(kiln::einsum("bij,bjk->bik", {X, Y}), kiln::bmm(X, Y), 1e-12, "bmm");
   auto Q = kiln::randn({2, 3, 4, 8}, f64()), K = kiln::randn({2, 3, 6, 8}, f64());
-  check_same_tensor(kiln::einsum("bhqd,bhkd->bhqk", {Q, K}), kiln::matmul(Q, K.transpose(-1, -2)),
-                    1e-12, "attention scores");
+  check_same_tensor(kiln::einsum("bhqd,bhkd->bhqk", {Q, K}), kiln::matmul(Q, K.transpose(-1, -2)), 1e-12,
+                    "attention scores");
   auto u = kiln::randn({3}, f64()), v = kiln::randn({4}, f64());
   check_same_tensor(kiln::einsum("i,j->ij", {u, v}), u.unsqueeze(1) * v.unsqueeze(0), 1e-12, "outer");
   auto S = kiln::randn({4, 4}, f64());
@@ -284,8 +275,8 @@ TEST_CASE("einsum: common contractions equal their matmul forms", "[linalg]") {
   check_same_tensor(kiln::einsum("ij->ji", {A}), A.t(), 0, "transpose");
   check_same_tensor(kiln::einsum("i,i->", {u, u}), (u * u).sum(), 1e-12, "dot");
   auto C = kiln::randn({5, 2}, f64()), D = kiln::randn({6, 4}, f64());
-  check_same_tensor(kiln::einsum("ij,jk,kl->il", {A, B, C}), kiln::matmul(kiln::matmul(A, B), C),
-                    1e-12, "three operands");
+  check_same_tensor(kiln::einsum("ij,jk,kl->il", {A, B, C}), kiln::matmul(kiln::matmul(A, B), C), 1e-12,
+                    "three operands");
   check_same_tensor(kiln::einsum("ij,kj->ik", {A, D}), kiln::matmul(A, D.t()), 1e-12, "ij,kj");
 }
 
@@ -298,13 +289,13 @@ TEST_CASE("einsum: gradients and errors", "[linalg]") {
   REQUIRE(kiln::gradcheck([](const TL& in) { return kiln::einsum("ij,jk->ki", in); },
                           {kiln::randn({2, 3}, f64(true)), kiln::randn({3, 2}, f64(true))}));
   auto A = kiln::randn({3, 4});
-  REQUIRE(error_of([&] { kiln::einsum("ij,jk->ik", {A, kiln::randn({5, 2})}); }).find("has size 5") !=
-          std::string::npos);
+  REQUIRE(error_of([&] {
+            kiln::einsum("ij,jk->ik", {A, kiln::randn({5, 2})});
+          }).find("has size 5") != std::string::npos);
   REQUIRE(error_of([&] { kiln::einsum("...ij->ij", {A}); }).find("ellipsis") != std::string::npos);
   REQUIRE(error_of([&] { kiln::einsum("ijk->i", {A}); }).find("has 2 dims") != std::string::npos);
   REQUIRE(error_of([&] { kiln::einsum("ij->iz", {A}); }).find("'z' does not appear") != std::string::npos);
   REQUIRE(error_of([&] { kiln::einsum("ij->ii", {A}); }).find("appears twice") != std::string::npos);
   REQUIRE(error_of([&] { kiln::einsum("ij,jk->ik", {A}); }).find("names 2 operands") != std::string::npos);
-  REQUIRE(error_of([&] { kiln::einsum("iij->j", {kiln::randn({2, 2, 2})}); }).find("repeated") !=
-          std::string::npos);
+  REQUIRE(error_of([&] { kiln::einsum("iij->j", {kiln::randn({2, 2, 2})}); }).find("repeated") != std::string::npos);
 }

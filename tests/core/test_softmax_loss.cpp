@@ -28,8 +28,7 @@ std::vector<double> ref_softmax(const std::vector<double>& x, const IntList& siz
       for (int64_t j = 0; j < n; ++j) m = std::max(m, x[at(j)]);
       double s = 0;
       for (int64_t j = 0; j < n; ++j) s += std::exp(x[at(j)] - m);
-      for (int64_t j = 0; j < n; ++j)
-        y[at(j)] = log ? x[at(j)] - m - std::log(s) : std::exp(x[at(j)] - m) / s;
+      for (int64_t j = 0; j < n; ++j) y[at(j)] = log ? x[at(j)] - m - std::log(s) : std::exp(x[at(j)] - m) / s;
     }
   return y;
 }
@@ -120,8 +119,8 @@ TEST_CASE("softmax: large logits stay finite and -inf entries get probability 0"
     // along dim 0 (the transposed path) too
     auto s0 = values(kiln::softmax(x, 0));
     for (double v : s0) CHECK(std::isfinite(v));
-    check_close(s0, ref_softmax({1000.0, 1001.0, 999.0, -1000.0, -1001.0, -999.0}, {2, 3}, 0, false), 1e-6,
-                1e-30, "softmax dim 0");
+    check_close(s0, ref_softmax({1000.0, 1001.0, 999.0, -1000.0, -1001.0, -999.0}, {2, 3}, 0, false), 1e-6, 1e-30,
+                "softmax dim 0");
   }
   Tensor m = kiln::tensor({0.0, -INFINITY, 1.0}, f64());
   auto s = values(kiln::softmax(m, 0));
@@ -206,8 +205,7 @@ TEST_CASE("cross_entropy: [N,C] matches the hand computation for every reduction
     CHECK(mean.dim() == 0);
     CHECK(mean.dtype() == dt);
     CHECK(mean.item<double>() == Approx(ref.mean).epsilon(tol));
-    CHECK(kiln::cross_entropy(x, targets(t), -100, 0.0, Reduction::Sum).item<double>() ==
-          Approx(ref.sum).epsilon(tol));
+    CHECK(kiln::cross_entropy(x, targets(t), -100, 0.0, Reduction::Sum).item<double>() == Approx(ref.sum).epsilon(tol));
     Tensor none = kiln::cross_entropy(x, targets(t), -100, 0.0, Reduction::None);
     CHECK(none.sizes() == IntList{N});
     check_close(none, ref.per, tol, tol, "none");
@@ -346,7 +344,8 @@ TEST_CASE("cross_entropy: gradchecks", "[loss][gradcheck]") {
   Tensor x3 = kiln::randn({2, 3, 2}, f64(true));
   Tensor t3 = kiln::tensor(std::vector<int64_t>{0, 2, -100, 1}).view({2, 2});
   CHECK(kiln::gradcheck([t3](const TL& in) { return kiln::cross_entropy(in[0], t3); }, {x3}));
-  CHECK(kiln::gradcheck([t3](const TL& in) { return kiln::cross_entropy(in[0], t3, -100, 0.1, Reduction::None); }, {x3}));
+  CHECK(
+      kiln::gradcheck([t3](const TL& in) { return kiln::cross_entropy(in[0], t3, -100, 0.1, Reduction::None); }, {x3}));
   // non-contiguous logits
   Tensor xt = kiln::randn({3, 4}, f64(true));
   CHECK(kiln::gradcheck([t](const TL& in) { return kiln::cross_entropy(in[0].t(), t); }, {xt}));
@@ -384,8 +383,9 @@ TEST_CASE("nll_loss: picks -logp[target] with ignore_index and every reduction",
   Tensor n3 = kiln::nll_loss(lp3, t3, -100, Reduction::None);
   CHECK(n3.sizes() == IntList{2, 2});
   // element [n][d] = -lp3[n][t[n][d]][d]
-  check_close(n3, {-v3[(0 * 3 + 2) * 2 + 0], -v3[(0 * 3 + 0) * 2 + 1], -v3[(1 * 3 + 1) * 2 + 0],
-                   -v3[(1 * 3 + 1) * 2 + 1]}, 0, 0, "[N,C,d]");
+  check_close(n3,
+              {-v3[(0 * 3 + 2) * 2 + 0], -v3[(0 * 3 + 0) * 2 + 1], -v3[(1 * 3 + 1) * 2 + 0], -v3[(1 * 3 + 1) * 2 + 1]},
+              0, 0, "[N,C,d]");
   // gradients
   Tensor x = kiln::randn({N, C}, f64(true));
   for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {

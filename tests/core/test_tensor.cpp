@@ -39,10 +39,10 @@ TEST_CASE("dtype conversions round like PyTorch", "[tensor]") {
   auto back = values(h);
   REQUIRE(back[0] == 1.0);
   REQUIRE(back[1] == -2.5);
-  REQUIRE(back[2] == 65504.0);          // the largest half
+  REQUIRE(back[2] == 65504.0);                   // the largest half
   REQUIRE(back[3] == Approx(0.0).margin(6e-8));  // below the smallest subnormal half: 0 or 6e-8
-  REQUIRE(back[4] == Approx(3.140625));  // 3.1416 rounds to the nearest half
-  REQUIRE(std::isinf(back[5]));          // overflow -> inf
+  REQUIRE(back[4] == Approx(3.140625));          // 3.1416 rounds to the nearest half
+  REQUIRE(std::isinf(back[5]));                  // overflow -> inf
   auto b = x.to(DType::BF16);
   REQUIRE(values(b)[4] == Approx(3.140625));  // bf16 keeps 8 bits of mantissa
   REQUIRE(values(b)[5] == 70144.0);
@@ -62,7 +62,7 @@ TEST_CASE("item and element access", "[tensor]") {
   auto x = kiln::arange(6, DType::F64).reshape({2, 3});
   REQUIRE(x[1][2].item<double>() == 5.0);
   REQUIRE(x.select(1, 0)[1].item<float>() == 3.0f);
-  REQUIRE_THROWS_AS(x.item<double>(), kiln::Error);  // more than one element
+  REQUIRE_THROWS_AS(x.item<double>(), kiln::Error);     // more than one element
   REQUIRE_THROWS_AS(x.data_ptr<float>(), kiln::Error);  // wrong type
   REQUIRE(x.size(-1) == 3);
   REQUIRE_THROWS_AS(x.size(2), kiln::Error);
@@ -146,7 +146,9 @@ TEST_CASE("printing summarises like PyTorch", "[tensor]") {
   REQUIRE(os.str() == "tensor([0.0000e+00, 1.0000e+00, 2.0000e+00,  ..., 1.9970e+03, 1.9980e+03, 1.9990e+03])");
   os.str("");
   os << kiln::arange(100, 1300).reshape({400, 3});
-  REQUIRE(os.str() == "tensor([[ 100.,  101.,  102.],\n        [ 103.,  104.,  105.],\n        [ 106.,  107.,  108.],\n        ...,\n        [1291., 1292., 1293.],\n        [1294., 1295., 1296.],\n        [1297., 1298., 1299.]])");
+  REQUIRE(os.str() ==
+          "tensor([[ 100.,  101.,  102.],\n        [ 103.,  104.,  105.],\n        [ 106.,  107.,  108.],\n        "
+          "...,\n        [1291., 1292., 1293.],\n        [1294., 1295., 1296.],\n        [1297., 1298., 1299.]])");
   os.str("");
   auto y = kiln::ones({2}, TensorOptions().requires_grad(true)) * 2.0;
   os << y;

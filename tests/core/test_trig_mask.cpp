@@ -97,7 +97,8 @@ TEST_CASE("masking: tril/triu zero a NaN outside the triangle, and their gradien
 }
 
 TEST_CASE("masking: tril/triu errors", "[masking][errors]") {
-  CHECK_THROWS_WITH(kiln::tril(kiln::zeros({4})), Catch::Contains("tril: input tensor must have at least 2 dimensions"));
+  CHECK_THROWS_WITH(kiln::tril(kiln::zeros({4})),
+                    Catch::Contains("tril: input tensor must have at least 2 dimensions"));
   CHECK_THROWS_AS(kiln::triu(kiln::zeros({})), kiln::Error);
 }
 
@@ -110,8 +111,7 @@ TEST_CASE("masking: masked_fill values, broadcast mask, NaN and -inf", "[masking
   // a causal attention mask on a non-contiguous input
   Tensor s = kiln::arange(0, 9, 1, DType::F32).view({3, 3}).t();
   Tensor causal = kiln::ones({3, 3}, DType::Bool).triu(1);
-  check_close(s.masked_fill(causal, -INFINITY),
-              {0, -INFINITY, -INFINITY, 1, 4, -INFINITY, 2, 5, 8}, 0, 0);
+  check_close(s.masked_fill(causal, -INFINITY), {0, -INFINITY, -INFINITY, 1, 4, -INFINITY, 2, 5, 8}, 0, 0);
   // a NaN under the mask is replaced; dtype is kept for integers (value converted)
   Tensor n = kiln::tensor(std::vector<double>{NAN, 1.0});
   check_close(n.masked_fill(kiln::tensor(std::vector<int64_t>{1, 0}) == 1.0, 7.0), {7, 1}, 0, 0);

@@ -145,7 +145,8 @@ TEST_CASE("xent kernels: forward writes loss and lse, backward the fused gradien
   REQUIRE_THROWS_AS(kiln::kernels::cross_entropy_forward(l32, lse, x, t, -100, 0.0), kiln::Error);
   REQUIRE_THROWS_AS(kiln::kernels::cross_entropy_forward(loss, lse, x.t(), t, -100, 0.0), kiln::Error);
   REQUIRE_THROWS_AS(kiln::kernels::cross_entropy_forward(loss, lse, x, t.to(DType::F32), -100, 0.0), kiln::Error);
-  REQUIRE_THROWS_AS(kiln::kernels::cross_entropy_backward(dx, kiln::empty({3}, f64()), x, lse, t, -100, 0.0), kiln::Error);
+  REQUIRE_THROWS_AS(kiln::kernels::cross_entropy_backward(dx, kiln::empty({3}, f64()), x, lse, t, -100, 0.0),
+                    kiln::Error);
 }
 
 // ---------------------------------------------------------------- the op against the composite
@@ -192,7 +193,8 @@ TEST_CASE("cross_entropy (fused): gradients match the composite, ignored rows ge
                     << static_cast<int>(r));
           Tensor xf = x0.detach().requires_grad_(true);
           Tensor lf = kiln::cross_entropy(xf, t, -100, e, r);
-          Tensor gout = r == Reduction::None ? kiln::randn({N}).to(lf.dtype()) : kiln::full({}, 1.5, kiln::TensorOptions().dtype(lf.dtype()));
+          Tensor gout = r == Reduction::None ? kiln::randn({N}).to(lf.dtype())
+                                             : kiln::full({}, 1.5, kiln::TensorOptions().dtype(lf.dtype()));
           lf.backward(gout);
           REQUIRE(xf.grad().dtype() == dt);
           Tensor xc = x0.to(DType::F64).detach().requires_grad_(true);
@@ -266,7 +268,8 @@ TEST_CASE("cross_entropy (fused): f64 gradchecks with ignore_index and label smo
   CHECK(kiln::gradcheck([t32](const TL& in) { return kiln::cross_entropy(in[0], t32, 1, 0.3); }, {x}));
   Tensor x3 = kiln::randn({2, 4, 3}, f64(true));
   Tensor t3 = kiln::tensor(std::vector<int64_t>{0, 3, -100, 1, 2, 2}).view({2, 3});
-  CHECK(kiln::gradcheck([t3](const TL& in) { return kiln::cross_entropy(in[0], t3, -100, 0.2, Reduction::None); }, {x3}));
+  CHECK(
+      kiln::gradcheck([t3](const TL& in) { return kiln::cross_entropy(in[0], t3, -100, 0.2, Reduction::None); }, {x3}));
 }
 
 TEST_CASE("cross_entropy (fused): second derivatives through create_graph", "[xent][gradcheck]") {
@@ -334,6 +337,6 @@ TEST_CASE("cross_entropy (fused): an out-of-range target is a clear error on the
   }
   // ignore_index itself may be out of range
   CHECK(std::isfinite(kiln::cross_entropy(x, labels({0, 7, 2}), 7).item<double>()));
-  REQUIRE_THROWS_AS(kiln::cross_entropy(x, labels({0, 1})), kiln::Error);           // size mismatch
+  REQUIRE_THROWS_AS(kiln::cross_entropy(x, labels({0, 1})), kiln::Error);                    // size mismatch
   REQUIRE_THROWS_AS(kiln::cross_entropy(x, labels({0, 1, 2}).to(DType::F32)), kiln::Error);  // float target
 }

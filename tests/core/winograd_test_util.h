@@ -28,15 +28,14 @@
 
 namespace winograd_test {
 
-
 namespace F = kiln::nn::functional;
+using kiln::DType;
+using kiln::Tensor;
 using kiln::kernels::ConvGeometry;
 using kiln::kernels::cpu::winograd_applies;
 using kiln::kernels::cpu::winograd_geometry;
 using kiln_test::check_close_rel;
 using kiln_test::values;
-using kiln::DType;
-using kiln::Tensor;
 
 namespace wk = kiln::kernels::cpu;
 
@@ -51,13 +50,11 @@ bool winograd_forward(const T* x, const T* w, const T* bias, T* out, const ConvG
   if constexpr (std::is_same_v<T, float>) return f32_kernels().forward(x, w, bias, out, g, samples_done);
   else return wk::winograd_forward<T>(x, w, bias, out, g, samples_done);
 }
-template <class T>
-bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry& g) {
+template <class T> bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry& g) {
   if constexpr (std::is_same_v<T, float>) return f32_kernels().backward_input(gy, w, gx, g);
   else return wk::winograd_backward_input<T>(gy, w, gx, g);
 }
-template <class T>
-bool winograd_backward_weight(const T* x, const T* gy, T* dw, const ConvGeometry& g) {
+template <class T> bool winograd_backward_weight(const T* x, const T* gy, T* dw, const ConvGeometry& g) {
   if constexpr (std::is_same_v<T, float>) return f32_kernels().backward_weight(x, gy, dw, g);
   else return wk::winograd_backward_weight<T>(x, gy, dw, g);
 }
@@ -74,8 +71,7 @@ bool winograd_backward_generated(const T* x, const T* w, T* gx, T* dw, const Con
 }
 
 // Sets one of kiln's process-wide settings for a scope and restores the previous value.
-template <class T, T (*Get)(), void (*Set)(T)>
-struct ScopedSetting {
+template <class T, T (*Get)(), void (*Set)(T)> struct ScopedSetting {
   T saved;
   explicit ScopedSetting(T value) : saved(Get()) { Set(value); }
   ~ScopedSetting() { Set(saved); }
@@ -88,8 +84,7 @@ using Tile = ScopedSetting<int, kiln::cpu_conv_winograd_tile, kiln::set_cpu_conv
 using Threads = ScopedSetting<int, kiln::get_num_threads, kiln::set_num_threads>;
 
 // Runs check once with each tile forced: F(2x2, 3x3), then F(4x4, 3x3).
-template <class Check>
-void for_each_tile(Check&& check) {
+template <class Check> void for_each_tile(Check&& check) {
   for (int m : {2, 4}) {
     INFO("F(" << m << "x" << m << ", 3x3)");
     Tile tile(m);
@@ -122,10 +117,7 @@ inline std::vector<double> normals(size_t n, std::mt19937& rng) {
   return v;
 }
 
-template <class T>
-std::vector<T> cast(const std::vector<double>& v) {
-  return std::vector<T>(v.begin(), v.end());
-}
+template <class T> std::vector<T> cast(const std::vector<double>& v) { return std::vector<T>(v.begin(), v.end()); }
 
 // A reference result in double and, per element, the sum of the magnitudes of its terms
 // (|bias| + sum |w x|): the scale of the rounding error any summation order can make.
@@ -136,8 +128,7 @@ struct Ref {
 // Calls term(n, k, c, i, j, o, xi): every product of the direct convolution, w[k, c, i, j] times
 // x[n, c, ...] at plane offset xi, for the output at plane offset o (taps outside the plane,
 // which read the zero padding, are skipped).
-template <class Term>
-void for_each_term(const ConvGeometry& g, Term&& term) {
+template <class Term> void for_each_term(const ConvGeometry& g, Term&& term) {
   for (int64_t n = 0; n < g.N; ++n)
     for (int64_t k = 0; k < g.K; ++k)
       for (int64_t c = 0; c < g.C; ++c)
@@ -162,7 +153,7 @@ inline void add_term(Ref& r, size_t i, double t) {
 // out[n, k, oy, ox] = bias[k] + sum_{c, i, j} w[k, c, i, j] x[n, c, oy - ph + i, ox - pw + j],
 // zero outside the plane.
 inline Ref direct_forward(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>* bias,
-                   const ConvGeometry& g) {
+                          const ConvGeometry& g) {
   const int64_t OHW = g.OH * g.OW;
   Ref r{std::vector<double>(g.N * g.K * OHW), std::vector<double>(g.N * g.K * OHW)};
   for (int64_t n = 0; n < g.N; ++n)
@@ -189,15 +180,15 @@ inline Ref direct_backward_input(const std::vector<double>& gy, const std::vecto
 inline Ref direct_backward_weight(const std::vector<double>& x, const std::vector<double>& gy, const ConvGeometry& g) {
   Ref r{std::vector<double>(g.K * g.C * 9), std::vector<double>(g.K * g.C * 9)};
   for_each_term(g, [&](int64_t n, int64_t k, int64_t c, int64_t i, int64_t j, int64_t o, int64_t xi) {
-    add_term(r, ((k * g.C + c) * 3 + i) * 3 + j, gy[(n * g.K + k) * g.OH * g.OW + o] * x[(n * g.C + c) * g.H * g.W + xi]);
+    add_term(r, ((k * g.C + c) * 3 + i) * 3 + j,
+             gy[(n * g.K + k) * g.OH * g.OW + o] * x[(n * g.C + c) * g.H * g.W + xi]);
   });
   return r;
 }
 
 // The worst |got - ref| / (1 + scale), scale = |ref| or the terms' magnitude sum; a NaN or Inf
 // counts as infinitely wrong.
-template <class T>
-double worst_error(const T* got, const Ref& ref, bool by_magnitude) {
+template <class T> double worst_error(const T* got, const Ref& ref, bool by_magnitude) {
   double worst = 0;
   for (size_t i = 0; i < ref.v.size(); ++i) {
     const double scale = 1.0 + (by_magnitude ? ref.mag[i] : std::abs(ref.v[i]));
@@ -226,14 +217,8 @@ constexpr double kTol32F4 = 6e-5;
 // The f32 bound for the tile the kernels use now (by default F(4x4, 3x3) on most planes).
 inline double tolerance32() { return kiln::cpu_conv_winograd_tile() == 2 ? kTol32 : kTol32F4; }
 
-template <class T>
-double tolerance() {
-  return sizeof(T) == 8 ? kTol64 : tolerance32();
-}
-template <class T>
-bool by_magnitude() {
-  return sizeof(T) == 4;
-}
+template <class T> double tolerance() { return sizeof(T) == 8 ? kTol64 : tolerance32(); }
+template <class T> bool by_magnitude() { return sizeof(T) == 4; }
 
 struct Shape {
   int64_t N, C, K, H, W, ph, pw;
@@ -244,7 +229,7 @@ struct Shape {
 // to 34 tiles per row: more than one 16-tile vector block of the f32 transforms), each with
 // every padding (ph, pw) in {0, 1, 2}^2 that leaves an output; batch, channels and bias cycle.
 inline std::vector<Shape> small_shapes() {
-  const int64_t hw[][2] = {{1, 1}, {1, 4}, {2, 3}, {3, 3}, {4, 2}, {5, 7}, {7, 5},
+  const int64_t hw[][2] = {{1, 1}, {1, 4},  {2, 3},  {3, 3},   {4, 2},  {5, 7}, {7, 5},
                            {8, 8}, {13, 4}, {4, 13}, {13, 13}, {3, 37}, {5, 66}};
   const int64_t ck[][2] = {{1, 1}, {3, 5}, {5, 3}, {17, 3}, {3, 17}};
   std::vector<Shape> shapes;
@@ -259,8 +244,7 @@ inline std::vector<Shape> small_shapes() {
   return shapes;
 }
 
-template <class T>
-void check_forward_shapes(uint32_t seed) {
+template <class T> void check_forward_shapes(uint32_t seed) {
   std::mt19937 rng(seed);
   const auto shapes = small_shapes();
   REQUIRE(shapes.size() > 90);
@@ -277,8 +261,7 @@ void check_forward_shapes(uint32_t seed) {
   }
 }
 
-template <class T>
-void check_backward_input_shapes(uint32_t seed) {
+template <class T> void check_backward_input_shapes(uint32_t seed) {
   std::mt19937 rng(seed);
   for (const Shape& s : small_shapes()) {
     const ConvGeometry g = geometry(s.N, s.C, s.K, s.H, s.W, s.ph, s.pw);
@@ -292,8 +275,7 @@ void check_backward_input_shapes(uint32_t seed) {
   }
 }
 
-template <class T>
-void check_backward_weight_shapes(uint32_t seed) {
+template <class T> void check_backward_weight_shapes(uint32_t seed) {
   std::mt19937 rng(seed);
   for (const Shape& s : small_shapes()) {
     const ConvGeometry g = geometry(s.N, s.C, s.K, s.H, s.W, s.ph, s.pw);
@@ -311,8 +293,7 @@ void check_backward_weight_shapes(uint32_t seed) {
 // output gradient handed over one sample at a time (each sample asked for at least once; also
 // with only one of the two wanted), or winograd_backward_both with it stored.
 enum class BothVia { Generated, Stored };
-template <class T>
-void check_both_gradients_shapes(BothVia via, uint32_t seed) {
+template <class T> void check_both_gradients_shapes(BothVia via, uint32_t seed) {
   std::mt19937 rng(seed);
   for (const Shape& s : small_shapes()) {
     const ConvGeometry g = geometry(s.N, s.C, s.K, s.H, s.W, s.ph, s.pw);
@@ -369,6 +350,5 @@ inline bool any_of_values(const Tensor& t, bool (*pred)(double)) {
     if (pred(v)) return true;
   return false;
 }
-
 
 }  // namespace winograd_test

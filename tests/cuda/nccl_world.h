@@ -30,10 +30,10 @@ inline std::shared_ptr<kiln::distributed::ProcessGroup> nccl_world_of_one(
 
 }  // namespace kiln_test
 
-#define SKIP_WITHOUT_NCCL()                                         \
-  do {                                                              \
-    if (!KILN_WITH_NCCL) {                                          \
-      WARN("kiln was built without NCCL: nothing to test here");    \
-      return;                                                       \
-    }                                                               \
+#define SKIP_WITHOUT_NCCL()                                      \
+  do {                                                           \
+    if (!KILN_WITH_NCCL) {                                       \
+      WARN("kiln was built without NCCL: nothing to test here"); \
+      return;                                                    \
+    }                                                            \
   } while (0)

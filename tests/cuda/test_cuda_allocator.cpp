@@ -44,8 +44,7 @@ TEST_CASE("memory_stats reflects a 4 MiB tensor", "[cuda][allocator]") {
   CHECK(kiln::cuda::memory_stats(0).reserved_bytes <= before.reserved_bytes);
 }
 
-TEST_CASE("an impossible device allocation throws with the allocator summary",
-          "[cuda][allocator]") {
+TEST_CASE("an impossible device allocation throws with the allocator summary", "[cuda][allocator]") {
   auto dev = kiln::Device::cuda(0);
   auto ooms = kiln::cuda::memory_stats(0).num_ooms;
   try {

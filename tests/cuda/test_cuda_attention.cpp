@@ -46,10 +46,14 @@ void require_near(const Tensor& gpu, const Tensor& cpu, double tol, const std::s
 
 double tol_for(DType dt) {
   switch (dt) {
-    case DType::F64: return 1e-10;
-    case DType::F16: return 5e-3;
-    case DType::BF16: return 3e-2;
-    default: return 1e-4;
+    case DType::F64:
+      return 1e-10;
+    case DType::F16:
+      return 5e-3;
+    case DType::BF16:
+      return 3e-2;
+    default:
+      return 1e-4;
   }
 }
 
@@ -63,8 +67,8 @@ std::string describe(const Shape& s, bool causal, DType dt) {
 }
 
 // out, dq, dk, dv of F::scaled_dot_product_attention on `dev` (the gradient of sum(out * g)).
-std::vector<Tensor> run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                        bool causal, kiln::Device dev, bool gq = true, bool gk = true, bool gv = true) {
+std::vector<Tensor> run(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, bool causal,
+                        kiln::Device dev, bool gq = true, bool gk = true, bool gv = true) {
   Tensor qq = q.to(dev).detach().requires_grad_(gq), kk = k.to(dev).detach().requires_grad_(gk),
          vv = v.to(dev).detach().requires_grad_(gv);
   Tensor out = F::scaled_dot_product_attention(qq, kk, vv, causal);
@@ -85,14 +89,14 @@ void compare(const Shape& s, bool causal, DType dt) {
 }
 
 const std::vector<Shape> kShapes = {
-    {2, 1, 1, 16, 16},      // one query, one key
-    {3, 7, 7, 16, 16},      // less than one tile
-    {2, 65, 65, 64, 64},    // one row into the second 64-row tile
-    {2, 200, 200, 80, 80},  // D = 80: the 128 bucket, 32-row tiles
-    {2, 65, 200, 64, 64},   // Tq < Tk (causal: keys after the last query are never seen)
-    {2, 200, 65, 16, 16},   // Tq > Tk (causal: late queries see every key)
-    {1, 1, 200, 64, 64},    // one query against many keys
-    {1, 7, 65, 80, 16},     // D != Dv
+    {2, 1, 1, 16, 16},        // one query, one key
+    {3, 7, 7, 16, 16},        // less than one tile
+    {2, 65, 65, 64, 64},      // one row into the second 64-row tile
+    {2, 200, 200, 80, 80},    // D = 80: the 128 bucket, 32-row tiles
+    {2, 65, 200, 64, 64},     // Tq < Tk (causal: keys after the last query are never seen)
+    {2, 200, 65, 16, 16},     // Tq > Tk (causal: late queries see every key)
+    {1, 1, 200, 64, 64},      // one query against many keys
+    {1, 7, 65, 80, 16},       // D != Dv
     {2, 130, 130, 128, 128},  // the largest head dim
 };
 }  // namespace
@@ -184,14 +188,12 @@ TEST_CASE("attention: CUDA errors", "[cuda][attention]") {
   SECTION("head dim above 128") {
     Tensor q = kiln::randn({1, 8, 160}, on_gpu()), k = kiln::randn({1, 8, 160}, on_gpu()),
            v = kiln::randn({1, 8, 16}, on_gpu());
-    REQUIRE_THROWS_WITH(F::scaled_dot_product_attention(q, k, v, false),
-                        Catch::Contains("head dims up to 128"));
+    REQUIRE_THROWS_WITH(F::scaled_dot_product_attention(q, k, v, false), Catch::Contains("head dims up to 128"));
   }
   SECTION("lse in the wrong dtype") {
     Tensor q = kiln::randn({1, 8, 16}, on_gpu(DType::BF16));
     Tensor out = kiln::empty({1, 8, 16}, on_gpu(DType::BF16)), lse = kiln::empty({1, 8}, on_gpu(DType::BF16));
-    REQUIRE_THROWS_WITH(kiln::kernels::attention_forward(out, lse, q, q, q, 0.25, false),
-                        Catch::Contains("lse"));
+    REQUIRE_THROWS_WITH(kiln::kernels::attention_forward(out, lse, q, q, q, 0.25, false), Catch::Contains("lse"));
   }
 }
 
@@ -236,7 +238,8 @@ TEST_CASE("nn::MultiheadAttention, nn::TransformerEncoderLayer, nn::Transformer:
   for (const kiln::Device& dev : {kCpu, kGpu}) {
     nn::MultiheadAttention& mha = dev == kCpu ? cpu_mha : gpu_mha;
     Tensor q = q0.to(dev).detach().requires_grad_(true), k = k0.to(dev).detach().requires_grad_(true), v = v0.to(dev);
-    auto [o, weights] = mha(q, k, v, nn::MultiheadAttentionArgs().attn_mask(attn_mask.to(dev)).key_padding_mask(padding.to(dev)));
+    auto [o, weights] =
+        mha(q, k, v, nn::MultiheadAttentionArgs().attn_mask(attn_mask.to(dev)).key_padding_mask(padding.to(dev)));
     (o.sum() + weights.pow(2.0).sum()).backward();
     out.push_back(o.detach());
     w.push_back(weights.detach());
@@ -267,7 +270,8 @@ TEST_CASE("nn::MultiheadAttention, nn::TransformerEncoderLayer, nn::Transformer:
   require_near(pad_gq[1], pad_gq[0], 1e-4, "query gradient with a fully padded sample");
   REQUIRE(kiln::equal(pad_out[1].select(1, 0).cpu(), cpu_mha.out_proj.bias.detach().view({1, E}).expand({L, E})));
 
-  auto options = nn::TransformerEncoderLayerOptions(E, H).dim_feedforward(80).norm_first(true).activation("gelu").dropout(0.0);
+  auto options =
+      nn::TransformerEncoderLayerOptions(E, H).dim_feedforward(80).norm_first(true).activation("gelu").dropout(0.0);
   nn::TransformerEncoderLayer cpu_layer(options), gpu_layer(options);
   gpu_layer.load_state_dict(cpu_layer.state_dict());
   gpu_layer.to(kGpu);
@@ -289,8 +293,13 @@ TEST_CASE("nn::MultiheadAttention, nn::TransformerEncoderLayer, nn::Transformer:
   require_near(g1[1], g1[0], 1e-4, "linear1 weight gradient");
 
   // nn::Transformer (encoder + decoder, causal target mask, memory padding).
-  auto t_options = nn::TransformerOptions().d_model(E).nhead(H).num_encoder_layers(2).num_decoder_layers(2)
-                       .dim_feedforward(64).dropout(0.0);
+  auto t_options = nn::TransformerOptions()
+                       .d_model(E)
+                       .nhead(H)
+                       .num_encoder_layers(2)
+                       .num_decoder_layers(2)
+                       .dim_feedforward(64)
+                       .dropout(0.0);
   nn::Transformer cpu_t(t_options), gpu_t(t_options);
   gpu_t.load_state_dict(cpu_t.state_dict());
   gpu_t.to(kGpu);

@@ -69,8 +69,8 @@ void require_near(const Tensor& gpu, const Tensor& ref, double tol, const std::s
       at = i;
     }
   }
-  INFO("worst element " << at << ": gpu " << (a.empty() ? 0 : a[at]) << " cpu " << (b.empty() ? 0 : b[at])
-                        << " (scale " << scale << ", tol " << tol << ")");
+  INFO("worst element " << at << ": gpu " << (a.empty() ? 0 : a[at]) << " cpu " << (b.empty() ? 0 : b[at]) << " (scale "
+                        << scale << ", tol " << tol << ")");
   REQUIRE(worst <= tol * scale);
 }
 
@@ -122,8 +122,7 @@ struct ConvResult {
 };
 
 // y = conv2d(x, w, b), then backward with upstream gradient gy; all on the inputs' device.
-ConvResult run_conv(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& gy,
-                    const F::Conv2dParams& p) {
+ConvResult run_conv(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& gy, const F::Conv2dParams& p) {
   Tensor x = x0.detach().requires_grad_(true);
   Tensor w = w0.detach().requires_grad_(true);
   Tensor b = b0.defined() ? b0.detach().requires_grad_(true) : Tensor();
@@ -335,12 +334,20 @@ TEST_CASE("conv_transpose2d, autocast and bad layouts on CUDA", "[cuda][conv]") 
       y = F::conv2d(xi.to(kGpu), wi.to(kGpu), Tensor(), cp);
     }
     REQUIRE(y.dtype() == DType::F16);
-    require_near(y, F::conv2d(xi.to(DType::F16).to(DType::F32), wi.to(DType::F16).to(DType::F32), Tensor(), cp),
-                 1e-2, "autocast f16 conv2d");
+    require_near(y, F::conv2d(xi.to(DType::F16).to(DType::F32), wi.to(DType::F16).to(DType::F32), Tensor(), cp), 1e-2,
+                 "autocast f16 conv2d");
   }
   {  // the raw kernel rejects operands whose layout disagrees with the geometry
     kiln::kernels::ConvGeometry g;
-    g.N = 2; g.C = 3; g.H = 5; g.W = 5; g.K = 4; g.kh = 3; g.kw = 3; g.OH = 3; g.OW = 3;
+    g.N = 2;
+    g.C = 3;
+    g.H = 5;
+    g.W = 5;
+    g.K = 4;
+    g.kh = 3;
+    g.kw = 3;
+    g.OH = 3;
+    g.OW = 3;
     g.channels_last = false;
     Tensor xc = channels_last(kiln::randn({2, 3, 5, 5}).to(kGpu));
     Tensor out = kiln::empty({2, 4, 3, 3}, kiln::TensorOptions().device(kGpu));
@@ -358,13 +365,12 @@ struct PoolCase {
 };
 
 const std::vector<PoolCase> kPoolCases = {
-    {1, 1, 1, 1, 1, 1, 0},     // one element
-    {2, 3, 7, 9, 3, 2, 1},     // odd sizes, padding
-    {8, 32, 28, 28, 2, 2, 0},  // the CNN's pool
-    {4, 64, 56, 56, 3, 2, 1},  // ResNet's stem pool
-    {5, 7, 33, 17, 2, 1, 1},   // overlapping windows, stride 1
-    {3, 5, 31, 29, 4, 3, 2},
-    {2, 4, 17, 23, 2, 5, 1},   // stride larger than the kernel (uncovered inputs get 0)
+    {1, 1, 1, 1, 1, 1, 0},                              // one element
+    {2, 3, 7, 9, 3, 2, 1},                              // odd sizes, padding
+    {8, 32, 28, 28, 2, 2, 0},                           // the CNN's pool
+    {4, 64, 56, 56, 3, 2, 1},                           // ResNet's stem pool
+    {5, 7, 33, 17, 2, 1, 1},                            // overlapping windows, stride 1
+    {3, 5, 31, 29, 4, 3, 2},  {2, 4, 17, 23, 2, 5, 1},  // stride larger than the kernel (uncovered inputs get 0)
 };
 
 // x in layout 0 NCHW, 1 channels-last, 2 a non-contiguous view (every other column).
@@ -377,8 +383,7 @@ Tensor in_layout(const Tensor& t, int layout) {
   return v;
 }
 
-std::pair<Tensor, Tensor> run_pool(const Tensor& x0, const Tensor& gy,
-                                   const std::function<Tensor(const Tensor&)>& op) {
+std::pair<Tensor, Tensor> run_pool(const Tensor& x0, const Tensor& gy, const std::function<Tensor(const Tensor&)>& op) {
   Tensor x = x0.detach().requires_grad_(true);
   Tensor y = op(x);
   y.backward(gy);
@@ -409,25 +414,43 @@ TEST_CASE("CUDA pooling matches the CPU: max, avg, adaptive avg", "[cuda][pool]"
   kiln::manual_seed(31);
   for (const PoolCase& c : kPoolCases) {
     const Tensor x = kiln::randn({c.N, c.C, c.H, c.W});
-    const std::string dims = std::to_string(c.H) + "x" + std::to_string(c.W) + " k" + std::to_string(c.k) +
-                             " s" + std::to_string(c.s) + " p" + std::to_string(c.p);
+    const std::string dims = std::to_string(c.H) + "x" + std::to_string(c.W) + " k" + std::to_string(c.k) + " s" +
+                             std::to_string(c.s) + " p" + std::to_string(c.p);
     for (DType dt : {DType::F32, DType::F16, DType::BF16})
       for (int layout : {0, 1, 2}) {
-        check_pool("max_pool2d " + dims, x, dt, layout,
-                   [&](const Tensor& t) { return F::max_pool2d(t, {c.k, c.k}, {c.s, c.s}, {c.p, c.p}); }, true);
-        check_pool("avg_pool2d count_include_pad " + dims, x, dt, layout,
-                   [&](const Tensor& t) { return F::avg_pool2d(t, {c.k, c.k}, {c.s, c.s}, {c.p, c.p}, true); }, false);
-        check_pool("avg_pool2d exclude pad " + dims, x, dt, layout,
-                   [&](const Tensor& t) { return F::avg_pool2d(t, {c.k, c.k}, {c.s, c.s}, {c.p, c.p}, false); }, false);
+        check_pool(
+            "max_pool2d " + dims, x, dt, layout,
+            [&](const Tensor& t) {
+              return F::max_pool2d(t, {c.k, c.k}, {c.s, c.s}, {c.p, c.p});
+            },
+            true);
+        check_pool(
+            "avg_pool2d count_include_pad " + dims, x, dt, layout,
+            [&](const Tensor& t) {
+              return F::avg_pool2d(t, {c.k, c.k}, {c.s, c.s}, {c.p, c.p}, true);
+            },
+            false);
+        check_pool(
+            "avg_pool2d exclude pad " + dims, x, dt, layout,
+            [&](const Tensor& t) {
+              return F::avg_pool2d(t, {c.k, c.k}, {c.s, c.s}, {c.p, c.p}, false);
+            },
+            false);
       }
   }
-  for (auto [H, W, OH, OW] : std::vector<std::array<int64_t, 4>>{{7, 7, 1, 1}, {7, 9, 3, 4}, {5, 3, 7, 4}, {56, 56, 7, 7}}) {
+  for (auto [H, W, OH, OW] :
+       std::vector<std::array<int64_t, 4>>{{7, 7, 1, 1}, {7, 9, 3, 4}, {5, 3, 7, 4}, {56, 56, 7, 7}}) {
     const Tensor x = kiln::randn({3, 6, H, W});
-    const std::string dims = std::to_string(H) + "x" + std::to_string(W) + " -> " + std::to_string(OH) + "x" + std::to_string(OW);
+    const std::string dims =
+        std::to_string(H) + "x" + std::to_string(W) + " -> " + std::to_string(OH) + "x" + std::to_string(OW);
     for (DType dt : {DType::F32, DType::F16})
       for (int layout : {0, 1, 2})
-        check_pool("adaptive_avg_pool2d " + dims, x, dt, layout,
-                   [&](const Tensor& t) { return F::adaptive_avg_pool2d(t, {OH, OW}); }, false);
+        check_pool(
+            "adaptive_avg_pool2d " + dims, x, dt, layout,
+            [&](const Tensor& t) {
+              return F::adaptive_avg_pool2d(t, {OH, OW});
+            },
+            false);
   }
 }
 
@@ -436,10 +459,12 @@ TEST_CASE("CUDA max_pool2d: indices and backward are exact, also with ties and N
   Tensor x = kiln::randint(0, 4, {2, 3, 9, 9}).to(DType::F32);
   Tensor xg = x.to(kGpu);
   for (int rep = 0; rep < 2; ++rep) {  // the gather backward is deterministic: run twice
-    auto [yg, gxg] = run_pool(xg, kiln::ones({2, 3, 5, 5}).to(kGpu),
-                              [](const Tensor& t) { return F::max_pool2d(t, {3, 3}, {2, 2}, {1, 1}); });
-    auto [yc, gxc] = run_pool(x, kiln::ones({2, 3, 5, 5}),
-                              [](const Tensor& t) { return F::max_pool2d(t, {3, 3}, {2, 2}, {1, 1}); });
+    auto [yg, gxg] = run_pool(xg, kiln::ones({2, 3, 5, 5}).to(kGpu), [](const Tensor& t) {
+      return F::max_pool2d(t, {3, 3}, {2, 2}, {1, 1});
+    });
+    auto [yc, gxc] = run_pool(x, kiln::ones({2, 3, 5, 5}), [](const Tensor& t) {
+      return F::max_pool2d(t, {3, 3}, {2, 2}, {1, 1});
+    });
     require_bitwise(yg, yc, "max_pool2d ties forward");
     require_bitwise(gxg, gxc, "max_pool2d ties backward");
   }

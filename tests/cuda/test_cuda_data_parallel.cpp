@@ -113,8 +113,7 @@ TEST_CASE("nccl DDP in a world of one: gradients and AdamW steps equal the plain
       auto pg = kiln_test::nccl_world_of_one();
       auto [model, ref] = twin_nets();
       auto options = dist::DistributedDataParallelOptions().gradient_as_bucket_view(view);
-      if (cap_bytes > 0)
-        options.bucket_cap_mb(cap_bytes / (1 << 20)).first_bucket_mb(cap_bytes / (1 << 20));
+      if (cap_bytes > 0) options.bucket_cap_mb(cap_bytes / (1 << 20)).first_bucket_mb(cap_bytes / (1 << 20));
       dist::DistributedDataParallel ddp(model, options, pg);
       REQUIRE(ddp.bucket_indices().size() == (cap_bytes > 0 ? model->parameters().size() : 1));
       REQUIRE_FALSE(ddp.buckets_rebuilt());
@@ -173,8 +172,7 @@ TEST_CASE("nccl DDP in a world of one: unused parameters, found or named in an E
   {
     auto [model, ref] = twin_nets();
     model->use_extra = ref->use_extra = false;
-    dist::DistributedDataParallel ddp(
-        model, dist::DistributedDataParallelOptions().find_unused_parameters(true), pg);
+    dist::DistributedDataParallel ddp(model, dist::DistributedDataParallelOptions().find_unused_parameters(true), pg);
     for (uint64_t step = 0; step < 2; ++step) {
       const Batch b = batch(30 + step);
       ddp.zero_grad();
@@ -191,20 +189,21 @@ TEST_CASE("nccl DDP in a world of one: unused parameters, found or named in an E
     model->use_extra = false;
     dist::DistributedDataParallel ddp(model, {}, pg);
     const Batch b = batch(40);
-    REQUIRE_THROWS_WITH(kiln::mse_loss(ddp.forward(b.x), b.y).backward(),
-                        Catch::Matchers::Contains("extra.weight") &&
-                            Catch::Matchers::Contains("find_unused_parameters"));
+    REQUIRE_THROWS_WITH(
+        kiln::mse_loss(ddp.forward(b.x), b.y).backward(),
+        Catch::Matchers::Contains("extra.weight") && Catch::Matchers::Contains("find_unused_parameters"));
   }
 }
 
-TEST_CASE("nccl ZeRO-1 in a world of one: AdamW on the flat shard equals plain AdamW, and its "
-          "state resumes", "[cuda][distributed][nccl][zero]") {
+TEST_CASE(
+    "nccl ZeRO-1 in a world of one: AdamW on the flat shard equals plain AdamW, and its "
+    "state resumes",
+    "[cuda][distributed][nccl][zero]") {
   SKIP_WITHOUT_NCCL();
   auto pg = kiln_test::nccl_world_of_one();
   auto [model, ref] = twin_nets();
   const auto options = kiln::optim::AdamWOptions(1e-2).weight_decay(0.1);
-  dist::ZeroRedundancyOptimizer zero(model->parameters(),
-                                     dist::local_optimizer<kiln::optim::AdamW>(options), pg);
+  dist::ZeroRedundancyOptimizer zero(model->parameters(), dist::local_optimizer<kiln::optim::AdamW>(options), pg);
   kiln::optim::AdamW plain(ref->parameters(), options);
   REQUIRE(zero.shards().size() == 1);
   REQUIRE(zero.shards()[0].device() == kGpu);
@@ -235,8 +234,7 @@ TEST_CASE("nccl ZeRO-1 in a world of one: AdamW on the flat shard equals plain A
     auto dst = copy->parameters();
     for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
   }
-  dist::ZeroRedundancyOptimizer resumed(copy->parameters(),
-                                        dist::local_optimizer<kiln::optim::AdamW>(options), pg);
+  dist::ZeroRedundancyOptimizer resumed(copy->parameters(), dist::local_optimizer<kiln::optim::AdamW>(options), pg);
   resumed.load_state_dict(zero.state_dict());
   zero.zero_grad();
   train_step(*model, 300);
@@ -247,8 +245,7 @@ TEST_CASE("nccl ZeRO-1 in a world of one: AdamW on the flat shard equals plain A
   require_same_parameters(*copy, *model);
 }
 
-TEST_CASE("init_process_group(\"auto\") in a world of one routes CUDA tensors to nccl",
-          "[cuda][distributed][nccl]") {
+TEST_CASE("init_process_group(\"auto\") in a world of one routes CUDA tensors to nccl", "[cuda][distributed][nccl]") {
   SKIP_WITHOUT_NCCL();
   dist::TCPStoreOptions so;
   so.world_size = 1;

@@ -76,7 +76,8 @@ TEST_CASE("bias_gelu_backward column sums are deterministic on the GPU", "[cuda]
   kiln::manual_seed(21);
   Tensor x = kiln::randn({8192, 96}, kiln::TensorOptions().device(kGpu)), g = kiln::randn({8192, 96}).to(kGpu);
   Tensor b = kiln::randn({96}).to(kGpu);
-  Tensor dx = kiln::empty({8192, 96}, x.options()), db1 = kiln::empty({96}, x.options()), db2 = kiln::empty({96}, x.options());
+  Tensor dx = kiln::empty({8192, 96}, x.options()), db1 = kiln::empty({96}, x.options()),
+         db2 = kiln::empty({96}, x.options());
   kiln::kernels::bias_gelu_backward(dx, db1, g, x, b, kiln::kernels::GeluApprox::Tanh);
   kiln::kernels::bias_gelu_backward(dx, db2, g, x, b, kiln::kernels::GeluApprox::Tanh);
   REQUIRE(kiln::equal(db1.cpu(), db2.cpu()));
@@ -136,12 +137,15 @@ TEST_CASE("linear_epilogue: cuBLASLt bias / bias+GELU(+aux) epilogues match the 
   namespace K = kiln::kernels;
   kiln::cuda::set_allow_tf32(false);
   kiln::manual_seed(25);
-  struct Case { int64_t M, K, N; };
+  struct Case {
+    int64_t M, K, N;
+  };
   for (Case c : {Case{1, 8, 8}, Case{17, 24, 40}, Case{128, 64, 96}, Case{33, 70, 130} /* N % 8 != 0 */}) {
     for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
-      const std::string what = std::to_string(c.M) + "x" + std::to_string(c.K) + "x" + std::to_string(c.N) + " " +
-                               kiln::dtype_name(dt);
-      Tensor x = kiln::randn({c.M, c.K}).to(dt), w = (kiln::randn({c.N, c.K}) * 0.2).to(dt), b = kiln::randn({c.N}).to(dt);
+      const std::string what =
+          std::to_string(c.M) + "x" + std::to_string(c.K) + "x" + std::to_string(c.N) + " " + kiln::dtype_name(dt);
+      Tensor x = kiln::randn({c.M, c.K}).to(dt), w = (kiln::randn({c.N, c.K}) * 0.2).to(dt),
+             b = kiln::randn({c.N}).to(dt);
       // the CPU reference in f32 from the same (rounded) inputs
       Tensor pre = kiln::matmul(x.to(DType::F32), w.to(DType::F32).t()) + b.to(DType::F32);
       const double t = dt == DType::F32 ? 1e-4 : dt == DType::F16 ? 5e-3 : 3e-2;
@@ -217,11 +221,13 @@ TEST_CASE("matmul_dgelu_bgrad: cuBLASLt DGELU(_BGRAD) epilogue matches the CPU",
   namespace K = kiln::kernels;
   kiln::cuda::set_allow_tf32(false);
   kiln::manual_seed(26);
-  struct Case { int64_t M, K, N; };
+  struct Case {
+    int64_t M, K, N;
+  };
   for (Case c : {Case{16, 32, 64}, Case{100, 48, 200}, Case{9, 5, 13} /* fallback */}) {
     for (DType dt : {DType::F32, DType::BF16}) {
-      const std::string what = std::to_string(c.M) + "x" + std::to_string(c.K) + "x" + std::to_string(c.N) + " " +
-                               kiln::dtype_name(dt);
+      const std::string what =
+          std::to_string(c.M) + "x" + std::to_string(c.K) + "x" + std::to_string(c.N) + " " + kiln::dtype_name(dt);
       Tensor a = kiln::randn({c.M, c.K}).to(dt), bm = (kiln::randn({c.N, c.K}) * 0.3).to(dt).t();
       Tensor pre = kiln::randn({c.M, c.N}).to(dt);
       Tensor dpre_c = kiln::empty({c.M, c.N}, pre.options()), db_c = kiln::empty({c.N}, pre.options());

@@ -35,9 +35,7 @@ void require_close(const Tensor& gpu, const Tensor& cpu, double tol, const std::
   REQUIRE(kiln::allclose(gpu.cpu().to(DType::F64), cpu.to(DType::F64), tol, tol));
 }
 
-double tol(DType dt) {
-  return dt == DType::BF16 ? 5e-2 : dt == DType::F16 ? 5e-3 : dt == DType::F64 ? 1e-12 : 1e-5;
-}
+double tol(DType dt) { return dt == DType::BF16 ? 5e-2 : dt == DType::F16 ? 5e-3 : dt == DType::F64 ? 1e-12 : 1e-5; }
 
 Tensor values_of(DType dt, const kiln::IntList& sizes) {
   if (dt == DType::U8) return kiln::randint(0, 8, sizes).to(DType::U8);
@@ -46,8 +44,7 @@ Tensor values_of(DType dt, const kiln::IntList& sizes) {
 }
 
 // Runs body() with the deterministic switch set to `on`, restoring it afterwards.
-template <class F>
-void with_determinism(bool on, F&& body) {
+template <class F> void with_determinism(bool on, F&& body) {
   kiln::DeterministicGuard g(on);
   body();
 }
@@ -165,8 +162,7 @@ TEST_CASE("embedding forward and backward on the GPU; deterministic backward is 
 
 // Runs `region`, expecting no error from it, then requires the next synchronisation to throw a
 // kiln::Error whose text contains every string of `parts`.
-template <class F>
-void require_error_at_sync(F&& region, const std::vector<std::string>& parts) {
+template <class F> void require_error_at_sync(F&& region, const std::vector<std::string>& parts) {
   REQUIRE_NOTHROW(region());
   try {
     kiln::cuda::synchronize();
@@ -179,7 +175,8 @@ void require_error_at_sync(F&& region, const std::vector<std::string>& parts) {
   REQUIRE_NOTHROW(kiln::cuda::synchronize());  // reported once
 }
 
-TEST_CASE("out-of-range indices: reported at the next synchronisation, nothing written out of bounds", "[cuda][indexing]") {
+TEST_CASE("out-of-range indices: reported at the next synchronisation, nothing written out of bounds",
+          "[cuda][indexing]") {
   kiln::manual_seed(63);
   Tensor x = kiln::randn({10, 4}).to(kGpu);
   Tensor bad = kiln::tensor(std::vector<int64_t>{1, 2, 10, 3}).to(kGpu);
@@ -198,8 +195,11 @@ TEST_CASE("out-of-range indices: reported at the next synchronisation, nothing w
     kiln::DeterministicGuard g(deterministic);
     Tensor big = kiln::zeros({12, 4}).to(kGpu);
     Tensor target = big.slice(0, 0, 10);
-    require_error_at_sync([&] { kiln::kernels::index_add(target, 0, bad, kiln::ones({4, 4}).to(kGpu)); },
-                          {"index_add", "index 10"});
+    require_error_at_sync(
+        [&] {
+          kiln::kernels::index_add(target, 0, bad, kiln::ones({4, 4}).to(kGpu));
+        },
+        {"index_add", "index 10"});
     Tensor bc = big.cpu();
     INFO("deterministic " << deterministic);
     REQUIRE(bc.slice(0, 10, 12).abs().sum().item<double>() == 0.0);
@@ -208,8 +208,11 @@ TEST_CASE("out-of-range indices: reported at the next synchronisation, nothing w
     Tensor wide = kiln::zeros({2, 6}).to(kGpu);
     Tensor cols = wide.slice(1, 0, 4);
     Tensor idx = kiln::tensor(std::vector<int64_t>{0, 4, 2, 1}).view({2, 2}).to(kGpu);
-    require_error_at_sync([&] { kiln::kernels::scatter_add(cols, 1, idx, kiln::ones({2, 2}).to(kGpu)); },
-                          {"scatter_add", "index 4", "size 4"});
+    require_error_at_sync(
+        [&] {
+          kiln::kernels::scatter_add(cols, 1, idx, kiln::ones({2, 2}).to(kGpu));
+        },
+        {"scatter_add", "index 4", "size 4"});
     Tensor wc = wide.cpu();
     REQUIRE(wc.slice(1, 4, 6).abs().sum().item<double>() == 0.0);
     REQUIRE(wc.sum().item<double>() == 3.0);
@@ -233,7 +236,8 @@ TEST_CASE("out-of-range indices: reported at the next synchronisation, nothing w
   REQUIRE_NOTHROW(kiln::cuda::check_device_errors());
 }
 
-TEST_CASE("in-range index ops do not synchronise: sync-debug is silent and a CUDA graph captures them", "[cuda][indexing]") {
+TEST_CASE("in-range index ops do not synchronise: sync-debug is silent and a CUDA graph captures them",
+          "[cuda][indexing]") {
   kiln::manual_seed(64);
   struct ModeRestore {
     kiln::cuda::SyncDebugMode saved = kiln::cuda::sync_debug_mode();

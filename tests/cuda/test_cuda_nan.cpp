@@ -70,8 +70,16 @@ TEST_CASE("NaN and Inf: the GPU gives the CPU's (PyTorch's) results", "[cuda][na
       {"gelu", [](const Tensor& x) { return x.gelu(); }, false},
       {"gelu tanh", [](const Tensor& x) { return x.gelu("tanh"); }, false},
       {"clamp", [](const Tensor& x) { return x.clamp(-0.5, 0.7); }, true},
-      {"maximum", [](const Tensor& x) { return kiln::maximum(x, kiln::cat({x.slice(0, 1, x.size(0)), x.slice(0, 0, 1)}, 0)); }, false},
-      {"minimum", [](const Tensor& x) { return kiln::minimum(x, kiln::cat({x.slice(0, 1, x.size(0)), x.slice(0, 0, 1)}, 0)); }, false},
+      {"maximum",
+       [](const Tensor& x) {
+         return kiln::maximum(x, kiln::cat({x.slice(0, 1, x.size(0)), x.slice(0, 0, 1)}, 0));
+       },
+       false},
+      {"minimum",
+       [](const Tensor& x) {
+         return kiln::minimum(x, kiln::cat({x.slice(0, 1, x.size(0)), x.slice(0, 0, 1)}, 0));
+       },
+       false},
       {"max", [](const Tensor& x) { return x.max(); }, false},
       {"max(dim) values", [](const Tensor& x) { return std::get<0>(x.max(1)); }, true},
       {"argmax", [](const Tensor& x) { return x.argmax(1); }, false},
@@ -82,24 +90,38 @@ TEST_CASE("NaN and Inf: the GPU gives the CPU's (PyTorch's) results", "[cuda][na
       {"mean", [](const Tensor& x) { return x.mean({1}); }, false},
       {"softmax", [](const Tensor& x) { return kiln::softmax(x, 1); }, false},
       {"log_softmax", [](const Tensor& x) { return kiln::log_softmax(x, 1); }, false},
-      {"cross_entropy", [](const Tensor& x) {
+      {"cross_entropy",
+       [](const Tensor& x) {
          Tensor t = kiln::zeros({x.size(0)}, kiln::TensorOptions().dtype(DType::I64).device(x.device()));
          return kiln::cross_entropy(x, t, -100, 0.0, kiln::Reduction::None);
-       }, false},
+       },
+       false},
       {"layer_norm", [](const Tensor& x) { return F::layer_norm(x, {x.size(1)}); }, false},
-      {"max_pool2d", [](const Tensor& x) { return F::max_pool2d(x.reshape({1, x.size(0), 2, x.size(1) / 2}), 2); }, true},
-      {"batch_norm train", [](const Tensor& x) {
-         return F::batch_norm(x.t().reshape({x.size(1), x.size(0), 1, 1}), Tensor(), Tensor(), Tensor(), Tensor(), true);
-       }, false},
-      {"batch_norm_relu train", [](const Tensor& x) {
-         return F::batch_norm_relu(x.t().reshape({x.size(1), x.size(0), 1, 1}), Tensor(), Tensor(), Tensor(), Tensor(), true);
-       }, false},
-      {"batch_norm_relu eval", [](const Tensor& x) {
+      {"max_pool2d",
+       [](const Tensor& x) {
+         return F::max_pool2d(x.reshape({1, x.size(0), 2, x.size(1) / 2}), 2);
+       },
+       true},
+      {"batch_norm train",
+       [](const Tensor& x) {
+         return F::batch_norm(x.t().reshape({x.size(1), x.size(0), 1, 1}), Tensor(), Tensor(), Tensor(), Tensor(),
+                              true);
+       },
+       false},
+      {"batch_norm_relu train",
+       [](const Tensor& x) {
+         return F::batch_norm_relu(x.t().reshape({x.size(1), x.size(0), 1, 1}), Tensor(), Tensor(), Tensor(), Tensor(),
+                                   true);
+       },
+       false},
+      {"batch_norm_relu eval",
+       [](const Tensor& x) {
          Tensor xr = x.reshape({1, x.size(0), 2, x.size(1) / 2});
          Tensor rm = kiln::zeros({x.size(0)}, x.options().requires_grad(false));
          Tensor rv = kiln::ones({x.size(0)}, x.options().requires_grad(false));
          return F::batch_norm_relu(xr, rm, rv, Tensor(), Tensor(), false);
-       }, true},
+       },
+       true},
   };
   for (DType dt : {DType::F32, DType::F64}) {
     for (int64_t cols : {6, 1030}) {

@@ -29,8 +29,12 @@ namespace {
 const kiln::Device kGpu = kiln::Device::cuda(0);
 
 // Relative / absolute tolerances for values of magnitude ~1 (outputs, input gradients).
-double rtol_of(DType dt) { return dt == DType::BF16 ? 2e-2 : dt == DType::F16 ? 4e-3 : dt == DType::F64 ? 1e-10 : 2e-5; }
-double atol_of(DType dt) { return dt == DType::BF16 ? 3e-2 : dt == DType::F16 ? 4e-3 : dt == DType::F64 ? 1e-10 : 2e-5; }
+double rtol_of(DType dt) {
+  return dt == DType::BF16 ? 2e-2 : dt == DType::F16 ? 4e-3 : dt == DType::F64 ? 1e-10 : 2e-5;
+}
+double atol_of(DType dt) {
+  return dt == DType::BF16 ? 3e-2 : dt == DType::F16 ? 4e-3 : dt == DType::F64 ? 1e-10 : 2e-5;
+}
 
 std::string dname(DType dt) { return kiln::dtype_name(dt); }
 
@@ -67,8 +71,8 @@ struct BnOut {
   Tensor y, dx, dw, db, rm, rv;
 };
 
-BnOut run_bn(kiln::Device d, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& g0,
-             const Tensor& rm0, const Tensor& rv0, bool training, bool channels_last, bool relu) {
+BnOut run_bn(kiln::Device d, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& g0, const Tensor& rm0,
+             const Tensor& rv0, bool training, bool channels_last, bool relu) {
   Tensor x = leaf(x0, d), w = leaf(w0, d), b = leaf(b0, d);
   Tensor rm = on(rm0, d).clone(), rv = on(rv0, d).clone();
   Tensor xin = x;
@@ -121,9 +125,8 @@ void check_bn(const IntList& sizes, DType dt, bool affine, bool training, bool c
   if (relu) x = off_relu_kink(x, w, b, rm, rv, training);
   BnOut c = run_bn(kiln::Device::cpu(), x, w, b, g, rm, rv, training, channels_last, relu);
   BnOut gg = run_bn(kGpu, x, w, b, g, rm, rv, training, channels_last, relu);
-  const std::string what = std::string(relu ? "batch_norm_relu " : "batch_norm ") +
-                           (training ? "train " : "eval ") + dname(dt) +
-                           (affine ? " affine" : "") + (channels_last ? " channels-last" : "") +
+  const std::string what = std::string(relu ? "batch_norm_relu " : "batch_norm ") + (training ? "train " : "eval ") +
+                           dname(dt) + (affine ? " affine" : "") + (channels_last ? " channels-last" : "") +
                            " center " + std::to_string(center);
   // With |mean| >> std, y = x * a + b cancels: a one-ulp difference in the f32 mean (the double
   // sums are added in another order) moves y by ~|mean| * 1e-7; widen atol accordingly.
@@ -159,8 +162,8 @@ void check_row(int64_t R, int64_t K, DType dt, bool rms, bool with_w, bool with_
   RowOut c = run_row(kiln::Device::cpu(), x, w, b, g, rms);
   RowOut gg = run_row(kGpu, x, w, b, g, rms);
   const std::string what = std::string(rms ? "rms_norm " : "layer_norm ") + dname(dt) + " R=" + std::to_string(R) +
-                           " K=" + std::to_string(K) + (with_w ? " w" : "") + (b.defined() ? " b" : "") +
-                           " center " + std::to_string(center);
+                           " K=" + std::to_string(K) + (with_w ? " w" : "") + (b.defined() ? " b" : "") + " center " +
+                           std::to_string(center);
   const double rt = rtol_of(dt), at = atol_of(dt) + std::abs(center) * 1e-6;  // see check_bn
   require_close(gg.y, c.y, rt, at, what + " y");
   require_close(gg.dx, c.dx, 10 * rt, 10 * at, what + " dx");
@@ -173,12 +176,12 @@ void check_row(int64_t R, int64_t K, DType dt, bool rms, bool with_w, bool with_
 TEST_CASE("batch norm forward and backward match the CPU", "[cuda][norm][batch_norm]") {
   kiln::manual_seed(40);
   const std::vector<IntList> shapes = {
-      {4, 3, 7, 7},     // C = 3, S = 49: the [N, C, S] path with a partly filled warp per row
-      {16, 5},          // [N, C]: the column path
-      {1, 7, 3},        // N = 1, S = 3
-      {2, 3, 4097},     // long planes
-      {1023, 33},       // many rows on the column path (several row partials per channel)
-      {64, 16, 32, 32}, // several partial blocks per channel on the planes path
+      {4, 3, 7, 7},      // C = 3, S = 49: the [N, C, S] path with a partly filled warp per row
+      {16, 5},           // [N, C]: the column path
+      {1, 7, 3},         // N = 1, S = 3
+      {2, 3, 4097},      // long planes
+      {1023, 33},        // many rows on the column path (several row partials per channel)
+      {64, 16, 32, 32},  // several partial blocks per channel on the planes path
   };
   for (const auto& sizes : shapes)
     for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16})
@@ -195,12 +198,12 @@ TEST_CASE("batch norm forward and backward match the CPU", "[cuda][norm][batch_n
 TEST_CASE("fused batch norm + ReLU forward and backward match the CPU", "[cuda][norm][batch_norm_relu]") {
   kiln::manual_seed(45);
   const std::vector<IntList> shapes = {
-      {5, 3, 7, 9},     // odd sizes on the [N, C, S] path
-      {17, 5},          // [N, C]: the column path
-      {1, 7, 3},        // N = 1, S = 3
-      {2, 3, 4097},     // long planes
-      {1023, 33},       // several row partials per channel on the column path
-      {64, 16, 32, 32}, // several partial blocks per channel on the planes path
+      {5, 3, 7, 9},      // odd sizes on the [N, C, S] path
+      {17, 5},           // [N, C]: the column path
+      {1, 7, 3},         // N = 1, S = 3
+      {2, 3, 4097},      // long planes
+      {1023, 33},        // several row partials per channel on the column path
+      {64, 16, 32, 32},  // several partial blocks per channel on the planes path
   };
   for (const auto& sizes : shapes)
     for (DType dt : {DType::F32, DType::F16})
@@ -302,7 +305,8 @@ TEST_CASE("conv + batch norm + ReLU + max pool with a GEMM-fed backward: the CPU
   }
   const double rt = rtol_of(DType::F32), at = atol_of(DType::F32);
   const char* what[7] = {"y", "input grad", "conv weight grad", "dweight", "dbias", "running_mean", "running_var"};
-  for (int i = 0; i < 7; ++i) require_close(r[1][i], r[0][i], 10 * rt, 10 * at, std::string("gemm-fed block ") + what[i]);
+  for (int i = 0; i < 7; ++i)
+    require_close(r[1][i], r[0][i], 10 * rt, 10 * at, std::string("gemm-fed block ") + what[i]);
 }
 
 TEST_CASE("batch norm statistics match the CPU", "[cuda][norm][batch_norm]") {
@@ -338,7 +342,7 @@ TEST_CASE("batch norm backward with optional gradients left undefined", "[cuda][
   Tensor mean = x.mean({0, 2, 3}), invstd = (x.var({0, 2, 3}, 0) + 1e-5).rsqrt();
   // (want dx, want dw, want db, training)
   const std::vector<std::tuple<bool, bool, bool, bool>> cases = {
-      {true, false, false, true}, {false, true, false, true}, {false, false, true, true},
+      {true, false, false, true},  {false, true, false, true}, {false, false, true, true},
       {true, false, false, false}, {false, true, true, false}, {true, true, true, false}};
   for (auto [want_dx, want_dw, want_db, training] : cases)
     for (bool with_w : {true, false})
@@ -355,9 +359,9 @@ TEST_CASE("batch norm backward with optional gradients left undefined", "[cuda][
         auto c = run(kiln::Device::cpu());
         auto gg = run(kGpu);
         const std::string what = std::string(relu ? "batch_norm_relu_backward " : "batch_norm_backward ") +
-                                 (training ? "train" : "eval") +
-                                 (with_w ? " w" : "") + " dx/dw/db=" + std::to_string(want_dx) +
-                                 std::to_string(want_dw) + std::to_string(want_db);
+                                 (training ? "train" : "eval") + (with_w ? " w" : "") +
+                                 " dx/dw/db=" + std::to_string(want_dx) + std::to_string(want_dw) +
+                                 std::to_string(want_db);
         for (int i = 0; i < 3; ++i) require_close(gg[i], c[i], 1e-4, 1e-5, what + " output " + std::to_string(i));
       }
 }

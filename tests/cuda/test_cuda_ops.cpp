@@ -59,8 +59,9 @@ TEST_CASE("unary ops match the CPU", "[cuda][pointwise]") {
       for (auto& [name, op] : ops) {
         // f16/bf16 results are rounded once on each side: compare with the dtype's tolerance
         // (the fast CPU exp/erf differ from CUDA's by a few f32 ulps).
-        parity(std::string(name) + " n=" + std::to_string(n), {x}, [&](const auto& in) { return op(in[0]); },
-               tol(dt) * 10, tol(dt));
+        parity(
+            std::string(name) + " n=" + std::to_string(n), {x}, [&](const auto& in) { return op(in[0]); }, tol(dt) * 10,
+            tol(dt));
       }
     }
   }
@@ -69,14 +70,22 @@ TEST_CASE("unary ops match the CPU", "[cuda][pointwise]") {
 TEST_CASE("binary ops: broadcasting, non-contiguous, comparisons", "[cuda][pointwise]") {
   kiln::manual_seed(11);
   Tensor a = kiln::randn({33, 65}), b = kiln::randn({65}), c = kiln::randn({65, 33}).t();
-  parity("add broadcast", {a, b}, [](const auto& in) { return in[0] + in[1]; }, 1e-6, 1e-6);
-  parity("mul transposed", {a, c}, [](const auto& in) { return in[0] * in[1]; }, 1e-6, 1e-6);
-  parity("div", {a, b}, [](const auto& in) { return in[0] / (in[1].abs() + 0.5); }, 1e-6, 1e-6);
-  parity("maximum", {a, c}, [](const auto& in) { return kiln::maximum(in[0], in[1]); }, 0, 0);
-  parity("lt", {a, c}, [](const auto& in) { return in[0] < in[1]; }, 0, 0);
-  parity("where", {a, c}, [](const auto& in) { return kiln::where(in[0] > 0.0, in[0], in[1]); }, 0, 0);
-  parity("slice step", {a}, [](const auto& in) { return in[0].slice(1, 1, 64, 3) * 2.0; }, 0, 0);
-  parity("int add", {kiln::randint(-50, 50, {1023})}, [](const auto& in) { return in[0] + in[0] * 3.0; }, 0, 0);
+  parity(
+      "add broadcast", {a, b}, [](const auto& in) { return in[0] + in[1]; }, 1e-6, 1e-6);
+  parity(
+      "mul transposed", {a, c}, [](const auto& in) { return in[0] * in[1]; }, 1e-6, 1e-6);
+  parity(
+      "div", {a, b}, [](const auto& in) { return in[0] / (in[1].abs() + 0.5); }, 1e-6, 1e-6);
+  parity(
+      "maximum", {a, c}, [](const auto& in) { return kiln::maximum(in[0], in[1]); }, 0, 0);
+  parity(
+      "lt", {a, c}, [](const auto& in) { return in[0] < in[1]; }, 0, 0);
+  parity(
+      "where", {a, c}, [](const auto& in) { return kiln::where(in[0] > 0.0, in[0], in[1]); }, 0, 0);
+  parity(
+      "slice step", {a}, [](const auto& in) { return in[0].slice(1, 1, 64, 3) * 2.0; }, 0, 0);
+  parity(
+      "int add", {kiln::randint(-50, 50, {1023})}, [](const auto& in) { return in[0] + in[0] * 3.0; }, 0, 0);
 }
 
 TEST_CASE("copies and casts between every dtype", "[cuda][copy]") {
@@ -85,8 +94,9 @@ TEST_CASE("copies and casts between every dtype", "[cuda][copy]") {
   for (DType from : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::I32, DType::U8, DType::Bool}) {
     for (DType to : {DType::F32, DType::F16, DType::BF16, DType::I32, DType::Bool}) {
       Tensor src = x.to(from);
-      parity(std::string("cast ") + kiln::dtype_name(from) + "->" + kiln::dtype_name(to), {src},
-             [&](const auto& in) { return in[0].t().to(to).contiguous(); }, 0, 0);
+      parity(
+          std::string("cast ") + kiln::dtype_name(from) + "->" + kiln::dtype_name(to), {src},
+          [&](const auto& in) { return in[0].t().to(to).contiguous(); }, 0, 0);
     }
   }
 }
@@ -95,18 +105,28 @@ TEST_CASE("reductions match the CPU", "[cuda][reduce]") {
   kiln::manual_seed(13);
   for (auto sizes : std::vector<kiln::IntList>{{1}, {7}, {4097}, {1 << 20}, {33, 1023}, {1023, 33}, {3, 5, 7}}) {
     Tensor x = kiln::randn(sizes);
-    parity("sum all", {x}, [](const auto& in) { return in[0].sum(); }, 1e-4, 1e-3);
-    parity("mean last", {x}, [](const auto& in) { return in[0].mean({-1}); }, 1e-4, 1e-5);
-    parity("sum first keepdim", {x}, [](const auto& in) { return in[0].sum({0}, true); }, 1e-4, 1e-4);
-    parity("amax", {x}, [](const auto& in) { return in[0].amax({-1}); }, 0, 0);
-    parity("min", {x}, [](const auto& in) { return in[0].min(); }, 0, 0);
-    parity("argmax", {x}, [](const auto& in) { return in[0].argmax(-1); }, 0, 0);
-    parity("var", {x}, [](const auto& in) { return in[0].var({-1}, 0); }, 1e-4, 1e-5);
+    parity(
+        "sum all", {x}, [](const auto& in) { return in[0].sum(); }, 1e-4, 1e-3);
+    parity(
+        "mean last", {x}, [](const auto& in) { return in[0].mean({-1}); }, 1e-4, 1e-5);
+    parity(
+        "sum first keepdim", {x}, [](const auto& in) { return in[0].sum({0}, true); }, 1e-4, 1e-4);
+    parity(
+        "amax", {x}, [](const auto& in) { return in[0].amax({-1}); }, 0, 0);
+    parity(
+        "min", {x}, [](const auto& in) { return in[0].min(); }, 0, 0);
+    parity(
+        "argmax", {x}, [](const auto& in) { return in[0].argmax(-1); }, 0, 0);
+    parity(
+        "var", {x}, [](const auto& in) { return in[0].var({-1}, 0); }, 1e-4, 1e-5);
   }
   Tensor t = kiln::randn({64, 48}).t();  // non-contiguous
-  parity("sum transposed", {t}, [](const auto& in) { return in[0].sum({1}); }, 1e-5, 1e-5);
-  parity("int sum", {kiln::randint(-9, 9, {4097})}, [](const auto& in) { return in[0].sum(); }, 0, 0);
-  parity("bf16 sum", {kiln::randn({4097}).to(DType::BF16)}, [](const auto& in) { return in[0].sum({0}); }, 2e-2, 0.5);
+  parity(
+      "sum transposed", {t}, [](const auto& in) { return in[0].sum({1}); }, 1e-5, 1e-5);
+  parity(
+      "int sum", {kiln::randint(-9, 9, {4097})}, [](const auto& in) { return in[0].sum(); }, 0, 0);
+  parity(
+      "bf16 sum", {kiln::randn({4097}).to(DType::BF16)}, [](const auto& in) { return in[0].sum({0}); }, 2e-2, 0.5);
 }
 
 // Leading dims reduced in place ([R, K] read by columns): one pass, or row chunks with a second
@@ -117,18 +137,31 @@ TEST_CASE("column reductions (leading dims) match the CPU", "[cuda][reduce]") {
   for (auto sizes : std::vector<kiln::IntList>{{5, 1025}, {4099, 33}, {65536, 40}, {3, 777, 64}, {20000, 2, 17}}) {
     Tensor x = kiln::randn(sizes);
     const std::string n = " " + kiln::detail::concat(sizes);
-    parity("sum dim 0" + n, {x}, [](const auto& in) { return in[0].sum({0}); }, 1e-4, 1e-4);
-    parity("mean dim 0" + n, {x}, [](const auto& in) { return in[0].mean({0}); }, 1e-4, 1e-5);
-    parity("amax dim 0" + n, {x}, [](const auto& in) { return in[0].amax({0}); }, 0, 0);
-    parity("amin dim 0" + n, {x}, [](const auto& in) { return in[0].amin({0}); }, 0, 0);
-    parity("f64 sum dim 0" + n, {x.to(DType::F64)}, [](const auto& in) { return in[0].sum({0}); }, 1e-12, 1e-12);
-    parity("bf16 sum dim 0" + n, {x.to(DType::BF16)}, [](const auto& in) { return in[0].sum({0}); }, 2e-2, 0.5);
-    parity("int sum dim 0" + n, {kiln::randint(-9, 9, sizes)}, [](const auto& in) { return in[0].sum({0}); }, 0, 0);
+    parity(
+        "sum dim 0" + n, {x}, [](const auto& in) { return in[0].sum({0}); }, 1e-4, 1e-4);
+    parity(
+        "mean dim 0" + n, {x}, [](const auto& in) { return in[0].mean({0}); }, 1e-4, 1e-5);
+    parity(
+        "amax dim 0" + n, {x}, [](const auto& in) { return in[0].amax({0}); }, 0, 0);
+    parity(
+        "amin dim 0" + n, {x}, [](const auto& in) { return in[0].amin({0}); }, 0, 0);
+    parity(
+        "f64 sum dim 0" + n, {x.to(DType::F64)}, [](const auto& in) { return in[0].sum({0}); }, 1e-12, 1e-12);
+    parity(
+        "bf16 sum dim 0" + n, {x.to(DType::BF16)}, [](const auto& in) { return in[0].sum({0}); }, 2e-2, 0.5);
+    parity(
+        "int sum dim 0" + n, {kiln::randint(-9, 9, sizes)}, [](const auto& in) { return in[0].sum({0}); }, 0, 0);
   }
   Tensor three = kiln::randn({6, 7, 40});
-  parity("sum dims 0, 1", {three}, [](const auto& in) { return in[0].sum({0, 1}); }, 1e-4, 1e-5);
+  parity(
+      "sum dims 0, 1", {three},
+      [](const auto& in) {
+        return in[0].sum({0, 1});
+      },
+      1e-4, 1e-5);
   Tensor empty_rows = kiln::randn({0, 64});
-  parity("sum of no rows", {empty_rows}, [](const auto& in) { return in[0].sum({0}); }, 0, 0);
+  parity(
+      "sum of no rows", {empty_rows}, [](const auto& in) { return in[0].sum({0}); }, 0, 0);
 }
 
 TEST_CASE("reductions over more rows than gridDim.y allows (65535)", "[cuda][reduce]") {
@@ -138,11 +171,16 @@ TEST_CASE("reductions over more rows than gridDim.y allows (65535)", "[cuda][red
   for (int64_t r : {3, 300}) {
     Tensor x = kiln::randn({70000, r});
     const std::string n = " [70000, " + std::to_string(r) + "]";
-    parity("sum last" + n, {x}, [](const auto& in) { return in[0].sum({-1}); }, 1e-5, 1e-5);
-    parity("mean last" + n, {x}, [](const auto& in) { return in[0].mean({-1}); }, 1e-5, 1e-6);
-    parity("amax last" + n, {x}, [](const auto& in) { return in[0].amax({-1}); }, 0, 0);
-    parity("argmax last" + n, {x}, [](const auto& in) { return in[0].argmax(-1); }, 0, 0);
-    parity("f64 sum last" + n, {x.to(DType::F64)}, [](const auto& in) { return in[0].sum({-1}); }, 1e-12, 1e-12);
+    parity(
+        "sum last" + n, {x}, [](const auto& in) { return in[0].sum({-1}); }, 1e-5, 1e-5);
+    parity(
+        "mean last" + n, {x}, [](const auto& in) { return in[0].mean({-1}); }, 1e-5, 1e-6);
+    parity(
+        "amax last" + n, {x}, [](const auto& in) { return in[0].amax({-1}); }, 0, 0);
+    parity(
+        "argmax last" + n, {x}, [](const auto& in) { return in[0].argmax(-1); }, 0, 0);
+    parity(
+        "f64 sum last" + n, {x.to(DType::F64)}, [](const auto& in) { return in[0].sum({-1}); }, 1e-12, 1e-12);
   }
 }
 
@@ -150,8 +188,10 @@ TEST_CASE("softmax, log_softmax, cross-entropy and their gradients", "[cuda][sof
   kiln::manual_seed(14);
   for (int64_t n : {1, 7, 1023, 4097}) {
     Tensor x = kiln::randn({5, n}) * 4.0;
-    parity("softmax", {x}, [](const auto& in) { return in[0].softmax(-1); }, 1e-5, 1e-7);
-    parity("log_softmax dim 0", {x}, [](const auto& in) { return in[0].log_softmax(0); }, 1e-5, 1e-6);
+    parity(
+        "softmax", {x}, [](const auto& in) { return in[0].softmax(-1); }, 1e-5, 1e-7);
+    parity(
+        "log_softmax dim 0", {x}, [](const auto& in) { return in[0].log_softmax(0); }, 1e-5, 1e-6);
   }
   Tensor logits = kiln::randn({64, 10}), target = kiln::randint(0, 10, {64});
   auto grad_of = [](const Tensor& l, const Tensor& t) {
@@ -164,18 +204,28 @@ TEST_CASE("softmax, log_softmax, cross-entropy and their gradients", "[cuda][sof
 
 TEST_CASE("matmul through cuBLASLt", "[cuda][matmul]") {
   kiln::manual_seed(15);
-  for (auto [m, k, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1}, {7, 13, 5}, {128, 256, 64}, {1023, 33, 257}}) {
+  for (auto [m, k, n] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1}, {7, 13, 5}, {128, 256, 64}, {1023, 33, 257}}) {
     Tensor a = kiln::randn({m, k}), b = kiln::randn({k, n});
-    parity("mm f32", {a, b}, [](const auto& in) { return kiln::mm(in[0], in[1]); }, 1e-4, 1e-4);
+    parity(
+        "mm f32", {a, b}, [](const auto& in) { return kiln::mm(in[0], in[1]); }, 1e-4, 1e-4);
     // column-major views of both operands (no copy on either backend)
-    parity("mm transposed views", {a.t().contiguous(), b.t().contiguous()},
-           [](const auto& in) { return kiln::mm(in[0].t(), in[1].t()); }, 1e-4, 1e-4);
-    parity("mm f16", {a.to(DType::F16), b.to(DType::F16)}, [](const auto& in) { return kiln::mm(in[0], in[1]); }, 1e-2, 1e-2);
-    parity("mm bf16", {a.to(DType::BF16), b.to(DType::BF16)}, [](const auto& in) { return kiln::mm(in[0], in[1]); }, 5e-2, 5e-2);
+    parity(
+        "mm transposed views", {a.t().contiguous(), b.t().contiguous()},
+        [](const auto& in) { return kiln::mm(in[0].t(), in[1].t()); }, 1e-4, 1e-4);
+    parity(
+        "mm f16", {a.to(DType::F16), b.to(DType::F16)}, [](const auto& in) { return kiln::mm(in[0], in[1]); }, 1e-2,
+        1e-2);
+    parity(
+        "mm bf16", {a.to(DType::BF16), b.to(DType::BF16)}, [](const auto& in) { return kiln::mm(in[0], in[1]); }, 5e-2,
+        5e-2);
   }
   Tensor a = kiln::randn({3, 17, 9}), b = kiln::randn({3, 9, 11});
-  parity("bmm", {a, b}, [](const auto& in) { return kiln::bmm(in[0], in[1]); }, 1e-5, 1e-5);
-  parity("matmul broadcast", {a, kiln::randn({9, 4})}, [](const auto& in) { return kiln::matmul(in[0], in[1]); }, 1e-5, 1e-5);
+  parity(
+      "bmm", {a, b}, [](const auto& in) { return kiln::bmm(in[0], in[1]); }, 1e-5, 1e-5);
+  parity(
+      "matmul broadcast", {a, kiln::randn({9, 4})}, [](const auto& in) { return kiln::matmul(in[0], in[1]); }, 1e-5,
+      1e-5);
 }
 
 TEST_CASE("Philox streams: uniforms bit-identical on the CPU and the GPU, normals within a few ulp", "[cuda][rng]") {

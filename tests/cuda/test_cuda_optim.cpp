@@ -4,8 +4,8 @@
 // unscale + inf check, the device-side GradScaler update, the fused lerp. Lists with more tensors
 // than one launch holds (40 per optimizer launch, 110 per list launch, 256 step tensors) check the
 // launch splitting; odd sizes and sizes across the 16K-element chunk boundary check the tails.
-// The math is the CPU's (each optimizer's rule, in kiln/optim/<name>.h); tolerances cover FMA contraction and summation order:
-// f32 1e-5 relative after 3 steps, bf16/f16 parameters one rounding of the (f32) master weight.
+// The math is the CPU's (each optimizer's rule, in kiln/optim/<name>.h); tolerances cover FMA contraction and summation
+// order: f32 1e-5 relative after 3 steps, bf16/f16 parameters one rounding of the (f32) master weight.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -94,25 +94,37 @@ void run_optimizer(const std::string& name, const MakeOpt& make, DType dt, doubl
 
 std::vector<std::pair<std::string, MakeOpt>> optimizers() {
   return {
-      {"SGD", [](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.1).weight_decay(0.01)); }},
-      {"SGD momentum", [](std::vector<Tensor> p) {
+      {"SGD",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.1).weight_decay(0.01));
+       }},
+      {"SGD momentum",
+       [](std::vector<Tensor> p) {
          return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.1).momentum(0.9).dampening(0.1).weight_decay(0.01));
        }},
-      {"SGD nesterov", [](std::vector<Tensor> p) {
+      {"SGD nesterov",
+       [](std::vector<Tensor> p) {
          return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
        }},
-      {"Adam", [](std::vector<Tensor> p) { return std::make_unique<optim::Adam>(p, optim::AdamOptions(1e-2).weight_decay(0.01)); }},
-      {"AdamW", [](std::vector<Tensor> p) { return std::make_unique<optim::AdamW>(p, optim::AdamWOptions(1e-2).weight_decay(0.1)); }},
-      {"AdamW maximize", [](std::vector<Tensor> p) {
+      {"Adam",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<optim::Adam>(p, optim::AdamOptions(1e-2).weight_decay(0.01));
+       }},
+      {"AdamW",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<optim::AdamW>(p, optim::AdamWOptions(1e-2).weight_decay(0.1));
+       }},
+      {"AdamW maximize",
+       [](std::vector<Tensor> p) {
          return std::make_unique<optim::AdamW>(p, optim::AdamWOptions(1e-2).weight_decay(0.1).maximize(true));
        }},
       {"LAMB", [](std::vector<Tensor> p) { return std::make_unique<optim::LAMB>(p, optim::LAMBOptions(1e-2)); }},
-      {"LARS", [](std::vector<Tensor> p) {
+      {"LARS",
+       [](std::vector<Tensor> p) {
          return std::make_unique<optim::LARS>(p, optim::LARSOptions(0.1).weight_decay(1e-4).trust_coefficient(0.02));
        }},
-      {"LARS without momentum", [](std::vector<Tensor> p) {
-         return std::make_unique<optim::LARS>(p, optim::LARSOptions(0.1).momentum(0.0));
-       }},
+      {"LARS without momentum",
+       [](std::vector<Tensor> p) { return std::make_unique<optim::LARS>(p, optim::LARSOptions(0.1).momentum(0.0)); }},
   };
 }
 }  // namespace
@@ -311,7 +323,8 @@ TEST_CASE("unscale_and_check_ scales every gradient and flags an Inf on the devi
   found_g.zero_();
   Tensor n = kiln::randn({17});
   n.data_ptr<float>()[16] = NAN;
-  kiln::kernels::unscale_and_check_({n.to(kGpu)}, kiln::full({}, 0.5, kiln::TensorOptions(DType::F32).device(kGpu)), found_g);
+  kiln::kernels::unscale_and_check_({n.to(kGpu)}, kiln::full({}, 0.5, kiln::TensorOptions(DType::F32).device(kGpu)),
+                                    found_g);
   REQUIRE(found_g.cpu().item<float>() == 1.0f);
 }
 

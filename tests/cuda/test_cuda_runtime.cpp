@@ -78,8 +78,8 @@ TEST_CASE("a block used on the capturing stream and freed inside the capture", "
   graph.capture_begin();
   Tensor y = x * 2.0;  // reads x on the capture stream
   kiln::cuda::record_stream(x, kiln::cuda::current_stream());
-  x = Tensor();        // freed inside the capture
-  out = y + 1.0;       // allocates: the allocator processes its pending events here
+  x = Tensor();   // freed inside the capture
+  out = y + 1.0;  // allocates: the allocator processes its pending events here
   graph.capture_end();
   graph.replay();
   kiln::cuda::synchronize();
@@ -121,8 +121,7 @@ TEST_CASE("a training step with backward and a fused optimizer can be captured",
 TEST_CASE("a host sync inside a capture fails with a clear error", "[cuda][graph]") {
   Tensor x = kiln::randn({7}).to(kGpu);
   kiln::cuda::Graph graph;
-  REQUIRE_THROWS_WITH(graph.capture([&] { (void)x.sum().item<float>(); }),
-                      Catch::Contains("CUDA graph capture"));
+  REQUIRE_THROWS_WITH(graph.capture([&] { (void)x.sum().item<float>(); }), Catch::Contains("CUDA graph capture"));
   REQUIRE(!graph.captured());
   REQUIRE(!kiln::cuda::current_stream_is_capturing());
   // The device is still usable afterwards.
@@ -142,7 +141,8 @@ TEST_CASE("sync-debug catches item() and to(cpu)", "[cuda][sync_debug]") {
   REQUIRE_NOTHROW(x.sum().item<float>());
 }
 
-TEST_CASE("device-to-device copies are stream-ordered: no host sync, allowed in a graph capture", "[cuda][graph][sync_debug]") {
+TEST_CASE("device-to-device copies are stream-ordered: no host sync, allowed in a graph capture",
+          "[cuda][graph][sync_debug]") {
   ModeRestore restore;
   Tensor x = kiln::randn({4097}).to(kGpu);
   Tensor y = kiln::empty({4097}, kiln::TensorOptions().device(kGpu));

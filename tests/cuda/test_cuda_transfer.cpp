@@ -8,8 +8,7 @@ using kiln::DType;
 TEST_CASE("round trip host -> device -> host keeps every dtype's bits", "[cuda]") {
   kiln::manual_seed(3);
   auto src = kiln::randn({1023}) * 100.0;
-  for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::I32,
-                   DType::U8, DType::Bool}) {
+  for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::I32, DType::U8, DType::Bool}) {
     auto host = src.to(dt);
     auto dev = host.to(kiln::Device::cuda(0));
     REQUIRE(dev.device() == kiln::Device::cuda(0));

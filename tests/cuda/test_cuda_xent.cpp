@@ -30,9 +30,7 @@ const kiln::Device kGpu = kiln::Device::cuda(0);
 double rtol_of(DType dt) {
   return dt == DType::F64 ? 1e-12 : dt == DType::F32 ? 2e-5 : dt == DType::F16 ? 2e-3 : 1.6e-2;
 }
-double atol_of(DType dt) {
-  return dt == DType::F64 ? 1e-14 : dt == DType::F32 ? 1e-7 : dt == DType::F16 ? 1e-3 : 8e-3;
-}
+double atol_of(DType dt) { return dt == DType::F64 ? 1e-14 : dt == DType::F32 ? 1e-7 : dt == DType::F16 ? 1e-3 : 8e-3; }
 
 bool all_true(const Tensor& b) { return b.numel() == 0 || b.to(DType::F64).min().item<double>() == 1.0; }
 
@@ -59,8 +57,7 @@ Tensor some_labels(int64_t R, int64_t C, int64_t ignore_index) {
 }
 
 // Loss and input gradient of cross_entropy on x (any device) with upstream gradient gout.
-std::pair<Tensor, Tensor> loss_and_grad(const Tensor& x0, const Tensor& t, double e, Reduction r,
-                                        const Tensor& gout) {
+std::pair<Tensor, Tensor> loss_and_grad(const Tensor& x0, const Tensor& t, double e, Reduction r, const Tensor& gout) {
   Tensor x = x0.detach().requires_grad_(true);
   Tensor l = kiln::cross_entropy(x, t, -100, e, r);
   l.backward(gout.to(x0.device(), l.dtype()));

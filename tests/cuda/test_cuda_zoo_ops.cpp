@@ -41,21 +41,32 @@ TEST_CASE("zoo ops: pad and interpolate match the CPU in every mode", "[cuda][zo
   kiln::manual_seed(11);
   Tensor x = kiln::randn({2, 3, 9, 7}, DType::F64).transpose(2, 3);  // [2, 3, 7, 9], strided
   for (std::string mode : {"constant", "reflect", "replicate", "circular"})
-    same_value_and_grad(x, [&](const Tensor& t) {
-      return F::pad(t, {2, 1, 3, 0}, mode, mode == "constant" ? 0.5 : 0.0);  // a value is constant mode's only
-    }, "pad " + mode);
-  same_value_and_grad(x, [](const Tensor& t) { return F::pad(t, {-1, 2}); }, "pad constant crop");
+    same_value_and_grad(
+        x,
+        [&](const Tensor& t) {
+          return F::pad(t, {2, 1, 3, 0}, mode, mode == "constant" ? 0.5 : 0.0);  // a value is constant mode's only
+        },
+        "pad " + mode);
+  same_value_and_grad(
+      x,
+      [](const Tensor& t) {
+        return F::pad(t, {-1, 2});
+      },
+      "pad constant crop");
   for (std::string mode : {"nearest", "nearest-exact", "bilinear", "bicubic", "area"})
     for (bool ac : {false, true}) {
       if (ac && mode != "bilinear" && mode != "bicubic") continue;
-      same_value_and_grad(x, [&](const Tensor& t) {
-        return F::interpolate(t, F::InterpolateOptions().size({11, 5}).mode(mode).align_corners(ac));
-      }, "interpolate " + mode + (ac ? " align_corners" : ""));
+      same_value_and_grad(
+          x,
+          [&](const Tensor& t) {
+            return F::interpolate(t, F::InterpolateOptions().size({11, 5}).mode(mode).align_corners(ac));
+          },
+          "interpolate " + mode + (ac ? " align_corners" : ""));
     }
   Tensor x1 = kiln::randn({2, 3, 13}, DType::F64);
-  same_value_and_grad(x1, [](const Tensor& t) {
-    return F::interpolate(t, F::InterpolateOptions().scale_factor({1.5}).mode("linear"));
-  }, "interpolate linear");
+  same_value_and_grad(
+      x1, [](const Tensor& t) { return F::interpolate(t, F::InterpolateOptions().scale_factor({1.5}).mode("linear")); },
+      "interpolate linear");
 }
 
 TEST_CASE("zoo ops: masked and scaled attention match the CPU", "[cuda][zoo]") {
@@ -87,21 +98,28 @@ TEST_CASE("zoo ops: LSTM and GRU layers match the CPU, outputs and parameter gra
     close(yg, yc, 1e-9, what + ": output");
     auto pc = cpu_model.named_parameters(), pg = gpu_model.named_parameters();
     REQUIRE(pc.size() == pg.size());
-    for (size_t i = 0; i < pc.size(); ++i) close(pg[i].second.grad(), pc[i].second.grad(), 1e-9, what + ": " + pc[i].first);
+    for (size_t i = 0; i < pc.size(); ++i)
+      close(pg[i].second.grad(), pc[i].second.grad(), 1e-9, what + ": " + pc[i].first);
   };
   auto lstm_options = kiln::nn::LSTMOptions(5, 4).num_layers(2).bidirectional(true);
   kiln::nn::LSTM lstm_cpu(lstm_options), lstm_gpu(lstm_options);
   lstm_cpu.to(DType::F64);
   lstm_gpu.to(DType::F64);
-  compare(lstm_cpu, lstm_gpu, [](kiln::nn::Module& m, const Tensor& in) {
-    auto [out, state] = static_cast<kiln::nn::LSTM&>(m)(in, kiln::nn::LSTMState{});
-    return kiln::cat({out.flatten(), std::get<0>(state).flatten(), std::get<1>(state).flatten()});
-  }, "LSTM");
+  compare(
+      lstm_cpu, lstm_gpu,
+      [](kiln::nn::Module& m, const Tensor& in) {
+        auto [out, state] = static_cast<kiln::nn::LSTM&>(m)(in, kiln::nn::LSTMState{});
+        return kiln::cat({out.flatten(), std::get<0>(state).flatten(), std::get<1>(state).flatten()});
+      },
+      "LSTM");
   kiln::nn::GRU gru_cpu(5, 4, 2), gru_gpu(5, 4, 2);
   gru_cpu.to(DType::F64);
   gru_gpu.to(DType::F64);
-  compare(gru_cpu, gru_gpu, [](kiln::nn::Module& m, const Tensor& in) {
-    auto [out, h] = static_cast<kiln::nn::GRU&>(m)(in, Tensor());
-    return kiln::cat({out.flatten(), h.flatten()});
-  }, "GRU");
+  compare(
+      gru_cpu, gru_gpu,
+      [](kiln::nn::Module& m, const Tensor& in) {
+        auto [out, h] = static_cast<kiln::nn::GRU&>(m)(in, Tensor());
+        return kiln::cat({out.flatten(), h.flatten()});
+      },
+      "GRU");
 }

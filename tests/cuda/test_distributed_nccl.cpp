@@ -38,15 +38,14 @@ bool completes_within(const dist::Work& w, std::chrono::milliseconds limit) {
 
 }  // namespace
 
-TEST_CASE("nccl: a world of one reduces to the identity for every op and dtype",
-          "[cuda][distributed][nccl]") {
+TEST_CASE("nccl: a world of one reduces to the identity for every op and dtype", "[cuda][distributed][nccl]") {
   SKIP_WITHOUT_NCCL();
   auto pg = kiln_test::nccl_world_of_one();
   REQUIRE(pg->backend_name() == "nccl");
   REQUIRE(pg->rank() == 0);
   REQUIRE(pg->size() == 1);
-  for (dist::ReduceOp op : {dist::ReduceOp::Sum, dist::ReduceOp::Avg, dist::ReduceOp::Max,
-                            dist::ReduceOp::Min, dist::ReduceOp::Product}) {
+  for (dist::ReduceOp op :
+       {dist::ReduceOp::Sum, dist::ReduceOp::Avg, dist::ReduceOp::Max, dist::ReduceOp::Min, dist::ReduceOp::Product}) {
     Tensor x = kiln::randn({1000}).to(kGpu);
     Tensor expect = x.clone();
     pg->all_reduce({x}, op)->wait();
@@ -60,8 +59,7 @@ TEST_CASE("nccl: a world of one reduces to the identity for every op and dtype",
   }
 }
 
-TEST_CASE("nccl: coalesced lists, broadcast, gathers and scatters in a world of one",
-          "[cuda][distributed][nccl]") {
+TEST_CASE("nccl: coalesced lists, broadcast, gathers and scatters in a world of one", "[cuda][distributed][nccl]") {
   SKIP_WITHOUT_NCCL();
   auto pg = kiln_test::nccl_world_of_one();
   const uint64_t seq0 = pg->sequence_number();
@@ -103,8 +101,7 @@ TEST_CASE("nccl: coalesced lists, broadcast, gathers and scatters in a world of 
   pg->all_reduce({e}, dist::ReduceOp::Sum)->wait();
 }
 
-TEST_CASE("nccl: an async Work orders the current stream after the collective",
-          "[cuda][distributed][nccl]") {
+TEST_CASE("nccl: an async Work orders the current stream after the collective", "[cuda][distributed][nccl]") {
   SKIP_WITHOUT_NCCL();
   auto pg = kiln_test::nccl_world_of_one();
   kiln::Stream s = kiln::cuda::get_stream_from_pool(0);
@@ -114,7 +111,7 @@ TEST_CASE("nccl: an async Work orders the current stream after the collective",
   x.fill_(3.0);
   auto work = pg->all_reduce({x}, dist::ReduceOp::Sum);
   REQUIRE(work->description().find("all_reduce") != std::string::npos);
-  work->wait();  // `s` waits on the device; the host does not
+  work->wait();        // `s` waits on the device; the host does not
   Tensor y = x * 2.0;  // on `s`, after the collective
   kiln::cuda::synchronize_stream(s);
   REQUIRE(same(y, kiln::full({1 << 20}, 6.0)));
@@ -125,29 +122,24 @@ TEST_CASE("nccl: an async Work orders the current stream after the collective",
   work->wait(std::chrono::milliseconds(1000));
 }
 
-TEST_CASE("nccl: bad arguments are kiln::Errors naming the collective",
-          "[cuda][distributed][nccl]") {
+TEST_CASE("nccl: bad arguments are kiln::Errors naming the collective", "[cuda][distributed][nccl]") {
   SKIP_WITHOUT_NCCL();
   auto pg = kiln_test::nccl_world_of_one();
   using Catch::Matchers::Contains;
   Tensor g = kiln::ones({4}, kGpu);
   REQUIRE_THROWS_WITH(pg->all_reduce({kiln::ones({4})}, dist::ReduceOp::Sum),
                       Contains("all_reduce") && Contains("CUDA tensor"));
-  REQUIRE_THROWS_WITH(pg->all_reduce({kiln::ones({4, 4}, kGpu).t()}, dist::ReduceOp::Sum),
-                      Contains("contiguous"));
-  REQUIRE_THROWS_WITH(pg->all_reduce({g, kiln::ones({4}, kiln::TensorOptions().dtype(DType::F64).device(kGpu))},
-                                     dist::ReduceOp::Sum),
-                      Contains("dtype"));
-  REQUIRE_THROWS_WITH(pg->all_reduce({g.to(DType::Bool)}, dist::ReduceOp::Sum),
-                      Contains("NCCL has no dtype"));
+  REQUIRE_THROWS_WITH(pg->all_reduce({kiln::ones({4, 4}, kGpu).t()}, dist::ReduceOp::Sum), Contains("contiguous"));
+  REQUIRE_THROWS_WITH(
+      pg->all_reduce({g, kiln::ones({4}, kiln::TensorOptions().dtype(DType::F64).device(kGpu))}, dist::ReduceOp::Sum),
+      Contains("dtype"));
+  REQUIRE_THROWS_WITH(pg->all_reduce({g.to(DType::Bool)}, dist::ReduceOp::Sum), Contains("NCCL has no dtype"));
   REQUIRE_THROWS_WITH(pg->all_reduce({}, dist::ReduceOp::Sum), Contains("no tensors"));
   REQUIRE_THROWS_WITH(pg->broadcast({g}, 1), Contains("root 1"));
   std::vector<Tensor> two = {kiln::ones({4}, kGpu), kiln::ones({4}, kGpu)};
   REQUIRE_THROWS_WITH(pg->all_gather(two, g), Contains("one per rank"));
-  REQUIRE_THROWS_WITH(pg->all_gather_into_tensor(kiln::ones({3}, kGpu), g),
-                      Contains("elements"));
-  REQUIRE_THROWS_WITH(pg->reduce_scatter_tensor(kiln::ones({3}, kGpu), g, dist::ReduceOp::Sum),
-                      Contains("elements"));
+  REQUIRE_THROWS_WITH(pg->all_gather_into_tensor(kiln::ones({3}, kGpu), g), Contains("elements"));
+  REQUIRE_THROWS_WITH(pg->reduce_scatter_tensor(kiln::ones({3}, kGpu), g, dist::ReduceOp::Sum), Contains("elements"));
   Tensor gi = kiln::ones({4}, kiln::TensorOptions().dtype(DType::I64).device(kGpu));
   REQUIRE_THROWS_WITH(pg->all_reduce({gi}, dist::ReduceOp::Avg), Contains("floating-point"));
   REQUIRE_THROWS_WITH(pg->reduce_scatter_tensor(kiln::zeros_like(gi), gi, dist::ReduceOp::Avg),
@@ -157,8 +149,7 @@ TEST_CASE("nccl: bad arguments are kiln::Errors naming the collective",
   REQUIRE(same(g, kiln::ones({4})));
 }
 
-TEST_CASE("nccl: abort fails later collectives and destruction does not hang",
-          "[cuda][distributed][nccl]") {
+TEST_CASE("nccl: abort fails later collectives and destruction does not hang", "[cuda][distributed][nccl]") {
   SKIP_WITHOUT_NCCL();
   auto pg = kiln_test::nccl_world_of_one();
   Tensor x = kiln::ones({16}, kGpu);
@@ -172,8 +163,7 @@ TEST_CASE("nccl: abort fails later collectives and destruction does not hang",
   REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
 }
 
-TEST_CASE("nccl: a group destroyed with collectives in flight finishes them first",
-          "[cuda][distributed][nccl]") {
+TEST_CASE("nccl: a group destroyed with collectives in flight finishes them first", "[cuda][distributed][nccl]") {
   SKIP_WITHOUT_NCCL();
   auto pg = kiln_test::nccl_world_of_one();
   Tensor x = kiln::ones({1 << 22}, kGpu);

@@ -33,11 +33,13 @@ TEST_CASE("pinned asynchronous loader copies equal pageable synchronous ones", "
   auto base = D::LoaderOptions().batch_size(32).shuffle(true).seed(5).transform(tf);
   D::DataLoader cpu(ds, base);
   D::DataLoader sync(ds, D::LoaderOptions(base).device(kiln::Device::cuda(0)).workers(2));
-  D::DataLoader async(ds, D::LoaderOptions(base).device(kiln::Device::cuda(0)).workers(4)
-                              .pin_memory(true));
+  D::DataLoader async(ds, D::LoaderOptions(base).device(kiln::Device::cuda(0)).workers(4).pin_memory(true));
   for (int epoch = 0; epoch < 2; ++epoch) {
     std::vector<kiln::Tensor> want;
-    for (auto& b : cpu) { want.push_back(b.input.clone()); want.push_back(b.target.clone()); }
+    for (auto& b : cpu) {
+      want.push_back(b.input.clone());
+      want.push_back(b.target.clone());
+    }
     size_t k = 0;
     auto it_s = sync.begin();
     for (auto& b : async) {
@@ -58,14 +60,12 @@ TEST_CASE("pinned asynchronous loader copies equal pageable synchronous ones", "
 TEST_CASE("pinned loader keeps batches intact while the user holds them", "[cuda][data]") {
   kiln::manual_seed(12);
   Images ds(128);
-  D::DataLoader loader(ds, D::LoaderOptions().batch_size(16).workers(2).pin_memory(true)
-                               .device(kiln::Device::cuda(0)));
+  D::DataLoader loader(ds, D::LoaderOptions().batch_size(16).workers(2).pin_memory(true).device(kiln::Device::cuda(0)));
   std::vector<kiln::Tensor> held;
   for (auto& b : loader) held.push_back(b.target);
   kiln::cuda::synchronize();
   for (size_t k = 0; k < held.size(); ++k)
-    for (int64_t r = 0; r < 16; ++r)
-      REQUIRE(held[k].cpu()[r].item<int64_t>() == (int64_t(k) * 16 + r) % 10);
+    for (int64_t r = 0; r < 16; ++r) REQUIRE(held[k].cpu()[r].item<int64_t>() == (int64_t(k) * 16 + r) % 10);
 }
 
 namespace {
@@ -88,8 +88,8 @@ TEST_CASE("a prefetched batch dropped mid-copy is not reused before its copy end
   // copy may not even have started; memory allocated next on the compute stream must not be
   // those buffers, or the late copy would overwrite what the compute stream writes there.
   Planes ds;
-  D::DataLoader loader(ds, D::LoaderOptions().batch_size(16).workers(2).prefetch(2).pin_memory(true)
-                               .device(kiln::Device::cuda(0)));
+  D::DataLoader loader(
+      ds, D::LoaderOptions().batch_size(16).workers(2).prefetch(2).pin_memory(true).device(kiln::Device::cuda(0)));
   loader.start_epoch();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // batches 0 and 1 are built
   // Keep the compute stream busy, so that batch 1's copy waits behind this work.
@@ -102,7 +102,8 @@ TEST_CASE("a prefetched batch dropped mid-copy is not reused before its copy end
   b0 = D::Batch{};
   loader.start_epoch();  // drops the prefetched batch 1 with its copy in flight
   std::vector<Tensor> fresh;
-  for (int i = 0; i < 4; ++i) fresh.push_back(kiln::full({16, 3, 256, 256}, -7.0, kiln::TensorOptions().device(kiln::Device::cuda(0))));
+  for (int i = 0; i < 4; ++i)
+    fresh.push_back(kiln::full({16, 3, 256, 256}, -7.0, kiln::TensorOptions().device(kiln::Device::cuda(0))));
   kiln::cuda::synchronize();
   for (const Tensor& f : fresh) REQUIRE(kiln::equal(f.cpu(), kiln::full({16, 3, 256, 256}, -7.0)));
   // The loader still delivers correct batches afterwards.

@@ -9,8 +9,8 @@
 #include "data_test_util.h"
 
 namespace D = kiln::data;
-using kiln_test::IndexDataset;
 using kiln_test::ImageDataset;
+using kiln_test::IndexDataset;
 using kiln_test::SeqDataset;
 
 namespace {
@@ -27,8 +27,7 @@ TEST_CASE("identical batches for a fixed seed with 0, 1 and 4 workers", "[data][
                        D::Normalize({0.5, 0.4, 0.3}, {0.2, 0.25, 0.3}));
   std::vector<std::vector<kiln::Tensor>> runs;
   for (int w : {0, 1, 4}) {
-    D::DataLoader loader(ds, D::LoaderOptions().batch_size(8).shuffle(true).seed(7).workers(w)
-                                 .transform(tf));
+    D::DataLoader loader(ds, D::LoaderOptions().batch_size(8).shuffle(true).seed(7).workers(w).transform(tf));
     std::vector<kiln::Tensor> got;
     for (int e = 0; e < 2; ++e)
       for (auto& b : loader) {
@@ -144,8 +143,8 @@ TEST_CASE("destroying a loader mid-epoch stops the workers", "[data][loader]") {
 TEST_CASE("staging buffers are recycled: no allocation per batch in steady state", "[data][loader]") {
   ImageDataset ds(256, 1, 8, 8);
   for (bool pin : {false, true}) {
-    D::DataLoader loader(ds, D::LoaderOptions().batch_size(8).workers(2).prefetch(3).pin_memory(pin)
-                                 .transform(D::Compose(D::ToFloat())));
+    D::DataLoader loader(ds, D::LoaderOptions().batch_size(8).workers(2).prefetch(3).pin_memory(pin).transform(
+                                 D::Compose(D::ToFloat())));
     for (int e = 0; e < 6; ++e)
       for (auto& b : loader) (void)b;
     // 192 batches of (input, target); blocks are bounded by the prefetch window, not the batch
@@ -200,8 +199,7 @@ TEST_CASE("fused ToFloat/Normalize/ChannelsLast equals the transforms run one by
 
 TEST_CASE("variable-length samples are padded with a mask", "[data][loader]") {
   SeqDataset ds(50, 12);
-  auto bucket = std::make_shared<D::BucketBatchSampler>(D::lengths_of(ds),
-                                                         D::BucketOptions(40).seed(5));
+  auto bucket = std::make_shared<D::BucketBatchSampler>(D::lengths_of(ds), D::BucketOptions(40).seed(5));
   D::DataLoader loader(ds, D::LoaderOptions().batch_sampler(bucket).workers(2).padding_mask(true));
   int64_t rows = 0;
   for (auto& b : loader) {
@@ -237,8 +235,7 @@ TEST_CASE("TensorDataset is zero-copy and the loader stacks its rows", "[data][l
   auto b = *loader.begin();
   REQUIRE(kiln::equal(b.input, x.slice(0, 0, 3)));
   REQUIRE(kiln::equal(b.target, y.slice(0, 0, 3)));
-  REQUIRE_THROWS_WITH(D::TensorDataset(x, kiln::arange(5, kiln::DType::I64)),
-                      Catch::Contains("same first dimension"));
+  REQUIRE_THROWS_WITH(D::TensorDataset(x, kiln::arange(5, kiln::DType::I64)), Catch::Contains("same first dimension"));
 }
 
 TEST_CASE("bad loader options and devices are refused", "[data][loader]") {
@@ -246,6 +243,5 @@ TEST_CASE("bad loader options and devices are refused", "[data][loader]") {
   REQUIRE_THROWS_AS(D::DataLoader(ds, D::LoaderOptions().batch_size(0)), kiln::Error);
   REQUIRE_THROWS_AS(D::DataLoader(ds, D::LoaderOptions().workers(-1)), kiln::Error);
   if (!kiln::cuda::is_available())
-    REQUIRE_THROWS_AS(D::DataLoader(ds, D::LoaderOptions().device(kiln::Device::cuda(0))),
-                      kiln::Error);
+    REQUIRE_THROWS_AS(D::DataLoader(ds, D::LoaderOptions().device(kiln::Device::cuda(0))), kiln::Error);
 }

@@ -20,9 +20,7 @@ kiln::Tensor labels(int64_t n, int mod = 10) {
   for (int64_t k = 0; k < n; ++k) t.data_ptr<uint8_t>()[k] = static_cast<uint8_t>(k % mod);
   return t;
 }
-void gzip_bytes(const std::string& path, const std::string& bytes) {
-  D::write_whole_file(path, bytes, /*gzip=*/true);
-}
+void gzip_bytes(const std::string& path, const std::string& bytes) { D::write_whole_file(path, bytes, /*gzip=*/true); }
 }  // namespace
 
 TEST_CASE("IDX round trip, raw and gzip", "[data][idx]") {
@@ -90,9 +88,7 @@ TEST_CASE("corrupt IDX files are rejected with the path", "[data][idx]") {
     write_bytes(p, z);
     REQUIRE_THROWS_WITH(D::read_idx(p), Catch::Contains(p));
   }
-  SECTION("missing file") {
-    REQUIRE_THROWS_WITH(D::read_idx(dir.file("nope.idx")), Catch::Contains("nope.idx"));
-  }
+  SECTION("missing file") { REQUIRE_THROWS_WITH(D::read_idx(dir.file("nope.idx")), Catch::Contains("nope.idx")); }
 }
 
 TEST_CASE("MNIST-style folders: loading and validation", "[data][idx]") {
@@ -119,16 +115,14 @@ TEST_CASE("MNIST-style folders: loading and validation", "[data][idx]") {
   }
   SECTION("a missing file names the Debian package") {
     REQUIRE_THROWS_WITH(D::FashionMNIST(dir.path, D::Split::Train),
-                        Catch::Contains("train-images-idx3-ubyte") &&
-                            Catch::Contains("dataset-fashion-mnist"));
+                        Catch::Contains("train-images-idx3-ubyte") && Catch::Contains("dataset-fashion-mnist"));
   }
 }
 
 TEST_CASE("the real Fashion-MNIST loads", "[data][idx][fashion]") {
   if (!D::file_exists(std::string(D::FashionMNIST::kDefaultRoot) + "/train-images-idx3-ubyte.gz") &&
       !D::file_exists(std::string(D::FashionMNIST::kDefaultRoot) + "/train-images-idx3-ubyte")) {
-    WARN("skipped: " << D::FashionMNIST::kDefaultRoot
-                     << " is absent (apt install dataset-fashion-mnist)");
+    WARN("skipped: " << D::FashionMNIST::kDefaultRoot << " is absent (apt install dataset-fashion-mnist)");
     return;
   }
   D::FashionMNIST train;

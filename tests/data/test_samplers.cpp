@@ -24,8 +24,7 @@ TEST_CASE("permutation is a seeded permutation that changes with the epoch", "[d
   REQUIRE(D::RandomSampler(1000, 42).indices(1) == p1);
 }
 
-TEST_CASE("DistributedSampler shards are disjoint, cover the data and have equal lengths",
-          "[data][sampler]") {
+TEST_CASE("DistributedSampler shards are disjoint, cover the data and have equal lengths", "[data][sampler]") {
   for (int64_t n : {10, 12, 1, 7}) {
     for (bool shuffle : {false, true}) {
       const int world = 3;

@@ -15,8 +15,7 @@ namespace kiln_test {
 // `world` ranks and REQUIREs every rank to exit 0; a failure shows every rank's output.
 // `env` adds variables to every rank's environment.
 inline void require_ranks_pass(int world, const std::vector<std::string>& scenario_and_args,
-                               double deadline_seconds = 120,
-                               const std::map<std::string, std::string>& env = {}) {
+                               double deadline_seconds = 120, const std::map<std::string, std::string>& env = {}) {
   std::vector<std::string> argv = {KILN_DIST_WORKER};
   argv.insert(argv.end(), scenario_and_args.begin(), scenario_and_args.end());
   SpawnOptions opts;

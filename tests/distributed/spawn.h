@@ -25,11 +25,11 @@ extern char** environ;
 namespace kiln_test {
 
 struct RankResult {
-  int exit_code = -1;    // exit status, or -1 when killed by a signal
-  int signal = 0;        // the signal that ended it, 0 when it exited
+  int exit_code = -1;  // exit status, or -1 when killed by a signal
+  int signal = 0;      // the signal that ended it, 0 when it exited
   bool killed_at_deadline = false;
-  double seconds = 0;    // from the spawn of all ranks to this rank's end
-  std::string output;    // stdout and stderr together
+  double seconds = 0;  // from the spawn of all ranks to this rank's end
+  std::string output;  // stdout and stderr together
 };
 
 // A TCP port free on loopback right now (the kernel picks it; the socket is closed again).
@@ -56,8 +56,7 @@ struct SpawnOptions {
 };
 
 // Starts `argv` once per rank and waits for all of them (or the deadline).
-inline std::vector<RankResult> spawn_ranks(const std::vector<std::string>& argv,
-                                           const SpawnOptions& opt) {
+inline std::vector<RankResult> spawn_ranks(const std::vector<std::string>& argv, const SpawnOptions& opt) {
   using clock = std::chrono::steady_clock;
   const int port = opt.port ? opt.port : free_port();
   std::vector<int> ranks = opt.ranks;
@@ -154,9 +153,8 @@ inline std::vector<RankResult> spawn_ranks(const std::vector<std::string>& argv,
 inline std::string describe(const std::vector<RankResult>& results) {
   std::ostringstream os;
   for (size_t i = 0; i < results.size(); ++i) {
-    os << "--- rank index " << i << ": exit " << results[i].exit_code << ", signal "
-       << results[i].signal << (results[i].killed_at_deadline ? " (killed at the deadline)" : "")
-       << ", " << results[i].seconds << " s\n"
+    os << "--- rank index " << i << ": exit " << results[i].exit_code << ", signal " << results[i].signal
+       << (results[i].killed_at_deadline ? " (killed at the deadline)" : "") << ", " << results[i].seconds << " s\n"
        << results[i].output << "\n";
   }
   return os.str();

@@ -25,13 +25,10 @@ TEST_CASE("collectives: every collective and reduction, 1 to 4 ranks") {
 // collective) run over CPU tensors: every collective must read its inputs from the staged copies
 // and write its outputs back (docs/distributed.md, "Several ranks on one GPU").
 TEST_CASE("collectives: every collective staged through host buffers, 1 to 3 ranks") {
-  for (int world : {1, 2, 3})
-    require_ranks_pass(world, {"collectives"}, 60, {{"KILN_GLOO_STAGE_CPU_TENSORS", "1"}});
+  for (int world : {1, 2, 3}) require_ranks_pass(world, {"collectives"}, 60, {{"KILN_GLOO_STAGE_CPU_TENSORS", "1"}});
 }
 
-TEST_CASE("collectives: new_group with a non-member rank") {
-  require_ranks_pass(3, {"new_group"}, 60);
-}
+TEST_CASE("collectives: new_group with a non-member rank") { require_ranks_pass(3, {"new_group"}, 60); }
 
 TEST_CASE("collectives: bad input is a kiln::Error on every rank and the ranks stay in step") {
   require_ranks_pass(2, {"bad_input"}, 60);
@@ -87,8 +84,9 @@ TEST_CASE("failures: ranks with different KILN_GLOO_SEGMENT_BYTES stop with an E
     CHECK_FALSE(results[r].killed_at_deadline);
     CHECK(results[r].exit_code == (r == 2 ? 5 : 6));
   }
-  CHECK(contains(results[2].output, "rank 2 cuts all-reduces into segments of 2097152 bytes but "
-                                    "rank 0 into 4194304"));
+  CHECK(contains(results[2].output,
+                 "rank 2 cuts all-reduces into segments of 2097152 bytes but "
+                 "rank 0 into 4194304"));
 }
 
 TEST_CASE("failures: a KILN_GLOO_SEGMENT_BYTES that is not a size is an Error at init on every rank") {
@@ -103,7 +101,8 @@ TEST_CASE("failures: a KILN_GLOO_SEGMENT_BYTES that is not a size is an Error at
       CHECK_FALSE(r.killed_at_deadline);
       CHECK(r.exit_code == 5);
       CHECK(contains(r.output, std::string("KILN_GLOO_SEGMENT_BYTES must be a whole number of bytes, at "
-                                           "least 1024, got '") + bad + "'"));
+                                           "least 1024, got '") +
+                                   bad + "'"));
     }
   }
 }

@@ -22,16 +22,15 @@ TEST_CASE("DDP: the same with its buckets staged through host buffers (CUDA tens
   require_ranks_pass(2, {"ddp_train", "model=mlp", "steps=3"}, 120, {{"KILN_GLOO_STAGE_CPU_TENSORS", "1"}});
 }
 
-TEST_CASE("DDP: gradient accumulation under no_sync issues no collective and reduces the sum",
-          "[ddp]") {
+TEST_CASE("DDP: gradient accumulation under no_sync issues no collective and reduces the sum", "[ddp]") {
   require_ranks_pass(2, {"ddp_train", "model=mlp", "steps=3", "accum=3"});
 }
 
 TEST_CASE("DDP: several small buckets, with and without gradient_as_bucket_view", "[ddp]") {
   const int view = GENERATE(0, 1);
   INFO("gradient_as_bucket_view " << view);
-  require_ranks_pass(3, {"ddp_train", "model=mlp", "steps=3", "accum=2", "cap_bytes=100",
-                         "view=" + std::to_string(view)});
+  require_ranks_pass(3,
+                     {"ddp_train", "model=mlp", "steps=3", "accum=2", "cap_bytes=100", "view=" + std::to_string(view)});
 }
 
 TEST_CASE("DDP: BatchNorm model, buffers broadcast from rank 0 at each forward", "[ddp]") {
@@ -49,16 +48,14 @@ TEST_CASE("DDP: find_unused_parameters with a never-used and a rank-dependent pa
   INFO("world size " << world);
   require_ranks_pass(world, {"ddp_train", "model=unused", "steps=3", "find_unused=1"});
   require_ranks_pass(world, {"ddp_train", "model=branch", "steps=3", "find_unused=1"});
-  require_ranks_pass(
-      world, {"ddp_train", "model=branch", "steps=2", "find_unused=1", "view=1", "cap_bytes=100"});
+  require_ranks_pass(world, {"ddp_train", "model=branch", "steps=2", "find_unused=1", "view=1", "cap_bytes=100"});
   // `extra` gets its only gradient in a no_sync micro-batch: the reduction must include it
   for (const char* view : {"view=0", "view=1"})
-    require_ranks_pass(world, {"ddp_train", "model=branch", "steps=3", "find_unused=1", "accum=2",
-                               "extra_micro=0", view});
+    require_ranks_pass(world,
+                       {"ddp_train", "model=branch", "steps=3", "find_unused=1", "accum=2", "extra_micro=0", view});
 }
 
-TEST_CASE("DDP: an unused parameter without find_unused_parameters is an Error naming it",
-          "[ddp]") {
+TEST_CASE("DDP: an unused parameter without find_unused_parameters is an Error naming it", "[ddp]") {
   require_ranks_pass(2, {"ddp_unused_error"});
 }
 
@@ -75,8 +72,7 @@ TEST_CASE("DDP: ranks with different models fail at construction naming the diff
 
 // ---------------------------------------------------------------- DistributedSampler
 
-TEST_CASE("DistributedSampler: disjoint shards of equal length covering the data set",
-          "[sampler]") {
+TEST_CASE("DistributedSampler: disjoint shards of equal length covering the data set", "[sampler]") {
   const int64_t n = GENERATE(12, 13, 2, 0);
   const int world = GENERATE(1, 3, 4);
   const bool shuffle = GENERATE(false, true);
@@ -97,8 +93,7 @@ TEST_CASE("DistributedSampler: disjoint shards of equal length covering the data
   REQUIRE(static_cast<int64_t>(all.size()) - n < world);
 }
 
-TEST_CASE("DistributedSampler: padding repeats the first samples; drop_last drops the tail",
-          "[sampler]") {
+TEST_CASE("DistributedSampler: padding repeats the first samples; drop_last drops the tail", "[sampler]") {
   // 10 samples on 4 ranks: 12 slots, samples 0 and 1 again; rank r takes r, r + 4, r + 8.
   std::vector<std::vector<int64_t>> expected = {{0, 4, 8}, {1, 5, 9}, {2, 6, 0}, {3, 7, 1}};
   for (int r = 0; r < 4; ++r) {
@@ -142,8 +137,7 @@ TEST_CASE("DistributedSampler: set_epoch reshuffles, identically on every rank",
   REQUIRE(follow.indices(1) == epoch1[0]);
 }
 
-TEST_CASE("DDP: the model zoo's FashionCNN and a tiny GPT match one process, with no_sync accumulation",
-          "[ddp]") {
+TEST_CASE("DDP: the model zoo's FashionCNN and a tiny GPT match one process, with no_sync accumulation", "[ddp]") {
   const int world = GENERATE(2, 3);
   for (const char* model : {"model=cnn", "model=gpt"}) {
     INFO("world size " << world << ", " << model);

@@ -43,8 +43,7 @@ std::vector<std::string> test_env(const std::map<std::string, std::string>& set,
 // One run of kiln-run with its stdout and stderr captured apart.
 class KilnRun {
  public:
-  explicit KilnRun(const std::vector<std::string>& args,
-                   const std::vector<std::string>& env = test_env({}, {}))
+  explicit KilnRun(const std::vector<std::string>& args, const std::vector<std::string>& env = test_env({}, {}))
       : start_(Clock::now()) {
     int out[2], err[2];
     REQUIRE(::pipe(out) == 0);
@@ -129,8 +128,7 @@ class KilnRun {
   std::vector<pid_t> rank_pids() const {
     std::vector<pid_t> pids;
     std::regex re("pid=([0-9]+)");
-    for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
-         ++it) {
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator(); ++it) {
       pids.push_back(static_cast<pid_t>(std::stol((*it)[1])));
     }
     return pids;
@@ -138,8 +136,8 @@ class KilnRun {
 
   std::string describe() const {
     std::ostringstream os;
-    os << "exit " << exit_code << ", signal " << signal << (timed_out ? " (timed out)" : "")
-       << ", " << seconds_taken << " s\n--- stdout\n"
+    os << "exit " << exit_code << ", signal " << signal << (timed_out ? " (timed out)" : "") << ", " << seconds_taken
+       << " s\n--- stdout\n"
        << out << "--- stderr\n"
        << err;
     return os.str();
@@ -211,8 +209,11 @@ const std::string kWorker = KILN_DIST_WORKER;
 }  // namespace
 
 TEST_CASE("kiln-run gives each of 3 ranks its place in the job", "[distributed][kiln-run]") {
-  const auto env = test_env({{"PMI_RANK", "5"}, {"OMPI_COMM_WORLD_RANK", "6"},
-                             {"SLURM_PROCID", "7"}, {"RANK", "9"}, {"KILN_TEST_KEPT", "yes"}},
+  const auto env = test_env({{"PMI_RANK", "5"},
+                             {"OMPI_COMM_WORLD_RANK", "6"},
+                             {"SLURM_PROCID", "7"},
+                             {"RANK", "9"},
+                             {"KILN_TEST_KEPT", "yes"}},
                             {"OMP_NUM_THREADS"});
   KilnRun run({"--nproc-per-node", "3", "--master-port=23456", kWorker, "launcher_env"}, env);
   run.finish(60);
@@ -237,8 +238,7 @@ TEST_CASE("kiln-run gives each of 3 ranks its place in the job", "[distributed][
     CHECK(KilnRun::count_occurrences(all, "\n" + p + "OWN_PROCESS_GROUP=1\n") == 1);
     // the cores shared among the 3 ranks, at least 1 each
     std::smatch m;
-    const std::regex omp("\\n" + std::regex_replace(p, std::regex("[\\[\\]]"), "\\$&") +
-                         "OMP_NUM_THREADS=([0-9]+)\\n");
+    const std::regex omp("\\n" + std::regex_replace(p, std::regex("[\\[\\]]"), "\\$&") + "OMP_NUM_THREADS=([0-9]+)\\n");
     REQUIRE(std::regex_search(all, m, omp));
     const int threads = std::stoi(m[1]);
     CHECK(threads >= 1);
@@ -248,9 +248,9 @@ TEST_CASE("kiln-run gives each of 3 ranks its place in the job", "[distributed][
 
 TEST_CASE("kiln-run numbers the ranks of node 1 of 2 after node 0's", "[distributed][kiln-run]") {
   const auto env = test_env({{"OMP_NUM_THREADS", "5"}}, {});
-  KilnRun run({"--nnodes", "2", "--node_rank=1", "--nproc_per_node", "3", "--master-addr",
-               "10.1.2.3", kWorker, "launcher_env"},
-              env);
+  KilnRun run(
+      {"--nnodes", "2", "--node_rank=1", "--nproc_per_node", "3", "--master-addr", "10.1.2.3", kWorker, "launcher_env"},
+      env);
   run.finish(60);
   INFO(run.describe());
   REQUIRE(run.exit_code == 0);
@@ -317,8 +317,7 @@ TEST_CASE("kiln-run relays every line of every rank whole and prefixed", "[distr
   int bad_err = 0;
   for (const auto& line : lines_of(run.err)) {
     std::smatch m;
-    if (std::regex_match(line, m, err_line) && m[1] == m[3] &&
-        std::stoi(m[2]) == next_err[std::stoi(m[1])]) {
+    if (std::regex_match(line, m, err_line) && m[1] == m[3] && std::stoi(m[2]) == next_err[std::stoi(m[1])]) {
       ++next_err[std::stoi(m[1])];
     } else {
       ++bad_err;
@@ -342,18 +341,15 @@ TEST_CASE("kiln-run --no-prefix passes the lines through as they are", "[distrib
   }
 }
 
-TEST_CASE("kiln-run stops the other ranks when one exits with 3 and exits with 3",
-          "[distributed][kiln-run]") {
+TEST_CASE("kiln-run stops the other ranks when one exits with 3 and exits with 3", "[distributed][kiln-run]") {
   // a kill timeout longer than the test's bound: the sleeping rank must end by SIGTERM
-  KilnRun run({"--nproc-per-node", "2", "--kill-timeout", "50", kWorker, "launcher_fail", "0", "3",
-               "300"});
+  KilnRun run({"--nproc-per-node", "2", "--kill-timeout", "50", kWorker, "launcher_fail", "0", "3", "300"});
   run.finish(60);
   INFO(run.describe());
   REQUIRE_FALSE(run.timed_out);
   CHECK(run.exit_code == 3);
   CHECK(run.seconds_taken < 30);
-  CHECK(run.err.find("kiln-run: rank 0 exited with status 3; stopping the other ranks") !=
-        std::string::npos);
+  CHECK(run.err.find("kiln-run: rank 0 exited with status 3; stopping the other ranks") != std::string::npos);
   CHECK(run.out.find("[rank 1] rank 1 got SIGTERM") != std::string::npos);
   CHECK(run.err.find("SIGKILL") == std::string::npos);
   const auto pids = run.rank_pids();
@@ -361,10 +357,9 @@ TEST_CASE("kiln-run stops the other ranks when one exits with 3 and exits with 3
   CHECK(process_gone(pids[0]));  // reaped, not a zombie
 }
 
-TEST_CASE("kiln-run SIGKILLs a rank that ignores SIGTERM after the kill timeout",
-          "[distributed][kiln-run]") {
-  KilnRun run({"--nproc-per-node", "3", "--kill-timeout", "1", kWorker, "launcher_fail", "2", "3",
-               "300", "ignore_term"});
+TEST_CASE("kiln-run SIGKILLs a rank that ignores SIGTERM after the kill timeout", "[distributed][kiln-run]") {
+  KilnRun run(
+      {"--nproc-per-node", "3", "--kill-timeout", "1", kWorker, "launcher_fail", "2", "3", "300", "ignore_term"});
   run.finish(60);
   INFO(run.describe());
   REQUIRE_FALSE(run.timed_out);
@@ -382,8 +377,7 @@ TEST_CASE("kiln-run exits with 137 when a rank is killed by SIGKILL", "[distribu
   INFO(run.describe());
   REQUIRE_FALSE(run.timed_out);
   CHECK(run.exit_code == 137);
-  CHECK(run.err.find("kiln-run: rank 1 was killed by signal SIGKILL; stopping the other ranks") !=
-        std::string::npos);
+  CHECK(run.err.find("kiln-run: rank 1 was killed by signal SIGKILL; stopping the other ranks") != std::string::npos);
   CHECK(run.out.find("[rank 0] rank 0 got SIGTERM") != std::string::npos);
 }
 
@@ -400,13 +394,11 @@ TEST_CASE("kiln-run forwards SIGTERM and SIGINT to every rank", "[distributed][k
       REQUIRE_FALSE(run.timed_out);
       for (int r = 0; r < 3; ++r) {
         const std::string rs = std::to_string(r);
-        CHECK(run.out.find("[rank " + rs + "] rank " + rs + " got " + name + "\n") !=
-              std::string::npos);
+        CHECK(run.out.find("[rank " + rs + "] rank " + rs + " got " + name + "\n") != std::string::npos);
       }
       // kiln-run ends by the signal it was sent, as a program that did not catch it would
       CHECK(run.signal == sig);
-      CHECK(run.err.find("kiln-run: got " + name + "; forwarding it to the ranks") !=
-            std::string::npos);
+      CHECK(run.err.find("kiln-run: got " + name + "; forwarding it to the ranks") != std::string::npos);
       for (pid_t p : run.rank_pids()) CHECK(process_gone(p));
     }
   }
@@ -414,8 +406,8 @@ TEST_CASE("kiln-run forwards SIGTERM and SIGINT to every rank", "[distributed][k
 
 TEST_CASE("kiln-run SIGKILLs the ranks at a second SIGTERM", "[distributed][kiln-run]") {
   // no rank fails (there is no rank 99) and every one ignores SIGTERM
-  KilnRun run({"--nproc-per-node", "2", "--kill-timeout", "50", kWorker, "launcher_fail", "99",
-               "0", "0", "ignore_term"});
+  KilnRun run(
+      {"--nproc-per-node", "2", "--kill-timeout", "50", kWorker, "launcher_fail", "99", "0", "0", "ignore_term"});
   const bool ready = run.wait_for_lines(" ready pid=", 2, 60);
   if (ready) {
     run.send(SIGTERM);
@@ -448,8 +440,7 @@ TEST_CASE("kiln-run splits a line longer than 64 KiB into prefixed pieces", "[di
   CHECK(lines[4] == "[rank 0] " + std::string(65536, 'y'));
 }
 
-TEST_CASE("kiln-run does not wait long for output a rank's leftover process holds open",
-          "[distributed][kiln-run]") {
+TEST_CASE("kiln-run does not wait long for output a rank's leftover process holds open", "[distributed][kiln-run]") {
   // the background sleep keeps the rank's stdout pipe open after the rank itself exited
   KilnRun run({"sh", "-c", "sleep 20 & echo started"});
   run.finish(60);

@@ -14,19 +14,33 @@
 #include "kiln/core/error.h"
 #include "kiln/distributed/store/launch_env.h"
 
+using Catch::Matchers::Contains;
 using kiln::distributed::launched_distributed;
 using kiln::distributed::LaunchEnv;
 using kiln::distributed::read_launch_env;
-using Catch::Matchers::Contains;
 
 namespace {
 
-const char* const kVars[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
-    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
-    "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
+const char* const kVars[] = {"RANK",
+                             "WORLD_SIZE",
+                             "LOCAL_RANK",
+                             "LOCAL_WORLD_SIZE",
+                             "MASTER_ADDR",
+                             "MASTER_PORT",
+                             "OMPI_COMM_WORLD_RANK",
+                             "OMPI_COMM_WORLD_SIZE",
+                             "OMPI_COMM_WORLD_LOCAL_RANK",
+                             "OMPI_COMM_WORLD_LOCAL_SIZE",
+                             "PMI_RANK",
+                             "PMI_SIZE",
+                             "MPI_LOCALRANKID",
+                             "MPI_LOCALNRANKS",
+                             "SLURM_PROCID",
+                             "SLURM_NTASKS",
+                             "SLURM_LOCALID",
+                             "SLURM_NTASKS_PER_NODE",
+                             "SLURM_JOB_NODELIST",
+                             "SLURM_NODELIST"};
 
 // (name, value) pairs of environment variables.
 using Vars = std::initializer_list<std::pair<const char*, std::string>>;
@@ -108,8 +122,12 @@ TEST_CASE("launch env: defaults when no launcher set anything") {
 TEST_CASE("launch env: torchrun / kiln-run variables") {
   CleanEnv env;
   check_launch(env,
-               {{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-                {"MASTER_ADDR", "node07"}, {"MASTER_PORT", "12345"}},
+               {{"RANK", "5"},
+                {"WORLD_SIZE", "8"},
+                {"LOCAL_RANK", "1"},
+                {"LOCAL_WORLD_SIZE", "4"},
+                {"MASTER_ADDR", "node07"},
+                {"MASTER_PORT", "12345"}},
                {5, 8, 1, 4, "node07", 12345, "torchrun"});
 
   // one process launched by torchrun is not distributed
@@ -132,8 +150,10 @@ TEST_CASE("launch env: ranks started by hand without LOCAL_WORLD_SIZE") {
 TEST_CASE("launch env: Open MPI's mpirun") {
   CleanEnv env;
   check_launch(env,
-               {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+               {{"OMPI_COMM_WORLD_RANK", "3"},
+                {"OMPI_COMM_WORLD_SIZE", "4"},
+                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                 {"MASTER_ADDR", "10.1.2.3"}},
                {3, 4, 1, 2, "10.1.2.3", 29500, "mpirun"});
 }
@@ -147,15 +167,16 @@ TEST_CASE("launch env: MPICH / Intel MPI (PMI)") {
 TEST_CASE("launch env: Slurm's srun, MASTER_ADDR from the first host of the node list") {
   CleanEnv env;
   check_launch(env,
-               {{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "2"},
-                {"SLURM_NTASKS_PER_NODE", "4"}, {"SLURM_JOB_NODELIST", "node[03-05,07],gpu1"}},
+               {{"SLURM_PROCID", "6"},
+                {"SLURM_NTASKS", "8"},
+                {"SLURM_LOCALID", "2"},
+                {"SLURM_NTASKS_PER_NODE", "4"},
+                {"SLURM_JOB_NODELIST", "node[03-05,07],gpu1"}},
                {6, 8, 2, 4, "node03", 29500, "slurm"});
 
   const std::pair<const char*, const char*> lists[] = {
-      {"gpu1,node[1-2]", "gpu1"},
-      {"single", "single"},
-      {"node[7,9-10]", "node7"},
-      {"rack[2-3]-n[011-012]", "rack2-n011"},
+      {"gpu1,node[1-2]", "gpu1"}, {"single", "single"},
+      {"node[7,9-10]", "node7"},  {"rack[2-3]-n[011-012]", "rack2-n011"},
       {"a-b[1-2]-ib", "a-b1-ib"},
   };
   for (const auto& [list, first] : lists) {
@@ -174,8 +195,12 @@ TEST_CASE("launch env: Slurm's srun, MASTER_ADDR from the first host of the node
 TEST_CASE("launch env: the first launcher wins per field") {
   CleanEnv env;
   // torchrun inside a Slurm allocation: torchrun's values, Slurm's node list for the address
-  env.set({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"},
-           {"SLURM_LOCALID", "0"}, {"SLURM_NTASKS_PER_NODE", "3"},
+  env.set({{"RANK", "1"},
+           {"WORLD_SIZE", "2"},
+           {"SLURM_PROCID", "0"},
+           {"SLURM_NTASKS", "1"},
+           {"SLURM_LOCALID", "0"},
+           {"SLURM_NTASKS_PER_NODE", "3"},
            {"SLURM_JOB_NODELIST", "head[1-4]"}});
   // local rank and local world size from SLURM_LOCALID and SLURM_NTASKS_PER_NODE: torchrun set
   // neither
@@ -196,11 +221,9 @@ TEST_CASE("launch env: bad values are errors naming the variable") {
   CHECK_THAT(error_with({{"SLURM_NTASKS", ""}}), Contains("SLURM_NTASKS=''"));
   CHECK_THAT(error_with({{"RANK", "99999999999999999999"}}), Contains("RANK="));
   for (const char* port : {"http", "70000", "0"}) {
-    CHECK_THAT(error_with({{"MASTER_PORT", port}}),
-               Contains("MASTER_PORT='" + std::string(port) + "'"));
+    CHECK_THAT(error_with({{"MASTER_PORT", port}}), Contains("MASTER_PORT='" + std::string(port) + "'"));
   }
-  CHECK_THAT(error_with({{"RANK", "4"}, {"WORLD_SIZE", "4"}}),
-             Contains("RANK=4 is not below WORLD_SIZE=4"));
+  CHECK_THAT(error_with({{"RANK", "4"}, {"WORLD_SIZE", "4"}}), Contains("RANK=4 is not below WORLD_SIZE=4"));
   // no size anywhere: the world of one has no rank 1
   CHECK_THAT(error_with({{"PMI_RANK", "1"}}), Contains("PMI_RANK=1 is not below"));
   CHECK_THAT(error_with({{"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}}),

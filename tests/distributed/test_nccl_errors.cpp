@@ -44,8 +44,7 @@ TEST_CASE("nccl_available says whether kiln was built with NCCL", "[distributed]
   REQUIRE(dist::nccl_available() == (KILN_WITH_NCCL == 1));
 }
 
-TEST_CASE("the nccl backend without NCCL, or without a GPU, is a kiln::Error",
-          "[distributed][nccl]") {
+TEST_CASE("the nccl backend without NCCL, or without a GPU, is a kiln::Error", "[distributed][nccl]") {
   auto store = std::make_shared<UnusedStore>();
   if (!KILN_WITH_NCCL) {
     REQUIRE_THROWS_WITH(make(store, 0, 1), Contains("built without NCCL"));
@@ -59,8 +58,7 @@ TEST_CASE("the nccl backend without NCCL, or without a GPU, is a kiln::Error",
   REQUIRE_THROWS_WITH(make(store, 1, 2), Contains("rank 1 of 2") && Contains("no CUDA device"));
 }
 
-TEST_CASE("the nccl backend rejects bad ranks, sizes and stores before touching a GPU",
-          "[distributed][nccl]") {
+TEST_CASE("the nccl backend rejects bad ranks, sizes and stores before touching a GPU", "[distributed][nccl]") {
   if (!KILN_WITH_NCCL) return;  // the built-without Error comes first (case above)
   auto store = std::make_shared<UnusedStore>();
   REQUIRE_THROWS_WITH(make(nullptr, 0, 1), Contains("store is null"));
@@ -69,6 +67,5 @@ TEST_CASE("the nccl backend rejects bad ranks, sizes and stores before touching 
   REQUIRE_THROWS_WITH(make(store, -1, 2), Contains("rank -1"));
   dist::ProcessGroupOptions zero;
   zero.timeout = std::chrono::milliseconds(0);
-  REQUIRE_THROWS_WITH(dist::make_nccl_process_group(store, 0, 1, zero),
-                      Contains("timeout must be positive"));
+  REQUIRE_THROWS_WITH(dist::make_nccl_process_group(store, 0, 1, zero), Contains("timeout must be positive"));
 }

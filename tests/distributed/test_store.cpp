@@ -24,20 +24,18 @@
 #endif
 #include "tests/distributed/spawn.h"
 
+using Catch::Matchers::Contains;
 using kiln::distributed::Bytes;
 using kiln::distributed::PrefixStore;
 using kiln::distributed::TCPStore;
 using kiln::distributed::TCPStoreOptions;
 using std::chrono::milliseconds;
-using Catch::Matchers::Contains;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 TCPStoreOptions server_options(milliseconds timeout = milliseconds(10000), int world_size = -1) {
   TCPStoreOptions o;
@@ -193,8 +191,7 @@ TEST_CASE("TCPStore: wait and get on a missing key time out within bounds, namin
   client.set("rank/0/joined", std::string("1"));
 
   double took = 0;
-  std::string msg = error_of([&] { client.wait({"rank/0/joined", "rank/2/joined"}, milliseconds(300)); },
-                             &took);
+  std::string msg = error_of([&] { client.wait({"rank/0/joined", "rank/2/joined"}, milliseconds(300)); }, &took);
   // only the missing key is named
   CHECK(msg == "TCPStore: timed out after 300 ms waiting for keys [rank/2/joined] at " + where);
   CHECK(took >= 0.25);
@@ -202,8 +199,7 @@ TEST_CASE("TCPStore: wait and get on a missing key time out within bounds, namin
 
   client.set_timeout(milliseconds(300));
   msg = error_of([&] { client.get("rank/3/addr"); }, &took);
-  CHECK_THAT(msg, Contains("timed out after 300 ms") && Contains("[rank/3/addr]") &&
-                      Contains(where));
+  CHECK_THAT(msg, Contains("timed out after 300 ms") && Contains("[rank/3/addr]") && Contains(where));
   CHECK(took >= 0.25);
   CHECK(took < 1.5);
 
@@ -238,8 +234,7 @@ TEST_CASE("TCPStore: a client gets an error, not a hang, when the server goes aw
   CHECK(seconds_since(destroy_start) < 3.0);
   blocked.join();
   CHECK(blocked_took < 5.0);
-  const std::string want = "TCPStore: lost the connection to the store server at 127.0.0.1:" +
-                           std::to_string(port) +
+  const std::string want = "TCPStore: lost the connection to the store server at 127.0.0.1:" + std::to_string(port) +
                            " (the process hosting it, rank 0, may have exited)";
   CHECK(blocked_msg == want);
 
@@ -280,10 +275,9 @@ TEST_CASE("TCPStore: a client started before the server connects once it is up")
 TEST_CASE("TCPStore: connecting to a port nobody serves fails after the timeout") {
   const int port = kiln_test::free_port();
   double took = 0;
-  std::string msg = error_of([&] { TCPStore c("127.0.0.1", port, client_options(milliseconds(400))); },
-                             &took);
-  CHECK_THAT(msg, Contains("could not connect to the store server at 127.0.0.1:" +
-                           std::to_string(port) + " within 400 ms"));
+  std::string msg = error_of([&] { TCPStore c("127.0.0.1", port, client_options(milliseconds(400))); }, &took);
+  CHECK_THAT(msg,
+             Contains("could not connect to the store server at 127.0.0.1:" + std::to_string(port) + " within 400 ms"));
   CHECK(took >= 0.35);
   CHECK(took < 2.0);
 }
@@ -300,11 +294,10 @@ TEST_CASE("TCPStore: a server that accepts but never answers is a timeout on the
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   const int port = ntohs(addr.sin_port);
   double took = 0;
-  std::string msg = error_of([&] { TCPStore c("127.0.0.1", port, client_options(milliseconds(300))); },
-                             &took);
+  std::string msg = error_of([&] { TCPStore c("127.0.0.1", port, client_options(milliseconds(300))); }, &took);
   ::close(fd);
-  CHECK_THAT(msg, Contains("timed out after 300 ms waiting for the store server at 127.0.0.1:" +
-                           std::to_string(port) + " to answer"));
+  CHECK_THAT(msg, Contains("timed out after 300 ms waiting for the store server at 127.0.0.1:" + std::to_string(port) +
+                           " to answer"));
   CHECK(took >= 0.25);
   CHECK(took < 1.5);
 }
@@ -329,8 +322,7 @@ TEST_CASE("TCPStore: a peer speaking another protocol is dropped, the others are
 }
 
 TEST_CASE("TCPStore: bad ports and a taken port are errors") {
-  CHECK_THAT(error_of([] { TCPStore c("127.0.0.1", 70000, client_options()); }),
-             Contains("70000"));
+  CHECK_THAT(error_of([] { TCPStore c("127.0.0.1", 70000, client_options()); }), Contains("70000"));
   CHECK_THAT(error_of([] { TCPStore c("127.0.0.1", 0, client_options()); }), Contains("port 0"));
   TCPStore server("127.0.0.1", 0, server_options());
   CHECK_THAT(error_of([&] { TCPStore s("127.0.0.1", server.port(), server_options()); }),
@@ -370,15 +362,13 @@ TEST_CASE("TCPStore: the server waits for world_size clients to join") {
 
 TEST_CASE("TCPStore: the server names how many joined when the others do not come") {
   const int port = kiln_test::free_port();
-  std::thread one([&] {
-    error_of([&] { TCPStore c("127.0.0.1", port, client_options(milliseconds(3000))); });
-  });
+  std::thread one([&] { error_of([&] { TCPStore c("127.0.0.1", port, client_options(milliseconds(3000))); }); });
   double took = 0;
-  std::string msg = error_of(
-      [&] { TCPStore server("127.0.0.1", port, server_options(milliseconds(600), 4)); }, &took);
+  std::string msg = error_of([&] { TCPStore server("127.0.0.1", port, server_options(milliseconds(600), 4)); }, &took);
   one.join();
   CHECK_THAT(msg, Contains("timed out after 600 ms waiting for 4 ranks to join the store at "
-                           "127.0.0.1:" + std::to_string(port)) &&
+                           "127.0.0.1:" +
+                           std::to_string(port)) &&
                       Contains("2 of 4 joined"));
   CHECK(took >= 0.55);
   CHECK(took < 2.5);

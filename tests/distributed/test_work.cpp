@@ -14,8 +14,8 @@
 #include "kiln/distributed/backends/work.h"
 #include "tests/error_of.h"
 
-using kiln::distributed::Work;
 using Catch::Matchers::Contains;
+using kiln::distributed::Work;
 using kiln_test::error_of;
 using namespace std::chrono_literals;
 
@@ -72,8 +72,7 @@ TEST_CASE("a throwing Work::then callback fails the work with its error", "[dist
   CHECK_THAT(error_of([&] { work.wait(1000ms); }), Contains("copying the bucket back failed"));
 }
 
-TEST_CASE("Work::then added by a running callback still runs before completion",
-          "[distributed][work]") {
+TEST_CASE("Work::then added by a running callback still runs before completion", "[distributed][work]") {
   Work work("all_reduce #5 (test)");
   int order = 0, first = 0, second = 0;
   work.then([&] {
@@ -92,8 +91,9 @@ TEST_CASE("exited_ranks_hint names the ranks that exited, waiting a bounded time
   REQUIRE(exited_ranks_hint({}).empty());
   REQUIRE(exited_ranks_hint([] { return std::vector<int>{2}; }) ==
           ". Rank 2 has exited (or been killed) in the meantime");
-  REQUIRE(exited_ranks_hint([] { return std::vector<int>{1, 3}; }) ==
-          ". Ranks 1, 3 have exited (or been killed) in the meantime");
+  REQUIRE(exited_ranks_hint([] {
+            return std::vector<int>{1, 3};
+          }) == ". Ranks 1, 3 have exited (or been killed) in the meantime");
   // The store learns of a death a moment after the sockets: asked again until it does.
   int calls = 0;
   auto late = [&calls] { return ++calls < 3 ? std::vector<int>{} : std::vector<int>{0}; };

@@ -8,8 +8,7 @@
 
 using kiln_test::require_ranks_pass;
 
-TEST_CASE("ZeRO-1: AdamW on shards matches plain AdamW, with 1/world of the state per rank",
-          "[zero]") {
+TEST_CASE("ZeRO-1: AdamW on shards matches plain AdamW, with 1/world of the state per rank", "[zero]") {
   const int world = GENERATE(2, 3);  // 212 parameters: 3 ranks need padding
   INFO("world size " << world);
   require_ranks_pass(world, {"zero_matches_adamw", "steps=5"});

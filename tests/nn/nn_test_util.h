@@ -57,20 +57,16 @@ inline void check_same_batch_norm(const BatchNormRun& got, const BatchNormRun& w
 // weight, bias, training) runs the op. On x [3, 2, 2, 3] with weight w and bias b: of x, w and b in
 // training, of x alone without affine, and in eval with running statistics; then of a fresh [N, C]
 // input with its own weight and bias. Returns {x, w, b}, for the caller to go on checking with.
-template <class BatchNorm>
-TL check_batch_norm_gradchecks(BatchNorm bn) {
+template <class BatchNorm> TL check_batch_norm_gradchecks(BatchNorm bn) {
   Tensor x = kiln::randn({3, 2, 2, 3}, f64(true));
   Tensor w = kiln::randn({2}, f64(true)), b = kiln::randn({2}, f64(true));
-  CHECK(kiln::gradcheck([&](const TL& in) { return bn(in[0], Tensor(), Tensor(), in[1], in[2], true); },
-                        {x, w, b}));
-  CHECK(kiln::gradcheck([&](const TL& in) { return bn(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
-                        {x}));
+  CHECK(kiln::gradcheck([&](const TL& in) { return bn(in[0], Tensor(), Tensor(), in[1], in[2], true); }, {x, w, b}));
+  CHECK(kiln::gradcheck([&](const TL& in) { return bn(in[0], Tensor(), Tensor(), Tensor(), Tensor(), true); }, {x}));
   Tensor rm = kiln::randn({2}, f64()), rv = kiln::rand({2}, f64()) + 0.5;
   CHECK(kiln::gradcheck([&](const TL& in) { return bn(in[0], rm, rv, in[1], in[2], false); }, {x, w, b}));
   Tensor x2 = kiln::randn({5, 3}, f64(true));
   Tensor w2 = kiln::randn({3}, f64(true)), b2 = kiln::randn({3}, f64(true));
-  CHECK(kiln::gradcheck([&](const TL& in) { return bn(in[0], Tensor(), Tensor(), in[1], in[2], true); },
-                        {x2, w2, b2}));
+  CHECK(kiln::gradcheck([&](const TL& in) { return bn(in[0], Tensor(), Tensor(), in[1], in[2], true); }, {x2, w2, b2}));
   return {x, w, b};
 }
 

@@ -34,8 +34,8 @@ struct Result {
 };
 
 // Runs relu(batch_norm) fused or composite on leaf copies of the inputs, backward with g.
-Result run(bool fused, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& g,
-           const Tensor& rm0, const Tensor& rv0, bool training, bool cl) {
+Result run(bool fused, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& g, const Tensor& rm0,
+           const Tensor& rv0, bool training, bool cl) {
   Tensor x = x0.detach().clone().requires_grad_(true);
   Tensor w = w0.defined() ? w0.detach().clone().requires_grad_(true) : Tensor();
   Tensor b = b0.defined() ? b0.detach().clone().requires_grad_(true) : Tensor();
@@ -158,9 +158,11 @@ TEST_CASE("batch_norm_relu: f64 gradchecks of x, weight and bias", "[norm][batch
   const TL xwb = check_batch_norm_gradchecks([](const auto&... args) { return F::batch_norm_relu(args...); });
   const Tensor &x = xwb[0], &w = xwb[1];
   // channels-last
-  CHECK(kiln::gradcheck([](const TL& in) {
-    return F::batch_norm_relu(in[0].permute({0, 3, 1, 2}), Tensor(), Tensor(), in[1], in[2], true);
-  }, {kiln::randn({2, 3, 2, 3}, f64(true)), kiln::randn({3}, f64(true)), kiln::randn({3}, f64(true))}));
+  CHECK(kiln::gradcheck(
+      [](const TL& in) {
+        return F::batch_norm_relu(in[0].permute({0, 3, 1, 2}), Tensor(), Tensor(), in[1], in[2], true);
+      },
+      {kiln::randn({2, 3, 2, 3}, f64(true)), kiln::randn({3}, f64(true)), kiln::randn({3}, f64(true))}));
   // a bias that does not require grad still shapes the mask
   Tensor bc = kiln::randn({2}, f64());
   CHECK(kiln::gradcheck([&](const TL& in) { return F::batch_norm_relu(in[0], Tensor(), Tensor(), in[1], bc, true); },
@@ -177,13 +179,16 @@ TEST_CASE("batch_norm_relu: second derivative through create_graph", "[norm][bat
     Tensor y = F::batch_norm_relu(x, Tensor(), Tensor(), w, b, true);
     auto g1 = kiln::autograd::grad({y}, {x, w, b}, {gy}, true, true);
     auto g2 = kiln::autograd::grad({F::batch_norm_relu(x, Tensor(), Tensor(), w, b, true)}, {x, w, b}, {gy});
-    for (int i = 0; i < 3; ++i) check_close_rel(values(g1[i]), values(g2[i]), 1e-12, "create_graph grad " + std::to_string(i));
+    for (int i = 0; i < 3; ++i)
+      check_close_rel(values(g1[i]), values(g2[i]), 1e-12, "create_graph grad " + std::to_string(i));
   }
-  CHECK(kiln::gradcheck([&](const TL& in) {
-    Tensor y = F::batch_norm_relu(in[0], Tensor(), Tensor(), in[1], in[2], true);
-    TL g = kiln::autograd::grad({y}, {in[0]}, {gy}, true, true);
-    return (g[0] * gy).sum();
-  }, {x, w, b}));
+  CHECK(kiln::gradcheck(
+      [&](const TL& in) {
+        Tensor y = F::batch_norm_relu(in[0], Tensor(), Tensor(), in[1], in[2], true);
+        TL g = kiln::autograd::grad({y}, {in[0]}, {gy}, true, true);
+        return (g[0] * gy).sum();
+      },
+      {x, w, b}));
 }
 
 TEST_CASE("batch_norm_relu: bad arguments throw kiln::Error naming the op", "[norm][batch_norm_relu]") {
@@ -207,10 +212,10 @@ TEST_CASE("batch_norm_relu: bad arguments throw kiln::Error naming the op", "[no
 TEST_CASE("model zoo: the CNN and a ResNet block keep the names and the unfused results", "[models][batch_norm_relu]") {
   kiln::manual_seed(17);
   nn::models::FashionCNN net;
-  std::vector<std::string> want = {"conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var",
-                                   "bn1.num_batches_tracked", "conv2.weight", "bn2.weight", "bn2.bias",
-                                   "bn2.running_mean", "bn2.running_var", "bn2.num_batches_tracked", "fc1.weight",
-                                   "fc1.bias", "fc2.weight", "fc2.bias"};
+  std::vector<std::string> want = {
+      "conv1.weight", "bn1.weight", "bn1.bias",   "bn1.running_mean", "bn1.running_var", "bn1.num_batches_tracked",
+      "conv2.weight", "bn2.weight", "bn2.bias",   "bn2.running_mean", "bn2.running_var", "bn2.num_batches_tracked",
+      "fc1.weight",   "fc1.bias",   "fc2.weight", "fc2.bias"};
   std::vector<std::string> got = net.state_dict().keys();
   std::sort(want.begin(), want.end());
   std::sort(got.begin(), got.end());

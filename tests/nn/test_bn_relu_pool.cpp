@@ -8,13 +8,11 @@
 
 namespace {
 
-Tensor composite(const Tensor& x, const Tensor& rm, const Tensor& rv, const Tensor& w,
-                 const Tensor& b, bool training) {
+Tensor composite(const Tensor& x, const Tensor& rm, const Tensor& rv, const Tensor& w, const Tensor& b, bool training) {
   return F::max_pool2d(kiln::relu(F::batch_norm(x, rm, rv, w, b, training, 0.1, 1e-5)), 2);
 }
 
-Tensor fused(const Tensor& x, const Tensor& rm, const Tensor& rv, const Tensor& w, const Tensor& b,
-             bool training) {
+Tensor fused(const Tensor& x, const Tensor& rm, const Tensor& rv, const Tensor& w, const Tensor& b, bool training) {
   return F::batch_norm_relu_max_pool2d(x, rm, rv, w, b, training, 0.1, 1e-5);
 }
 
@@ -23,8 +21,8 @@ struct Run : BatchNormRun {
 };
 
 // One forward + backward with a fixed upstream gradient; affine: weight and bias defined.
-Run run(bool use_fused, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& g,
-        bool training, bool affine, bool channels_last_input = false) {
+Run run(bool use_fused, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& g, bool training,
+        bool affine, bool channels_last_input = false) {
   Run r;
   Tensor x = (channels_last_input ? channels_last(x0) : x0.clone()).detach().requires_grad_();
   const BatchNormArgs bn(affine, w0, b0, x0.size(1), x0.dtype());
@@ -49,8 +47,8 @@ TEST_CASE("batch_norm_relu_max_pool2d: equals batch_norm -> relu -> max_pool2d",
     for (DType dt : {DType::F32, DType::F64})
       for (int training = 0; training < 2; ++training)
         for (int affine = 0; affine < 2; ++affine) {
-          INFO("shape " << s[0] << "x" << s[1] << "x" << s[2] << "x" << s[3] << " dtype " << dt
-                        << " training " << training << " affine " << affine);
+          INFO("shape " << s[0] << "x" << s[1] << "x" << s[2] << "x" << s[3] << " dtype " << dt << " training "
+                        << training << " affine " << affine);
           Tensor x = kiln::randn(s, dt) * 2.0 + 0.3;
           Tensor w = kiln::rand({s[1]}, dt) + 0.5;
           Tensor b = kiln::randn({s[1]}, dt) * 0.5;
@@ -65,8 +63,7 @@ TEST_CASE("batch_norm_relu_max_pool2d: equals batch_norm -> relu -> max_pool2d",
         }
 }
 
-TEST_CASE("batch_norm_relu_max_pool2d: channels-last and strided inputs take the composite path",
-          "[norm][pool]") {
+TEST_CASE("batch_norm_relu_max_pool2d: channels-last and strided inputs take the composite path", "[norm][pool]") {
   kiln::manual_seed(22);
   Tensor x = kiln::randn({3, 4, 6, 7});
   Tensor w = kiln::rand({4}) + 0.5, b = kiln::randn({4});
@@ -86,14 +83,14 @@ TEST_CASE("batch_norm_relu_max_pool2d: gradcheck (f64)", "[norm][pool][gradcheck
   kiln::manual_seed(23);
   auto r = [](IntList s) { return kiln::randn(s, f64(true)); };
   // training: gradients through the batch statistics, weight and bias
-  CHECK(kiln::gradcheck([](const TL& in) {
-    return F::batch_norm_relu_max_pool2d(in[0], Tensor(), Tensor(), in[1], in[2], true);
-  }, {r({3, 2, 4, 5}), r({2}), r({2})}));
+  CHECK(kiln::gradcheck(
+      [](const TL& in) { return F::batch_norm_relu_max_pool2d(in[0], Tensor(), Tensor(), in[1], in[2], true); },
+      {r({3, 2, 4, 5}), r({2}), r({2})}));
   // eval with running statistics, no affine parameters
   Tensor rm = kiln::tensor({0.1, -0.2}, f64()), rv = kiln::tensor({0.7, 1.3}, f64());
-  CHECK(kiln::gradcheck([&](const TL& in) {
-    return F::batch_norm_relu_max_pool2d(in[0], rm, rv, Tensor(), Tensor(), false);
-  }, {r({2, 2, 5, 4})}));
+  CHECK(kiln::gradcheck(
+      [&](const TL& in) { return F::batch_norm_relu_max_pool2d(in[0], rm, rv, Tensor(), Tensor(), false); },
+      {r({2, 2, 5, 4})}));
 }
 
 TEST_CASE("batch_norm_relu_max_pool2d: errors name the op and the shapes", "[norm][pool]") {
@@ -101,8 +98,8 @@ TEST_CASE("batch_norm_relu_max_pool2d: errors name the op and the shapes", "[nor
   auto call = [&](const Tensor& x, const Tensor& ww) {
     return F::batch_norm_relu_max_pool2d(x, Tensor(), Tensor(), ww, b, true);
   };
-  REQUIRE_THROWS_AS(call(kiln::randn({2, 3, 1, 4}), w), kiln::Error);  // no 2x2 window fits
-  REQUIRE_THROWS_AS(call(kiln::randn({2, 3, 8}), w), kiln::Error);     // not 4-D
+  REQUIRE_THROWS_AS(call(kiln::randn({2, 3, 1, 4}), w), kiln::Error);                // no 2x2 window fits
+  REQUIRE_THROWS_AS(call(kiln::randn({2, 3, 8}), w), kiln::Error);                   // not 4-D
   REQUIRE_THROWS_AS(call(kiln::randn({2, 3, 4, 4}), kiln::ones({4})), kiln::Error);  // weight size
   try {
     call(kiln::randn({2, 3, 1, 4}), w);

@@ -10,8 +10,7 @@ namespace nn = kiln::nn;
 
 namespace {
 // Appends `layers` pairs of Linear(width, width) and the activation Act to `seq`.
-template <class Act>
-void add_linear_stack(nn::Sequential& seq, int layers, int64_t width) {
+template <class Act> void add_linear_stack(nn::Sequential& seq, int layers, int64_t width) {
   for (int i = 0; i < layers; ++i) {
     seq.push_back(std::make_shared<nn::Linear>(width, width));
     seq.push_back(std::make_shared<Act>());
@@ -33,9 +32,8 @@ std::vector<Tensor> grads_of(nn::Module& m, const Tensor& x, bool use_checkpoint
   m.zero_grad();
   Tensor xin = x.detach().requires_grad_(true);
   kiln::manual_seed(42);
-  Tensor y = use_checkpoint
-                 ? kiln::checkpoint([&](const std::vector<Tensor>& in) { return m.forward(in[0]); }, {xin})
-                 : m.forward(xin);
+  Tensor y = use_checkpoint ? kiln::checkpoint([&](const std::vector<Tensor>& in) { return m.forward(in[0]); }, {xin})
+                            : m.forward(xin);
   (y * y).sum().backward();
   std::vector<Tensor> g{xin.grad()};
   for (auto& p : m.parameters()) g.push_back(p.grad());

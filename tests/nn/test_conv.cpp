@@ -19,8 +19,8 @@ struct Cfg {
 };
 
 // Direct convolution in double.
-std::vector<double> naive_conv2d(const Tensor& xt, const Tensor& wt, const Tensor& bt, const Cfg& c,
-                                 int64_t& OH, int64_t& OW) {
+std::vector<double> naive_conv2d(const Tensor& xt, const Tensor& wt, const Tensor& bt, const Cfg& c, int64_t& OH,
+                                 int64_t& OW) {
   auto x = values(xt), w = values(wt);
   std::vector<double> b = bt.defined() ? values(bt) : std::vector<double>(c.K, 0.0);
   OH = (c.H + 2 * c.padding[0] - c.dilation[0] * (c.kh - 1) - 1) / c.stride[0] + 1;
@@ -39,8 +39,7 @@ std::vector<double> naive_conv2d(const Tensor& xt, const Tensor& wt, const Tenso
                 int64_t ih = oh * c.stride[0] - c.padding[0] + i * c.dilation[0];
                 int64_t iw = ow * c.stride[1] - c.padding[1] + j * c.dilation[1];
                 if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
-                s += x[((n * c.C + grp * Cg + ci) * c.H + ih) * c.W + iw] *
-                     w[((k * Cg + ci) * c.kh + i) * c.kw + j];
+                s += x[((n * c.C + grp * Cg + ci) * c.H + ih) * c.W + iw] * w[((k * Cg + ci) * c.kh + i) * c.kw + j];
               }
           out[((n * c.K + k) * OH + oh) * OW + ow] = s;
         }
@@ -57,16 +56,16 @@ F::Conv2dParams params_of(const Cfg& c) {
 }
 
 const std::vector<Cfg> kConfigs = {
-    {2, 3, 7, 5, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true},   // pad 1, odd sizes
-    {3, 3, 7, 5, 4, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, false},  // stride 2, batch 3, no bias
-    {2, 2, 9, 8, 3, 3, 2, {1, 2}, {2, 0}, {2, 2}, 1, true},   // dilation 2, non-square kernel
-    {2, 4, 6, 7, 6, 3, 3, {1, 1}, {1, 1}, {1, 1}, 2, true},   // groups 2
-    {3, 3, 7, 5, 6, 3, 3, {2, 1}, {1, 1}, {1, 1}, 3, false},  // depthwise (multiplier 2)
-    {2, 4, 5, 6, 6, 1, 1, {1, 1}, {0, 0}, {1, 1}, 2, true},   // 1x1 pointwise, groups 2
-    {2, 5, 4, 4, 3, 4, 4, {1, 1}, {0, 0}, {1, 1}, 1, true},   // kernel == input
-    {1, 1, 28, 28, 8, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false},// the CNN's first layer shape
-    {2, 3, 3, 1, 2, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true},   // W = 1: side taps never read the image
-    {1, 2, 2, 3, 2, 5, 5, {1, 1}, {2, 2}, {1, 1}, 1, false},  // 5x5 "same" on a 2x3 plane
+    {2, 3, 7, 5, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true},     // pad 1, odd sizes
+    {3, 3, 7, 5, 4, 3, 3, {2, 2}, {1, 1}, {1, 1}, 1, false},    // stride 2, batch 3, no bias
+    {2, 2, 9, 8, 3, 3, 2, {1, 2}, {2, 0}, {2, 2}, 1, true},     // dilation 2, non-square kernel
+    {2, 4, 6, 7, 6, 3, 3, {1, 1}, {1, 1}, {1, 1}, 2, true},     // groups 2
+    {3, 3, 7, 5, 6, 3, 3, {2, 1}, {1, 1}, {1, 1}, 3, false},    // depthwise (multiplier 2)
+    {2, 4, 5, 6, 6, 1, 1, {1, 1}, {0, 0}, {1, 1}, 2, true},     // 1x1 pointwise, groups 2
+    {2, 5, 4, 4, 3, 4, 4, {1, 1}, {0, 0}, {1, 1}, 1, true},     // kernel == input
+    {1, 1, 28, 28, 8, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, false},  // the CNN's first layer shape
+    {2, 3, 3, 1, 2, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true},     // W = 1: side taps never read the image
+    {1, 2, 2, 3, 2, 5, 5, {1, 1}, {2, 2}, {1, 1}, 1, false},    // 5x5 "same" on a 2x3 plane
     // batches of 5-7 small planes: the NCHW kernels put several samples into one GEMM (blocks of
     // 2-3 samples and a last single one), also with groups, stride 2 and pointwise
     {7, 4, 5, 4, 6, 3, 3, {1, 1}, {1, 1}, {1, 1}, 2, true},
@@ -102,9 +101,9 @@ TEST_CASE("conv2d: forward matches direct loops (NCHW, channels-last, f32, f64)"
 TEST_CASE("conv2d: non-contiguous inputs and weights", "[conv]") {
   kiln::manual_seed(2);
   Cfg c{2, 3, 6, 5, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true};
-  Tensor xt = kiln::randn({2, 3, 5, 6}).transpose(2, 3);          // [2, 3, 6, 5], strided
-  Tensor xs = kiln::randn({2, 6, 6, 5}).slice(1, 0, 6, 2);         // every other channel
-  Tensor wt = kiln::randn({4, 3, 3, 3}).transpose(2, 3);           // transposed kernel
+  Tensor xt = kiln::randn({2, 3, 5, 6}).transpose(2, 3);    // [2, 3, 6, 5], strided
+  Tensor xs = kiln::randn({2, 6, 6, 5}).slice(1, 0, 6, 2);  // every other channel
+  Tensor wt = kiln::randn({4, 3, 3, 3}).transpose(2, 3);    // transposed kernel
   Tensor b = kiln::randn({4});
   for (const Tensor& x : {xt, xs}) {
     REQUIRE_FALSE(x.is_contiguous());
@@ -144,13 +143,10 @@ TEST_CASE("conv2d: gradcheck (f64)", "[conv][gradcheck]") {
     auto p = params_of(c);
     TL in = {r({c.N, c.C, c.H, c.W}), r({c.K, c.C / c.groups, c.kh, c.kw})};
     if (c.bias) in.push_back(r({c.K}));
-    CHECK(kiln::gradcheck([&](const TL& t) {
-      return F::conv2d(t[0], t[1], t.size() > 2 ? t[2] : Tensor(), p);
-    }, in));
+    CHECK(kiln::gradcheck([&](const TL& t) { return F::conv2d(t[0], t[1], t.size() > 2 ? t[2] : Tensor(), p); }, in));
     // the same through the channels-last kernels
-    CHECK(kiln::gradcheck([&](const TL& t) {
-      return F::conv2d(channels_last(t[0]), t[1], t.size() > 2 ? t[2] : Tensor(), p);
-    }, in));
+    CHECK(kiln::gradcheck(
+        [&](const TL& t) { return F::conv2d(channels_last(t[0]), t[1], t.size() > 2 ? t[2] : Tensor(), p); }, in));
   }
   // only some inputs need a gradient: bias alone, input alone
   Tensor x = r({1, 2, 4, 4}), w = kiln::randn({3, 2, 3, 3}, f64()), b = r({3});
@@ -245,10 +241,18 @@ std::vector<double> naive_conv_transpose2d(const Tensor& xt, const Tensor& wt, c
 
 TEST_CASE("conv_transpose2d: forward matches a direct scatter, gradcheck", "[conv]") {
   kiln::manual_seed(6);
-  struct TC { int64_t N, Cin, H, W, Coutg, kh, kw; F::ConvTranspose2dParams p; bool bias; };
+  struct TC {
+    int64_t N, Cin, H, W, Coutg, kh, kw;
+    F::ConvTranspose2dParams p;
+    bool bias;
+  };
   auto mk = [](IntList s, IntList pad, IntList op, IntList d, int64_t g) {
     F::ConvTranspose2dParams p;
-    p.stride = s; p.padding = pad; p.output_padding = op; p.dilation = d; p.groups = g;
+    p.stride = s;
+    p.padding = pad;
+    p.output_padding = op;
+    p.dilation = d;
+    p.groups = g;
     return p;
   };
   const std::vector<TC> cases = {
@@ -261,8 +265,10 @@ TEST_CASE("conv_transpose2d: forward matches a direct scatter, gradcheck", "[con
     INFO("case " << ci);
     Tensor x = kiln::randn({c.N, c.Cin, c.H, c.W}, f64()), w = kiln::randn({c.Cin, c.Coutg, c.kh, c.kw}, f64());
     Tensor b = c.bias ? kiln::randn({c.Coutg * c.p.groups}, f64()) : Tensor();
-    int64_t OH = (c.H - 1) * c.p.stride[0] - 2 * c.p.padding[0] + c.p.dilation[0] * (c.kh - 1) + c.p.output_padding[0] + 1;
-    int64_t OW = (c.W - 1) * c.p.stride[1] - 2 * c.p.padding[1] + c.p.dilation[1] * (c.kw - 1) + c.p.output_padding[1] + 1;
+    int64_t OH =
+        (c.H - 1) * c.p.stride[0] - 2 * c.p.padding[0] + c.p.dilation[0] * (c.kh - 1) + c.p.output_padding[0] + 1;
+    int64_t OW =
+        (c.W - 1) * c.p.stride[1] - 2 * c.p.padding[1] + c.p.dilation[1] * (c.kw - 1) + c.p.output_padding[1] + 1;
     auto want = naive_conv_transpose2d(x, w, b, c.p, OH, OW);
     Tensor y = F::conv_transpose2d(x, w, b, c.p);
     REQUIRE(y.sizes() == IntList{c.N, c.Coutg * c.p.groups, OH, OW});
@@ -271,9 +277,8 @@ TEST_CASE("conv_transpose2d: forward matches a direct scatter, gradcheck", "[con
     auto p = c.p;
     TL in = {x.detach().requires_grad_(), w.detach().requires_grad_()};
     if (c.bias) in.push_back(b.detach().requires_grad_());
-    CHECK(kiln::gradcheck([&](const TL& t) {
-      return F::conv_transpose2d(t[0], t[1], t.size() > 2 ? t[2] : Tensor(), p);
-    }, in));
+    CHECK(kiln::gradcheck(
+        [&](const TL& t) { return F::conv_transpose2d(t[0], t[1], t.size() > 2 ? t[2] : Tensor(), p); }, in));
   }
   Tensor x = kiln::randn({1, 2, 3, 3});
   F::ConvTranspose2dParams bad;
@@ -288,13 +293,11 @@ TEST_CASE("conv2d: errors name the op and the shapes", "[conv]") {
   F::Conv2dParams p;
   // wrong weight rank
   REQUIRE_THROWS_AS(F::conv2d(x, kiln::randn({4, 4, 3})), kiln::Error);
-  REQUIRE_THROWS_WITH(F::conv2d(x, kiln::randn({4, 4, 3})),
-                      Catch::Contains("conv2d") && Catch::Contains("[4, 4, 3]"));
+  REQUIRE_THROWS_WITH(F::conv2d(x, kiln::randn({4, 4, 3})), Catch::Contains("conv2d") && Catch::Contains("[4, 4, 3]"));
   // channel mismatch: C_in != weight.size(1) * groups
   REQUIRE_THROWS_AS(F::conv2d(x, kiln::randn({8, 3, 3, 3})), kiln::Error);
   REQUIRE_THROWS_WITH(F::conv2d(x, kiln::randn({8, 3, 3, 3})),
-                      Catch::Contains("conv2d") && Catch::Contains("[2, 4, 6, 6]") &&
-                          Catch::Contains("[8, 3, 3, 3]"));
+                      Catch::Contains("conv2d") && Catch::Contains("[2, 4, 6, 6]") && Catch::Contains("[8, 3, 3, 3]"));
   p.groups = 2;
   REQUIRE_THROWS_AS(F::conv2d(x, kiln::randn({8, 4, 3, 3}), Tensor(), p), kiln::Error);
   // groups not dividing the channels
@@ -375,8 +378,8 @@ TEST_CASE("conv2d: CPU layout autotuning keeps results, layouts and gradients", 
       };
       Tensor gx_ref, gw_ref, gx, gw;
       Tensor ref = run(false, &gx_ref, &gw_ref);
-      Tensor tuned = run(true, &gx, &gw);      // times both layouts, caches the choice
-      Tensor cached = run(true, &gx, &gw);     // uses the cached choice
+      Tensor tuned = run(true, &gx, &gw);   // times both layouts, caches the choice
+      Tensor cached = run(true, &gx, &gw);  // uses the cached choice
       kiln::set_cpu_conv_autotune(false);
       const std::string what = "config " + std::to_string(ci) + (cl ? " channels-last" : " NCHW");
       check_close_rel(tuned, values(ref), 1e-12, what + " forward (tuning run)");

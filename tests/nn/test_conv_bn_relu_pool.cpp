@@ -44,8 +44,7 @@ Run run(bool fused, const Case& c, const Tensor& x0, const Tensor& cw0, const Te
   r.rv = bn.running_var;
   const F::Conv2dParams p = params_of(c);
   r.y = fused ? F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, r.rm, r.rv, w, b, training)
-              : F::max_pool2d(kiln::relu(F::batch_norm(F::conv2d(x, cw, Tensor(), p), r.rm, r.rv, w, b,
-                                                       training)), 2);
+              : F::max_pool2d(kiln::relu(F::batch_norm(F::conv2d(x, cw, Tensor(), p), r.rm, r.rv, w, b, training)), 2);
   r.node = r.y.grad_fn() ? r.y.grad_fn()->name() : "";
   r.y.backward(g);
   r.dcw = cw.grad();
@@ -74,9 +73,9 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: equals conv2d -> batch_norm -> rel
     for (DType dt : {DType::F32, DType::F64})
       for (int training = 0; training < 2; ++training)
         for (int affine = 0; affine < 2; ++affine) {
-          INFO("x " << c.x[0] << "x" << c.x[1] << "x" << c.x[2] << "x" << c.x[3] << " K " << c.K << " k "
-                    << c.k << " pad " << c.pad << " dil " << c.dil << " dtype " << dt << " training "
-                    << training << " affine " << affine);
+          INFO("x " << c.x[0] << "x" << c.x[1] << "x" << c.x[2] << "x" << c.x[3] << " K " << c.K << " k " << c.k
+                    << " pad " << c.pad << " dil " << c.dil << " dtype " << dt << " training " << training << " affine "
+                    << affine);
           Tensor x = kiln::randn(c.x, dt) * 1.5 + 0.4;
           Tensor cw = kiln::randn({c.K, c.x[1], c.k, c.k}, dt) * 0.5;
           Tensor w = kiln::rand({c.K}, dt) + 0.5;
@@ -112,12 +111,11 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: calls the small-patch kernel canno
   same(f.dcw, r.dcw, 1e-5, "conv weight gradient");
   check_same_batch_norm(f, r, /*affine=*/true, 1e-5, 1e-6);
   kiln::NoGradGuard ng;
-  auto both = [&](const Tensor& xx, const Tensor& ww, const Tensor& bias, const F::Conv2dParams& p,
-                  const char* what) {
+  auto both = [&](const Tensor& xx, const Tensor& ww, const Tensor& bias, const F::Conv2dParams& p, const char* what) {
     INFO(what);
     same(F::conv2d_batch_norm_relu_max_pool2d(xx, ww, bias, p, Tensor(), Tensor(), w, b, true),
-         F::max_pool2d(kiln::relu(F::batch_norm(F::conv2d(xx, ww, bias, p), Tensor(), Tensor(), w, b, true)), 2),
-         1e-5, what);
+         F::max_pool2d(kiln::relu(F::batch_norm(F::conv2d(xx, ww, bias, p), Tensor(), Tensor(), w, b, true)), 2), 1e-5,
+         what);
   };
   F::Conv2dParams p = params_of(c);
   both(x, cw, kiln::randn({3}), p, "conv bias");
@@ -131,8 +129,7 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: calls the small-patch kernel canno
 // Patches too big for the small-patch kernel, in training: conv2d (BN statistics in its
 // epilogue) + the fused BN + ReLU + pool, recorded as one node whose backward builds the conv
 // output's gradient one sample at a time for the conv's GEMMs.
-TEST_CASE("conv2d_batch_norm_relu_max_pool2d: the GEMM-backward path equals the op-by-op block",
-          "[norm][pool][conv]") {
+TEST_CASE("conv2d_batch_norm_relu_max_pool2d: the GEMM-backward path equals the op-by-op block", "[norm][pool][conv]") {
   kiln::manual_seed(36);
   struct G {
     IntList x;
@@ -166,20 +163,23 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: the GEMM-backward path equals the 
           for (int fused = 0; fused < 2; ++fused) {
             Tensor x = x_grad ? x0.clone().requires_grad_() : x0;
             Tensor cw = cw0.clone().requires_grad_();
-            Tensor w = affine ? w0.clone().requires_grad_() : Tensor(), b = affine ? b0.clone().requires_grad_() : Tensor();
+            Tensor w = affine ? w0.clone().requires_grad_() : Tensor(),
+                   b = affine ? b0.clone().requires_grad_() : Tensor();
             Tensor rm = kiln::zeros({c.K}, dt), rv = kiln::ones({c.K}, dt);
-            Tensor y = fused ? F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, rm, rv, w, b, true)
-                             : F::max_pool2d(kiln::relu(F::batch_norm(F::conv2d(x, cw, Tensor(), p), rm, rv, w, b, true)), 2);
+            Tensor y =
+                fused ? F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, rm, rv, w, b, true)
+                      : F::max_pool2d(kiln::relu(F::batch_norm(F::conv2d(x, cw, Tensor(), p), rm, rv, w, b, true)), 2);
             if (fused) node = y.grad_fn()->name();
             y.backward(g);
-            Tensor got[7] = {y, cw.grad(), x_grad ? x.grad() : Tensor(), affine ? w.grad() : Tensor(),
-                             affine ? b.grad() : Tensor(), rm, rv};
+            Tensor got[7] = {
+                y,  cw.grad(), x_grad ? x.grad() : Tensor(), affine ? w.grad() : Tensor(), affine ? b.grad() : Tensor(),
+                rm, rv};
             for (int i = 0; i < 7; ++i) r[fused][i] = got[i];
           }
           CHECK(node == "ConvBatchNormReluMaxPoolGemmBackward");
           const double tol = dt == DType::F32 ? 2e-5 : 1e-10;
-          const char* what[7] = {"output", "conv weight gradient", "input gradient", "BN weight gradient",
-                                 "BN bias gradient", "running_mean", "running_var"};
+          const char* what[7] = {"output",           "conv weight gradient", "input gradient", "BN weight gradient",
+                                 "BN bias gradient", "running_mean",         "running_var"};
           for (int i = 0; i < 7; ++i)
             if (r[0][i].defined()) same(r[1][i], r[0][i], tol, what[i]);
         }
@@ -187,9 +187,11 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: the GEMM-backward path equals the 
   auto rn = [](IntList s) { return kiln::randn(s, f64(true)); };
   F::Conv2dParams p;
   p.padding = {1, 1};
-  CHECK(kiln::gradcheck([&](const TL& in) {
-    return F::conv2d_batch_norm_relu_max_pool2d(in[0], in[1], Tensor(), p, Tensor(), Tensor(), in[2], in[3], true);
-  }, {rn({3, 5, 4, 6}), rn({3, 5, 3, 3}), rn({3}), rn({3})}));
+  CHECK(kiln::gradcheck(
+      [&](const TL& in) {
+        return F::conv2d_batch_norm_relu_max_pool2d(in[0], in[1], Tensor(), p, Tensor(), Tensor(), in[2], in[3], true);
+      },
+      {rn({3, 5, 4, 6}), rn({3, 5, 3, 3}), rn({3}), rn({3})}));
 }
 
 TEST_CASE("conv2d_batch_norm_relu_max_pool2d: gradcheck (f64)", "[norm][pool][conv][gradcheck]") {
@@ -199,14 +201,18 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: gradcheck (f64)", "[norm][pool][co
   F::Conv2dParams p;
   p.padding = {1, 1};
   // training: through the batch statistics into the conv weight, BN weight and bias
-  CHECK(kiln::gradcheck([&](const TL& in) {
-    return F::conv2d_batch_norm_relu_max_pool2d(x, in[0], Tensor(), p, Tensor(), Tensor(), in[1], in[2], true);
-  }, {r({3, 2, 3, 3}), r({3}), r({3})}));
+  CHECK(kiln::gradcheck(
+      [&](const TL& in) {
+        return F::conv2d_batch_norm_relu_max_pool2d(x, in[0], Tensor(), p, Tensor(), Tensor(), in[1], in[2], true);
+      },
+      {r({3, 2, 3, 3}), r({3}), r({3})}));
   // eval with running statistics, no affine parameters
   Tensor rm = kiln::tensor({0.1, -0.2, 0.3}, f64()), rv = kiln::tensor({0.7, 1.3, 0.9}, f64());
-  CHECK(kiln::gradcheck([&](const TL& in) {
-    return F::conv2d_batch_norm_relu_max_pool2d(x, in[0], Tensor(), p, rm, rv, Tensor(), Tensor(), false);
-  }, {r({3, 2, 3, 3})}));
+  CHECK(kiln::gradcheck(
+      [&](const TL& in) {
+        return F::conv2d_batch_norm_relu_max_pool2d(x, in[0], Tensor(), p, rm, rv, Tensor(), Tensor(), false);
+      },
+      {r({3, 2, 3, 3})}));
 }
 
 TEST_CASE("nn::ConvBatchNormReLU2d equals its layers run one by one", "[norm][pool][conv][module]") {
@@ -246,38 +252,55 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: errors name the op", "[norm][pool]
       CHECK(std::string(e.what()).find("conv2d_batch_norm_relu_max_pool2d") != std::string::npos);
     }
   };
-  expect_error([&] { F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, Tensor(), Tensor(), kiln::ones({4}), Tensor(), true); },
-               "BatchNorm weight of the wrong size");
-  expect_error([&] { F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, Tensor(), Tensor(), Tensor(), Tensor(), false); },
-               "eval mode without running statistics");
-  expect_error([&] { F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, kiln::zeros({3}), Tensor(), Tensor(), Tensor(), true); },
-               "running_mean without running_var");
+  expect_error(
+      [&] {
+        F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, Tensor(), Tensor(), kiln::ones({4}), Tensor(), true);
+      },
+      "BatchNorm weight of the wrong size");
+  expect_error(
+      [&] { F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, Tensor(), Tensor(), Tensor(), Tensor(), false); },
+      "eval mode without running statistics");
+  expect_error(
+      [&] {
+        F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, kiln::zeros({3}), Tensor(), Tensor(), Tensor(), true);
+      },
+      "running_mean without running_var");
   // double backward through the fused path
   Tensor y = F::conv2d_batch_norm_relu_max_pool2d(x, cw, Tensor(), p, Tensor(), Tensor(), Tensor(), Tensor(), true);
   expect_error([&] { kiln::autograd::grad({y.sum()}, {cw}, {}, /*retain_graph=*/true, /*create_graph=*/true); },
                "double backward");
   // errors of the composite path still name conv2d
-  REQUIRE_THROWS_AS(F::conv2d_batch_norm_relu_max_pool2d(x, kiln::randn({3, 2, 3, 3}), Tensor(), p, Tensor(),
-                                                         Tensor(), Tensor(), Tensor(), true),
+  REQUIRE_THROWS_AS(F::conv2d_batch_norm_relu_max_pool2d(x, kiln::randn({3, 2, 3, 3}), Tensor(), p, Tensor(), Tensor(),
+                                                         Tensor(), Tensor(), true),
                     kiln::Error);
 }
 
-TEST_CASE("conv2d_forward_batch_stats: the conv output and its per-channel batch mean and variance",
-          "[conv][norm]") {
+TEST_CASE("conv2d_forward_batch_stats: the conv output and its per-channel batch mean and variance", "[conv][norm]") {
   kiln::manual_seed(35);
   for (DType dt : {DType::F32, DType::F64})
     for (int64_t groups : {1, 2})
       for (bool with_bias : {false, true}) {
         INFO("dtype " << dt << " groups " << groups << " bias " << with_bias);
         kiln::kernels::ConvGeometry g;
-        g.N = 5; g.C = 4; g.H = 7; g.W = 9; g.K = 6; g.kh = 3; g.kw = 3; g.ph = 1; g.pw = 1;
-        g.groups = groups; g.OH = 7; g.OW = 9;
+        g.N = 5;
+        g.C = 4;
+        g.H = 7;
+        g.W = 9;
+        g.K = 6;
+        g.kh = 3;
+        g.kw = 3;
+        g.ph = 1;
+        g.pw = 1;
+        g.groups = groups;
+        g.OH = 7;
+        g.OW = 9;
         Tensor x = kiln::randn({5, 4, 7, 9}, dt) * 2.0 + 1.5;
         Tensor w = kiln::randn({6, 4 / groups, 3, 3}, dt);
         Tensor b = with_bias ? kiln::randn({6}, dt) : Tensor();
         const DType st = dt == DType::F64 ? DType::F64 : DType::F32;
         Tensor out = kiln::empty({5, 6, 7, 9}, kiln::TensorOptions().dtype(dt));
-        Tensor mean = kiln::empty({6}, kiln::TensorOptions().dtype(st)), var = kiln::empty({6}, kiln::TensorOptions().dtype(st));
+        Tensor mean = kiln::empty({6}, kiln::TensorOptions().dtype(st)),
+               var = kiln::empty({6}, kiln::TensorOptions().dtype(st));
         kiln::kernels::conv2d_forward_batch_stats(out, mean, var, x, w, b, g);
         F::Conv2dParams p;
         p.padding = {1, 1};
@@ -291,11 +314,21 @@ TEST_CASE("conv2d_forward_batch_stats: the conv output and its per-channel batch
       }
   // channels-last is not what the epilogue kernel reads
   kiln::kernels::ConvGeometry g;
-  g.N = 1; g.C = 1; g.H = 4; g.W = 4; g.K = 1; g.kh = 1; g.kw = 1; g.OH = 4; g.OW = 4; g.channels_last = true;
+  g.N = 1;
+  g.C = 1;
+  g.H = 4;
+  g.W = 4;
+  g.K = 1;
+  g.kh = 1;
+  g.kw = 1;
+  g.OH = 4;
+  g.OW = 4;
+  g.channels_last = true;
   Tensor m = kiln::empty({1}), v = kiln::empty({1});
-  REQUIRE_THROWS_AS(kiln::kernels::conv2d_forward_batch_stats(kiln::empty({1, 1, 4, 4}), m, v, kiln::randn({1, 1, 4, 4}),
-                                                              kiln::randn({1, 1, 1, 1}), Tensor(), g),
-                    kiln::Error);
+  REQUIRE_THROWS_AS(
+      kiln::kernels::conv2d_forward_batch_stats(kiln::empty({1, 1, 4, 4}), m, v, kiln::randn({1, 1, 4, 4}),
+                                                kiln::randn({1, 1, 1, 1}), Tensor(), g),
+      kiln::Error);
 }
 
 TEST_CASE("conv2d_batch_norm_relu_max_pool2d: inputs the moments cannot serve", "[norm][pool][conv]") {
@@ -336,27 +369,49 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: inputs the moments cannot serve", 
 
 TEST_CASE("conv block kernels reject inconsistent operands with an error", "[norm][pool][conv]") {
   kiln::kernels::ConvGeometry g;
-  g.N = 2; g.C = 1; g.H = 6; g.W = 6; g.K = 3; g.kh = 3; g.kw = 3; g.ph = 1; g.pw = 1; g.OH = 6; g.OW = 6;
+  g.N = 2;
+  g.C = 1;
+  g.H = 6;
+  g.W = 6;
+  g.K = 3;
+  g.kh = 3;
+  g.kw = 3;
+  g.ph = 1;
+  g.pw = 1;
+  g.OH = 6;
+  g.OW = 6;
   Tensor x = kiln::randn({2, 1, 6, 6}), cw = kiln::randn({3, 1, 3, 3});
   Tensor out = kiln::empty({2, 3, 3, 3}), codes = kiln::empty({2, 3, 3, 3}, kiln::TensorOptions().dtype(DType::U8));
   Tensor mean = kiln::zeros({3}), invstd = kiln::ones({3});
-  REQUIRE_NOTHROW(kiln::kernels::conv_batch_norm_relu_max_pool2x2_forward(out, codes, x, cw, g, Tensor(), Tensor(), mean, invstd));
+  REQUIRE_NOTHROW(
+      kiln::kernels::conv_batch_norm_relu_max_pool2x2_forward(out, codes, x, cw, g, Tensor(), Tensor(), mean, invstd));
   REQUIRE_THROWS_AS(kiln::kernels::conv_batch_norm_relu_max_pool2x2_forward(out, codes, x, cw, g, Tensor(), Tensor(),
-                                                                           kiln::zeros({2}), invstd),
+                                                                            kiln::zeros({2}), invstd),
                     kiln::Error);  // statistics of the wrong size
-  REQUIRE_THROWS_AS(kiln::kernels::conv_batch_norm_relu_max_pool2x2_forward(out, codes, x, cw, g, kiln::ones({4}), Tensor(),
-                                                                           mean, invstd),
+  REQUIRE_THROWS_AS(kiln::kernels::conv_batch_norm_relu_max_pool2x2_forward(out, codes, x, cw, g, kiln::ones({4}),
+                                                                            Tensor(), mean, invstd),
                     kiln::Error);  // BatchNorm weight of the wrong size
   kiln::kernels::ConvGeometry bad = g;
   bad.OW = 5;  // not what 6 + 2 - 2 gives
-  REQUIRE_THROWS_AS(kiln::kernels::conv_batch_norm_relu_max_pool2x2_forward(kiln::empty({2, 3, 3, 2}), kiln::empty({2, 3, 3, 2}, kiln::TensorOptions().dtype(DType::U8)),
-                                                                           x, cw, bad, Tensor(), Tensor(), mean, invstd),
+  REQUIRE_THROWS_AS(kiln::kernels::conv_batch_norm_relu_max_pool2x2_forward(
+                        kiln::empty({2, 3, 3, 2}), kiln::empty({2, 3, 3, 2}, kiln::TensorOptions().dtype(DType::U8)), x,
+                        cw, bad, Tensor(), Tensor(), mean, invstd),
                     kiln::Error);
 }
 
 TEST_CASE("conv2d_backward_generated: NCHW only, gradients shaped like their operands", "[conv]") {
   kiln::kernels::ConvGeometry g;
-  g.N = 2; g.C = 2; g.H = 5; g.W = 5; g.K = 3; g.kh = 3; g.kw = 3; g.ph = 1; g.pw = 1; g.OH = 5; g.OW = 5;
+  g.N = 2;
+  g.C = 2;
+  g.H = 5;
+  g.W = 5;
+  g.K = 3;
+  g.kh = 3;
+  g.kw = 3;
+  g.ph = 1;
+  g.pw = 1;
+  g.OH = 5;
+  g.OW = 5;
   Tensor x = kiln::randn({2, 2, 5, 5}), w = kiln::randn({3, 2, 3, 3});
   Tensor gy = kiln::randn({2, 3, 5, 5});
   auto make_dy = [&](int64_t n, void* dy) {

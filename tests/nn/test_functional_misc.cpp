@@ -37,7 +37,8 @@ Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool c
   if (causal) {
     int64_t Tq = q.size(-2), Tk = k.size(-2);
     TensorOptions o = TensorOptions().dtype(DType::I64);
-    Tensor keep = kiln::arange(static_cast<double>(Tk), o).view({1, Tk}) <= kiln::arange(static_cast<double>(Tq), o).view({Tq, 1});
+    Tensor keep = kiln::arange(static_cast<double>(Tk), o).view({1, Tk}) <=
+                  kiln::arange(static_cast<double>(Tq), o).view({Tq, 1});
     s = kiln::where(keep, s, -std::numeric_limits<double>::infinity());
   }
   return kiln::matmul(kiln::softmax(s, -1), v);
@@ -76,7 +77,8 @@ TEST_CASE("linear: x @ w^T + b for any leading dims, gradchecks", "[linear]") {
   CHECK(max_err(values(y), want) < 1e-12);
   CHECK(F::linear(x.select(0, 0).select(0, 0), w).sizes() == IntList{5});
   CHECK(kiln::gradcheck([](const TL& in) { return F::linear(in[0], in[1], in[2]); }, {x, w, b}));
-  CHECK(kiln::gradcheck([](const TL& in) { return F::linear(in[0], in[1]); }, {x.select(0, 1).detach().requires_grad_(), w}));
+  CHECK(kiln::gradcheck([](const TL& in) { return F::linear(in[0], in[1]); },
+                        {x.select(0, 1).detach().requires_grad_(), w}));
   CHECK_THROWS_AS(F::linear(x, kiln::randn({5, 3}, f64())), kiln::Error);
   CHECK_THROWS_AS(F::linear(x, w, kiln::randn({4}, f64())), kiln::Error);
 }
@@ -128,8 +130,12 @@ TEST_CASE("dropout: kept fraction, scaling, reproducibility, masked gradient", "
   }
   CHECK(ok);
   // gradcheck with a fixed seed per evaluation (the same mask each time)
-  CHECK(kiln::gradcheck([](const TL& in) { kiln::manual_seed(3); return F::dropout(in[0], 0.4, true); },
-                        {kiln::randn({4, 5}, f64(true))}));
+  CHECK(kiln::gradcheck(
+      [](const TL& in) {
+        kiln::manual_seed(3);
+        return F::dropout(in[0], 0.4, true);
+      },
+      {kiln::randn({4, 5}, f64(true))}));
   // a non-contiguous input
   Tensor xt = kiln::randn({30, 40}, f64());
   kiln::manual_seed(5);
@@ -172,7 +178,10 @@ TEST_CASE("l1_loss and smooth_l1_loss: values for every reduction, gradchecks", 
     sl1.push_back(d < beta ? 0.5 * d * d / beta : d - 0.5 * beta);
   }
   double s1 = 0, s2 = 0;
-  for (size_t i = 0; i < l1.size(); ++i) { s1 += l1[i]; s2 += sl1[i]; }
+  for (size_t i = 0; i < l1.size(); ++i) {
+    s1 += l1[i];
+    s2 += sl1[i];
+  }
   CHECK(max_err(values(F::l1_loss(x, t, Reduction::None)), l1) < 1e-12);
   CHECK(F::l1_loss(x, t).item<double>() == Approx(s1 / 20).epsilon(1e-12));
   CHECK(F::l1_loss(x, t, Reduction::Sum).item<double>() == Approx(s1).epsilon(1e-12));
@@ -212,8 +221,9 @@ TEST_CASE("binary_cross_entropy_with_logits: stable values, pos_weight, gradchec
   Tensor xs = (kiln::randn({3, 4}, f64()) * 2.0).requires_grad_();
   Tensor ts = kiln::rand({3, 4}, f64(true));
   Tensor pws = (kiln::rand({4}, f64()) + 0.5).detach().requires_grad_();
-  CHECK(kiln::gradcheck([](const TL& in) { return F::binary_cross_entropy_with_logits(in[0], in[1], Reduction::Mean, in[2]); },
-                        {xs, ts, pws}));
+  CHECK(kiln::gradcheck(
+      [](const TL& in) { return F::binary_cross_entropy_with_logits(in[0], in[1], Reduction::Mean, in[2]); },
+      {xs, ts, pws}));
   CHECK(kiln::gradcheck([](const TL& in) { return F::binary_cross_entropy_with_logits(in[0], in[1], Reduction::None); },
                         {xs, ts}));
   CHECK_THROWS_AS(F::binary_cross_entropy_with_logits(xs, kiln::rand({4, 3}, f64())), kiln::Error);
@@ -227,7 +237,8 @@ TEST_CASE("scaled_dot_product_attention: blocked == naive in f64, causal and not
   const int64_t blk = kiln::kernels::cpu::attention_block_size();
   // T not a multiple of the block size; Tq != Tk; Dv != D; leading dims [2, 3]
   for (bool causal : {false, true}) {
-    for (IntList t : {IntList{blk + 7, blk + 7}, IntList{2 * blk + 5, blk + 19}, IntList{9, 2 * blk + 3}, IntList{1, 1}}) {
+    for (IntList t :
+         {IntList{blk + 7, blk + 7}, IntList{2 * blk + 5, blk + 19}, IntList{9, 2 * blk + 3}, IntList{1, 1}}) {
       INFO("causal " << causal << " Tq " << t[0] << " Tk " << t[1]);
       Tensor q = kiln::randn({2, 3, t[0], 8}, f64()) * 1.5;
       Tensor k = kiln::randn({2, 3, t[1], 8}, f64()) * 1.5;
@@ -262,21 +273,23 @@ TEST_CASE("scaled_dot_product_attention: backward == naive backward, gradchecks"
     // full Jacobian check on a small case that still spans two blocks of queries
     Tensor qs = kiln::randn({1, blk + 3, 2}, f64(true)), ks = kiln::randn({1, blk + 3, 2}, f64(true)),
            vs = kiln::randn({1, blk + 3, 2}, f64(true));
-    CHECK(kiln::gradcheck([causal](const TL& in) { return F::scaled_dot_product_attention(in[0], in[1], in[2], causal); },
-                          {qs, ks, vs}));
+    CHECK(kiln::gradcheck(
+        [causal](const TL& in) { return F::scaled_dot_product_attention(in[0], in[1], in[2], causal); }, {qs, ks, vs}));
     // second derivative through create_graph
     Tensor q2 = kiln::randn({1, 5, 3}, f64(true)), k2 = kiln::randn({1, 4, 3}, f64(true)),
            v2 = kiln::randn({1, 4, 2}, f64(true));
     Tensor g2y = kiln::randn({1, 5, 2}, f64());
-    CHECK(kiln::gradcheck([&](const TL& in) {
-      TL g = kiln::autograd::grad({F::scaled_dot_product_attention(in[0], in[1], in[2], causal)}, {in[0], in[1]}, {g2y}, true, true);
-      return (g[0] * g[0]).sum() + (g[1] * g[1]).sum();
-    }, {q2, k2, v2}));
+    CHECK(kiln::gradcheck(
+        [&](const TL& in) {
+          TL g = kiln::autograd::grad({F::scaled_dot_product_attention(in[0], in[1], in[2], causal)}, {in[0], in[1]},
+                                      {g2y}, true, true);
+          return (g[0] * g[0]).sum() + (g[1] * g[1]).sum();
+        },
+        {q2, k2, v2}));
   }
 }
 
-TEST_CASE("scaled_dot_product_attention: strided views give the contiguous results",
-          "[attention]") {
+TEST_CASE("scaled_dot_product_attention: strided views give the contiguous results", "[attention]") {
   kiln::manual_seed(16);
   const int64_t blk = kiln::kernels::cpu::attention_block_size();
   const int64_t B = 2, T = blk + 5, H = 3, D = 4;

@@ -82,8 +82,7 @@ void check_same_step(nn::Module& plain, nn::Module& fused, const Tensor& x0, boo
 
 }  // namespace
 
-TEST_CASE("nn::fuse: a user CNN gives the unfused outputs, gradients and running statistics",
-          "[fuse][module]") {
+TEST_CASE("nn::fuse: a user CNN gives the unfused outputs, gradients and running statistics", "[fuse][module]") {
   kiln::manual_seed(41);
   auto [plain, fused] = twins(user_cnn, 3);
   CHECK(fused->fused_run_count() == 3);
@@ -119,8 +118,7 @@ TEST_CASE("nn::fuse: chains the fused kernels cannot take run the unfused ops", 
     auto s = std::make_shared<nn::Sequential>(
         conv(2, 4, 3, 1, /*bias=*/true), std::make_shared<nn::BatchNorm2d>(4), std::make_shared<nn::ReLU>(), pool(3),
         conv(4, 6, 3, 1, false, /*stride=*/2), std::make_shared<nn::BatchNorm2d>(6), std::make_shared<nn::ReLU>(),
-        pool(2),
-        std::make_shared<nn::Conv2d>(nn::Conv2dOptions(6, 4, 1).groups(2).bias(false)),
+        pool(2), std::make_shared<nn::Conv2d>(nn::Conv2dOptions(6, 4, 1).groups(2).bias(false)),
         std::make_shared<nn::BatchNorm2d>(nn::BatchNormOptions(4).track_running_stats(false)),
         std::make_shared<nn::ReLU>());
     s->to(DType::F64);
@@ -173,7 +171,8 @@ TEST_CASE("nn::fuse: a chain declared by a hand-written forward fuses, names and
   CHECK(fused.chains()[0]->extra_repr() == "fused: ConvBatchNormReLU2d[0..2]");
   CHECK(fused.str() == printed);  // a chain is not a child: the tree prints as before
   CHECK(fused.state_dict().keys() == plain.state_dict().keys());
-  for (int step = 0; step < 2; ++step) check_same_step(plain, fused, kiln::randn({2, 2, 9, 7}, DType::F64), true, "training");
+  for (int step = 0; step < 2; ++step)
+    check_same_step(plain, fused, kiln::randn({2, 2, 9, 7}, DType::F64), true, "training");
   plain.eval();
   fused.eval();
   check_same_step(plain, fused, kiln::randn({3, 2, 6, 5}, DType::F64), false, "eval");
@@ -241,8 +240,7 @@ TEST_CASE("nn::fuse: Linear -> GELU becomes LinearGELU, both approximations", "[
   CHECK(nn::fuse(s) == 0);
 }
 
-TEST_CASE("nn::fuse: the Fashion-MNIST CNN keeps its state_dict and checkpoints load either way",
-          "[fuse][models]") {
+TEST_CASE("nn::fuse: the Fashion-MNIST CNN keeps its state_dict and checkpoints load either way", "[fuse][models]") {
   kiln::manual_seed(45);
   nn::models::FashionCNN plain, fused;
   fused.load_state_dict(plain.state_dict());

@@ -41,8 +41,8 @@ TEST_CASE("bias_gelu: forward equals gelu(x + b), both forms, every float dtype"
       for (DType dt : {DType::F16, DType::BF16}) {
         // fused: one rounding of gelu(x + b); chain: x + b rounded, then gelu rounded.
         const double tol = dt == DType::BF16 ? 2e-2 : 2e-3;
-        check_close(F::bias_gelu(x.to(dt), b.to(dt), approx), values(kiln::gelu(x.to(dt) + b.to(dt), approx)),
-                    2 * tol, 2 * tol, "half");
+        check_close(F::bias_gelu(x.to(dt), b.to(dt), approx), values(kiln::gelu(x.to(dt) + b.to(dt), approx)), 2 * tol,
+                    2 * tol, "half");
       }
     }
   }

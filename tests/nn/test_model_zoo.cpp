@@ -1,7 +1,7 @@
 // The model writers' check (docs/model_zoo.md): tiny versions of nanoGPT, a torchvision-style
 // ResNet, a torchvision-style ViT, the common U-Net and the PyTorch-examples LSTM language model
-// (and its Transformer variant), each written the way its PyTorch source is, with kiln's public API only. Each trains a few AdamW
-// steps on one fixed batch, and its loss has to fall well below where it started.
+// (and its Transformer variant), each written the way its PyTorch source is, with kiln's public API only. Each trains a
+// few AdamW steps on one fixed batch, and its loss has to fall well below where it started.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -82,7 +82,11 @@ struct GPTBlock : nn::Module {
   nn::Linear c_fc, c_proj;
   nn::GELU gelu;
   GPTBlock(int64_t n_embd, int64_t n_head)
-      : nn::Module("Block"), ln_1(n_embd), ln_2(n_embd), attn(n_embd, n_head), c_fc(n_embd, 4 * n_embd),
+      : nn::Module("Block"),
+        ln_1(n_embd),
+        ln_2(n_embd),
+        attn(n_embd, n_head),
+        c_fc(n_embd, 4 * n_embd),
         c_proj(4 * n_embd, n_embd) {
     register_module("ln_1", ln_1);
     register_module("attn", attn);
@@ -140,15 +144,19 @@ struct BasicBlock : nn::Module {
   BasicBlock(int64_t inplanes, int64_t planes, int64_t stride)
       : nn::Module("BasicBlock"),
         conv1(nn::Conv2dOptions(inplanes, planes, 3).stride(stride).padding(1).bias(false)),
-        conv2(nn::Conv2dOptions(planes, planes, 3).padding(1).bias(false)), bn1(planes), bn2(planes) {
+        conv2(nn::Conv2dOptions(planes, planes, 3).padding(1).bias(false)),
+        bn1(planes),
+        bn2(planes) {
     register_module("conv1", conv1);
     register_module("bn1", bn1);
     register_module("conv2", conv2);
     register_module("bn2", bn2);
     if (stride != 1 || inplanes != planes)
-      downsample = register_module("downsample", std::make_shared<nn::Sequential>(
-          std::make_shared<nn::Conv2d>(nn::Conv2dOptions(inplanes, planes, 1).stride(stride).bias(false)),
-          std::make_shared<nn::BatchNorm2d>(planes)));
+      downsample = register_module(
+          "downsample",
+          std::make_shared<nn::Sequential>(
+              std::make_shared<nn::Conv2d>(nn::Conv2dOptions(inplanes, planes, 1).stride(stride).bias(false)),
+              std::make_shared<nn::BatchNorm2d>(planes)));
   }
   Tensor forward(const Tensor& x) override {
     Tensor out = bn2(conv2(relu(bn1(conv1(x)))));
@@ -165,18 +173,20 @@ struct TinyResNet : nn::Module {
   nn::AdaptiveAvgPool2d avgpool{1};
   nn::Linear fc;
   explicit TinyResNet(int64_t num_classes)
-      : nn::Module("ResNet"), conv1(nn::Conv2dOptions(3, 8, 3).padding(1).bias(false)), bn1(8), layer1(8, 8, 1),
-        layer2(8, 16, 2), fc(16, num_classes) {
+      : nn::Module("ResNet"),
+        conv1(nn::Conv2dOptions(3, 8, 3).padding(1).bias(false)),
+        bn1(8),
+        layer1(8, 8, 1),
+        layer2(8, 16, 2),
+        fc(16, num_classes) {
     register_module("conv1", conv1);
     register_module("bn1", bn1);
     register_module("layer1", layer1);
     register_module("layer2", layer2);
     register_module("fc", fc);
     apply([](nn::Module& m) {
-      if (auto* c = dynamic_cast<nn::Conv2d*>(&m))
-        init::kaiming_normal_(c->weight, 0.0, init::FanMode::FanOut, "relu");
-      else if (auto* b = dynamic_cast<nn::BatchNorm2d*>(&m))
-        init::ones_(b->weight), init::zeros_(b->bias);
+      if (auto* c = dynamic_cast<nn::Conv2d*>(&m)) init::kaiming_normal_(c->weight, 0.0, init::FanMode::FanOut, "relu");
+      else if (auto* b = dynamic_cast<nn::BatchNorm2d*>(&m)) init::ones_(b->weight), init::zeros_(b->bias);
     });
   }
   Tensor forward(const Tensor& x) override {
@@ -192,7 +202,8 @@ struct EncoderBlock : nn::Module {
   nn::LayerNorm ln_1{nn::LayerNormOptions({16}).eps(1e-6)}, ln_2{nn::LayerNormOptions({16}).eps(1e-6)};
   nn::MultiheadAttention self_attention;
   nn::Sequential mlp;
-  EncoderBlock(int64_t hidden, int64_t heads, int64_t mlp_dim) : nn::Module("EncoderBlock"), self_attention(hidden, heads) {
+  EncoderBlock(int64_t hidden, int64_t heads, int64_t mlp_dim)
+      : nn::Module("EncoderBlock"), self_attention(hidden, heads) {
     auto fc1 = std::make_shared<nn::Linear>(hidden, mlp_dim), fc2 = std::make_shared<nn::Linear>(mlp_dim, hidden);
     for (auto& l : {fc1, fc2}) {
       init::xavier_uniform_(l->weight);
@@ -222,8 +233,11 @@ struct TinyViT : nn::Module {
   nn::LayerNorm ln{nn::LayerNormOptions({16}).eps(1e-6)};
   nn::Linear head;
   TinyViT(int64_t image, int64_t patch, int64_t num_classes)
-      : nn::Module("VisionTransformer"), patch(patch), hidden(16),
-        conv_proj(nn::Conv2dOptions(3, 16, patch).stride(patch)), head(16, num_classes) {
+      : nn::Module("VisionTransformer"),
+        patch(patch),
+        hidden(16),
+        conv_proj(nn::Conv2dOptions(3, 16, patch).stride(patch)),
+        head(16, num_classes) {
     const int64_t seq = (image / patch) * (image / patch) + 1;
     register_module("conv_proj", conv_proj);
     class_token = register_parameter("class_token", kiln::zeros({1, 1, hidden}));
@@ -259,7 +273,8 @@ std::shared_ptr<nn::Sequential> double_conv(int64_t in, int64_t out, int64_t mid
 }
 
 std::shared_ptr<nn::Sequential> down(int64_t in, int64_t out) {
-  return std::make_shared<nn::Sequential>(std::make_shared<nn::MaxPool2d>(nn::Pool2dOptions(2)), double_conv(in, out, out));
+  return std::make_shared<nn::Sequential>(std::make_shared<nn::MaxPool2d>(nn::Pool2dOptions(2)),
+                                          double_conv(in, out, out));
 }
 
 // Upsample x1, pad it to x2's size (odd sizes), concatenate, DoubleConv.
@@ -312,7 +327,9 @@ struct RNNModel : nn::Module {
   nn::LSTM rnn;
   Tensor decoder_bias;  // the decoder's weight is the encoder's (tie_weights)
   RNNModel(int64_t ntoken, int64_t nhid, int64_t nlayers)
-      : nn::Module("RNNModel"), ntoken(ntoken), encoder(ntoken, nhid),
+      : nn::Module("RNNModel"),
+        ntoken(ntoken),
+        encoder(ntoken, nhid),
         rnn(nn::LSTMOptions(nhid, nhid).num_layers(nlayers).dropout(0.2)) {
     register_module("encoder", encoder);
     register_module("rnn", rnn);
@@ -350,7 +367,10 @@ struct TransformerModel : nn::Module {
   nn::TransformerEncoder transformer_encoder;
   nn::Linear decoder;
   TransformerModel(int64_t ntoken, int64_t ninp, int64_t nhead, int64_t nhid, int64_t nlayers, double dropout)
-      : nn::Module("TransformerModel"), ntoken(ntoken), ninp(ninp), encoder(ntoken, ninp),
+      : nn::Module("TransformerModel"),
+        ntoken(ntoken),
+        ninp(ninp),
+        encoder(ntoken, ninp),
         pos_encoder(ninp, dropout, 64),
         transformer_encoder(nn::TransformerEncoderOptions(
             nn::TransformerEncoderLayerOptions(ninp, nhead).dim_feedforward(nhid).dropout(dropout), nlayers)),
@@ -464,7 +484,7 @@ TEST_CASE("model zoo: the language model's Transformer variant trains", "[model_
   TransformerModel model(ntoken, 16, 2, 32, 2, 0.1);
   std::vector<int64_t> tokens;
   for (int64_t i = 0; i < (bptt + 1) * bsz; ++i) tokens.push_back((5 * i + 3) % ntoken);  // periodic
-  Tensor data = kiln::tensor(tokens).view({bsz, -1}).t().contiguous();  // [T + 1, B]
+  Tensor data = kiln::tensor(tokens).view({bsz, -1}).t().contiguous();                    // [T + 1, B]
   Tensor input = data.narrow(0, 0, bptt), target = data.narrow(0, 1, bptt).reshape({-1});
   CHECK(model(input).sizes() == IntList{bptt, bsz, ntoken});
   // the causal mask: the first position's predictions do not depend on later tokens

@@ -172,7 +172,8 @@ TEST_CASE("state_dict round trip and strict key checking", "[module]") {
 TEST_CASE("printing shows the tree as PyTorch does", "[module]") {
   Net net;
   std::string s = net.str();
-  REQUIRE(s.find("(c1): Conv2d(1, 32, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=False)") != std::string::npos);
+  REQUIRE(s.find("(c1): Conv2d(1, 32, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), bias=False)") !=
+          std::string::npos);
   REQUIRE(s.find("(fc): Linear(in_features=6272, out_features=10, bias=True)") != std::string::npos);
   REQUIRE(s.find("parameters") == std::string::npos);  // no lines of kiln's own
   REQUIRE(net.parameter_count() == 288 + 64 + 62730);
@@ -222,8 +223,8 @@ TEST_CASE("printing: floats as Python's repr, a newline at the end", "[module]")
 }
 
 TEST_CASE("lint flags a biased conv feeding BatchNorm, not the zoo", "[module][lint]") {
-  nn::Sequential bad(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(3, 8, 3)),
-                     std::make_shared<nn::BatchNorm2d>(8), std::make_shared<nn::ReLU>());
+  nn::Sequential bad(std::make_shared<nn::Conv2d>(nn::Conv2dOptions(3, 8, 3)), std::make_shared<nn::BatchNorm2d>(8),
+                     std::make_shared<nn::ReLU>());
   auto w = nn::lint(bad, false);
   REQUIRE(w.size() == 1);
   REQUIRE(w[0].find("0 (Conv2d) has a bias but feeds 1 (BatchNorm2d)") != std::string::npos);
@@ -233,7 +234,8 @@ TEST_CASE("lint flags a biased conv feeding BatchNorm, not the zoo", "[module][l
 }
 
 TEST_CASE("containers: Sequential chains, ModuleList and ModuleDict index", "[module]") {
-  nn::Sequential s(std::make_shared<nn::Linear>(2, 3), std::make_shared<nn::Tanh>(), std::make_shared<nn::Linear>(3, 1));
+  nn::Sequential s(std::make_shared<nn::Linear>(2, 3), std::make_shared<nn::Tanh>(),
+                   std::make_shared<nn::Linear>(3, 1));
   auto y = s(kiln::randn({5, 2}));
   REQUIRE(y.sizes() == kiln::IntList{5, 1});
   REQUIRE(s.size() == 3);

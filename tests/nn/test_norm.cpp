@@ -7,9 +7,9 @@
 namespace {
 
 // Reference batch norm on row-major [N, C, S] data; also returns the batch mean and biased var.
-std::vector<double> ref_bn(const std::vector<double>& x, int64_t N, int64_t C, int64_t S,
-                           const std::vector<double>* w, const std::vector<double>* b, double eps,
-                           std::vector<double>& mean, std::vector<double>& var) {
+std::vector<double> ref_bn(const std::vector<double>& x, int64_t N, int64_t C, int64_t S, const std::vector<double>* w,
+                           const std::vector<double>* b, double eps, std::vector<double>& mean,
+                           std::vector<double>& var) {
   mean.assign(C, 0);
   var.assign(C, 0);
   for (int64_t c = 0; c < C; ++c) {
@@ -62,10 +62,12 @@ TEST_CASE("batch_norm: forward matches the PyTorch formula, [N, C] and [N, C, H,
     auto want = ref_bn(values(x), N, C, S, &wv, &bv, 1e-5, m, v);
     check_close_rel(values(F::batch_norm(x, Tensor(), Tensor(), w, b, true)), want, 1e-12, "f64 affine");
     auto want_plain = ref_bn(values(x), N, C, S, nullptr, nullptr, 1e-5, m, v);
-    check_close_rel(values(F::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true)), want_plain, 1e-12, "no affine");
+    check_close_rel(values(F::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true)), want_plain, 1e-12,
+                    "no affine");
     // float32 within float rounding of the double reference
-    check_close_rel(values(F::batch_norm(x.to(DType::F32), Tensor(), Tensor(), w.to(DType::F32), b.to(DType::F32), true)),
-                    want, 2e-5, "f32");
+    check_close_rel(
+        values(F::batch_norm(x.to(DType::F32), Tensor(), Tensor(), w.to(DType::F32), b.to(DType::F32), true)), want,
+        2e-5, "f32");
   }
 }
 
@@ -107,16 +109,19 @@ TEST_CASE("batch_norm: running statistics after two steps, then eval mode uses t
 
 TEST_CASE("batch_norm: a channels-last input gives the same values and keeps its layout", "[norm]") {
   kiln::manual_seed(3);
-  Tensor base = kiln::randn({4, 5, 3, 6}, f64());                // NHWC storage
-  Tensor x = base.permute({0, 3, 1, 2});                          // logical [4, 6, 5, 3]
+  Tensor base = kiln::randn({4, 5, 3, 6}, f64());  // NHWC storage
+  Tensor x = base.permute({0, 3, 1, 2});           // logical [4, 6, 5, 3]
   REQUIRE_FALSE(x.is_contiguous());
   Tensor w = kiln::randn({6}, f64()), b = kiln::randn({6}, f64());
   Tensor y = F::batch_norm(x, Tensor(), Tensor(), w, b, true);
   Tensor yref = F::batch_norm(x.contiguous(), Tensor(), Tensor(), w, b, true);
   check_close_rel(values(y), values(yref), 1e-12);
   CHECK(y.permute({0, 2, 3, 1}).is_contiguous());
-  CHECK(kiln::gradcheck([&](const TL& in) { return F::batch_norm(in[0].permute({0, 3, 1, 2}), Tensor(), Tensor(), in[1], in[2], true); },
-                        {kiln::randn({2, 3, 2, 3}, f64(true)), kiln::randn({3}, f64(true)), kiln::randn({3}, f64(true))}));
+  CHECK(kiln::gradcheck(
+      [&](const TL& in) {
+        return F::batch_norm(in[0].permute({0, 3, 1, 2}), Tensor(), Tensor(), in[1], in[2], true);
+      },
+      {kiln::randn({2, 3, 2, 3}, f64(true)), kiln::randn({3}, f64(true)), kiln::randn({3}, f64(true))}));
 }
 
 TEST_CASE("batch_norm: gradchecks (train with and without affine, eval, [N, C])", "[norm]") {
@@ -130,11 +135,13 @@ TEST_CASE("batch_norm: second derivative through create_graph matches finite dif
   Tensor w = kiln::randn({2}, f64(true));
   Tensor gy = kiln::randn({4, 2, 3}, f64());
   // f(x, w) = <d(batch_norm)/dx . gy, gy>: its gradient needs the second derivative.
-  CHECK(kiln::gradcheck([&](const TL& in) {
-    Tensor y = F::batch_norm(in[0], Tensor(), Tensor(), in[1], Tensor(), true);
-    TL g = kiln::autograd::grad({y}, {in[0]}, {gy}, true, true);
-    return (g[0] * gy).sum();
-  }, {x, w}));
+  CHECK(kiln::gradcheck(
+      [&](const TL& in) {
+        Tensor y = F::batch_norm(in[0], Tensor(), Tensor(), in[1], Tensor(), true);
+        TL g = kiln::autograd::grad({y}, {in[0]}, {gy}, true, true);
+        return (g[0] * gy).sum();
+      },
+      {x, w}));
 }
 
 TEST_CASE("layer_norm and rms_norm: forward against references, gradchecks", "[norm]") {
@@ -142,14 +149,17 @@ TEST_CASE("layer_norm and rms_norm: forward against references, gradchecks", "[n
   Tensor x = kiln::randn({3, 4, 5}, f64()) * 3.0 + 1.0;
   Tensor w = kiln::randn({4, 5}, f64()), b = kiln::randn({4, 5}, f64());
   std::vector<double> wv = values(w), bv = values(b);
-  check_close_rel(values(F::layer_norm(x, {4, 5}, w, b)), ref_rows(values(x), 20, &wv, &bv, 1e-5, false), 1e-12, "ln 2-d shape");
-  check_close_rel(values(F::layer_norm(x, {5})), ref_rows(values(x), 5, nullptr, nullptr, 1e-5, false), 1e-12, "ln plain");
+  check_close_rel(values(F::layer_norm(x, {4, 5}, w, b)), ref_rows(values(x), 20, &wv, &bv, 1e-5, false), 1e-12,
+                  "ln 2-d shape");
+  check_close_rel(values(F::layer_norm(x, {5})), ref_rows(values(x), 5, nullptr, nullptr, 1e-5, false), 1e-12,
+                  "ln plain");
   check_close_rel(values(F::rms_norm(x, {4, 5}, w)), ref_rows(values(x), 20, &wv, nullptr, 1e-6, true), 1e-12, "rms");
   check_close_rel(values(F::layer_norm(x.to(DType::F32), {4, 5}, w.to(DType::F32), b.to(DType::F32))),
                   ref_rows(values(x), 20, &wv, &bv, 1e-5, false), 2e-5, "ln f32");
   // a non-contiguous input
   Tensor xt = x.transpose(0, 1);
-  check_close_rel(values(F::layer_norm(xt, {5})), ref_rows(values(xt.contiguous()), 5, nullptr, nullptr, 1e-5, false), 1e-12, "ln strided");
+  check_close_rel(values(F::layer_norm(xt, {5})), ref_rows(values(xt.contiguous()), 5, nullptr, nullptr, 1e-5, false),
+                  1e-12, "ln strided");
 
   Tensor xs = kiln::randn({3, 2, 4}, f64(true));
   Tensor ws = kiln::randn({2, 4}, f64(true)), bs = kiln::randn({2, 4}, f64(true));
@@ -159,10 +169,12 @@ TEST_CASE("layer_norm and rms_norm: forward against references, gradchecks", "[n
   CHECK(kiln::gradcheck([](const TL& in) { return F::rms_norm(in[0], {4}); }, {xs}));
   // second derivative (create_graph path)
   Tensor gy = kiln::randn({3, 2, 4}, f64());
-  CHECK(kiln::gradcheck([&](const TL& in) {
-    TL g = kiln::autograd::grad({F::layer_norm(in[0], {4}, in[1].select(0, 0))}, {in[0]}, {gy}, true, true);
-    return (g[0] * gy).sum();
-  }, {xs, ws}));
+  CHECK(kiln::gradcheck(
+      [&](const TL& in) {
+        TL g = kiln::autograd::grad({F::layer_norm(in[0], {4}, in[1].select(0, 0))}, {in[0]}, {gy}, true, true);
+        return (g[0] * gy).sum();
+      },
+      {xs, ws}));
 }
 
 TEST_CASE("group_norm: forward against a reference, gradchecks", "[norm]") {

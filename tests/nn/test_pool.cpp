@@ -22,8 +22,7 @@ void pcheck(const Tensor& got, const std::vector<double>& want, double tol, cons
 enum class Kind { Max, AvgPad, AvgNoPad };
 
 // Direct pooling in double: window (kh, kw), stride, padding; floor mode.
-std::vector<double> naive_pool(const Tensor& xt, Kind kind, IntList k, IntList s, IntList p,
-                               int64_t& OH, int64_t& OW) {
+std::vector<double> naive_pool(const Tensor& xt, Kind kind, IntList k, IntList s, IntList p, int64_t& OH, int64_t& OW) {
   auto x = values(xt);
   const int64_t N = xt.size(0), C = xt.size(1), H = xt.size(2), W = xt.size(3);
   OH = (H + 2 * p[0] - k[0]) / s[0] + 1;
@@ -54,12 +53,14 @@ std::vector<double> naive_pool(const Tensor& xt, Kind kind, IntList k, IntList s
 
 TEST_CASE("max_pool2d / avg_pool2d: forward matches direct loops", "[pool]") {
   kiln::manual_seed(11);
-  struct PC { IntList shape, k, s, p; };
+  struct PC {
+    IntList shape, k, s, p;
+  };
   const std::vector<PC> cases = {
-      {{2, 3, 8, 8}, {2, 2}, {}, {0, 0}},          // the CNN's pool
-      {{3, 2, 7, 5}, {3, 3}, {2, 2}, {1, 1}},      // odd sizes, padding
-      {{1, 4, 9, 6}, {3, 2}, {1, 2}, {1, 0}},      // non-square everything
-      {{2, 1, 5, 5}, {5, 5}, {1, 1}, {2, 2}},      // window = input, max padding
+      {{2, 3, 8, 8}, {2, 2}, {}, {0, 0}},      // the CNN's pool
+      {{3, 2, 7, 5}, {3, 3}, {2, 2}, {1, 1}},  // odd sizes, padding
+      {{1, 4, 9, 6}, {3, 2}, {1, 2}, {1, 0}},  // non-square everything
+      {{2, 1, 5, 5}, {5, 5}, {1, 1}, {2, 2}},  // window = input, max padding
   };
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const PC& c = cases[ci];
@@ -69,16 +70,15 @@ TEST_CASE("max_pool2d / avg_pool2d: forward matches direct loops", "[pool]") {
       IntList s = c.s.empty() ? c.k : c.s;
       int64_t OH, OW;
       for (int layout = 0; layout < 3; ++layout) {
-        Tensor xin = layout == 0 ? x : layout == 1 ? channels_last(x)
-                                                   : x.transpose(2, 3).contiguous().transpose(2, 3);
+        Tensor xin = layout == 0 ? x : layout == 1 ? channels_last(x) : x.transpose(2, 3).contiguous().transpose(2, 3);
         auto mx = naive_pool(x, Kind::Max, c.k, s, c.p, OH, OW);
         Tensor y = F::max_pool2d(xin, c.k, c.s, c.p);
         REQUIRE(y.sizes() == IntList{c.shape[0], c.shape[1], OH, OW});
         pcheck(y, mx, 1e-6, "max layout " + std::to_string(layout));
-        pcheck(F::avg_pool2d(xin, c.k, c.s, c.p, true), naive_pool(x, Kind::AvgPad, c.k, s, c.p, OH, OW),
-               1e-6, "avg count_include_pad layout " + std::to_string(layout));
-        pcheck(F::avg_pool2d(xin, c.k, c.s, c.p, false), naive_pool(x, Kind::AvgNoPad, c.k, s, c.p, OH, OW),
-               1e-6, "avg exclude pad layout " + std::to_string(layout));
+        pcheck(F::avg_pool2d(xin, c.k, c.s, c.p, true), naive_pool(x, Kind::AvgPad, c.k, s, c.p, OH, OW), 1e-6,
+               "avg count_include_pad layout " + std::to_string(layout));
+        pcheck(F::avg_pool2d(xin, c.k, c.s, c.p, false), naive_pool(x, Kind::AvgNoPad, c.k, s, c.p, OH, OW), 1e-6,
+               "avg exclude pad layout " + std::to_string(layout));
         if (layout == 1 && c.shape[1] > 1) {
           CHECK(y.stride(1) == 1);  // channels-last in, channels-last out
         }
@@ -92,17 +92,23 @@ TEST_CASE("max_pool2d / avg_pool2d: forward matches direct loops", "[pool]") {
 }
 
 TEST_CASE("max_pool2d: ties send the gradient to the first maximum", "[pool]") {
-  Tensor x = kiln::tensor({1.0, 3.0, 3.0, 0.0,   //
-                           3.0, 2.0, 5.0, 5.0,   //
-                           0.0, 0.0, 7.0, 1.0,   //
-                           0.0, 0.0, 2.0, 7.0}, f64()).view({1, 1, 4, 4}).detach().requires_grad_();
+  Tensor x = kiln::tensor({1.0, 3.0, 3.0, 0.0,  //
+                           3.0, 2.0, 5.0, 5.0,  //
+                           0.0, 0.0, 7.0, 1.0,  //
+                           0.0, 0.0, 2.0, 7.0},
+                          f64())
+                 .view({1, 1, 4, 4})
+                 .detach()
+                 .requires_grad_();
   Tensor y = F::max_pool2d(x, 2);
   pcheck(y, {3, 5, 0, 7}, 0, "values");
   y.backward(kiln::tensor({1.0, 2.0, 3.0, 4.0}, f64()).view({1, 1, 2, 2}));
-  pcheck(x.grad(), {0, 1, 0, 0,  //
-                    0, 0, 2, 0,  //
-                    3, 0, 4, 0,  //
-                    0, 0, 0, 0}, 0, "grad");
+  pcheck(x.grad(),
+         {0, 1, 0, 0,  //
+          0, 0, 2, 0,  //
+          3, 0, 4, 0,  //
+          0, 0, 0, 0},
+         0, "grad");
   // overlapping windows accumulate
   Tensor x2 = kiln::tensor({0.0, 9.0, 0.0, 1.0, 2.0, 3.0}, f64()).view({1, 1, 2, 3}).detach().requires_grad_();
   F::max_pool2d(x2, {2, 2}, {1, 1}).sum().backward();
@@ -114,7 +120,7 @@ TEST_CASE("max_pool2d: ties send the gradient to the first maximum", "[pool]") {
 // leave a last row/column that gets no gradient.
 TEST_CASE("max_pool2d 2x2 f32: ties, NaN and tails match a row-order scan", "[pool]") {
   kiln::manual_seed(5);
-  const int64_t N = 2, C = 3, H = 7, W = 37;  // OW = 18: one full 16-wide step and a tail of 2
+  const int64_t N = 2, C = 3, H = 7, W = 37;                    // OW = 18: one full 16-wide step and a tail of 2
   Tensor x = kiln::randint(0, 4, {N, C, H, W}).to(DType::F32);  // many ties
   float* xp = static_cast<float*>(x.data_ptr());
   auto at = [&](int64_t n, int64_t c, int64_t h, int64_t w) -> float& { return xp[((n * C + c) * H + h) * W + w]; };
@@ -201,10 +207,9 @@ TEST_CASE("adaptive_avg_pool2d: PyTorch's windows", "[pool]") {
 TEST_CASE("pooling: errors name the op and the shapes", "[pool]") {
   Tensor x = kiln::randn({2, 3, 6, 6});
   REQUIRE_THROWS_AS(F::max_pool2d(x, {7, 7}), kiln::Error);  // kernel larger than input
-  REQUIRE_THROWS_WITH(F::max_pool2d(x, {7, 7}),
-                      Catch::Contains("max_pool2d") && Catch::Contains("[2, 3, 6, 6]"));
-  REQUIRE_THROWS_AS(F::max_pool2d(x, {2, 2}, {0, 1}), kiln::Error);       // stride 0
-  REQUIRE_THROWS_AS(F::max_pool2d(x, {2, 2}, {}, {2, 2}), kiln::Error);   // padding > k/2
+  REQUIRE_THROWS_WITH(F::max_pool2d(x, {7, 7}), Catch::Contains("max_pool2d") && Catch::Contains("[2, 3, 6, 6]"));
+  REQUIRE_THROWS_AS(F::max_pool2d(x, {2, 2}, {0, 1}), kiln::Error);      // stride 0
+  REQUIRE_THROWS_AS(F::max_pool2d(x, {2, 2}, {}, {2, 2}), kiln::Error);  // padding > k/2
   REQUIRE_THROWS_AS(F::max_pool2d(x, {0, 2}), kiln::Error);
   REQUIRE_THROWS_AS(F::max_pool2d(x, {2, 2, 2}), kiln::Error);
   REQUIRE_THROWS_AS(F::max_pool2d(kiln::randn({6, 6}), {2, 2}), kiln::Error);  // rank

@@ -32,19 +32,27 @@ struct Case {
 
 K::PoolGeometry geometry(const Case& c) {
   K::PoolGeometry g;
-  g.N = c.N; g.C = c.C; g.H = c.H; g.W = c.W;
-  g.kh = c.kh; g.kw = c.kw; g.sh = c.sh; g.sw = c.sw; g.ph = c.ph; g.pw = c.pw;
+  g.N = c.N;
+  g.C = c.C;
+  g.H = c.H;
+  g.W = c.W;
+  g.kh = c.kh;
+  g.kw = c.kw;
+  g.sh = c.sh;
+  g.sw = c.sw;
+  g.ph = c.ph;
+  g.pw = c.pw;
   g.OH = (c.H + 2 * c.ph - c.kh) / c.sh + 1;
   g.OW = (c.W + 2 * c.pw - c.kw) / c.sw + 1;
   return g;
 }
 
 const std::vector<Case> kCases = {
-    {2, 3, 8, 8, 2, 2, 2, 2, 0, 0},   // the CNN's 2x2 pool
-    {2, 3, 7, 9, 3, 3, 2, 2, 1, 1},   // ResNet's stem pool, odd sizes
-    {1, 4, 7, 5, 3, 2, 1, 1, 1, 1},   // overlapping windows, stride 1
-    {2, 2, 9, 7, 2, 3, 3, 4, 1, 0},   // stride larger than the kernel (gaps)
-    {1, 1, 1, 1, 1, 1, 1, 1, 0, 0},   // a single element
+    {2, 3, 8, 8, 2, 2, 2, 2, 0, 0},  // the CNN's 2x2 pool
+    {2, 3, 7, 9, 3, 3, 2, 2, 1, 1},  // ResNet's stem pool, odd sizes
+    {1, 4, 7, 5, 3, 2, 1, 1, 1, 1},  // overlapping windows, stride 1
+    {2, 2, 9, 7, 2, 3, 3, 4, 1, 0},  // stride larger than the kernel (gaps)
+    {1, 1, 1, 1, 1, 1, 1, 1, 0, 0},  // a single element
     {3, 5, 6, 6, 4, 4, 1, 2, 2, 1},
 };
 
@@ -59,8 +67,7 @@ Tensor in_layout(const Tensor& t, int layout) {
   return v;
 }
 
-template <class T>
-std::vector<T> raw(const Tensor& t) {  // logical row-major order
+template <class T> std::vector<T> raw(const Tensor& t) {  // logical row-major order
   Tensor c = t.contiguous();
   std::vector<T> v(static_cast<size_t>(c.numel()));
   if (!v.empty()) std::memcpy(v.data(), c.data_ptr(), v.size() * sizeof(T));
@@ -68,8 +75,7 @@ std::vector<T> raw(const Tensor& t) {  // logical row-major order
 }
 
 // Runs f(n, c, h, w) over [N, C, H, W] into a new contiguous tensor of dtype T.
-template <class T, class F>
-Tensor per_element(int64_t N, int64_t C, int64_t H, int64_t W, DType dt, F f) {
+template <class T, class F> Tensor per_element(int64_t N, int64_t C, int64_t H, int64_t W, DType dt, F f) {
   Tensor out = kiln::empty({N, C, H, W}, dt);
   T* p = static_cast<T*>(out.data_ptr());
   for (int64_t n = 0; n < N; ++n)
@@ -79,21 +85,18 @@ Tensor per_element(int64_t N, int64_t C, int64_t H, int64_t W, DType dt, F f) {
   return out;
 }
 
-template <class T>
-void require_bitwise(const Tensor& got, const Tensor& want, const std::string& what) {
+template <class T> void require_bitwise(const Tensor& got, const Tensor& want, const std::string& what) {
   INFO(what);
   REQUIRE(got.sizes() == want.sizes());
   auto a = raw<T>(got), b = raw<T>(want);
   REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
-template <class T>
-void check_case(const Case& cs, int layout, DType dt) {
+template <class T> void check_case(const Case& cs, int layout, DType dt) {
   const K::PoolGeometry g = geometry(cs);
-  const std::string what = "case " + std::to_string(cs.H) + "x" + std::to_string(cs.W) + " k" +
-                           std::to_string(cs.kh) + "x" + std::to_string(cs.kw) + " s" +
-                           std::to_string(cs.sh) + " p" + std::to_string(cs.ph) + " layout " +
-                           std::to_string(layout) + " " + kiln::dtype_name(dt);
+  const std::string what = "case " + std::to_string(cs.H) + "x" + std::to_string(cs.W) + " k" + std::to_string(cs.kh) +
+                           "x" + std::to_string(cs.kw) + " s" + std::to_string(cs.sh) + " p" + std::to_string(cs.ph) +
+                           " layout " + std::to_string(layout) + " " + kiln::dtype_name(dt);
   Tensor x = in_layout(kiln::randn({g.N, g.C, g.H, g.W}).to(dt), layout);
   Tensor gy = in_layout(kiln::randn({g.N, g.C, g.OH, g.OW}).to(dt), layout);
   const auto X = PM::view4<const T>(x);
@@ -109,12 +112,13 @@ void check_case(const Case& cs, int layout, DType dt) {
     PM::max_fwd_at<T>(X, g, n, c, oh, ow, best, bi);
     return best;
   });
-  Tensor m_idx = per_element<int32_t>(g.N, g.C, g.OH, g.OW, DType::I32, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
-    kiln::opmath_t<T> best;
-    int32_t bi;
-    PM::max_fwd_at<T>(X, g, n, c, oh, ow, best, bi);
-    return bi;
-  });
+  Tensor m_idx =
+      per_element<int32_t>(g.N, g.C, g.OH, g.OW, DType::I32, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
+        kiln::opmath_t<T> best;
+        int32_t bi;
+        PM::max_fwd_at<T>(X, g, n, c, oh, ow, best, bi);
+        return bi;
+      });
   require_bitwise<T>(m_out, out, what + ": max forward");
   require_bitwise<int32_t>(m_idx, idx, what + ": max indices");
 
@@ -156,10 +160,15 @@ TEST_CASE("pool math: CUDA per-element bodies match the CPU kernels bitwise", "[
 TEST_CASE("pool math: adaptive average matches the CPU kernel bitwise", "[pool][cuda-math]") {
   kiln::manual_seed(72);
   // output sizes that divide the input, do not, equal it, and exceed it (overlapping windows)
-  for (auto [H, W, OH, OW] : std::vector<std::array<int64_t, 4>>{
-           {8, 8, 1, 1}, {7, 9, 3, 4}, {5, 5, 5, 5}, {5, 3, 7, 4}, {13, 11, 6, 5}}) {
+  for (auto [H, W, OH, OW] :
+       std::vector<std::array<int64_t, 4>>{{8, 8, 1, 1}, {7, 9, 3, 4}, {5, 5, 5, 5}, {5, 3, 7, 4}, {13, 11, 6, 5}}) {
     K::PoolGeometry g;
-    g.N = 2; g.C = 3; g.H = H; g.W = W; g.OH = OH; g.OW = OW;
+    g.N = 2;
+    g.C = 3;
+    g.H = H;
+    g.W = W;
+    g.OH = OH;
+    g.OW = OW;
     for (int layout : {0, 1, 2}) {
       INFO("adaptive " << H << "x" << W << " -> " << OH << "x" << OW << " layout " << layout);
       Tensor x = in_layout(kiln::randn({g.N, g.C, H, W}), layout);
@@ -168,9 +177,9 @@ TEST_CASE("pool math: adaptive average matches the CPU kernel bitwise", "[pool][
       const auto GY = PM::view4<const float>(gy);
       Tensor out = kiln::empty({g.N, g.C, OH, OW});
       K::adaptive_avg_pool2d_forward(out, x, g);
-      Tensor m_out = per_element<float>(g.N, g.C, OH, OW, DType::F32, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
-        return PM::adaptive_fwd_at<float>(X, g, n, c, oh, ow);
-      });
+      Tensor m_out = per_element<float>(
+          g.N, g.C, OH, OW, DType::F32,
+          [&](int64_t n, int64_t c, int64_t oh, int64_t ow) { return PM::adaptive_fwd_at<float>(X, g, n, c, oh, ow); });
       require_bitwise<float>(m_out, out, "adaptive forward");
       Tensor gx = kiln::empty({g.N, g.C, H, W});
       K::adaptive_avg_pool2d_backward(gx, gy, g);
@@ -191,17 +200,19 @@ TEST_CASE("pool math: f16 bodies equal the CPU's widen-to-f32 path", "[pool][cud
   Tensor out = kiln::empty({g.N, g.C, g.OH, g.OW});
   Tensor idx = kiln::empty({g.N, g.C, g.OH, g.OW}, DType::I32);
   K::max_pool2d_forward(out, idx, x32, g);
-  Tensor m_out = per_element<kiln::Half>(g.N, g.C, g.OH, g.OW, DType::F16, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
-    float best;
-    int32_t bi;
-    PM::max_fwd_at<kiln::Half>(X, g, n, c, oh, ow, best, bi);
-    return best;
-  });
+  Tensor m_out =
+      per_element<kiln::Half>(g.N, g.C, g.OH, g.OW, DType::F16, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
+        float best;
+        int32_t bi;
+        PM::max_fwd_at<kiln::Half>(X, g, n, c, oh, ow, best, bi);
+        return best;
+      });
   require_bitwise<kiln::Half>(m_out, out.to(DType::F16), "f16 max forward");
   K::avg_pool2d_forward(out, x32, g, true);
-  Tensor a_out = per_element<kiln::Half>(g.N, g.C, g.OH, g.OW, DType::F16, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
-    return PM::avg_fwd_at<kiln::Half>(X, g, true, n, c, oh, ow);
-  });
+  Tensor a_out =
+      per_element<kiln::Half>(g.N, g.C, g.OH, g.OW, DType::F16, [&](int64_t n, int64_t c, int64_t oh, int64_t ow) {
+        return PM::avg_fwd_at<kiln::Half>(X, g, true, n, c, oh, ow);
+      });
   require_bitwise<kiln::Half>(a_out, out.to(DType::F16), "f16 avg forward");
 }
 

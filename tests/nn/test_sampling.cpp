@@ -17,8 +17,8 @@ TEST_CASE("sampling: top_k = 1, tiny top_p and temperature 0 are argmax", "[samp
   kiln::manual_seed(3);
   auto logits = kiln::randn({4, 50});
   auto want = values(logits.argmax(1));
-  for (auto o : {SamplingOptions().top_k(1), SamplingOptions().top_p(1e-9),
-                 SamplingOptions().temperature(0), SamplingOptions().temperature(1e-6)}) {
+  for (auto o : {SamplingOptions().top_k(1), SamplingOptions().top_p(1e-9), SamplingOptions().temperature(0),
+                 SamplingOptions().temperature(1e-6)}) {
     for (int rep = 0; rep < 5; ++rep) {
       auto t = kiln::nn::sample_next_token(logits, o);
       REQUIRE(t.dtype() == DType::I64);
@@ -37,11 +37,9 @@ TEST_CASE("sampling: the filtered distribution", "[sampling]") {
   double z = e[0] + e[1] + e[2] + e[3];
   check_close(kiln::nn::sampling_probs(logits), {e[0] / z, e[1] / z, e[2] / z, e[3] / z}, 1e-12, 0);
   double z2 = e[2] + e[3];
-  check_close(kiln::nn::sampling_probs(logits, SamplingOptions().top_k(2)), {0, 0, e[2] / z2, e[3] / z2},
-              1e-12, 0);
+  check_close(kiln::nn::sampling_probs(logits, SamplingOptions().top_k(2)), {0, 0, e[2] / z2, e[3] / z2}, 1e-12, 0);
   // top_p = 0.8: 0.644 (token 3) < 0.8 <= 0.644 + 0.237: tokens 2 and 3
-  check_close(kiln::nn::sampling_probs(logits, SamplingOptions().top_p(0.8)), {0, 0, e[2] / z2, e[3] / z2},
-              1e-12, 0);
+  check_close(kiln::nn::sampling_probs(logits, SamplingOptions().top_p(0.8)), {0, 0, e[2] / z2, e[3] / z2}, 1e-12, 0);
   // temperature 2 flattens
   std::vector<double> h = {1, std::exp(0.5), std::exp(1.0), std::exp(1.5)};
   double zh = h[0] + h[1] + h[2] + h[3];

@@ -14,9 +14,7 @@ using kiln::Tensor;
 namespace nn = kiln::nn;
 
 namespace {
-std::string temp_path(const std::string& name) {
-  return "/tmp/kiln-test-" + std::to_string(::getpid()) + "-" + name;
-}
+std::string temp_path(const std::string& name) { return "/tmp/kiln-test-" + std::to_string(::getpid()) + "-" + name; }
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -56,7 +54,8 @@ TEST_CASE("safetensors round trip of every dtype with metadata", "[serialize]") 
 }
 
 TEST_CASE("a safetensors file built byte by byte loads", "[serialize]") {
-  std::string header = R"({"b":{"dtype":"I32","shape":[2],"data_offsets":[8,16]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"k":"v"}})";
+  std::string header =
+      R"({"b":{"dtype":"I32","shape":[2],"data_offsets":[8,16]},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"k":"v"}})";
   std::string data;
   float fa[2] = {1.5f, -2.0f};
   int32_t ib[2] = {7, -9};
@@ -102,7 +101,8 @@ TEST_CASE("corrupt and truncated safetensors files are rejected with the reason"
   expect(le64(h2.size()) + h2 + std::string(8, '\1'), "needs 12");
   std::string h3 = R"({"a":{"dtype":"Q7","shape":[2],"data_offsets":[0,8]}})";
   expect(le64(h3.size()) + h3 + std::string(8, '\1'), "unsupported dtype");
-  std::string h4 = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  std::string h4 =
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
   expect(le64(h4.size()) + h4 + std::string(8, '\1'), "overlaps");
   expect(good + "xx", "trailing bytes");
   std::remove(path.c_str());

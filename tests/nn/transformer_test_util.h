@@ -14,15 +14,15 @@ namespace F = kiln::nn::functional;
 using nn::MultiheadAttention;
 using nn::MultiheadAttentionArgs;
 using nn::MultiheadAttentionOptions;
-using nn::TransformerEncoder;
-using nn::TransformerEncoderLayer;
-using nn::TransformerEncoderLayerOptions;
-using nn::TransformerEncoderOptions;
 using nn::Transformer;
 using nn::TransformerDecoder;
 using nn::TransformerDecoderLayer;
 using nn::TransformerDecoderLayerOptions;
 using nn::TransformerDecoderOptions;
+using nn::TransformerEncoder;
+using nn::TransformerEncoderLayer;
+using nn::TransformerEncoderLayerOptions;
+using nn::TransformerEncoderOptions;
 using nn::TransformerOptions;
 
 inline Tensor bool_tensor(const std::vector<bool>& v, IntList sizes) { return kiln::tensor(v).view(sizes); }

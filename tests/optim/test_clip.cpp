@@ -43,8 +43,7 @@ TEST_CASE("clip_grad_norm: inf, 1 and p norms", "[clip]") {
   auto ps = two_params();
   CHECK(optim::clip_grad_norm(ps, 1e9, optim::kInfNorm).item<double>() == 12.0);
   CHECK(optim::clip_grad_norm(ps, 1e9, 1.0).item<double>() == 19.0);
-  CHECK(optim::clip_grad_norm(ps, 1e9, 3.0).item<double>() ==
-        Approx(std::cbrt(27.0 + 64.0 + 1728.0)));
+  CHECK(optim::clip_grad_norm(ps, 1e9, 3.0).item<double>() == Approx(std::cbrt(27.0 + 64.0 + 1728.0)));
   Tensor n = optim::clip_grad_norm(ps, 6.0, optim::kInfNorm);
   CHECK(n.item<double>() == 12.0);
   CHECK(values(ps[1].grad())[0] == Approx(6.0).epsilon(1e-6));

@@ -22,5 +22,6 @@ TEST_CASE("LR range test: exponential sweep, divergence stop, steepest-descent s
   REQUIRE(r.diverged);
   REQUIRE(r.lrs.back() < 10.0);
   REQUIRE(std::log10(r.suggested_lr) == Approx(-2.0).margin(0.1));
-  REQUIRE_THROWS_AS(kiln::optim::lr_range_test(opt, step, kiln::optim::LRFinderOptions().start_lr(1.0).end_lr(0.5)), kiln::Error);
+  REQUIRE_THROWS_AS(kiln::optim::lr_range_test(opt, step, kiln::optim::LRFinderOptions().start_lr(1.0).end_lr(0.5)),
+                    kiln::Error);
 }

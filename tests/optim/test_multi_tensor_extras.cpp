@@ -20,8 +20,8 @@ TEST_CASE("multi_tensor_lerp_ equals dst + w * (src - dst) for every tensor and 
   // sizes across the 64K-element chunk boundary, an empty tensor, 16-bit and f64 dtypes, and a
   // transposed (non-dense pair) case that takes the strided path
   const std::vector<std::pair<kiln::IntList, DType>> cases = {
-      {{7}, DType::F32},      {{1 << 16}, DType::F32}, {{(1 << 17) + 3}, DType::F32}, {{0}, DType::F32},
-      {{33, 5}, DType::F64},  {{1023}, DType::F16},    {{4097}, DType::BF16}};
+      {{7}, DType::F32},     {{1 << 16}, DType::F32}, {{(1 << 17) + 3}, DType::F32}, {{0}, DType::F32},
+      {{33, 5}, DType::F64}, {{1023}, DType::F16},    {{4097}, DType::BF16}};
   for (auto& [sizes, dt] : cases) {
     Tensor d = kiln::randn(sizes).to(dt), s = kiln::randn(sizes).to(dt);
     // the formula in f64 on the same (rounded) inputs, rounded once to the dtype

@@ -46,21 +46,26 @@ struct RefState {
   int step = 0;
 };
 
-void ref_sgd(Vec& p, const Vec& g0, RefState& s, double lr, double mom, double damp, double wd,
-             bool nesterov) {
+void ref_sgd(Vec& p, const Vec& g0, RefState& s, double lr, double mom, double damp, double wd, bool nesterov) {
   Vec g = g0;
   for (size_t i = 0; i < p.size(); ++i) g[i] += wd * p[i];
   if (mom != 0) {
-    if (!s.has_buf) { s.m = g; s.has_buf = true; }
-    else for (size_t i = 0; i < p.size(); ++i) s.m[i] = mom * s.m[i] + (1 - damp) * g[i];
+    if (!s.has_buf) {
+      s.m = g;
+      s.has_buf = true;
+    } else
+      for (size_t i = 0; i < p.size(); ++i) s.m[i] = mom * s.m[i] + (1 - damp) * g[i];
     for (size_t i = 0; i < p.size(); ++i) g[i] = nesterov ? g[i] + mom * s.m[i] : s.m[i];
   }
   for (size_t i = 0; i < p.size(); ++i) p[i] -= lr * g[i];
 }
 
-void ref_adam(Vec& p, const Vec& g0, RefState& s, double lr, double b1, double b2, double eps,
-              double wd, bool decoupled) {
-  if (s.m.empty()) { s.m.assign(p.size(), 0); s.v.assign(p.size(), 0); }
+void ref_adam(Vec& p, const Vec& g0, RefState& s, double lr, double b1, double b2, double eps, double wd,
+              bool decoupled) {
+  if (s.m.empty()) {
+    s.m.assign(p.size(), 0);
+    s.v.assign(p.size(), 0);
+  }
   ++s.step;
   Vec g = g0;
   for (size_t i = 0; i < p.size(); ++i) {
@@ -74,9 +79,11 @@ void ref_adam(Vec& p, const Vec& g0, RefState& s, double lr, double b1, double b
   }
 }
 
-void ref_lamb(Vec& p, const Vec& g, RefState& s, double lr, double b1, double b2, double eps,
-              double wd) {
-  if (s.m.empty()) { s.m.assign(p.size(), 0); s.v.assign(p.size(), 0); }
+void ref_lamb(Vec& p, const Vec& g, RefState& s, double lr, double b1, double b2, double eps, double wd) {
+  if (s.m.empty()) {
+    s.m.assign(p.size(), 0);
+    s.v.assign(p.size(), 0);
+  }
   ++s.step;
   double bc1 = 1 - std::pow(b1, s.step), bc2 = 1 - std::pow(b2, s.step);
   Vec r(p.size());
@@ -94,17 +101,22 @@ void ref_lamb(Vec& p, const Vec& g, RefState& s, double lr, double b1, double b2
   for (size_t i = 0; i < p.size(); ++i) p[i] -= lr * trust * r[i];
 }
 
-void ref_lars(Vec& p, const Vec& g, RefState& s, double lr, double mom, double wd, double eta,
-              double eps) {
+void ref_lars(Vec& p, const Vec& g, RefState& s, double lr, double mom, double wd, double eta, double eps) {
   double pn = 0, gn = 0;
-  for (size_t i = 0; i < p.size(); ++i) { pn += p[i] * p[i]; gn += g[i] * g[i]; }
+  for (size_t i = 0; i < p.size(); ++i) {
+    pn += p[i] * p[i];
+    gn += g[i] * g[i];
+  }
   pn = std::sqrt(pn);
   gn = std::sqrt(gn);
   double trust = (pn > 0 && gn > 0) ? eta * pn / (gn + wd * pn + eps) : 1.0;
   Vec d(p.size());
   for (size_t i = 0; i < p.size(); ++i) d[i] = trust * (g[i] + wd * p[i]);
-  if (!s.has_buf) { s.m = d; s.has_buf = true; }
-  else for (size_t i = 0; i < p.size(); ++i) s.m[i] = mom * s.m[i] + d[i];
+  if (!s.has_buf) {
+    s.m = d;
+    s.has_buf = true;
+  } else
+    for (size_t i = 0; i < p.size(); ++i) s.m[i] = mom * s.m[i] + d[i];
   for (size_t i = 0; i < p.size(); ++i) p[i] -= lr * s.m[i];
 }
 
@@ -113,8 +125,7 @@ using MakeOpt = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tens
 
 // Runs `steps` steps of the optimizer on two parameters (sizes 7 and 3) and of the reference, and
 // compares after every step.
-void check_against_reference(const MakeOpt& make_opt, const RefStep& ref, DType dt, double tol,
-                             int steps = 3) {
+void check_against_reference(const MakeOpt& make_opt, const RefStep& ref, DType dt, double tol, int steps = 3) {
   std::vector<Vec> ref_p = {init_values(7, 0), init_values(3, 1)};
   std::vector<RefState> ref_s(2);
   std::vector<Tensor> params = {make(ref_p[0], dt), make(ref_p[1], dt)};
@@ -146,23 +157,22 @@ void check_both_dtypes(const MakeOpt& make_opt, const RefStep& ref) {
 
 TEST_CASE("SGD: plain, momentum + dampening + weight decay, nesterov", "[optim]") {
   SECTION("plain") {
-    check_both_dtypes(
-        [](std::vector<Tensor> ps) { return std::make_unique<optim::SGD>(ps, optim::SGDOptions(0.1)); },
-        [](Vec& p, const Vec& g, RefState& s) { ref_sgd(p, g, s, 0.1, 0, 0, 0, false); });
+    check_both_dtypes([](std::vector<Tensor> ps) { return std::make_unique<optim::SGD>(ps, optim::SGDOptions(0.1)); },
+                      [](Vec& p, const Vec& g, RefState& s) { ref_sgd(p, g, s, 0.1, 0, 0, 0, false); });
   }
   SECTION("momentum, dampening, weight decay") {
     check_both_dtypes(
         [](std::vector<Tensor> ps) {
-          return std::make_unique<optim::SGD>(
-              ps, optim::SGDOptions(0.05).momentum(0.9).dampening(0.2).weight_decay(0.01));
+          return std::make_unique<optim::SGD>(ps,
+                                              optim::SGDOptions(0.05).momentum(0.9).dampening(0.2).weight_decay(0.01));
         },
         [](Vec& p, const Vec& g, RefState& s) { ref_sgd(p, g, s, 0.05, 0.9, 0.2, 0.01, false); });
   }
   SECTION("nesterov") {
     check_both_dtypes(
         [](std::vector<Tensor> ps) {
-          return std::make_unique<optim::SGD>(
-              ps, optim::SGDOptions(0.05).momentum(0.8).nesterov(true).weight_decay(1e-3));
+          return std::make_unique<optim::SGD>(ps,
+                                              optim::SGDOptions(0.05).momentum(0.8).nesterov(true).weight_decay(1e-3));
         },
         [](Vec& p, const Vec& g, RefState& s) { ref_sgd(p, g, s, 0.05, 0.8, 0, 1e-3, true); });
   }
@@ -171,8 +181,8 @@ TEST_CASE("SGD: plain, momentum + dampening + weight decay, nesterov", "[optim]"
 TEST_CASE("Adam with L2 weight decay", "[optim]") {
   check_both_dtypes(
       [](std::vector<Tensor> ps) {
-        return std::make_unique<optim::Adam>(
-            ps, optim::AdamOptions(1e-2).betas({0.8, 0.99}).eps(1e-6).weight_decay(0.1));
+        return std::make_unique<optim::Adam>(ps,
+                                             optim::AdamOptions(1e-2).betas({0.8, 0.99}).eps(1e-6).weight_decay(0.1));
       },
       [](Vec& p, const Vec& g, RefState& s) { ref_adam(p, g, s, 1e-2, 0.8, 0.99, 1e-6, 0.1, false); });
 }
@@ -260,8 +270,8 @@ TEST_CASE("each optimizer keeps its own state: SGD a momentum_buffer, Adam two m
   a.set_grad(make({0.5}));
   adam.step();
   const optim::AdamParamState* as = adam.state(a);
-  CHECK(values(as->exp_avg)[0] == Approx(0.05).epsilon(1e-15));          // (1 - 0.9) * 0.5
-  CHECK(values(as->exp_avg_sq)[0] == Approx(0.00025).epsilon(1e-12));   // (1 - 0.999) * 0.25
+  CHECK(values(as->exp_avg)[0] == Approx(0.05).epsilon(1e-15));        // (1 - 0.9) * 0.5
+  CHECK(values(as->exp_avg_sq)[0] == Approx(0.00025).epsilon(1e-12));  // (1 - 0.999) * 0.25
   CHECK(keys(adam.state_dict().state.at(0)) == std::vector<std::string>{"exp_avg", "exp_avg_sq", "step"});
   // a state entry another optimizer would use is refused
   optim::OptimizerStateDict wrong = sgd.state_dict();
@@ -272,8 +282,7 @@ TEST_CASE("each optimizer keeps its own state: SGD a momentum_buffer, Adam two m
 TEST_CASE("parameter groups with different learning rates", "[optim]") {
   Tensor a = make({1.0, 2.0}).requires_grad_();
   Tensor b = make({3.0}).requires_grad_();
-  optim::SGD opt({optim::ParamGroup({a}), optim::ParamGroup({b}, optim::SGDOptions(0.01))},
-                 optim::SGDOptions(0.1));
+  optim::SGD opt({optim::ParamGroup({a}), optim::ParamGroup({b}, optim::SGDOptions(0.01))}, optim::SGDOptions(0.1));
   REQUIRE(opt.param_groups().size() == 2);
   CHECK(opt.param_groups()[0].lr() == 0.1);
   CHECK(opt.param_groups()[1].lr() == 0.01);
@@ -356,8 +365,8 @@ std::vector<Tensor> clones(const std::vector<Tensor>& ps) {
 
 // Steps `oa` (over `a`) and `ob` (over `b`) with the gradients of steps from..to-1, then REQUIREs
 // the two parameter lists equal.
-void step_both_and_compare(std::vector<Tensor>& a, optim::Optimizer& oa, std::vector<Tensor>& b,
-                           optim::Optimizer& ob, int from, int to) {
+void step_both_and_compare(std::vector<Tensor>& a, optim::Optimizer& oa, std::vector<Tensor>& b, optim::Optimizer& ob,
+                           int from, int to) {
   for (int k = from; k < to; ++k) {
     set_grads(a, k);
     set_grads(b, k);
@@ -371,17 +380,22 @@ using MakeAny = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tens
 
 std::vector<std::pair<const char*, MakeAny>> all_optimizers() {
   return {
-      {"SGD", [](std::vector<Tensor> p) {
-         return std::make_unique<optim::SGD>(p, optim::SGDOptions(0.01).momentum(0.9).nesterov(true).weight_decay(1e-4));
+      {"SGD",
+       [](std::vector<Tensor> p) {
+         return std::make_unique<optim::SGD>(p,
+                                             optim::SGDOptions(0.01).momentum(0.9).nesterov(true).weight_decay(1e-4));
        }},
-      {"Adam", [](std::vector<Tensor> p) {
+      {"Adam",
+       [](std::vector<Tensor> p) {
          return std::make_unique<optim::Adam>(p, optim::AdamOptions(1e-3).weight_decay(1e-2));
        }},
-      {"AdamW", [](std::vector<Tensor> p) {
+      {"AdamW",
+       [](std::vector<Tensor> p) {
          return std::make_unique<optim::AdamW>(p, optim::AdamWOptions(1e-3).weight_decay(1e-2));
        }},
       {"LAMB", [](std::vector<Tensor> p) { return std::make_unique<optim::LAMB>(p, optim::LAMBOptions(1e-3)); }},
-      {"LARS", [](std::vector<Tensor> p) {
+      {"LARS",
+       [](std::vector<Tensor> p) {
          return std::make_unique<optim::LARS>(p, optim::LARSOptions(0.1).weight_decay(1e-4));
        }},
   };
@@ -407,7 +421,10 @@ TEST_CASE("fused AdamW equals an unfused AdamW written with tensor ops", "[optim
   auto ps = big_params(DType::F32);
   auto ref = clones(ps);
   std::vector<Tensor> m, v;
-  for (auto& p : ref) { m.push_back(zeros_like(p)); v.push_back(zeros_like(p)); }
+  for (auto& p : ref) {
+    m.push_back(zeros_like(p));
+    v.push_back(zeros_like(p));
+  }
   const double lr = 1e-2, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.05;
   optim::AdamW opt(ps, optim::AdamWOptions(lr).weight_decay(wd));
   for (int k = 1; k <= 3; ++k) {
@@ -434,7 +451,10 @@ TEST_CASE("state_dict round trip resumes identically", "[optim]") {
       INFO(name << " " << dt);
       auto a = big_params(dt);
       auto opt = make_opt(a);
-      for (int k = 0; k < 3; ++k) { set_grads(a, k); opt->step(); }
+      for (int k = 0; k < 3; ++k) {
+        set_grads(a, k);
+        opt->step();
+      }
       optim::OptimizerStateDict sd = opt->state_dict();
       auto b = clones(a);
       // through the flat form a checkpoint file would hold
@@ -470,7 +490,7 @@ TEST_CASE("f16 and bf16 parameters keep f32 master weights", "[optim]") {
     REQUIRE(s->master.defined());
     CHECK(s->master.dtype() == DType::F32);
     CHECK(s->exp_avg.dtype() == DType::F32);
-    CHECK(equal(s->master, p32.detach()));        // the f32 trajectory, not a 16-bit one
+    CHECK(equal(s->master, p32.detach()));         // the f32 trajectory, not a 16-bit one
     CHECK(equal(p16, s->master.to(dt)));           // the parameter is the rounded master
     CHECK(!equal(p16.to(DType::F32), s->master));  // tiny lr updates are below 16-bit resolution
   }
@@ -529,8 +549,11 @@ TEST_CASE("bad arguments throw kiln::Error", "[optim]") {
   Tensor nonleaf = w * 2.0;
   CHECK_THROWS_WITH([&] { optim::SGD o({nonleaf}, 0.1); }(), Catch::Contains("non-leaf"));
   KILN_THROWS(optim::SGD({w, w}, 0.1));
-  CHECK_THROWS_WITH([&] { optim::SGD o({optim::ParamGroup({w}), optim::ParamGroup({w})}, 0.1); }(),
-                    Catch::Contains("more than one parameter group"));
+  CHECK_THROWS_WITH(
+      [&] {
+        optim::SGD o({optim::ParamGroup({w}), optim::ParamGroup({w})}, 0.1);
+      }(),
+      Catch::Contains("more than one parameter group"));
   optim::SGD opt({w}, 0.1);
   KILN_THROWS(opt.add_param_group(optim::ParamGroup({w})));
   KILN_THROWS(opt.add_param_group(optim::ParamGroup({make({1.0}).requires_grad_()}, optim::AdamOptions())));

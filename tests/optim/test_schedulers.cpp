@@ -18,15 +18,13 @@ const double kPi = 3.14159265358979323846;
 Tensor param() { return zeros({2}).requires_grad_(); }
 
 // lr of group 0 after stepping the schedule to step t (from its current step).
-template <class S>
-double lr_after(S& s, optim::Optimizer& opt, int64_t t) {
+template <class S> double lr_after(S& s, optim::Optimizer& opt, int64_t t) {
   while (s.last_step() < t) s.step();
   return opt.param_groups()[0].lr();
 }
 
 // CHECKs lr_after at each (step, lr) in order.
-template <class S>
-void check_lrs(S& s, optim::Optimizer& opt, std::initializer_list<std::pair<int64_t, double>> want) {
+template <class S> void check_lrs(S& s, optim::Optimizer& opt, std::initializer_list<std::pair<int64_t, double>> want) {
   for (const auto& [t, lr] : want) {
     INFO("step " << t);
     CHECK(lr_after(s, opt, t) == Approx(lr));
@@ -115,8 +113,11 @@ TEST_CASE("OneCycleLR: lr and momentum at sampled steps", "[sched]") {
   SECTION("AdamW cycles beta1; linear annealing") {
     optim::AdamW opt({w}, 1e-3);
     optim::OneCycleLR s(opt, 1e-2, 50,
-                        optim::OneCycleLROptions().anneal_strategy(optim::AnnealStrategy::Linear)
-                            .pct_start(0.2).div_factor(10).final_div_factor(100));
+                        optim::OneCycleLROptions()
+                            .anneal_strategy(optim::AnnealStrategy::Linear)
+                            .pct_start(0.2)
+                            .div_factor(10)
+                            .final_div_factor(100));
     auto& o = static_cast<const optim::AdamWOptions&>(opt.param_groups()[0].options());
     CHECK(opt.param_groups()[0].lr() == Approx(1e-3));
     CHECK(std::get<0>(o.betas()) == Approx(0.95));
@@ -155,14 +156,18 @@ TEST_CASE("CyclicLR: triangular, triangular2, exp_range", "[sched]") {
   }
   SECTION("triangular2 halves the amplitude each cycle; asymmetric steps") {
     optim::SGD opt({w}, 0.1);
-    optim::CyclicLR s(opt, 0.0, 1.0, optim::CyclicLROptions().step_size_up(2).step_size_down(6)
-                                         .mode(optim::CyclicMode::Triangular2).cycle_momentum(false));
+    optim::CyclicLR s(opt, 0.0, 1.0,
+                      optim::CyclicLROptions()
+                          .step_size_up(2)
+                          .step_size_down(6)
+                          .mode(optim::CyclicMode::Triangular2)
+                          .cycle_momentum(false));
     check_lrs(s, opt, {{2, 1.0}, {5, 0.5}, {10, 0.5}, {18, 0.25}});
   }
   SECTION("exp_range") {
     optim::Adam opt({w}, 0.1);
-    optim::CyclicLR s(opt, 0.001, 0.006, optim::CyclicLROptions().step_size_up(4)
-                                             .mode(optim::CyclicMode::ExpRange).gamma(0.9));
+    optim::CyclicLR s(opt, 0.001, 0.006,
+                      optim::CyclicLROptions().step_size_up(4).mode(optim::CyclicMode::ExpRange).gamma(0.9));
     CHECK(lr_after(s, opt, 2) == Approx(0.001 + 0.005 * 0.5 * std::pow(0.9, 2)));
     CHECK(lr_after(s, opt, 12) == Approx(0.001 + 0.005 * std::pow(0.9, 12)));
     CHECK(opt.param_groups()[0].momentum() == Approx(0.9 - 0.1 * std::pow(0.9, 12)));
@@ -181,7 +186,10 @@ TEST_CASE("schedules apply to every group and resume from state_dict", "[sched]"
   optim::OneCycleLR one(opt, 1.0, 40), one2(opt2, 1.0, 40);
   for (int i = 0; i < 17; ++i) one.step();
   one2.load_state_dict(one.state_dict());
-  for (int i = 0; i < 5; ++i) { one.step(); one2.step(); }
+  for (int i = 0; i < 5; ++i) {
+    one.step();
+    one2.step();
+  }
   CHECK(one2.last_step() == 22);
   CHECK(opt2.param_groups()[1].lr() == opt.param_groups()[1].lr());
   CHECK(opt2.param_groups()[0].momentum() == opt.param_groups()[0].momentum());

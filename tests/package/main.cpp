@@ -34,8 +34,7 @@ int main() {
       }
     }
     if (bad) {
-      std::printf("package consumer: FAILED (%d of %lld gradients wrong)\n", bad,
-                  static_cast<long long>(x.numel()));
+      std::printf("package consumer: FAILED (%d of %lld gradients wrong)\n", bad, static_cast<long long>(x.numel()));
       return 1;
     }
     std::printf("package consumer: OK\n");

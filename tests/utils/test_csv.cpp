@@ -47,8 +47,7 @@ TEST_CASE("CsvWriter round trip, flushed per row, append on resume", "[utils]") 
     w.write_row({CsvCell(), 1876, 2.5f, "multi\nline"});
     w.write_row({5, 2345, true, std::string("")});
     CHECK(w.rows_written() == 5);
-    CHECK_THROWS_WITH(w.write_row({1, 2}), Catch::Contains("2 cells for 4 columns") &&
-                                              Catch::Contains("metrics.csv"));
+    CHECK_THROWS_WITH(w.write_row({1, 2}), Catch::Contains("2 cells for 4 columns") && Catch::Contains("metrics.csv"));
   }
   auto rows = read_csv(path);
   REQUIRE(rows.size() == 6);
@@ -76,8 +75,7 @@ TEST_CASE("CsvWriter round trip, flushed per row, append on resume", "[utils]") 
     w.write_row({CsvCell()});
   }
   CHECK(read_csv(path) == std::vector<std::vector<std::string>>{{"only"}, {""}});
-  CHECK_THROWS_WITH(CsvWriter((dir / "no" / "such" / "dir.csv").string(), cols),
-                    Catch::Contains("dir.csv"));
+  CHECK_THROWS_WITH(CsvWriter((dir / "no" / "such" / "dir.csv").string(), cols), Catch::Contains("dir.csv"));
   fs::remove_all(dir);
 }
 

@@ -79,7 +79,8 @@ TEST_CASE("kiln-guide report.json has exactly the documented schema", "[utils][k
   Row failed = measured_row();
   failed.status = kFailed, failed.failure = "kiln-train exited with status 2\nFashion-MNIST not found";
   Row skipped;
-  skipped.tip = 11, skipped.name = "gradients to none", skipped.status = kNotMeasured, skipped.explanation = "always on";
+  skipped.tip = 11, skipped.name = "gradients to none", skipped.status = kNotMeasured,
+  skipped.explanation = "always on";
   Row fit = measured_row();
   fit.tip = 8, fit.name = "activation checkpointing: the batch it allows", fit.unit = Unit::Samples;
   fit.baseline_values = {32}, fit.with_values = {87};
@@ -99,8 +100,8 @@ TEST_CASE("kiln-guide report.json has exactly the documented schema", "[utils][k
   CHECK(j["machine"]["gpu"].is_null());
   CHECK(j["machine"]["total_seconds"] == 12.5);
   REQUIRE(j["rows"].size() == 5);
-  const std::set<std::string> keys = {"tip", "name", "model", "metric", "direction", "baseline", "with", "ratio",
-                                      "spread", "claim", "source", "explanation", "fit", "status"};
+  const std::set<std::string> keys = {"tip",   "name",   "model", "metric", "direction",   "baseline", "with",
+                                      "ratio", "spread", "claim", "source", "explanation", "fit",      "status"};
   for (const auto& r : j["rows"]) {
     std::set<std::string> got;
     for (const auto& kv : r.items()) got.insert(kv.key());
@@ -308,9 +309,9 @@ TEST_CASE("kiln-guide batch fit: a line through two peaks, the largest batch wit
   const LinearFit f = fit_peak(32, 170e6, 8, 62e6);  // 4.5 MB a sample over 32e6 fixed
   CHECK(f.per_sample == Approx(4.5e6));
   CHECK(f.fixed == Approx(26e6));
-  CHECK(largest_batch_within(f, 170e6) == 32);        // its own peak: its own batch, despite rounding
+  CHECK(largest_batch_within(f, 170e6) == 32);  // its own peak: its own batch, despite rounding
   CHECK(largest_batch_within(f, 170e6 - 1) == 31);
-  CHECK(largest_batch_within(f, 20e6) == 0);          // not even one sample fits
+  CHECK(largest_batch_within(f, 20e6) == 0);                                      // not even one sample fits
   CHECK(std::isnan(largest_batch_within(fit_peak(32, 100e6, 8, 100e6), 200e6)));  // flat: no largest
   CHECK(std::isnan(fit_peak(8, 1, 8, 2).per_sample));
 
@@ -344,8 +345,8 @@ TEST_CASE("kiln-guide batch fit: a line through two peaks, the largest batch wit
   CHECK(acc.with_values == std::vector<double>{4 * 31});  // micro-batches: (170e6 - 30e6) / 4.5e6 = 31.1
 
   Row flat;
-  fill_row(flat, t, {run(0, false, 32, 170e6), run(0, true, 8, 62e6)},
-           {run(0, false, 32, 60e6), run(0, true, 8, 61e6)}, o);
+  fill_row(flat, t, {run(0, false, 32, 170e6), run(0, true, 8, 62e6)}, {run(0, false, 32, 60e6), run(0, true, 8, 61e6)},
+           o);
   CHECK(flat.status == kFailed);
   CHECK_THAT(flat.failure, Contains("did not grow with the batch"));
   CHECK(flat.with_values.empty());
@@ -376,7 +377,8 @@ TEST_CASE("kiln-guide plan: eval cadence, fit runs, sync counting per device", "
   CHECK((!fit[0].with && !fit[0].probe && fit[0].batch == 32 && arg_after(fit[0], "--batch-size").empty()));
   CHECK((fit[1].with && !fit[1].probe && fit[1].batch == 8 && fit[1].accum == 4));
   CHECK((!fit[2].with && fit[2].probe && arg_after(fit[2], "--batch-size") == "8"));
-  CHECK((fit[3].with && fit[3].probe && arg_after(fit[3], "--batch-size") == "16" && arg_after(fit[3], "--grad-accum") == "4"));
+  CHECK((fit[3].with && fit[3].probe && arg_after(fit[3], "--batch-size") == "16" &&
+         arg_after(fit[3], "--grad-accum") == "4"));
   CHECK(fit[3].id == "grad-accum-batch-with-b16-r1");
   for (const Job& j : fit) CHECK_FALSE(has(j, "--eval-every"));
   // the sync count: kiln-train's host reads on the CPU, sync-debug's count on a GPU

@@ -106,7 +106,8 @@ TEST_CASE("kiln-guide's switches change what kiln-train runs", "[utils][kiln-gui
   const fs::path dir = kiln_test::fresh_dir("kiln-guide-switches");
   write_tiny_fashion_mnist(dir / "data");
   const fs::path out = dir / "report";
-  const int rc = run(std::string(KILN_GUIDE_BIN) + " --device cpu --only syncs,syncs-speed,normalisation,lr-pick --steps 6 --data " +
+  const int rc = run(std::string(KILN_GUIDE_BIN) +
+                         " --device cpu --only syncs,syncs-speed,normalisation,lr-pick --steps 6 --data " +
                          (dir / "data").string() + " --out " + out.string(),
                      dir / "log");
   INFO(kiln_test::slurp(dir / "log"));
@@ -147,8 +148,8 @@ TEST_CASE("kiln-guide: a failing run is a failed row, setup errors exit 2", "[ut
   const std::string guide = std::string(KILN_GUIDE_BIN) + " --kiln-train " + KILN_TRAIN_BIN;
 
   // no Fashion-MNIST in the folder: kiln-train exits 2, the row says why and kiln-guide exits 1
-  int rc = run(guide + " --device cpu --only channels-last --steps 2 --data " + (dir / "empty").string() +
-                   " --out " + (dir / "out").string(),
+  int rc = run(guide + " --device cpu --only channels-last --steps 2 --data " + (dir / "empty").string() + " --out " +
+                   (dir / "out").string(),
                dir / "log");
   INFO(kiln_test::slurp(dir / "log"));
   CHECK(rc == 1);
@@ -160,8 +161,8 @@ TEST_CASE("kiln-guide: a failing run is a failed row, setup errors exit 2", "[ut
   CHECK_THAT(report["rows"][0]["explanation"].get<std::string>(), Contains("train-images-idx3-ubyte[.gz] not found"));
   CHECK_FALSE(fs::exists(dir / "out" / "runs" / "channels-last-with-r1.json"));  // the tip stopped at its failure
 
-  rc = run(std::string(KILN_GUIDE_BIN) + " --kiln-train " + (dir / "nope").string() + " --out " +
-               (dir / "o2").string(), dir / "log2");
+  rc = run(std::string(KILN_GUIDE_BIN) + " --kiln-train " + (dir / "nope").string() + " --out " + (dir / "o2").string(),
+           dir / "log2");
   CHECK(rc == 2);
   CHECK_THAT(kiln_test::slurp(dir / "log2"), Contains("kiln-train not found"));
   rc = run(guide + " --only 99 --out " + (dir / "o3").string(), dir / "log3");

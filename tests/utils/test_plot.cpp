@@ -36,8 +36,8 @@ using kiln_test::slurp;
 namespace {
 
 uint32_t be32(const std::string& s, size_t off) {
-  return uint32_t(uint8_t(s[off])) << 24 | uint32_t(uint8_t(s[off + 1])) << 16 |
-         uint32_t(uint8_t(s[off + 2])) << 8 | uint32_t(uint8_t(s[off + 3]));
+  return uint32_t(uint8_t(s[off])) << 24 | uint32_t(uint8_t(s[off + 1])) << 16 | uint32_t(uint8_t(s[off + 2])) << 8 |
+         uint32_t(uint8_t(s[off + 3]));
 }
 
 // pixels of colour c (0xRRGGBB) and pixels that are not white inside rect r
@@ -81,7 +81,8 @@ TEST_CASE("write_line_plot_png draws stacked panels", "[utils]") {
   for (int i = 0; i < 938; ++i) {
     steps.push_back(i);
     loss.push_back(2.3 * std::exp(-i / 150.0) + 0.25 + 0.05 * std::sin(i * 0.7));
-    lr.push_back(3e-3 * std::min(1.0, (i + 1) / 280.0) * (i < 280 ? 1 : 0.5 * (1 + std::cos(M_PI * (i - 280) / 658.0))) + 1e-6);
+    lr.push_back(
+        3e-3 * std::min(1.0, (i + 1) / 280.0) * (i < 280 ? 1 : 0.5 * (1 + std::cos(M_PI * (i - 280) / 658.0))) + 1e-6);
   }
   loss[400] = nan;  // skipped, the line breaks there
   loss[401] = inf;
@@ -124,7 +125,7 @@ TEST_CASE("write_line_plot_png draws stacked panels", "[utils]") {
   CHECK(census(img, img.panels[2], 0x9467bd).first > 300);
   const auto empty = census(img, img.panels[3], 0x1f77b4);
   CHECK(empty.first == 0);
-  CHECK(empty.second > 0);  // grid-less box with "no data"
+  CHECK(empty.second > 0);                                 // grid-less box with "no data"
   CHECK(census(img, img.panels[0], 0x2ca02c).first == 0);  // colours stay in their panels
 
   fs::remove_all(dir);
@@ -134,9 +135,8 @@ TEST_CASE("plot edge cases and errors", "[utils]") {
   // nothing at all, only non-finite values, a single point, a constant series
   CHECK(render_line_plot("", {}).panels.size() == 1);
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  const auto img = render_line_plot("t", {{"nan", {}, {nan, nan}, 0xff0000},
-                                          {"one", {}, {3.0}, 0x00ff00},
-                                          {"flat", {}, {2, 2, 2}, 0x0000ff}});
+  const auto img = render_line_plot(
+      "t", {{"nan", {}, {nan, nan}, 0xff0000}, {"one", {}, {3.0}, 0x00ff00}, {"flat", {}, {2, 2, 2}, 0x0000ff}});
   REQUIRE(img.panels.size() == 3);
   CHECK(census(img, img.panels[0], 0xff0000).first == 0);
   CHECK(census(img, img.panels[1], 0x00ff00).first > 0);

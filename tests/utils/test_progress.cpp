@@ -61,15 +61,15 @@ TEST_CASE("Progress on a terminal: throttled redraws, shorter lines wipe longer 
   p.update(2, {{"loss", 1.0}});                // same instant: skipped
   CHECK(count(os.str(), '\r') == 1);
   t = 1;
-  p.update(3, {{"loss", 1.0}});                // drawn, shorter than the first
+  p.update(3, {{"loss", 1.0}});  // drawn, shorter than the first
   const std::string s = os.str();
   CHECK(count(s, '\r') == 2);
   const std::string first = s.substr(1, s.rfind('\r') - 1);
   const std::string second = s.substr(s.rfind('\r') + 1);
   CHECK(first.find("loss 1.235  12.3 samples/s") != std::string::npos);
-  CHECK(second.size() == first.size());          // padded with spaces
+  CHECK(second.size() == first.size());  // padded with spaces
   CHECK(second.back() == ' ');
-  p.update(10, {});                              // the last step is always drawn
+  p.update(10, {});  // the last step is always drawn
   CHECK(count(os.str(), '\r') == 3);
   p.finish();
   CHECK(os.str().back() == '\n');

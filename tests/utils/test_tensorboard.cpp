@@ -53,9 +53,19 @@ std::vector<Field> decode(const std::string& msg) {
     const uint64_t key = read_varint(msg, pos);
     f.number = uint32_t(key >> 3), f.wire = uint32_t(key & 7);
     switch (f.wire) {
-      case 0: f.num = read_varint(msg, pos); break;
-      case 1: REQUIRE(pos + 8 <= msg.size()); f.num = le(msg, pos, 8); pos += 8; break;
-      case 5: REQUIRE(pos + 4 <= msg.size()); f.num = le(msg, pos, 4); pos += 4; break;
+      case 0:
+        f.num = read_varint(msg, pos);
+        break;
+      case 1:
+        REQUIRE(pos + 8 <= msg.size());
+        f.num = le(msg, pos, 8);
+        pos += 8;
+        break;
+      case 5:
+        REQUIRE(pos + 4 <= msg.size());
+        f.num = le(msg, pos, 4);
+        pos += 4;
+        break;
       case 2: {
         const uint64_t n = read_varint(msg, pos);
         REQUIRE(pos + n <= msg.size());
@@ -63,15 +73,25 @@ std::vector<Field> decode(const std::string& msg) {
         pos += n;
         break;
       }
-      default: FAIL("unexpected wire type " << f.wire);
+      default:
+        FAIL("unexpected wire type " << f.wire);
     }
     out.push_back(f);
   }
   return out;
 }
 
-double as_double(uint64_t bits) { double d; std::memcpy(&d, &bits, 8); return d; }
-float as_float(uint64_t bits) { uint32_t b = uint32_t(bits); float f; std::memcpy(&f, &b, 4); return f; }
+double as_double(uint64_t bits) {
+  double d;
+  std::memcpy(&d, &bits, 8);
+  return d;
+}
+float as_float(uint64_t bits) {
+  uint32_t b = uint32_t(bits);
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
 
 uint32_t mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
@@ -110,18 +130,26 @@ std::vector<Scalar> scalars_of(const std::string& event) {
   int64_t step = 0;
   std::vector<Scalar> out;
   for (const Field& f : decode(event)) {
-    if (f.number == 1) { REQUIRE(f.wire == 1); wall = as_double(f.num); }
-    else if (f.number == 2) { REQUIRE(f.wire == 0); step = int64_t(f.num); }
-    else if (f.number == 5) {
+    if (f.number == 1) {
+      REQUIRE(f.wire == 1);
+      wall = as_double(f.num);
+    } else if (f.number == 2) {
+      REQUIRE(f.wire == 0);
+      step = int64_t(f.num);
+    } else if (f.number == 5) {
       REQUIRE(f.wire == 2);
       for (const Field& v : decode(f.bytes)) {
         REQUIRE(v.number == 1);
         REQUIRE(v.wire == 2);
         Scalar sc{0, 0, "", NAN};
         for (const Field& vf : decode(v.bytes)) {
-          if (vf.number == 1) { REQUIRE(vf.wire == 2); sc.tag = vf.bytes; }
-          else if (vf.number == 2) { REQUIRE(vf.wire == 5); sc.value = as_float(vf.num); }
-          else FAIL("unexpected Value field " << vf.number);
+          if (vf.number == 1) {
+            REQUIRE(vf.wire == 2);
+            sc.tag = vf.bytes;
+          } else if (vf.number == 2) {
+            REQUIRE(vf.wire == 5);
+            sc.value = as_float(vf.num);
+          } else FAIL("unexpected Value field " << vf.number);
         }
         out.push_back(sc);
       }
@@ -229,8 +257,7 @@ TEST_CASE("SummaryWriter writes an event file that decodes back", "[utils]") {
   fs::remove_all(dir.parent_path().parent_path());
 }
 
-TEST_CASE("SummaryWriter: two writers in one folder get two files; errors name the path",
-          "[utils]") {
+TEST_CASE("SummaryWriter: two writers in one folder get two files; errors name the path", "[utils]") {
   const fs::path dir = kiln_test::fresh_dir("tb2", /*create=*/false);
   {
     SummaryWriter a(dir.string()), b(dir.string());

@@ -76,8 +76,8 @@ std::string resolve_device(const Options& o, const std::vector<std::string>& gpu
     return "cpu";
   }
   const std::string dir = (fs::path(s.out) / "runs" / "cuda-probe").string();
-  std::vector<std::string> argv = {s.kiln_train, "--device", "cuda", "--epochs", "1", "--max-steps", "1",
-                                   "--log-every", "1", "--out", dir};
+  std::vector<std::string> argv = {s.kiln_train, "--device",    "cuda", "--epochs", "1", "--max-steps",
+                                   "1",          "--log-every", "1",    "--out",    dir};
   if (!s.data.empty()) argv.insert(argv.end() - 2, {"--data", s.data});
   const ProcessResult p = run_process(argv, dir + ".stdout", dir + ".stderr", 600);
   if (p.started && !p.timed_out && p.exit_code == 0) return "cuda";
@@ -108,13 +108,15 @@ void print_summary(const std::vector<Row>& rows, const std::string& out, double 
       std::printf("%s\n", r.status.c_str());
     }
   }
-  std::printf("wrote %s/report.md, report.json, report.png and runs/ in %s\n", out.c_str(), format_duration(seconds).c_str());
+  std::printf("wrote %s/report.md, report.json, report.png and runs/ in %s\n", out.c_str(),
+              format_duration(seconds).c_str());
 }
 
 int run(const Options& o) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<const Tip*> selected = select_tips(o.only);
-  if (o.out.empty()) throw UsageError("--out DIR is required: the folder for report.md, report.json, report.png, runs/");
+  if (o.out.empty())
+    throw UsageError("--out DIR is required: the folder for report.md, report.json, report.png, runs/");
   SessionOptions s;
   s.kiln_train = resolve_kiln_train(o);
   s.kiln_run = find_kiln_run(s.kiln_train);
@@ -128,7 +130,8 @@ int run(const Options& o) {
   s.full = o.full;
   s.rounds = o.repeats > 0 ? o.repeats : (o.full ? 3 : 1);
   s.steps = o.steps;
-  const std::string mode = std::string(o.full ? "full" : "quick") + (o.steps > 0 ? ", " + std::to_string(o.steps) + " steps a run" : "");
+  const std::string mode =
+      std::string(o.full ? "full" : "quick") + (o.steps > 0 ? ", " + std::to_string(o.steps) + " steps a run" : "");
   print_plan(selected, s, mode);
 
   std::signal(SIGINT, on_stop_signal);

@@ -50,24 +50,40 @@ std::string format_number(double v, Unit u) {
   if (!finite(v)) return "-";
   char buf[64];
   switch (u) {
-    case Unit::SamplesPerSecond: return thousands(v);
-    case Unit::Bytes: std::snprintf(buf, sizeof buf, "%.1f", v / (1024.0 * 1024.0)); return buf;
-    case Unit::Seconds: std::snprintf(buf, sizeof buf, "%.1f", v); return buf;
-    case Unit::Accuracy: std::snprintf(buf, sizeof buf, "%.2f", 100 * v); return buf;
-    case Unit::PerStep: std::snprintf(buf, sizeof buf, "%.2f", v); return buf;
-    case Unit::Samples: return thousands(v);
+    case Unit::SamplesPerSecond:
+      return thousands(v);
+    case Unit::Bytes:
+      std::snprintf(buf, sizeof buf, "%.1f", v / (1024.0 * 1024.0));
+      return buf;
+    case Unit::Seconds:
+      std::snprintf(buf, sizeof buf, "%.1f", v);
+      return buf;
+    case Unit::Accuracy:
+      std::snprintf(buf, sizeof buf, "%.2f", 100 * v);
+      return buf;
+    case Unit::PerStep:
+      std::snprintf(buf, sizeof buf, "%.2f", v);
+      return buf;
+    case Unit::Samples:
+      return thousands(v);
   }
   return "?";
 }
 
 std::string unit_suffix(Unit u, const std::string& sample_word) {
   switch (u) {
-    case Unit::SamplesPerSecond: return " " + sample_word + "/s";
-    case Unit::Bytes: return " MiB";
-    case Unit::Seconds: return " s";
-    case Unit::Accuracy: return "%";
-    case Unit::PerStep: return " per step";
-    case Unit::Samples: return " samples";
+    case Unit::SamplesPerSecond:
+      return " " + sample_word + "/s";
+    case Unit::Bytes:
+      return " MiB";
+    case Unit::Seconds:
+      return " s";
+    case Unit::Accuracy:
+      return "%";
+    case Unit::PerStep:
+      return " per step";
+    case Unit::Samples:
+      return " samples";
   }
   return "";
 }
@@ -106,17 +122,18 @@ void write_atomically(const std::string& path, const std::string& text) {
 std::string machine_line(const Machine& m) {
   std::ostringstream os;
   os << "**Machine:** " << (m.cpu.empty() ? "unknown CPU" : m.cpu) << ", " << m.cores << " cores, CPU kernels "
-     << (m.cpu_isa.empty() ? "?" : m.cpu_isa) << "; GPU: " << (m.gpu.empty() ? "none" : m.gpu)
-     << "; runs on the " << (m.device == "cuda" ? "GPU" : "CPU") << "; " << m.date << "; mode " << m.mode << " ("
-     << m.rounds << (m.rounds == 1 ? " round" : " rounds") << " per side, alternating baseline and with); total "
+     << (m.cpu_isa.empty() ? "?" : m.cpu_isa) << "; GPU: " << (m.gpu.empty() ? "none" : m.gpu) << "; runs on the "
+     << (m.device == "cuda" ? "GPU" : "CPU") << "; " << m.date << "; mode " << m.mode << " (" << m.rounds
+     << (m.rounds == 1 ? " round" : " rounds") << " per side, alternating baseline and with); total "
      << format_duration(m.total_seconds) << ". kiln-train: `" << m.kiln_train << "`.";
   return os.str();
 }
 
 Json fit_json(const std::optional<MemoryFit>& f) {
   if (!f) return nullptr;
-  auto side = [](const int64_t (&batches)[2], const LinearFit& l) {
-    return Json{{"batches", Json::array({batches[0], batches[1]})}, {"fixed_bytes", number_or_null(l.fixed)},
+  auto side = [](const int64_t(&batches)[2], const LinearFit& l) {
+    return Json{{"batches", Json::array({batches[0], batches[1]})},
+                {"fixed_bytes", number_or_null(l.fixed)},
                 {"bytes_per_sample", number_or_null(l.per_sample)}};
   };
   return {{"baseline", side(f->baseline_batches, f->baseline)}, {"with", side(f->with_batches, f->with)}};
@@ -188,9 +205,16 @@ std::string format_value(double v, Unit u, const std::string& sample_word) {
 }
 
 Json report_json(const Machine& m, const std::vector<Row>& rows) {
-  Json machine = {{"cpu", m.cpu}, {"cores", m.cores}, {"cpu_isa", m.cpu_isa}, {"gpu", text_or_null(m.gpu)},
-                  {"device", m.device}, {"date", m.date}, {"mode", m.mode}, {"rounds", m.rounds},
-                  {"total_seconds", m.total_seconds}, {"kiln_train", m.kiln_train}};
+  Json machine = {{"cpu", m.cpu},
+                  {"cores", m.cores},
+                  {"cpu_isa", m.cpu_isa},
+                  {"gpu", text_or_null(m.gpu)},
+                  {"device", m.device},
+                  {"date", m.date},
+                  {"mode", m.mode},
+                  {"rounds", m.rounds},
+                  {"total_seconds", m.total_seconds},
+                  {"kiln_train", m.kiln_train}};
   Json out_rows = Json::array();
   for (const Row& r : rows) {
     const bool has = r.status == kMeasured;  // only measured rows carry numbers, never a stand-in
@@ -217,7 +241,8 @@ Json report_json(const Machine& m, const std::vector<Row>& rows) {
 
 std::string report_markdown(const Machine& m, const std::vector<Row>& rows) {
   std::ostringstream os;
-  os << "# kiln-guide: the PyTorch guides' speed-ups, measured with kiln\n\n" << machine_line(m) << "\n\n"
+  os << "# kiln-guide: the PyTorch guides' speed-ups, measured with kiln\n\n"
+     << machine_line(m) << "\n\n"
      << "Each row trains kiln-train with the speed-up off (baseline) and on (with), in alternating rounds; "
         "values are the medians of the rounds and the spread is each side's min-max. The ratio is > 1 when "
         "the speed-up helps: with / baseline where higher is better (throughput, accuracy, batch), baseline / "
@@ -227,7 +252,8 @@ std::string report_markdown(const Machine& m, const std::vector<Row>& rows) {
         "source | why kiln's number may differ | status |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Row& r : rows) {
-    const double ra = r.status == kMeasured ? ratio(median(r.baseline_values), median(r.with_values), r.direction) : NAN;
+    const double ra =
+        r.status == kMeasured ? ratio(median(r.baseline_values), median(r.with_values), r.direction) : NAN;
     os << "| " << r.tip << " | " << md_cell(r.name) << " | " << (r.model.empty() ? "-" : r.model) << " | "
        << md_cell(r.metric.empty() ? "-" : r.metric + " (" + direction_text(r.direction) + ")") << " | "
        << value_cell(r, r.baseline_values) << " | " << value_cell(r, r.with_values) << " | " << format_ratio(ra)
@@ -269,8 +295,12 @@ void write_report_png(const std::string& path, const Machine& m, const std::vect
   const std::string title = "kiln-guide: a ratio above 1 means the speed-up helps (" +
                             std::string(m.device == "cuda" ? "GPU" : "CPU") + ", " + m.mode + ")";
   kiln::utils::write_bar_chart_png(path, title, bars,
-                                   kiln::utils::BarChartOptions().width(1200).log_x(true).origin(1)
-                                       .x_label("ratio, log scale").whisker_label("spread over the rounds")
+                                   kiln::utils::BarChartOptions()
+                                       .width(1200)
+                                       .log_x(true)
+                                       .origin(1)
+                                       .x_label("ratio, log scale")
+                                       .whisker_label("spread over the rounds")
                                        .marker_label("claimed by the guides"));
 }
 

@@ -31,8 +31,8 @@ std::pair<double, double> spread(const std::vector<double>& v);
 // host syncs).
 double ratio(double baseline, double with, Direction d);
 // The range the ratio spans over the two sides' spreads (lowest and highest possible ratio).
-std::pair<double, double> ratio_range(const std::pair<double, double>& baseline,
-                                      const std::pair<double, double>& with, Direction d);
+std::pair<double, double> ratio_range(const std::pair<double, double>& baseline, const std::pair<double, double>& with,
+                                      Direction d);
 
 // Peak memory as a straight line in the batch: fixed + per_sample x batch.
 struct LinearFit {
@@ -56,7 +56,7 @@ struct Row {
   std::string name, model, metric;
   Direction direction = Direction::HigherIsBetter;
   Unit unit = Unit::SamplesPerSecond;
-  std::string sample_word = "samples";  // images, tokens: what samples/s counts
+  std::string sample_word = "samples";               // images, tokens: what samples/s counts
   std::vector<double> baseline_values, with_values;  // one per round
   std::string baseline_command, with_command;        // for the report's flag table
   std::string claim, source, explanation;
@@ -68,16 +68,16 @@ struct Row {
 
 // What the report says about where it ran.
 struct Machine {
-  std::string cpu;        // /proc/cpuinfo's model name
+  std::string cpu;  // /proc/cpuinfo's model name
   int cores = 0;
-  std::string cpu_isa;    // from kiln-train's JSON summary
-  std::string gpu;        // nvidia-smi's name, empty without one
-  std::string device;     // cpu | cuda: where the runs trained
-  std::string date;       // ISO 8601, local time
-  std::string mode;       // quick | full (and the rounds)
+  std::string cpu_isa;  // from kiln-train's JSON summary
+  std::string gpu;      // nvidia-smi's name, empty without one
+  std::string device;   // cpu | cuda: where the runs trained
+  std::string date;     // ISO 8601, local time
+  std::string mode;     // quick | full (and the rounds)
   int rounds = 0;
   double total_seconds = 0;
-  std::string kiln_train; // the binary's path
+  std::string kiln_train;  // the binary's path
 };
 
 nlohmann::ordered_json report_json(const Machine& m, const std::vector<Row>& rows);

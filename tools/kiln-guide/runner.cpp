@@ -148,8 +148,8 @@ std::vector<MetricsRow> read_metrics_csv(const std::string& path) {
   std::vector<MetricsRow> rows;
   for (size_t i = 1; i < table.size(); ++i) {
     const auto& r = table[i];
-    if (r.size() != head.size()) throw std::runtime_error(path + ": row " + std::to_string(i + 1) + " has " +
-                                                          std::to_string(r.size()) + " cells");
+    if (r.size() != head.size())
+      throw std::runtime_error(path + ": row " + std::to_string(i + 1) + " has " + std::to_string(r.size()) + " cells");
     MetricsRow m;
     m.step = static_cast<int64_t>(cell_number(r[c_step], path).value_or(0));
     m.epoch = static_cast<int64_t>(cell_number(r[c_epoch], path).value_or(0));
@@ -179,8 +179,7 @@ double steady_throughput(const std::vector<MetricsRow>& rows, int64_t from_step)
   return seconds > 0 ? steps / seconds : std::nan("");
 }
 
-std::optional<TargetHit> time_to_accuracy(const std::vector<MetricsRow>& rows, double target,
-                                          double train_seconds) {
+std::optional<TargetHit> time_to_accuracy(const std::vector<MetricsRow>& rows, double target, double train_seconds) {
   int64_t final_step = 0;
   for (const MetricsRow& r : rows) final_step = std::max(final_step, r.step);
   if (final_step <= 0) return std::nullopt;
@@ -193,8 +192,9 @@ std::optional<TargetHit> time_to_accuracy(const std::vector<MetricsRow>& rows, d
 std::string shell_join(const std::vector<std::string>& argv) {
   std::string s;
   for (const auto& a : argv) {
-    const bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                         "0123456789-_./=:,+@%") == std::string::npos;
+    const bool plain = !a.empty() && a.find_first_not_of(
+                                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789-_./=:,+@%") == std::string::npos;
     std::string q = a;
     if (!plain) {
       q = "'";

@@ -56,8 +56,7 @@ struct TargetHit {
   int64_t step = 0;
   double seconds = 0;  // train_seconds * step / final step: training time, evaluation left out
 };
-std::optional<TargetHit> time_to_accuracy(const std::vector<MetricsRow>& rows, double target,
-                                          double train_seconds);
+std::optional<TargetHit> time_to_accuracy(const std::vector<MetricsRow>& rows, double target, double train_seconds);
 
 // The command line as one shell-quoted string, for the report and runs/.
 std::string shell_join(const std::vector<std::string>& argv);

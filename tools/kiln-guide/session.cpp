@@ -40,9 +40,12 @@ int64_t log_every(const Tip& t, const Budget& b) {
     case MetricKind::LateThroughput:  // about 8 windows: the first (warm-up) is left out
       return b.steps > 0 ? std::max<int64_t>(1, b.steps / 8) : 50;
     case MetricKind::PeakMemory:
-    case MetricKind::BatchFit: return std::max<int64_t>(1, b.steps);
-    case MetricKind::Convergence: return 100;
-    case MetricKind::HostSyncs: return 50;  // kiln-train's default: the loss read of a plain run
+    case MetricKind::BatchFit:
+      return std::max<int64_t>(1, b.steps);
+    case MetricKind::Convergence:
+      return 100;
+    case MetricKind::HostSyncs:
+      return 50;  // kiln-train's default: the loss read of a plain run
   }
   return 50;
 }
@@ -101,7 +104,7 @@ std::vector<std::string> job_argv(const Tip& t, bool with, int round, const std:
   const Budget b = job_budget(t, o, device);
   std::vector<std::string> a;
   if (with && t.launcher)
-    a = {o.kiln_run.empty() ? "kiln-run" : o.kiln_run, "--nproc-per-node", "2", "--master-port",
+    a = {o.kiln_run.empty() ? "kiln-run" : o.kiln_run,           "--nproc-per-node", "2", "--master-port",
          out_dir.empty() ? "PORT" : std::to_string(free_port()), "--no-prefix"};
   a.insert(a.end(), {o.kiln_train, "--device", device, "--model", t.model, "--epochs", std::to_string(b.epochs)});
   if (b.steps > 0) a.insert(a.end(), {"--max-steps", std::to_string(b.steps)});
@@ -110,8 +113,9 @@ std::vector<std::string> job_argv(const Tip& t, bool with, int round, const std:
   const auto& side = side_flags(t, with, probe);
   if (t.metric == MetricKind::Convergence) {  // sub-epoch time to target: evaluate every kEvalSamples
     const int64_t per_step = side_batch(t, side) * side_accum(side);
-    a.insert(a.end(), {"--eval-every", std::to_string(std::max<int64_t>(1, std::llround(
-                                            static_cast<double>(kEvalSamples) / static_cast<double>(per_step))))});
+    a.insert(a.end(), {"--eval-every",
+                       std::to_string(std::max<int64_t>(
+                           1, std::llround(static_cast<double>(kEvalSamples) / static_cast<double>(per_step))))});
   }
   const std::string& data = t.model == "gpt" ? o.gpt_data : o.data;
   if (!data.empty()) a.insert(a.end(), {"--data", data});
@@ -125,23 +129,27 @@ std::string metric_name(const Tip& t, const std::string& device) {
   const std::string per = t.model == "gpt" ? "tokens/s" : "images/s";
   const std::string note = t.metric_note.empty() ? "" : "; " + t.metric_note;
   switch (t.metric) {
-    case MetricKind::Throughput: return "throughput, " + per + " after the first log window";
-    case MetricKind::LateThroughput: return "throughput over the second half of the steps, " + per;
+    case MetricKind::Throughput:
+      return "throughput, " + per + " after the first log window";
+    case MetricKind::LateThroughput:
+      return "throughput over the second half of the steps, " + per;
     case MetricKind::PeakMemory:
       return device == "cuda" ? "peak GPU memory reserved, bytes" : "peak resident memory of the process, bytes";
-    case MetricKind::Convergence: return "time to target accuracy";  // settled by fill_row
+    case MetricKind::Convergence:
+      return "time to target accuracy";  // settled by fill_row
     case MetricKind::HostSyncs:
       return (device == "cuda" ? std::string("implicit host-device syncs per optimizer step, as sync-debug counts them "
                                              "(kiln-train --sync-debug warn)")
                                : std::string("host reads of device values per optimizer step, counted by kiln-train "
                                              "(each one a device-to-host sync on a GPU; on the CPU sync-debug has "
-                                             "none to count)")) + note;
+                                             "none to count)")) +
+             note;
     case MetricKind::BatchFit: {  // the words "bytes" and "seconds" stay out: scripts/guide_table.py reads units
       const std::string b = std::to_string(side_batch(t, t.baseline));
       return "largest batch whose predicted peak memory stays within the baseline's at batch " + b +
              " (the peak of live tensors during the training steps, from kiln's allocator, evaluation left out; "
-             "each side's peak a straight line in the batch, through its runs at two batches: baseline " + b +
-             " and " + std::to_string(t.baseline_probe_batch) + ", with " + std::to_string(side_batch(t, t.with)) +
+             "each side's peak a straight line in the batch, through its runs at two batches: baseline " +
+             b + " and " + std::to_string(t.baseline_probe_batch) + ", with " + std::to_string(side_batch(t, t.with)) +
              " and " + std::to_string(t.with_probe_batch) + "; a sample is a " +
              (t.model == "gpt" ? "128-token sequence" : "image") + note + ")";
     }
@@ -149,13 +157,13 @@ std::string metric_name(const Tip& t, const std::string& device) {
   return "";
 }
 
-std::string failure_text(const Job& j, const ProcessResult& p, const std::string& stderr_path,
-                         const std::string& why) {
-  std::string s = "round " + std::to_string(j.round + 1) + ", " + (j.with ? "with" : "baseline") + ": " +
-                  shell_join(j.argv) + "\n";
+std::string failure_text(const Job& j, const ProcessResult& p, const std::string& stderr_path, const std::string& why) {
+  std::string s =
+      "round " + std::to_string(j.round + 1) + ", " + (j.with ? "with" : "baseline") + ": " + shell_join(j.argv) + "\n";
   if (!p.started) s += "could not be started\n";
   else if (p.timed_out) s += "timed out after " + format_duration(p.wall_seconds) + "\n";
-  else if (g_stop_signal != 0) s += "stopped: kiln-guide was interrupted (status " + std::to_string(p.exit_code) + ")\n";
+  else if (g_stop_signal != 0)
+    s += "stopped: kiln-guide was interrupted (status " + std::to_string(p.exit_code) + ")\n";
   else if (!why.empty()) s += why + "\n";
   else s += "exited with status " + std::to_string(p.exit_code) + "\n";
   return s + tail_of_file(stderr_path);
@@ -178,10 +186,14 @@ void measure(RunOutcome& r, const Tip& t, const std::string& device, const nlohm
       r.value = steady_throughput(rows, last_step / 2);
       if (!std::isfinite(r.value)) r.value = number("samples_per_second");
       break;
-    case MetricKind::PeakMemory: r.value = number("peak_memory_bytes"); break;
+    case MetricKind::PeakMemory:
+      r.value = number("peak_memory_bytes");
+      break;
     // the live tensors' peak over the steps alone: a line in the batch, which the process's peak
     // is not (start-up and evaluation set a floor under it)
-    case MetricKind::BatchFit: r.value = number("train_peak_allocated_bytes"); break;
+    case MetricKind::BatchFit:
+      r.value = number("train_peak_allocated_bytes");
+      break;
     case MetricKind::Convergence:
       r.final_accuracy = number("test_accuracy");
       r.value = r.final_accuracy;
@@ -199,10 +211,15 @@ void write_run_json(const Job& j, const RunOutcome& r, const ProcessResult& p, c
                     const std::string& path) {
   // the summary exactly as kiln-train printed it (its keys in its order), or null
   const auto summary = nlohmann::ordered_json::parse(summary_line, nullptr, /*allow_exceptions=*/false);
-  nlohmann::ordered_json d = {{"id", j.id}, {"tip", j.tip->number}, {"key", j.tip->key},
-                              {"side", j.with ? "with" : "baseline"}, {"round", j.round + 1},
-                              {"batch", j.batch}, {"grad_accum", j.accum},
-                              {"command", shell_join(j.argv)}, {"exit_code", p.exit_code},
+  nlohmann::ordered_json d = {{"id", j.id},
+                              {"tip", j.tip->number},
+                              {"key", j.tip->key},
+                              {"side", j.with ? "with" : "baseline"},
+                              {"round", j.round + 1},
+                              {"batch", j.batch},
+                              {"grad_accum", j.accum},
+                              {"command", shell_join(j.argv)},
+                              {"exit_code", p.exit_code},
                               {"wall_seconds", p.wall_seconds},
                               {"summary", summary.is_discarded() ? nlohmann::ordered_json(nullptr) : summary},
                               {"value", std::isfinite(r.value) ? nlohmann::ordered_json(r.value) : nullptr}};
@@ -280,7 +297,9 @@ double estimate_seconds(const Job& j) {
   // Per model: start-up (data, model), seconds per sample unit (image or token) at kiln-train's
   // defaults, an evaluation, units per sample, samples per step and per epoch. Measured on a quiet
   // 2-core AVX-512 VM; GPU figures are rough.
-  struct Cost { double startup, per_unit, eval, units, batch, epoch; };
+  struct Cost {
+    double startup, per_unit, eval, units, batch, epoch;
+  };
   static const std::map<std::string, Cost> cpu = {{"cnn", {1.0, 1 / 12000.0, 0.6, 1, 128, 60000}},
                                                   {"resnet18", {1.0, 1 / 180.0, 15, 1, 128, 60000}},
                                                   {"gpt", {3.0, 1 / 10000.0, 4, 128, 32, 1e12}}};
@@ -452,8 +471,8 @@ SessionResult run_session(const std::vector<const Tip*>& tips, const SessionOpti
     const double pace = estimated_done > 0 ? std::clamp((now_seconds() - start) / estimated_done, 0.2, 20.0) : 1.0;
     progress << "[kiln-guide " << i + 1 << "/" << jobs.size() << "] tip " << j.tip->number << " " << j.tip->key
              << ", round " << j.round + 1 << "/" << o.rounds << ", " << (j.with ? "with" : "baseline")
-             << (j.probe ? " at batch " + std::to_string(j.batch) : "") << " on "
-             << j.device << "; about " << format_duration(left * pace) << " left" << std::endl;
+             << (j.probe ? " at batch " + std::to_string(j.batch) : "") << " on " << j.device << "; about "
+             << format_duration(left * pace) << " left" << std::endl;
     RunOutcome r = run_job(j, o);
     estimated_done += j.estimate_s;
     if (res.cpu_isa.empty()) res.cpu_isa = r.cpu_isa;

@@ -29,10 +29,10 @@ struct Job {
   const Tip* tip = nullptr;
   bool with = false;  // the "with" side, else the baseline
   int round = 0;
-  bool probe = false;     // BatchFit: the side's second run, at its probe batch
-  int64_t batch = 0;      // the (micro-)batch this run trains with
-  int64_t accum = 1;      // its micro-batches per optimizer step
-  std::string id;       // runs/<id>.{json,stdout,stderr} and kiln-train's --out runs/<id>/
+  bool probe = false;  // BatchFit: the side's second run, at its probe batch
+  int64_t batch = 0;   // the (micro-)batch this run trains with
+  int64_t accum = 1;   // its micro-batches per optimizer step
+  std::string id;      // runs/<id>.{json,stdout,stderr} and kiln-train's --out runs/<id>/
   std::string out_dir;
   std::string device;
   std::vector<std::string> argv;
@@ -58,7 +58,7 @@ struct RunOutcome {
   int round = 0;
   bool probe = false;
   int64_t batch = 0, accum = 1;  // the job's (micro-)batch and accumulation
-  std::string failure;  // !ok: the command, the exit status and the tail of stderr
+  std::string failure;           // !ok: the command, the exit status and the tail of stderr
   double value = std::nan("");
   double final_accuracy = std::nan("");
   std::optional<TargetHit> hit;
@@ -72,8 +72,8 @@ RunOutcome run_job(const Job& j, const SessionOptions& o);
 // Turns a measured tip's outcomes into its row: median, spread, and for convergence the metric
 // that every run has (seconds to the target, else the final accuracy); for a batch fit each
 // round's largest batch (a row that cannot be fitted is failed, saying why).
-void fill_row(Row& row, const Tip& t, const std::vector<RunOutcome>& baseline,
-              const std::vector<RunOutcome>& with, const SessionOptions& o);
+void fill_row(Row& row, const Tip& t, const std::vector<RunOutcome>& baseline, const std::vector<RunOutcome>& with,
+              const SessionOptions& o);
 
 struct SessionResult {
   std::vector<Row> rows;

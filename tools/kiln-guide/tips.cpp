@@ -33,8 +33,7 @@ Tip measured(int n, const char* key, const char* name, const char* model, Metric
   return t;
 }
 
-Tip unmeasured(int n, const char* key, const char* name, const char* claim, const char* source,
-               const char* why) {
+Tip unmeasured(int n, const char* key, const char* name, const char* claim, const char* source, const char* why) {
   Tip t;
   t.number = n, t.key = key, t.name = name, t.claim = claim, t.source = source, t.not_measured = why;
   t.explanation = why;
@@ -49,8 +48,8 @@ const double kNone = std::nan("");
 
 // Tips 1-6: schedules, loading, batch size, precision, optimizers, cuDNN.
 void add_first(std::vector<Tip>& v) {
-  Tip t = measured(1, "1cycle", "1cycle / cyclical LR", "cnn", MetricKind::Convergence,
-                   {"--schedule", "constant"}, {"--schedule", "onecycle"});
+  Tip t = measured(1, "1cycle", "1cycle / cyclical LR", "cnn", MetricKind::Convergence, {"--schedule", "constant"},
+                   {"--schedule", "onecycle"});
   claim(t, "super-convergence: ~10x fewer iterations for ResNet-56 (best case)", 10, kKuhn,
         "a small CNN on Fashion-MNIST for a few epochs, not ResNet-56 on CIFAR-10; 10x is a best case, "
         "and accuracy is evaluated every third of an epoch, so time-to-target moves in steps of about a "
@@ -76,8 +75,8 @@ void add_first(std::vector<Tip>& v) {
   t = measured(2, "pinned", "loader workers + pinned memory: pinned memory", "cnn", MetricKind::Throughput,
                {"--pin-memory", "false"}, {"--pin-memory", "true"});
   t.needs_gpu = true;
-  claim(t, "page-locked buffers make host-to-device copies fast and asynchronous (part of the ~2x above)",
-        kNone, kKuhnTuning,
+  claim(t, "page-locked buffers make host-to-device copies fast and asynchronous (part of the ~2x above)", kNone,
+        kKuhnTuning,
         "a 100 KB Fashion-MNIST batch copies in microseconds either way, so copies are a small share of a step");
   v.push_back(t);
 
@@ -105,8 +104,7 @@ void add_first(std::vector<Tip>& v) {
 
   t = measured(5, "adamw", "AdamW / fused optimizers: AdamW vs SGD", "cnn", MetricKind::Convergence,
                {"--optimizer", "sgd"}, {"--optimizer", "adamw"});
-  claim(t, "AdamW's decoupled weight decay beats Adam's L2; a fused Adam gains ~5% end to end (apex)", kNone,
-        kKuhn,
+  claim(t, "AdamW's decoupled weight decay beats Adam's L2; a fused Adam gains ~5% end to end (apex)", kNone, kKuhn,
         "kiln's optimizers are always fused (bench_optim times fused against a loop); this row compares "
         "AdamW with SGD + Nesterov, each at kiln-train's default LR with 1cycle");
   v.push_back(t);
@@ -125,7 +123,7 @@ void add_first(std::vector<Tip>& v) {
 void add_middle(std::vector<Tip>& v) {
   Tip t = measured(7, "syncs", "fewer host-device syncs: the loss read every step vs every 50 steps", "cnn",
                    MetricKind::HostSyncs, {"--sync-every-step"}, {});
-  t.quick = t.full = {1, 100};  // a count, exact after a few log intervals
+  t.quick = t.full = {1, 100};             // a count, exact after a few log intervals
   t.cuda_both = {"--sync-debug", "warn"};  // on a GPU the runtime counts the syncs it sees
   claim(t, "avoids stalls; keeps the GPU queue full", kNone, kKuhnTuning,
         "the count is exact, not a speed: on the CPU every op has finished when it returns, so a host read "
@@ -202,8 +200,8 @@ void add_middle(std::vector<Tip>& v) {
                          kKuhnTuning, "the model zoo has no bias before BatchNorm and kiln-train cannot add one"));
   v.push_back(unmeasured(16, "no-grad-eval", "no_grad in validation", "faster and less memory", kKuhnTuning,
                          "kiln-train always evaluates under NoGradGuard; no switch"));
-  t = measured(17, "normalisation", "input normalisation: [0, 1] pixels vs normalised", "cnn",
-               MetricKind::Convergence, {"--normalize-inputs", "false"}, {"--normalize-inputs", "true"});
+  t = measured(17, "normalisation", "input normalisation: [0, 1] pixels vs normalised", "cnn", MetricKind::Convergence,
+               {"--normalize-inputs", "false"}, {"--normalize-inputs", "true"});
   claim(t, "faster convergence", kNone, kKuhn,
         "the CNN's first convolution feeds a BatchNorm, which re-centres and re-scales its features whatever "
         "the inputs' range, so [0, 1] pixels cost it little; BatchNorm itself has no switch (the models are "
@@ -213,8 +211,8 @@ void add_middle(std::vector<Tip>& v) {
 
 // Tips 18-27: fusion, layouts, graphs, averaging, and kiln's own.
 void add_last(std::vector<Tip>& v) {
-  Tip t = measured(18, "fuse", "fused pointwise ops (nn::fuse)", "cnn", MetricKind::Throughput, {"--no-fuse"},
-                   {"--fuse"});
+  Tip t =
+      measured(18, "fuse", "fused pointwise ops (nn::fuse)", "cnn", MetricKind::Throughput, {"--no-fuse"}, {"--fuse"});
   t.cost = 1.2;
   claim(t, "a fused GELU ~5x its unfused ops", 5, kTuning,
         "the 5x is one GELU against its chain of ops; this is whole CNN steps with fused "
@@ -281,12 +279,18 @@ std::string trim(const std::string& s) {
 const char* metric_word(const Tip& t) {
   if (!t.not_measured.empty()) return "-";
   switch (t.metric) {
-    case MetricKind::Throughput: return "throughput";
-    case MetricKind::LateThroughput: return "late throughput";
-    case MetricKind::PeakMemory: return "peak memory";
-    case MetricKind::Convergence: return "time to accuracy";
-    case MetricKind::HostSyncs: return "host syncs per step";
-    case MetricKind::BatchFit: return "batch that fits";
+    case MetricKind::Throughput:
+      return "throughput";
+    case MetricKind::LateThroughput:
+      return "late throughput";
+    case MetricKind::PeakMemory:
+      return "peak memory";
+    case MetricKind::Convergence:
+      return "time to accuracy";
+    case MetricKind::HostSyncs:
+      return "host syncs per step";
+    case MetricKind::BatchFit:
+      return "batch that fits";
   }
   return "?";
 }
@@ -323,8 +327,7 @@ std::vector<const Tip*> select_tips(const std::string& only) {
     for (const Tip& t : tips())
       if (number ? std::to_string(t.number) == want : (lower(t.key) == want || lower(t.name) == want))
         add(&t), found = true;
-    if (!found)
-      throw UsageError("--only: no tip '" + trim(item) + "' (kiln-guide --list shows the numbers and keys)");
+    if (!found) throw UsageError("--only: no tip '" + trim(item) + "' (kiln-guide --list shows the numbers and keys)");
   }
   // the report keeps docs/guide.md's order whatever order --only named them in (the table is
   // one vector, so its addresses are in that order)
@@ -349,8 +352,8 @@ std::string list_text(const std::vector<const Tip*>& rows) {
       continue;
     }
     os << "\n      " << t.model << ", " << metric_word(t) << "; baseline " << flags_text(t.baseline) << ", with "
-       << (t.launcher ? "kiln-run 2 ranks, " : "") << flags_text(t.with)
-       << (t.needs_gpu ? " (needs a GPU)" : "") << (t.cpu_only ? " (on the CPU)" : "");
+       << (t.launcher ? "kiln-run 2 ranks, " : "") << flags_text(t.with) << (t.needs_gpu ? " (needs a GPU)" : "")
+       << (t.cpu_only ? " (on the CPU)" : "");
     if (t.metric == MetricKind::BatchFit)
       os << "; each side also at batch " << t.baseline_probe_batch << " / " << t.with_probe_batch << " for the fit";
     os << "\n";

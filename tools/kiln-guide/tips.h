@@ -33,10 +33,10 @@ struct Budget {
 };
 
 struct Tip {
-  int number = 0;       // docs/guide.md's speed-up number
-  std::string key;      // short name for --only ("workers", "bf16", ...)
-  std::string name;     // the speed-up, as docs/guide.md names it
-  std::string model;    // cnn | resnet18 | gpt; empty when not measured
+  int number = 0;     // docs/guide.md's speed-up number
+  std::string key;    // short name for --only ("workers", "bf16", ...)
+  std::string name;   // the speed-up, as docs/guide.md names it
+  std::string model;  // cnn | resnet18 | gpt; empty when not measured
   MetricKind metric = MetricKind::Throughput;
   std::vector<std::string> baseline, with;  // kiln-train flags of each side
   std::vector<std::string> cuda_both;       // added to both sides when running on a GPU
@@ -45,16 +45,16 @@ struct Tip {
   // BatchFit: the micro-batch of each side's second run (the first runs the side's own), from
   // which each side's peak memory is fitted as fixed + per sample x batch.
   int64_t baseline_probe_batch = 0, with_probe_batch = 0;
-  std::string metric_note;     // appended to the metric's text (how this row's number is made)
-  double cost = 1;             // time per sample against the model's default run (estimates)
-  bool needs_gpu = false;      // meaningless without a GPU: listed, never measured on the CPU
-  bool cpu_only = false;       // a CPU switch: measured on the CPU whatever --device says
-  bool launcher = false;       // the "with" side runs 2 ranks under kiln-run
-  std::string claim;           // what the guides state, with their number
+  std::string metric_note;              // appended to the metric's text (how this row's number is made)
+  double cost = 1;                      // time per sample against the model's default run (estimates)
+  bool needs_gpu = false;               // meaningless without a GPU: listed, never measured on the CPU
+  bool cpu_only = false;                // a CPU switch: measured on the CPU whatever --device says
+  bool launcher = false;                // the "with" side runs 2 ranks under kiln-run
+  std::string claim;                    // what the guides state, with their number
   double claimed_ratio = std::nan("");  // that number as a ratio (> 1: a gain); NaN: none
-  std::string source;          // which guide says it
-  std::string explanation;     // why kiln's number may differ
-  std::string not_measured;    // non-empty: kiln-train cannot switch it, and why
+  std::string source;                   // which guide says it
+  std::string explanation;              // why kiln's number may differ
+  std::string not_measured;             // non-empty: kiln-train cannot switch it, and why
 };
 
 struct UsageError : std::runtime_error {

@@ -23,9 +23,19 @@ ModelTrace profile_one(const SessionOptions& s, const std::string& model) {
   const int64_t profiled = s.steps > 0 ? 2 : 5;
   const std::string dir = (fs::path(s.out) / "traces" / model).string();
   // --max-steps ends the run; epochs enough that a small dataset (tests) still has the steps
-  std::vector<std::string> argv = {s.kiln_train, "--model", model, "--device", s.device, "--epochs", "8",
-                                   "--max-steps", std::to_string(kWarmup + profiled), "--profile",
-                                   std::to_string(profiled), "--out", dir};
+  std::vector<std::string> argv = {s.kiln_train,
+                                   "--model",
+                                   model,
+                                   "--device",
+                                   s.device,
+                                   "--epochs",
+                                   "8",
+                                   "--max-steps",
+                                   std::to_string(kWarmup + profiled),
+                                   "--profile",
+                                   std::to_string(profiled),
+                                   "--out",
+                                   dir};
   if (model == "gpt" && !s.gpt_data.empty()) argv.insert(argv.end() - 2, {"--data", s.gpt_data});
   if (model != "gpt" && !s.data.empty()) argv.insert(argv.end() - 2, {"--data", s.data});
   fs::create_directories(dir);

@@ -12,7 +12,7 @@ namespace kiln_guide {
 struct ModelTrace {
   std::string model;
   bool ok = false;
-  std::string trace, table;  // paths relative to OUT (ok), or the failure's reason
+  std::string trace, table;      // paths relative to OUT (ok), or the failure's reason
   std::vector<std::string> top;  // the table's first rows
 };
 

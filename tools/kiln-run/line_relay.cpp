@@ -49,8 +49,7 @@ void LineRelay::feed(const char* data, std::size_t n) {
         batch += '\n';
         partial_.clear();
       }
-      const std::size_t take =
-          std::min<std::size_t>(text_end - data, kMaxLine - partial_.size());
+      const std::size_t take = std::min<std::size_t>(text_end - data, kMaxLine - partial_.size());
       partial_.append(data, take);
       data += take;
     }

@@ -22,8 +22,7 @@ long parse_int(const std::string& name, const std::string& text, long lo, long h
     throw UsageError("--" + name + " needs an integer, got '" + text + "'");
   }
   if (v < lo || v > hi) {
-    throw UsageError("--" + name + " must be in " + std::to_string(lo) + ".." +
-                     std::to_string(hi) + ", got " + text);
+    throw UsageError("--" + name + " must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + text);
   }
   return v;
 }
@@ -126,8 +125,7 @@ Options parse_options(int argc, char** argv) {
     throw UsageError("--node-rank " + std::to_string(opt.node_rank) + " is not below --nnodes " +
                      std::to_string(opt.nnodes));
   }
-  if (static_cast<long long>(opt.nnodes) * opt.nproc_per_node >
-      std::numeric_limits<int>::max()) {
+  if (static_cast<long long>(opt.nnodes) * opt.nproc_per_node > std::numeric_limits<int>::max()) {
     throw UsageError("--nnodes times --nproc-per-node is too large");
   }
   return opt;

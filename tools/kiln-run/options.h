@@ -13,8 +13,8 @@ struct Options {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  bool prefix = true;           // "[rank R] " in front of every line of output
-  double kill_timeout = 30;     // seconds from SIGTERM to SIGKILL (hidden --kill-timeout)
+  bool prefix = true;        // "[rank R] " in front of every line of output
+  double kill_timeout = 30;  // seconds from SIGTERM to SIGKILL (hidden --kill-timeout)
   bool help = false;
   std::vector<std::string> program;  // PROGRAM ARGS...
 };

@@ -19,9 +19,8 @@ bool starts_with(const std::string& s, const char* prefix) {
 // kiln-run may itself run under one of them (one kiln-run per node); the ranks it starts must
 // not look like that one process, so these go. Job-wide ones (SLURM_JOB_NODELIST, ...) stay.
 bool names_another_launchers_rank(const std::string& kv) {
-  return starts_with(kv, "OMPI_COMM_WORLD_") || starts_with(kv, "PMI_") ||
-         starts_with(kv, "MPI_LOCALRANKID=") || starts_with(kv, "MPI_LOCALNRANKS=") ||
-         starts_with(kv, "SLURM_PROCID=") || starts_with(kv, "SLURM_LOCALID=");
+  return starts_with(kv, "OMPI_COMM_WORLD_") || starts_with(kv, "PMI_") || starts_with(kv, "MPI_LOCALRANKID=") ||
+         starts_with(kv, "MPI_LOCALNRANKS=") || starts_with(kv, "SLURM_PROCID=") || starts_with(kv, "SLURM_LOCALID=");
 }
 
 std::string name_of(const std::string& kv) { return kv.substr(0, kv.find('=')); }

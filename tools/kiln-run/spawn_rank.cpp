@@ -22,9 +22,7 @@ void make_pipe(int fds[2]) {
   ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
 }
 
-void write_str(int fd, const char* s) {
-  [[maybe_unused]] ssize_t n = ::write(fd, s, std::strlen(s));
-}
+void write_str(int fd, const char* s) { [[maybe_unused]] ssize_t n = ::write(fd, s, std::strlen(s)); }
 
 }  // namespace
 

@@ -9,7 +9,7 @@
 namespace kiln_run {
 
 struct RankProcess {
-  pid_t pid = -1;  // also the id of the rank's process group
+  pid_t pid = -1;   // also the id of the rank's process group
   int out_fd = -1;  // read ends, non-blocking
   int err_fd = -1;
 };

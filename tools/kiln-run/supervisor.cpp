@@ -199,8 +199,8 @@ class Supervisor {
   void begin_stopping(int sig) {
     if (!stopping_) {
       stopping_ = true;
-      kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(opt_.kill_timeout));
+      kill_at_ =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt_.kill_timeout));
     }
     signal_running(sig);
     if (!failed_) outcome_.die_by = received_signal_;

@@ -39,14 +39,12 @@ class DebugProcessGroup final : public ProcessGroup {
     check("all_gather_into_tensor " + describe_tensors({input}));
     return inner_->all_gather_into_tensor(std::move(output), std::move(input));
   }
-  std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs,
-                                       ReduceOp op) override {
+  std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs, ReduceOp op) override {
     check(std::string("reduce_scatter(") + reduce_op_name(op) + ") " + describe_tensors({output}));
     return inner_->reduce_scatter(std::move(output), std::move(inputs), op);
   }
   std::shared_ptr<Work> reduce_scatter_tensor(Tensor output, Tensor input, ReduceOp op) override {
-    check(std::string("reduce_scatter_tensor(") + reduce_op_name(op) + ") " +
-          describe_tensors({input}));
+    check(std::string("reduce_scatter_tensor(") + reduce_op_name(op) + ") " + describe_tensors({input}));
     return inner_->reduce_scatter_tensor(std::move(output), std::move(input), op);
   }
   std::shared_ptr<Work> barrier() override {
@@ -72,9 +70,9 @@ class DebugProcessGroup final : public ProcessGroup {
       for (int r = 0; r < size(); ++r) {
         if (!store_->check({key(seq, r)})) missing.push_back(r);
       }
-      KILN_FAIL("KILN_DISTRIBUTED_DEBUG: rank ", rank(), " called collective #", seq, " (",
-                fingerprint, ") but ranks ", missing, " did not reach a collective #", seq,
-                " within ", timeout().count(), " ms (they may have exited, or skipped a collective)");
+      KILN_FAIL("KILN_DISTRIBUTED_DEBUG: rank ", rank(), " called collective #", seq, " (", fingerprint, ") but ranks ",
+                missing, " did not reach a collective #", seq, " within ", timeout().count(),
+                " ms (they may have exited, or skipped a collective)");
     }
     std::map<std::string, std::vector<int>> by_fingerprint;
     for (int r = 0; r < size(); ++r) by_fingerprint[store_->get_string(key(seq, r))].push_back(r);

@@ -11,8 +11,8 @@
 namespace kiln::distributed {
 
 struct HostStaging::CudaState {
-  cuda::Event ready;        // the tensors' values are complete on the caller's stream
-  Stream copy_stream;        // the copies both ways
+  cuda::Event ready;   // the tensors' values are complete on the caller's stream
+  Stream copy_stream;  // the copies both ways
 };
 
 HostStaging::HostStaging(std::vector<Tensor> tensors, bool copy_cpu) : tensors_(std::move(tensors)) {
@@ -23,7 +23,8 @@ HostStaging::HostStaging(std::vector<Tensor> tensors, bool copy_cpu) : tensors_(
     return;
   }
   for (const Tensor& t : tensors_) {
-    KILN_CHECK(t.is_cuda() == on_gpu, "host staging: the tensors of one collective must all be on "
+    KILN_CHECK(t.is_cuda() == on_gpu,
+               "host staging: the tensors of one collective must all be on "
                "the GPU or all on the CPU");
     host_.push_back(empty(t.sizes(), TensorOptions().dtype(t.dtype()).pinned_memory(on_gpu)));
   }

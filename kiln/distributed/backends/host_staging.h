@@ -30,7 +30,7 @@ class HostStaging {
   HostStaging(const HostStaging&) = delete;
   HostStaging& operator=(const HostStaging&) = delete;
 
-  bool staged() const { return staged_; }      // false: host() are the tensors themselves
+  bool staged() const { return staged_; }  // false: host() are the tensors themselves
   const std::vector<Tensor>& host() const { return host_; }
 
   void to_host();    // on the worker: the tensors' values into host()

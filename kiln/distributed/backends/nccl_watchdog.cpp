@@ -54,18 +54,20 @@ std::string nccl_error_text(ncclResult_t r, ncclComm_t comm) {
 // ---------------------------------------------------------------- NcclComm
 
 NcclComm::NcclComm(ncclComm_t comm, int rank_, int size_, int device_, Stream stream_,
-                   std::chrono::milliseconds timeout_,
-                   std::function<std::vector<int>()> exited_ranks)
-    : rank(rank_), size(size_), device(device_), stream(stream_), timeout(timeout_), comm_(comm),
+                   std::chrono::milliseconds timeout_, std::function<std::vector<int>()> exited_ranks)
+    : rank(rank_),
+      size(size_),
+      device(device_),
+      stream(stream_),
+      timeout(timeout_),
+      comm_(comm),
       exited_ranks_(std::move(exited_ranks)) {}
 
 std::string NcclComm::exited_hint() const { return exited_ranks_hint(exited_ranks_); }
 
 NcclComm::~NcclComm() { abort_comm_locked(); }  // a last resort: shutdown() normally ran
 
-std::string NcclComm::where() const {
-  return concat("rank ", rank, " of ", size, " on cuda:", device);
-}
+std::string NcclComm::where() const { return concat("rank ", rank, " of ", size, " on cuda:", device); }
 
 std::string NcclComm::abort_reason() const {
   std::lock_guard<std::mutex> lk(mu_);
@@ -89,8 +91,7 @@ void NcclComm::abort(const std::string& reason) {
     abort_requested_.store(true);  // an issuing thread polling NCCL gives up on seeing this
     failed.swap(pending_);
   }
-  for (auto& w : failed)
-    w->mark_failed(std::make_exception_ptr(Error(concat(w->description(), " failed: ", reason))));
+  for (auto& w : failed) w->mark_failed(std::make_exception_ptr(Error(concat(w->description(), " failed: ", reason))));
   {
     std::lock_guard<std::mutex> lk(comm_mu);
     abort_comm_locked();
@@ -109,8 +110,7 @@ void NcclComm::add_pending(const std::shared_ptr<NcclWork>& work) {
     }
     reason = abort_reason_;
   }
-  work->mark_failed(
-      std::make_exception_ptr(Error(concat(work->description(), " failed: ", reason))));
+  work->mark_failed(std::make_exception_ptr(Error(concat(work->description(), " failed: ", reason))));
   work->release();
 }
 
@@ -130,7 +130,8 @@ void NcclComm::poll() {
         lk.unlock();
         abort(concat("NCCL reported ", text, " on ", where(),
                      "; a peer may have died or the network failed, and the communicator was "
-                     "aborted", exited_hint()));
+                     "aborted",
+                     exited_hint()));
         return;
       }
     }
@@ -148,17 +149,16 @@ void NcclComm::poll() {
     try {
       finished = w->gpu_done();
     } catch (const std::exception& e) {
-      abort(concat("the NCCL stream failed during ", w->description(), " on ", where(), ": ",
-                   e.what()));
+      abort(concat("the NCCL stream failed during ", w->description(), " on ", where(), ": ", e.what()));
       return;
     }
     if (finished) {
       w->mark_completed();
     } else if (now - w->started > timeout) {
-      abort(concat("timed out: ", w->description(), " did not finish within ", timeout.count(),
-                   " ms on ", where(),
+      abort(concat("timed out: ", w->description(), " did not finish within ", timeout.count(), " ms on ", where(),
                    "; a peer may have died, hung, or issued different collectives, and the "
-                   "communicator was aborted", exited_hint()));
+                   "communicator was aborted",
+                   exited_hint()));
       return;
     }
   }
@@ -166,8 +166,8 @@ void NcclComm::poll() {
   std::vector<std::shared_ptr<NcclWork>> done;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    auto split = std::stable_partition(pending_.begin(), pending_.end(),
-                                       [](const auto& w) { return !w->is_completed(); });
+    auto split =
+        std::stable_partition(pending_.begin(), pending_.end(), [](const auto& w) { return !w->is_completed(); });
     done.assign(split, pending_.end());
     pending_.erase(split, pending_.end());
   }
@@ -185,8 +185,8 @@ void NcclComm::shutdown() noexcept {
         if (pending_.empty()) break;
       }
       if (Clock::now() >= deadline) {
-        abort(concat("the process group was destroyed on ", where(),
-                     " while collectives were still running after ", timeout.count(), " ms"));
+        abort(concat("the process group was destroyed on ", where(), " while collectives were still running after ",
+                     timeout.count(), " ms"));
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -270,9 +270,8 @@ void NcclWork::host_wait(std::chrono::milliseconds timeout) {
       return;
     }
     if (Clock::now() >= deadline) {
-      mark_failed(std::make_exception_ptr(
-          Error(concat(description(), " timed out after ", timeout.count(),
-                       " ms waiting on the host; the process group was aborted"))));
+      mark_failed(std::make_exception_ptr(Error(concat(description(), " timed out after ", timeout.count(),
+                                                       " ms waiting on the host; the process group was aborted"))));
       on_timeout();
       return;
     }

@@ -53,8 +53,7 @@ class ProcessGroup {
   // output: size() times input's elements, rank r's input in the r-th slice (ZeRO's gather).
   virtual std::shared_ptr<Work> all_gather_into_tensor(Tensor output, Tensor input) = 0;
   // output = reduction over ranks of inputs[rank()]; inputs.size() == size().
-  virtual std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs,
-                                               ReduceOp op) = 0;
+  virtual std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs, ReduceOp op) = 0;
   // input: size() times output's elements; output = reduction of slice rank() (ZeRO's scatter).
   virtual std::shared_ptr<Work> reduce_scatter_tensor(Tensor output, Tensor input, ReduceOp op) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
@@ -77,10 +76,10 @@ class ProcessGroup {
 
 // Backends. Each throws kiln::Error when kiln was built without it. `store` is this group's
 // namespace in the job's store; every rank of the group calls with the same size.
-std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank,
-                                                      int size, const ProcessGroupOptions& options);
-std::shared_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<Store> store, int rank,
-                                                      int size, const ProcessGroupOptions& options);
+std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank, int size,
+                                                      const ProcessGroupOptions& options);
+std::shared_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<Store> store, int rank, int size,
+                                                      const ProcessGroupOptions& options);
 bool gloo_available();
 // Reads the Gloo backend's settings from the environment (KILN_GLOO_SEGMENT_BYTES) and throws
 // kiln::Error on a bad one. init_process_group calls it before any rank connects, so every rank
@@ -99,8 +98,8 @@ std::shared_ptr<ProcessGroup> make_debug_process_group(std::shared_ptr<ProcessGr
 // For backends: what a collective is about to do, in words and as a fingerprint the debug check
 // compares ("all_reduce(Sum) float32 [[4, 3]]"), and the one check of its tensors' layout.
 std::string describe_tensors(const std::vector<Tensor>& tensors);
-void check_collective_tensors(const char* collective, const std::vector<Tensor>& tensors,
-                              DeviceType device_type, const std::string& backend);
+void check_collective_tensors(const char* collective, const std::vector<Tensor>& tensors, DeviceType device_type,
+                              const std::string& backend);
 // ReduceOp::Avg divides by the group's size, so it takes floating-point tensors only; checked
 // before anything is sent, so the ranks stay in step.
 void check_reduce_op(const char* collective, ReduceOp op, DType dtype);

@@ -42,10 +42,10 @@ bool gloo_available() { return false; }
 
 void check_gloo_environment() {}
 
-std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store>, int, int,
-                                                      const ProcessGroupOptions&) {
-  KILN_FAIL("init_process_group: kiln was built without Gloo, so the \"gloo\" backend (CPU "
-            "tensors) is not available; install libgloo-dev and rebuild (docs/distributed.md)");
+std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store>, int, int, const ProcessGroupOptions&) {
+  KILN_FAIL(
+      "init_process_group: kiln was built without Gloo, so the \"gloo\" backend (CPU "
+      "tensors) is not available; install libgloo-dev and rebuild (docs/distributed.md)");
 }
 
 #else
@@ -56,8 +56,12 @@ namespace {
 
 // Elementwise reductions in the type's arithmetic type (float for f16/bf16). Max and Min
 // propagate NaN, as PyTorch's reductions do.
-struct SumOp { template <class T> T operator()(T a, T b) const { return a + b; } };
-struct ProductOp { template <class T> T operator()(T a, T b) const { return a * b; } };
+struct SumOp {
+  template <class T> T operator()(T a, T b) const { return a + b; }
+};
+struct ProductOp {
+  template <class T> T operator()(T a, T b) const { return a * b; }
+};
 struct MaxOp {
   template <class T> T operator()(T a, T b) const {
     if (a != a) return a;
@@ -73,8 +77,7 @@ struct MinOp {
   }
 };
 
-template <class T, class Op>
-void reduce_elements(void* out, const void* a, const void* b, size_t n) {
+template <class T, class Op> void reduce_elements(void* out, const void* a, const void* b, size_t n) {
   using M = opmath_t<T>;
   auto* o = static_cast<T*>(out);
   auto* x = static_cast<const T*>(a);
@@ -82,21 +85,23 @@ void reduce_elements(void* out, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) o[i] = T(Op{}(M(x[i]), M(y[i])));
 }
 
-template <class T>
-::gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
+template <class T>::gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: return &reduce_elements<T, SumOp>;  // Avg divides afterwards
-    case ReduceOp::Product: return &reduce_elements<T, ProductOp>;
-    case ReduceOp::Max: return &reduce_elements<T, MaxOp>;
-    case ReduceOp::Min: return &reduce_elements<T, MinOp>;
+    case ReduceOp::Avg:
+      return &reduce_elements<T, SumOp>;  // Avg divides afterwards
+    case ReduceOp::Product:
+      return &reduce_elements<T, ProductOp>;
+    case ReduceOp::Max:
+      return &reduce_elements<T, MaxOp>;
+    case ReduceOp::Min:
+      return &reduce_elements<T, MinOp>;
   }
   return nullptr;
 }
 
 // Avg = Sum / size, in the tensor's arithmetic type.
-template <class T>
-void divide_elements(void* data, size_t n, int size) {
+template <class T> void divide_elements(void* data, size_t n, int size) {
   using M = opmath_t<T>;
   auto* p = static_cast<T*>(data);
   for (size_t i = 0; i < n; ++i) p[i] = T(M(p[i]) / M(size));
@@ -113,8 +118,10 @@ long long segment_bytes_from_env() {
   const char* v = std::getenv("KILN_GLOO_SEGMENT_BYTES");
   if (!v || !*v) return kSegmentBytes;
   const auto n = parse_int(v);
-  KILN_CHECK(n && *n >= 1024, "KILN_GLOO_SEGMENT_BYTES must be a whole number of bytes, at least "
-             "1024, got '", v, "'");
+  KILN_CHECK(n && *n >= 1024,
+             "KILN_GLOO_SEGMENT_BYTES must be a whole number of bytes, at least "
+             "1024, got '",
+             v, "'");
   return *n;
 }
 
@@ -152,8 +159,7 @@ class GlooProcessGroup;
 
 class GlooWork final : public Work {
  public:
-  GlooWork(std::string description, std::weak_ptr<GlooProcessGroup> group,
-           std::chrono::milliseconds timeout)
+  GlooWork(std::string description, std::weak_ptr<GlooProcessGroup> group, std::chrono::milliseconds timeout)
       : Work(std::move(description)), group_(std::move(group)), timeout_(timeout) {}
 
  protected:
@@ -168,28 +174,27 @@ class GlooWork final : public Work {
   std::chrono::milliseconds timeout_;
 };
 
-class GlooProcessGroup final : public ProcessGroup,
-                               public std::enable_shared_from_this<GlooProcessGroup> {
+class GlooProcessGroup final : public ProcessGroup, public std::enable_shared_from_this<GlooProcessGroup> {
  public:
-  GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size,
-                   const ProcessGroupOptions& options)
-      : ProcessGroup(rank, size), store_(std::move(store)), timeout_(options.timeout),
-        exited_ranks_(options.exited_ranks), segment_bytes_(segment_bytes_from_env()) {
-    KILN_CHECK(size >= 1 && rank >= 0 && rank < size, "gloo process group: rank ", rank,
-               " is outside a group of ", size);
+  GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options)
+      : ProcessGroup(rank, size),
+        store_(std::move(store)),
+        timeout_(options.timeout),
+        exited_ranks_(options.exited_ranks),
+        segment_bytes_(segment_bytes_from_env()) {
+    KILN_CHECK(size >= 1 && rank >= 0 && rank < size, "gloo process group: rank ", rank, " is outside a group of ",
+               size);
     ignore_sigpipe();
     auto device = ::gloo::transport::tcp::CreateDevice(device_attr());
-    context_ = std::make_shared<::gloo::rendezvous::Context>(rank, size);
+    context_ = std::make_shared< ::gloo::rendezvous::Context>(rank, size);
     context_->setTimeout(timeout_);
     GlooStoreAdapter adapter(store_);
     try {
       context_->connectFullMesh(adapter, device);
     } catch (const kiln::Error& e) {
-      KILN_FAIL("gloo process group: rank ", rank, " of ", size,
-                " could not connect to its peers: ", e.what());
+      KILN_FAIL("gloo process group: rank ", rank, " of ", size, " could not connect to its peers: ", e.what());
     } catch (const std::exception& e) {
-      KILN_FAIL("gloo process group: rank ", rank, " of ", size,
-                " could not connect to its peers: ", e.what());
+      KILN_FAIL("gloo process group: rank ", rank, " of ", size, " could not connect to its peers: ", e.what());
     }
     learn_peer_addresses();
     check_same_segment_bytes();
@@ -215,39 +220,39 @@ class GlooProcessGroup final : public ProcessGroup,
     auto staging = stage(tensors);
     return enqueue("all_reduce", std::string("(") + reduce_op_name(op) + ") " + describe_tensors(tensors),
                    [this, staging, op, dtype](uint32_t tag) {
-      staging->to_host();
-      const std::vector<Tensor>& tensors = staging->host();
-      // A list is one operation on a packed buffer (fewer rounds of messages than one each).
-      const bool packed = tensors.size() > 1;
-      size_t bytes = 0;
-      for (const auto& t : tensors) bytes += t.nbytes();
-      std::vector<uint8_t> flat;
-      uint8_t* data = static_cast<uint8_t*>(tensors[0].data_ptr());
-      if (packed) {
-        flat.resize(bytes);
-        size_t at = 0;
-        for (const auto& t : tensors) {
-          std::memcpy(flat.data() + at, t.data_ptr(), t.nbytes());
-          at += t.nbytes();
-        }
-        data = flat.data();
-      }
-      const size_t n = bytes / element_size(dtype);
-      if (n == 0) return;  // every rank has the same sizes: nothing to exchange
-      dispatch_numeric(dtype, "all_reduce", [&](auto tag_type) {
-        using T = typename decltype(tag_type)::type;
-        all_reduce_in_place(reinterpret_cast<T*>(data), n, op, tag);
-        if (op == ReduceOp::Avg) divide_elements<T>(data, n, size());
-      });
-      if (packed) {
-        size_t at = 0;
-        for (const auto& t : tensors) {
-          std::memcpy(t.data_ptr(), flat.data() + at, t.nbytes());
-          at += t.nbytes();
-        }
-      }
-      staging->to_device();
-    });
+                     staging->to_host();
+                     const std::vector<Tensor>& tensors = staging->host();
+                     // A list is one operation on a packed buffer (fewer rounds of messages than one each).
+                     const bool packed = tensors.size() > 1;
+                     size_t bytes = 0;
+                     for (const auto& t : tensors) bytes += t.nbytes();
+                     std::vector<uint8_t> flat;
+                     uint8_t* data = static_cast<uint8_t*>(tensors[0].data_ptr());
+                     if (packed) {
+                       flat.resize(bytes);
+                       size_t at = 0;
+                       for (const auto& t : tensors) {
+                         std::memcpy(flat.data() + at, t.data_ptr(), t.nbytes());
+                         at += t.nbytes();
+                       }
+                       data = flat.data();
+                     }
+                     const size_t n = bytes / element_size(dtype);
+                     if (n == 0) return;  // every rank has the same sizes: nothing to exchange
+                     dispatch_numeric(dtype, "all_reduce", [&](auto tag_type) {
+                       using T = typename decltype(tag_type)::type;
+                       all_reduce_in_place(reinterpret_cast<T*>(data), n, op, tag);
+                       if (op == ReduceOp::Avg) divide_elements<T>(data, n, size());
+                     });
+                     if (packed) {
+                       size_t at = 0;
+                       for (const auto& t : tensors) {
+                         std::memcpy(t.data_ptr(), flat.data() + at, t.nbytes());
+                         at += t.nbytes();
+                       }
+                     }
+                     staging->to_device();
+                   });
   }
 
   std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, int root) override {
@@ -256,18 +261,18 @@ class GlooProcessGroup final : public ProcessGroup,
     auto staging = stage(tensors);
     return enqueue("broadcast", "(root " + std::to_string(root) + ") " + describe_tensors(tensors),
                    [this, staging, root](uint32_t tag) {
-      staging->to_host();
-      for (const auto& t : staging->host()) {
-        if (t.numel() == 0) continue;
-        ::gloo::BroadcastOptions opts(context_);
-        opts.setOutput(static_cast<uint8_t*>(t.data_ptr()), t.nbytes());
-        opts.setRoot(root);
-        opts.setTag(tag);
-        opts.setTimeout(timeout_);
-        ::gloo::broadcast(opts);
-      }
-      staging->to_device();
-    });
+                     staging->to_host();
+                     for (const auto& t : staging->host()) {
+                       if (t.numel() == 0) continue;
+                       ::gloo::BroadcastOptions opts(context_);
+                       opts.setOutput(static_cast<uint8_t*>(t.data_ptr()), t.nbytes());
+                       opts.setRoot(root);
+                       opts.setTag(tag);
+                       opts.setTimeout(timeout_);
+                       ::gloo::broadcast(opts);
+                     }
+                     staging->to_device();
+                   });
   }
 
   std::shared_ptr<Work> all_gather(std::vector<Tensor> outputs, Tensor input) override {
@@ -287,9 +292,10 @@ class GlooProcessGroup final : public ProcessGroup,
 
   std::shared_ptr<Work> all_gather_into_tensor(Tensor output, Tensor input) override {
     check_collective_tensors("all_gather_into_tensor", {output, input}, device_type_of({input}), "gloo");
-    KILN_CHECK(output.numel() == input.numel() * size(), "all_gather_into_tensor: the output "
-               "needs world_size x ", input.numel(), " = ", input.numel() * size(),
-               " elements, got ", output.numel());
+    KILN_CHECK(output.numel() == input.numel() * size(),
+               "all_gather_into_tensor: the output "
+               "needs world_size x ",
+               input.numel(), " = ", input.numel() * size(), " elements, got ", output.numel());
     auto in = stage({input}), out = stage({output});
     return enqueue("all_gather_into_tensor", describe_tensors({input}), [this, in, out](uint32_t tag) {
       in->to_host();
@@ -298,39 +304,39 @@ class GlooProcessGroup final : public ProcessGroup,
     });
   }
 
-  std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs,
-                                       ReduceOp op) override {
+  std::shared_ptr<Work> reduce_scatter(Tensor output, std::vector<Tensor> inputs, ReduceOp op) override {
     check_one_per_rank("reduce_scatter", inputs, "input", output, "output");
     check_reduce_op("reduce_scatter", op, output.dtype());
     auto in = stage(inputs), out = stage({output});
     return enqueue("reduce_scatter", std::string("(") + reduce_op_name(op) + ") " + describe_tensors({output}),
                    [this, in, out, op](uint32_t tag) {
-      in->to_host();
-      const Tensor& output = out->host()[0];
-      std::vector<uint8_t> flat(output.nbytes() * size());
-      for (size_t r = 0; r < in->host().size(); ++r)
-        std::memcpy(flat.data() + r * output.nbytes(), in->host()[r].data_ptr(), output.nbytes());
-      reduce_slice(flat, output, op, tag);
-      out->to_device();
-    });
+                     in->to_host();
+                     const Tensor& output = out->host()[0];
+                     std::vector<uint8_t> flat(output.nbytes() * size());
+                     for (size_t r = 0; r < in->host().size(); ++r)
+                       std::memcpy(flat.data() + r * output.nbytes(), in->host()[r].data_ptr(), output.nbytes());
+                     reduce_slice(flat, output, op, tag);
+                     out->to_device();
+                   });
   }
 
   std::shared_ptr<Work> reduce_scatter_tensor(Tensor output, Tensor input, ReduceOp op) override {
     check_collective_tensors("reduce_scatter_tensor", {output, input}, device_type_of({input}), "gloo");
-    KILN_CHECK(input.numel() == output.numel() * size(), "reduce_scatter_tensor: the input "
-               "needs world_size x ", output.numel(), " = ", output.numel() * size(),
-               " elements, got ", input.numel());
+    KILN_CHECK(input.numel() == output.numel() * size(),
+               "reduce_scatter_tensor: the input "
+               "needs world_size x ",
+               output.numel(), " = ", output.numel() * size(), " elements, got ", input.numel());
     check_reduce_op("reduce_scatter_tensor", op, output.dtype());
     auto in = stage({input}), out = stage({output});
     return enqueue("reduce_scatter_tensor", std::string("(") + reduce_op_name(op) + ") " + describe_tensors({input}),
                    [this, in, out, op](uint32_t tag) {
-      in->to_host();
-      const Tensor& input = in->host()[0];
-      std::vector<uint8_t> flat(input.nbytes());
-      std::memcpy(flat.data(), input.data_ptr(), input.nbytes());
-      reduce_slice(flat, out->host()[0], op, tag);
-      out->to_device();
-    });
+                     in->to_host();
+                     const Tensor& input = in->host()[0];
+                     std::vector<uint8_t> flat(input.nbytes());
+                     std::memcpy(flat.data(), input.data_ptr(), input.nbytes());
+                     reduce_slice(flat, out->host()[0], op, tag);
+                     out->to_device();
+                   });
   }
 
   std::shared_ptr<Work> barrier() override {
@@ -378,30 +384,30 @@ class GlooProcessGroup final : public ProcessGroup,
 
   // The list side of all_gather (outputs) and reduce_scatter (inputs): one tensor per rank, each
   // with as many elements as `single`, the tensor on the other side.
-  void check_one_per_rank(const char* collective, const std::vector<Tensor>& per_rank,
-                          const char* per_rank_kind, const Tensor& single,
-                          const char* single_kind) const {
-    KILN_CHECK(static_cast<int>(per_rank.size()) == size(), collective, ": expected ", size(), " ",
-               per_rank_kind, " tensors (one per rank), got ", per_rank.size());
+  void check_one_per_rank(const char* collective, const std::vector<Tensor>& per_rank, const char* per_rank_kind,
+                          const Tensor& single, const char* single_kind) const {
+    KILN_CHECK(static_cast<int>(per_rank.size()) == size(), collective, ": expected ", size(), " ", per_rank_kind,
+               " tensors (one per rank), got ", per_rank.size());
     std::vector<Tensor> all = per_rank;
     all.push_back(single);
     check_collective_tensors(collective, all, device_type_of(all), "gloo");
     for (size_t r = 0; r < per_rank.size(); ++r) {
-      KILN_CHECK(per_rank[r].numel() == single.numel(), collective, ": ", per_rank_kind, " ", r,
-                 " has ", per_rank[r].numel(), " elements, the ", single_kind, " ",
-                 single.numel());
+      KILN_CHECK(per_rank[r].numel() == single.numel(), collective, ": ", per_rank_kind, " ", r, " has ",
+                 per_rank[r].numel(), " elements, the ", single_kind, " ", single.numel());
     }
   }
 
   void check_root(const char* collective, int root) const {
-    KILN_CHECK(root >= 0 && root < size(), collective, ": root ", root, " is not a rank of this "
-               "group of ", size());
+    KILN_CHECK(root >= 0 && root < size(), collective, ": root ", root,
+               " is not a rank of this "
+               "group of ",
+               size());
   }
 
   std::exception_ptr broken_error(const std::string& description) const {
-    return std::make_exception_ptr(Error(detail::concat(
-        description, ": not run, because the process group failed earlier (", broken_,
-        "); destroy it and initialise a new one")));
+    return std::make_exception_ptr(
+        Error(detail::concat(description, ": not run, because the process group failed earlier (", broken_,
+                             "); destroy it and initialise a new one")));
   }
 
   // Gloo's errors name a socket address ("Read error [10.0.0.2]:41234: Connection reset by
@@ -430,8 +436,8 @@ class GlooProcessGroup final : public ProcessGroup,
     if (rank() == 0) store_->set(key, std::to_string(segment_bytes_));
     const std::string zeros = store_->get_string(key);
     KILN_CHECK(zeros == std::to_string(segment_bytes_), "gloo process group: rank ", rank(),
-               " cuts all-reduces into segments of ", segment_bytes_, " bytes but rank 0 into ",
-               zeros, " (KILN_GLOO_SEGMENT_BYTES must be the same on every rank)");
+               " cuts all-reduces into segments of ", segment_bytes_, " bytes but rank 0 into ", zeros,
+               " (KILN_GLOO_SEGMENT_BYTES must be the same on every rank)");
   }
 
   // ". Rank 2 has exited" when the store saw a rank's process go away (its connection to the
@@ -459,8 +465,7 @@ class GlooProcessGroup final : public ProcessGroup,
   }
 
   // Gloo's ring all-reduce of n elements at `data` (Avg sums; the caller divides).
-  template <class T>
-  void all_reduce_in_place(T* data, size_t n, ReduceOp op, uint32_t tag) {
+  template <class T> void all_reduce_in_place(T* data, size_t n, ReduceOp op, uint32_t tag) {
     ::gloo::AllreduceOptions opts(context_);
     opts.setOutput(data, n);
     opts.setReduceFunction(reduce_function<T>(op));
@@ -491,11 +496,10 @@ class GlooProcessGroup final : public ProcessGroup,
     std::memcpy(output.data_ptr(), mine, output.nbytes());
   }
 
-  std::shared_ptr<Work> enqueue(const char* collective, const std::string& what,
-                                std::function<void(uint32_t)> run) {
+  std::shared_ptr<Work> enqueue(const char* collective, const std::string& what, std::function<void(uint32_t)> run) {
     const uint64_t seq = next_sequence_number();
-    std::string description = detail::concat(collective, " #", seq, " ", what, " on rank ", rank(),
-                                             " of a gloo group of ", size());
+    std::string description =
+        detail::concat(collective, " #", seq, " ", what, " on rank ", rank(), " of a gloo group of ", size());
     auto work = std::make_shared<GlooWork>(description, weak_from_this(), timeout_);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -529,9 +533,11 @@ class GlooProcessGroup final : public ProcessGroup,
       } catch (const std::exception& e) {
         std::string hint = peer_hint(e.what());
         if (hint.empty()) {
-          hint = detail::concat(". A peer process has probably exited or been killed (its "
-                                "connection closed), or did not reach this collective within the "
-                                "timeout of ", timeout_.count(), " ms");
+          hint = detail::concat(
+              ". A peer process has probably exited or been killed (its "
+              "connection closed), or did not reach this collective within the "
+              "timeout of ",
+              timeout_.count(), " ms");
         }
         std::string message = detail::concat(task.work->description(), " failed: ", e.what(), hint);
         {
@@ -545,7 +551,7 @@ class GlooProcessGroup final : public ProcessGroup,
 
   std::shared_ptr<Store> store_;
   std::chrono::milliseconds timeout_;
-  std::shared_ptr<::gloo::rendezvous::Context> context_;
+  std::shared_ptr< ::gloo::rendezvous::Context> context_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
@@ -563,8 +569,8 @@ void GlooWork::on_timeout() {
 
 }  // namespace
 
-std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank,
-                                                      int size, const ProcessGroupOptions& options) {
+std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank, int size,
+                                                      const ProcessGroupOptions& options) {
   return std::make_shared<GlooProcessGroup>(std::move(store), rank, size, options);
 }
 

@@ -35,8 +35,7 @@ std::string nccl_error_text(ncclResult_t r, ncclComm_t comm);
 // path takes comm_mu then mu; nothing takes them the other way round.
 class NcclComm {
  public:
-  NcclComm(ncclComm_t comm, int rank, int size, int device, Stream stream,
-           std::chrono::milliseconds timeout,
+  NcclComm(ncclComm_t comm, int rank, int size, int device, Stream stream, std::chrono::milliseconds timeout,
            std::function<std::vector<int>()> exited_ranks = {});
   ~NcclComm();  // aborts a communicator that shutdown() did not release
   NcclComm(const NcclComm&) = delete;

@@ -74,10 +74,11 @@ bool Work::wait_completed(std::chrono::milliseconds timeout) const {
 void Work::wait(std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) timeout = default_timeout();
   if (!wait_completed(timeout)) {
-    mark_failed(std::make_exception_ptr(Error(detail::concat(
-        description_, ": timed out after ", timeout.count(), " ms; a peer may have died or may be "
-        "running a different collective (KILN_DISTRIBUTED_DEBUG=1 checks that every rank calls "
-        "the same ones). The process group was aborted."))));
+    mark_failed(std::make_exception_ptr(
+        Error(detail::concat(description_, ": timed out after ", timeout.count(),
+                             " ms; a peer may have died or may be "
+                             "running a different collective (KILN_DISTRIBUTED_DEBUG=1 checks that every rank calls "
+                             "the same ones). The process group was aborted."))));
     on_timeout();
   }
   std::exception_ptr error = exception();

@@ -26,7 +26,7 @@ class Work {
 
   // Non-blocking.
   virtual bool is_completed() const;  // NCCL queries its end event
-  bool is_success() const;  // completed without an error
+  bool is_success() const;            // completed without an error
   // The error, when it failed (null otherwise).
   std::exception_ptr exception() const;
 

@@ -27,8 +27,7 @@ std::string describe_row(const int64_t* row) {
 }  // namespace
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> model,
-                                                 const DistributedDataParallelOptions& options,
-                                                 Group group)
+                                                 const DistributedDataParallelOptions& options, Group group)
     : nn::Module("DistributedDataParallel"),
       module_(std::move(model)),
       options_(options),
@@ -77,8 +76,8 @@ void DistributedDataParallel::check_same_parameters_on_all_ranks() {
 
   int64_t max_dim = 0;
   for (const Tensor& t : tensors) max_dim = std::max(max_dim, t.dim());
-  std::vector<int64_t> counts = {static_cast<int64_t>(named_params.size()),
-                                 static_cast<int64_t>(named_buffers.size()), max_dim};
+  std::vector<int64_t> counts = {static_cast<int64_t>(named_params.size()), static_cast<int64_t>(named_buffers.size()),
+                                 max_dim};
   Tensor mine = tensor(counts, i64);
   Tensor gathered = zeros({3 * world}, i64);
   group_->all_gather_into_tensor(gathered, mine)->wait();
@@ -89,8 +88,8 @@ void DistributedDataParallel::check_same_parameters_on_all_ranks() {
       std::ostringstream os;
       os << "DistributedDataParallel: the ranks' models differ: ";
       for (int q = 0; q < world; ++q)
-        os << (q ? ", " : "") << "rank " << q << " has " << c[3 * q] << " parameters and "
-           << c[3 * q + 1] << " buffers";
+        os << (q ? ", " : "") << "rank " << q << " has " << c[3 * q] << " parameters and " << c[3 * q + 1]
+           << " buffers";
       KILN_FAIL(os.str());
     }
     max_dim = std::max(max_dim, c[3 * r + 2]);
@@ -123,11 +122,9 @@ void DistributedDataParallel::check_same_parameters_on_all_ranks() {
     const bool is_param = i < static_cast<int64_t>(named_params.size());
     std::ostringstream os;
     os << "DistributedDataParallel: " << (is_param ? "parameter " : "buffer ")
-       << (is_param ? i : i - static_cast<int64_t>(named_params.size())) << " ('"
-       << items[static_cast<size_t>(i)].first << "' on rank " << me
-       << ") differs across ranks: rank 0 has " << describe_row(ref);
-    for (int r : differing)
-      os << ", rank " << r << " has " << describe_row(a + (r * rows + i) * width);
+       << (is_param ? i : i - static_cast<int64_t>(named_params.size())) << " ('" << items[static_cast<size_t>(i)].first
+       << "' on rank " << me << ") differs across ranks: rank 0 has " << describe_row(ref);
+    for (int r : differing) os << ", rank " << r << " has " << describe_row(a + (r * rows + i) * width);
     os << "; every rank must build the same model";
     KILN_FAIL(os.str());
   }

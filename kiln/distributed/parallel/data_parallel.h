@@ -58,15 +58,13 @@ struct DistributedDataParallelOptions {
 class DistributedDataParallel : public nn::Module {
  public:
   explicit DistributedDataParallel(std::shared_ptr<nn::Module> model,
-                                   const DistributedDataParallelOptions& options = {},
-                                   Group group = nullptr);
+                                   const DistributedDataParallelOptions& options = {}, Group group = nullptr);
 
   // The model's forward (after the buffer broadcast).
   Tensor forward(const Tensor& input) override;
   // For models whose forward takes other arguments: DDP's work before a forward, then fn(model):
   //   ddp.forward_with([&](nn::Module& m) { return static_cast<Net&>(m).forward(a, b); });
-  template <class Fn>
-  auto forward_with(Fn&& fn) {
+  template <class Fn> auto forward_with(Fn&& fn) {
     before_forward();
     return fn(*module_);
   }

@@ -16,7 +16,7 @@ struct Reducer::State : std::enable_shared_from_this<Reducer::State> {
     std::string name;
     Tensor tensor;
     size_t bucket = 0;
-    Tensor slot;  // the parameter's gradient slot in its bucket, shaped as the parameter
+    Tensor slot;            // the parameter's gradient slot in its bucket, shaped as the parameter
     bool returned = false;  // this backward: the average was copied into .grad on completion
   };
   struct Bucket {
@@ -66,8 +66,7 @@ Device Reducer::State::meta_device() const {
   return Device::cpu();
 }
 
-std::vector<std::vector<size_t>> Reducer::State::plan_buckets(
-    const std::vector<size_t>& order) const {
+std::vector<std::vector<size_t>> Reducer::State::plan_buckets(const std::vector<size_t>& order) const {
   // Greedy packing in `order`, one open bucket per (dtype, device); the first bucket of each
   // kind is small so that the first all-reduce starts early in backward.
   struct Open {
@@ -96,9 +95,8 @@ std::vector<std::vector<size_t>> Reducer::State::plan_buckets(
   // Launch order follows the order the buckets' first gradients are expected in.
   std::vector<size_t> position(params.size());
   for (size_t k = 0; k < order.size(); ++k) position[order[k]] = k;
-  std::stable_sort(groups.begin(), groups.end(), [&](const auto& a, const auto& b) {
-    return position[a.front()] < position[b.front()];
-  });
+  std::stable_sort(groups.begin(), groups.end(),
+                   [&](const auto& a, const auto& b) { return position[a.front()] < position[b.front()]; });
   return groups;
 }
 
@@ -142,8 +140,7 @@ void Reducer::State::reset_iteration() {
 
 void Reducer::State::on_grad_ready(size_t i, Tensor& param) {
   NoGradGuard no_grad;
-  if (recording && std::find(observed.begin(), observed.end(), i) == observed.end())
-    observed.push_back(i);
+  if (recording && std::find(observed.begin(), observed.end(), i) == observed.end()) observed.push_back(i);
   used[i] = 1;
   if (!callback_queued) {
     callback_queued = true;
@@ -197,9 +194,7 @@ void Reducer::State::fill_slot(size_t i, bool has_contribution) {
 // before finalize() has waited on the work. CUDA buckets are copied in finalize() on the
 // compute stream.
 void Reducer::State::return_averages_on_completion(Bucket& b) {
-  if (config.gradient_as_bucket_view || !b.flat.device().is_cpu() ||
-      b.filled_from_grad.empty())
-    return;
+  if (config.gradient_as_bucket_view || !b.flat.device().is_cpu() || b.filled_from_grad.empty()) return;
   std::vector<std::pair<Tensor, Tensor>> copies;  // (.grad, its slot)
   for (size_t i : b.filled_from_grad) {
     copies.emplace_back(params[i].tensor.grad(), params[i].slot);
@@ -236,10 +231,9 @@ void Reducer::State::finalize() {
   }
   if (!missing.empty() && !config.find_unused_parameters) {
     std::ostringstream os;
-    os << "DistributedDataParallel: " << missing.size() << " parameter"
-       << (missing.size() == 1 ? "" : "s") << " received no gradient in this backward pass (";
-    for (size_t k = 0; k < missing.size(); ++k)
-      os << (k ? ", " : "") << "'" << params[missing[k]].name << "'";
+    os << "DistributedDataParallel: " << missing.size() << " parameter" << (missing.size() == 1 ? "" : "s")
+       << " received no gradient in this backward pass (";
+    for (size_t k = 0; k < missing.size(); ++k) os << (k ? ", " : "") << "'" << params[missing[k]].name << "'";
     os << "), so the buckets holding them cannot be reduced. If some parameters take no part "
           "in the loss, pass DistributedDataParallelOptions().find_unused_parameters(true); "
           "otherwise make every parameter contribute to the loss on every rank";
@@ -266,11 +260,10 @@ void Reducer::State::finalize() {
       buckets[k].work->wait();
     } catch (const std::exception& e) {
       // Sticky: the ranks' gradients now disagree, training must not go on.
-      error = detail::concat(
-          "DistributedDataParallel: the all-reduce of gradient bucket ", k, " of ", buckets.size(),
-          " failed: ", e.what(),
-          ". If another rank stopped with an error about parameters that received no gradient, "
-          "pass find_unused_parameters(true)");
+      error = detail::concat("DistributedDataParallel: the all-reduce of gradient bucket ", k, " of ", buckets.size(),
+                             " failed: ", e.what(),
+                             ". If another rank stopped with an error about parameters that received no gradient, "
+                             "pass find_unused_parameters(true)");
       reset_iteration();
       KILN_FAIL(error);
     }
@@ -315,8 +308,7 @@ void Reducer::State::rebuild_in_observed_order() {
   group->broadcast({t}, 0)->wait();
   Tensor host = t.cpu();
   std::vector<size_t> chosen(params.size());
-  for (size_t k = 0; k < params.size(); ++k)
-    chosen[k] = static_cast<size_t>(host.data_ptr<int64_t>()[k]);
+  for (size_t k = 0; k < params.size(); ++k) chosen[k] = static_cast<size_t>(host.data_ptr<int64_t>()[k]);
 
   std::vector<std::vector<size_t>> groups = plan_buckets(chosen);
   std::vector<std::vector<size_t>> current;
@@ -326,13 +318,13 @@ void Reducer::State::rebuild_in_observed_order() {
 
 // ---------------------------------------------------------------- Reducer
 
-Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> params,
-                 std::shared_ptr<ProcessGroup> group, const ReducerConfig& config)
+Reducer::Reducer(std::vector<std::pair<std::string, Tensor>> params, std::shared_ptr<ProcessGroup> group,
+                 const ReducerConfig& config)
     : state_(std::make_shared<State>()) {
   KILN_CHECK(group != nullptr, "Reducer: no process group");
   KILN_CHECK(config.bucket_bytes > 0 && config.first_bucket_bytes > 0,
-             "DistributedDataParallel: bucket sizes must be positive, got first bucket ",
-             config.first_bucket_bytes, " bytes, bucket cap ", config.bucket_bytes, " bytes");
+             "DistributedDataParallel: bucket sizes must be positive, got first bucket ", config.first_bucket_bytes,
+             " bytes, bucket cap ", config.bucket_bytes, " bytes");
   State& s = *state_;
   s.group = std::move(group);
   s.config = config;

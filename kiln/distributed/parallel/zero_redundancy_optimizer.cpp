@@ -20,12 +20,10 @@ struct ZeroRedundancyOptimizer::FlatGroup {
   Tensor shard_grad;
 };
 
-ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params,
-                                                 LocalOptimizerFactory make_local_optimizer,
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, LocalOptimizerFactory make_local_optimizer,
                                                  Group group)
     : group_(group ? std::move(group) : default_group()) {
-  KILN_CHECK(make_local_optimizer != nullptr,
-             "ZeroRedundancyOptimizer: no local optimizer factory");
+  KILN_CHECK(make_local_optimizer != nullptr, "ZeroRedundancyOptimizer: no local optimizer factory");
   // Frozen parameters stay out of the flat buffers: a missing gradient there would count as
   // zeros and weight decay would still move them.
   for (Tensor& p : params) {
@@ -37,8 +35,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params,
     const Tensor& p = params_[i];
     KILN_CHECK(p.defined() && p.is_floating_point(), "ZeroRedundancyOptimizer: parameter ", i,
                " is not a floating-point tensor");
-    KILN_CHECK(seen.insert(p.impl()).second, "ZeroRedundancyOptimizer: parameter ", i,
-               " appears twice in the list");
+    KILN_CHECK(seen.insert(p.impl()).second, "ZeroRedundancyOptimizer: parameter ", i, " appears twice in the list");
   }
   const int world = group_->size();
   const int rank = group_->rank();
@@ -111,8 +108,7 @@ void ZeroRedundancyOptimizer::step() {
   local_->step();
 
   // 4. Every rank gets every slice back, and the parameters are copied from the full buffer.
-  for (auto& fg : flats_)
-    works.push_back(group_->all_gather_into_tensor(fg->flat_param, fg->shard));
+  for (auto& fg : flats_) works.push_back(group_->all_gather_into_tensor(fg->flat_param, fg->shard));
   for (size_t f = 0; f < flats_.size(); ++f) {
     works[f]->wait();
     FlatGroup& fg = *flats_[f];
@@ -163,14 +159,13 @@ void ZeroRedundancyOptimizer::load_state_dict(const ZeroStateDict& dict) {
   std::vector<int64_t> mine;
   for (const auto& fg : flats_) mine.push_back(fg->shard_numel);
   KILN_CHECK(dict.rank == group_->rank() && dict.world_size == group_->size(),
-             "ZeroRedundancyOptimizer::load_state_dict: the state was saved by rank ", dict.rank,
-             " of ", dict.world_size, ", but this is rank ", group_->rank(), " of ", group_->size(),
+             "ZeroRedundancyOptimizer::load_state_dict: the state was saved by rank ", dict.rank, " of ",
+             dict.world_size, ", but this is rank ", group_->rank(), " of ", group_->size(),
              "; the state is per rank, load each rank's own file in a job of the same size");
   KILN_CHECK(dict.shard_numels == mine,
              "ZeroRedundancyOptimizer::load_state_dict: the saved "
              "slices have ",
-             dict.shard_numels, " elements, this optimizer's have ", mine,
-             " (different parameters)");
+             dict.shard_numels, " elements, this optimizer's have ", mine, " (different parameters)");
   local_->load_state_dict(dict.local);
 }
 

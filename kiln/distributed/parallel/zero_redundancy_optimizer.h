@@ -39,12 +39,10 @@
 namespace kiln::distributed {
 
 // Makes the optimizer that updates this rank's slices (one tensor per dtype/device group).
-using LocalOptimizerFactory =
-    std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor> shard_params)>;
+using LocalOptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor> shard_params)>;
 
 // The factory for optimizer type Opt with `options`: local_optimizer<AdamW>(AdamWOptions(1e-3)).
-template <class Opt, class Options>
-LocalOptimizerFactory local_optimizer(const Options& options) {
+template <class Opt, class Options> LocalOptimizerFactory local_optimizer(const Options& options) {
   return [options](std::vector<Tensor> shard) -> std::unique_ptr<optim::Optimizer> {
     return std::make_unique<Opt>(std::move(shard), options);
   };

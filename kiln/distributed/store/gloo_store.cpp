@@ -9,8 +9,7 @@
 
 namespace kiln::distributed {
 
-GlooStoreAdapter::GlooStoreAdapter(std::shared_ptr<kiln::distributed::Store> store)
-    : store_(std::move(store)) {
+GlooStoreAdapter::GlooStoreAdapter(std::shared_ptr<kiln::distributed::Store> store) : store_(std::move(store)) {
   KILN_CHECK(store_ != nullptr, "GlooStoreAdapter: the store is null");
 }
 
@@ -27,8 +26,7 @@ std::vector<char> GlooStoreAdapter::get(const std::string& key) {
 
 void GlooStoreAdapter::wait(const std::vector<std::string>& keys) { store_->wait(keys); }
 
-void GlooStoreAdapter::wait(const std::vector<std::string>& keys,
-                            const std::chrono::milliseconds& timeout) {
+void GlooStoreAdapter::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
   store_->wait(keys, timeout);
 }
 

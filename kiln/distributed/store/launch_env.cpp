@@ -36,15 +36,13 @@ const char* get(const char* name) { return std::getenv(name); }
 int read_int(const char* name, long long min) {
   std::string s = get(name);
   auto v = parse_int(s);
-  KILN_CHECK(v && *v >= min && *v <= (1 << 30), "distributed: the environment variable ", name,
-             "='", s, "' is not ", min == 0 ? "a non-negative" : "a positive",
-             " integer (set by the launcher, or by hand?)");
+  KILN_CHECK(v && *v >= min && *v <= (1 << 30), "distributed: the environment variable ", name, "='", s, "' is not ",
+             min == 0 ? "a non-negative" : "a positive", " integer (set by the launcher, or by hand?)");
   return static_cast<int>(*v);
 }
 
 // Reads one field from the first launcher that sets it; `var` names the variable used.
-template <class Field>
-bool read_field(Field field, long long min, int* out, const char** var) {
+template <class Field> bool read_field(Field field, long long min, int* out, const char** var) {
   for (const Launcher& l : kLaunchers) {
     const char* name = l.*field;
     if (get(name)) {
@@ -106,11 +104,11 @@ LaunchEnv read_launch_env() {
     }
   }
 
-  KILN_CHECK(env.rank < env.world_size, "distributed: ", rank_var ? rank_var : "the rank", "=",
-             env.rank, " is not below ", world_var ? world_var : "the world size (unset: 1)", "=",
-             env.world_size, " (ranks count from 0)");
-  KILN_CHECK(env.local_rank < env.local_world_size, "distributed: ",
-             local_var ? local_var : "the local rank", "=", env.local_rank, " is not below ",
+  KILN_CHECK(env.rank < env.world_size, "distributed: ", rank_var ? rank_var : "the rank", "=", env.rank,
+             " is not below ", world_var ? world_var : "the world size (unset: 1)", "=", env.world_size,
+             " (ranks count from 0)");
+  KILN_CHECK(env.local_rank < env.local_world_size, "distributed: ", local_var ? local_var : "the local rank", "=",
+             env.local_rank, " is not below ",
              local_world_var ? local_world_var : "the local world size (unset: the world size)", "=",
              env.local_world_size);
 
@@ -121,16 +119,15 @@ LaunchEnv read_launch_env() {
       const char* list = get(name);
       if (!list || !*list) continue;
       std::string host = first_slurm_host(list);
-      KILN_CHECK(!host.empty(), "distributed: cannot read a host name from ", name, "='", list,
-                 "'");
+      KILN_CHECK(!host.empty(), "distributed: cannot read a host name from ", name, "='", list, "'");
       env.master_addr = host;
       break;
     }
   }
   if (get("MASTER_PORT")) {
     env.master_port = read_int("MASTER_PORT", 1);
-    KILN_CHECK(env.master_port <= 65535, "distributed: the environment variable MASTER_PORT='",
-               get("MASTER_PORT"), "' is not a TCP port (1..65535)");
+    KILN_CHECK(env.master_port <= 65535, "distributed: the environment variable MASTER_PORT='", get("MASTER_PORT"),
+               "' is not a TCP port (1..65535)");
   }
   return env;
 }

@@ -80,8 +80,7 @@ void close_fd(int& fd) {
 int listen_on(const std::string& host, int port, int* bound_port) {
   AddrInfo ai;
   int rc = resolve(host, port, /*passive=*/true, ai);
-  KILN_CHECK(rc == 0, "TCPStore: cannot resolve ", endpoint(host, port), " to listen on: ",
-             ::gai_strerror(rc));
+  KILN_CHECK(rc == 0, "TCPStore: cannot resolve ", endpoint(host, port), " to listen on: ", ::gai_strerror(rc));
   std::string last_error = "no address";
   for (addrinfo* a = ai.list; a; a = a->ai_next) {
     int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -99,9 +98,8 @@ int listen_on(const std::string& host, int port, int* bound_port) {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    *bound_port = addr.ss_family == AF_INET6
-                      ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                      : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    *bound_port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                             : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
     set_nonblocking(fd, true);
     return fd;
   }
@@ -109,8 +107,7 @@ int listen_on(const std::string& host, int port, int* bound_port) {
             " (is another job using this port? set MASTER_PORT to a free one)");
 }
 
-int connect_with_retry(const std::string& host, int port, Deadline deadline,
-                       std::chrono::milliseconds budget) {
+int connect_with_retry(const std::string& host, int port, Deadline deadline, std::chrono::milliseconds budget) {
   std::string last_error = "no attempt";
   auto backoff = std::chrono::milliseconds(10);
   do {
@@ -152,8 +149,8 @@ int connect_with_retry(const std::string& host, int port, Deadline deadline,
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(250));
   } while (Clock::now() < deadline);
-  KILN_FAIL("TCPStore: could not connect to the store server at ", endpoint(host, port), " within ",
-            budget.count(), " ms (last error: ", last_error,
+  KILN_FAIL("TCPStore: could not connect to the store server at ", endpoint(host, port), " within ", budget.count(),
+            " ms (last error: ", last_error,
             "); is rank 0 running, and are MASTER_ADDR/MASTER_PORT the same on every rank?");
 }
 

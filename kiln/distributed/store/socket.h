@@ -24,8 +24,7 @@ int listen_on(const std::string& host, int port, int* bound_port);
 // Connects to host:port, retrying refused or unreachable attempts until the deadline (the server
 // may not be up yet). The socket is non-blocking, with TCP_NODELAY. Throws kiln::Error
 // "could not connect to the store server at host:port within N ms".
-int connect_with_retry(const std::string& host, int port, Deadline deadline,
-                       std::chrono::milliseconds budget);
+int connect_with_retry(const std::string& host, int port, Deadline deadline, std::chrono::milliseconds budget);
 
 // Sends / receives exactly `size` bytes on a non-blocking socket before the deadline.
 IoStatus send_all(int fd, const void* data, size_t size, Deadline deadline);

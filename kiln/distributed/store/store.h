@@ -39,9 +39,7 @@ class Store {
   void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
 
   // Strings as values, for readable keys such as "rank/3/joined".
-  void set(const std::string& key, const std::string& value) {
-    set(key, Bytes(value.begin(), value.end()));
-  }
+  void set(const std::string& key, const std::string& value) { set(key, Bytes(value.begin(), value.end())); }
   std::string get_string(const std::string& key) {
     Bytes b = get(key);
     return std::string(b.begin(), b.end());
@@ -52,7 +50,7 @@ class Store {
 };
 
 struct TCPStoreOptions {
-  int world_size = -1;    // >0: the server's constructor waits until this many clients joined
+  int world_size = -1;     // >0: the server's constructor waits until this many clients joined
   bool is_server = false;  // this process hosts the server (rank 0)
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // With world_size > 0, the server's constructor waits for the others to join (false: returns
@@ -75,8 +73,8 @@ class TCPStore final : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
-  using Store::wait;
   using Store::set;
+  using Store::wait;
   bool delete_key(const std::string& key) override;
   int64_t num_keys() override;
 
@@ -104,8 +102,8 @@ class PrefixStore final : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
-  using Store::wait;
   using Store::set;
+  using Store::wait;
   bool delete_key(const std::string& key) override;
   int64_t num_keys() override;
 

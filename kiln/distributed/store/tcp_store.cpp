@@ -263,8 +263,8 @@ class StoreServer {
 
   // Waits until every key exists; false at the deadline, nullopt when the server stops or the
   // client hung up (nobody left to answer).
-  std::optional<bool> wait_keys(std::unique_lock<std::mutex>& lock,
-                                const std::vector<std::string>& keys, Deadline deadline, int fd) {
+  std::optional<bool> wait_keys(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
+                                Deadline deadline, int fd) {
     for (;;) {
       if (stopping_) return std::nullopt;
       if (has_all(keys)) return true;
@@ -303,8 +303,7 @@ class StoreServer {
         if (it != data_.end()) {
           auto old = parse_int(string_of(it->second));
           if (!old) {
-            return Message{kError, {bytes_of("the value at key '" + key +
-                                             "' is not an integer: cannot add to it")}};
+            return Message{kError, {bytes_of("the value at key '" + key + "' is not an integer: cannot add to it")}};
           }
           value = *old;
         }
@@ -428,11 +427,10 @@ struct TCPStore::Impl {
     fail_lost();
   }
 
-  Message call(const Message& req, milliseconds timeout, const char* what,
-               const std::string& key) {
+  Message call(const Message& req, milliseconds timeout, const char* what, const std::string& key) {
     return call(req, timeout, deadline_after(timeout), [&] {
-      return detail::concat("TCPStore: timed out after ", timeout.count(), " ms waiting for the ",
-                            "store server at ", where, " to answer ", what, " '", key, "'");
+      return detail::concat("TCPStore: timed out after ", timeout.count(), " ms waiting for the ", "store server at ",
+                            where, " to answer ", what, " '", key, "'");
     });
   }
 
@@ -444,8 +442,7 @@ struct TCPStore::Impl {
   }
 
   std::string timeout_message(milliseconds t, const std::vector<std::string>& keys) const {
-    return detail::concat("TCPStore: timed out after ", t.count(), " ms waiting for keys ", keys,
-                          " at ", where);
+    return detail::concat("TCPStore: timed out after ", t.count(), " ms waiting for keys ", keys, " at ", where);
   }
 };
 
@@ -468,11 +465,9 @@ TCPStore::TCPStore(const std::string& host, int port, const TCPStoreOptions& opt
   add(kJoinedKey, 1);
   if (options.is_server && options.world_size > 0 && options.wait_for_workers) {
     int64_t joined = impl_->server->wait_for_count(kJoinedKey, options.world_size, deadline);
-    KILN_CHECK(joined >= options.world_size, "TCPStore: timed out after ",
-               options.timeout.count(), " ms waiting for ", options.world_size,
-               " ranks to join the store at ", impl_->where, ": ", joined, " of ",
-               options.world_size, " joined (did every rank start, with the same MASTER_ADDR/",
-               "MASTER_PORT?)");
+    KILN_CHECK(joined >= options.world_size, "TCPStore: timed out after ", options.timeout.count(), " ms waiting for ",
+               options.world_size, " ranks to join the store at ", impl_->where, ": ", joined, " of ",
+               options.world_size, " joined (did every rank start, with the same MASTER_ADDR/", "MASTER_PORT?)");
   }
 }
 
@@ -505,11 +500,10 @@ void TCPStore::set(const std::string& key, const Bytes& value) {
 
 Bytes TCPStore::get(const std::string& key) {
   const milliseconds t = timeout();
-  Message reply =
-      impl_->call_blocking(Message{kGet, {encode_int(t.count()), bytes_of(key)}}, t, t, {key});
+  Message reply = impl_->call_blocking(Message{kGet, {encode_int(t.count()), bytes_of(key)}}, t, t, {key});
   if (reply.tag == kTimeout) KILN_FAIL(impl_->timeout_message(t, {key}));
-  KILN_CHECK(reply.tag == kOk && reply.fields.size() == 1, "TCPStore: malformed reply to GET '",
-             key, "' from ", impl_->where);
+  KILN_CHECK(reply.tag == kOk && reply.fields.size() == 1, "TCPStore: malformed reply to GET '", key, "' from ",
+             impl_->where);
   return std::move(reply.fields[0]);
 }
 
@@ -519,8 +513,7 @@ int64_t TCPStore::add(const std::string& key, int64_t delta) {
     KILN_FAIL("TCPStore: add(", delta, ") at ", impl_->where, ": ", string_of(reply.fields[0]));
   }
   auto value = reply.fields.size() == 1 ? decode_int(reply.fields[0]) : std::nullopt;
-  KILN_CHECK(reply.tag == kOk && value, "TCPStore: malformed reply to ADD '", key, "' from ",
-             impl_->where);
+  KILN_CHECK(reply.tag == kOk && value, "TCPStore: malformed reply to ADD '", key, "' from ", impl_->where);
   return *value;
 }
 

@@ -8,10 +8,8 @@ namespace kiln::kernels::cpu {
 
 namespace {
 // The math, written once: y = f(x) and dx = g * f'(x).
-template <class O>
-inline O leaky(O x, O slope) { return x > O(0) ? x : x * slope; }
-template <class O>
-inline O leaky_grad(O g, O x, O slope) { return x > O(0) ? g : g * slope; }
+template <class O> inline O leaky(O x, O slope) { return x > O(0) ? x : x * slope; }
+template <class O> inline O leaky_grad(O g, O x, O slope) { return x > O(0) ? g : g * slope; }
 
 // The loop of both kernels: out = f(x), or out = g * f'(x) when g is given.
 void leaky_relu_loop(const char* op, const Tensor& out, const Tensor* g, const Tensor& x, double slope) {
@@ -43,9 +41,9 @@ void leaky_relu(const Tensor& y, const Tensor& x, double slope) {
 KILN_REGISTER_KERNEL(kernels::leaky_relu, CPU, leaky_relu);
 
 void leaky_relu_backward(const Tensor& dx, const Tensor& g, const Tensor& x, double slope) {
-  KILN_CHECK(dx.is_contiguous() && g.is_contiguous() && x.is_contiguous() &&
-                 dx.dtype() == x.dtype() && g.dtype() == x.dtype(),
-             "leaky_relu_backward: kernel expects contiguous operands of one dtype");
+  KILN_CHECK(
+      dx.is_contiguous() && g.is_contiguous() && x.is_contiguous() && dx.dtype() == x.dtype() && g.dtype() == x.dtype(),
+      "leaky_relu_backward: kernel expects contiguous operands of one dtype");
   leaky_relu_loop("leaky_relu_backward", dx, &g, x, slope);
 }
 KILN_REGISTER_KERNEL(kernels::leaky_relu_backward, CPU, leaky_relu_backward);

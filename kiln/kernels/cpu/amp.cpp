@@ -13,8 +13,8 @@ namespace kiln::kernels::cpu {
 namespace {
 
 void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale, const Tensor& found_inf) {
-  KILN_CHECK(inv_scale.defined() && found_inf.defined() && inv_scale.numel() == 1 &&
-                 found_inf.numel() == 1 && found_inf.dtype() == DType::F32,
+  KILN_CHECK(inv_scale.defined() && found_inf.defined() && inv_scale.numel() == 1 && found_inf.numel() == 1 &&
+                 found_inf.dtype() == DType::F32,
              "unscale_and_check_: inv_scale and found_inf must be one-element tensors (found_inf f32)");
   const float inv = to_dtype(inv_scale, DType::F32).item<float>();  // a host value already on the CPU
   int64_t bad = 0;
@@ -41,8 +41,8 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale
   }
 }
 
-void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
-                      double growth_factor, double backoff_factor, int64_t growth_interval) {
+void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
+                      double backoff_factor, int64_t growth_interval) {
   check_update_scale_args(scale, growth_tracker, found_inf);
   double s = scale.item<double>();
   int64_t t = growth_tracker.item<int64_t>();

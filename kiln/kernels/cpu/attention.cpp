@@ -40,23 +40,18 @@ namespace {
 
 constexpr int64_t kBlock = 64;
 
-template <class T>
-using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T> using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 // Row blocks of an output whose rows are `st` elements apart (a head of a strided view).
-template <class T>
-using MMap = Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>;
+template <class T> using MMap = Eigen::Map<Mat<T>, 0, Eigen::OuterStride<>>;
 
-template <class F>
-void dispatch_attention(DType t, const char* op, F&& f) {
+template <class F> void dispatch_attention(DType t, const char* op, F&& f) {
   if (t == DType::F32) return f(TypeTag<float>{});
   if (t == DType::F64) return f(TypeTag<double>{});
-  KILN_FAIL(op, ": the CPU kernel takes float32 or float64 (the op converts 16-bit types), got ",
-            dtype_name(t));
+  KILN_FAIL(op, ": the CPU kernel takes float32 or float64 (the op converts 16-bit types), got ", dtype_name(t));
 }
 
 // Sets S(i, j) = -inf where key k0 + j lies after query q0 + i (top-left aligned causal mask).
-template <class T>
-void apply_causal(Mat<T>& S, int64_t q0, int64_t k0) {
+template <class T> void apply_causal(Mat<T>& S, int64_t q0, int64_t k0) {
   const T ninf = -std::numeric_limits<T>::infinity();
   for (int64_t i = 0; i < S.rows(); ++i) {
     int64_t first_masked = std::max<int64_t>(0, q0 + i + 1 - k0);
@@ -74,7 +69,8 @@ struct Layout {
 Layout layout_of(const Tensor& t, const char* op) {
   KILN_CHECK((t.dim() == 3 || t.dim() == 4) && t.stride(-1) == 1, op,
              ": the CPU kernel takes [B, T, D] or [B, H, T, D] operands with a unit stride in D, "
-             "got sizes ", t.sizes(), " strides ", t.strides());
+             "got sizes ",
+             t.sizes(), " strides ", t.strides());
   if (t.dim() == 3) return Layout{1, t.stride(0), 0, t.stride(1)};
   return Layout{t.size(1), t.stride(0), t.stride(1), t.stride(2)};
 }
@@ -85,20 +81,14 @@ struct Dims {
 
 // The blocks' products run on kiln's GEMM (kernels/cpu/gemm.h), one thread each: the loops over
 // heads and blocks are the parallel ones. Rows `rs` apart, unit column stride.
-template <class T>
-MatrixView<const T> rows_of(const T* p, int64_t rows, int64_t cols, int64_t rs) {
+template <class T> MatrixView<const T> rows_of(const T* p, int64_t rows, int64_t cols, int64_t rs) {
   return {p, rows, cols, rs, 1};
 }
-template <class T>
-MatrixView<T> rows_of(T* p, int64_t rows, int64_t cols, int64_t rs) {
+template <class T> MatrixView<T> rows_of(T* p, int64_t rows, int64_t cols, int64_t rs) {
   return {p, rows, cols, rs, 1};
 }
-template <class T>
-MatrixView<T> rows_of(Mat<T>& m) {
-  return {m.data(), m.rows(), m.cols(), m.cols(), 1};
-}
-template <class T>
-void product(MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c, bool accumulate) {
+template <class T> MatrixView<T> rows_of(Mat<T>& m) { return {m.data(), m.rows(), m.cols(), m.cols(), 1}; }
+template <class T> void product(MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c, bool accumulate) {
   gemm(a, b, c, accumulate, /*threads=*/1);
 }
 
@@ -111,12 +101,11 @@ Dims dims_of(const Tensor& q, const Tensor& k, const Tensor& v) {
 
 int64_t attention_block_size() { return kBlock; }
 
-void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                       const Tensor& v, double scale, bool causal) {
+void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                       double scale, bool causal) {
   const char* name = "scaled_dot_product_attention";
   KILN_CHECK(lse.is_contiguous(), name, ": lse must be contiguous");
-  const Layout lq = layout_of(q, name), lk = layout_of(k, name), lv = layout_of(v, name),
-               lo = layout_of(out, name);
+  const Layout lq = layout_of(q, name), lk = layout_of(k, name), lv = layout_of(v, name), lo = layout_of(out, name);
   const Dims d = dims_of(q, k, v);
   const int64_t nqb = (d.Tq + kBlock - 1) / kBlock;
   dispatch_attention(q.dtype(), "scaled_dot_product_attention", [&](auto tag) {
@@ -172,13 +161,13 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
 }
 KILN_REGISTER_KERNEL(kernels::attention_forward, CPU, attention_forward);
 
-void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& g,
-                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse, double scale, bool causal) {
+void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& g, const Tensor& q,
+                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,
+                        bool causal) {
   const char* name = "scaled_dot_product_attention_backward";
   KILN_CHECK(lse.is_contiguous(), name, ": lse must be contiguous");
-  const Layout lq = layout_of(q, name), lk = layout_of(k, name), lv = layout_of(v, name),
-               lo = layout_of(out, name), lg = layout_of(g, name);
+  const Layout lq = layout_of(q, name), lk = layout_of(k, name), lv = layout_of(v, name), lo = layout_of(out, name),
+               lg = layout_of(g, name);
   const Layout ldq = dq.defined() ? layout_of(dq, name) : Layout{};
   const Layout ldk = dk.defined() ? layout_of(dk, name) : Layout{};
   const Layout ldv = dv.defined() ? layout_of(dv, name) : Layout{};
@@ -211,11 +200,10 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
     }
 
     // P and dS of one (query block, key block) pair.
-    auto block = [&](int64_t b, int64_t q0, int64_t nq, int64_t k0, int64_t nk, Mat<T>& P,
-                     Mat<T>& dS, bool need_ds) {
+    auto block = [&](int64_t b, int64_t q0, int64_t nq, int64_t k0, int64_t nk, Mat<T>& P, Mat<T>& dS, bool need_ds) {
       P.resize(nq, nk);
-      product<T>(rows_of(qp + lq.offset(b, q0), nq, d.D, lq.st),
-                 rows_of(kp + lk.offset(b, k0), nk, d.D, lk.st).t(), rows_of(P), false);
+      product<T>(rows_of(qp + lq.offset(b, q0), nq, d.D, lq.st), rows_of(kp + lk.offset(b, k0), nk, d.D, lk.st).t(),
+                 rows_of(P), false);
       P *= sc;
       if (causal && k0 + nk - 1 > q0) apply_causal(P, q0, k0);
       for (int64_t i = 0; i < nq; ++i) {
@@ -225,8 +213,8 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
       }
       if (!need_ds) return;
       dS.resize(nq, nk);
-      product<T>(rows_of(gp + lg.offset(b, q0), nq, d.Dv, lg.st),
-                 rows_of(vp + lv.offset(b, k0), nk, d.Dv, lv.st).t(), rows_of(dS), false);  // dP
+      product<T>(rows_of(gp + lg.offset(b, q0), nq, d.Dv, lg.st), rows_of(vp + lv.offset(b, k0), nk, d.Dv, lv.st).t(),
+                 rows_of(dS), false);  // dP
       // dS, with the scale of dQ = dS K * scale and dK = dS^T Q * scale folded in
       for (int64_t i = 0; i < nq; ++i)
         dS.row(i) = (P.row(i).array() * (dS.row(i).array() - Drow[b * d.Tq + q0 + i]) * sc).matrix();
@@ -289,10 +277,8 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
             const int64_t nq = std::min(kBlock, d.Tq - q0);
             if (causal && q0 + nq - 1 < k0) continue;
             block(b, q0, nq, k0, nk, P, dS, dkp != nullptr);
-            if (dvp)
-              product<T>(rows_of(P).t(), rows_of(gp + lg.offset(b, q0), nq, d.Dv, lg.st), rows_of(dV), true);
-            if (dkp)
-              product<T>(rows_of(dS).t(), rows_of(qp + lq.offset(b, q0), nq, d.D, lq.st), rows_of(dK), true);
+            if (dvp) product<T>(rows_of(P).t(), rows_of(gp + lg.offset(b, q0), nq, d.Dv, lg.st), rows_of(dV), true);
+            if (dkp) product<T>(rows_of(dS).t(), rows_of(qp + lq.offset(b, q0), nq, d.D, lq.st), rows_of(dK), true);
           }
           if (dkp) MMap<T>(dkp + ldk.offset(b, k0), nk, d.D, Eigen::OuterStride<>(ldk.st)) = dK;
           if (dvp) MMap<T>(dvp + ldv.offset(b, k0), nk, d.Dv, Eigen::OuterStride<>(ldv.st)) = dV;

@@ -14,21 +14,19 @@
 namespace kiln::kernels::cpu {
 
 // The dtype batch-norm statistics are kept in for data of type T (norm_stat_dtype of kernels/norm.h).
-template <class T>
-using stat_t = std::conditional_t<std::is_same<T, double>::value, double, float>;
+template <class T> using stat_t = std::conditional_t<std::is_same<T, double>::value, double, float>;
 
 // An operand's data, or null when it is undefined (an optional operand, a gradient not wanted).
-template <class T>
-const T* cptr(const Tensor& t) { return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr; }
-template <class T>
-T* mptr(const Tensor& t) { return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr; }
+template <class T> const T* cptr(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+template <class T> T* mptr(const Tensor& t) { return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr; }
 
 // keep ? v : +0 (math::ReluBackward's select) as a bit mask. Written as `keep ? v : 0`, GCC
 // (-ftrapping-math) leaves a branch inside double-accumulating reductions instead of vectorizing
 // them, and on real activations the branch is mispredicted about half the time: the fused
 // BatchNorm + ReLU backward ran 5x slower than the plain one.
-template <class O>
-inline O keep_or_zero(bool keep, O v) {
+template <class O> inline O keep_or_zero(bool keep, O v) {
   using U = std::conditional_t<sizeof(O) == 8, uint64_t, uint32_t>;
   static_assert(sizeof(O) == sizeof(U), "opmath is float or double");
   U bits;
@@ -41,8 +39,7 @@ inline O keep_or_zero(bool keep, O v) {
 
 // The x * k2 term of dx = g * k1 + x * k2 + k3, 0 when k2 is (eval mode): a NaN or inf input
 // then gets PyTorch's eval gradient g * w * invstd instead of NaN * 0.
-template <class O>
-inline O bn_x_term(O x, O k2) { return k2 == O(0) ? O(0) : x * k2; }
+template <class O> inline O bn_x_term(O x, O k2) { return k2 == O(0) ? O(0) : x * k2; }
 
 // After the backward's per-channel sums sum_g = sum(g) and dot = sum(g * (x - mean)) over the
 // M = N * S elements of each channel: writes dweight = dot * invstd and dbias = sum_g (each when
@@ -50,10 +47,9 @@ inline O bn_x_term(O x, O k2) { return k2 == O(0) ? O(0) : x * k2; }
 //   training: dx = w * invstd * (g - sum_g / M - (x - mean) * invstd^2 * dot / M)
 //   eval:     dx = w * invstd * g
 template <class O, class T, class ST>
-void bn_backward_coefficients(int64_t C, int64_t M, bool training, const T* wp, const ST* mp,
-                              const ST* ip, const std::vector<double>& sum_g,
-                              const std::vector<double>& dot, T* dwp, T* dbp, std::vector<O>& k1,
-                              std::vector<O>& k2, std::vector<O>& k3) {
+void bn_backward_coefficients(int64_t C, int64_t M, bool training, const T* wp, const ST* mp, const ST* ip,
+                              const std::vector<double>& sum_g, const std::vector<double>& dot, T* dwp, T* dbp,
+                              std::vector<O>& k1, std::vector<O>& k2, std::vector<O>& k3) {
   k1.resize(C);
   k2.resize(C);
   k3.resize(C);
@@ -73,9 +69,8 @@ void bn_backward_coefficients(int64_t C, int64_t M, bool training, const T* wp, 
 
 // The per-channel affine map of the normalisation, in the op-math type.
 template <class T, class O = opmath_t<T>>
-std::vector<pool2x2::AffineRelu<O>> affine_maps(const Tensor& weight, const Tensor& bias,
-                                                const Tensor& mean, const Tensor& invstd,
-                                                int64_t C) {
+std::vector<pool2x2::AffineRelu<O>> affine_maps(const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                                                const Tensor& invstd, int64_t C) {
   using ST = stat_t<T>;
   const T* wp = cptr<T>(weight);
   const T* bp = cptr<T>(bias);

@@ -9,8 +9,8 @@
 // Backward, from the pooled gradient gout: the gradient reaching BatchNorm is gout at each
 // window's argmax where that element's pre-activation was positive (or NaN, as PyTorch's relu
 // backward), and 0 everywhere else. The pooled output itself says where: out = relu(pre at the
-// argmax) is positive or NaN exactly when the mask is on. With the forward's x at the argmax (pooled_x), both passes read only pooled-size tensors
-// except for pass 2's own x and dx:
+// argmax) is positive or NaN exactly when the mask is on. With the forward's x at the argmax (pooled_x), both passes
+// read only pooled-size tensors except for pass 2's own x and dx:
 //   pass 1 (training, or dweight/dbias wanted): per channel, sum_g = sum of those gradients and
 //          dot = sum of gradient * (pooled_x - mean) -- contiguous, vectorised;
 //   pass 2: per plane, dx = x * k2 + k3 everywhere (the batch-statistics terms), then
@@ -40,27 +40,25 @@ struct Block {
 };
 
 Block block_of(const char* op, const Tensor& x, const Tensor& pooled) {
-  KILN_CHECK(x.dim() == 4 && x.is_contiguous(), op, ": expected a contiguous NCHW input, got sizes ",
-             x.sizes(), " strides ", x.strides());
+  KILN_CHECK(x.dim() == 4 && x.is_contiguous(), op, ": expected a contiguous NCHW input, got sizes ", x.sizes(),
+             " strides ", x.strides());
   Block b{x.size(0), x.size(1), x.size(2), x.size(3), x.size(2) / 2, x.size(3) / 2};
   KILN_CHECK(pooled.sizes() == IntList({b.N, b.C, b.OH, b.OW}) && pooled.is_contiguous(), op,
-             ": pooled operand has sizes ", pooled.sizes(), ", expected contiguous ",
-             IntList({b.N, b.C, b.OH, b.OW}));
+             ": pooled operand has sizes ", pooled.sizes(), ", expected contiguous ", IntList({b.N, b.C, b.OH, b.OW}));
   return b;
 }
 
 }  // namespace
 
-void batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices,
-                                         const Tensor& pooled_x, const Tensor& x,
-                                         const Tensor& weight, const Tensor& bias,
-                                         const Tensor& mean, const Tensor& invstd) {
+void batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indices, const Tensor& pooled_x,
+                                         const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                                         const Tensor& invstd) {
   const char* op = "batch_norm_relu_max_pool2d";
   const Block b = block_of(op, x, out);
-  KILN_CHECK(indices.dtype() == DType::I32 && indices.sizes() == out.sizes() && indices.is_contiguous(),
-             op, ": indices must be contiguous int32 like the output");
-  KILN_CHECK(!pooled_x.defined() || (pooled_x.sizes() == out.sizes() && pooled_x.is_contiguous() &&
-                                     pooled_x.dtype() == x.dtype()),
+  KILN_CHECK(indices.dtype() == DType::I32 && indices.sizes() == out.sizes() && indices.is_contiguous(), op,
+             ": indices must be contiguous int32 like the output");
+  KILN_CHECK(!pooled_x.defined() ||
+                 (pooled_x.sizes() == out.sizes() && pooled_x.is_contiguous() && pooled_x.dtype() == x.dtype()),
              op, ": pooled_x must be contiguous like the output");
   if (out.numel() == 0) return;
   dispatch_floating(x.dtype(), op, [&](auto tag) {
@@ -75,10 +73,9 @@ void batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& indice
     for (int64_t p = 0; p < planes; ++p) {
       const T* xpl = xp + p * HW;
       for (int64_t oh = 0; oh < b.OH; ++oh)
-        pool2x2::max_2x2_row_pair(xpl + 2 * oh * b.W, xpl + (2 * oh + 1) * b.W,
-                                  op_ + p * OHW + oh * b.OW, ip + p * OHW + oh * b.OW, b.OW,
-                                  static_cast<int32_t>(2 * oh * b.W), static_cast<int32_t>(b.W),
-                                  f[p % b.C], rawp ? rawp + p * OHW + oh * b.OW : nullptr);
+        pool2x2::max_2x2_row_pair(xpl + 2 * oh * b.W, xpl + (2 * oh + 1) * b.W, op_ + p * OHW + oh * b.OW,
+                                  ip + p * OHW + oh * b.OW, b.OW, static_cast<int32_t>(2 * oh * b.W),
+                                  static_cast<int32_t>(b.W), f[p % b.C], rawp ? rawp + p * OHW + oh * b.OW : nullptr);
     }
   });
 }
@@ -89,8 +86,7 @@ namespace {
 // dbias and the dx coefficients) and plane() (pass 2 for one [H, W] plane), so that a caller can
 // produce dx plane by plane into a cache-resident buffer (conv2d_batch_norm_relu_max_pool2x2_backward
 // below) instead of a tensor.
-template <class T>
-struct PooledBnBackward {
+template <class T> struct PooledBnBackward {
   using O = opmath_t<T>;
   using ST = stat_t<T>;
   Block b;
@@ -148,19 +144,19 @@ struct PooledBnBackward {
   }
 };
 
-void check_backward_operands(const char* op, const Tensor& gout, const Tensor& out,
-                             const Tensor& pooled_x, const Tensor& indices, const Tensor& x) {
-  KILN_CHECK(indices.dtype() == DType::I32 && indices.sizes() == gout.sizes() && indices.is_contiguous(),
-             op, ": indices must be contiguous int32 like the pooled gradient");
+void check_backward_operands(const char* op, const Tensor& gout, const Tensor& out, const Tensor& pooled_x,
+                             const Tensor& indices, const Tensor& x) {
+  KILN_CHECK(indices.dtype() == DType::I32 && indices.sizes() == gout.sizes() && indices.is_contiguous(), op,
+             ": indices must be contiguous int32 like the pooled gradient");
   for (const Tensor* t : {&out, &pooled_x})
     KILN_CHECK(t->sizes() == gout.sizes() && t->is_contiguous() && t->dtype() == x.dtype(), op,
                ": the forward's output and pooled_x must be contiguous like the pooled gradient");
 }
 
 template <class T>
-PooledBnBackward<T> pooled_backward(const Block& b, const Tensor& gout, const Tensor& out,
-                                    const Tensor& pooled_x, const Tensor& indices, const Tensor& weight,
-                                    const Tensor& mean, const Tensor& invstd) {
+PooledBnBackward<T> pooled_backward(const Block& b, const Tensor& gout, const Tensor& out, const Tensor& pooled_x,
+                                    const Tensor& indices, const Tensor& weight, const Tensor& mean,
+                                    const Tensor& invstd) {
   using ST = stat_t<T>;
   PooledBnBackward<T> r;
   r.b = b;
@@ -176,17 +172,14 @@ PooledBnBackward<T> pooled_backward(const Block& b, const Tensor& gout, const Te
 
 }  // namespace
 
-void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweight,
-                                          const Tensor& dbias, const Tensor& gout,
-                                          const Tensor& out, const Tensor& pooled_x,
-                                          const Tensor& indices, const Tensor& x,
-                                          const Tensor& weight, const Tensor& mean,
-                                          const Tensor& invstd, bool training) {
+void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                          const Tensor& gout, const Tensor& out, const Tensor& pooled_x,
+                                          const Tensor& indices, const Tensor& x, const Tensor& weight,
+                                          const Tensor& mean, const Tensor& invstd, bool training) {
   const char* op = "batch_norm_relu_max_pool2d_backward";
   const Block b = block_of(op, x, gout);
   check_backward_operands(op, gout, out, pooled_x, indices, x);
-  KILN_CHECK(!dx.defined() || (dx.sizes() == x.sizes() && dx.is_contiguous()), op,
-             ": dx must be contiguous like x");
+  KILN_CHECK(!dx.defined() || (dx.sizes() == x.sizes() && dx.is_contiguous()), op, ": dx must be contiguous like x");
   dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto bw = pooled_backward<T>(b, gout, out, pooled_x, indices, weight, mean, invstd);
@@ -200,11 +193,12 @@ void batch_norm_relu_max_pool2x2_backward(const Tensor& dx, const Tensor& dweigh
   });
 }
 
-void conv2d_batch_norm_relu_max_pool2x2_backward(
-    const Tensor& dconv_x, const Tensor& dconv_w, const Tensor& dweight, const Tensor& dbias,
-    const Tensor& gout, const Tensor& out, const Tensor& pooled_x, const Tensor& indices,
-    const Tensor& y, const Tensor& conv_x, const Tensor& conv_w, const ConvGeometry& g,
-    const Tensor& weight, const Tensor& mean, const Tensor& invstd, bool training) {
+void conv2d_batch_norm_relu_max_pool2x2_backward(const Tensor& dconv_x, const Tensor& dconv_w, const Tensor& dweight,
+                                                 const Tensor& dbias, const Tensor& gout, const Tensor& out,
+                                                 const Tensor& pooled_x, const Tensor& indices, const Tensor& y,
+                                                 const Tensor& conv_x, const Tensor& conv_w, const ConvGeometry& g,
+                                                 const Tensor& weight, const Tensor& mean, const Tensor& invstd,
+                                                 bool training) {
   const char* op = "conv2d_batch_norm_relu_max_pool2d_backward";
   const Block b = block_of(op, y, gout);
   check_backward_operands(op, gout, out, pooled_x, indices, y);
@@ -231,7 +225,8 @@ void conv2d_batch_norm_relu_max_pool2x2_backward(
 namespace kiln::kernels {
 
 bool supports_batch_norm_relu_max_pool2x2(const Tensor& x) {
-  return x.defined() && x.device().is_cpu() && is_floating(x.dtype()) && x.dim() == 4 && x.is_contiguous() && x.size(2) >= 2 && x.size(3) >= 2;
+  return x.defined() && x.device().is_cpu() && is_floating(x.dtype()) && x.dim() == 4 && x.is_contiguous() &&
+         x.size(2) >= 2 && x.size(3) >= 2;
 }
 
 KILN_REGISTER_KERNEL(batch_norm_relu_max_pool2x2_forward, CPU, cpu::batch_norm_relu_max_pool2x2_forward);

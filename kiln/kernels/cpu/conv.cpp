@@ -83,8 +83,7 @@ template <class T> using MMap = Eigen::Map<RowMat<T>, 0, OuterStride<>>;
 template <class T> using CMap = Eigen::Map<const RowMat<T>, 0, OuterStride<>>;
 
 // Output positions o in [lo, hi) whose input index o * s + off lies in [0, n).
-inline void valid_range(int64_t out_n, int64_t s, int64_t off, int64_t n, int64_t& lo,
-                        int64_t& hi) {
+inline void valid_range(int64_t out_n, int64_t s, int64_t off, int64_t n, int64_t& lo, int64_t& hi) {
   lo = off >= 0 ? 0 : (-off + s - 1) / s;
   hi = n - 1 - off < 0 ? 0 : (n - 1 - off) / s + 1;
   hi = std::min(hi, out_n);
@@ -127,24 +126,21 @@ inline ShiftedTap shifted_tap(const ConvGeometry& g, int64_t ki, int64_t kj) {
 
 // Calls f(c, ki, kj, row) for every tap of Cg channels, row = (c * kh + ki) * kw + kj being its
 // row of the im2col matrix.
-template <class F>
-inline void for_each_tap(int64_t Cg, const ConvGeometry& g, F&& f) {
+template <class F> inline void for_each_tap(int64_t Cg, const ConvGeometry& g, F&& f) {
   for (int64_t c = 0; c < Cg; ++c)
     for (int64_t ki = 0; ki < g.kh; ++ki)
       for (int64_t kj = 0; kj < g.kw; ++kj) f(c, ki, kj, (c * g.kh + ki) * g.kw + kj);
 }
 
 // Zeroes the columns of a same-width tap's im2col row that wrapped into the neighbouring rows.
-template <class T>
-inline void zero_wrapped_columns(T* row, const ShiftedTap& t, int64_t OW) {
+template <class T> inline void zero_wrapped_columns(T* row, const ShiftedTap& t, int64_t OW) {
   for (int64_t r = t.first - t.zero_lo + OW; r < t.last; r += OW)
     for (int64_t j = 0; j < t.zero_lo + t.zero_hi; ++j) row[r - t.zero_hi + j] = T(0);
 }
 
 // x: one sample's Cg planes [Cg, H, W]; col [Cg*kh*kw, OH*OW] with row stride ld (>= OH*OW:
 // a block of samples puts each sample's columns side by side).
-template <class T>
-void im2col(const T* x, T* col, int64_t Cg, const ConvGeometry& g, int64_t ld) {
+template <class T> void im2col(const T* x, T* col, int64_t Cg, const ConvGeometry& g, int64_t ld) {
   const int64_t HW = g.H * g.W, OW = g.OW;
   if (is_same_width_unit_stride(g)) {
     const int64_t OHW = g.OH * OW;
@@ -190,8 +186,7 @@ void im2col(const T* x, T* col, int64_t Cg, const ConvGeometry& g, int64_t ld) {
 // The adjoint of im2col: dx [Cg, H, W] += scatter(col), col's row stride ld. dx must be zeroed by
 // the caller. col is scratch: the same-width path zeroes its wrapped columns so that each tap is
 // one span add.
-template <class T>
-void col2im(T* col, T* dx, int64_t Cg, const ConvGeometry& g, int64_t ld) {
+template <class T> void col2im(T* col, T* dx, int64_t Cg, const ConvGeometry& g, int64_t ld) {
   const int64_t HW = g.H * g.W, OW = g.OW;
   if (is_same_width_unit_stride(g)) {
     for_each_tap(Cg, g, [&](int64_t c, int64_t ki, int64_t kj, int64_t tap) {
@@ -230,8 +225,7 @@ void col2im(T* col, T* dx, int64_t Cg, const ConvGeometry& g, int64_t ld) {
 // ------------------------------------------------------------------------- NHWC: im2row
 
 // x: one block of samples, NHWC; P [samples*OH*OW, kh*kw*Cg] for channels [c0, c0 + Cg).
-template <class T>
-void im2row(const T* x, T* P, int64_t samples, int64_t c0, int64_t Cg, const ConvGeometry& g) {
+template <class T> void im2row(const T* x, T* P, int64_t samples, int64_t c0, int64_t Cg, const ConvGeometry& g) {
   const int64_t C = g.C, Ckk = g.kh * g.kw * Cg;
   const bool whole_rows = Cg == C && g.dw == 1;  // kw taps are kw*C contiguous values
   for (int64_t n = 0; n < samples; ++n) {
@@ -266,8 +260,8 @@ void im2row(const T* x, T* P, int64_t samples, int64_t c0, int64_t Cg, const Con
 // The NHWC patch matrix of samples [n0, n1) and group gi: (n1 - n0) * OH * OW rows of Ckk. A 1x1
 // stride-1 convolution (pw) reads the input rows in place; others im2row into buf (large enough).
 template <class T>
-MatrixView<const T> nhwc_patches(const T* xp, T* buf, int64_t n0, int64_t n1, int64_t gi, int64_t Cg,
-                                 int64_t Ckk, bool pw, const ConvGeometry& g) {
+MatrixView<const T> nhwc_patches(const T* xp, T* buf, int64_t n0, int64_t n1, int64_t gi, int64_t Cg, int64_t Ckk,
+                                 bool pw, const ConvGeometry& g) {
   const int64_t rows = (n1 - n0) * g.OH * g.OW;
   const T* xb = xp + n0 * g.H * g.W * g.C;
   if (pw) return row_major(xb + gi * Cg, rows, Ckk, g.C);
@@ -276,8 +270,7 @@ MatrixView<const T> nhwc_patches(const T* xp, T* buf, int64_t n0, int64_t n1, in
 }
 
 // The adjoint of im2row: dx (block of samples, NHWC, zeroed by the caller) += scatter(P).
-template <class T>
-void row2im(const T* P, T* dx, int64_t samples, int64_t c0, int64_t Cg, const ConvGeometry& g) {
+template <class T> void row2im(const T* P, T* dx, int64_t samples, int64_t c0, int64_t Cg, const ConvGeometry& g) {
   const int64_t C = g.C, Ckk = g.kh * g.kw * Cg;
   for (int64_t n = 0; n < samples; ++n) {
     T* xn = dx + n * g.H * g.W * C;
@@ -312,8 +305,7 @@ void row2im(const T* P, T* dx, int64_t samples, int64_t c0, int64_t Cg, const Co
 // any_order: the blocks' results do not depend on which thread runs them (no per-thread partial
 // sums), so they are handed out dynamically -- a thread that starts late or runs slower (a VM's
 // vCPUs do) takes fewer. Otherwise a static split keeps reductions bitwise reproducible.
-template <class F>
-void for_blocks(int64_t n, int64_t block, int nthreads, F&& body, bool any_order = false) {
+template <class F> void for_blocks(int64_t n, int64_t block, int nthreads, F&& body, bool any_order = false) {
   const int64_t nblocks = (n + block - 1) / block;
   if (nthreads > 1 && nblocks >= nthreads) {
 #pragma omp parallel num_threads(nthreads)
@@ -363,15 +355,15 @@ int64_t nchw_samples_per_block(const ConvGeometry& g, int nt) {
 
 // An NCHW block of samples [n0, n1): its GEMMs have cols = nb * OH*OW columns, sample-major.
 // nb samples' planes [nb][rows][ohw] <-> one [rows, nb * ohw] matrix, sample-major columns.
-template <class T>
-void planes_to_block(const T* planes, T* block, int64_t nb, int64_t rows, int64_t ohw) {
+template <class T> void planes_to_block(const T* planes, T* block, int64_t nb, int64_t rows, int64_t ohw) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < nb; ++i) std::memcpy(block + (r * nb + i) * ohw, planes + (i * rows + r) * ohw, ohw * sizeof(T));
+    for (int64_t i = 0; i < nb; ++i)
+      std::memcpy(block + (r * nb + i) * ohw, planes + (i * rows + r) * ohw, ohw * sizeof(T));
 }
-template <class T>
-void block_to_planes(const T* block, T* planes, int64_t nb, int64_t rows, int64_t ohw) {
+template <class T> void block_to_planes(const T* block, T* planes, int64_t nb, int64_t rows, int64_t ohw) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < nb; ++i) std::memcpy(planes + (i * rows + r) * ohw, block + (r * nb + i) * ohw, ohw * sizeof(T));
+    for (int64_t i = 0; i < nb; ++i)
+      std::memcpy(planes + (i * rows + r) * ohw, block + (r * nb + i) * ohw, ohw * sizeof(T));
 }
 
 struct NchwBlock {
@@ -384,16 +376,14 @@ struct NchwBlock {
   // Sizes buf as [patch matrix (Ckk x cols, unless the input serves in place) | a [K, cols]
   // output or output-gradient block (unless a single sample's planes serve as they are)] and
   // returns the second part.
-  template <class T>
-  T* scratch(std::vector<T>& buf, int64_t Ckk, int64_t K) const {
+  template <class T> T* scratch(std::vector<T>& buf, int64_t Ckk, int64_t K) const {
     const int64_t col_size = in_place_input ? 0 : Ckk * cols;
     const int64_t need = col_size + (single ? 0 : K * cols);
     if (static_cast<int64_t>(buf.size()) < need) buf.resize(need);
     return buf.data() + col_size;
   }
   // The block's output gradient (gy: the whole NCHW gradient) as one [K, cols] matrix.
-  template <class T>
-  const T* gathered(const T* gy, T* scratch, const ConvGeometry& g) const {
+  template <class T> const T* gathered(const T* gy, T* scratch, const ConvGeometry& g) const {
     const T* planes = gy + n0 * g.K * g.OH * g.OW;
     if (single) return planes;
     planes_to_block(planes, scratch, nb, g.K, g.OH * g.OW);
@@ -402,8 +392,7 @@ struct NchwBlock {
 };
 
 // Weight [K, Cg, kh, kw] -> [K, kh, kw, Cg] (contiguous), the column order of the NHWC patches.
-template <class T>
-std::vector<T> weight_to_hwc(const T* w, const ConvGeometry& g) {
+template <class T> std::vector<T> weight_to_hwc(const T* w, const ConvGeometry& g) {
   const int64_t Cg = g.C / g.groups, khw = g.kh * g.kw;
   std::vector<T> r(g.K * Cg * khw);
   for (int64_t k = 0; k < g.K; ++k)
@@ -413,18 +402,16 @@ std::vector<T> weight_to_hwc(const T* w, const ConvGeometry& g) {
 }
 
 void check_layout(const char* op, const Tensor& t, const char* what, const ConvGeometry& g) {
-  KILN_CHECK(has_layout(t, g.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous),
-             op, ": ", what, " (sizes ", t.sizes(), ", strides ", t.strides(), ") is not ",
-             g.channels_last ? "channels-last" : "NCHW-contiguous",
-             " as the kernel was asked to read it");
+  KILN_CHECK(has_layout(t, g.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous), op, ": ", what,
+             " (sizes ", t.sizes(), ", strides ", t.strides(), ") is not ",
+             g.channels_last ? "channels-last" : "NCHW-contiguous", " as the kernel was asked to read it");
 }
 
 // ------------------------------------------------------------------------- forward
 
 // The weight of each group as the GEMMs' left operand, packed once per call rather than once
 // per block of samples: W [Kg, Cg*kh*kw] for the forward, W^T for the input gradient.
-template <class T>
-std::vector<PackedLhs<T>> packed_weight(const T* wp, const ConvGeometry& g, bool transposed) {
+template <class T> std::vector<PackedLhs<T>> packed_weight(const T* wp, const ConvGeometry& g, bool transposed) {
   const int64_t G = g.groups, Kg = g.K / G, Ckk = g.C / G * g.kh * g.kw;
   std::vector<PackedLhs<T>> out;
   for (int64_t gi = 0; gi < G; ++gi) {
@@ -437,8 +424,8 @@ std::vector<PackedLhs<T>> packed_weight(const T* wp, const ConvGeometry& g, bool
 // samples_done (NCHW only; empty: none): called once per block of samples [n0, n1), from the
 // thread that computed it, right after their output planes are written, while they are in cache.
 template <class T>
-void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const Tensor& bias,
-                  const ConvGeometry& g, const SamplesDone& samples_done = {}) {
+void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const Tensor& bias, const ConvGeometry& g,
+                  const SamplesDone& samples_done = {}) {
   const T* xp = x.data_ptr<T>();
   const T* wp = w_t.data_ptr<T>();
   const T* bp = bias.defined() ? bias.data_ptr<T>() : nullptr;
@@ -456,43 +443,47 @@ void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const T
     const int64_t spb = nchw_samples_per_block(g, nt);
     const std::vector<PackedLhs<T>> wg = packed_weight(wp, g, false);
     std::vector<std::vector<T>> bufs(nt);
-    for_blocks(g.N, spb, nt, [&](int t, int64_t n0, int64_t n1) {
-      const NchwBlock b(g, n0, n1, pw);
-      auto& buf = bufs[t];
-      T* scratch = b.scratch(buf, Ckk, g.K);
-      T* yb = b.single ? op + n0 * g.K * OHW : scratch;  // the block's output as [K, cols]
-      for (int64_t gi = 0; gi < G; ++gi) {
-        const T* colp = b.in_place_input ? xp + (n0 * g.C + gi * Cg) * HW : buf.data();
-        if (!b.in_place_input)
-          for (int64_t i = 0; i < b.nb; ++i)
-            im2col(xp + ((n0 + i) * g.C + gi * Cg) * HW, buf.data() + i * OHW, Cg, g, b.cols);
-        T* yg = yb + gi * Kg * b.cols;
-        if (bp) fill_bias(yg, gi * Kg, Kg, b.cols, b.cols);
-        gemm(wg[gi], row_major(colp, Ckk, b.cols, b.cols), row_major(yg, Kg, b.cols, b.cols),
-             bp != nullptr);
-      }
-      if (!b.single) block_to_planes(yb, op + n0 * g.K * OHW, b.nb, g.K, OHW);
-      if (samples_done) samples_done(n0, n1);  // the block's output planes are still in cache
-    }, /*any_order=*/true);
+    for_blocks(
+        g.N, spb, nt,
+        [&](int t, int64_t n0, int64_t n1) {
+          const NchwBlock b(g, n0, n1, pw);
+          auto& buf = bufs[t];
+          T* scratch = b.scratch(buf, Ckk, g.K);
+          T* yb = b.single ? op + n0 * g.K * OHW : scratch;  // the block's output as [K, cols]
+          for (int64_t gi = 0; gi < G; ++gi) {
+            const T* colp = b.in_place_input ? xp + (n0 * g.C + gi * Cg) * HW : buf.data();
+            if (!b.in_place_input)
+              for (int64_t i = 0; i < b.nb; ++i)
+                im2col(xp + ((n0 + i) * g.C + gi * Cg) * HW, buf.data() + i * OHW, Cg, g, b.cols);
+            T* yg = yb + gi * Kg * b.cols;
+            if (bp) fill_bias(yg, gi * Kg, Kg, b.cols, b.cols);
+            gemm(wg[gi], row_major(colp, Ckk, b.cols, b.cols), row_major(yg, Kg, b.cols, b.cols), bp != nullptr);
+          }
+          if (!b.single) block_to_planes(yb, op + n0 * g.K * OHW, b.nb, g.K, OHW);
+          if (samples_done) samples_done(n0, n1);  // the block's output planes are still in cache
+        },
+        /*any_order=*/true);
     return;
   }
   KILN_CHECK(!samples_done, "conv2d_forward_epilogue: the NCHW kernel only");
   const std::vector<T> wr = weight_to_hwc(wp, g);
   const int64_t spb = samples_per_block(g);
   std::vector<std::vector<T>> bufs(nt);
-  for_blocks(g.N, spb, nt, [&](int t, int64_t n0, int64_t n1) {
-    const int64_t rows = (n1 - n0) * OHW;
-    auto& buf = bufs[t];
-    if (!pw && static_cast<int64_t>(buf.size()) < rows * Ckk) buf.resize(rows * Ckk);
-    for (int64_t gi = 0; gi < G; ++gi) {
-      const MatrixView<const T> P = nhwc_patches(xp, buf.data(), n0, n1, gi, Cg, Ckk, pw, g);
-      T* o = op + n0 * OHW * g.K + gi * Kg;
-      if (bp)
-        for (int64_t r = 0; r < rows; ++r) std::copy_n(bp + gi * Kg, Kg, o + r * g.K);
-      gemm(P, row_major(wr.data() + gi * Kg * Ckk, Kg, Ckk, Ckk).t(), row_major(o, rows, Kg, g.K),
-           bp != nullptr);
-    }
-  }, /*any_order=*/true);
+  for_blocks(
+      g.N, spb, nt,
+      [&](int t, int64_t n0, int64_t n1) {
+        const int64_t rows = (n1 - n0) * OHW;
+        auto& buf = bufs[t];
+        if (!pw && static_cast<int64_t>(buf.size()) < rows * Ckk) buf.resize(rows * Ckk);
+        for (int64_t gi = 0; gi < G; ++gi) {
+          const MatrixView<const T> P = nhwc_patches(xp, buf.data(), n0, n1, gi, Cg, Ckk, pw, g);
+          T* o = op + n0 * OHW * g.K + gi * Kg;
+          if (bp)
+            for (int64_t r = 0; r < rows; ++r) std::copy_n(bp + gi * Kg, Kg, o + r * g.K);
+          gemm(P, row_major(wr.data() + gi * Kg * Ckk, Kg, Ckk, Ckk).t(), row_major(o, rows, Kg, g.K), bp != nullptr);
+        }
+      },
+      /*any_order=*/true);
 }
 
 // ------------------------------------------------------------------------- backward: input
@@ -537,8 +528,7 @@ void add_block_weight_grad(T* dw, const T* dy_b, const T* x_b, int64_t nb, T* co
 }
 
 template <class T>
-void backward_input_impl(const Tensor& gx, const Tensor& gy, const Tensor& w_t,
-                         const ConvGeometry& g) {
+void backward_input_impl(const Tensor& gx, const Tensor& gy, const Tensor& w_t, const ConvGeometry& g) {
   const T* gyp = gy.data_ptr<T>();
   const T* wp = w_t.data_ptr<T>();
   T* gxp = gx.data_ptr<T>();
@@ -553,33 +543,39 @@ void backward_input_impl(const Tensor& gx, const Tensor& gy, const Tensor& w_t,
     const int64_t spb = nchw_samples_per_block(g, nt);
     const std::vector<PackedLhs<T>> wt = packed_weight(wp, g, true);
     std::vector<std::vector<T>> bufs(nt);
-    for_blocks(g.N, spb, nt, [&](int t, int64_t n0, int64_t n1) {
-      const NchwBlock b(g, n0, n1, pw);
-      T* scratch = b.scratch(bufs[t], Ckk, g.K);
-      block_input_grad(gxp + n0 * g.C * HW, b.gathered(gyp, scratch, g), b.nb, wt, bufs[t].data(), g);
-    }, /*any_order=*/true);
+    for_blocks(
+        g.N, spb, nt,
+        [&](int t, int64_t n0, int64_t n1) {
+          const NchwBlock b(g, n0, n1, pw);
+          T* scratch = b.scratch(bufs[t], Ckk, g.K);
+          block_input_grad(gxp + n0 * g.C * HW, b.gathered(gyp, scratch, g), b.nb, wt, bufs[t].data(), g);
+        },
+        /*any_order=*/true);
     return;
   }
   const std::vector<T> wr = weight_to_hwc(wp, g);
   const int64_t spb = samples_per_block(g);
   std::vector<std::vector<T>> bufs(nt);
-  for_blocks(g.N, spb, nt, [&](int t, int64_t n0, int64_t n1) {
-    const int64_t rows = (n1 - n0) * OHW;
-    auto& buf = bufs[t];
-    if (!pw && static_cast<int64_t>(buf.size()) < rows * Ckk) buf.resize(rows * Ckk);
-    T* gxb = gxp + n0 * HW * g.C;
-    if (!pw) std::fill(gxb, gxb + (n1 - n0) * HW * g.C, T(0));
-    for (int64_t gi = 0; gi < G; ++gi) {
-      const auto Wg = row_major(wr.data() + gi * Kg * Ckk, Kg, Ckk, Ckk);
-      const auto dY = row_major(gyp + n0 * OHW * g.K + gi * Kg, rows, Kg, g.K);
-      if (pw) {
-        gemm(dY, Wg, row_major(gxb + gi * Cg, rows, Cg, g.C), false);
-        continue;
-      }
-      gemm(dY, Wg, row_major(buf.data(), rows, Ckk, Ckk), false);
-      row2im(buf.data(), gxb, n1 - n0, gi * Cg, Cg, g);
-    }
-  }, /*any_order=*/true);
+  for_blocks(
+      g.N, spb, nt,
+      [&](int t, int64_t n0, int64_t n1) {
+        const int64_t rows = (n1 - n0) * OHW;
+        auto& buf = bufs[t];
+        if (!pw && static_cast<int64_t>(buf.size()) < rows * Ckk) buf.resize(rows * Ckk);
+        T* gxb = gxp + n0 * HW * g.C;
+        if (!pw) std::fill(gxb, gxb + (n1 - n0) * HW * g.C, T(0));
+        for (int64_t gi = 0; gi < G; ++gi) {
+          const auto Wg = row_major(wr.data() + gi * Kg * Ckk, Kg, Ckk, Ckk);
+          const auto dY = row_major(gyp + n0 * OHW * g.K + gi * Kg, rows, Kg, g.K);
+          if (pw) {
+            gemm(dY, Wg, row_major(gxb + gi * Cg, rows, Cg, g.C), false);
+            continue;
+          }
+          gemm(dY, Wg, row_major(buf.data(), rows, Ckk, Ckk), false);
+          row2im(buf.data(), gxb, n1 - n0, gi * Cg, Cg, g);
+        }
+      },
+      /*any_order=*/true);
 }
 
 // ------------------------------------------------------------------------- backward: weight
@@ -666,10 +662,9 @@ void backward_weight_impl(const Tensor& gw, const Tensor& gb, const Tensor& gy, 
 }
 
 void check_geometry(const char* op, const ConvGeometry& g) {
-  KILN_CHECK(g.groups >= 1 && g.C % g.groups == 0 && g.K % g.groups == 0, op, ": groups ",
-             g.groups, " must divide C ", g.C, " and K ", g.K);
-  KILN_CHECK(g.OH >= 0 && g.OW >= 0 && g.sh > 0 && g.sw > 0 && g.dh > 0 && g.dw > 0, op,
-             ": bad geometry");
+  KILN_CHECK(g.groups >= 1 && g.C % g.groups == 0 && g.K % g.groups == 0, op, ": groups ", g.groups, " must divide C ",
+             g.C, " and K ", g.K);
+  KILN_CHECK(g.OH >= 0 && g.OW >= 0 && g.sh > 0 && g.sw > 0 && g.dh > 0 && g.dw > 0, op, ": bad geometry");
 }
 
 Tensor contiguous_weight(const Tensor& w) { return contiguous(w); }
@@ -682,9 +677,27 @@ using cpu_conv::Autotuner;
 using cpu_conv::autotuner;
 
 std::string tune_key(Direction d, const ConvGeometry& g, DType dt) {
-  const int64_t v[] = {static_cast<int64_t>(d), g.N, g.C, g.H, g.W, g.K, g.kh, g.kw, g.OH, g.OW, g.sh,
-                       g.sw, g.ph, g.pw, g.dh, g.dw, g.groups, g.channels_last ? 1 : 0,
-                       static_cast<int64_t>(dt), omp_get_max_threads(), ::kiln::detail::cpu_isa_level()};
+  const int64_t v[] = {static_cast<int64_t>(d),
+                       g.N,
+                       g.C,
+                       g.H,
+                       g.W,
+                       g.K,
+                       g.kh,
+                       g.kw,
+                       g.OH,
+                       g.OW,
+                       g.sh,
+                       g.sw,
+                       g.ph,
+                       g.pw,
+                       g.dh,
+                       g.dw,
+                       g.groups,
+                       g.channels_last ? 1 : 0,
+                       static_cast<int64_t>(dt),
+                       omp_get_max_threads(),
+                       ::kiln::detail::cpu_isa_level()};
   return "cpu-conv:" + std::string(reinterpret_cast<const char*>(v), sizeof(v));
 }
 
@@ -738,22 +751,25 @@ void run_tuned(Direction d, const ConvGeometry& g, DType dt, Native&& native, Ot
 // a converted src into a scratch dst in that layout, then copies the scratch back.
 template <class Impl>
 void run_tuned_into(Direction d, const ConvGeometry& g, DType dt, const Tensor& dst, const Tensor& src, Impl&& impl) {
-  run_tuned(d, g, dt, [&] { impl(dst, src, g); },
-            [&] {
-              const ConvGeometry f = flipped(g);
-              Tensor scratch = empty_4d(dst.sizes(), dst.options(), format_of(f));
-              impl(scratch, converted(src, f), f);
-              copy(dst, scratch);
-            });
+  run_tuned(
+      d, g, dt, [&] { impl(dst, src, g); },
+      [&] {
+        const ConvGeometry f = flipped(g);
+        Tensor scratch = empty_4d(dst.sizes(), dst.options(), format_of(f));
+        impl(scratch, converted(src, f), f);
+        copy(dst, scratch);
+      });
 }
 
 // Runs f(float{}) or f(double{}), the dtypes of the CPU kernels; others are an error.
-template <class F>
-void dispatch_conv_dtype(DType dt, const char* op, F&& f) {
+template <class F> void dispatch_conv_dtype(DType dt, const char* op, F&& f) {
   switch (dt) {
-    case DType::F32: return f(float{});
-    case DType::F64: return f(double{});
-    default: KILN_FAIL(op, ": dtype ", dt, " is not supported by the CPU kernel");
+    case DType::F32:
+      return f(float{});
+    case DType::F64:
+      return f(double{});
+    default:
+      KILN_FAIL(op, ": dtype ", dt, " is not supported by the CPU kernel");
   }
 }
 
@@ -785,7 +801,8 @@ void conv2d_forward_epilogue(const Tensor& out, const Tensor& x, const Tensor& w
   if (out.numel() == 0) return;
   Tensor w = contiguous_weight(weight);
   Tensor b = bias.defined() ? contiguous(bias) : Tensor();
-  dispatch_conv_dtype(x.dtype(), "conv2d", [&](auto tag) { forward_impl<decltype(tag)>(out, x, w, b, g, samples_done); });
+  dispatch_conv_dtype(x.dtype(), "conv2d",
+                      [&](auto tag) { forward_impl<decltype(tag)>(out, x, w, b, g, samples_done); });
 }
 
 namespace {
@@ -831,28 +848,25 @@ void backward_generated_impl(const Tensor& gx, const Tensor& gw, const Tensor& x
 
 }  // namespace
 
-void conv2d_backward_generated(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& x,
-                               const Tensor& weight, const ConvGeometry& g,
-                               const std::function<void(int64_t n, void* dy)>& make_dy) {
+void conv2d_backward_generated(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& x, const Tensor& weight,
+                               const ConvGeometry& g, const std::function<void(int64_t n, void* dy)>& make_dy) {
   const char* op = "conv2d_backward_generated";
   check_geometry(op, g);
   KILN_CHECK(!g.channels_last, op, ": the NCHW kernel only");
   check_layout(op, x, "input", g);
   if (grad_x.defined()) check_layout(op, grad_x, "grad_input", g);
-  KILN_CHECK(!grad_weight.defined() || (grad_weight.is_contiguous() && grad_weight.sizes() == weight.sizes()),
-             op, ": grad_weight must be contiguous like the weight");
+  KILN_CHECK(!grad_weight.defined() || (grad_weight.is_contiguous() && grad_weight.sizes() == weight.sizes()), op,
+             ": grad_weight must be contiguous like the weight");
   if (g.N == 0) {
     if (grad_weight.defined()) fill(grad_weight, 0.0);
     return;
   }
   Tensor w = contiguous_weight(weight);
-  dispatch_conv_dtype(x.dtype(), op, [&](auto tag) {
-    backward_generated_impl<decltype(tag)>(grad_x, grad_weight, x, w, g, make_dy);
-  });
+  dispatch_conv_dtype(x.dtype(), op,
+                      [&](auto tag) { backward_generated_impl<decltype(tag)>(grad_x, grad_weight, x, w, g, make_dy); });
 }
 
-void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
-                           const ConvGeometry& g) {
+void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight, const ConvGeometry& g) {
   check_geometry("conv2d_backward_input", g);
   check_layout("conv2d_backward_input", grad_x, "grad_input", g);
   check_layout("conv2d_backward_input", grad_out, "grad_output", g);
@@ -864,16 +878,15 @@ void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
   Tensor w = contiguous_weight(weight);
   dispatch_conv_dtype(grad_x.dtype(), "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
-    run_tuned_into(Direction::BackwardInput, g, grad_x.dtype(), grad_x, grad_out,
-                   [&](const Tensor& gx, const Tensor& gy, const ConvGeometry& f) {
-                     backward_input_impl<T>(gx, gy, w, f);
-                   });
+    run_tuned_into(
+        Direction::BackwardInput, g, grad_x.dtype(), grad_x, grad_out,
+        [&](const Tensor& gx, const Tensor& gy, const ConvGeometry& f) { backward_input_impl<T>(gx, gy, w, f); });
   });
 }
 KILN_REGISTER_KERNEL(kernels::conv2d_backward_input, CPU, conv2d_backward_input);
 
-void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
-                            const Tensor& grad_out, const Tensor& x, const ConvGeometry& g) {
+void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x,
+                            const ConvGeometry& g) {
   check_geometry("conv2d_backward_weight", g);
   check_layout("conv2d_backward_weight", x, "input", g);
   check_layout("conv2d_backward_weight", grad_out, "grad_output", g);
@@ -886,12 +899,13 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
   }
   dispatch_conv_dtype(x.dtype(), "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);
-    run_tuned(Direction::BackwardWeight, g, x.dtype(),
-              [&] { backward_weight_impl<T>(grad_weight, grad_bias, grad_out, x, g); },
-              [&] {
-                const ConvGeometry f = flipped(g);
-                backward_weight_impl<T>(grad_weight, grad_bias, converted(grad_out, f), converted(x, f), f);
-              });
+    run_tuned(
+        Direction::BackwardWeight, g, x.dtype(),
+        [&] { backward_weight_impl<T>(grad_weight, grad_bias, grad_out, x, g); },
+        [&] {
+          const ConvGeometry f = flipped(g);
+          backward_weight_impl<T>(grad_weight, grad_bias, converted(grad_out, f), converted(x, f), f);
+        });
   });
 }
 KILN_REGISTER_KERNEL(kernels::conv2d_backward_weight, CPU, conv2d_backward_weight);
@@ -899,8 +913,8 @@ KILN_REGISTER_KERNEL(kernels::conv2d_backward_weight, CPU, conv2d_backward_weigh
 // Both gradients: a Winograd convolution whose samples fit a chunk transforms grad_out once for
 // both (winograd_backward_both); anything else (or a non-finite value there) runs the two
 // kernels above, which also keep the autotuner's choices when it is on.
-void conv2d_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
-                     const Tensor& grad_out, const Tensor& x, const Tensor& weight, const ConvGeometry& g) {
+void conv2d_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out,
+                     const Tensor& x, const Tensor& weight, const ConvGeometry& g) {
   check_geometry("conv2d_backward", g);
   check_layout("conv2d_backward", x, "input", g);
   check_layout("conv2d_backward", grad_x, "grad_input", g);
@@ -922,4 +936,3 @@ void conv2d_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tens
 KILN_REGISTER_KERNEL(kernels::conv2d_backward, CPU, conv2d_backward);
 
 }  // namespace kiln::kernels::cpu
-

@@ -19,8 +19,7 @@ namespace kiln::kernels::cpu {
 namespace {
 
 // Sum of the L lane sums by halving (the wide steps vectorise), not one serial chain.
-template <class T, int64_t L>
-double tree_sum(T (&acc)[L]) {
+template <class T, int64_t L> double tree_sum(T (&acc)[L]) {
   for (int64_t w = L / 2; w >= 1; w /= 2)
     for (int64_t l = 0; l < w; ++l) acc[l] += acc[l + w];
   return static_cast<double>(acc[0]);
@@ -29,8 +28,7 @@ double tree_sum(T (&acc)[L]) {
 // ms[0] = mean of v[0, n), ms[1] = sum of (v - mean)^2: two passes over a cache-resident plane
 // with 64 independent lane sums each (one accumulator chain would be add-latency bound), in T,
 // added up by halving. A plane of a few hundred values keeps T's rounding far below BatchNorm's eps.
-template <class T>
-void plane_mean_m2(const T* v, int64_t n, double* ms) {
+template <class T> void plane_mean_m2(const T* v, int64_t n, double* ms) {
   constexpr int64_t L = 64;
   T acc[L] = {};
   int64_t i = 0;
@@ -88,8 +86,7 @@ void batch_stats_impl(const Tensor& out, const Tensor& mean, const Tensor& var, 
   });
   if (mean.dtype() == DType::F64)
     combine_samples(per_sample, g.N, g.K, S_plane, mean.data_ptr<double>(), var.data_ptr<double>());
-  else
-    combine_samples(per_sample, g.N, g.K, S_plane, mean.data_ptr<float>(), var.data_ptr<float>());
+  else combine_samples(per_sample, g.N, g.K, S_plane, mean.data_ptr<float>(), var.data_ptr<float>());
 }
 
 }  // namespace

@@ -58,10 +58,18 @@ struct Patches {
   std::vector<int64_t> tap_offset;
 
   explicit Patches(const ConvGeometry& g)
-      : C(g.C), H(g.H), W(g.W), ph(g.ph), pw(g.pw), OH(g.OH), OW(g.OW),
-        OWr(round_up(g.OW, kLanes)), Hp(g.H + 2 * g.ph),
+      : C(g.C),
+        H(g.H),
+        W(g.W),
+        ph(g.ph),
+        pw(g.pw),
+        OH(g.OH),
+        OW(g.OW),
+        OWr(round_up(g.OW, kLanes)),
+        Hp(g.H + 2 * g.ph),
         Wp(std::max(g.W + 2 * g.pw, round_up(g.OW, kLanes) + (g.kw - 1) * g.dw)),
-        Ckk(g.C * g.kh * g.kw), Zs(round_up(g.C * g.kh * g.kw + 1, kLanes)) {
+        Ckk(g.C * g.kh * g.kw),
+        Zs(round_up(g.C * g.kh * g.kw + 1, kLanes)) {
     for (int64_t c = 0; c < g.C; ++c)
       for (int64_t ki = 0; ki < g.kh; ++ki)
         for (int64_t kj = 0; kj < g.kw; ++kj) tap_offset.push_back((c * Hp + ki * g.dh) * Wp + kj * g.dw);
@@ -69,8 +77,7 @@ struct Patches {
   int64_t pad_size() const { return C * Hp * Wp; }
 
   // pad <- sample xs (C planes of H x W) with zero borders.
-  template <class T>
-  void fill_pad(T* pad, const T* xs) const {
+  template <class T> void fill_pad(T* pad, const T* xs) const {
     std::fill(pad, pad + pad_size(), T(0));
     for (int64_t c = 0; c < C; ++c)
       for (int64_t h = 0; h < H; ++h)
@@ -80,8 +87,7 @@ struct Patches {
   // z <- the patch of every output position p = oh * OW + ow, patch-major ([OH * OW, Zs]), from
   // a filled pad. Lanes from Ckk on are left alone (set once by the caller: see backward). One position's
   // patch at a time, so each row of z is written while it is in L1 (z itself is not).
-  template <class T>
-  void fill_patches(T* z, const T* pad) const {
+  template <class T> void fill_patches(T* z, const T* pad) const {
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<T, float>) {
       if (Zs == kLanes) {  // one 16-lane gather per position
@@ -109,8 +115,10 @@ struct Patches {
           for (int64_t ow = 0; ow < OW; ++ow) {
             const float* src = pad + oh * Wp + ow;
             float* dst = z + (oh * OW + ow) * Zs;
-            _mm256_maskstore_ps(dst, m0, _mm256_mask_i32gather_ps(_mm256_setzero_ps(), src, vo0, _mm256_castsi256_ps(m0), 4));
-            _mm256_maskstore_ps(dst + 8, m1, _mm256_mask_i32gather_ps(_mm256_setzero_ps(), src, vo1, _mm256_castsi256_ps(m1), 4));
+            _mm256_maskstore_ps(dst, m0,
+                                _mm256_mask_i32gather_ps(_mm256_setzero_ps(), src, vo0, _mm256_castsi256_ps(m0), 4));
+            _mm256_maskstore_ps(dst + 8, m1,
+                                _mm256_mask_i32gather_ps(_mm256_setzero_ps(), src, vo1, _mm256_castsi256_ps(m1), 4));
           }
         return;
       }
@@ -127,12 +135,12 @@ struct Patches {
 
 void check_block(const char* op, const Tensor& x, const Tensor& w, const ConvGeometry& g) {
   KILN_CHECK(x.dim() == 4 && x.is_contiguous() && x.sizes() == IntList({g.N, g.C, g.H, g.W}), op,
-             ": expected a contiguous NCHW input of sizes ", IntList({g.N, g.C, g.H, g.W}), ", got sizes ",
-             x.sizes(), " strides ", x.strides());
-  KILN_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64, op,
-             ": the fused kernel takes f32 or f64, got ", x.dtype());
-  KILN_CHECK(w.dtype() == x.dtype() && w.is_contiguous() && w.sizes() == IntList({g.K, g.C, g.kh, g.kw}),
-             op, ": conv weight must be a contiguous ", IntList({g.K, g.C, g.kh, g.kw}), " ", x.dtype(),
+             ": expected a contiguous NCHW input of sizes ", IntList({g.N, g.C, g.H, g.W}), ", got sizes ", x.sizes(),
+             " strides ", x.strides());
+  KILN_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::F64, op, ": the fused kernel takes f32 or f64, got ",
+             x.dtype());
+  KILN_CHECK(w.dtype() == x.dtype() && w.is_contiguous() && w.sizes() == IntList({g.K, g.C, g.kh, g.kw}), op,
+             ": conv weight must be a contiguous ", IntList({g.K, g.C, g.kh, g.kw}), " ", x.dtype(),
              " tensor, got sizes ", w.sizes(), " dtype ", w.dtype());
   KILN_CHECK(g.groups == 1 && g.sh == 1 && g.sw == 1 && !g.channels_last, op,
              ": the fused kernel needs stride 1, groups 1 and NCHW memory");
@@ -140,16 +148,15 @@ void check_block(const char* op, const Tensor& x, const Tensor& w, const ConvGeo
              " is larger than the fused kernel's ", kConvBnPoolMaxPatch);
   KILN_CHECK(g.ph >= 0 && g.pw >= 0 && g.dh >= 1 && g.dw >= 1 && g.OH == g.H + 2 * g.ph - g.dh * (g.kh - 1) &&
                  g.OW == g.W + 2 * g.pw - g.dw * (g.kw - 1),
-             op, ": inconsistent geometry (output ", g.OH, "x", g.OW, " for input ", g.H, "x", g.W, ", padding ",
-             g.ph, ",", g.pw, ", dilation ", g.dh, ",", g.dw, ")");
+             op, ": inconsistent geometry (output ", g.OH, "x", g.OW, " for input ", g.H, "x", g.W, ", padding ", g.ph,
+             ",", g.pw, ", dilation ", g.dh, ",", g.dw, ")");
   KILN_CHECK(g.OH >= 2 && g.OW >= 2, op, ": the conv output ", g.OH, "x", g.OW,
              " is smaller than the 2x2 pooling window");
 }
 
 // mean / invstd / var ([K], the stat dtype) and BatchNorm's weight / bias / their gradients ([K],
 // x's dtype): each checked when defined.
-void check_channel_vectors(const char* op, const ConvGeometry& g, DType dt,
-                           std::initializer_list<const Tensor*> stats,
+void check_channel_vectors(const char* op, const ConvGeometry& g, DType dt, std::initializer_list<const Tensor*> stats,
                            std::initializer_list<const Tensor*> params) {
   const DType st = dt == DType::F64 ? DType::F64 : DType::F32;
   for (const Tensor* t : stats)
@@ -158,19 +165,18 @@ void check_channel_vectors(const char* op, const ConvGeometry& g, DType dt,
                t->dtype());
   for (const Tensor* t : params)
     KILN_CHECK(!t->defined() || (t->is_contiguous() && t->numel() == g.K && t->dtype() == dt), op,
-               ": BatchNorm parameters and their gradients must be contiguous [", g.K, "] ", dt,
-               " tensors, got sizes ", t->sizes(), " dtype ", t->dtype());
+               ": BatchNorm parameters and their gradients must be contiguous [", g.K, "] ", dt, " tensors, got sizes ",
+               t->sizes(), " dtype ", t->dtype());
 }
 
 void check_pooled(const char* op, const Tensor& t, const ConvGeometry& g, DType dt) {
-  KILN_CHECK(t.defined() && t.is_contiguous() && t.dtype() == dt &&
-                 t.sizes() == IntList({g.N, g.K, g.OH / 2, g.OW / 2}),
-             op, ": pooled operand must be a contiguous ", dt, " tensor of sizes ",
-             IntList({g.N, g.K, g.OH / 2, g.OW / 2}), ", got sizes ", t.sizes(), " dtype ", t.dtype());
+  KILN_CHECK(
+      t.defined() && t.is_contiguous() && t.dtype() == dt && t.sizes() == IntList({g.N, g.K, g.OH / 2, g.OW / 2}), op,
+      ": pooled operand must be a contiguous ", dt, " tensor of sizes ", IntList({g.N, g.K, g.OH / 2, g.OW / 2}),
+      ", got sizes ", t.sizes(), " dtype ", t.dtype());
 }
 
-template <class F>
-void dispatch_f32_f64(DType t, F&& f) {
+template <class F> void dispatch_f32_f64(DType t, F&& f) {
   if (t == DType::F64) f(TypeTag<double>{});
   else f(TypeTag<float>{});
 }
@@ -190,8 +196,7 @@ bool parallel_worth_it(const ConvGeometry& g) { return g.N * g.K * g.OH * g.OW >
 // in the conv plane to pos, packed; returns how many. base: the flat index of the window row's
 // first element, ow: the plane's width. gv and pos need 16 elements of slack past the count.
 template <class T>
-int64_t decode_windows(const uint8_t* codes, const T* g, T* gv, int32_t* pos, int64_t n, int32_t base,
-                       int32_t ow) {
+int64_t decode_windows(const uint8_t* codes, const T* g, T* gv, int32_t* pos, int64_t n, int32_t base, int32_t ow) {
   int64_t o = 0, cnt = 0;
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)  // the byte load
   if constexpr (std::is_same_v<T, float>) {
@@ -226,9 +231,9 @@ int64_t decode_windows(const uint8_t* codes, const T* g, T* gv, int32_t* pos, in
 
 }  // namespace
 
-bool conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var,
-                           const Tensor& patch_sum, const Tensor& gram, const Tensor& x,
-                           const Tensor& conv_weight, const ConvGeometry& g, double eps) {
+bool conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tensor& var, const Tensor& patch_sum,
+                           const Tensor& gram, const Tensor& x, const Tensor& conv_weight, const ConvGeometry& g,
+                           double eps) {
   const char* op = "conv2d_batch_norm_relu_max_pool2d";
   check_block(op, x, conv_weight, g);
   KILN_CHECK(mean.defined() && invstd.defined(), op, ": mean and invstd are outputs and must be given");
@@ -335,11 +340,9 @@ bool conv_batch_norm_stats(const Tensor& mean, const Tensor& invstd, const Tenso
   return conditioned;
 }
 
-void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& codes,
-                                              const Tensor& x, const Tensor& conv_weight,
-                                              const ConvGeometry& g, const Tensor& weight,
-                                              const Tensor& bias, const Tensor& mean,
-                                              const Tensor& invstd) {
+void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& codes, const Tensor& x,
+                                              const Tensor& conv_weight, const ConvGeometry& g, const Tensor& weight,
+                                              const Tensor& bias, const Tensor& mean, const Tensor& invstd) {
   const char* op = "conv2d_batch_norm_relu_max_pool2d";
   check_block(op, x, conv_weight, g);
   check_pooled(op, out, g, x.dtype());
@@ -401,8 +404,7 @@ void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& c
           for (int64_t r = 0; r < POH; ++r) {
             pool2x2::max_2x2_row_pair(yk + 2 * r * OWr, yk + (2 * r + 1) * OWr, outp + at + r * POW,
                                       static_cast<int32_t*>(nullptr), POW, static_cast<int32_t>(2 * r * g.OW),
-                                      static_cast<int32_t>(g.OW), f[k], static_cast<T*>(nullptr),
-                                      cp + at + r * POW);
+                                      static_cast<int32_t>(g.OW), f[k], static_cast<T*>(nullptr), cp + at + r * POW);
           }
         }
       }
@@ -410,11 +412,11 @@ void conv_batch_norm_relu_max_pool2x2_forward(const Tensor& out, const Tensor& c
   });
 }
 
-void conv_batch_norm_relu_max_pool2x2_backward(
-    const Tensor& dconv_weight, const Tensor& dweight, const Tensor& dbias, const Tensor& gout,
-    const Tensor& codes, const Tensor& x, const Tensor& conv_weight,
-    const ConvGeometry& g, const Tensor& patch_sum, const Tensor& gram, const Tensor& weight,
-    const Tensor& mean, const Tensor& invstd, bool training) {
+void conv_batch_norm_relu_max_pool2x2_backward(const Tensor& dconv_weight, const Tensor& dweight, const Tensor& dbias,
+                                               const Tensor& gout, const Tensor& codes, const Tensor& x,
+                                               const Tensor& conv_weight, const ConvGeometry& g,
+                                               const Tensor& patch_sum, const Tensor& gram, const Tensor& weight,
+                                               const Tensor& mean, const Tensor& invstd, bool training) {
   const char* op = "conv2d_batch_norm_relu_max_pool2d_backward";
   check_block(op, x, conv_weight, g);
   check_pooled(op, gout, g, x.dtype());
@@ -424,8 +426,7 @@ void conv_batch_norm_relu_max_pool2x2_backward(
   const Patches pt(g);
   const int64_t Ckk = pt.Ckk, Zs = pt.Zs;
   KILN_CHECK(!training || (patch_sum.defined() && gram.defined() && patch_sum.numel() == Ckk &&
-                           gram.numel() == Ckk * Ckk && patch_sum.dtype() == DType::F64 &&
-                           gram.dtype() == DType::F64),
+                           gram.numel() == Ckk * Ckk && patch_sum.dtype() == DType::F64 && gram.dtype() == DType::F64),
              op, ": training needs the forward's f64 patch_sum [", Ckk, "] and gram [", Ckk, ", ", Ckk, "]");
   KILN_CHECK(!dconv_weight.defined() || (dconv_weight.is_contiguous() && dconv_weight.sizes() == conv_weight.sizes()),
              op, ": dconv_weight must be contiguous like the conv weight");
@@ -463,8 +464,8 @@ void conv_batch_norm_relu_max_pool2x2_backward(
           // conv output plane), vectorised ahead of the gather loop
           int64_t active = 0;
           for (int64_t r = 0; r < g.OH / 2; ++r)
-            active += decode_windows(cpl + r * POW, gpl + r * POW, gv_buf.data() + active, pos_buf.data() + active,
-                                     POW, static_cast<int32_t>(2 * r * g.OW), static_cast<int32_t>(g.OW));
+            active += decode_windows(cpl + r * POW, gpl + r * POW, gv_buf.data() + active, pos_buf.data() + active, POW,
+                                     static_cast<int32_t>(2 * r * g.OW), static_cast<int32_t>(g.OW));
           for (int64_t c0 = 0; c0 < Zs; c0 += kLanes) {
             T s[4][kLanes] = {};
             auto add = [&](T(&a)[kLanes], int64_t o) {
@@ -502,8 +503,7 @@ void conv_batch_norm_relu_max_pool2x2_backward(
     // coefficients in f64: k2 G w + k3 s below cancel for channels with a large mean
     std::vector<double> k1, k2, k3;
     const int64_t M = g.N * g.OH * g.OW;
-    bn_backward_coefficients(g.K, M, training, wp, mp, isp, sum_g, dot, mptr<T>(dweight), mptr<T>(dbias),
-                             k1, k2, k3);
+    bn_backward_coefficients(g.K, M, training, wp, mp, isp, sum_g, dot, mptr<T>(dweight), mptr<T>(dbias), k1, k2, k3);
     if (!dconv_weight.defined()) return;
     // ---- dW_k = k1_k S_k + k2_k G w_k + k3_k s
     const double* sp = training ? cptr<double>(patch_sum) : nullptr;

@@ -32,7 +32,9 @@ struct Lanes {
   static V add(V a, V b) { return _mm512_add_epi32(a, b); }
   static V xor3(V a, V b, V c) { return _mm512_xor_si512(_mm512_xor_si512(a, b), c); }
   // hi + 1 in the lanes where lo (= start + lane) wrapped below start
-  static V carry(V hi, V lo, V start) { return _mm512_mask_add_epi32(hi, _mm512_cmplt_epu32_mask(lo, start), hi, set1(1)); }
+  static V carry(V hi, V lo, V start) {
+    return _mm512_mask_add_epi32(hi, _mm512_cmplt_epu32_mask(lo, start), hi, set1(1));
+  }
   // lo, hi = the low and high words of a * b per lane: two 32 x 32 -> 64-bit products (even
   // and odd lanes), blended
   static void mulhilo(V a, V b, V& lo, V& hi) {
@@ -120,10 +122,9 @@ void dropout_keep(uint64_t seed, uint64_t offset, float p, uint64_t i0, int64_t 
 KILN_REGISTER_KERNEL(dropout_keep_in_use, CPU, dropout_keep);
 
 void dropout(const Tensor& out, const Tensor& in, double p, uint64_t seed, uint64_t offset) {
-  KILN_CHECK(out.is_contiguous() && in.is_contiguous() && out.dtype() == in.dtype() &&
-                 out.numel() == in.numel(),
-             "dropout: kernel expects contiguous operands of one dtype and size, got sizes ",
-             in.sizes(), " and ", out.sizes());
+  KILN_CHECK(out.is_contiguous() && in.is_contiguous() && out.dtype() == in.dtype() && out.numel() == in.numel(),
+             "dropout: kernel expects contiguous operands of one dtype and size, got sizes ", in.sizes(), " and ",
+             out.sizes());
   KILN_CHECK(p >= 0.0 && p < 1.0, "dropout: kernel expects 0 <= p < 1, got ", p);
   const int64_t n = in.numel();
   const float pf = static_cast<float>(p);

@@ -36,21 +36,16 @@ RowsCols rows_cols(const Tensor& t) {
 
 // Runs f(tag, rows, cols) with t seen as [rows, cols] (cols: its last dimension), tag the dispatch
 // tag of t's dtype.
-template <class F>
-void dispatch_rows(const Tensor& t, const char* name, F&& f) {
+template <class F> void dispatch_rows(const Tensor& t, const char* name, F&& f) {
   const RowsCols rc = rows_cols(t);
   dispatch_floating(t.dtype(), name, [&](auto tag) { f(tag, rc.rows, rc.cols); });
 }
 
 // 1 / (1 - p), the scale of kept elements (0 when everything is dropped).
-template <class O>
-O dropout_scale(double p) {
-  return p >= 1.0 ? O(0) : static_cast<O>(1.0 / (1.0 - p));
-}
+template <class O> O dropout_scale(double p) { return p >= 1.0 ? O(0) : static_cast<O>(1.0 / (1.0 - p)); }
 
 // Bias as opmath values (f16/bf16 bias widened once, not once per row).
-template <class T, class O = opmath_t<T>>
-std::vector<O> bias_values(const Tensor& bias, int64_t k) {
+template <class T, class O = opmath_t<T>> std::vector<O> bias_values(const Tensor& bias, int64_t k) {
   std::vector<O> b(static_cast<size_t>(k), O(0));
   if (bias.defined()) {
     const T* p = static_cast<const T*>(bias.data_ptr());
@@ -95,8 +90,7 @@ void rows_with_column_sum(T* dx, const Tensor& dbias, int64_t rows, int64_t cols
   }
 }
 
-template <class F>
-void with_gelu(GeluApprox approx, F&& f) {
+template <class F> void with_gelu(GeluApprox approx, F&& f) {
   if (approx == GeluApprox::Tanh) f(math::GeluTanh{}, math::GeluTanhBackward{});
   else f(math::GeluErf{}, math::GeluErfBackward{});
 }
@@ -125,8 +119,8 @@ void bias_gelu(const Tensor& y, const Tensor& x, const Tensor& bias, GeluApprox 
 }
 KILN_REGISTER_KERNEL(kernels::backend::bias_gelu, CPU, bias_gelu);
 
-void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, const Tensor& x,
-                        const Tensor& bias, GeluApprox approx) {
+void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, const Tensor& x, const Tensor& bias,
+                        GeluApprox approx) {
   dispatch_rows(x, "bias_gelu_backward", [&](auto tag, int64_t rows, int64_t cols) {
     using T = typename decltype(tag)::type;
     using O = opmath_t<T>;
@@ -150,8 +144,8 @@ void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, 
 }
 KILN_REGISTER_KERNEL(kernels::backend::bias_gelu_backward, CPU, bias_gelu_backward);
 
-void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, const Tensor& residual,
-                      double p, uint64_t seed, uint64_t offset) {
+void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, const Tensor& residual, double p,
+                      uint64_t seed, uint64_t offset) {
   dispatch_rows(x, "bias_dropout_add", [&](auto tag, int64_t rows, int64_t cols) {
     using T = typename decltype(tag)::type;
     using O = opmath_t<T>;
@@ -186,8 +180,8 @@ void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, cons
 }
 KILN_REGISTER_KERNEL(kernels::backend::bias_dropout_add, CPU, bias_dropout_add);
 
-void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, double p,
-                               uint64_t seed, uint64_t offset) {
+void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, double p, uint64_t seed,
+                               uint64_t offset) {
   dispatch_rows(g, "bias_dropout_add_backward", [&](auto tag, int64_t rows, int64_t cols) {
     using T = typename decltype(tag)::type;
     using O = opmath_t<T>;
@@ -208,7 +202,8 @@ void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tens
         dropout_keep(f.mask.seed, f.mask.offset, f.mask.p, static_cast<uint64_t>(base + j0), n, keep);
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j)
-          dp[base + j0 + j] = static_cast<T>(math::DropoutGrad::apply(static_cast<O>(gp[base + j0 + j]), scale, keep[j] != 0));
+          dp[base + j0 + j] =
+              static_cast<T>(math::DropoutGrad::apply(static_cast<O>(gp[base + j0 + j]), scale, keep[j] != 0));
       }
     });
   });
@@ -217,8 +212,8 @@ KILN_REGISTER_KERNEL(kernels::backend::bias_dropout_add_backward, CPU, bias_drop
 
 // The linear epilogues on the CPU are compositions: the GEMM into the pre-activation buffer,
 // then one fused bias(+GELU) pass.
-void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                     Epilogue epilogue, const Tensor& gelu_aux, GeluApprox approx) {
+void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, Epilogue epilogue,
+                     const Tensor& gelu_aux, GeluApprox approx) {
   const Tensor weight_t = weight.detach().t();
   if (epilogue == Epilogue::Bias) {
     kernels::matmul(out, x, weight_t);
@@ -232,8 +227,8 @@ void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, c
 }
 KILN_REGISTER_KERNEL(kernels::backend::linear_epilogue, CPU, linear_epilogue);
 
-void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a, const Tensor& b,
-                        const Tensor& pre, GeluApprox approx) {
+void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a, const Tensor& b, const Tensor& pre,
+                        GeluApprox approx) {
   kernels::matmul(dpre, a, b);
   cpu::bias_gelu_backward(dpre, dbias, dpre, pre, Tensor(), approx);
 }

@@ -38,16 +38,13 @@ namespace {
 
 // ---------------------------------------------------------------------------------- Eigen path
 
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+template <class T> using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T> using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
 using AnyStride = Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>;
 
 // Calls f with an Eigen map of v: row-major or column-major (no copy) when one stride is 1,
 // otherwise a general strided map (Eigen copies it inside the product).
-template <class T, class F>
-void with_eigen(MatrixView<const T> v, F&& f) {
+template <class T, class F> void with_eigen(MatrixView<const T> v, F&& f) {
   if (v.cs == 1) {
     f(Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>(v.p, v.rows, v.cols, Eigen::OuterStride<>(v.rs)));
   } else if (v.rs == 1) {
@@ -58,8 +55,7 @@ void with_eigen(MatrixView<const T> v, F&& f) {
 }
 
 // C row-major (cs == 1); Eigen parallelises the product itself unless inside a parallel region.
-template <class T>
-void eigen_gemm(MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c, bool accumulate) {
+template <class T> void eigen_gemm(MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c, bool accumulate) {
   Eigen::Map<RowMat<T>, 0, Eigen::OuterStride<>> C(c.p, c.rows, c.cols, Eigen::OuterStride<>(c.rs));
   with_eigen(a, [&](const auto& A) {
     with_eigen(b, [&](const auto& B) {
@@ -73,8 +69,7 @@ void eigen_gemm(MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c, b
 }
 
 // C := 0 (or left alone) for an empty inner dimension, which no kernel loop touches.
-template <class T>
-void empty_product(MatrixView<T> c, bool accumulate) {
+template <class T> void empty_product(MatrixView<T> c, bool accumulate) {
   if (accumulate) return;
   for (int64_t i = 0; i < c.rows; ++i)
     for (int64_t j = 0; j < c.cols; ++j) c.p[i * c.rs + j] = T(0);
@@ -126,7 +121,8 @@ inline void transpose_tile(const float* src, int64_t ld, int64_t rows, int64_t c
   const __mmask16 wm = Simd::mask(width);
   for (int c = 0; c < 4; ++c) {
     const __m512 v = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88), w = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
-    const __m512 x = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88), y = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+    const __m512 x = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88),
+                 y = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
     const __m512 out[4] = {_mm512_shuffle_f32x4(v, x, 0x88), _mm512_shuffle_f32x4(w, y, 0x88),
                            _mm512_shuffle_f32x4(v, x, 0xDD), _mm512_shuffle_f32x4(w, y, 0xDD)};
     for (int l = 0; l < 4; ++l)  // out[l] is column 4l + c of the tile
@@ -235,7 +231,7 @@ void pack_panel(const float* src, int64_t js, int64_t ks, int64_t valid, int64_t
 
 // B(pc.., jc..) -> panels [nc / width][kc][width], zero-padded on the right.
 void pack_b(MatrixView<const float> b, int64_t pc, int64_t kc, int64_t jc, int64_t nc, float* dst) {
-  for (int64_t j0 = 0; j0 < nc; ) {
+  for (int64_t j0 = 0; j0 < nc;) {
     const int w = panel_width(nc - j0);
     pack_panel(b.p + pc * b.rs + (jc + j0) * b.cs, b.cs, b.rs, std::min<int64_t>(w, nc - j0), kc, w, dst);
     dst += kc * w;
@@ -260,8 +256,8 @@ void pack_a(MatrixView<const float> a, int64_t ic, int64_t mc, int64_t pc, int64
 // where computing all kMR would waste up to two thirds of the panel's work (M = 64, ResNet's
 // first stage: 1 panel in 6).
 template <int NV, bool kDirectA, int MR = kMR>
-void micro_kernel(int64_t kc, const float* ap, int64_t lda, const float* bp, float* c, int64_t ldc,
-                  int64_t mr, int64_t nr, bool accumulate) {
+void micro_kernel(int64_t kc, const float* ap, int64_t lda, const float* bp, float* c, int64_t ldc, int64_t mr,
+                  int64_t nr, bool accumulate) {
   static_assert(MR == kMR || !kDirectA, "a directly read A has whole panels");
   // C's tile is read at the end; asking for it now hides the miss behind the FMAs (C is often
   // far larger than the caches: a weight gradient's [512, 4608] is 9 MB)
@@ -367,7 +363,7 @@ void own_sgemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<
           pack_a(a, ic + full, mc - full, pc, kc, ap);
         }
         const float* bpanel = bp;
-        for (int64_t j0 = 0; j0 < nc; ) {
+        for (int64_t j0 = 0; j0 < nc;) {
           const int w = panel_width(nc - j0);
           const int64_t nr = std::min<int64_t>(w, nc - j0);
           for (int64_t i0 = 0; i0 < full; i0 += kMR) {
@@ -401,8 +397,8 @@ void own_sgemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<
 // Splits C among threads, by columns (each thread packs all of A and its own columns of B) or by
 // rows (all of B and its own rows of A): whichever packs less twice, the smaller operand, where
 // both leave each thread at least two panels; small products stay on one thread.
-void own_sgemm_parallel(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c,
-                        bool accumulate, int threads, PrepackedA pre = {}) {
+void own_sgemm_parallel(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c, bool accumulate,
+                        int threads, PrepackedA pre = {}) {
   const int64_t M = c.rows, N = c.cols, K = a.cols;
   const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
   int nt = threads;
@@ -421,24 +417,22 @@ void own_sgemm_parallel(MatrixView<const float> a, MatrixView<const float> b, Ma
       const int64_t panels = (N + kNR - 1) / kNR;
       const int64_t j0 = panels * t / n * kNR, j1 = std::min(N, panels * (t + 1) / n * kNR);
       if (j1 > j0)
-        own_sgemm(a, {b.p + j0 * b.cs, b.rows, j1 - j0, b.rs, b.cs},
-                  {c.p + j0, c.rows, j1 - j0, c.rs, 1}, accumulate, pre);
+        own_sgemm(a, {b.p + j0 * b.cs, b.rows, j1 - j0, b.rs, b.cs}, {c.p + j0, c.rows, j1 - j0, c.rs, 1}, accumulate,
+                  pre);
     } else {
       const int64_t panels = (M + kMR - 1) / kMR;
       const int64_t i0 = panels * t / n * kMR, i1 = std::min(M, panels * (t + 1) / n * kMR);
       if (i1 > i0)
-        own_sgemm({a.p + i0 * a.rs, i1 - i0, a.cols, a.rs, a.cs}, b,
-                  {c.p + i0 * c.rs, i1 - i0, c.cols, c.rs, 1}, accumulate,
-                  {pre.panels, pre.mpad, pre.row0 + i0});
+        own_sgemm({a.p + i0 * a.rs, i1 - i0, a.cols, a.rs, a.cs}, b, {c.p + i0 * c.rs, i1 - i0, c.cols, c.rs, 1},
+                  accumulate, {pre.panels, pre.mpad, pre.row0 + i0});
     }
   }
 }
 #endif  // KILN_OWN_SGEMM
 
-template <class T>
-void check_shapes(MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c) {
-  KILN_CHECK(a.rows == c.rows && b.cols == c.cols && a.cols == b.rows, "gemm: [", a.rows, ", ", a.cols,
-             "] @ [", b.rows, ", ", b.cols, "] -> [", c.rows, ", ", c.cols, "]: shapes do not match");
+template <class T> void check_shapes(MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c) {
+  KILN_CHECK(a.rows == c.rows && b.cols == c.cols && a.cols == b.rows, "gemm: [", a.rows, ", ", a.cols, "] @ [", b.rows,
+             ", ", b.cols, "] -> [", c.rows, ", ", c.cols, "]: shapes do not match");
   KILN_CHECK(c.cs == 1 || c.rs == 1 || c.rows <= 1 || c.cols <= 1,
              "gemm: the output needs a unit stride in one dimension");
 }
@@ -452,7 +446,7 @@ void gemm_checked(MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c,
   if (c.cs != 1) {
     if (c.cols == 1) {
       c.cs = 1;  // a single column: any row stride works as a row-major leading dimension
-    } else {  // column-major C: compute C^T = B^T A^T, which is row-major
+    } else {     // column-major C: compute C^T = B^T A^T, which is row-major
       gemm_checked(b.t(), a.t(), c.t(), accumulate, run);
       return;
     }
@@ -463,8 +457,7 @@ void gemm_checked(MatrixView<const T> a, MatrixView<const T> b, MatrixView<T> c,
 
 }  // namespace
 
-void gemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c, bool accumulate,
-          int threads) {
+void gemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c, bool accumulate, int threads) {
   gemm_checked(a, b, c, accumulate, [&](auto a_, auto b_, auto c_) {
 #if KILN_OWN_SGEMM
     own_sgemm_parallel(a_, b_, c_, accumulate, threads > 0 ? threads : omp_in_parallel() ? 1 : omp_get_max_threads());
@@ -474,8 +467,7 @@ void gemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float
   });
 }
 
-void gemm(MatrixView<const double> a, MatrixView<const double> b, MatrixView<double> c, bool accumulate,
-          int threads) {
+void gemm(MatrixView<const double> a, MatrixView<const double> b, MatrixView<double> c, bool accumulate, int threads) {
   gemm_checked(a, b, c, accumulate, [&](auto a_, auto b_, auto c_) { eigen_gemm(a_, b_, c_, accumulate); });
 }
 
@@ -490,8 +482,7 @@ PackedLhs<float>::PackedLhs(MatrixView<const float> a) : a_(a) {
 #endif
 }
 
-void gemm(const PackedLhs<float>& a, MatrixView<const float> b, MatrixView<float> c, bool accumulate,
-          int threads) {
+void gemm(const PackedLhs<float>& a, MatrixView<const float> b, MatrixView<float> c, bool accumulate, int threads) {
   const MatrixView<const float> av = a.view();
 #if KILN_OWN_SGEMM
   // Otherwise the general path (it may transpose the product). Panels packed for another
@@ -501,7 +492,9 @@ void gemm(const PackedLhs<float>& a, MatrixView<const float> b, MatrixView<float
     if (c.rows == 0 || c.cols == 0) return;
     const int64_t mpad = (av.rows + kMR - 1) / kMR * kMR;
     own_sgemm_parallel(av, b, {c.p, c.rows, c.cols, c.rs, 1}, accumulate,
-                       threads > 0 ? threads : omp_in_parallel() ? 1 : omp_get_max_threads(),
+                       threads > 0         ? threads
+                       : omp_in_parallel() ? 1
+                                           : omp_get_max_threads(),
                        {a.panels(), mpad, 0});
     return;
   }
@@ -509,16 +502,15 @@ void gemm(const PackedLhs<float>& a, MatrixView<const float> b, MatrixView<float
   gemm(av, b, c, accumulate, threads);
 }
 
-void gemm(const PackedLhs<double>& a, MatrixView<const double> b, MatrixView<double> c,
-          bool accumulate, int threads) {
+void gemm(const PackedLhs<double>& a, MatrixView<const double> b, MatrixView<double> c, bool accumulate, int threads) {
   gemm(a.view(), b, c, accumulate, threads);
 }
 
 bool gemm_uses_own_kernel() { return KILN_OWN_SGEMM != 0; }
 
 namespace {
-void gemm_f32(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c, bool accumulate,
-              int threads, bool packed) {
+void gemm_f32(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c, bool accumulate, int threads,
+              bool packed) {
   if (packed) gemm(PackedLhs<float>(a), b, c, accumulate, threads);
   else gemm(a, b, c, accumulate, threads);
 }

@@ -14,8 +14,7 @@
 namespace kiln::kernels::cpu {
 
 // Element (i, j) of a rows x cols matrix is p[i * rs + j * cs].
-template <class T>
-struct MatrixView {
+template <class T> struct MatrixView {
   T* p = nullptr;
   int64_t rows = 0, cols = 0;
   int64_t rs = 0, cs = 1;
@@ -25,25 +24,22 @@ struct MatrixView {
 };
 
 // A row-major rows x cols matrix with leading dimension ld (>= cols).
-template <class T>
-MatrixView<T> row_major(T* p, int64_t rows, int64_t cols, int64_t ld) {
+template <class T> MatrixView<T> row_major(T* p, int64_t rows, int64_t cols, int64_t ld) {
   return {p, rows, cols, ld, 1};
 }
 
 // C (rows M, cols N) = A (M x K) B (K x N), plus C's old values when accumulate. C must have a
 // unit stride in one dimension; A and B may have any strides. threads: how many OpenMP threads
 // may share this one product; 0 means "all of them, unless already inside a parallel region".
-void gemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c,
-          bool accumulate, int threads = 0);
-void gemm(MatrixView<const double> a, MatrixView<const double> b, MatrixView<double> c,
-          bool accumulate, int threads = 0);
+void gemm(MatrixView<const float> a, MatrixView<const float> b, MatrixView<float> c, bool accumulate, int threads = 0);
+void gemm(MatrixView<const double> a, MatrixView<const double> b, MatrixView<double> c, bool accumulate,
+          int threads = 0);
 
 // The left operand of many products, packed once: a convolution's weight against each block of
 // patches would otherwise be packed again for every block. f32 with kiln's own kernel stores the
 // panels the kernel reads (M rounded up to its tile, times K floats); f64, and f32 at the
 // baseline level, keep the view and pack per product as before. The view's memory must outlive it.
-template <class T>
-class PackedLhs {
+template <class T> class PackedLhs {
  public:
   explicit PackedLhs(MatrixView<const T> a) : a_(a) {}
   MatrixView<const T> view() const { return a_; }
@@ -51,8 +47,7 @@ class PackedLhs {
  private:
   MatrixView<const T> a_;
 };
-template <>
-class PackedLhs<float> {
+template <> class PackedLhs<float> {
  public:
   explicit PackedLhs(MatrixView<const float> a);
   MatrixView<const float> view() const { return a_; }
@@ -66,10 +61,9 @@ class PackedLhs<float> {
 };
 
 // C = A B, plus C's old values when accumulate, with A packed (used when C is row-major).
-void gemm(const PackedLhs<float>& a, MatrixView<const float> b, MatrixView<float> c, bool accumulate,
+void gemm(const PackedLhs<float>& a, MatrixView<const float> b, MatrixView<float> c, bool accumulate, int threads = 0);
+void gemm(const PackedLhs<double>& a, MatrixView<const double> b, MatrixView<double> c, bool accumulate,
           int threads = 0);
-void gemm(const PackedLhs<double>& a, MatrixView<const double> b, MatrixView<double> c,
-          bool accumulate, int threads = 0);
 
 // Whether f32 products run kiln's own kernel (false: Eigen's), for benchmarks and docs.
 bool gemm_uses_own_kernel();

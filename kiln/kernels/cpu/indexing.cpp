@@ -56,8 +56,7 @@ IntList spread_index_strides(const Tensor& index, int64_t ndim, int64_t dim) {
 // Calls body(base, k0, k1, l0, l1) for tasks covering the space; `base` holds the element offsets
 // of the three operands at (outer position, k = 0, l = 0). With `split_dim` false each task gets
 // the whole range of `dim` (scatter); with it true, `dim` is split across tasks too (gather).
-template <class Body>
-void for_each_task(const Space& s, bool split_dim, Body body) {
+template <class Body> void for_each_task(const Space& s, bool split_dim, Body body) {
   const int64_t nd = static_cast<int64_t>(s.sizes.size());
   const int64_t last = nd - 1;
   const bool has_inner = s.dim != last;
@@ -126,15 +125,13 @@ Steps steps_of(const Space& s) {
 void check_range(const Tensor& index, int64_t bound, int64_t dim, const char* op) {
   if (index.numel() == 0) return;
   auto [lo, hi] = index_min_max(index, op);
-  KILN_CHECK(lo >= 0, op, ": index ", lo, " is out of range for dimension ", dim, " with size ",
-             bound, " (negative indices are not allowed)");
-  KILN_CHECK(hi < bound, op, ": index ", hi, " is out of range for dimension ", dim, " with size ",
-             bound);
+  KILN_CHECK(lo >= 0, op, ": index ", lo, " is out of range for dimension ", dim, " with size ", bound,
+             " (negative indices are not allowed)");
+  KILN_CHECK(hi < bound, op, ": index ", hi, " is out of range for dimension ", dim, " with size ", bound);
 }
 
 // out-of-place gather over a Space: other[p] = self[p with p[dim] = index[p]].
-void run_gather(const Space& s, const Tensor& self, const Tensor& index, const Tensor& other,
-                const char* op) {
+void run_gather(const Space& s, const Tensor& self, const Tensor& index, const Tensor& other, const char* op) {
   const Steps st = steps_of(s);
   const int64_t self_k = st.k[0];
   dispatch_by_size(self.dtype(), [&](auto vtag) {
@@ -144,8 +141,7 @@ void run_gather(const Space& s, const Tensor& self, const Tensor& index, const T
       const T* sp = static_cast<const T*>(self.data_ptr());
       const I* ip = static_cast<const I*>(index.data_ptr());
       T* op_ = static_cast<T*>(other.data_ptr());
-      for_each_task(s, /*split_dim=*/true,
-                    [&](const int64_t* base, int64_t k0, int64_t k1, int64_t l0, int64_t l1) {
+      for_each_task(s, /*split_dim=*/true, [&](const int64_t* base, int64_t k0, int64_t k1, int64_t l0, int64_t l1) {
         for (int64_t k = k0; k < k1; ++k) {
           const I* ik = ip + base[1] + k * st.k[1];
           T* ok = op_ + base[2] + k * st.k[2];
@@ -164,8 +160,7 @@ void run_gather(const Space& s, const Tensor& self, const Tensor& index, const T
 }
 
 // accumulating scatter over a Space: self[p with p[dim] = index[p]] += other[p].
-void run_scatter_add(const Space& s, const Tensor& self, const Tensor& index, const Tensor& other,
-                     const char* op) {
+void run_scatter_add(const Space& s, const Tensor& self, const Tensor& index, const Tensor& other, const char* op) {
   const Steps st = steps_of(s);
   const int64_t self_k = st.k[0];
   dispatch_numeric(self.dtype(), op, [&](auto vtag) {
@@ -176,8 +171,7 @@ void run_scatter_add(const Space& s, const Tensor& self, const Tensor& index, co
       T* sp = static_cast<T*>(self.data_ptr());
       const I* ip = static_cast<const I*>(index.data_ptr());
       const T* op_ = static_cast<const T*>(other.data_ptr());
-      for_each_task(s, /*split_dim=*/false,
-                    [&](const int64_t* base, int64_t k0, int64_t k1, int64_t l0, int64_t l1) {
+      for_each_task(s, /*split_dim=*/false, [&](const int64_t* base, int64_t k0, int64_t k1, int64_t l0, int64_t l1) {
         T* sb = sp + base[0];
         for (int64_t k = k0; k < k1; ++k) {  // in order: repeated indices add up race-free
           const I* ik = ip + base[1] + k * st.k[1];
@@ -185,8 +179,7 @@ void run_scatter_add(const Space& s, const Tensor& self, const Tensor& index, co
           if (st.l[1] == 0 && st.l[0] == 1 && st.l[2] == 1) {
             T* row = sb + static_cast<int64_t>(*ik) * self_k;
 #pragma omp simd
-            for (int64_t l = l0; l < l1; ++l)
-              row[l] = static_cast<T>(static_cast<M>(row[l]) + static_cast<M>(ok[l]));
+            for (int64_t l = l0; l < l1; ++l) row[l] = static_cast<T>(static_cast<M>(row[l]) + static_cast<M>(ok[l]));
           } else {
             for (int64_t l = l0; l < l1; ++l) {
               T& d = sb[static_cast<int64_t>(ik[l * st.l[1]]) * self_k + l * st.l[0]];
@@ -219,8 +212,7 @@ std::pair<int64_t, int64_t> index_min_max(const Tensor& index_in, const char* op
 }
 KILN_REGISTER_KERNEL(kernels::backend::index_min_max, CPU, index_min_max);
 
-void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index,
-                  const char* op) {
+void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op) {
   check_range(index, in.size(dim), dim, op);
   if (out.numel() == 0) return;
   Space s;
@@ -231,8 +223,7 @@ void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor
 }
 KILN_REGISTER_KERNEL(kernels::backend::index_select, CPU, index_select);
 
-void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src,
-               const char* op) {
+void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op) {
   check_range(index, out.size(dim), dim, op);
   if (src.numel() == 0) return;
   Space s;
@@ -255,8 +246,7 @@ void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& inde
 }
 KILN_REGISTER_KERNEL(kernels::backend::gather, CPU, gather);
 
-void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src,
-                 const char* op) {
+void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op) {
   check_range(index, out.dim() == 0 ? 1 : out.size(dim), dim, op);
   if (index.numel() == 0) return;
   Space s;

@@ -28,8 +28,7 @@ void for_each_contiguous_row(const I* in, O* out, int64_t rows, int64_t n, Body&
 // amount that depends on the vector width (docs/kernels.md, "Reductions"); a block of 256 loses
 // about 1e-7, whatever the ISA.
 constexpr int64_t kSumBlock = 256;
-template <class Term>
-double blocked_sum(int64_t n, Term&& term) {
+template <class Term> double blocked_sum(int64_t n, Term&& term) {
   using V = decltype(term(int64_t{0}));
   double total = 0;
   for (int64_t b = 0; b < n; b += kSumBlock) {
@@ -43,8 +42,7 @@ double blocked_sum(int64_t n, Term&& term) {
 }
 
 // Calls row(ptrs, n, inner_strides) for every contiguous run of the iteration space.
-template <class RowFn>
-void for_each_row(const PointwiseIter& it, RowFn row) {
+template <class RowFn> void for_each_row(const PointwiseIter& it, RowFn row) {
   const int nops = it.noperands;
   if (it.numel == 0) return;
   if (it.ndim == 0) {
@@ -104,8 +102,7 @@ void for_each_row(const PointwiseIter& it, RowFn row) {
 }
 
 // out = f(in...) elementwise. Out and In are storage types; f gets and returns opmath values.
-template <class Out, class In, class F>
-void unary_loop(const PointwiseIter& it, F f) {
+template <class Out, class In, class F> void unary_loop(const PointwiseIter& it, F f) {
   for_each_row(it, [&](char** p, int64_t n, const int64_t* st) {
     Out* o = reinterpret_cast<Out*>(p[0]);
     const In* a = reinterpret_cast<const In*>(p[1]);
@@ -121,8 +118,7 @@ void unary_loop(const PointwiseIter& it, F f) {
   });
 }
 
-template <class Out, class In, class F>
-void binary_loop(const PointwiseIter& it, F f) {
+template <class Out, class In, class F> void binary_loop(const PointwiseIter& it, F f) {
   for_each_row(it, [&](char** p, int64_t n, const int64_t* st) {
     using M = opmath_t<In>;
     Out* o = reinterpret_cast<Out*>(p[0]);

@@ -26,8 +26,7 @@ template <class T> using ColMap = Eigen::Map<const ColMat<T>, 0, OuterStride<>>;
 
 // A 2-D operand as Eigen sees it: row-major if its column stride is 1, column-major if its row
 // stride is 1. Either way no copy.
-template <class T, class F>
-void with_matrix(const T* p, int64_t rows, int64_t cols, int64_t rs, int64_t cs, F&& f) {
+template <class T, class F> void with_matrix(const T* p, int64_t rows, int64_t cols, int64_t rs, int64_t cs, F&& f) {
   if ((cs == 1 || cols == 1) && rs >= std::max<int64_t>(cols, 1)) {
     f(RowMap<T>(p, rows, cols, OuterStride<>(rs)));
   } else {  // mappable() guaranteed (rs == 1 || rows == 1) && cs >= rows
@@ -46,8 +45,7 @@ Tensor mappable(const Tensor& t) {
   return contiguous(t);
 }
 
-template <class T>
-void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b) {
+template <class T> void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b) {
   const bool batched = c.dim() == 3;
   const int64_t B = batched ? c.size(0) : 1;
   const int64_t M = c.size(-2), N = c.size(-1), K = a.size(-1);
@@ -68,9 +66,7 @@ void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b) {
     }
     Eigen::Map<RowMat<T>> C(cp + i * M * N, M, N);
     with_matrix(ap + i * abs_, M, K, ars, acs, [&](const auto& A) {
-      with_matrix(bp + i * bbs, K, N, brs, bcs, [&](const auto& Bm) {
-        C.noalias() = A * Bm;
-      });
+      with_matrix(bp + i * bbs, K, N, brs, bcs, [&](const auto& Bm) { C.noalias() = A * Bm; });
     });
   };
   // Many small matrices: one per thread (the GEMM then runs single-threaded inside).
@@ -86,8 +82,8 @@ void gemm_batched(const Tensor& c, const Tensor& a, const Tensor& b) {
 
 void matmul(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
   KILN_CHECK(c.is_contiguous(), "matmul: output must be contiguous");
-  KILN_CHECK(a_in.dtype() == b_in.dtype() && c.dtype() == a_in.dtype(), "matmul: dtype mismatch: ",
-             a_in.dtype(), " @ ", b_in.dtype(), " -> ", c.dtype());
+  KILN_CHECK(a_in.dtype() == b_in.dtype() && c.dtype() == a_in.dtype(), "matmul: dtype mismatch: ", a_in.dtype(), " @ ",
+             b_in.dtype(), " -> ", c.dtype());
   if (c.numel() == 0) return;
   if (a_in.size(-1) == 0) {
     fill(c, 0.0);
@@ -103,11 +99,16 @@ void matmul(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
   }
   Tensor a = mappable(a_in), b = mappable(b_in);
   switch (dt) {
-    case DType::F32: return gemm_batched<float>(c, a, b);
-    case DType::F64: return gemm_batched<double>(c, a, b);
-    case DType::I64: return gemm_batched<int64_t>(c, a, b);
-    case DType::I32: return gemm_batched<int32_t>(c, a, b);
-    default: KILN_FAIL("matmul: dtype ", dt, " is not supported");
+    case DType::F32:
+      return gemm_batched<float>(c, a, b);
+    case DType::F64:
+      return gemm_batched<double>(c, a, b);
+    case DType::I64:
+      return gemm_batched<int64_t>(c, a, b);
+    case DType::I32:
+      return gemm_batched<int32_t>(c, a, b);
+    default:
+      KILN_FAIL("matmul: dtype ", dt, " is not supported");
   }
 }
 KILN_REGISTER_KERNEL(kernels::matmul, CPU, matmul);

@@ -18,8 +18,7 @@
 namespace kiln::kernels::cpu::pool2x2 {
 
 // Branch-free "take v if it beats best". Random data would mispredict a branch half the time.
-template <class T>
-inline void take_max(T v, int32_t i, T& best, int32_t& bi) {
+template <class T> inline void take_max(T v, int32_t i, T& best, int32_t& bi) {
   const bool take = (v > best) | (v != v);
   best = take ? v : best;
   bi = take ? i : bi;
@@ -38,8 +37,7 @@ struct Identity {
 // y = relu(x * a + b), always as one fused multiply-add, so that the scalar and vector paths
 // (and a backward that recomputes the ReLU mask from x) agree bit for bit. A NaN stays NaN, as
 // in kiln::relu (math::Relu).
-template <class O>
-struct AffineRelu {
+template <class O> struct AffineRelu {
   O a, b;
   template <class T> O pre(T v) const { return std::fma(static_cast<O>(v), a, b); }
   template <class T> O operator()(T v) const {
@@ -65,11 +63,13 @@ struct AffineRelu {
 // columns split with in-lane shuffles and a cross-lane permute, masks as vectors, the window
 // codes assembled from the compare bits with pdep.
 template <class F>
-inline int64_t max_2x2_rows_avx2(const float* r0, const float* r1, float* out, int32_t* idx, int64_t OW,
-                                 int32_t base, int32_t W, F f, float* raw, uint8_t* code) {
+inline int64_t max_2x2_rows_avx2(const float* r0, const float* r1, float* out, int32_t* idx, int64_t OW, int32_t base,
+                                 int32_t W, F f, float* raw, uint8_t* code) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i even = _mm256_slli_epi32(lane, 1);
-  auto mask_of = [&](int64_t k) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(k, 0, 8))), lane); };
+  auto mask_of = [&](int64_t k) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<int64_t>(k, 0, 8))), lane);
+  };
   auto beats = [](__m256 v, __m256 best) {  // take_max's rule
     return _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
   };
@@ -96,14 +96,15 @@ inline int64_t max_2x2_rows_avx2(const float* r0, const float* r1, float* out, i
       const __m256i i = _mm256_add_epi32(_mm256_set1_epi32(base + 2 * static_cast<int32_t>(ow)), even);
       const __m256i j0 = _mm256_sub_epi32(i, _mm256_castps_si256(t0));  // + 1 where the odd column won
       const __m256i j1 = _mm256_add_epi32(_mm256_sub_epi32(i, _mm256_castps_si256(t1)), _mm256_set1_epi32(W));
-      _mm256_maskstore_epi32(idx + ow, m_out, _mm256_castps_si256(_mm256_blendv_ps(
-                                                  _mm256_castsi256_ps(j0), _mm256_castsi256_ps(j1), t)));
+      _mm256_maskstore_epi32(
+          idx + ow, m_out, _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(j0), _mm256_castsi256_ps(j1), t)));
     }
     if (code) {
       const unsigned tb = static_cast<unsigned>(_mm256_movemask_ps(t));
-      const unsigned col = (tb & static_cast<unsigned>(_mm256_movemask_ps(t1))) |
-                           (~tb & static_cast<unsigned>(_mm256_movemask_ps(t0)));
-      const unsigned on = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(best, _mm256_setzero_ps(), _CMP_NLE_UQ)));
+      const unsigned col =
+          (tb & static_cast<unsigned>(_mm256_movemask_ps(t1))) | (~tb & static_cast<unsigned>(_mm256_movemask_ps(t0)));
+      const unsigned on =
+          static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(best, _mm256_setzero_ps(), _CMP_NLE_UQ)));
       const uint64_t bytes = _pdep_u64(col, 0x0101010101010101ull) | _pdep_u64(tb, 0x0202020202020202ull) |
                              _pdep_u64(on, 0x0404040404040404ull);
       for (int64_t l = 0; l < n; ++l) code[ow + l] = static_cast<uint8_t>(bytes >> (8 * l));
@@ -124,8 +125,8 @@ inline int64_t max_2x2_rows_avx2(const float* r0, const float* r1, float* out, i
 // the window, bit 1 its row, bit 2 !(out <= 0), the ReLU's gradient mask, on for a NaN as in
 // PyTorch's relu backward (the fused conv block's backward reads only that).
 template <class T, class Out, class F>
-inline void max_2x2_row_pair(const T* r0, const T* r1, Out* out, int32_t* idx, int64_t OW,
-                             int32_t base, int32_t W, F f, T* raw = nullptr, uint8_t* code = nullptr) {
+inline void max_2x2_row_pair(const T* r0, const T* r1, Out* out, int32_t* idx, int64_t OW, int32_t base, int32_t W, F f,
+                             T* raw = nullptr, uint8_t* code = nullptr) {
   int64_t ow = 0;
 #if defined(__AVX512F__)
   if constexpr (std::is_same_v<T, float> && std::is_same_v<Out, float>) {
@@ -137,12 +138,9 @@ inline void max_2x2_row_pair(const T* r0, const T* r1, Out* out, int32_t* idx, i
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     const __m512i one = _mm512_set1_epi32(1);
     auto beats = [](__m512 v, __m512 best) {  // take_max's rule
-      return static_cast<__mmask16>(_mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) |
-                                    _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
+      return static_cast<__mmask16>(_mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
     };
-    auto mask_of = [](int64_t k) {
-      return static_cast<__mmask16>(k >= 16 ? 0xFFFF : k <= 0 ? 0 : (1u << k) - 1);
-    };
+    auto mask_of = [](int64_t k) { return static_cast<__mmask16>(k >= 16 ? 0xFFFF : k <= 0 ? 0 : (1u << k) - 1); };
     for (; ow < OW; ow += 16) {
       const int64_t n = std::min<int64_t>(OW - ow, 16);
       const __mmask16 m_out = mask_of(n), m_lo = mask_of(2 * n), m_hi = mask_of(2 * n - 16);
@@ -167,8 +165,9 @@ inline void max_2x2_row_pair(const T* r0, const T* r1, Out* out, int32_t* idx, i
       if (code) {
         const __mmask16 col = static_cast<__mmask16>((t & t1) | (~t & t0));
         const __mmask16 on = _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_NLE_UQ);
-        const __m512i c = _mm512_or_si512(_mm512_or_si512(_mm512_maskz_set1_epi32(col, 1), _mm512_maskz_set1_epi32(t, 2)),
-                                          _mm512_maskz_set1_epi32(on, 4));
+        const __m512i c =
+            _mm512_or_si512(_mm512_or_si512(_mm512_maskz_set1_epi32(col, 1), _mm512_maskz_set1_epi32(t, 2)),
+                            _mm512_maskz_set1_epi32(on, 4));
         _mm512_mask_cvtepi32_storeu_epi8(code + ow, m_out, c);
       }
       if (raw) {

@@ -37,8 +37,7 @@ struct ChunkedList {
 // Runs body(tag, c, chunk) for every chunk c on the OpenMP threads, tag being the dispatch tag of
 // the dtype of the chunk's tensor in `typed` (the inner loops stay in the caller's lambda).
 template <class F>
-void for_each_chunk(const std::vector<Chunk>& chunks, const std::vector<Tensor>& typed, const char* op,
-                    F&& body) {
+void for_each_chunk(const std::vector<Chunk>& chunks, const std::vector<Tensor>& typed, const char* op, F&& body) {
   const int64_t nchunks = static_cast<int64_t>(chunks.size());
 #pragma omp parallel for schedule(dynamic, 1) if (nchunks > 1)
   for (int64_t c = 0; c < nchunks; ++c) {
@@ -94,25 +93,22 @@ Tensor norm(const std::vector<Tensor>& tensors, double norm_type) {
         }
       } else {
 #pragma omp simd reduction(+ : s)
-        for (int64_t i = ch.begin; i < ch.end; ++i)
-          s += std::fabs(static_cast<double>(static_cast<opmath_t<P>>(x[i])));
+        for (int64_t i = ch.begin; i < ch.end; ++i) s += std::fabs(static_cast<double>(static_cast<opmath_t<P>>(x[i])));
       }
       part[c] = s;
     } else {
       double s = 0;
-      for (int64_t i = ch.begin; i < ch.end; ++i)
-        s += term(static_cast<double>(static_cast<opmath_t<P>>(x[i])));
+      for (int64_t i = ch.begin; i < ch.end; ++i) s += term(static_cast<double>(static_cast<opmath_t<P>>(x[i])));
       part[c] = s;
     }
   });
   double total = 0;
   for (int64_t c = 0; c < nchunks; ++c) {
-    if (inf) total = (part[c] != part[c] || part[c] > total || total != total) ?
-                     (total != total ? total : part[c]) : total;
+    if (inf)
+      total = (part[c] != part[c] || part[c] > total || total != total) ? (total != total ? total : part[c]) : total;
     else total += part[c];
   }
-  if (!inf) total = norm_type == 2.0 ? std::sqrt(total) :
-                    norm_type == 1.0 ? total : std::pow(total, 1.0 / norm_type);
+  if (!inf) total = norm_type == 2.0 ? std::sqrt(total) : norm_type == 1.0 ? total : std::pow(total, 1.0 / norm_type);
   Tensor out = empty({}, any_f64 ? DType::F64 : DType::F32);
   if (any_f64) *out.data_ptr<double>() = total;
   else *out.data_ptr<float>() = static_cast<float>(total);
@@ -126,8 +122,8 @@ void scale_(const std::vector<Tensor>& tensors, const Tensor& scale) {
   ChunkedList list(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
-    KILN_CHECK(t.defined() && t.device().is_cpu() && t.is_floating_point(),
-               "multi_tensor_scale_: tensor ", i, " must be a defined floating-point CPU tensor");
+    KILN_CHECK(t.defined() && t.device().is_cpu() && t.is_floating_point(), "multi_tensor_scale_: tensor ", i,
+               " must be a defined floating-point CPU tensor");
     if (is_dense(t)) list.add(i, t.numel());
     else scale_strided_(t, s);  // rare: scale through the strided pointwise path
   }
@@ -143,18 +139,18 @@ void scale_(const std::vector<Tensor>& tensors, const Tensor& scale) {
 }
 
 void lerp_(const std::vector<Tensor>& dst, const std::vector<Tensor>& src, double weight) {
-  KILN_CHECK(dst.size() == src.size(), "multi_tensor_lerp_: ", dst.size(), " destinations but ",
-             src.size(), " sources");
+  KILN_CHECK(dst.size() == src.size(), "multi_tensor_lerp_: ", dst.size(), " destinations but ", src.size(),
+             " sources");
   ChunkedList list(dst.size());
   for (size_t i = 0; i < dst.size(); ++i) {
     const Tensor& d = dst[i];
     const Tensor& s = src[i];
     KILN_CHECK(d.defined() && s.defined(), "multi_tensor_lerp_: pair ", i, " has an undefined tensor");
-    KILN_CHECK(d.device().is_cpu() && s.device().is_cpu(), "multi_tensor_lerp_ (CPU): pair ", i,
-               " is on ", d.device(), " and ", s.device());
-    KILN_CHECK(d.is_floating_point() && d.dtype() == s.dtype() && d.sizes() == s.sizes(),
-               "multi_tensor_lerp_: pair ", i, " must be floating tensors of one dtype and sizes, got ",
-               d.dtype(), " ", d.sizes(), " and ", s.dtype(), " ", s.sizes());
+    KILN_CHECK(d.device().is_cpu() && s.device().is_cpu(), "multi_tensor_lerp_ (CPU): pair ", i, " is on ", d.device(),
+               " and ", s.device());
+    KILN_CHECK(d.is_floating_point() && d.dtype() == s.dtype() && d.sizes() == s.sizes(), "multi_tensor_lerp_: pair ",
+               i, " must be floating tensors of one dtype and sizes, got ", d.dtype(), " ", d.sizes(), " and ",
+               s.dtype(), " ", s.sizes());
     if (is_dense(d) && same_layout(d, s)) list.add(i, d.numel());
     else lerp_strided_(d, s, weight);  // rare: the strided pointwise path
   }
@@ -165,8 +161,7 @@ void lerp_(const std::vector<Tensor>& dst, const std::vector<Tensor>& src, doubl
     const P* __restrict y = static_cast<const P*>(src[ch.tensor].data_ptr());
     const math::LerpOp<M> f{static_cast<M>(weight)};
 #pragma omp simd
-    for (int64_t i = ch.begin; i < ch.end; ++i)
-      x[i] = static_cast<P>(f(static_cast<M>(x[i]), static_cast<M>(y[i])));
+    for (int64_t i = ch.begin; i < ch.end; ++i) x[i] = static_cast<P>(f(static_cast<M>(x[i]), static_cast<M>(y[i])));
   });
   for (int32_t i : list.which) dst[i].storage()->bump_version();
 }

@@ -47,8 +47,8 @@ constexpr int64_t kGrain = 32768;  // below this many elements stay on the calli
 
 void check_contig(const char* op, std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts)
-    KILN_CHECK(!t->defined() || t->is_contiguous(), op, ": kernel expects contiguous operands, got sizes ",
-               t->sizes(), " strides ", t->strides());
+    KILN_CHECK(!t->defined() || t->is_contiguous(), op, ": kernel expects contiguous operands, got sizes ", t->sizes(),
+               " strides ", t->strides());
 }
 
 // [N, C, S] sizes of a batch-norm operand.
@@ -68,8 +68,7 @@ namespace {
 // y = x * a_c + b_c with the per-channel coefficients below: the one expression of the batch-norm
 // output (before the optional ReLU). The fused backward recomputes the ReLU mask with it, so the
 // mask is the forward's exactly (the same opmath values through the same operations).
-template <class T, class O>
-inline O bn_pre(T x, O a, O b) { return static_cast<O>(x) * a + b; }
+template <class T, class O> inline O bn_pre(T x, O a, O b) { return static_cast<O>(x) * a + b; }
 
 // Folds the statistics, weight and bias (either undefined: 1 / 0) into a_c = invstd_c * w_c and
 // b_c = bias_c - mean_c * a_c.
@@ -89,19 +88,15 @@ void bn_coefficients(int64_t C, const T* wp, const T* bp, const ST* mp, const ST
 // The gradient reaching the batch norm: g itself, or with the fused ReLU g where the
 // pre-activation bn_pre(x, a, b) is positive or NaN, else 0 (ReLU's backward with the pre-activation in
 // the role of its output, as math::ReluBackward).
-template <bool kRelu, class T, class O>
-inline O bn_grad_in(T g, T x, O a, O b) {
-  if constexpr (kRelu)
-    return keep_or_zero(!(bn_pre(x, a, b) <= O(0)), static_cast<O>(g));
-  else
-    return static_cast<O>(g);
+template <bool kRelu, class T, class O> inline O bn_grad_in(T g, T x, O a, O b) {
+  if constexpr (kRelu) return keep_or_zero(!(bn_pre(x, a, b) <= O(0)), static_cast<O>(g));
+  else return static_cast<O>(g);
 }
 
 }  // namespace
 
-void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                        const Tensor& mean, const Tensor& invstd, const Tensor& var, bool training,
-                        double eps, bool relu) {
+void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                        const Tensor& invstd, const Tensor& var, bool training, double eps, bool relu) {
   const char* op = relu ? "batch_norm_relu" : "batch_norm";
   check_contig(op, {&y, &x, &weight, &bias, &mean, &invstd, &var});
   int64_t N, C, S;
@@ -180,10 +175,8 @@ void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, 
       constexpr bool kRelu = decltype(relu_flag)::value;
       auto out = [](T xv, O ac, O bc) {
         const O v = bn_pre(xv, ac, bc);
-        if constexpr (kRelu)
-          return static_cast<T>(math::Relu{}(v));
-        else
-          return static_cast<T>(v);
+        if constexpr (kRelu) return static_cast<T>(math::Relu{}(v));
+        else return static_cast<T>(v);
       };
       if (S > 1) {
 #pragma omp parallel for collapse(2) schedule(static) if (par)
@@ -211,9 +204,8 @@ void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, 
 }
 KILN_REGISTER_KERNEL(kernels::batch_norm_forward, CPU, batch_norm_forward);
 
-void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                         const Tensor& g, const Tensor& x, const Tensor& weight,
-                         const Tensor& mean, const Tensor& invstd, bool training, bool relu,
+void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g, const Tensor& x,
+                         const Tensor& weight, const Tensor& mean, const Tensor& invstd, bool training, bool relu,
                          const Tensor& bias) {
   const char* op = relu ? "batch_norm_relu_backward" : "batch_norm_backward";
   check_contig(op, {&dx, &dweight, &dbias, &g, &x, &weight, &bias, &mean, &invstd});
@@ -277,8 +269,8 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
               const T* gr = gp + n * C;
 #pragma omp simd
               for (int64_t c = 0; c < C; ++c) {
-                double gv = static_cast<double>(
-                    bn_grad_in<kRelu>(gr[c], xr[c], kRelu ? rap[c] : O(0), kRelu ? rbp[c] : O(0)));
+                double gv =
+                    static_cast<double>(bn_grad_in<kRelu>(gr[c], xr[c], kRelu ? rap[c] : O(0), kRelu ? rbp[c] : O(0)));
                 ls[c] += gv;
                 ld[c] += gv * (static_cast<double>(xr[c]) - mv[c]);
               }
@@ -307,7 +299,8 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
             const O rac = kRelu ? ra[c] : O(0), rbc = kRelu ? rb[c] : O(0);
 #pragma omp simd
             for (int64_t i = 0; i < S; ++i)
-              dr[i] = static_cast<T>(bn_grad_in<kRelu>(gr[i], xr[i], rac, rbc) * a1 + bn_x_term(static_cast<O>(xr[i]), a2) + a3);
+              dr[i] = static_cast<T>(bn_grad_in<kRelu>(gr[i], xr[i], rac, rbc) * a1 +
+                                     bn_x_term(static_cast<O>(xr[i]), a2) + a3);
           }
       } else {
         const O* p1 = k1.data();
@@ -322,9 +315,9 @@ void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& 
           T* dr = dxp + n * C;
 #pragma omp simd
           for (int64_t c = 0; c < C; ++c)
-            dr[c] = static_cast<T>(
-                bn_grad_in<kRelu>(gr[c], xr[c], kRelu ? rap[c] : O(0), kRelu ? rbp[c] : O(0)) * p1[c] +
-                bn_x_term(static_cast<O>(xr[c]), p2[c]) + p3[c]);
+            dr[c] =
+                static_cast<T>(bn_grad_in<kRelu>(gr[c], xr[c], kRelu ? rap[c] : O(0), kRelu ? rbp[c] : O(0)) * p1[c] +
+                               bn_x_term(static_cast<O>(xr[c]), p2[c]) + p3[c]);
         }
       }
     });
@@ -334,8 +327,8 @@ KILN_REGISTER_KERNEL(kernels::batch_norm_backward, CPU, batch_norm_backward);
 
 // ------------------------------------------------------------------------------ row norms
 
-void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
-                      const Tensor& weight, const Tensor& bias, bool rms, double eps) {
+void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x, const Tensor& weight,
+                      const Tensor& bias, bool rms, double eps) {
   const char* op = rms ? "rms_norm" : "layer_norm";
   check_contig(op, {&y, &mean, &invstd, &x, &weight, &bias});
   const int64_t R = invstd.numel();
@@ -394,9 +387,8 @@ void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd,
 }
 KILN_REGISTER_KERNEL(kernels::row_norm_forward, CPU, row_norm_forward);
 
-void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                       const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                       const Tensor& invstd, bool rms) {
+void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g, const Tensor& x,
+                       const Tensor& weight, const Tensor& mean, const Tensor& invstd, bool rms) {
   const char* op = rms ? "rms_norm_backward" : "layer_norm_backward";
   check_contig(op, {&dx, &dweight, &dbias, &g, &x, &weight, &mean, &invstd});
   const int64_t R = invstd.numel();

@@ -22,8 +22,8 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& in, double a, double b) 
   if (is_predicate(op)) {
     KILN_CHECK(out.dtype() == DType::Bool, name, ": output must be bool, got ", out.dtype());
   } else {
-    KILN_CHECK(out.dtype() == in.dtype(), name, ": output dtype ", out.dtype(),
-               " differs from input dtype ", in.dtype());
+    KILN_CHECK(out.dtype() == in.dtype(), name, ": output dtype ", out.dtype(), " differs from input dtype ",
+               in.dtype());
   }
   PointwiseIter it = make_pointwise_iter(out, {&in}, name);
   visit_unary(op, a, b, [&](auto f, auto types) {
@@ -35,16 +35,13 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& in, double a, double b) 
 }
 KILN_REGISTER_KERNEL(kernels::unary, CPU, unary);
 
-void binary(BinaryOp op, const Tensor& out, const Tensor& x, const Tensor& y, double alpha,
-            double beta) {
+void binary(BinaryOp op, const Tensor& out, const Tensor& x, const Tensor& y, double alpha, double beta) {
   const char* name = op_name(op);
-  KILN_CHECK(x.dtype() == y.dtype(), name, ": operands have different dtypes ", x.dtype(), " and ",
-             y.dtype());
+  KILN_CHECK(x.dtype() == y.dtype(), name, ": operands have different dtypes ", x.dtype(), " and ", y.dtype());
   if (is_comparison(op)) {
     KILN_CHECK(out.dtype() == DType::Bool, name, ": output must be bool, got ", out.dtype());
   } else {
-    KILN_CHECK(out.dtype() == x.dtype(), name, ": output dtype ", out.dtype(),
-               " differs from input dtype ", x.dtype());
+    KILN_CHECK(out.dtype() == x.dtype(), name, ": output dtype ", out.dtype(), " differs from input dtype ", x.dtype());
   }
   PointwiseIter it = make_pointwise_iter(out, {&x, &y}, name);
   visit_binary(op, alpha, beta, [&](auto f, auto types) {
@@ -58,16 +55,15 @@ KILN_REGISTER_KERNEL(kernels::binary, CPU, binary);
 
 void where(const Tensor& out, const Tensor& cond, const Tensor& x, const Tensor& y) {
   KILN_CHECK(cond.dtype() == DType::Bool, "where: condition must be bool, got ", cond.dtype());
-  KILN_CHECK(x.dtype() == y.dtype() && out.dtype() == x.dtype(), "where: dtypes differ: ",
-             x.dtype(), ", ", y.dtype(), " -> ", out.dtype());
+  KILN_CHECK(x.dtype() == y.dtype() && out.dtype() == x.dtype(), "where: dtypes differ: ", x.dtype(), ", ", y.dtype(),
+             " -> ", out.dtype());
   PointwiseIter it = make_pointwise_iter(out, {&cond, &x, &y}, "where");
   dispatch_all(x.dtype(), "where", [&](auto tag) {
     using T = typename decltype(tag)::type;
     for_each_row(it, [&](char** p, int64_t n, const int64_t* st) {
       for (int64_t i = 0; i < n; ++i) {
         bool c = *reinterpret_cast<const bool*>(p[1] + i * st[1]);
-        *reinterpret_cast<T*>(p[0] + i * st[0]) =
-            *reinterpret_cast<const T*>(p[c ? 2 : 3] + i * st[c ? 2 : 3]);
+        *reinterpret_cast<T*>(p[0] + i * st[0]) = *reinterpret_cast<const T*>(p[c ? 2 : 3] + i * st[c ? 2 : 3]);
       }
     });
   });
@@ -77,8 +73,7 @@ KILN_REGISTER_KERNEL(kernels::where, CPU, where);
 namespace {
 // Same-dtype copy where the destination is contiguous along the last dim and the source along
 // the second-to-last (a transpose): copy 32x32 tiles so both sides stay in cache.
-template <class E>
-void tiled_transpose_copy(const PointwiseIter& it) {
+template <class E> void tiled_transpose_copy(const PointwiseIter& it) {
   constexpr int64_t kTile = 32;
   const int nd = it.ndim;
   const int64_t R = it.sizes[nd - 2], C = it.sizes[nd - 1];
@@ -135,7 +130,9 @@ bool convert_f16c(const PointwiseIter& it, DType to, DType from) {
   }
   return true;
 #else
-  (void)it; (void)to; (void)from;
+  (void)it;
+  (void)to;
+  (void)from;
   return false;
 #endif
 }
@@ -160,10 +157,14 @@ void copy(const Tensor& dst, const Tensor& src) {
   if (dst.dtype() == src.dtype() && it.ndim >= 2 && it.strides[0][it.ndim - 1] == es &&
       it.strides[1][it.ndim - 2] == es && it.strides[1][it.ndim - 1] != es) {
     switch (es) {
-      case 1: return tiled_transpose_copy<uint8_t>(it);
-      case 2: return tiled_transpose_copy<uint16_t>(it);
-      case 4: return tiled_transpose_copy<uint32_t>(it);
-      case 8: return tiled_transpose_copy<uint64_t>(it);
+      case 1:
+        return tiled_transpose_copy<uint8_t>(it);
+      case 2:
+        return tiled_transpose_copy<uint16_t>(it);
+      case 4:
+        return tiled_transpose_copy<uint32_t>(it);
+      case 8:
+        return tiled_transpose_copy<uint64_t>(it);
     }
   }
   dispatch_all(dst.dtype(), "copy_", [&](auto out_tag) {
@@ -205,8 +206,7 @@ KILN_REGISTER_KERNEL(kernels::fill, CPU, fill);
 namespace {
 // Random fills address elements by their logical (row-major) index, so the numbers do not
 // depend on the strides of dst or on the thread count.
-template <class Gen>
-void fill_random(const Tensor& dst, const char* name, Gen gen) {
+template <class Gen> void fill_random(const Tensor& dst, const char* name, Gen gen) {
   Tensor target = dst.is_contiguous() ? dst : empty(dst.sizes(), dst.options());
   const int64_t n = target.numel();
   dispatch_numeric(target.dtype(), name, [&](auto tag) {

@@ -25,18 +25,15 @@ using pool2x2::max_2x2_row_pair;
 using pool2x2::take_max;
 
 // Strided [N, C, H, W] access to one operand.
-template <class T>
-struct View4 {
+template <class T> struct View4 {
   T* p;
   int64_t sn, sc, sh, sw;
   View4(const Tensor& t)  // NOLINT
-      : p(static_cast<T*>(t.data_ptr())),
-        sn(t.stride(0)), sc(t.stride(1)), sh(t.stride(2)), sw(t.stride(3)) {}
+      : p(static_cast<T*>(t.data_ptr())), sn(t.stride(0)), sc(t.stride(1)), sh(t.stride(2)), sw(t.stride(3)) {}
   T* plane(int64_t n, int64_t c) const { return p + n * sn + c * sc; }
 };
 
-template <class F>
-void for_planes(const PoolGeometry& g, int64_t work_per_plane, F&& f) {
+template <class F> void for_planes(const PoolGeometry& g, int64_t work_per_plane, F&& f) {
   const int64_t planes = g.N * g.C;
   const bool par = planes > 1 && planes * work_per_plane >= 32768;
 #pragma omp parallel for schedule(static) if (par)
@@ -69,8 +66,7 @@ inline void window_bounds(int64_t o, int64_t stride, int64_t pad, int64_t k, int
 
 // Calls f(oh, ow, hs, he, ws, we) for every output position of a plane in row order, with its
 // window's in-bounds rows [hs, he) and columns [ws, we) (the adaptive windows when kAdaptive).
-template <bool kAdaptive, class F>
-inline void for_windows(const PoolGeometry& g, F&& f) {
+template <bool kAdaptive, class F> inline void for_windows(const PoolGeometry& g, F&& f) {
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     int64_t hs, he;
     window_bounds<kAdaptive>(oh, g.sh, g.ph, g.kh, g.H, g.OH, hs, he);
@@ -98,8 +94,7 @@ inline void window_add(T* p, int64_t sh, int64_t sw, int64_t hs, int64_t he, int
     for (int64_t w = ws; w < we; ++w) p[h * sh + w * sw] += v;
 }
 
-template <class T>
-void max_fwd(const Tensor& out, const Tensor& idx, const Tensor& x, const PoolGeometry& g) {
+template <class T> void max_fwd(const Tensor& out, const Tensor& idx, const Tensor& x, const PoolGeometry& g) {
   View4<const T> X(x);
   View4<T> O(out);
   View4<int32_t> I(idx);
@@ -141,9 +136,8 @@ void max_fwd(const Tensor& out, const Tensor& idx, const Tensor& x, const PoolGe
     int32_t* ip = I.plane(n, c);
     if (two_by_two && X.sw == 1 && O.sw == 1 && I.sw == 1) {  // unit-stride rows
       for (int64_t oh = 0; oh < g.OH; ++oh)
-        max_2x2_row_pair(xp + 2 * oh * X.sh, xp + (2 * oh + 1) * X.sh, op + oh * O.sh,
-                         ip + oh * I.sh, g.OW, static_cast<int32_t>(2 * oh * g.W),
-                         static_cast<int32_t>(g.W), Identity{});
+        max_2x2_row_pair(xp + 2 * oh * X.sh, xp + (2 * oh + 1) * X.sh, op + oh * O.sh, ip + oh * I.sh, g.OW,
+                         static_cast<int32_t>(2 * oh * g.W), static_cast<int32_t>(g.W), Identity{});
       return;
     }
     if (two_by_two) {  // strided rows, unrolled: windows never clip
@@ -179,14 +173,12 @@ void max_fwd(const Tensor& out, const Tensor& idx, const Tensor& x, const PoolGe
 }
 
 // Zeroes one plane of a strided gradient.
-template <class T>
-void zero_plane(T* p, const View4<T>& V, int64_t H, int64_t W) {
+template <class T> void zero_plane(T* p, const View4<T>& V, int64_t H, int64_t W) {
   for (int64_t h = 0; h < H; ++h)
     for (int64_t w = 0; w < W; ++w) p[h * V.sh + w * V.sw] = T(0);
 }
 
-template <class T>
-void max_bwd(const Tensor& gx, const Tensor& gy, const Tensor& idx, const PoolGeometry& g) {
+template <class T> void max_bwd(const Tensor& gx, const Tensor& gy, const Tensor& idx, const PoolGeometry& g) {
   View4<T> GX(gx);
   View4<const T> GY(gy);
   View4<const int32_t> I(idx);
@@ -265,13 +257,11 @@ void max_bwd(const Tensor& gx, const Tensor& gy, const Tensor& idx, const PoolGe
 
 // Divisor of window (oh, ow): kh*kw with count_include_pad (windows never reach past the
 // padding), else the number of in-bounds elements.
-inline int64_t avg_divisor(int64_t hs, int64_t he, int64_t ws, int64_t we, const PoolGeometry& g,
-                           bool include_pad) {
+inline int64_t avg_divisor(int64_t hs, int64_t he, int64_t ws, int64_t we, const PoolGeometry& g, bool include_pad) {
   return include_pad ? g.kh * g.kw : (he - hs) * (we - ws);
 }
 
-template <class T>
-void avg_fwd(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool include_pad) {
+template <class T> void avg_fwd(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool include_pad) {
   View4<const T> X(x);
   View4<T> O(out);
   for_planes(g, g.OH * g.OW * g.kh * g.kw, [&](int64_t n, int64_t c) {
@@ -285,8 +275,7 @@ void avg_fwd(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool inc
   });
 }
 
-template <class T>
-void avg_bwd(const Tensor& gx, const Tensor& gy, const PoolGeometry& g, bool include_pad) {
+template <class T> void avg_bwd(const Tensor& gx, const Tensor& gy, const PoolGeometry& g, bool include_pad) {
   View4<T> GX(gx);
   View4<const T> GY(gy);
   for_planes(g, g.H * g.W + g.OH * g.OW * g.kh * g.kw, [&](int64_t n, int64_t c) {
@@ -300,8 +289,7 @@ void avg_bwd(const Tensor& gx, const Tensor& gy, const PoolGeometry& g, bool inc
   });
 }
 
-template <class T>
-void adaptive_fwd(const Tensor& out, const Tensor& x, const PoolGeometry& g) {
+template <class T> void adaptive_fwd(const Tensor& out, const Tensor& x, const PoolGeometry& g) {
   View4<const T> X(x);
   View4<T> O(out);
   for_planes(g, g.H * g.W + g.OH * g.OW, [&](int64_t n, int64_t c) {
@@ -313,8 +301,7 @@ void adaptive_fwd(const Tensor& out, const Tensor& x, const PoolGeometry& g) {
   });
 }
 
-template <class T>
-void adaptive_bwd(const Tensor& gx, const Tensor& gy, const PoolGeometry& g) {
+template <class T> void adaptive_bwd(const Tensor& gx, const Tensor& gy, const PoolGeometry& g) {
   View4<T> GX(gx);
   View4<const T> GY(gy);
   for_planes(g, 2 * g.H * g.W + g.OH * g.OW, [&](int64_t n, int64_t c) {
@@ -328,21 +315,26 @@ void adaptive_bwd(const Tensor& gx, const Tensor& gy, const PoolGeometry& g) {
 }
 
 void check4(const char* op, std::initializer_list<const Tensor*> ts) {
-  for (const Tensor* t : ts)
-    KILN_CHECK(t->dim() == 4, op, ": expected 4-D operands, got sizes ", t->sizes());
+  for (const Tensor* t : ts) KILN_CHECK(t->dim() == 4, op, ": expected 4-D operands, got sizes ", t->sizes());
 }
 
 }  // namespace
 
-#define KILN_POOL_DISPATCH(op, dt, ...)                                                   \
-  switch (dt) {                                                                           \
-    case DType::F32: { using T = float; __VA_ARGS__; } break;                             \
-    case DType::F64: { using T = double; __VA_ARGS__; } break;                            \
-    default: KILN_FAIL(op, ": dtype ", dt, " is not supported by the CPU kernel");        \
+#define KILN_POOL_DISPATCH(op, dt, ...)                                     \
+  switch (dt) {                                                             \
+    case DType::F32: {                                                      \
+      using T = float;                                                      \
+      __VA_ARGS__;                                                          \
+    } break;                                                                \
+    case DType::F64: {                                                      \
+      using T = double;                                                     \
+      __VA_ARGS__;                                                          \
+    } break;                                                                \
+    default:                                                                \
+      KILN_FAIL(op, ": dtype ", dt, " is not supported by the CPU kernel"); \
   }
 
-void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& x,
-                        const PoolGeometry& g) {
+void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& x, const PoolGeometry& g) {
   check4("max_pool2d", {&out, &indices, &x});
   KILN_CHECK(indices.dtype() == DType::I32, "max_pool2d: indices must be int32");
   KILN_CHECK(g.H * g.W <= std::numeric_limits<int32_t>::max(),
@@ -352,29 +344,24 @@ void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& 
 }
 KILN_REGISTER_KERNEL(kernels::max_pool2d_forward, CPU, max_pool2d_forward);
 
-void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
-                         const PoolGeometry& g) {
+void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices, const PoolGeometry& g) {
   check4("max_pool2d_backward", {&grad_x, &grad_out, &indices});
   if (grad_x.numel() == 0) return;
-  KILN_POOL_DISPATCH("max_pool2d_backward", grad_x.dtype(),
-                     max_bwd<T>(grad_x, grad_out, indices, g));
+  KILN_POOL_DISPATCH("max_pool2d_backward", grad_x.dtype(), max_bwd<T>(grad_x, grad_out, indices, g));
 }
 KILN_REGISTER_KERNEL(kernels::max_pool2d_backward, CPU, max_pool2d_backward);
 
-void avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& g,
-                        bool count_include_pad) {
+void avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad) {
   check4("avg_pool2d", {&out, &x});
   if (out.numel() == 0) return;
   KILN_POOL_DISPATCH("avg_pool2d", x.dtype(), avg_fwd<T>(out, x, g, count_include_pad));
 }
 KILN_REGISTER_KERNEL(kernels::avg_pool2d_forward, CPU, avg_pool2d_forward);
 
-void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,
-                         bool count_include_pad) {
+void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g, bool count_include_pad) {
   check4("avg_pool2d_backward", {&grad_x, &grad_out});
   if (grad_x.numel() == 0) return;
-  KILN_POOL_DISPATCH("avg_pool2d_backward", grad_x.dtype(),
-                     avg_bwd<T>(grad_x, grad_out, g, count_include_pad));
+  KILN_POOL_DISPATCH("avg_pool2d_backward", grad_x.dtype(), avg_bwd<T>(grad_x, grad_out, g, count_include_pad));
 }
 KILN_REGISTER_KERNEL(kernels::avg_pool2d_backward, CPU, avg_pool2d_backward);
 
@@ -385,12 +372,10 @@ void adaptive_avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolG
 }
 KILN_REGISTER_KERNEL(kernels::adaptive_avg_pool2d_forward, CPU, adaptive_avg_pool2d_forward);
 
-void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out,
-                                  const PoolGeometry& g) {
+void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g) {
   check4("adaptive_avg_pool2d_backward", {&grad_x, &grad_out});
   if (grad_x.numel() == 0) return;
-  KILN_POOL_DISPATCH("adaptive_avg_pool2d_backward", grad_x.dtype(),
-                     adaptive_bwd<T>(grad_x, grad_out, g));
+  KILN_POOL_DISPATCH("adaptive_avg_pool2d_backward", grad_x.dtype(), adaptive_bwd<T>(grad_x, grad_out, g));
 }
 KILN_REGISTER_KERNEL(kernels::adaptive_avg_pool2d_backward, CPU, adaptive_avg_pool2d_backward);
 

@@ -23,37 +23,36 @@ namespace {
 
 template <class T> using acc_t = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, double, int64_t>;
 
-template <class A>
-struct SumAcc {
+template <class A> struct SumAcc {
   A init() const { return A(0); }
   A combine(A a, A b) const { return a + b; }
 };
-template <class A>
-struct ProdAcc {
+template <class A> struct ProdAcc {
   A init() const { return A(1); }
   A combine(A a, A b) const { return a * b; }
 };
-template <class A>
-struct MaxAcc {
-  A init() const { return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::lowest(); }
+template <class A> struct MaxAcc {
+  A init() const {
+    return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
+                                                : std::numeric_limits<A>::lowest();
+  }
   A combine(A a, A b) const { return (a != a || a > b) ? a : b; }  // NaN wins
 };
-template <class A>
-struct MinAcc {
-  A init() const { return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max(); }
+template <class A> struct MinAcc {
+  A init() const {
+    return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max();
+  }
   A combine(A a, A b) const { return (a != a || a < b) ? a : b; }
 };
 
-template <class T, class A, class R>
-A reduce_row(const T* p, int64_t n, R r) {
+template <class T, class A, class R> A reduce_row(const T* p, int64_t n, R r) {
   A acc = r.init();
   for (int64_t i = 0; i < n; ++i) acc = r.combine(acc, static_cast<A>(static_cast<opmath_t<T>>(p[i])));
   return acc;
 }
 
 // Specialisation-free fast path for contiguous float sums: the compiler vectorizes this.
-template <class T>
-double sum_row_fast(const T* p, int64_t n) {
+template <class T> double sum_row_fast(const T* p, int64_t n) {
   double acc = 0;
 #pragma omp simd reduction(+ : acc)
   for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(static_cast<opmath_t<T>>(p[i]));
@@ -101,8 +100,7 @@ void reduce_inner(const T* in, T* out, int64_t K, int64_t R_, R r, bool mean, bo
   }
 }
 
-template <class T, class A, class R>
-void reduce_outer(const T* in, T* out, int64_t R_, int64_t K, R r, bool mean) {
+template <class T, class A, class R> void reduce_outer(const T* in, T* out, int64_t R_, int64_t K, R r, bool mean) {
   const int nthreads = omp_get_max_threads();
   const int64_t chunks = (K * R_ >= kParallelGrain) ? std::min<int64_t>(nthreads, K) : 1;
   const int64_t per = (K + chunks - 1) / chunks;
@@ -117,7 +115,8 @@ void reduce_outer(const T* in, T* out, int64_t R_, int64_t K, R r, bool mean) {
         acc[k - b] = r.combine(acc[k - b], static_cast<A>(static_cast<opmath_t<T>>(row[k])));
     }
     for (int64_t k = b; k < e; ++k) {
-      if (mean) out[k] = static_cast<T>(static_cast<opmath_t<T>>(static_cast<double>(acc[k - b]) / static_cast<double>(R_)));
+      if (mean)
+        out[k] = static_cast<T>(static_cast<opmath_t<T>>(static_cast<double>(acc[k - b]) / static_cast<double>(R_)));
       else out[k] = static_cast<T>(static_cast<opmath_t<T>>(acc[k - b]));
     }
   }
@@ -143,21 +142,25 @@ void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dim
     };
     switch (op) {
       case ReduceOp::Sum:
-      case ReduceOp::Mean: return go(SumAcc<A>{}, true);
-      case ReduceOp::Prod: return go(ProdAcc<A>{}, false);
-      case ReduceOp::Max: return go(MaxAcc<opmath_t<T>>{}, false);
-      case ReduceOp::Min: return go(MinAcc<opmath_t<T>>{}, false);
+      case ReduceOp::Mean:
+        return go(SumAcc<A>{}, true);
+      case ReduceOp::Prod:
+        return go(ProdAcc<A>{}, false);
+      case ReduceOp::Max:
+        return go(MaxAcc<opmath_t<T>>{}, false);
+      case ReduceOp::Min:
+        return go(MinAcc<opmath_t<T>>{}, false);
     }
   });
 }
 KILN_REGISTER_KERNEL(kernels::reduce, CPU, reduce);
 
 void arg_reduce(bool is_max, const Tensor& values, const Tensor& indices, const Tensor& in, int64_t dim) {
-  KILN_CHECK(indices.dtype() == DType::I64 && values.dtype() == in.dtype() &&
-             values.is_contiguous() && indices.is_contiguous(), "arg_reduce: bad outputs");
+  KILN_CHECK(indices.dtype() == DType::I64 && values.dtype() == in.dtype() && values.is_contiguous() &&
+                 indices.is_contiguous(),
+             "arg_reduce: bad outputs");
   const int64_t n = in.sizes().empty() ? 1 : in.sizes()[dim];
-  KILN_CHECK(n > 0, is_max ? "max" : "min", ": cannot reduce over an empty dimension (sizes ",
-             in.sizes(), ")");
+  KILN_CHECK(n > 0, is_max ? "max" : "min", ": cannot reduce over an empty dimension (sizes ", in.sizes(), ")");
   // Move `dim` last, keeping the other dims in order: row r of the result is output element r.
   Tensor src = dim_last_rows(in, dim);
   const int64_t rows = src.numel() / n;
@@ -176,8 +179,15 @@ void arg_reduce(bool is_max, const Tensor& values, const Tensor& indices, const 
       if (best == best) {
         for (int64_t i = 1; i < n; ++i) {
           M v = static_cast<M>(row[i]);
-          if (v != v) { best = v; bi = i; break; }  // NaN is the extreme value, as in PyTorch
-          if (is_max ? v > best : v < best) { best = v; bi = i; }
+          if (v != v) {
+            best = v;
+            bi = i;
+            break;
+          }  // NaN is the extreme value, as in PyTorch
+          if (is_max ? v > best : v < best) {
+            best = v;
+            bi = i;
+          }
         }
       }
       vo[r] = static_cast<T>(best);

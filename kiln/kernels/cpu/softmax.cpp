@@ -21,22 +21,22 @@ void softmax(const Tensor& out, const Tensor& in, bool log) {
   dispatch_floating(in.dtype(), log ? "log_softmax" : "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
-    for_each_contiguous_row(static_cast<const T*>(in.data_ptr()), static_cast<T*>(out.data_ptr()), rows, n,
-                            [&](const T* x, T* y) {
-      M mx = -INFINITY;
+    for_each_contiguous_row(
+        static_cast<const T*>(in.data_ptr()), static_cast<T*>(out.data_ptr()), rows, n, [&](const T* x, T* y) {
+          M mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-      for (int64_t i = 0; i < n; ++i) mx = std::max(mx, static_cast<M>(x[i]));
-      if (std::isinf(mx) && mx < 0) mx = 0;  // a row of -inf: avoid (-inf) - (-inf)
-      const double sum = blocked_sum(n, [&](int64_t i) { return math::exp_(static_cast<M>(x[i]) - mx); });
-      if (log) {
-        // (x - max) - log(sum): subtracting the max first keeps large logits exact
-        M log_sum = static_cast<M>(std::log(sum));
-        for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>((static_cast<M>(x[i]) - mx) - log_sum);
-      } else {
-        M inv = static_cast<M>(1.0 / sum);
-        for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(math::exp_(static_cast<M>(x[i]) - mx) * inv);
-      }
-    });
+          for (int64_t i = 0; i < n; ++i) mx = std::max(mx, static_cast<M>(x[i]));
+          if (std::isinf(mx) && mx < 0) mx = 0;  // a row of -inf: avoid (-inf) - (-inf)
+          const double sum = blocked_sum(n, [&](int64_t i) { return math::exp_(static_cast<M>(x[i]) - mx); });
+          if (log) {
+            // (x - max) - log(sum): subtracting the max first keeps large logits exact
+            M log_sum = static_cast<M>(std::log(sum));
+            for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>((static_cast<M>(x[i]) - mx) - log_sum);
+          } else {
+            M inv = static_cast<M>(1.0 / sum);
+            for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(math::exp_(static_cast<M>(x[i]) - mx) * inv);
+          }
+        });
   });
 }
 KILN_REGISTER_KERNEL(kernels::softmax, CPU, softmax);
@@ -63,10 +63,9 @@ void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tenso
         for (int64_t i = 0; i < n; ++i)
           o[i] = static_cast<T>(static_cast<M>(gr[i]) - math::exp_(static_cast<M>(yr[i])) * dot);
       } else {
-        const M dot = static_cast<M>(
-            blocked_sum(n, [&](int64_t i) { return static_cast<M>(gr[i]) * static_cast<M>(yr[i]); }));
-        for (int64_t i = 0; i < n; ++i)
-          o[i] = static_cast<T>(static_cast<M>(yr[i]) * (static_cast<M>(gr[i]) - dot));
+        const M dot =
+            static_cast<M>(blocked_sum(n, [&](int64_t i) { return static_cast<M>(gr[i]) * static_cast<M>(yr[i]); }));
+        for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(static_cast<M>(yr[i]) * (static_cast<M>(gr[i]) - dot));
       }
     }
   });

@@ -26,13 +26,13 @@ void argsort(const Tensor& indices, const Tensor& in, int64_t dim, bool descendi
     dispatch_all(in.dtype(), "sort", [&](auto tag) {
       using T = typename decltype(tag)::type;
       using M = opmath_t<T>;
-      for_each_contiguous_row(static_cast<const T*>(src.data_ptr()), static_cast<int64_t*>(dst.data_ptr()), rows,
-                              n, [&](const T* x, int64_t* ix) {
-        std::iota(ix, ix + n, int64_t(0));
-        std::stable_sort(ix, ix + n, [&](int64_t i, int64_t j) {
-          return sorts_before(static_cast<M>(x[i]), static_cast<M>(x[j]), descending);
-        });
-      });
+      for_each_contiguous_row(static_cast<const T*>(src.data_ptr()), static_cast<int64_t*>(dst.data_ptr()), rows, n,
+                              [&](const T* x, int64_t* ix) {
+                                std::iota(ix, ix + n, int64_t(0));
+                                std::stable_sort(ix, ix + n, [&](int64_t i, int64_t j) {
+                                  return sorts_before(static_cast<M>(x[i]), static_cast<M>(x[j]), descending);
+                                });
+                              });
     });
   });
 }

@@ -53,14 +53,22 @@ using cpu_conv::winograd_switch;
 
 // A 3x3 stride-1 correlation with zero padding, in [N, C, H, W] -> out [N, K, OH, OW], cut into
 // the tiles of F.
-template <class F>
-struct Problem {
+template <class F> struct Problem {
   int64_t N, C, H, W, K, OH, OW, ph, pw;
   int64_t TH, TW;  // tiles per column and row of an output plane
   Problem(int64_t N_, int64_t C_, int64_t H_, int64_t W_, int64_t K_, int64_t OH_, int64_t OW_, int64_t ph_,
           int64_t pw_)
-      : N(N_), C(C_), H(H_), W(W_), K(K_), OH(OH_), OW(OW_), ph(ph_), pw(pw_),
-        TH((OH_ + F::m - 1) / F::m), TW((OW_ + F::m - 1) / F::m) {}
+      : N(N_),
+        C(C_),
+        H(H_),
+        W(W_),
+        K(K_),
+        OH(OH_),
+        OW(OW_),
+        ph(ph_),
+        pw(pw_),
+        TH((OH_ + F::m - 1) / F::m),
+        TW((OW_ + F::m - 1) / F::m) {}
 };
 
 // A chunk of tiles: samples [n0, n1), tile rows [ty0, ty1) of each. Tile (n, ty, tx) is column
@@ -68,8 +76,7 @@ struct Problem {
 struct Chunk {
   int64_t n0, n1, ty0, ty1;
   bool whole_samples;
-  template <class F>
-  int64_t tiles(const Problem<F>& p) const { return (n1 - n0) * (ty1 - ty0) * p.TW; }
+  template <class F> int64_t tiles(const Problem<F>& p) const { return (n1 - n0) * (ty1 - ty0) * p.TW; }
 };
 
 // Tiles per chunk: V (xi x C x tiles) and M (xi x K x tiles) floats within ~4 MB, which is more
@@ -78,14 +85,12 @@ struct Chunk {
 // the micro-kernel's 32-wide panels, and at least two chunks per thread when the batch allows.
 // (4 MB was also measured against 16 MB for the weight gradient, whose inner dimension the
 // chunk is: 16 MB was 1.2-1.7x slower on the 28x28 to 7x7 layers.)
-template <class F>
-int64_t tiles_per_chunk(const Problem<F>& p) {
+template <class F> int64_t tiles_per_chunk(const Problem<F>& p) {
   return std::max<int64_t>(32, (int64_t(1) << 22) / (F::xi * 4 * (p.C + p.K)));
 }
 // whole_samples_only: never rows of tiles, at least one sample per chunk however large (the
 // generated backward makes its output gradient one sample at a time).
-template <class F>
-std::vector<Chunk> make_chunks(const Problem<F>& p, int nt, bool whole_samples_only = false) {
+template <class F> std::vector<Chunk> make_chunks(const Problem<F>& p, int nt, bool whole_samples_only = false) {
   const int64_t tps = p.TH * p.TW;
   const int64_t budget = tiles_per_chunk(p);
   std::vector<Chunk> chunks;
@@ -107,8 +112,7 @@ std::vector<Chunk> make_chunks(const Problem<F>& p, int nt, bool whole_samples_o
 // start is cache-line aligned, and callers cut it into parts of whole cache lines (lines): the
 // GEMMs' rows then start on a line, which measured up to 1.5x faster (the weight gradient's
 // accumulation into dU on ResNet-18's 4x4 layer) than whatever offset the parts happened to have.
-template <class T, int Slot = 0>
-T* scratch(size_t n) {
+template <class T, int Slot = 0> T* scratch(size_t n) {
   constexpr size_t line = 64 / sizeof(T);
   thread_local std::vector<T> buf;
   if (buf.size() < n + line) buf.resize(n + line);
@@ -116,13 +120,11 @@ T* scratch(size_t n) {
   return buf.data() + (line - at / sizeof(T) % line) % line;
 }
 // n values rounded up to whole cache lines.
-template <class T>
-constexpr int64_t lines(int64_t n) {
+template <class T> constexpr int64_t lines(int64_t n) {
   constexpr int64_t line = 64 / sizeof(T);
   return (n + line - 1) / line * line;
 }
-template <class T>
-T* weight_scratch(size_t n) { return scratch<T, 1>(n); }
+template <class T> T* weight_scratch(size_t n) { return scratch<T, 1>(n); }
 
 // Which matrices transform_weights makes from w [K, C, 3, 3]: U[xi] = (G w[k][c] G^T)[xi] as
 // K x C (Forward) or C x K (Transposed: the input gradient through the forward's tiles, U^T
@@ -132,8 +134,7 @@ enum class WeightLayout { Forward, Transposed, FlippedTransposed };
 
 // U[xi][ko][ci] = (G g G^T)[xi] of the 3x3 filter g that maps channel ci to channel ko, into u
 // (xi * KO * CI values), for the layouts above.
-template <class F, class T>
-void transform_weights(const T* w, int64_t K, int64_t C, WeightLayout layout, T* u) {
+template <class F, class T> void transform_weights(const T* w, int64_t K, int64_t C, WeightLayout layout, T* u) {
   const bool swap = layout != WeightLayout::Forward, flip = layout == WeightLayout::FlippedTransposed;
   const int64_t KO = swap ? C : K, CI = swap ? K : C, plane = KO * CI;
   // filter (ko, ci) starts at w + ko * kos + ci * cis
@@ -176,14 +177,11 @@ void transform_weights(const T* w, int64_t K, int64_t C, WeightLayout layout, T*
 // The zero-bordered copy of a chunk's input rows that the input transforms read: row i holds
 // input row m * ty0 - ph + i from column -pw on, wide enough for whole vectors of 16 tiles (16 m
 // columns, and the alpha - m more the last tile reads, read as another 16).
-template <class F>
-inline int64_t padded_width(const Problem<F>& p) { return (p.TW + 15) / 16 * 16 * F::m + 16 + F::m; }
-template <class F>
-inline int64_t padded_plane_floats(const Problem<F>& p, int64_t tile_rows) {
+template <class F> inline int64_t padded_width(const Problem<F>& p) { return (p.TW + 15) / 16 * 16 * F::m + 16 + F::m; }
+template <class F> inline int64_t padded_plane_floats(const Problem<F>& p, int64_t tile_rows) {
   return (F::m * tile_rows + F::alpha - F::m) * padded_width(p);
 }
-template <class F, class T>
-void pad_rows(const Problem<F>& p, const T* plane, int64_t ty0, int64_t tile_rows, T* buf) {
+template <class F, class T> void pad_rows(const Problem<F>& p, const T* plane, int64_t ty0, int64_t tile_rows, T* buf) {
   const int64_t wd = padded_width(p), rows = F::m * tile_rows + F::alpha - F::m;
   for (int64_t i = 0; i < rows; ++i) {
     T* dst = buf + i * wd;
@@ -200,22 +198,18 @@ void pad_rows(const Problem<F>& p, const T* plane, int64_t ty0, int64_t tile_row
 
 // The output gradient's zero-padded rows for grad_transform: m rows per tile row, each as wide
 // as whole vectors of 16 tiles.
-template <class F>
-inline int64_t grad_width(const Problem<F>& p) { return (p.TW + 15) / 16 * 16 * F::m; }
+template <class F> inline int64_t grad_width(const Problem<F>& p) { return (p.TW + 15) / 16 * 16 * F::m; }
 
 // The input gradient's plane buffer (input_transform_adjoint): rows 0 .. m TH + alpha - m - 1 of
 // the tiles' input region (input row r - ph), each from column -pw on and wide enough for whole
 // stores of every group of 16 tiles plus the last tile's overhang.
-template <class F>
-inline int64_t adjoint_width(const Problem<F>& p) { return (p.TW + 15) / 16 * 16 * F::m + 16; }
-template <class F>
-inline int64_t adjoint_plane_floats(const Problem<F>& p) {
+template <class F> inline int64_t adjoint_width(const Problem<F>& p) { return (p.TW + 15) / 16 * 16 * F::m + 16; }
+template <class F> inline int64_t adjoint_plane_floats(const Problem<F>& p) {
   return (F::m * p.TH + F::alpha - F::m) * adjoint_width(p);
 }
 
 // Whether x is finite (x - x is 0 for finite x and NaN for Inf or NaN).
-template <class T>
-inline bool finite_value(T x) { return x - x == T(0); }
+template <class T> inline bool finite_value(T x) { return x - x == T(0); }
 
 // V[xi][c][t] = (B^T d B)[xi] for every tile t of the chunk and channel c (ld = the chunk's
 // tiles, xs = the distance between positions). Returns false if a value is not finite.
@@ -250,8 +244,8 @@ bool input_transform(const Problem<F>& p, const T* in, const Chunk& ch, T* v, in
 // Returns false if an output is not finite: with finite transformed operands, only a product or
 // sum that overflowed, where the direct kernel might give +-Inf rather than NaN.
 template <class F, class T>
-bool output_transform(const Problem<F>& p, const T* m, int64_t ld, int64_t xs, const Chunk& ch, const T* bias,
-                      T* out, T*) {
+bool output_transform(const Problem<F>& p, const T* m, int64_t ld, int64_t xs, const Chunk& ch, const T* bias, T* out,
+                      T*) {
   T check = T(0);
   auto at = [](const auto& q, auto& o) { F::at(q, o); };
   for (int64_t k = 0; k < p.K; ++k) {
@@ -367,8 +361,7 @@ inline bool finite_sum(Vec sum, int64_t lanes = kL) { return !RL::any_nan(sum - 
 // returns whether the first `lanes` lanes are finite. Whole vectors when `room`: the lanes past
 // the row's last tile land on tiles of the same channel that the caller writes later; only the
 // first `lanes` at the end of a channel's row.
-template <int XI>
-inline bool store_positions(float* out, int64_t xs, bool room, int64_t lanes, const Vec (&v)[XI]) {
+template <int XI> inline bool store_positions(float* out, int64_t xs, bool room, int64_t lanes, const Vec (&v)[XI]) {
   Vec sum = RL::zero();
   for (int xi = 0; xi < XI; ++xi) {
     if (room) RL::store(out + xi * xs, v[xi]);
@@ -379,8 +372,7 @@ inline bool store_positions(float* out, int64_t xs, bool room, int64_t lanes, co
 }
 
 // The same for positions held as an alpha x alpha tile (position a * alpha + b).
-template <int A>
-inline bool store_positions(float* out, int64_t xs, bool room, int64_t lanes, const Vec (&v)[A][A]) {
+template <int A> inline bool store_positions(float* out, int64_t xs, bool room, int64_t lanes, const Vec (&v)[A][A]) {
   Vec flat[A * A];
   for (int a = 0; a < A; ++a)
     for (int b = 0; b < A; ++b) flat[a * A + b] = v[a][b];
@@ -541,7 +533,7 @@ bool input_transform_adjoint_f32(const Problem<F>& p, const float* dv, int64_t l
           for (int j = 0; j < O; ++j) carry[i][j] = RL::zero();
         for (int64_t tx0 = 0; tx0 < p.TW; tx0 += kL) {
           const int64_t lanes = p.TW - tx0;  // lanes past the last tile load 0
-          Vec h[A][A];  // B along the first index: h[i][b]
+          Vec h[A][A];                       // B along the first index: h[i][b]
           for (int b = 0; b < A; ++b) {
             Vec q[A], o[A];
             for (int a = 0; a < A; ++a) q[a] = RL::load_first(d + (a * A + b) * xs + tx0, lanes);
@@ -597,8 +589,7 @@ constexpr int64_t kGatheredMaxTiles = 4;
 // most of the 16 lanes idle): lane l of group g is tile 16 g + l of the chunk, counted across
 // rows of tiles and samples (chunks of whole samples), its values gathered from (and the outputs
 // scattered to) their planes.
-template <class F>
-struct TileLanes {
+template <class F> struct TileLanes {
   int64_t tiles, groups;
   std::vector<int32_t> s, ty, tx;  // each tile's sample (from the chunk's first), row and column
   TileLanes(const Problem<F>& p, const Chunk& ch) : tiles(ch.tiles(p)), groups((tiles + 15) / 16) {
@@ -639,23 +630,22 @@ struct TileLanes {
 
 // The zero-padded planes of a chunk's samples for one channel (input_transform_gathered and the
 // adjoint's sum): m TH + alpha - m rows of m TW + alpha - m columns each, from (-ph, -pw) on.
-template <class F>
-inline int64_t gathered_width(const Problem<F>& p) { return F::m * p.TW + F::alpha - F::m; }
-template <class F>
-inline int64_t gathered_plane(const Problem<F>& p) { return (F::m * p.TH + F::alpha - F::m) * gathered_width(p); }
+template <class F> inline int64_t gathered_width(const Problem<F>& p) { return F::m * p.TW + F::alpha - F::m; }
+template <class F> inline int64_t gathered_plane(const Problem<F>& p) {
+  return (F::m * p.TH + F::alpha - F::m) * gathered_width(p);
+}
 
 // Whether the chunk's transforms take tiles across rows and samples: whole samples, rows of few
 // tiles, and offsets within int32.
-template <class F>
-bool gathered(const Problem<F>& p, const Chunk& ch) {
+template <class F> bool gathered(const Problem<F>& p, const Chunk& ch) {
   const int64_t samples = ch.n1 - ch.n0;
   return ch.whole_samples && p.TW <= kGatheredMaxTiles &&
          samples * std::max({p.C * gathered_plane(p), p.K * p.OH * p.OW, p.C * p.H * p.W}) < (int64_t(1) << 31);
 }
 
 template <class F>
-bool input_transform_gathered(const Problem<F>& p, const float* in, const Chunk& ch, float* v, int64_t ld,
-                              int64_t xs, float* buf) {
+bool input_transform_gathered(const Problem<F>& p, const float* in, const Chunk& ch, float* v, int64_t ld, int64_t xs,
+                              float* buf) {
   constexpr int A = F::alpha;
   const TileLanes<F> tl(p, ch);
   const int64_t wg = gathered_width(p), ps = gathered_plane(p), samples = ch.n1 - ch.n0;
@@ -713,8 +703,7 @@ bool output_transform_gathered(const Problem<F>& p, const float* m, int64_t ld, 
 }
 
 template <class F>
-bool grad_transform_gathered(const Problem<F>& p, const float* gy, const Chunk& ch, float* gt, int64_t ld,
-                             int64_t xs) {
+bool grad_transform_gathered(const Problem<F>& p, const float* gy, const Chunk& ch, float* gt, int64_t ld, int64_t xs) {
   constexpr int M = F::m, A = F::alpha;
   const TileLanes<F> tl(p, ch);
   const int64_t ohw = p.OH * p.OW;
@@ -820,8 +809,7 @@ bool input_transform_adjoint_any(const Problem<F>& p, const T* dv, int64_t ld, i
 #undef KILN_WINOGRAD_VECTOR
 
 // Whether every value is finite (x - x is 0 for finite x and NaN for Inf or NaN).
-template <class T>
-bool all_finite(const T* v, int64_t n) {
+template <class T> bool all_finite(const T* v, int64_t n) {
   constexpr int64_t L = 16;  // independent lane sums, so that the loop vectorises
   T acc[L] = {};
   int64_t i = 0;
@@ -839,8 +827,7 @@ inline int64_t position_stride(int64_t n) { return (n + 1023) / 1024 * 1024 + 16
 
 // The transforms' row buffer for chunks of up to tile_rows rows of tiles (each transform's own
 // layout; the adjoint's plane only when the input gradient runs through the forward's tiles).
-template <class F>
-int64_t row_buffer_floats(const Problem<F>& p, int64_t tile_rows, int64_t samples, bool adjoint) {
+template <class F> int64_t row_buffer_floats(const Problem<F>& p, int64_t tile_rows, int64_t samples, bool adjoint) {
   return std::max({padded_plane_floats(p, tile_rows), F::m * tile_rows * grad_width(p),
                    adjoint ? adjoint_plane_floats(p) : int64_t(0),
                    samples * (F::m * p.TH + F::alpha - F::m) * (F::m * p.TW + F::alpha - F::m)});
@@ -911,8 +898,7 @@ bool run(const Problem<F>& p, const T* in, const T* u, const T* bias, T* out,
 // whole-vector reads of the xi matrices (one value at a time from xi streams a multiple of 4 KB
 // apart was 3% of a ResNet-18 step), the transform on 16-lane vectors. False if a result is not
 // finite.
-template <class F, class T>
-bool reduce_weight_grad(const std::vector<T*>& du, int64_t KC, int nt, T* dw) {
+template <class F, class T> bool reduce_weight_grad(const std::vector<T*>& du, int64_t KC, int nt, T* dw) {
   constexpr int64_t L = 16;
   typedef T Lanes __attribute__((vector_size(L * sizeof(T))));
   auto gt = [](const auto& q, auto& o) { F::gt(q, o); };
@@ -1001,15 +987,15 @@ bool run_backward(const Problem<F>& p, const T* x, const T* gy, const std::funct
       if (dw) {
         if (!input_transform_any(p, xc, ch, v, cols, vxs, rows)) return fail();
         for (int64_t xi = 0; xi < F::xi; ++xi)
-          gemm(row_major<const T>(gt + xi * gxs, p.K, cols, cols), row_major<const T>(v + xi * vxs, p.C, cols, cols).t(),
-               row_major(dus + xi * p.K * p.C, p.K, p.C, p.C), i > c0);
+          gemm(row_major<const T>(gt + xi * gxs, p.K, cols, cols),
+               row_major<const T>(v + xi * vxs, p.C, cols, cols).t(), row_major(dus + xi * p.K * p.C, p.K, p.C, p.C),
+               i > c0);
       }
       if (gx) {
         for (int64_t xi = 0; xi < F::xi; ++xi)
           gemm(row_major(u + xi * p.K * p.C, p.C, p.K, p.K), row_major<const T>(gt + xi * gxs, p.K, cols, cols),
                row_major(v + xi * vxs, p.C, cols, cols), false);
-        if (!input_transform_adjoint_any(p, v, cols, vxs, ch, gx + chunks[i].n0 * p.C * p.H * p.W, rows))
-          return fail();
+        if (!input_transform_adjoint_any(p, v, cols, vxs, ch, gx + chunks[i].n0 * p.C * p.H * p.W, rows)) return fail();
       }
     }
     if (dw && c1 == c0) std::fill(dus, dus + usize, T(0));
@@ -1030,32 +1016,27 @@ bool run_backward(const Problem<F>& p, const T* x, const T* gy, const std::funct
 // The forward's problem, and the input gradient's: gy correlated with the flipped, transposed
 // weight, padded by 2 - p (a "full" convolution where the forward was "valid", "same" where it
 // was "same").
-template <class F>
-Problem<F> forward_problem(const ConvGeometry& g) {
+template <class F> Problem<F> forward_problem(const ConvGeometry& g) {
   return Problem<F>(g.N, g.C, g.H, g.W, g.K, g.OH, g.OW, g.ph, g.pw);
 }
-template <class F>
-Problem<F> input_grad_problem(const ConvGeometry& g) {
+template <class F> Problem<F> input_grad_problem(const ConvGeometry& g) {
   return Problem<F>(g.N, g.K, g.OH, g.OW, g.C, g.H, g.W, 2 - g.ph, 2 - g.pw);
 }
 
 // Whether a whole sample's tiles fit one chunk: the input gradient through the forward's tiles
 // (run_backward with gx) needs chunks of whole samples.
-template <class F>
-bool samples_fit_chunk(const Problem<F>& p) { return p.TH * p.TW <= tiles_per_chunk(p); }
+template <class F> bool samples_fit_chunk(const Problem<F>& p) { return p.TH * p.TW <= tiles_per_chunk(p); }
 
 // The weights transformed into C x K matrices (WeightLayout::Transposed) for run_backward's input
 // gradient, in this thread's weight scratch; null if a transformed value is not finite.
-template <class F, class T>
-const T* adjoint_weights(const T* w, const ConvGeometry& g) {
+template <class F, class T> const T* adjoint_weights(const T* w, const ConvGeometry& g) {
   T* u = weight_scratch<T>(static_cast<size_t>(F::xi * g.K * g.C));
   transform_weights<F>(w, g.K, g.C, WeightLayout::Transposed, u);
   return all_finite(u, F::xi * g.K * g.C) ? u : nullptr;
 }
 
 // Calls fn with the tile winograd_tile picks for g (an F2 or an F4 value).
-template <class Fn>
-bool with_tile(const ConvGeometry& g, Fn&& fn) {
+template <class Fn> bool with_tile(const ConvGeometry& g, Fn&& fn) {
   return winograd_tile(g) == 4 ? fn(F4{}) : fn(F2{});
 }
 
@@ -1070,8 +1051,8 @@ bool winograd_geometry(const ConvGeometry& g) {
 bool winograd_applies(const ConvGeometry& g, DType dt) {
   // Few channels make short products whose cost the transforms dominate (measured in
   // bench_conv_lab: the CNN's 1-channel first layer is faster direct).
-  return dt == DType::F32 && winograd_switch().load(std::memory_order_relaxed) && winograd_geometry(g) &&
-         g.C >= 16 && g.K >= 16;
+  return dt == DType::F32 && winograd_switch().load(std::memory_order_relaxed) && winograd_geometry(g) && g.C >= 16 &&
+         g.K >= 16;
 }
 
 int winograd_tile(const ConvGeometry& g) {
@@ -1101,8 +1082,7 @@ bool winograd_forward(const T* x, const T* w, const T* bias, T* out, const ConvG
   });
 }
 
-template <class T>
-bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry& g) {
+template <class T> bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry& g) {
   KILN_CHECK(winograd_geometry(g), "winograd_backward_input: not a 3x3 stride-1 NCHW convolution");
   return with_tile(g, [&](auto tile) {
     using F = decltype(tile);
@@ -1117,8 +1097,7 @@ bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry&
   });
 }
 
-template <class T>
-bool winograd_backward_weight(const T* x, const T* gy, T* dw, const ConvGeometry& g) {
+template <class T> bool winograd_backward_weight(const T* x, const T* gy, T* dw, const ConvGeometry& g) {
   KILN_CHECK(winograd_geometry(g), "winograd_backward_weight: not a 3x3 stride-1 NCHW convolution");
   return with_tile(g, [&](auto tile) {
     using F = decltype(tile);
@@ -1159,13 +1138,13 @@ template bool winograd_backward_input<double>(const double*, const double*, doub
 template bool winograd_backward_weight<float>(const float*, const float*, float*, const ConvGeometry&);
 template bool winograd_backward_weight<double>(const double*, const double*, double*, const ConvGeometry&);
 template bool winograd_backward_both<float>(const float*, const float*, const float*, float*, float*,
-                                           const ConvGeometry&);
-template bool winograd_backward_both<double>(const double*, const double*, const double*, double*, double*,
                                             const ConvGeometry&);
+template bool winograd_backward_both<double>(const double*, const double*, const double*, double*, double*,
+                                             const ConvGeometry&);
 template bool winograd_backward_generated<float>(const float*, const float*, float*, float*, const ConvGeometry&,
                                                  const std::function<void(int64_t, void*)>&);
-template bool winograd_backward_generated<double>(const double*, const double*, double*, double*,
-                                                  const ConvGeometry&, const std::function<void(int64_t, void*)>&);
+template bool winograd_backward_generated<double>(const double*, const double*, double*, double*, const ConvGeometry&,
+                                                  const std::function<void(int64_t, void*)>&);
 
 namespace {
 WinogradEntries winograd_entries() {

@@ -43,14 +43,12 @@ bool winograd_forward(const T* x, const T* w, const T* bias, T* out, const ConvG
                       const std::function<void(int64_t n0, int64_t n1)>& samples_done = {});
 
 // gx [N, C, H, W] = the input gradient of the convolution from gy [N, K, OH, OW] (overwritten).
-template <class T>
-bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry& g);
+template <class T> bool winograd_backward_input(const T* gy, const T* w, T* gx, const ConvGeometry& g);
 
 // dw [K, C, 3, 3] = the weight gradient from x [N, C, H, W] and gy [N, K, OH, OW] (overwritten):
 // the exact gradient of the Winograd forward, which is the convolution's up to rounding. The
 // sum over the batch is taken in an order that does not depend on thread timing.
-template <class T>
-bool winograd_backward_weight(const T* x, const T* gy, T* dw, const ConvGeometry& g);
+template <class T> bool winograd_backward_weight(const T* x, const T* gy, T* dw, const ConvGeometry& g);
 
 // Both gradients at once, gx [N, C, H, W] and dw [K, C, 3, 3] (overwritten) from x, gy and w:
 // the output gradient is transformed once for both. Also false, having written nothing, when a

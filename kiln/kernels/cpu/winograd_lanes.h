@@ -41,8 +41,7 @@ struct Lanes512 {
   }
 
   // ph[j][l] = row[M l + j] for j < M and the L lanes: the M column phases of L M values.
-  template <int M>
-  static void deinterleave(const float* row, V (&ph)[M]) {
+  template <int M> static void deinterleave(const float* row, V (&ph)[M]) {
     static_assert(M == 2 || M == 4);
     if constexpr (M == 2) {
       const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -66,8 +65,7 @@ struct Lanes512 {
   }
 
   // The inverse: out[v] (L M values in all) with lane l of ph[j] at M l + j.
-  template <int M>
-  static void interleave(const V (&ph)[M], V (&out)[M]) {
+  template <int M> static void interleave(const V (&ph)[M], V (&out)[M]) {
     static_assert(M == 2 || M == 4);
     const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
@@ -121,8 +119,7 @@ struct Lanes256 {
     return _mm256_castsi256_ps(_mm256_alignr_epi8(_mm256_castps_si256(v), t, 12));
   }
 
-  template <int M>
-  static void deinterleave(const float* row, V (&ph)[M]) {
+  template <int M> static void deinterleave(const float* row, V (&ph)[M]) {
     static_assert(M == 2 || M == 4);
     if constexpr (M == 2) {
       // even and odd values of each 128-bit half, then the halves' 64-bit pairs put in order
@@ -146,8 +143,7 @@ struct Lanes256 {
     }
   }
 
-  template <int M>
-  static void interleave(const V (&ph)[M], V (&out)[M]) {
+  template <int M> static void interleave(const V (&ph)[M], V (&out)[M]) {
     static_assert(M == 2 || M == 4);
     if constexpr (M == 2) {
       const V lo = _mm256_unpacklo_ps(ph[0], ph[1]), hi = _mm256_unpackhi_ps(ph[0], ph[1]);

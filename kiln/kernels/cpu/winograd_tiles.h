@@ -18,43 +18,35 @@ namespace kiln::kernels::cpu::winograd {
 
 // The element type of a value the transforms take: the type itself, or a vector's lane type
 // (GCC's vector types, __m512 among them, can be indexed).
-template <class V, class = void>
-struct Lane {
-  using type = V;
-};
-template <class V>
-struct Lane<V, std::void_t<decltype(std::declval<V&>()[0])>> {
+template <class V, class = void> struct Lane { using type = V; };
+template <class V> struct Lane<V, std::void_t<decltype(std::declval<V&>()[0])>> {
   using type = std::decay_t<decltype(std::declval<V&>()[0])>;
 };
-template <class V>
-using lane_t = typename Lane<V>::type;
+template <class V> using lane_t = typename Lane<V>::type;
 
 // F(2, 3): interpolation points 0, 1, -1 and infinity. 16 products per 2x2 output tile per
 // channel pair instead of 36 (2.25x fewer).
 struct F2 {
-  static constexpr int64_t m = 2;          // output tile side
-  static constexpr int64_t alpha = 4;      // transformed tile side, m + 3 - 1
+  static constexpr int64_t m = 2;      // output tile side
+  static constexpr int64_t alpha = 4;  // transformed tile side, m + 3 - 1
   static constexpr int64_t xi = alpha * alpha;
 
   // B^T d: the input tile row d[4] -> 4 transformed values.
-  template <class V>
-  static void bt(const V (&d)[4], V (&o)[4]) {
+  template <class V> static void bt(const V (&d)[4], V (&o)[4]) {
     o[0] = d[0] - d[2];
     o[1] = d[1] + d[2];
     o[2] = d[2] - d[1];
     o[3] = d[1] - d[3];
   }
   // B q, the adjoint of bt: 4 transformed values -> the input tile row's 4 gradients.
-  template <class V>
-  static void b(const V (&q)[4], V (&o)[4]) {
+  template <class V> static void b(const V (&q)[4], V (&o)[4]) {
     o[0] = q[0];
     o[1] = q[1] - q[2] + q[3];
     o[2] = q[1] + q[2] - q[0];
     o[3] = -q[3];
   }
   // G g: the 3 taps -> 4 transformed values.
-  template <class V>
-  static void g(const V (&w)[3], V (&o)[4]) {
+  template <class V> static void g(const V (&w)[3], V (&o)[4]) {
     using S = lane_t<V>;
     o[0] = w[0];
     o[1] = (w[0] + w[1] + w[2]) * S(0.5);
@@ -62,8 +54,7 @@ struct F2 {
     o[3] = w[2];
   }
   // G^T q, the adjoint of g: 4 transformed values -> the 3 taps' gradients.
-  template <class V>
-  static void gt(const V (&q)[4], V (&o)[3]) {
+  template <class V> static void gt(const V (&q)[4], V (&o)[3]) {
     using S = lane_t<V>;
     const V s = (q[1] + q[2]) * S(0.5);
     o[0] = q[0] + s;
@@ -71,14 +62,12 @@ struct F2 {
     o[2] = s + q[3];
   }
   // A^T q: 4 products -> the 2 outputs.
-  template <class V>
-  static void at(const V (&q)[4], V (&o)[2]) {
+  template <class V> static void at(const V (&q)[4], V (&o)[2]) {
     o[0] = q[0] + q[1] + q[2];
     o[1] = q[1] - q[2] - q[3];
   }
   // A e, the adjoint of at: the 2 outputs' gradients -> 4 transformed values.
-  template <class V>
-  static void a(const V (&e)[2], V (&o)[4]) {
+  template <class V> static void a(const V (&e)[2], V (&o)[4]) {
     o[0] = e[0];
     o[1] = e[0] + e[1];
     o[2] = e[0] - e[1];
@@ -94,8 +83,7 @@ struct F4 {
   static constexpr int64_t alpha = 6;
   static constexpr int64_t xi = alpha * alpha;
 
-  template <class V>
-  static void bt(const V (&d)[6], V (&o)[6]) {
+  template <class V> static void bt(const V (&d)[6], V (&o)[6]) {
     using S = lane_t<V>;
     const V d42 = d[4] - d[2], d31 = d[3] - d[1];
     o[0] = (d[4] - d[2] * S(5)) + d[0] * S(4);
@@ -105,8 +93,7 @@ struct F4 {
     o[4] = d42 - d31 * S(2);
     o[5] = (d[5] - d[3] * S(5)) + d[1] * S(4);
   }
-  template <class V>
-  static void b(const V (&q)[6], V (&o)[6]) {
+  template <class V> static void b(const V (&q)[6], V (&o)[6]) {
     using S = lane_t<V>;
     const V q12s = q[1] + q[2], q12d = q[2] - q[1], q34s = q[3] + q[4], q34d = q[3] - q[4];
     o[0] = q[0] * S(4);
@@ -116,8 +103,7 @@ struct F4 {
     o[4] = q[0] + q12s + q34s;
     o[5] = q[5];
   }
-  template <class V>
-  static void g(const V (&w)[3], V (&o)[6]) {
+  template <class V> static void g(const V (&w)[3], V (&o)[6]) {
     using S = lane_t<V>;
     const V s02 = w[0] + w[2];
     o[0] = w[0] * S(0.25);
@@ -128,16 +114,14 @@ struct F4 {
     o[4] = c - l;
     o[5] = w[2];
   }
-  template <class V>
-  static void gt(const V (&q)[6], V (&o)[3]) {
+  template <class V> static void gt(const V (&q)[6], V (&o)[3]) {
     using S = lane_t<V>;
     const V s12 = q[1] + q[2], d12 = q[2] - q[1], s34 = q[3] + q[4], d34 = q[3] - q[4];
     o[0] = q[0] * S(0.25) - s12 * S(1.0 / 6) + s34 * S(1.0 / 24);
     o[1] = d12 * S(1.0 / 6) + d34 * S(1.0 / 12);
     o[2] = (s34 - s12) * S(1.0 / 6) + q[5];
   }
-  template <class V>
-  static void at(const V (&q)[6], V (&o)[4]) {
+  template <class V> static void at(const V (&q)[6], V (&o)[4]) {
     using S = lane_t<V>;
     const V s12 = q[1] + q[2], d12 = q[1] - q[2], s34 = q[3] + q[4], d34 = q[3] - q[4];
     o[0] = q[0] + s12 + s34;
@@ -145,8 +129,7 @@ struct F4 {
     o[2] = s12 + s34 * S(4);
     o[3] = (d12 + q[5]) + d34 * S(8);
   }
-  template <class V>
-  static void a(const V (&e)[4], V (&o)[6]) {
+  template <class V> static void a(const V (&e)[4], V (&o)[6]) {
     using S = lane_t<V>;
     const V s02 = e[0] + e[2], s13 = e[1] + e[3];
     const V f02 = e[0] + e[2] * S(4), f13 = (e[1] + e[3] * S(4)) * S(2);
@@ -162,8 +145,7 @@ struct F4 {
 // The 2-D transforms as the 1-D ones along each index of a tile t[i][j]: first along i for
 // every j, then along j for every i. In is the row of values a 1-D transform takes, Out the
 // row it gives; f(row in, row out) is one of the tiles' transforms.
-template <int In, int Out, class V, class Fn>
-inline void nest(const V (&t)[In][In], V (&o)[Out][Out], Fn f) {
+template <int In, int Out, class V, class Fn> inline void nest(const V (&t)[In][In], V (&o)[Out][Out], Fn f) {
   V h[Out][In];
   for (int j = 0; j < In; ++j) {
     V col[In], r[Out];

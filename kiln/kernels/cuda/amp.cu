@@ -18,7 +18,8 @@ namespace kiln::kernels::cuda {
 namespace {
 
 template <class P>
-__global__ void __launch_bounds__(mt::kBlock) unscale_kernel(mt::ListMeta<1> a, const float* inv_scale, float* found_inf) {
+__global__ void __launch_bounds__(mt::kBlock)
+    unscale_kernel(mt::ListMeta<1> a, const float* inv_scale, float* found_inf) {
   using M = opmath_t<P>;
   const mt::Chunk ch = mt::block_chunk(a.map);
   P* x = static_cast<P*>(a.ptr[0][ch.t]);
@@ -44,8 +45,8 @@ __global__ void update_scale_kernel(S* scale, int64_t* tracker, const float* fou
 
 void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale, const Tensor& found_inf) {
   const char* op = "unscale_and_check_";
-  KILN_CHECK(inv_scale.defined() && found_inf.defined() && inv_scale.numel() == 1 && found_inf.numel() == 1 && found_inf.dtype() == DType::F32 &&
-                 found_inf.is_contiguous(),
+  KILN_CHECK(inv_scale.defined() && found_inf.defined() && inv_scale.numel() == 1 && found_inf.numel() == 1 &&
+                 found_inf.dtype() == DType::F32 && found_inf.is_contiguous(),
              op, ": inv_scale and found_inf must be one-element tensors (found_inf f32)");
   const Device dev = found_inf.device();
   KILN_CHECK(inv_scale.device() == dev, op, ": inv_scale is on ", inv_scale.device(), ", found_inf on ", dev);
@@ -55,8 +56,8 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale
     if (!g.defined() || g.numel() == 0) continue;
     KILN_CHECK(g.device() == dev, op, ": gradient ", i, " is on ", g.device(), ", found_inf on ", dev);
     KILN_CHECK(g.is_floating_point(), op, ": gradient ", i, " has dtype ", g.dtype());
-    KILN_CHECK(is_dense(g), op, ": gradients must be dense (gradient ", i, " has sizes ", g.sizes(),
-               " strides ", g.strides(), ")");
+    KILN_CHECK(is_dense(g), op, ": gradients must be dense (gradient ", i, " has sizes ", g.sizes(), " strides ",
+               g.strides(), ")");
     items.push_back({g.numel(), g.dtype(), static_cast<int>(i)});
   }
   if (items.empty()) return;
@@ -78,8 +79,8 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale
   found_inf.storage()->bump_version();
 }
 
-void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
-                      double growth_factor, double backoff_factor, int64_t growth_interval) {
+void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
+                      double backoff_factor, int64_t growth_interval) {
   check_update_scale_args(scale, growth_tracker, found_inf);
   DeviceGuard guard(scale);
   cudaStream_t stream = stream_for(scale);

@@ -62,13 +62,12 @@ constexpr int kSide = 16;  // the 16 x 16 thread grid of the tile kernels (kThre
 static_assert(kSide * kSide == kThreads, "the attention kernels assume 256 threads per block");
 
 // Tile sizes for accumulation type M and head-dim bucket HD.
-template <class M, int HD>
-struct Tile {
+template <class M, int HD> struct Tile {
   static constexpr int BQ = (sizeof(M) == 4 && HD <= 64) ? 64 : 32;  // query rows per tile
   static constexpr int BK = BQ;                                      // key rows per tile
-  static constexpr int LD = HD + 1;  // padded row length of the Q, K, V, dO tiles
-  static constexpr int LP = BK + 1;  // padded row length of [BQ][BK] P / dS tiles
-  static constexpr int LT = BQ + 1;  // padded row length of [BK][BQ] P^T / dS^T tiles
+  static constexpr int LD = HD + 1;                                  // padded row length of the Q, K, V, dO tiles
+  static constexpr int LP = BK + 1;                                  // padded row length of [BQ][BK] P / dS tiles
+  static constexpr int LT = BQ + 1;                                  // padded row length of [BK][BQ] P^T / dS^T tiles
   static constexpr int RQ = BQ / kSide, RK = BK / kSide, RC = HD / kSide;  // per-thread counts
 
   static constexpr size_t forward_smem = sizeof(M) * (BQ * LD + 2 * BK * LD + BQ * LP);
@@ -82,10 +81,7 @@ __device__ __forceinline__ double dexp(double x) { return ::exp(x); }
 __device__ __forceinline__ float dlog(float x) { return ::logf(x); }
 __device__ __forceinline__ double dlog(double x) { return ::log(x); }
 
-template <class M>
-__device__ __forceinline__ M neg_inf() {
-  return -std::numeric_limits<M>::infinity();
-}
+template <class M> __device__ __forceinline__ M neg_inf() { return -std::numeric_limits<M>::infinity(); }
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 
@@ -93,8 +89,7 @@ __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ bool visible(int qi, int kj, bool causal) { return !causal || kj <= qi; }
 
 // Max / sum over the 16 lanes that share a tile row (lanes differing in their low 4 bits).
-template <class M>
-__device__ __forceinline__ M row_max(M v) {
+template <class M> __device__ __forceinline__ M row_max(M v) {
 #pragma unroll
   for (int o = kSide / 2; o > 0; o >>= 1) {
     M w = __shfl_xor_sync(0xffffffffu, v, o);
@@ -102,8 +97,7 @@ __device__ __forceinline__ M row_max(M v) {
   }
   return v;
 }
-template <class M>
-__device__ __forceinline__ M row_sum(M v) {
+template <class M> __device__ __forceinline__ M row_sum(M v) {
 #pragma unroll
   for (int o = kSide / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -114,8 +108,8 @@ __device__ __forceinline__ M row_sum(M v) {
 // A(r, d) = A[r * a_row + d * a_col] and B(c, d) = B[c * b_row + d * b_col] (shared memory). The
 // strides are compile-time constants at every call, so this inlines to the loops written out.
 template <int RI, int RJ, class M>
-__device__ __forceinline__ void tile_mma(M (&acc)[RI][RJ], const M* A, int a_row, int a_col,
-                                         const M* B, int b_row, int b_col, int n) {
+__device__ __forceinline__ void tile_mma(M (&acc)[RI][RJ], const M* A, int a_row, int a_col, const M* B, int b_row,
+                                         int b_col, int n) {
   const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
   for (int d = 0; d < n; ++d) {
     M a[RI], b[RJ];
@@ -130,8 +124,7 @@ __device__ __forceinline__ void tile_mma(M (&acc)[RI][RJ], const M* A, int a_row
   }
 }
 
-template <int RI, int RJ, class M>
-__device__ __forceinline__ void zero_tile(M (&t)[RI][RJ]) {
+template <int RI, int RJ, class M> __device__ __forceinline__ void zero_tile(M (&t)[RI][RJ]) {
 #pragma unroll
   for (int i = 0; i < RI; ++i)
 #pragma unroll
@@ -141,9 +134,8 @@ __device__ __forceinline__ void zero_tile(M (&t)[RI][RJ]) {
 // The backward kernels' recomputation, on [rows][ld] tiles: s = A B^T over D columns and
 // dp = dA dB^T over Dv columns (dQ: A, B, dA, dB = Q, K, dO, V; dK/dV the transposes).
 template <int RI, int RJ, class M>
-__device__ __forceinline__ void scores_and_dp(M (&s)[RI][RJ], M (&dp)[RI][RJ], const M* A,
-                                              const M* B, const M* dA, const M* dB, int ld, int D,
-                                              int Dv) {
+__device__ __forceinline__ void scores_and_dp(M (&s)[RI][RJ], M (&dp)[RI][RJ], const M* A, const M* B, const M* dA,
+                                              const M* dB, int ld, int D, int Dv) {
   zero_tile(s);
   zero_tile(dp);
   tile_mma(s, A, ld, 1, B, ld, 1, D);
@@ -164,8 +156,7 @@ __device__ __forceinline__ void load_tile(M* dst, const T* src, int valid_rows, 
 // Rows [row0, row0 + n) of one batch entry's two operands into shared tiles: X [ROWS][HD + 1] from
 // x (D columns) and Y from y (Dv columns); the operand pairs are (K, V) and (Q, dO).
 template <int ROWS, int HD, class T, class M>
-__device__ __forceinline__ void load_tile_pair(M* X, M* Y, const T* x, const T* y, int64_t row0,
-                                               int n, int D, int Dv) {
+__device__ __forceinline__ void load_tile_pair(M* X, M* Y, const T* x, const T* y, int64_t row0, int n, int D, int Dv) {
   load_tile<ROWS, HD>(X, x + row0 * D, n, D);
   load_tile<ROWS, HD>(Y, y + row0 * Dv, n, Dv);
 }
@@ -174,9 +165,9 @@ __device__ __forceinline__ void load_tile_pair(M* X, M* Y, const T* x, const T* 
 // One block per (batch entry, tile of BQ query rows).
 template <class T, class M, int HD>
 __global__ void __launch_bounds__(kThreads)
-attention_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                         T* __restrict__ out, M* __restrict__ lse, int64_t B, int Tq, int Tk,
-                         int D, int Dv, M scale, bool causal) {
+    attention_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                             T* __restrict__ out, M* __restrict__ lse, int64_t B, int Tq, int Tk, int D, int Dv,
+                             M scale, bool causal) {
   using C = Tile<M, HD>;
   constexpr int BQ = C::BQ, BK = C::BK, LD = C::LD, LP = C::LP, RQ = C::RQ, RK = C::RK, RC = C::RC;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -268,8 +259,8 @@ attention_forward_kernel(const T* __restrict__ q, const T* __restrict__ k, const
 // ---------------------------------------------------------------------------- backward
 // delta[r] = sum_c g[r, c] * out[r, c]: one warp per row.
 template <class T, class M>
-__global__ void attention_delta_kernel(const T* __restrict__ g, const T* __restrict__ out,
-                                       M* __restrict__ delta, int64_t rows, int Dv) {
+__global__ void attention_delta_kernel(const T* __restrict__ g, const T* __restrict__ out, M* __restrict__ delta,
+                                       int64_t rows, int Dv) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = blockDim.x / 32;
   for (int64_t r = blockIdx.x * warps + threadIdx.x / 32; r < rows; r += gridDim.x * warps) {
@@ -283,10 +274,9 @@ __global__ void attention_delta_kernel(const T* __restrict__ g, const T* __restr
 // dQ: one block per (batch entry, tile of BQ query rows), looping over the key tiles.
 template <class T, class M, int HD>
 __global__ void __launch_bounds__(kThreads)
-attention_backward_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                             const T* __restrict__ g, const M* __restrict__ lse,
-                             const M* __restrict__ delta, T* __restrict__ dq, int64_t B, int Tq,
-                             int Tk, int D, int Dv, M scale, bool causal) {
+    attention_backward_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                 const T* __restrict__ g, const M* __restrict__ lse, const M* __restrict__ delta,
+                                 T* __restrict__ dq, int64_t B, int Tq, int Tk, int D, int Dv, M scale, bool causal) {
   using C = Tile<M, HD>;
   constexpr int BQ = C::BQ, BK = C::BK, LD = C::LD, LP = C::LP, RQ = C::RQ, RK = C::RK, RC = C::RC;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -358,11 +348,10 @@ attention_backward_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, c
 // dk or dv may be null (not wanted).
 template <class T, class M, int HD>
 __global__ void __launch_bounds__(kThreads)
-attention_backward_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k,
-                               const T* __restrict__ v, const T* __restrict__ g,
-                               const M* __restrict__ lse, const M* __restrict__ delta,
-                               T* __restrict__ dk, T* __restrict__ dv, int64_t B, int Tq, int Tk,
-                               int D, int Dv, M scale, bool causal) {
+    attention_backward_dkdv_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                   const T* __restrict__ g, const M* __restrict__ lse, const M* __restrict__ delta,
+                                   T* __restrict__ dk, T* __restrict__ dv, int64_t B, int Tq, int Tk, int D, int Dv,
+                                   M scale, bool causal) {
   using C = Tile<M, HD>;
   constexpr int BQ = C::BQ, BK = C::BK, LD = C::LD, LT = C::LT, RQ = C::RQ, RK = C::RK, RC = C::RC;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -443,8 +432,8 @@ struct Shape {
 
 void check_same(const char* op, const char* name, const Tensor& t, DType dt, const IntList& sizes) {
   if (!t.defined()) return;
-  KILN_CHECK(t.is_cuda() && t.is_contiguous(), op, ": ", name,
-             " must be a contiguous CUDA tensor, got sizes ", t.sizes(), " on ", t.device());
+  KILN_CHECK(t.is_cuda() && t.is_contiguous(), op, ": ", name, " must be a contiguous CUDA tensor, got sizes ",
+             t.sizes(), " on ", t.device());
   KILN_CHECK(t.dtype() == dt, op, ": ", name, " has dtype ", t.dtype(), ", expected ", dt);
   KILN_CHECK(t.sizes() == sizes, op, ": ", name, " has sizes ", t.sizes(), ", expected ", sizes);
 }
@@ -452,30 +441,28 @@ void check_same(const char* op, const char* name, const Tensor& t, DType dt, con
 // Checks q, k, v and returns the problem size; every limit gets an error naming the operands.
 Shape check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
   KILN_CHECK(q.defined() && k.defined() && v.defined(), op, ": q, k and v must be defined");
-  KILN_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && k.size(0) == q.size(0) &&
-                 v.size(0) == q.size(0) && k.size(2) == q.size(2) && v.size(1) == k.size(1),
-             op, ": expected q [B, Tq, D], k [B, Tk, D], v [B, Tk, Dv], got q ", q.sizes(), ", k ",
-             k.sizes(), ", v ", v.sizes());
+  KILN_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3 && k.size(0) == q.size(0) && v.size(0) == q.size(0) &&
+                 k.size(2) == q.size(2) && v.size(1) == k.size(1),
+             op, ": expected q [B, Tq, D], k [B, Tk, D], v [B, Tk, Dv], got q ", q.sizes(), ", k ", k.sizes(), ", v ",
+             v.sizes());
   const DType dt = q.dtype();
   KILN_CHECK(is_floating(dt), op, ": expected floating-point q, k, v, got ", dt);
   check_same(op, "q", q, dt, q.sizes());
   check_same(op, "k", k, dt, k.sizes());
   check_same(op, "v", v, dt, v.sizes());
   const int64_t D = q.size(2), Dv = v.size(2), Tq = q.size(1), Tk = k.size(1);
-  KILN_CHECK(D <= kMaxHeadDim && Dv <= kMaxHeadDim, op, ": the CUDA kernel takes head dims up to ",
-             kMaxHeadDim, ", got D = ", D, ", Dv = ", Dv, " (q ", q.sizes(), ", v ", v.sizes(), ")");
+  KILN_CHECK(D <= kMaxHeadDim && Dv <= kMaxHeadDim, op, ": the CUDA kernel takes head dims up to ", kMaxHeadDim,
+             ", got D = ", D, ", Dv = ", Dv, " (q ", q.sizes(), ", v ", v.sizes(), ")");
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   KILN_CHECK(Tq < kIntMax / 2 && Tk < kIntMax / 2, op, ": sequence lengths Tq = ", Tq, ", Tk = ", Tk,
              " are too long for the CUDA kernel");
   // one block per 32 (or more) rows of each batch entry; grid.x is limited to 2^31 - 1
-  KILN_CHECK(q.size(0) * ((std::max(Tq, Tk) + 31) / 32) < kIntMax, op, ": too many blocks for sizes q ",
-             q.sizes(), ", k ", k.sizes());
-  return Shape{q.size(0), static_cast<int>(Tq), static_cast<int>(Tk), static_cast<int>(D),
-               static_cast<int>(Dv)};
+  KILN_CHECK(q.size(0) * ((std::max(Tq, Tk) + 31) / 32) < kIntMax, op, ": too many blocks for sizes q ", q.sizes(),
+             ", k ", k.sizes());
+  return Shape{q.size(0), static_cast<int>(Tq), static_cast<int>(Tk), static_cast<int>(D), static_cast<int>(Dv)};
 }
 
-template <class F>
-void dispatch_head_dim(int hd, F&& f) {
+template <class F> void dispatch_head_dim(int hd, F&& f) {
   if (hd <= 32) return f(std::integral_constant<int, 32>{});
   if (hd <= 64) return f(std::integral_constant<int, 64>{});
   return f(std::integral_constant<int, 128>{});  // check_qkv bounds it by kMaxHeadDim
@@ -483,24 +470,22 @@ void dispatch_head_dim(int hd, F&& f) {
 
 // Opts the kernel into `bytes` of dynamic shared memory (needed above 48 KB), after checking that
 // the device has that much per block.
-template <class Kernel>
-void use_smem(Kernel kernel, size_t bytes, const char* op) {
+template <class Kernel> void use_smem(Kernel kernel, size_t bytes, const char* op) {
   int dev = 0, optin = 0;
   KILN_CUDA_CHECK(cudaGetDevice(&dev));
   KILN_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   KILN_CHECK(bytes <= static_cast<size_t>(optin), op, ": the kernel needs ", bytes,
              " bytes of shared memory per block, the device allows ", optin);
   if (bytes > 48 * 1024)
-    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(bytes)));
+    KILN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
 }  // namespace
 
 int64_t attention_max_head_dim() { return kMaxHeadDim; }
 
-void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                       const Tensor& v, double scale, bool causal) {
+void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                       double scale, bool causal) {
   const char* op = "scaled_dot_product_attention (CUDA)";
   const Shape s = check_qkv(op, q, k, v);
   check_same(op, "out", out, q.dtype(), {s.B, s.Tq, s.Dv});
@@ -518,18 +503,18 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
       use_smem(kernel, C::forward_smem, op);
       const int64_t blocks = s.B * ((s.Tq + C::BQ - 1) / C::BQ);
       kernel<<<static_cast<unsigned>(blocks), kThreads, C::forward_smem, stream_for(q)>>>(
-          static_cast<const T*>(q.data_ptr()), static_cast<const T*>(k.data_ptr()),
-          static_cast<const T*>(v.data_ptr()), static_cast<T*>(out.data_ptr()),
-          static_cast<M*>(lse.data_ptr()), s.B, s.Tq, s.Tk, s.D, s.Dv, static_cast<M>(scale), causal);
+          static_cast<const T*>(q.data_ptr()), static_cast<const T*>(k.data_ptr()), static_cast<const T*>(v.data_ptr()),
+          static_cast<T*>(out.data_ptr()), static_cast<M*>(lse.data_ptr()), s.B, s.Tq, s.Tk, s.D, s.Dv,
+          static_cast<M>(scale), causal);
       KILN_CUDA_CHECK_LAUNCH("attention_forward_kernel");
     });
   });
 }
 KILN_REGISTER_KERNEL(kernels::attention_forward, CUDA, attention_forward);
 
-void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& g,
-                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse, double scale, bool causal) {
+void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& g, const Tensor& q,
+                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale,
+                        bool causal) {
   const char* op = "scaled_dot_product_attention_backward (CUDA)";
   const Shape s = check_qkv(op, q, k, v);
   const DType dt = q.dtype();
@@ -558,10 +543,10 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
     const int64_t rows = s.B * s.Tq;
     if (rows > 0) {
       const int64_t warps_per_block = kThreads / 32;
-      const unsigned blocks = static_cast<unsigned>(
-          std::min<int64_t>((rows + warps_per_block - 1) / warps_per_block, 65535 * 8));
-      attention_delta_kernel<T, M><<<blocks, kThreads, 0, stream>>>(
-          gp, static_cast<const T*>(out.data_ptr()), deltap, rows, s.Dv);
+      const unsigned blocks =
+          static_cast<unsigned>(std::min<int64_t>((rows + warps_per_block - 1) / warps_per_block, 65535 * 8));
+      attention_delta_kernel<T, M>
+          <<<blocks, kThreads, 0, stream>>>(gp, static_cast<const T*>(out.data_ptr()), deltap, rows, s.Dv);
       KILN_CUDA_CHECK_LAUNCH("attention_delta_kernel");
     }
     dispatch_head_dim(std::max(s.D, s.Dv), [&](auto hd) {
@@ -572,8 +557,7 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
         use_smem(kernel, C::dq_smem, op);
         const int64_t blocks = s.B * ((s.Tq + C::BQ - 1) / C::BQ);
         kernel<<<static_cast<unsigned>(blocks), kThreads, C::dq_smem, stream>>>(
-            qp, kp, vp, gp, lp, deltap, static_cast<T*>(dq.data_ptr()), s.B, s.Tq, s.Tk, s.D, s.Dv, sc,
-            causal);
+            qp, kp, vp, gp, lp, deltap, static_cast<T*>(dq.data_ptr()), s.B, s.Tq, s.Tk, s.D, s.Dv, sc, causal);
         KILN_CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
       }
       if ((dk.defined() || dv.defined()) && s.Tk > 0) {
@@ -582,8 +566,7 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
         const int64_t blocks = s.B * ((s.Tk + C::BK - 1) / C::BK);
         kernel<<<static_cast<unsigned>(blocks), kThreads, C::dkdv_smem, stream>>>(
             qp, kp, vp, gp, lp, deltap, dk.defined() ? static_cast<T*>(dk.data_ptr()) : nullptr,
-            dv.defined() ? static_cast<T*>(dv.data_ptr()) : nullptr, s.B, s.Tq, s.Tk, s.D, s.Dv, sc,
-            causal);
+            dv.defined() ? static_cast<T*>(dv.data_ptr()) : nullptr, s.B, s.Tq, s.Tk, s.D, s.Dv, sc, causal);
         KILN_CUDA_CHECK_LAUNCH("attention_backward_dkdv_kernel");
       }
     });

@@ -5,16 +5,14 @@
 
 namespace kiln::kernels::cuda {
 
-template <class T, class Op>
-__device__ __forceinline__ T warp_reduce(T v, Op op) {
+template <class T, class Op> __device__ __forceinline__ T warp_reduce(T v, Op op) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 
 // blockDim.x must be a multiple of 32 and at most 1024.
-template <class T, class Op>
-__device__ T block_reduce(T v, Op op, T identity) {
+template <class T, class Op> __device__ T block_reduce(T v, Op op, T identity) {
   __shared__ T shared[32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   v = warp_reduce(v, op);

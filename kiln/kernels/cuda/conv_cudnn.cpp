@@ -69,14 +69,13 @@ std::string cudnn_last_error() {
 
 }  // namespace
 
-#define KILN_CUDNN_CHECK(call)                                                                 \
-  do {                                                                                         \
-    cudnnStatus_t kiln_st_ = (call);                                                           \
-    if (kiln_st_ != CUDNN_STATUS_SUCCESS)                                                      \
-      throw ::kiln::Error(::kiln::detail::concat("cuDNN error in ", #call, ": ",              \
-                                                 cudnnGetErrorString(kiln_st_),                \
-                                                 cudnn_last_error()),                          \
-                          __FILE__, __LINE__);                                                 \
+#define KILN_CUDNN_CHECK(call)                                                                                       \
+  do {                                                                                                               \
+    cudnnStatus_t kiln_st_ = (call);                                                                                 \
+    if (kiln_st_ != CUDNN_STATUS_SUCCESS)                                                                            \
+      throw ::kiln::Error(                                                                                           \
+          ::kiln::detail::concat("cuDNN error in ", #call, ": ", cudnnGetErrorString(kiln_st_), cudnn_last_error()), \
+          __FILE__, __LINE__);                                                                                       \
   } while (0)
 
 // The count a cuDNN query writes through `&got` (algorithm counts), checked as above.
@@ -159,8 +158,7 @@ struct Handle {
 // ---------------------------------------------------------------------------- descriptors
 
 // An owned cuDNN descriptor of type D, made and freed by the given cuDNN calls.
-template <class D, cudnnStatus_t (*Create)(D*), cudnnStatus_t (*Destroy)(D)>
-struct Desc {
+template <class D, cudnnStatus_t (*Create)(D*), cudnnStatus_t (*Destroy)(D)> struct Desc {
   D d = nullptr;
   Desc() { KILN_CUDNN_CHECK(Create(&d)); }
   ~Desc() { Destroy(d); }
@@ -174,11 +172,16 @@ using ConvDesc =
 
 cudnnDataType_t data_type(DType t, const char* op) {
   switch (t) {
-    case DType::F32: return CUDNN_DATA_FLOAT;
-    case DType::F64: return CUDNN_DATA_DOUBLE;
-    case DType::F16: return CUDNN_DATA_HALF;
-    case DType::BF16: return CUDNN_DATA_BFLOAT16;
-    default: KILN_FAIL(op, ": dtype ", t, " is not supported by the cuDNN convolution");
+    case DType::F32:
+      return CUDNN_DATA_FLOAT;
+    case DType::F64:
+      return CUDNN_DATA_DOUBLE;
+    case DType::F16:
+      return CUDNN_DATA_HALF;
+    case DType::BF16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      KILN_FAIL(op, ": dtype ", t, " is not supported by the cuDNN convolution");
   }
 }
 
@@ -186,10 +189,13 @@ cudnnDataType_t data_type(DType t, const char* op) {
 // replaces it for the call (see run_math_type).
 cudnnMathType_t search_math_type(DType t) {
   switch (t) {
-    case DType::F32: return kiln::cuda::allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    case DType::F32:
+      return kiln::cuda::allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     case DType::F16:
-    case DType::BF16: return CUDNN_TENSOR_OP_MATH;
-    default: return CUDNN_DEFAULT_MATH;
+    case DType::BF16:
+      return CUDNN_TENSOR_OP_MATH;
+    default:
+      return CUDNN_DEFAULT_MATH;
   }
 }
 
@@ -223,20 +229,21 @@ struct ConvDescs {
     const cudnnTensorFormat_t fmt = g.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     KILN_CHECK(g.N * g.C * g.H * g.W <= INT_MAX && g.N * g.K * g.OH * g.OW <= INT_MAX, op,
                ": tensors of 2^31 or more elements are not supported by the cuDNN convolution "
-               "(input [", g.N, ", ", g.C, ", ", g.H, ", ", g.W, "], output [", g.N, ", ", g.K,
-               ", ", g.OH, ", ", g.OW, "]); split the batch");
+               "(input [",
+               g.N, ", ", g.C, ", ", g.H, ", ", g.W, "], output [", g.N, ", ", g.K, ", ", g.OH, ", ", g.OW,
+               "]); split the batch");
     KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x.d, fmt, dt, as_int(g.N, op, "N"), as_int(g.C, op, "C"),
                                                 as_int(g.H, op, "H"), as_int(g.W, op, "W")));
     KILN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y.d, fmt, dt, as_int(g.N, op, "N"), as_int(g.K, op, "K"),
                                                 as_int(g.OH, op, "OH"), as_int(g.OW, op, "OW")));
     KILN_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w.d, dt, fmt, as_int(g.K, op, "K"),
-                                                as_int(g.C / g.groups, op, "C/groups"),
-                                                as_int(g.kh, op, "kh"), as_int(g.kw, op, "kw")));
+                                                as_int(g.C / g.groups, op, "C/groups"), as_int(g.kh, op, "kh"),
+                                                as_int(g.kw, op, "kw")));
     const cudnnDataType_t compute = t == DType::F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-    KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
-        conv.d, as_int(g.ph, op, "padding"), as_int(g.pw, op, "padding"), as_int(g.sh, op, "stride"),
-        as_int(g.sw, op, "stride"), as_int(g.dh, op, "dilation"), as_int(g.dw, op, "dilation"),
-        CUDNN_CROSS_CORRELATION, compute));
+    KILN_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv.d, as_int(g.ph, op, "padding"), as_int(g.pw, op, "padding"),
+                                                     as_int(g.sh, op, "stride"), as_int(g.sw, op, "stride"),
+                                                     as_int(g.dh, op, "dilation"), as_int(g.dw, op, "dilation"),
+                                                     CUDNN_CROSS_CORRELATION, compute));
     KILN_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv.d, as_int(g.groups, op, "groups")));
     KILN_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.d, search_math_type(t)));
   }
@@ -264,20 +271,15 @@ constexpr size_t kMaxWorkspace = size_t{1} << 30;
 // (x, w, y), backward data (w, y, x), backward filter (x, y, w).
 enum class Slot { X, W, Y };
 
-template <Slot S>
-auto desc_of(const ConvDescs& d) {
+template <Slot S> auto desc_of(const ConvDescs& d) {
   if constexpr (S == Slot::X) return d.x.d;
   else if constexpr (S == Slot::W) return d.w.d;
   else return d.y.d;
 }
 
-template <Slot S>
-void* data_of(void* x, void* w, void* y) {
-  return S == Slot::X ? x : S == Slot::W ? w : y;
-}
+template <Slot S> void* data_of(void* x, void* w, void* y) { return S == Slot::X ? x : S == Slot::W ? w : y; }
 
-template <class PerfT, class AlgoT, Slot A, Slot B, Slot Out, auto MaxCount, auto Heuristics, auto Find,
-          auto Workspace>
+template <class PerfT, class AlgoT, Slot A, Slot B, Slot Out, auto MaxCount, auto Heuristics, auto Find, auto Workspace>
 struct ConvOps {
   using Perf = PerfT;
   static int max_count(cudnnHandle_t h) { return KILN_CUDNN_COUNT(MaxCount(h, &got)); }
@@ -287,8 +289,8 @@ struct ConvOps {
   // x, w, y: the data of the descriptors of those names (the Out one is written)
   static int find(cudnnHandle_t h, const ConvDescs& d, void* x, void* w, void* y, int n, Perf* p, void* ws,
                   size_t wsz) {
-    return KILN_CUDNN_COUNT(Find(h, desc_of<A>(d), data_of<A>(x, w, y), desc_of<B>(d), data_of<B>(x, w, y),
-                                 d.conv.d, desc_of<Out>(d), data_of<Out>(x, w, y), n, &got, p, ws, wsz));
+    return KILN_CUDNN_COUNT(Find(h, desc_of<A>(d), data_of<A>(x, w, y), desc_of<B>(d), data_of<B>(x, w, y), d.conv.d,
+                                 desc_of<Out>(d), data_of<Out>(x, w, y), n, &got, p, ws, wsz));
   }
   // Workspace bytes of `algo` under the descriptor's current math type (status, no throw).
   static cudnnStatus_t workspace(cudnnHandle_t h, const ConvDescs& d, int algo, size_t* s) {
@@ -296,10 +298,9 @@ struct ConvOps {
   }
 };
 
-struct FwdOps
-    : ConvOps<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t, Slot::X, Slot::W, Slot::Y,
-              cudnnGetConvolutionForwardAlgorithmMaxCount, cudnnGetConvolutionForwardAlgorithm_v7,
-              cudnnFindConvolutionForwardAlgorithmEx, cudnnGetConvolutionForwardWorkspaceSize> {
+struct FwdOps : ConvOps<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t, Slot::X, Slot::W, Slot::Y,
+                        cudnnGetConvolutionForwardAlgorithmMaxCount, cudnnGetConvolutionForwardAlgorithm_v7,
+                        cudnnFindConvolutionForwardAlgorithmEx, cudnnGetConvolutionForwardWorkspaceSize> {
   static constexpr const char* name = "conv2d (cuDNN forward)";
 };
 
@@ -327,10 +328,28 @@ int64_t alignment(const void* p) {
 
 std::string cache_key(Direction dir, const ConvGeometry& g, DType t, int device,
                       std::initializer_list<const void*> ptrs) {
-  std::vector<int64_t> v = {static_cast<int64_t>(dir), g.N, g.C, g.H, g.W, g.K, g.kh, g.kw, g.OH,
-                            g.OW, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups,
-                            g.channels_last ? 1 : 0, static_cast<int64_t>(t), device,
-                            kiln::cudnn::benchmark() ? 1 : 0, kiln::cudnn::deterministic() ? 1 : 0,
+  std::vector<int64_t> v = {static_cast<int64_t>(dir),
+                            g.N,
+                            g.C,
+                            g.H,
+                            g.W,
+                            g.K,
+                            g.kh,
+                            g.kw,
+                            g.OH,
+                            g.OW,
+                            g.sh,
+                            g.sw,
+                            g.ph,
+                            g.pw,
+                            g.dh,
+                            g.dw,
+                            g.groups,
+                            g.channels_last ? 1 : 0,
+                            static_cast<int64_t>(t),
+                            device,
+                            kiln::cudnn::benchmark() ? 1 : 0,
+                            kiln::cudnn::deterministic() ? 1 : 0,
                             kiln::cuda::allow_tf32() ? 1 : 0};
   for (const void* p : ptrs) v.push_back(alignment(p));
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
@@ -344,8 +363,7 @@ Tensor workspace_tensor(size_t bytes, const Tensor& like) {
 
 void* ptr_of(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
-template <class Perf>
-bool eligible(const Perf& p, DType t) {
+template <class Perf> bool eligible(const Perf& p, DType t) {
   if (p.status != CUDNN_STATUS_SUCCESS) return false;
   if (kiln::cudnn::deterministic() && p.determinism != CUDNN_DETERMINISTIC) return false;
   return math_allowed(t, p.mathType);
@@ -353,16 +371,16 @@ bool eligible(const Perf& p, DType t) {
 
 std::string flags_text() {
   return ::kiln::detail::concat("benchmark=", kiln::cudnn::benchmark() ? "on" : "off",
-                        ", deterministic=", kiln::cudnn::deterministic() ? "on" : "off",
-                        ", allow_tf32=", kiln::cuda::allow_tf32() ? "on" : "off");
+                                ", deterministic=", kiln::cudnn::deterministic() ? "on" : "off",
+                                ", allow_tf32=", kiln::cuda::allow_tf32() ? "on" : "off");
 }
 
 std::string geometry_text(const ConvGeometry& g, DType t) {
   return ::kiln::detail::concat("input [", g.N, ", ", g.C, ", ", g.H, ", ", g.W, "], weight [", g.K, ", ",
-                        g.C / g.groups, ", ", g.kh, ", ", g.kw, "], output [", g.N, ", ", g.K, ", ",
-                        g.OH, ", ", g.OW, "], stride [", g.sh, ", ", g.sw, "], padding [", g.ph,
-                        ", ", g.pw, "], dilation [", g.dh, ", ", g.dw, "], groups ", g.groups, ", ",
-                        g.channels_last ? "channels-last" : "NCHW", ", ", t);
+                                g.C / g.groups, ", ", g.kh, ", ", g.kw, "], output [", g.N, ", ", g.K, ", ", g.OH, ", ",
+                                g.OW, "], stride [", g.sh, ", ", g.sw, "], padding [", g.ph, ", ", g.pw,
+                                "], dilation [", g.dh, ", ", g.dw, "], groups ", g.groups, ", ",
+                                g.channels_last ? "channels-last" : "NCHW", ", ", t);
 }
 
 // Workspace bytes of `algo` when run with math type m (which the descriptor is left set to);
@@ -382,9 +400,8 @@ bool workspace_for(const Handle& h, const ConvDescs& d, int algo, cudnnMathType_
 struct NoChannelsLastAlgorithm {};
 
 template <class Ops>
-kiln::cudnn::detail::AlgoChoice choose(const Handle& h, const ConvDescs& d, const ConvGeometry& g,
-                                       Direction dir, const Tensor& ref, void* a, void* b, void* c,
-                                       Tensor& ws) {
+kiln::cudnn::detail::AlgoChoice choose(const Handle& h, const ConvDescs& d, const ConvGeometry& g, Direction dir,
+                                       const Tensor& ref, void* a, void* b, void* c, Tensor& ws) {
   using Perf = typename Ops::Perf;
   const std::string key = cache_key(dir, g, d.dtype, h.device, {a, b, c});
   kiln::cudnn::detail::AlgoChoice choice;
@@ -446,7 +463,8 @@ kiln::cudnn::detail::AlgoChoice choose(const Handle& h, const ConvDescs& d, cons
         choice.workspace = bytes;
         found = true;
       }
-      if (found) ws = choice.workspace <= need && search_ws.defined() ? search_ws : workspace_tensor(choice.workspace, ref);
+      if (found)
+        ws = choice.workspace <= need && search_ws.defined() ? search_ws : workspace_tensor(choice.workspace, ref);
     }
     if (!found && g.channels_last) throw NoChannelsLastAlgorithm{};  // the caller retries in NCHW
     KILN_CHECK(found, Ops::name, ": cuDNN offers no ", kiln::cudnn::deterministic() ? "deterministic " : "",
@@ -465,27 +483,25 @@ void check_operands(const char* op, const ConvGeometry& g, std::initializer_list
     if (!t->defined()) continue;
     if (!first) first = t;
     KILN_CHECK(t->device() == first->device() && t->dtype() == first->dtype(), op,
-               ": operands must share one device and dtype, got ", first->dtype(), " on ",
-               first->device(), " and ", t->dtype(), " on ", t->device());
+               ": operands must share one device and dtype, got ", first->dtype(), " on ", first->device(), " and ",
+               t->dtype(), " on ", t->device());
   }
 }
 
-void check_image(const char* op, const char* what, const Tensor& t, const ConvGeometry& g,
-                 int64_t C, int64_t H, int64_t W) {
-  KILN_CHECK(t.dim() == 4 && t.size(0) == g.N && t.size(1) == C && t.size(2) == H && t.size(3) == W,
-             op, ": ", what, " has sizes ", t.sizes(), ", expected [", g.N, ", ", C, ", ", H, ", ",
-             W, "]");
+void check_image(const char* op, const char* what, const Tensor& t, const ConvGeometry& g, int64_t C, int64_t H,
+                 int64_t W) {
+  KILN_CHECK(t.dim() == 4 && t.size(0) == g.N && t.size(1) == C && t.size(2) == H && t.size(3) == W, op, ": ", what,
+             " has sizes ", t.sizes(), ", expected [", g.N, ", ", C, ", ", H, ", ", W, "]");
   const MemoryFormat fmt = g.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
-  KILN_CHECK(has_layout(t, fmt), op, ": ", what, " (sizes ", t.sizes(), ", strides ", t.strides(),
-             ") is not ", g.channels_last ? "channels-last" : "NCHW-contiguous",
-             " as the geometry says");
+  KILN_CHECK(has_layout(t, fmt), op, ": ", what, " (sizes ", t.sizes(), ", strides ", t.strides(), ") is not ",
+             g.channels_last ? "channels-last" : "NCHW-contiguous", " as the geometry says");
 }
 
 void check_weight(const char* op, const Tensor& w, const ConvGeometry& g) {
   KILN_CHECK(w.dim() == 4 && w.size(0) == g.K && w.size(1) * g.groups == g.C && w.size(2) == g.kh &&
                  w.size(3) == g.kw && w.is_contiguous(),
-             op, ": weight must be a contiguous [", g.K, ", ", g.C / g.groups, ", ", g.kh, ", ",
-             g.kw, "], got sizes ", w.sizes(), " strides ", w.strides());
+             op, ": weight must be a contiguous [", g.K, ", ", g.C / g.groups, ", ", g.kh, ", ", g.kw, "], got sizes ",
+             w.sizes(), " strides ", w.strides());
 }
 
 // The filter in the layout the descriptors say: kiln's [K, C/g, kh, kw] for NCHW data, a copy as
@@ -500,9 +516,9 @@ Tensor filter_for(const Tensor& w, const ConvGeometry& g) {
 }
 
 [[noreturn]] void annotate(const char* op, const ConvGeometry& g, DType t, const kiln::Error& e) {
-  throw kiln::Error(::kiln::detail::concat(e.what(), "\n  in ", op, " with ", geometry_text(g, t), " (",
-                                   flags_text(), ")"),
-                    e.file(), e.line());
+  throw kiln::Error(
+      ::kiln::detail::concat(e.what(), "\n  in ", op, " with ", geometry_text(g, t), " (", flags_text(), ")"), e.file(),
+      e.line());
 }
 
 // The forward and backward-data calls' common part: descriptors, handle and scaling constants for
@@ -534,8 +550,7 @@ ConvGeometry as_nchw(ConvGeometry g) {
 // The fallback for NoChannelsLastAlgorithm: `run(g_nchw, out_nchw)` computes into an NCHW
 // temporary from NCHW copies of the inputs (the caller makes them), then the result is copied into
 // the channels-last `out`. Costs two layout copies; counted by cudnn::detail::channels_last_fallbacks.
-template <class Run>
-void run_nchw_instead(const ConvGeometry& g, const Tensor& out, Run&& run) {
+template <class Run> void run_nchw_instead(const ConvGeometry& g, const Tensor& out, Run&& run) {
   kiln::cudnn::detail::count_channels_last_fallback();
   Tensor tmp = empty(out.sizes(), out.options());
   run(as_nchw(g), tmp);
@@ -554,8 +569,8 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
   check_image(op, "output", out, g, g.K, g.OH, g.OW);
   check_weight(op, weight, g);
   if (bias.defined())
-    KILN_CHECK(bias.dim() == 1 && bias.size(0) == g.K && bias.is_contiguous(), op,
-               ": bias must be a contiguous [", g.K, "], got sizes ", bias.sizes());
+    KILN_CHECK(bias.dim() == 1 && bias.size(0) == g.K && bias.is_contiguous(), op, ": bias must be a contiguous [", g.K,
+               "], got sizes ", bias.sizes());
   if (out.numel() == 0) return;
   DeviceGuard guard(x);
   if (x.numel() == 0) {  // no input channels: the output is the bias
@@ -564,13 +579,14 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
     return;
   }
   try {
-    run_with_filter<FwdOps>(op, g, Direction::Forward, x, weight, x.data_ptr(), out.data_ptr(),
-                            [&](Handle& h, ConvDescs& d, Scalars& s, Tensor& w, const auto& c, Tensor& ws) {
-      KILN_CUDNN_CHECK(cudnnConvolutionForward(h.h, s.one(), d.x.d, x.data_ptr(), d.w.d, w.data_ptr(), d.conv.d,
-                                               static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ptr_of(ws),
-                                               c.workspace, s.zero(), d.y.d, out.data_ptr()));
-      if (bias.defined()) binary(BinaryOp::Add, out, out, bias.detach().view({1, g.K, 1, 1}), 1.0, 0.0);
-    });
+    run_with_filter<FwdOps>(
+        op, g, Direction::Forward, x, weight, x.data_ptr(), out.data_ptr(),
+        [&](Handle& h, ConvDescs& d, Scalars& s, Tensor& w, const auto& c, Tensor& ws) {
+          KILN_CUDNN_CHECK(cudnnConvolutionForward(h.h, s.one(), d.x.d, x.data_ptr(), d.w.d, w.data_ptr(), d.conv.d,
+                                                   static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ptr_of(ws),
+                                                   c.workspace, s.zero(), d.y.d, out.data_ptr()));
+          if (bias.defined()) binary(BinaryOp::Add, out, out, bias.detach().view({1, g.K, 1, 1}), 1.0, 0.0);
+        });
   } catch (const NoChannelsLastAlgorithm&) {
     const Tensor xn = contiguous(x.detach());
     run_nchw_instead(g, out, [&](const ConvGeometry& gn, const Tensor& o) { conv2d_forward(o, xn, weight, bias, gn); });
@@ -578,8 +594,7 @@ void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor& weight, co
 }
 KILN_REGISTER_KERNEL(kernels::conv2d_forward, CUDA, conv2d_forward);
 
-void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
-                           const ConvGeometry& g) {
+void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight, const ConvGeometry& g) {
   const char* op = "conv2d_backward_input";
   check_operands(op, g, {&grad_x, &grad_out, &weight});
   check_image(op, "grad_input", grad_x, g, g.C, g.H, g.W);
@@ -592,21 +607,23 @@ void conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
     return;
   }
   try {
-    run_with_filter<BwdDataOps>(op, g, Direction::BackwardData, grad_x, weight, grad_x.data_ptr(), grad_out.data_ptr(),
-                                [&](Handle& h, ConvDescs& d, Scalars& s, Tensor& w, const auto& c, Tensor& ws) {
-      KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h.h, s.one(), d.w.d, w.data_ptr(), d.y.d, grad_out.data_ptr(),
-                                                    d.conv.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
-                                                    ptr_of(ws), c.workspace, s.zero(), d.x.d, grad_x.data_ptr()));
-    });
+    run_with_filter<BwdDataOps>(
+        op, g, Direction::BackwardData, grad_x, weight, grad_x.data_ptr(), grad_out.data_ptr(),
+        [&](Handle& h, ConvDescs& d, Scalars& s, Tensor& w, const auto& c, Tensor& ws) {
+          KILN_CUDNN_CHECK(cudnnConvolutionBackwardData(h.h, s.one(), d.w.d, w.data_ptr(), d.y.d, grad_out.data_ptr(),
+                                                        d.conv.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
+                                                        ptr_of(ws), c.workspace, s.zero(), d.x.d, grad_x.data_ptr()));
+        });
   } catch (const NoChannelsLastAlgorithm&) {
     const Tensor gyn = contiguous(grad_out.detach());
-    run_nchw_instead(g, grad_x, [&](const ConvGeometry& gn, const Tensor& o) { conv2d_backward_input(o, gyn, weight, gn); });
+    run_nchw_instead(g, grad_x,
+                     [&](const ConvGeometry& gn, const Tensor& o) { conv2d_backward_input(o, gyn, weight, gn); });
   }
 }
 KILN_REGISTER_KERNEL(kernels::conv2d_backward_input, CUDA, conv2d_backward_input);
 
-void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
-                            const Tensor& grad_out, const Tensor& x, const ConvGeometry& g) {
+void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_out, const Tensor& x,
+                            const ConvGeometry& g) {
   const char* op = "conv2d_backward_weight";
   check_operands(op, g, {&grad_weight, &grad_bias, &grad_out, &x});
   check_image(op, "grad_output", grad_out, g, g.K, g.OH, g.OW);
@@ -635,10 +652,9 @@ void conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_bias,
       Tensor ws;
       auto c = choose<BwdFilterOps>(h, d, g, Direction::BackwardFilter, ref, x.data_ptr(), dw.data_ptr(),
                                     grad_out.data_ptr(), ws);
-      KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-          h.h, s.one(), d.x.d, x.data_ptr(), d.y.d, grad_out.data_ptr(), d.conv.d,
-          static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ptr_of(ws), c.workspace, s.zero(), d.w.d,
-          dw.data_ptr()));
+      KILN_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h.h, s.one(), d.x.d, x.data_ptr(), d.y.d, grad_out.data_ptr(),
+                                                      d.conv.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
+                                                      ptr_of(ws), c.workspace, s.zero(), d.w.d, dw.data_ptr()));
       if (nhwc_copy) copy(grad_weight, dw.permute({0, 3, 1, 2}));
     }
     if (grad_bias.defined()) reduce(ReduceOp::Sum, grad_bias, grad_out, {0, 2, 3});
@@ -661,21 +677,20 @@ namespace kiln::kernels::cuda {
 
 namespace {
 [[noreturn]] void no_cudnn(const char* op, const Tensor& t) {
-  KILN_FAIL(op, ": kiln was built without cuDNN, which CUDA convolutions need (tensor sizes ",
-            t.sizes(), " on ", t.device(), "); install cuDNN and reconfigure kiln (-DKILN_CUDNN=ON), "
+  KILN_FAIL(op, ": kiln was built without cuDNN, which CUDA convolutions need (tensor sizes ", t.sizes(), " on ",
+            t.device(),
+            "); install cuDNN and reconfigure kiln (-DKILN_CUDNN=ON), "
             "or run the convolution on the CPU");
 }
 }  // namespace
 
-void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor&, const Tensor&,
-                    const ConvGeometry&) {
+void conv2d_forward(const Tensor& out, const Tensor& x, const Tensor&, const Tensor&, const ConvGeometry&) {
   no_cudnn("conv2d", x);
 }
 void conv2d_backward_input(const Tensor& grad_x, const Tensor&, const Tensor&, const ConvGeometry&) {
   no_cudnn("conv2d_backward_input", grad_x);
 }
-void conv2d_backward_weight(const Tensor&, const Tensor&, const Tensor& grad_out, const Tensor&,
-                            const ConvGeometry&) {
+void conv2d_backward_weight(const Tensor&, const Tensor&, const Tensor& grad_out, const Tensor&, const ConvGeometry&) {
   no_cudnn("conv2d_backward_weight", grad_out);
 }
 

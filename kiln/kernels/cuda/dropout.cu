@@ -22,8 +22,8 @@ namespace kiln::kernels::cuda {
 namespace {
 
 template <class T>
-__global__ void dropout_kernel(T* __restrict__ out, const T* __restrict__ in, int64_t n, float p,
-                               opmath_t<T> scale, uint64_t seed, uint64_t offset) {
+__global__ void dropout_kernel(T* __restrict__ out, const T* __restrict__ in, int64_t n, float p, opmath_t<T> scale,
+                               uint64_t seed, uint64_t offset) {
   using O = opmath_t<T>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -33,13 +33,11 @@ __global__ void dropout_kernel(T* __restrict__ out, const T* __restrict__ in, in
 }
 
 // y = f(x) and dx = g * f'(x) for leaky ReLU, on the opmath type O.
-template <class O>
-struct LeakyReluFn {
+template <class O> struct LeakyReluFn {
   O slope;
   KILN_INLINE O operator()(O x) const { return x > O(0) ? x : x * slope; }
 };
-template <class O>
-struct LeakyReluGradFn {
+template <class O> struct LeakyReluGradFn {
   O slope;
   KILN_INLINE O operator()(O g, O x) const { return x > O(0) ? g : g * slope; }
 };
@@ -65,9 +63,9 @@ void dropout(const Tensor& out, const Tensor& in, double p, uint64_t seed, uint6
     using T = typename decltype(tag)::type;
     using O = opmath_t<T>;
     const O scale = static_cast<O>(1.0 / (1.0 - p));
-    dropout_kernel<T><<<grid_for(n), kThreads, 0, stream_for(in)>>>(
-        static_cast<T*>(out.data_ptr()), static_cast<const T*>(in.data_ptr()), n, static_cast<float>(p), scale,
-        seed, offset);
+    dropout_kernel<T><<<grid_for(n), kThreads, 0, stream_for(in)>>>(static_cast<T*>(out.data_ptr()),
+                                                                    static_cast<const T*>(in.data_ptr()), n,
+                                                                    static_cast<float>(p), scale, seed, offset);
     KILN_CUDA_CHECK_LAUNCH("dropout_kernel");
   });
 }

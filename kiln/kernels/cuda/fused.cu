@@ -39,8 +39,7 @@ int64_t cols_of(const Tensor& t) { return t.dim() == 0 ? 1 : t.size(-1); }
 // ---------------------------------------------------------------- forward kernels
 
 template <class T, class F>
-__global__ void bias_act_kernel(T* y, const T* x, const T* __restrict__ bias,
-                                int64_t n, int64_t k, F f) {
+__global__ void bias_act_kernel(T* y, const T* x, const T* __restrict__ bias, int64_t n, int64_t k, F f) {
   using M = opmath_t<T>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -52,11 +51,12 @@ __global__ void bias_act_kernel(T* y, const T* x, const T* __restrict__ bias,
 // 16-byte packs of V elements; requires k % V == 0 and 16-byte aligned x, y, bias (so a pack
 // never straddles two rows and the bias pack is aligned too).
 template <class T, class F>
-__global__ void bias_act_vec_kernel(T* y, const T* x, const T* __restrict__ bias,
-                                    int64_t n, int64_t k, F f) {
+__global__ void bias_act_vec_kernel(T* y, const T* x, const T* __restrict__ bias, int64_t n, int64_t k, F f) {
   using M = opmath_t<T>;
   constexpr int V = 16 / sizeof(T);
-  struct alignas(16) Pack { T v[V]; };
+  struct alignas(16) Pack {
+    T v[V];
+  };
   const int64_t packs = n / V;  // n is a multiple of k, hence of V
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) {
@@ -77,8 +77,8 @@ __global__ void bias_act_vec_kernel(T* y, const T* x, const T* __restrict__ bias
 
 template <class T>
 __global__ void bias_dropout_add_kernel(T* __restrict__ y, const T* __restrict__ x, const T* __restrict__ bias,
-                                        const T* __restrict__ residual, int64_t n, int64_t k,
-                                        math::BiasDropoutAdd f, opmath_t<T> scale) {
+                                        const T* __restrict__ residual, int64_t n, int64_t k, math::BiasDropoutAdd f,
+                                        opmath_t<T> scale) {
   using M = opmath_t<T>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -95,8 +95,7 @@ constexpr int kColTile = 32;  // columns per block (one warp's width)
 constexpr int kRowLanes = 8;  // threads per column (blockDim.y)
 
 // dx of bias_gelu: element (r, j) from g, x and the bias.
-template <class T, class BackF>
-struct BiasActGrad {
+template <class T, class BackF> struct BiasActGrad {
   const T* g;
   const T* x;
   const T* bias;
@@ -109,8 +108,7 @@ struct BiasActGrad {
 };
 
 // dx of bias_dropout_add: element (r, j) from g and the regenerated mask.
-template <class T>
-struct DropoutGradAt {
+template <class T> struct DropoutGradAt {
   const T* g;
   math::DropoutGrad f;
   opmath_t<T> scale;
@@ -162,8 +160,7 @@ __global__ void colsum_finish_kernel(T* __restrict__ dbias, const acc_t<T>* __re
 }
 
 // Launches grad_colsum_kernel (+ the finishing pass when dbias is defined) for a [rows, k] dx.
-template <class T, class G>
-void launch_grad_colsum(const Tensor& dx, const Tensor& dbias, G grad, const char* name) {
+template <class T, class G> void launch_grad_colsum(const Tensor& dx, const Tensor& dbias, G grad, const char* name) {
   using A = acc_t<T>;
   const int64_t k = cols_of(dx), rows = dx.numel() / k;
   DeviceGuard guard(dx);
@@ -176,13 +173,12 @@ void launch_grad_colsum(const Tensor& dx, const Tensor& dbias, G grad, const cha
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   Tensor partial;
-  if (dbias.defined())
-    partial = empty({chunks, k}, TensorOptions().dtype(dtype_of<A>::value).device(dx.device()));
+  if (dbias.defined()) partial = empty({chunks, k}, TensorOptions().dtype(dtype_of<A>::value).device(dx.device()));
   const dim3 block(kColTile, kRowLanes);
   const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(chunks));
   grad_colsum_kernel<T><<<grid, block, 0, stream>>>(static_cast<T*>(dx.data_ptr()),
-                                                     dbias.defined() ? static_cast<A*>(partial.data_ptr()) : nullptr,
-                                                     rows, k, rows_per_chunk, grad);
+                                                    dbias.defined() ? static_cast<A*>(partial.data_ptr()) : nullptr,
+                                                    rows, k, rows_per_chunk, grad);
   KILN_CUDA_CHECK_LAUNCH(name);
   if (dbias.defined()) {
     colsum_finish_kernel<T><<<static_cast<unsigned>((k + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
@@ -191,13 +187,11 @@ void launch_grad_colsum(const Tensor& dx, const Tensor& dbias, G grad, const cha
   }
 }
 
-template <class T>
-const T* bias_ptr(const Tensor& bias) {
+template <class T> const T* bias_ptr(const Tensor& bias) {
   return bias.defined() ? static_cast<const T*>(bias.data_ptr()) : nullptr;
 }
 
-template <class F>
-void with_gelu(GeluApprox approx, F&& f) {
+template <class F> void with_gelu(GeluApprox approx, F&& f) {
   if (approx == GeluApprox::Tanh) f(math::GeluTanh{}, math::GeluTanhBackward{});
   else f(math::GeluErf{}, math::GeluErfBackward{});
 }
@@ -231,8 +225,8 @@ void bias_gelu(const Tensor& y, const Tensor& x, const Tensor& bias, GeluApprox 
 }
 KILN_REGISTER_KERNEL(kernels::backend::bias_gelu, CUDA, bias_gelu);
 
-void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, const Tensor& x,
-                        const Tensor& bias, GeluApprox approx) {
+void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, const Tensor& x, const Tensor& bias,
+                        GeluApprox approx) {
   dispatch_floating(x.dtype(), "bias_gelu_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     with_gelu(approx, [&](auto, auto act_backward) {
@@ -245,8 +239,8 @@ void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, 
 }
 KILN_REGISTER_KERNEL(kernels::backend::bias_gelu_backward, CUDA, bias_gelu_backward);
 
-void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, const Tensor& residual,
-                      double p, uint64_t seed, uint64_t offset) {
+void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, const Tensor& residual, double p,
+                      uint64_t seed, uint64_t offset) {
   const int64_t n = x.numel(), k = cols_of(x);
   if (n == 0) return;
   DeviceGuard guard(y);
@@ -263,8 +257,8 @@ void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, cons
 }
 KILN_REGISTER_KERNEL(kernels::backend::bias_dropout_add, CUDA, bias_dropout_add);
 
-void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, double p,
-                               uint64_t seed, uint64_t offset) {
+void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, double p, uint64_t seed,
+                               uint64_t offset) {
   dispatch_floating(g.dtype(), "bias_dropout_add_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;

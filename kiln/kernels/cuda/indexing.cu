@@ -48,12 +48,12 @@ namespace {
 // ---------------------------------------------------------------- iteration space
 
 struct IndexSpace {
-  int ndim = 0;                         // column dimensions, outermost first
+  int ndim = 0;  // column dimensions, outermost first
   int64_t sizes[kMaxDims] = {};
-  int64_t stride[3][kMaxDims] = {};     // element strides of self, index, other per column dim
+  int64_t stride[3][kMaxDims] = {};  // element strides of self, index, other per column dim
   int64_t columns = 1;
-  int64_t K = 1;                        // positions along dim
-  int64_t kstride[3] = {0, 0, 0};       // strides along dim (self's multiplies the index value)
+  int64_t K = 1;                   // positions along dim
+  int64_t kstride[3] = {0, 0, 0};  // strides along dim (self's multiplies the index value)
 };
 
 // sizes: the iteration shape; st[k]: element strides of self, index, other over it.
@@ -168,8 +168,7 @@ __device__ __forceinline__ void atomic_add(int64_t* p, int64_t v) {  // two's co
   atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
 }
 
-template <class T>
-constexpr bool kHasAtomicAdd = !std::is_same_v<T, uint8_t>;
+template <class T> constexpr bool kHasAtomicAdd = !std::is_same_v<T, uint8_t>;
 
 // self[p with p[dim] = index[p]] += other[p], one thread per position, atomic adds.
 template <class T, class I>
@@ -238,8 +237,7 @@ struct IndexShape {
   int64_t strides[kMaxDims];
 };
 
-template <class I>
-__global__ void min_max_partial_kernel(IndexShape sh, int64_t n, const I* index, int64_t* partial) {
+template <class I> __global__ void min_max_partial_kernel(IndexShape sh, int64_t n, const I* index, int64_t* partial) {
   int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
@@ -286,17 +284,17 @@ void run_gather(const IndexSpace& s, const Tensor& self, const Tensor& index, co
     using T = typename decltype(vtag)::type;
     dispatch_index(index.dtype(), op, [&](auto itag) {
       using I = typename decltype(itag)::type;
-      gather_kernel<T, I><<<grid_for(total), kThreads, 0, stream>>>(
-          s, static_cast<const T*>(self.data_ptr()), static_cast<const I*>(index.data_ptr()),
-          static_cast<T*>(other.data_ptr()), b);
+      gather_kernel<T, I><<<grid_for(total), kThreads, 0, stream>>>(s, static_cast<const T*>(self.data_ptr()),
+                                                                    static_cast<const I*>(index.data_ptr()),
+                                                                    static_cast<T*>(other.data_ptr()), b);
       KILN_CUDA_CHECK_LAUNCH("gather_kernel");
     });
   });
 }
 
 // scatter_add / index_add with a full-rank index (or the atomic path of index_add).
-void run_scatter_add(const IndexSpace& s, const Tensor& self, const Tensor& index, const Tensor& other,
-                     const Bounds& b, const char* op) {
+void run_scatter_add(const IndexSpace& s, const Tensor& self, const Tensor& index, const Tensor& other, const Bounds& b,
+                     const char* op) {
   const int64_t total = s.columns * s.K;
   if (total == 0) return;
   DeviceGuard g(self);
@@ -341,8 +339,8 @@ void run_index_add_sorted(const IndexSpace& s, const Tensor& self, const Tensor&
   const int64_t istride = index.dim() == 1 ? index.stride(0) : 0;
   dispatch_index(index.dtype(), op, [&](auto itag) {
     using I = typename decltype(itag)::type;
-    index_keys_kernel<I><<<grid_for(K), kThreads, 0, stream>>>(static_cast<const I*>(index.data_ptr()), istride, K,
-                                                                kin, pin, b);
+    index_keys_kernel<I>
+        <<<grid_for(K), kThreads, 0, stream>>>(static_cast<const I*>(index.data_ptr()), istride, K, kin, pin, b);
     KILN_CUDA_CHECK_LAUNCH("index_keys_kernel");
   });
   // Only the bits that can be set in [0, bound] take part in the sort.
@@ -352,8 +350,8 @@ void run_index_add_sorted(const IndexSpace& s, const Tensor& self, const Tensor&
   size_t temp_bytes = 0;
   KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, kin, kout, pin, pout, n, 0, end_bit, stream));
   Tensor temp = buffer(static_cast<int64_t>(std::max<size_t>(temp_bytes, 1)), DType::U8);
-  KILN_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, kin, kout, pin, pout, n, 0, end_bit,
-                                                  stream));
+  KILN_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(temp.data_ptr(), temp_bytes, kin, kout, pin, pout, n, 0, end_bit, stream));
   dispatch_numeric(self.dtype(), op, [&](auto vtag) {
     using T = typename decltype(vtag)::type;
     index_add_sorted_kernel<T><<<grid_for(s.columns * K), kThreads, 0, stream>>>(

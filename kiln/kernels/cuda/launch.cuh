@@ -31,13 +31,9 @@ inline unsigned grid_for(int64_t n, int64_t per_thread = 1) {
 }
 
 // Byte offsets of element `linear` for every operand (outermost dimension first).
-template <int N>
-struct Offsets {
-  int64_t v[N];
-};
+template <int N> struct Offsets { int64_t v[N]; };
 
-template <int N>
-__device__ __forceinline__ Offsets<N> offsets_of(const PointwiseIter& it, int64_t linear) {
+template <int N> __device__ __forceinline__ Offsets<N> offsets_of(const PointwiseIter& it, int64_t linear) {
   Offsets<N> o;
 #pragma unroll
   for (int k = 0; k < N; ++k) o.v[k] = 0;
@@ -52,8 +48,7 @@ __device__ __forceinline__ Offsets<N> offsets_of(const PointwiseIter& it, int64_
 
 // out = f(in...) elementwise. N = number of operands including the output (2: unary, 3: binary,
 // 4: ternary). Flat contiguous iteration spaces skip the index arithmetic.
-template <class Out, class In, int N, class F>
-__global__ void pointwise_kernel(PointwiseIter it, F f) {
+template <class Out, class In, int N, class F> __global__ void pointwise_kernel(PointwiseIter it, F f) {
   using M = opmath_t<In>;
   const int64_t n = it.numel;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -88,7 +83,9 @@ template <class T, class F>
 __global__ void unary_vec_kernel(T* __restrict__ out, const T* __restrict__ in, int64_t n, F f) {
   using M = opmath_t<T>;
   constexpr int V = 16 / sizeof(T);
-  struct alignas(16) Pack { T v[V]; };
+  struct alignas(16) Pack {
+    T v[V];
+  };
   const int64_t packs = n / V;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) {
@@ -102,13 +99,12 @@ __global__ void unary_vec_kernel(T* __restrict__ out, const T* __restrict__ in, 
     out[i] = static_cast<T>(f(static_cast<M>(in[i])));
 }
 
-template <class Out, class In, int N, class F>
-void launch_pointwise(const PointwiseIter& it, const Tensor& out, F f) {
+template <class Out, class In, int N, class F> void launch_pointwise(const PointwiseIter& it, const Tensor& out, F f) {
   if (it.numel == 0) return;
   DeviceGuard g(out);
   if constexpr (N == 2 && std::is_same_v<Out, In>) {
-    const bool aligned = (reinterpret_cast<uintptr_t>(it.data[0]) % 16 == 0) &&
-                         (reinterpret_cast<uintptr_t>(it.data[1]) % 16 == 0);
+    const bool aligned =
+        (reinterpret_cast<uintptr_t>(it.data[0]) % 16 == 0) && (reinterpret_cast<uintptr_t>(it.data[1]) % 16 == 0);
     if (it.is_flat_contiguous() && aligned) {
       unary_vec_kernel<Out><<<grid_for(it.numel, 16 / sizeof(Out)), kThreads, 0, stream_for(out)>>>(
           reinterpret_cast<Out*>(it.data[0]), reinterpret_cast<const In*>(it.data[1]), it.numel, f);

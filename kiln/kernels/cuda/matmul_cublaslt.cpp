@@ -23,11 +23,11 @@
 #include "kiln/kernels/cuda/matmul_alignment.h"
 #include "kiln/kernels/fused.h"
 
-#define KILN_CUBLAS_CHECK(call)                                                                   \
-  do {                                                                                            \
-    cublasStatus_t kiln_st_ = (call);                                                             \
-    KILN_CHECK(kiln_st_ == CUBLAS_STATUS_SUCCESS, "cuBLASLt error in ", #call, ": ",             \
-               cublasLtGetStatusString(kiln_st_));                                                \
+#define KILN_CUBLAS_CHECK(call)                                                      \
+  do {                                                                               \
+    cublasStatus_t kiln_st_ = (call);                                                \
+    KILN_CHECK(kiln_st_ == CUBLAS_STATUS_SUCCESS, "cuBLASLt error in ", #call, ": ", \
+               cublasLtGetStatusString(kiln_st_));                                   \
   } while (0)
 
 namespace kiln::kernels::cuda {
@@ -107,10 +107,23 @@ bool lt_matmul(const Tensor& c, const Tensor& a, const Tensor& b, const Epilogue
       compute = kiln::cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       scale_type = CUDA_R_32F;
       break;
-    case DType::F64: dt = CUDA_R_64F; compute = CUBLAS_COMPUTE_64F; scale_type = CUDA_R_64F; break;
-    case DType::F16: dt = CUDA_R_16F; compute = CUBLAS_COMPUTE_32F; scale_type = CUDA_R_32F; break;
-    case DType::BF16: dt = CUDA_R_16BF; compute = CUBLAS_COMPUTE_32F; scale_type = CUDA_R_32F; break;
-    default: KILN_FAIL("matmul: dtype ", a.dtype(), " is not supported on CUDA");
+    case DType::F64:
+      dt = CUDA_R_64F;
+      compute = CUBLAS_COMPUTE_64F;
+      scale_type = CUDA_R_64F;
+      break;
+    case DType::F16:
+      dt = CUDA_R_16F;
+      compute = CUBLAS_COMPUTE_32F;
+      scale_type = CUDA_R_32F;
+      break;
+    case DType::BF16:
+      dt = CUDA_R_16BF;
+      compute = CUBLAS_COMPUTE_32F;
+      scale_type = CUDA_R_32F;
+      break;
+    default:
+      KILN_FAIL("matmul: dtype ", a.dtype(), " is not supported on CUDA");
   }
 
   // C^T [N, M] = X [N, K] * Y [K, M] with X = B^T, Y = A^T (column-major).
@@ -139,12 +152,16 @@ bool lt_matmul(const Tensor& c, const Tensor& a, const Tensor& b, const Epilogue
     if (has_epilogue) {
       // In C^T's column-major terms the bias runs along the N rows of D: one value per output
       // feature, broadcast over the M columns - and the bias gradient sums over those columns.
-      KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep.kind, sizeof(ep.kind)));
+      KILN_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep.kind, sizeof(ep.kind)));
       if (ep.bias)
-        KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep.bias, sizeof(ep.bias)));
+        KILN_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ep.bias, sizeof(ep.bias)));
       if (ep.aux) {
-        KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux, sizeof(ep.aux)));
-        KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ep.aux_ld, sizeof(ep.aux_ld)));
+        KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ep.aux,
+                                                         sizeof(ep.aux)));
+        KILN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ep.aux_ld,
+                                                         sizeof(ep.aux_ld)));
       }
     }
     // Stored shapes (before the op): X is [N, K] or, transposed, [K, N]; likewise Y.
@@ -157,13 +174,16 @@ bool lt_matmul(const Tensor& c, const Tensor& a, const Tensor& b, const Epilogue
       const int32_t count = static_cast<int32_t>(batch);
       const int64_t sx = b.stride(0), sy = a.stride(0), sc = M * N;
       for (auto [layout, stride] : {std::pair{lx, sx}, std::pair{ly, sy}, std::pair{lc, sc}}) {
-        KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-        KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+        KILN_CUBLAS_CHECK(
+            cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+        KILN_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                           sizeof(stride)));
       }
     }
     KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = kWorkspaceBytes;
-    KILN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    KILN_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
     // cuBLASLt's A is X (from b), its B is Y (from a), C = D = c.
     const size_t es = element_size(a.dtype());
     const uint64_t bx = batched ? b.stride(0) * es : 0, by = batched ? a.stride(0) * es : 0;
@@ -193,8 +213,7 @@ bool lt_matmul(const Tensor& c, const Tensor& a, const Tensor& b, const Epilogue
     // block while this one may still run.
     const size_t need = heuristic.workspaceSize;
     Tensor workspace;
-    if (need > 0)
-      workspace = empty({static_cast<int64_t>(need)}, TensorOptions().dtype(DType::U8).device(c.device()));
+    if (need > 0) workspace = empty({static_cast<int64_t>(need)}, TensorOptions().dtype(DType::U8).device(c.device()));
     st = cublasLtMatmul(handle, op_desc, alpha, b.data_ptr(), lx, a.data_ptr(), ly, beta, c.data_ptr(), lc,
                         c.data_ptr(), lc, &heuristic.algo, need > 0 ? workspace.data_ptr() : nullptr, need, stream);
     if (has_epilogue && st == CUBLAS_STATUS_NOT_SUPPORTED) {
@@ -232,8 +251,8 @@ void matmul(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
 
 bool last_call_used_epilogue() { return t_used_epilogue; }
 
-void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                     Epilogue epilogue, const Tensor& gelu_aux, GeluApprox approx) {
+void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, Epilogue epilogue,
+                     const Tensor& gelu_aux, GeluApprox approx) {
   t_used_epilogue = false;
   if (out.numel() == 0) return;
   const int64_t N = out.size(1), K = x.size(1);
@@ -244,8 +263,9 @@ void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, c
   // cuBLASLt's GELU is the tanh approximation; its aux buffer needs a leading dimension that is
   // a multiple of 8.
   if (K > 0 && (!gelu || (approx == GeluApprox::Tanh && (!gelu_aux.defined() || N % 8 == 0)))) {
-    ep.kind = !gelu ? CUBLASLT_EPILOGUE_BIAS
-                    : gelu_aux.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
+    ep.kind = !gelu                ? CUBLASLT_EPILOGUE_BIAS
+              : gelu_aux.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                   : CUBLASLT_EPILOGUE_GELU_BIAS;
     if (gelu && gelu_aux.defined()) {
       ep.aux = gelu_aux.data_ptr();
       ep.aux_ld = N;

@@ -22,8 +22,8 @@ using mt::kBlock;
 using mt::kListT;
 using mt::kVec;
 using mt::Launch;
-using mt::ListMeta;
 using mt::list_meta;
+using mt::ListMeta;
 using mt::RunLength;
 
 namespace {
@@ -68,7 +68,8 @@ __global__ void __launch_bounds__(kBlock) norm_partials_kernel(ListMeta<1> a, do
 // One block combines the n partials in a fixed order (thread k takes k, k + kBlock, ...; then the
 // block reduction's fixed tree) and writes the norm.
 template <class Out>
-__global__ void __launch_bounds__(kBlock) norm_final_kernel(const double* partials, int64_t n, double p, bool inf, Out* out) {
+__global__ void __launch_bounds__(kBlock)
+    norm_final_kernel(const double* partials, int64_t n, double p, bool inf, Out* out) {
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc = inf ? MaxOp()(acc, partials[i]) : acc + partials[i];
   acc = inf ? block_reduce(acc, MaxOp(), 0.0) : block_reduce(acc, SumOp(), 0.0);
@@ -80,8 +81,7 @@ __global__ void __launch_bounds__(kBlock) norm_final_kernel(const double* partia
 }
 
 // x *= scale (read on the device), in the opmath type.
-template <class P>
-__global__ void __launch_bounds__(kBlock) scale_kernel(ListMeta<1> a, const double* scale) {
+template <class P> __global__ void __launch_bounds__(kBlock) scale_kernel(ListMeta<1> a, const double* scale) {
   using M = opmath_t<P>;
   const mt::Chunk ch = mt::block_chunk(a.map);
   P* x = static_cast<P*>(a.ptr[0][ch.t]);
@@ -90,8 +90,7 @@ __global__ void __launch_bounds__(kBlock) scale_kernel(ListMeta<1> a, const doub
 }
 
 // x = x + w (y - x) (math::LerpOp), in the opmath type.
-template <class P>
-__global__ void __launch_bounds__(kBlock) lerp_kernel(ListMeta<2> a, double weight) {
+template <class P> __global__ void __launch_bounds__(kBlock) lerp_kernel(ListMeta<2> a, double weight) {
   using M = opmath_t<P>;
   const mt::Chunk ch = mt::block_chunk(a.map);
   P* x = static_cast<P*>(a.ptr[0][ch.t]);
@@ -119,18 +118,15 @@ Tensor device_scalar(const Tensor& t, DType want, Device dev, const char* op, co
 }
 
 void check_cuda_tensor(const Tensor& t, Device dev, const char* op, size_t i) {
-  KILN_CHECK(t.device().is_cuda() && t.device() == dev, op, ": tensor ", i, " is on ", t.device(),
-             ", expected ", dev);
-  KILN_CHECK(t.is_floating_point(), op, ": tensor ", i, " has dtype ", t.dtype(),
-             "; expected a floating-point tensor");
+  KILN_CHECK(t.device().is_cuda() && t.device() == dev, op, ": tensor ", i, " is on ", t.device(), ", expected ", dev);
+  KILN_CHECK(t.is_floating_point(), op, ": tensor ", i, " has dtype ", t.dtype(), "; expected a floating-point tensor");
 }
 
 }  // namespace
 
 // ---------------------------------------------------------------- the optimizer step's host side
 
-StepLaunches::StepLaunches(const char* op, const MultiTensorLists& lists, int num_buffers,
-                           const StepScalars& scalars)
+StepLaunches::StepLaunches(const char* op, const MultiTensorLists& lists, int num_buffers, const StepScalars& scalars)
     : lists_(lists), num_buffers_(num_buffers) {
   for (int32_t i : check_step_lists(op, lists, num_buffers)) active_.push_back(i);
   if (active_.empty()) return;
@@ -139,8 +135,7 @@ StepLaunches::StepLaunches(const char* op, const MultiTensorLists& lists, int nu
   KILN_CHECK(scalars.lr.defined(), op, ": the learning-rate tensor is undefined");
   lr_ = device_scalar(scalars.lr, DType::F64, dev, op, "lr");
   if (scalars.found_inf.defined()) found_inf_ = device_scalar(scalars.found_inf, DType::F32, dev, op, "found_inf");
-  if (scalars.grad_scale.defined())
-    grad_scale_ = device_scalar(scalars.grad_scale, DType::F64, dev, op, "grad_scale");
+  if (scalars.grad_scale.defined()) grad_scale_ = device_scalar(scalars.grad_scale, DType::F64, dev, op, "grad_scale");
   for (int i : active_)
     if (lists.params[i].numel() > 0) items_.push_back({lists.params[i].numel(), lists.params[i].dtype(), i});
   launches_ = mt::plan_launches(items_, kOptT, &total_chunks_);
@@ -246,11 +241,11 @@ Tensor norm(const std::vector<Tensor>& tensors, double norm_type) {
   }
   Tensor out = empty({}, TensorOptions().dtype(out_dtype).device(dev));
   if (any_f64) {
-    norm_final_kernel<double><<<1, kBlock, 0, stream>>>(partials.data_ptr<double>(), total_chunks, norm_type, inf,
-                                                        out.data_ptr<double>());
+    norm_final_kernel<double>
+        <<<1, kBlock, 0, stream>>>(partials.data_ptr<double>(), total_chunks, norm_type, inf, out.data_ptr<double>());
   } else {
-    norm_final_kernel<float><<<1, kBlock, 0, stream>>>(partials.data_ptr<double>(), total_chunks, norm_type, inf,
-                                                       out.data_ptr<float>());
+    norm_final_kernel<float>
+        <<<1, kBlock, 0, stream>>>(partials.data_ptr<double>(), total_chunks, norm_type, inf, out.data_ptr<float>());
   }
   KILN_CUDA_CHECK_LAUNCH("norm_final_kernel");
   return out;
@@ -301,8 +296,8 @@ void lerp_(const std::vector<Tensor>& dst, const std::vector<Tensor>& src, doubl
     if (i == 0) dev = d.device();
     check_cuda_tensor(d, dev, op, i);
     check_cuda_tensor(s, dev, op, i);
-    KILN_CHECK(d.dtype() == s.dtype() && d.sizes() == s.sizes(), op, ": pair ", i,
-               " must share dtype and sizes, got ", d.dtype(), " ", d.sizes(), " and ", s.dtype(), " ", s.sizes());
+    KILN_CHECK(d.dtype() == s.dtype() && d.sizes() == s.sizes(), op, ": pair ", i, " must share dtype and sizes, got ",
+               d.dtype(), " ", d.sizes(), " and ", s.dtype(), " ", s.sizes());
     if (!is_dense(d) || !same_layout(d, s)) {  // rare: the strided pointwise path
       lerp_strided_(d, s, weight);
       continue;

@@ -36,16 +36,15 @@
 
 namespace kiln::kernels::cuda::mt {
 
-constexpr int64_t kChunk = 16384;  // elements per chunk (= per block)
-constexpr int kBlock = 512;        // threads per block
-constexpr int kVec = 4;            // consecutive elements per thread and iteration
+constexpr int64_t kChunk = 16384;        // elements per chunk (= per block)
+constexpr int kBlock = 512;              // threads per block
+constexpr int kVec = 4;                  // consecutive elements per thread and iteration
 constexpr size_t kMaxParamBytes = 4000;  // kernel parameters are limited to 4 KB
 
 inline int64_t chunks_of(int64_t numel) { return (numel + kChunk - 1) / kChunk; }
 
 // The chunks of one launch (see above).
-template <int MaxT>
-struct ChunkMap {
+template <int MaxT> struct ChunkMap {
   int32_t ntensors;
   int32_t chunk_start[MaxT + 1];
   int64_t numel[MaxT];
@@ -53,8 +52,7 @@ struct ChunkMap {
 
 // The tensor that owns chunk c: the last t with chunk_start[t] <= c. Every tensor of a launch has
 // at least one chunk, so the starts increase strictly.
-template <int MaxT>
-__device__ __forceinline__ int tensor_of(const ChunkMap<MaxT>& m, int c) {
+template <int MaxT> __device__ __forceinline__ int tensor_of(const ChunkMap<MaxT>& m, int c) {
   int lo = 0, hi = m.ntensors - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -71,19 +69,14 @@ __device__ __forceinline__ void chunk_range(const ChunkMap<MaxT>& m, int t, int6
   end = min(m.numel[t], begin + kChunk);
 }
 
-template <class T>
-struct alignas(sizeof(T) * kVec) VecOf {
-  T v[kVec];
-};
+template <class T> struct alignas(sizeof(T) * kVec) VecOf { T v[kVec]; };
 
-template <class T>
-__device__ __forceinline__ bool vec_aligned(const T* p) {
+template <class T> __device__ __forceinline__ bool vec_aligned(const T* p) {
   return p == nullptr || reinterpret_cast<uintptr_t>(p) % (sizeof(T) * kVec) == 0;
 }
 
 // N consecutive elements from p into registers (N == kVec: one vector load; p must be aligned).
-template <int N, class T>
-__device__ __forceinline__ void load_n(const T* p, T (&r)[N]) {
+template <int N, class T> __device__ __forceinline__ void load_n(const T* p, T (&r)[N]) {
   if constexpr (N == kVec) {
     const VecOf<T> x = *reinterpret_cast<const VecOf<T>*>(p);
 #pragma unroll
@@ -94,8 +87,7 @@ __device__ __forceinline__ void load_n(const T* p, T (&r)[N]) {
   }
 }
 
-template <int N, class T>
-__device__ __forceinline__ void store_n(T* p, const T (&r)[N]) {
+template <int N, class T> __device__ __forceinline__ void store_n(T* p, const T (&r)[N]) {
   if constexpr (N == kVec) {
     VecOf<T> x;
 #pragma unroll
@@ -107,14 +99,12 @@ __device__ __forceinline__ void store_n(T* p, const T (&r)[N]) {
   }
 }
 
-template <int N>
-using RunLength = std::integral_constant<int, N>;
+template <int N> using RunLength = std::integral_constant<int, N>;
 
 // Calls body(RunLength<N>{}, i) for runs of N consecutive elements starting at i that together
 // cover [begin, end) once, spread over the block's threads: N == kVec (vector loads) when `vec`,
 // except for the last partial run, N == 1 otherwise. begin must be a multiple of kVec.
-template <class Body>
-__device__ __forceinline__ void for_each_run(int64_t begin, int64_t end, bool vec, Body body) {
+template <class Body> __device__ __forceinline__ void for_each_run(int64_t begin, int64_t end, bool vec, Body body) {
   if (vec) {
     const int64_t step = static_cast<int64_t>(blockDim.x) * kVec;
     for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * kVec; i < end; i += step) {
@@ -135,8 +125,7 @@ struct Chunk {
   int t;
   int64_t begin, end;
 };
-template <int MaxT>
-__device__ __forceinline__ Chunk block_chunk(const ChunkMap<MaxT>& m) {
+template <int MaxT> __device__ __forceinline__ Chunk block_chunk(const ChunkMap<MaxT>& m) {
   Chunk ch;
   ch.t = tensor_of(m, blockIdx.x);
   chunk_range(m, ch.t, ch.begin, ch.end);
@@ -144,8 +133,7 @@ __device__ __forceinline__ Chunk block_chunk(const ChunkMap<MaxT>& m) {
 }
 
 // x[i] = f(x[i]) for i in [begin, end), in the runs of for_each_run (vector loads where x is aligned).
-template <class P, class F>
-__device__ __forceinline__ void update_in_place(P* x, int64_t begin, int64_t end, F f) {
+template <class P, class F> __device__ __forceinline__ void update_in_place(P* x, int64_t begin, int64_t end, F f) {
   for_each_run(begin, end, vec_aligned(x), [&](auto len, int64_t i) {
     constexpr int N = decltype(len)::value;
     P r[N];
@@ -173,7 +161,8 @@ struct Launch {
 };
 
 // Splits items into launches of at most max_tensors tensors of one dtype, in order.
-inline std::vector<Launch> plan_launches(const std::vector<Item>& items, int max_tensors, int64_t* total_chunks = nullptr) {
+inline std::vector<Launch> plan_launches(const std::vector<Item>& items, int max_tensors,
+                                         int64_t* total_chunks = nullptr) {
   std::vector<Launch> out;
   int64_t chunk = 0;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -188,8 +177,7 @@ inline std::vector<Launch> plan_launches(const std::vector<Item>& items, int max
 }
 
 // Fills the chunk map of one launch; returns its number of chunks (the grid size).
-template <int MaxT>
-int fill_map(ChunkMap<MaxT>& m, const std::vector<Item>& items, const Launch& l) {
+template <int MaxT> int fill_map(ChunkMap<MaxT>& m, const std::vector<Item>& items, const Launch& l) {
   const int n = static_cast<int>(l.end - l.begin);
   KILN_CHECK(n >= 1 && n <= MaxT, "multi_tensor_apply: bad launch of ", n, " tensors");
   m.ntensors = n;
@@ -207,8 +195,7 @@ int fill_map(ChunkMap<MaxT>& m, const std::vector<Item>& items, const Launch& l)
 // A list launch's arguments: Depth pointers per tensor (e.g. dst and src for lerp).
 constexpr int kListT = 110;  // tensors per list launch
 
-template <int Depth>
-struct ListMeta {
+template <int Depth> struct ListMeta {
   ChunkMap<kListT> map;
   void* ptr[Depth][kListT];
   int64_t chunk_base;
@@ -217,8 +204,8 @@ static_assert(sizeof(ListMeta<2>) + 64 <= kMaxParamBytes, "ListMeta exceeds the 
 
 // The arguments of launch l: pointer d of tensor k is lists[d][items[l.begin + k].index]. Sets the grid size.
 template <int Depth>
-ListMeta<Depth> list_meta(const std::vector<Item>& items, const Launch& l, const std::vector<Tensor>* const (&lists)[Depth],
-                          int& grid) {
+ListMeta<Depth> list_meta(const std::vector<Item>& items, const Launch& l,
+                          const std::vector<Tensor>* const (&lists)[Depth], int& grid) {
   ListMeta<Depth> a;
   grid = fill_map(a.map, items, l);
   a.chunk_base = l.chunk_base;
@@ -252,18 +239,17 @@ constexpr int kTrustT = 256;  // tensors per trust-ratio launch
 
 struct OptimMeta {
   mt::ChunkMap<kOptT> map;
-  void* p[kOptT];                              // params (storage type P)
-  const void* g[kOptT];                        // grads (P)
-  void* buf[kMaxOptimizerBuffers][kOptT];      // the rule's buffers (state type S), null when unused
-  float* w[kOptT];                             // f32 master weights of f16/bf16 params, else null
+  void* p[kOptT];                          // params (storage type P)
+  const void* g[kOptT];                    // grads (P)
+  void* buf[kMaxOptimizerBuffers][kOptT];  // the rule's buffers (state type S), null when unused
+  float* w[kOptT];                         // f32 master weights of f16/bf16 params, else null
   const double* step[kOptT];
-  uint8_t fresh[kOptT];                        // buffers just created
-  int32_t tensor_base;                         // global tensor id of tensor 0 (per-tensor trust ratios)
-  int64_t chunk_base;                          // global chunk id of this launch's chunk 0 (partials)
+  uint8_t fresh[kOptT];  // buffers just created
+  int32_t tensor_base;   // global tensor id of tensor 0 (per-tensor trust ratios)
+  int64_t chunk_base;    // global chunk id of this launch's chunk 0 (partials)
 };
 
-template <class Rule>
-struct StepArgs {
+template <class Rule> struct StepArgs {
   Rule rule;
   const double* lr;
   const float* found_inf;    // null: no loss scaler
@@ -280,9 +266,7 @@ struct TrustMeta {
 
 // ---------------------------------------------------------------- the optimizer step: device side
 
-__device__ __forceinline__ bool skip_step(const float* found_inf) {
-  return found_inf != nullptr && *found_inf != 0.0f;
-}
+__device__ __forceinline__ bool skip_step(const float* found_inf) { return found_inf != nullptr && *found_inf != 0.0f; }
 __device__ __forceinline__ double inv_scale_of(const double* grad_scale) {
   return grad_scale != nullptr ? 1.0 / *grad_scale : 1.0;
 }
@@ -307,8 +291,8 @@ __device__ __forceinline__ void optim_chunk(const OptimMeta& a, int t, int64_t b
   S* b0 = NBuf > 0 ? static_cast<S*>(a.buf[0][t]) : nullptr;
   S* b1 = NBuf > 1 ? static_cast<S*>(a.buf[1][t]) : nullptr;
   float* w = kMaster ? a.w[t] : nullptr;
-  const bool vec = mt::vec_aligned(p) && mt::vec_aligned(g) && mt::vec_aligned(b0) && mt::vec_aligned(b1) &&
-                   mt::vec_aligned(w);
+  const bool vec =
+      mt::vec_aligned(p) && mt::vec_aligned(g) && mt::vec_aligned(b0) && mt::vec_aligned(b1) && mt::vec_aligned(w);
   mt::for_each_run(begin, end, vec, [&](auto len, int64_t i) {
     constexpr int N = decltype(len)::value;
     S x[N], gi[N], s0[N], s1[N];
@@ -390,8 +374,7 @@ __global__ void __launch_bounds__(mt::kBlock) step_norms_kernel(OptimMeta a, Ste
 
 // One thread per tensor sums its chunks' partials in chunk order (deterministic) and writes the
 // tensor's trust ratio.
-template <class Rule>
-__global__ void trust_ratio_kernel(TrustMeta tm, StepArgs<Rule> s, double* trust) {
+template <class Rule> __global__ void trust_ratio_kernel(TrustMeta tm, StepArgs<Rule> s, double* trust) {
   if (skip_step(s.found_inf)) return;
   const int k = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (k >= tm.ntensors) return;
@@ -420,8 +403,7 @@ class StepLaunches {
   const double* grad_scale() const { return grad_scale_.defined() ? grad_scale_.data_ptr<double>() : nullptr; }
 
   // Runs launch(dtype, meta, grid) for every launch of at most kOptT tensors of one dtype.
-  template <class F>
-  void for_each(F&& launch) const {
+  template <class F> void for_each(F&& launch) const {
     for (const mt::Launch& l : launches_) {
       int grid = 0;
       const OptimMeta a = meta(l, grid);

@@ -51,15 +51,12 @@ namespace {
 
 using ::sqrt;  // CUDA's double overload on the device
 
-template <class T>
-using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+template <class T> using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-template <class T>
-__host__ __device__ __forceinline__ double to_d(T v) {
+template <class T> __host__ __device__ __forceinline__ double to_d(T v) {
   return static_cast<double>(static_cast<opmath_t<T>>(v));
 }
-template <class T>
-__host__ __device__ __forceinline__ T from_d(double v) {
+template <class T> __host__ __device__ __forceinline__ T from_d(double v) {
   return static_cast<T>(static_cast<opmath_t<T>>(v));
 }
 // max(v, 0) that keeps a NaN, as std::max(v, 0.0) on the CPU does.
@@ -72,8 +69,7 @@ __device__ __forceinline__ double fma_rn(double a, double b, double c) { return 
 
 // The batch-norm output before the optional ReLU, y = x * a_c + b_c (a_c, b_c from bn_fold). The
 // fused ReLU's backward recomputes its mask with this same expression.
-template <class T>
-__device__ __forceinline__ opmath_t<T> bn_pre(T x, opmath_t<T> a, opmath_t<T> b) {
+template <class T> __device__ __forceinline__ opmath_t<T> bn_pre(T x, opmath_t<T> a, opmath_t<T> b) {
   return fma_rn(static_cast<opmath_t<T>>(x), a, b);
 }
 
@@ -82,16 +78,14 @@ __device__ __forceinline__ opmath_t<T> bn_pre(T x, opmath_t<T> a, opmath_t<T> b)
 template <bool kRelu, class T>
 __device__ __forceinline__ opmath_t<T> bn_grad_in(T g, T x, opmath_t<T> a, opmath_t<T> b) {
   using O = opmath_t<T>;
-  if constexpr (kRelu)
-    return math::ReluBackward{}(static_cast<O>(g), bn_pre(x, a, b));
-  else
-    return static_cast<O>(g);
+  if constexpr (kRelu) return math::ReluBackward{}(static_cast<O>(g), bn_pre(x, a, b));
+  else return static_cast<O>(g);
 }
 
 // Folds channel c's statistics, weight and bias (null: 1 / 0) into y = x * a + b.
 template <class T>
-__device__ __forceinline__ void bn_fold(const T* w, const T* b, stat_t<T> mean_c, stat_t<T> invstd_c,
-                                        int64_t c, opmath_t<T>& a, opmath_t<T>& shift) {
+__device__ __forceinline__ void bn_fold(const T* w, const T* b, stat_t<T> mean_c, stat_t<T> invstd_c, int64_t c,
+                                        opmath_t<T>& a, opmath_t<T>& shift) {
   using O = opmath_t<T>;
   const O wv = w ? static_cast<O>(w[c]) : O(1);
   const O bv = b ? static_cast<O>(b[c]) : O(0);
@@ -99,16 +93,15 @@ __device__ __forceinline__ void bn_fold(const T* w, const T* b, stat_t<T> mean_c
   shift = fma_rn(-static_cast<O>(mean_c), a, bv);  // bv - mean * a
 }
 
-template <class T>
-const T* cptr(const Tensor& t) { return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr; }
-template <class T>
-T* mptr(const Tensor& t) { return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr; }
+template <class T> const T* cptr(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+template <class T> T* mptr(const Tensor& t) { return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr; }
 
 int sm_count(int device) {
   static int count[64] = {0};
   if (device < 0 || device >= 64) return 132;
-  if (!count[device])
-    KILN_CUDA_CHECK(cudaDeviceGetAttribute(&count[device], cudaDevAttrMultiProcessorCount, device));
+  if (!count[device]) KILN_CUDA_CHECK(cudaDeviceGetAttribute(&count[device], cudaDevAttrMultiProcessorCount, device));
   return count[device];
 }
 
@@ -127,11 +120,11 @@ void check_data(const char* op, DType dt, std::initializer_list<Expect> es) {
   for (const Expect& e : es) {
     if (!e.t->defined()) continue;
     KILN_CHECK(e.t->device().is_cuda(), op, ": ", e.what, " is on ", e.t->device(), ", expected a CUDA tensor");
-    KILN_CHECK(e.t->is_contiguous(), op, ": kernel expects contiguous operands, got ", e.what,
-               " with sizes ", e.t->sizes(), " strides ", e.t->strides());
+    KILN_CHECK(e.t->is_contiguous(), op, ": kernel expects contiguous operands, got ", e.what, " with sizes ",
+               e.t->sizes(), " strides ", e.t->strides());
     KILN_CHECK(e.t->dtype() == dt, op, ": ", e.what, " has dtype ", e.t->dtype(), ", expected ", dt);
-    KILN_CHECK(e.t->numel() == e.numel, op, ": ", e.what, " has sizes ", e.t->sizes(), " (",
-               e.t->numel(), " elements), expected ", e.numel, " elements");
+    KILN_CHECK(e.t->numel() == e.numel, op, ": ", e.what, " has sizes ", e.t->sizes(), " (", e.t->numel(),
+               " elements), expected ", e.numel, " elements");
   }
 }
 
@@ -168,8 +161,7 @@ __device__ void block_sum2(double& a, double& b) {
 }
 
 // A row handled by one warp (kWarp) or by the whole block.
-template <bool kWarp>
-__device__ __forceinline__ void group_sum2(double& a, double& b) {
+template <bool kWarp> __device__ __forceinline__ void group_sum2(double& a, double& b) {
   if constexpr (kWarp) {
     a = warp_reduce(a, SumOp());
     b = warp_reduce(b, SumOp());
@@ -182,8 +174,8 @@ __device__ __forceinline__ void group_sum2(double& a, double& b) {
 
 // Adds up the P partial pairs of column col of ncols, stored at part[p * ncols + col] and
 // part[P * ncols + p * ncols + col] (every partials kernel of this file writes that layout).
-__device__ __forceinline__ void sum_partials(const double* __restrict__ part, int64_t P, int64_t ncols,
-                                             int64_t col, double& a, double& b) {
+__device__ __forceinline__ void sum_partials(const double* __restrict__ part, int64_t P, int64_t ncols, int64_t col,
+                                             double& a, double& b) {
   a = 0;
   b = 0;
   for (int64_t p = 0; p < P; ++p) {
@@ -195,8 +187,8 @@ __device__ __forceinline__ void sum_partials(const double* __restrict__ part, in
 // Adds element i to a channel's two sums: backward sum g' and sum g' (x - center) with g' the
 // (ReLU-masked) gradient, forward sum d and sum d^2 with d = x - center (g is not read).
 template <bool kBackward, bool kRelu, class T, class O>
-__device__ __forceinline__ void bn_accumulate(double& a, double& b, const T* __restrict__ x,
-                                              const T* __restrict__ g, int64_t i, double center, O ra, O rb) {
+__device__ __forceinline__ void bn_accumulate(double& a, double& b, const T* __restrict__ x, const T* __restrict__ g,
+                                              int64_t i, double center, O ra, O rb) {
   const double xv = to_d(x[i]);
   if constexpr (kBackward) {
     const double gv = static_cast<double>(bn_grad_in<kRelu>(g[i], x[i], ra, rb));
@@ -218,9 +210,8 @@ __device__ __forceinline__ void bn_accumulate(double& a, double& b, const T* __r
 // Partials go to part[p * C + c] (a) and part[P * C + p * C + c] (b).
 template <class T, bool kBackward, bool kRelu>
 __global__ void bn_partials_planes_kernel(const T* __restrict__ x, const T* __restrict__ g,
-                                          const stat_t<T>* __restrict__ mean,
-                                          const opmath_t<T>* __restrict__ relu_coef, double* __restrict__ part,
-                                          int64_t N, int64_t C, int64_t S) {
+                                          const stat_t<T>* __restrict__ mean, const opmath_t<T>* __restrict__ relu_coef,
+                                          double* __restrict__ part, int64_t N, int64_t C, int64_t S) {
   using O = opmath_t<T>;
   static_assert(kBackward || !kRelu, "the ReLU mask only applies to the backward sums");
   const int64_t P = gridDim.x, p = blockIdx.x;
@@ -287,20 +278,21 @@ __global__ void bn_partials_columns_kernel(const T* __restrict__ x, const T* __r
 // Launches the partial sums of one of the two layouts; returns P (partials per channel).
 // relu_coef: the fused ReLU's mask coefficients (kRelu only, else null).
 template <class T, bool kBackward, bool kRelu = false>
-int64_t bn_partials(const T* x, const T* g, const stat_t<T>* mean, const opmath_t<T>* relu_coef, int64_t N,
-                    int64_t C, int64_t S, int device, cudaStream_t stream, Tensor& part) {
+int64_t bn_partials(const T* x, const T* g, const stat_t<T>* mean, const opmath_t<T>* relu_coef, int64_t N, int64_t C,
+                    int64_t S, int device, cudaStream_t stream, Tensor& part) {
   const int64_t M = N * S;
   const int64_t target = 4 * static_cast<int64_t>(sm_count(device));
   if (S > 1) {
     const int bx = static_cast<int>(std::min<int64_t>(kThreads, (S + 31) / 32 * 32));
     const int by = kThreads / bx;
-    int64_t P = target / C;  // floor, so that P * C blocks fit in about one wave when C is small
-    P = std::min<int64_t>(P, (M + 4095) / 4096);   // at least ~4K elements per block
-    P = std::min<int64_t>(P, (N + by - 1) / by);   // at least one row per thread row
+    int64_t P = target / C;                       // floor, so that P * C blocks fit in about one wave when C is small
+    P = std::min<int64_t>(P, (M + 4095) / 4096);  // at least ~4K elements per block
+    P = std::min<int64_t>(P, (N + by - 1) / by);  // at least one row per thread row
     P = std::max<int64_t>(1, std::min<int64_t>(P, 65535));
     part = empty({2 * P * C}, TensorOptions().dtype(DType::F64).device(Device::cuda(device)));
-    bn_partials_planes_kernel<T, kBackward, kRelu><<<dim3(static_cast<unsigned>(P), cap_grid(C)), dim3(bx, by), 0, stream>>>(
-        x, g, mean, relu_coef, static_cast<double*>(part.data_ptr()), N, C, S);
+    bn_partials_planes_kernel<T, kBackward, kRelu>
+        <<<dim3(static_cast<unsigned>(P), cap_grid(C)), dim3(bx, by), 0, stream>>>(
+            x, g, mean, relu_coef, static_cast<double*>(part.data_ptr()), N, C, S);
     KILN_CUDA_CHECK_LAUNCH("bn_partials_planes_kernel");
     return P;
   }
@@ -309,8 +301,9 @@ int64_t bn_partials(const T* x, const T* g, const stat_t<T>* mean, const opmath_
   P = std::min<int64_t>(P, (N + 8 * kColY - 1) / (8 * kColY));  // at least ~8 rows per thread
   P = std::max<int64_t>(1, std::min<int64_t>(P, 65535));
   part = empty({2 * P * C}, TensorOptions().dtype(DType::F64).device(Device::cuda(device)));
-  bn_partials_columns_kernel<T, kBackward, kRelu><<<dim3(static_cast<unsigned>(cblocks), static_cast<unsigned>(P)), dim3(kColX, kColY), 0, stream>>>(
-      x, g, mean, relu_coef, static_cast<double*>(part.data_ptr()), N, C);
+  bn_partials_columns_kernel<T, kBackward, kRelu>
+      <<<dim3(static_cast<unsigned>(cblocks), static_cast<unsigned>(P)), dim3(kColX, kColY), 0, stream>>>(
+          x, g, mean, relu_coef, static_cast<double*>(part.data_ptr()), N, C);
   KILN_CUDA_CHECK_LAUNCH("bn_partials_columns_kernel");
   return P;
 }
@@ -320,10 +313,9 @@ int64_t bn_partials(const T* x, const T* g, const stat_t<T>* mean, const opmath_
 // statistics, weight and bias into y = x * coef[c] + coef[C + c].
 template <class T>
 __global__ void bn_forward_finalize_kernel(const double* __restrict__ part, int64_t P, const T* __restrict__ x,
-                                           const T* __restrict__ w, const T* __restrict__ b,
-                                           stat_t<T>* mean, stat_t<T>* invstd, stat_t<T>* var,
-                                           opmath_t<T>* __restrict__ coef, int64_t C, int64_t S, int64_t M,
-                                           bool training, double eps) {
+                                           const T* __restrict__ w, const T* __restrict__ b, stat_t<T>* mean,
+                                           stat_t<T>* invstd, stat_t<T>* var, opmath_t<T>* __restrict__ coef, int64_t C,
+                                           int64_t S, int64_t M, bool training, double eps) {
   using O = opmath_t<T>;
   using ST = stat_t<T>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -390,9 +382,8 @@ __global__ void bn_backward_finalize_kernel(const double* __restrict__ part, int
 // ReLU mask coefficients, used by the backward with kRelu only).
 template <class T, bool kTwo, bool kRelu>
 __device__ __forceinline__ void bn_affine_elem(T* __restrict__ out, const T* __restrict__ in0,
-                                               const T* __restrict__ in1, int64_t j, opmath_t<T> c0,
-                                               opmath_t<T> c1, opmath_t<T> c2, opmath_t<T> rac,
-                                               opmath_t<T> rbc) {
+                                               const T* __restrict__ in1, int64_t j, opmath_t<T> c0, opmath_t<T> c1,
+                                               opmath_t<T> c2, opmath_t<T> rac, opmath_t<T> rbc) {
   using O = opmath_t<T>;
   if constexpr (kTwo) {
     O v = bn_grad_in<kRelu>(in0[j], in1[j], rac, rbc) * c0;
@@ -400,10 +391,8 @@ __device__ __forceinline__ void bn_affine_elem(T* __restrict__ out, const T* __r
     out[j] = static_cast<T>(v + c2);
   } else {
     const O v = bn_pre(in0[j], c0, c2);
-    if constexpr (kRelu)
-      out[j] = static_cast<T>(math::Relu{}(v));
-    else
-      out[j] = static_cast<T>(v);
+    if constexpr (kRelu) out[j] = static_cast<T>(math::Relu{}(v));
+    else out[j] = static_cast<T>(v);
   }
 }
 
@@ -454,8 +443,8 @@ void launch_bn_affine(T* out, const T* in0, const T* in1, const opmath_t<T>* coe
   const int bx = static_cast<int>(std::min<int64_t>(kThreads, (L + 31) / 32 * 32));
   const int by = kThreads / bx;
   const dim3 grid(cap_grid((L + bx - 1) / bx), cap_grid((rows + by - 1) / by));
-  bn_affine_kernel<T, kTwo, kRelu><<<grid, dim3(bx, by), 0, stream>>>(out, in0, in1, coef, relu_coef, rows, L, C,
-                                                                       per_row);
+  bn_affine_kernel<T, kTwo, kRelu>
+      <<<grid, dim3(bx, by), 0, stream>>>(out, in0, in1, coef, relu_coef, rows, L, C, per_row);
   KILN_CUDA_CHECK_LAUNCH("bn_affine_kernel");
 }
 
@@ -471,8 +460,7 @@ void bn_ncs(const char* op, const Tensor& x, int64_t& N, int64_t& C, int64_t& S)
 
 // A thread's place in the row kernels, a warp (kWarp) or a block per row: lane t of `size`
 // threads working on rows first, first + step, ...
-template <bool kWarp>
-struct RowGroup {
+template <bool kWarp> struct RowGroup {
   int t, size;
   int64_t first, step;
   __device__ RowGroup()
@@ -487,10 +475,9 @@ struct RowGroup {
 // shift = the row's first element for layer norm, 0 for RMS norm); then
 // y = (x - mean) * invstd [* w] [+ b] in opmath.
 template <class T, bool kWarp>
-__global__ void row_norm_forward_kernel(T* __restrict__ y, stat_t<T>* __restrict__ mean,
-                                        stat_t<T>* __restrict__ invstd, const T* __restrict__ x,
-                                        const T* __restrict__ w, const T* __restrict__ b, int64_t R,
-                                        int64_t K, bool rms, double eps) {
+__global__ void row_norm_forward_kernel(T* __restrict__ y, stat_t<T>* __restrict__ mean, stat_t<T>* __restrict__ invstd,
+                                        const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                                        int64_t R, int64_t K, bool rms, double eps) {
   using O = opmath_t<T>;
   using ST = stat_t<T>;
   const RowGroup<kWarp> rg;
@@ -566,9 +553,8 @@ __global__ void row_norm_dx_kernel(T* __restrict__ dx, const T* __restrict__ g, 
 // sums g. Partials at part[p * K + k] (dw) and part[P * K + p * K + k] (db).
 template <class T>
 __global__ void row_norm_col_partials_kernel(const T* __restrict__ g, const T* __restrict__ x,
-                                             const stat_t<T>* __restrict__ mean,
-                                             const stat_t<T>* __restrict__ invstd, double* __restrict__ part,
-                                             int64_t R, int64_t K, bool rms) {
+                                             const stat_t<T>* __restrict__ mean, const stat_t<T>* __restrict__ invstd,
+                                             double* __restrict__ part, int64_t R, int64_t K, bool rms) {
   using O = opmath_t<T>;
   const int64_t P = gridDim.y, p = blockIdx.y;
   const int64_t k = static_cast<int64_t>(blockIdx.x) * kColX + threadIdx.x;
@@ -602,8 +588,7 @@ constexpr int64_t kWarpRowMax = 1024;
 
 // Calls launch(warp, grid) for R rows of K elements: warp = std::true_type (a warp per row) for
 // rows up to kWarpRowMax, else std::false_type (a block per row); grid is the launch's block count.
-template <class Launch>
-void launch_per_row(int64_t R, int64_t K, Launch&& launch) {
+template <class Launch> void launch_per_row(int64_t R, int64_t K, Launch&& launch) {
   if (K <= kWarpRowMax) {
     const int64_t warps = kThreads / 32;
     launch(std::true_type{}, static_cast<unsigned>(std::min<int64_t>((R + warps - 1) / warps, 65535 * 8)));
@@ -613,11 +598,11 @@ void launch_per_row(int64_t R, int64_t K, Launch&& launch) {
 }
 
 template <class T>
-void launch_row_norm_forward(T* y, stat_t<T>* mean, stat_t<T>* invstd, const T* x, const T* w, const T* b,
-                             int64_t R, int64_t K, bool rms, double eps, cudaStream_t stream) {
+void launch_row_norm_forward(T* y, stat_t<T>* mean, stat_t<T>* invstd, const T* x, const T* w, const T* b, int64_t R,
+                             int64_t K, bool rms, double eps, cudaStream_t stream) {
   launch_per_row(R, K, [&](auto warp, unsigned grid) {
-    row_norm_forward_kernel<T, decltype(warp)::value><<<grid, kThreads, 0, stream>>>(y, mean, invstd, x, w, b, R,
-                                                                                     K, rms, eps);
+    row_norm_forward_kernel<T, decltype(warp)::value>
+        <<<grid, kThreads, 0, stream>>>(y, mean, invstd, x, w, b, R, K, rms, eps);
     KILN_CUDA_CHECK_LAUNCH(warp ? "row_norm_forward_kernel (warp per row)" : "row_norm_forward_kernel (block per row)");
   });
 }
@@ -626,8 +611,8 @@ void launch_row_norm_forward(T* y, stat_t<T>* mean, stat_t<T>* invstd, const T* 
 // invstd.numel() rows) and returns the row length K.
 int64_t row_norm_length(const char* op, const Tensor& x, const Tensor& other, const char* other_name,
                         const Tensor& invstd, const Tensor& mean, bool rms) {
-  KILN_CHECK(x.defined() && other.defined() && invstd.defined() && (rms || mean.defined()), op, ": input, ",
-             other_name, ", invstd (and mean for layer norm) must be defined");
+  KILN_CHECK(x.defined() && other.defined() && invstd.defined() && (rms || mean.defined()), op, ": input, ", other_name,
+             ", invstd (and mean for layer norm) must be defined");
   const int64_t R = invstd.numel();
   KILN_CHECK(R == 0 ? x.numel() == 0 : x.numel() % R == 0, op, ": input of ", x.numel(),
              " elements cannot be split into ", R, " rows");
@@ -638,15 +623,13 @@ int64_t row_norm_length(const char* op, const Tensor& x, const Tensor& other, co
 
 // ------------------------------------------------------------------------------ batch norm
 
-void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                        const Tensor& mean, const Tensor& invstd, const Tensor& var, bool training,
-                        double eps, bool relu) {
+void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                        const Tensor& invstd, const Tensor& var, bool training, double eps, bool relu) {
   const char* op = relu ? "batch_norm_relu" : "batch_norm";
   int64_t N, C, S;
   bn_ncs(op, x, N, C, S);
   const DType dt = x.dtype(), st = norm_stat_dtype(dt);
-  check_data(op, dt, {{&x, "input", x.numel()}, {&y, "output", x.numel()}, {&weight, "weight", C},
-                      {&bias, "bias", C}});
+  check_data(op, dt, {{&x, "input", x.numel()}, {&y, "output", x.numel()}, {&weight, "weight", C}, {&bias, "bias", C}});
   check_data(op, st, {{&mean, "mean", C}, {&invstd, "invstd", C}, {&var, "var", C}});
   KILN_CHECK(y.defined() && mean.defined() && invstd.defined() && (var.defined() || !training), op,
              ": output, mean, invstd (and var when training) must be defined");
@@ -676,21 +659,24 @@ void batch_norm_forward(const Tensor& y, const Tensor& x, const Tensor& weight, 
 }
 KILN_REGISTER_KERNEL(kernels::batch_norm_forward, CUDA, batch_norm_forward);
 
-void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                         const Tensor& g, const Tensor& x, const Tensor& weight,
-                         const Tensor& mean, const Tensor& invstd, bool training, bool relu,
+void batch_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g, const Tensor& x,
+                         const Tensor& weight, const Tensor& mean, const Tensor& invstd, bool training, bool relu,
                          const Tensor& bias) {
   const char* op = relu ? "batch_norm_relu_backward" : "batch_norm_backward";
   int64_t N, C, S;
   bn_ncs(op, x, N, C, S);
   const DType dt = x.dtype(), st = norm_stat_dtype(dt);
   const Tensor b = relu ? bias : Tensor();  // the bias only enters the ReLU mask
-  check_data(op, dt, {{&x, "input", x.numel()}, {&g, "grad_output", x.numel()}, {&dx, "grad_input", x.numel()},
-                      {&weight, "weight", C}, {&b, "bias", C}, {&dweight, "grad_weight", C},
-                      {&dbias, "grad_bias", C}});
+  check_data(op, dt,
+             {{&x, "input", x.numel()},
+              {&g, "grad_output", x.numel()},
+              {&dx, "grad_input", x.numel()},
+              {&weight, "weight", C},
+              {&b, "bias", C},
+              {&dweight, "grad_weight", C},
+              {&dbias, "grad_bias", C}});
   check_data(op, st, {{&mean, "mean", C}, {&invstd, "invstd", C}});
-  KILN_CHECK(g.defined() && mean.defined() && invstd.defined(), op,
-             ": grad_output, mean and invstd must be defined");
+  KILN_CHECK(g.defined() && mean.defined() && invstd.defined(), op, ": grad_output, mean and invstd must be defined");
   if (C == 0 || (!dx.defined() && !dweight.defined() && !dbias.defined())) return;
   DeviceGuard guard(x);
   cudaStream_t stream = stream_for(x);
@@ -736,8 +722,8 @@ KILN_REGISTER_KERNEL(kernels::batch_norm_backward, CUDA, batch_norm_backward);
 
 // ------------------------------------------------------------------------------ row norms
 
-void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x,
-                      const Tensor& weight, const Tensor& bias, bool rms, double eps) {
+void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd, const Tensor& x, const Tensor& weight,
+                      const Tensor& bias, bool rms, double eps) {
   const char* op = rms ? "rms_norm" : "layer_norm";
   const int64_t K = row_norm_length(op, x, y, "output", invstd, mean, rms), R = invstd.numel();
   const DType dt = x.dtype();
@@ -757,15 +743,17 @@ void row_norm_forward(const Tensor& y, const Tensor& mean, const Tensor& invstd,
 }
 KILN_REGISTER_KERNEL(kernels::row_norm_forward, CUDA, row_norm_forward);
 
-void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                       const Tensor& g, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                       const Tensor& invstd, bool rms) {
+void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& g, const Tensor& x,
+                       const Tensor& weight, const Tensor& mean, const Tensor& invstd, bool rms) {
   const char* op = rms ? "rms_norm_backward" : "layer_norm_backward";
   const int64_t K = row_norm_length(op, x, g, "grad_output", invstd, mean, rms), R = invstd.numel();
   const DType dt = x.dtype();
   const Tensor db = rms ? Tensor() : dbias;  // RMS norm has no bias
-  check_data(op, dt, {{&x, "input", x.numel()}, {&g, "grad_output", x.numel()}, {&dx, "grad_input", x.numel()},
-                      {&weight, "weight", K}});
+  check_data(op, dt,
+             {{&x, "input", x.numel()},
+              {&g, "grad_output", x.numel()},
+              {&dx, "grad_input", x.numel()},
+              {&weight, "weight", K}});
   check_data(op, norm_stat_dtype(dt), {{&invstd, "invstd", R}});
   if (!rms) check_data(op, norm_stat_dtype(dt), {{&mean, "mean", R}});
   DeviceGuard guard(x);
@@ -785,8 +773,8 @@ void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& db
     const ST* ip = cptr<ST>(invstd);
     if (dx.defined()) {
       launch_per_row(R, K, [&](auto warp, unsigned grid) {
-        row_norm_dx_kernel<T, decltype(warp)::value><<<grid, kThreads, 0, stream>>>(mptr<T>(dx), gp, xp,
-                                                                                    cptr<T>(weight), mp, ip, R, K, rms);
+        row_norm_dx_kernel<T, decltype(warp)::value>
+            <<<grid, kThreads, 0, stream>>>(mptr<T>(dx), gp, xp, cptr<T>(weight), mp, ip, R, K, rms);
         KILN_CUDA_CHECK_LAUNCH(warp ? "row_norm_dx_kernel (warp per row)" : "row_norm_dx_kernel (block per row)");
       });
     }
@@ -797,12 +785,12 @@ void row_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& db
       P = std::min<int64_t>(P, (R + 8 * kColY - 1) / (8 * kColY));  // at least ~8 rows per thread
       P = std::max<int64_t>(1, std::min<int64_t>(P, 65535));
       Tensor part = empty({2 * P * K}, TensorOptions().dtype(DType::F64).device(x.device()));
-      row_norm_col_partials_kernel<T><<<dim3(static_cast<unsigned>(kblocks), static_cast<unsigned>(P)),
-                                        dim3(kColX, kColY), 0, stream>>>(
-          gp, xp, mp, ip, static_cast<double*>(part.data_ptr()), R, K, rms);
+      row_norm_col_partials_kernel<T>
+          <<<dim3(static_cast<unsigned>(kblocks), static_cast<unsigned>(P)), dim3(kColX, kColY), 0, stream>>>(
+              gp, xp, mp, ip, static_cast<double*>(part.data_ptr()), R, K, rms);
       KILN_CUDA_CHECK_LAUNCH("row_norm_col_partials_kernel");
-      row_norm_col_finalize_kernel<T><<<grid_for(K), kThreads, 0, stream>>>(
-          static_cast<const double*>(part.data_ptr()), P, mptr<T>(dweight), mptr<T>(db), K);
+      row_norm_col_finalize_kernel<T><<<grid_for(K), kThreads, 0, stream>>>(static_cast<const double*>(part.data_ptr()),
+                                                                            P, mptr<T>(dweight), mptr<T>(db), K);
       KILN_CUDA_CHECK_LAUNCH("row_norm_col_finalize_kernel");
     }
   });

@@ -13,8 +13,8 @@ namespace kiln::kernels::cuda {
 
 void unary(UnaryOp op, const Tensor& out, const Tensor& in, double a, double b) {
   const char* name = op_name(op);
-  KILN_CHECK(is_predicate(op) ? out.dtype() == DType::Bool : out.dtype() == in.dtype(), name,
-             ": bad output dtype ", out.dtype(), " for input ", in.dtype());
+  KILN_CHECK(is_predicate(op) ? out.dtype() == DType::Bool : out.dtype() == in.dtype(), name, ": bad output dtype ",
+             out.dtype(), " for input ", in.dtype());
   PointwiseIter it = make_pointwise_iter(out, {&in}, name);
   visit_unary(op, a, b, [&](auto f, auto types) {
     dispatch_op_types(types, in.dtype(), name, [&](auto tag) {
@@ -28,8 +28,8 @@ KILN_REGISTER_KERNEL(kernels::unary, CUDA, unary);
 void binary(BinaryOp op, const Tensor& out, const Tensor& x, const Tensor& y, double alpha, double beta) {
   const char* name = op_name(op);
   KILN_CHECK(x.dtype() == y.dtype(), name, ": operands have different dtypes ", x.dtype(), " and ", y.dtype());
-  KILN_CHECK(is_comparison(op) ? out.dtype() == DType::Bool : out.dtype() == x.dtype(), name,
-             ": bad output dtype ", out.dtype(), " for inputs ", x.dtype());
+  KILN_CHECK(is_comparison(op) ? out.dtype() == DType::Bool : out.dtype() == x.dtype(), name, ": bad output dtype ",
+             out.dtype(), " for inputs ", x.dtype());
   PointwiseIter it = make_pointwise_iter(out, {&x, &y}, name);
   visit_binary(op, alpha, beta, [&](auto f, auto types) {
     dispatch_op_types(types, x.dtype(), name, [&](auto tag) {
@@ -45,8 +45,7 @@ struct SelectTag {  // unused functor slot for the ternary where kernel
   template <class T> __host__ __device__ T operator()(T x) const { return x; }
 };
 
-template <class O, class I>
-struct CastOp {
+template <class O, class I> struct CastOp {
   __host__ __device__ O operator()(opmath_t<I> v) const {
     if constexpr (std::is_same_v<O, bool>) return v != opmath_t<I>(0);
     else if constexpr (std::is_same_v<O, Half> || std::is_same_v<O, BFloat16>) return O(static_cast<float>(v));
@@ -54,16 +53,14 @@ struct CastOp {
   }
 };
 
-template <class T>
-struct FillOp {
+template <class T> struct FillOp {
   T value;
   __device__ T operator()(opmath_t<T>) const { return value; }
 };
 }  // namespace
 
 void where(const Tensor& out, const Tensor& cond, const Tensor& x, const Tensor& y) {
-  KILN_CHECK(cond.dtype() == DType::Bool && x.dtype() == y.dtype() && out.dtype() == x.dtype(),
-             "where: bad dtypes");
+  KILN_CHECK(cond.dtype() == DType::Bool && x.dtype() == y.dtype() && out.dtype() == x.dtype(), "where: bad dtypes");
   PointwiseIter it = make_pointwise_iter(out, {&cond, &x, &y}, "where");
   dispatch_all(x.dtype(), "where", [&](auto tag) {
     using T = typename decltype(tag)::type;

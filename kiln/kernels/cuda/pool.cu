@@ -25,9 +25,9 @@ namespace kiln::kernels::cuda {
 
 namespace {
 
+using pool_math::unflatten;
 using pool_math::View4;
 using pool_math::view4;
-using pool_math::unflatten;
 
 // True when consecutive channels are adjacent in memory (channels-last): the kernels then walk
 // the channels innermost.
@@ -35,8 +35,7 @@ bool channels_inner(const Tensor& t) { return t.size(1) > 1 && t.stride(1) == 1;
 
 // One thread per element (n, c, h, w) of the written tensor [N, C, H, W] in a grid-stride loop,
 // unflattened channels-innermost when cl; f(n, c, h, w) computes and writes it (the functors below).
-template <class F>
-__global__ void pool_kernel(F f, int64_t N, int64_t C, int64_t H, int64_t W, bool cl) {
+template <class F> __global__ void pool_kernel(F f, int64_t N, int64_t C, int64_t H, int64_t W, bool cl) {
   const int64_t total = N * C * H * W;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -49,8 +48,7 @@ __global__ void pool_kernel(F f, int64_t N, int64_t C, int64_t H, int64_t W, boo
 enum class Pool { Max, Avg, Adaptive };
 
 // Output element (n, c, oh, ow) of a forward pass: O (and I, the argmax, for max) from X.
-template <class T, Pool P>
-struct PoolForward {
+template <class T, Pool P> struct PoolForward {
   View4<const T> X;
   View4<T> O;
   View4<int32_t> I;  // max only
@@ -72,8 +70,7 @@ struct PoolForward {
 };
 
 // Input gradient element (n, c, h, w) of a backward pass, gathered from GY.
-template <class T, Pool P>
-struct PoolBackward {
+template <class T, Pool P> struct PoolBackward {
   View4<T> GX;
   View4<const T> GY;
   View4<const int32_t> I;  // max only
@@ -81,12 +78,9 @@ struct PoolBackward {
   bool include_pad;  // avg only
   __device__ void operator()(int64_t n, int64_t c, int64_t h, int64_t w) const {
     opmath_t<T> v;
-    if constexpr (P == Pool::Max)
-      v = pool_math::max_bwd_at<T>(GY, I, g, n, c, h, w);
-    else if constexpr (P == Pool::Avg)
-      v = pool_math::avg_bwd_at<T>(GY, g, include_pad, n, c, h, w);
-    else
-      v = pool_math::adaptive_bwd_at<T>(GY, g, n, c, h, w);
+    if constexpr (P == Pool::Max) v = pool_math::max_bwd_at<T>(GY, I, g, n, c, h, w);
+    else if constexpr (P == Pool::Avg) v = pool_math::avg_bwd_at<T>(GY, g, include_pad, n, c, h, w);
+    else v = pool_math::adaptive_bwd_at<T>(GY, g, n, c, h, w);
     GX.at(n, c, h, w) = static_cast<T>(v);
   }
 };
@@ -96,24 +90,22 @@ struct PoolBackward {
 void check_operands(const char* op, const Tensor& ref, std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts) {
     KILN_CHECK(t->dim() == 4, op, ": expected 4-D operands, got sizes ", t->sizes());
-    KILN_CHECK(t->device() == ref.device(), op, ": operands on different devices: ", ref.device(),
-               " and ", t->device());
+    KILN_CHECK(t->device() == ref.device(), op, ": operands on different devices: ", ref.device(), " and ",
+               t->device());
     if (t->dtype() != DType::I32)
-      KILN_CHECK(t->dtype() == ref.dtype(), op, ": dtype mismatch: ", ref.dtype(), " and ",
-                 t->dtype(), " (sizes ", ref.sizes(), " and ", t->sizes(), ")");
+      KILN_CHECK(t->dtype() == ref.dtype(), op, ": dtype mismatch: ", ref.dtype(), " and ", t->dtype(), " (sizes ",
+                 ref.sizes(), " and ", t->sizes(), ")");
   }
 }
 
 void check_sizes(const char* op, const Tensor& t, const PoolGeometry& g, bool is_out) {
   const int64_t h = is_out ? g.OH : g.H, w = is_out ? g.OW : g.W;
-  KILN_CHECK(t.size(0) == g.N && t.size(1) == g.C && t.size(2) == h && t.size(3) == w, op,
-             ": operand sizes ", t.sizes(), " do not match the geometry [", g.N, ", ", g.C, ", ",
-             h, ", ", w, "]");
+  KILN_CHECK(t.size(0) == g.N && t.size(1) == g.C && t.size(2) == h && t.size(3) == w, op, ": operand sizes ",
+             t.sizes(), " do not match the geometry [", g.N, ", ", g.C, ", ", h, ", ", w, "]");
 }
 
 // Launches pool_kernel over the elements of `written` (one of f's operands, on the current device).
-template <class F>
-void launch(const F& f, const Tensor& written, const char* name) {
+template <class F> void launch(const F& f, const Tensor& written, const char* name) {
   pool_kernel<<<grid_for(written.numel()), kThreads, 0, stream_for(written)>>>(
       f, written.size(0), written.size(1), written.size(2), written.size(3), channels_inner(written));
   KILN_CUDA_CHECK_LAUNCH(name);
@@ -127,26 +119,20 @@ void run_pool(const char* op, const Tensor& dst, const Tensor& src, const Tensor
               bool include_pad) {
   const Tensor& in = kBackward ? dst : src;
   const Tensor& out = kBackward ? src : dst;
-  if constexpr (P != Pool::Max)
-    check_operands(op, in, {&dst, &src});
-  else if constexpr (kBackward)
-    check_operands(op, in, {&dst, &src, &indices});
-  else
-    check_operands(op, in, {&dst, &indices, &src});
+  if constexpr (P != Pool::Max) check_operands(op, in, {&dst, &src});
+  else if constexpr (kBackward) check_operands(op, in, {&dst, &src, &indices});
+  else check_operands(op, in, {&dst, &indices, &src});
   check_sizes(op, in, g, false);
   check_sizes(op, out, g, true);
   if constexpr (P == Pool::Max) {
     check_sizes(op, indices, g, true);
     KILN_CHECK(indices.dtype() == DType::I32, op, ": indices must be int32, got ", indices.dtype());
-    if (!kBackward)
-      KILN_CHECK(g.H * g.W <= INT32_MAX, op, ": planes larger than 2^31 elements are not supported");
+    if (!kBackward) KILN_CHECK(g.H * g.W <= INT32_MAX, op, ": planes larger than 2^31 elements are not supported");
   }
   if (dst.numel() == 0) return;
   if constexpr (P == Pool::Adaptive) {
-    if (kBackward)
-      KILN_CHECK(g.OH > 0 && g.OW > 0, op, ": empty output size");
-    else
-      KILN_CHECK(g.H > 0 && g.W > 0, op, ": empty spatial input");
+    if (kBackward) KILN_CHECK(g.OH > 0 && g.OW > 0, op, ": empty output size");
+    else KILN_CHECK(g.H > 0 && g.W > 0, op, ": empty spatial input");
   }
   DeviceGuard guard(dst);
   if (kBackward && src.numel() == 0) {
@@ -167,26 +153,22 @@ void run_pool(const char* op, const Tensor& dst, const Tensor& src, const Tensor
 
 }  // namespace
 
-void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& x,
-                        const PoolGeometry& g) {
+void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& x, const PoolGeometry& g) {
   run_pool<Pool::Max, false>("max_pool2d", out, x, indices, g, false);
 }
 KILN_REGISTER_KERNEL(kernels::max_pool2d_forward, CUDA, max_pool2d_forward);
 
-void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
-                         const PoolGeometry& g) {
+void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices, const PoolGeometry& g) {
   run_pool<Pool::Max, true>("max_pool2d_backward", grad_x, grad_out, indices, g, false);
 }
 KILN_REGISTER_KERNEL(kernels::max_pool2d_backward, CUDA, max_pool2d_backward);
 
-void avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& g,
-                        bool count_include_pad) {
+void avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolGeometry& g, bool count_include_pad) {
   run_pool<Pool::Avg, false>("avg_pool2d", out, x, Tensor(), g, count_include_pad);
 }
 KILN_REGISTER_KERNEL(kernels::avg_pool2d_forward, CUDA, avg_pool2d_forward);
 
-void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g,
-                         bool count_include_pad) {
+void avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g, bool count_include_pad) {
   run_pool<Pool::Avg, true>("avg_pool2d_backward", grad_x, grad_out, Tensor(), g, count_include_pad);
 }
 KILN_REGISTER_KERNEL(kernels::avg_pool2d_backward, CUDA, avg_pool2d_backward);
@@ -196,8 +178,7 @@ void adaptive_avg_pool2d_forward(const Tensor& out, const Tensor& x, const PoolG
 }
 KILN_REGISTER_KERNEL(kernels::adaptive_avg_pool2d_forward, CUDA, adaptive_avg_pool2d_forward);
 
-void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out,
-                                  const PoolGeometry& g) {
+void adaptive_avg_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const PoolGeometry& g) {
   run_pool<Pool::Adaptive, true>("adaptive_avg_pool2d_backward", grad_x, grad_out, Tensor(), g, false);
 }
 KILN_REGISTER_KERNEL(kernels::adaptive_avg_pool2d_backward, CUDA, adaptive_avg_pool2d_backward);

@@ -19,32 +19,34 @@
 namespace kiln::kernels::pool_math {
 
 // Strided [N, C, H, W] access to one operand (strides in elements).
-template <class T>
-struct View4 {
+template <class T> struct View4 {
   T* p;
   int64_t sn, sc, sh, sw;
-  KILN_INLINE T& at(int64_t n, int64_t c, int64_t h, int64_t w) const {
-    return p[n * sn + c * sc + h * sh + w * sw];
-  }
+  KILN_INLINE T& at(int64_t n, int64_t c, int64_t h, int64_t w) const { return p[n * sn + c * sc + h * sh + w * sw]; }
 };
 
-template <class T>
-inline View4<T> view4(const Tensor& t) {
+template <class T> inline View4<T> view4(const Tensor& t) {
   return {static_cast<T*>(t.data_ptr()), t.stride(0), t.stride(1), t.stride(2), t.stride(3)};
 }
 
 // i -> (n, c, h, w) of an [N, C, H, W] index space; channels innermost when `cl` (so that
 // neighbouring threads touch neighbouring addresses of a channels-last tensor).
-KILN_INLINE void unflatten(int64_t i, int64_t C, int64_t H, int64_t W, bool cl, int64_t& n,
-                           int64_t& c, int64_t& h, int64_t& w) {
+KILN_INLINE void unflatten(int64_t i, int64_t C, int64_t H, int64_t W, bool cl, int64_t& n, int64_t& c, int64_t& h,
+                           int64_t& w) {
   if (cl) {
-    c = i % C; i /= C;
-    w = i % W; i /= W;
-    h = i % H; n = i / H;
+    c = i % C;
+    i /= C;
+    w = i % W;
+    i /= W;
+    h = i % H;
+    n = i / H;
   } else {
-    w = i % W; i /= W;
-    h = i % H; i /= H;
-    c = i % C; n = i / C;
+    w = i % W;
+    i /= W;
+    h = i % H;
+    i /= H;
+    c = i % C;
+    n = i / C;
   }
 }
 
@@ -52,8 +54,7 @@ KILN_INLINE int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 KILN_INLINE int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // The in-bounds part [s, e) of window o along one axis: start o * stride - pad, length k.
-KILN_INLINE void window(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t n, int64_t& s,
-                        int64_t& e) {
+KILN_INLINE void window(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t n, int64_t& s, int64_t& e) {
   const int64_t start = o * stride - pad;
   s = imax(start, 0);
   e = imin(start + k, n);
@@ -61,8 +62,7 @@ KILN_INLINE void window(int64_t o, int64_t stride, int64_t pad, int64_t k, int64
 
 // The windows o in [lo, hi] (inclusive, within [0, out_n)) whose unclipped extent
 // [o * stride - pad, o * stride - pad + k) contains i (i >= 0, pad >= 0).
-KILN_INLINE void covering(int64_t i, int64_t stride, int64_t pad, int64_t k, int64_t out_n,
-                          int64_t& lo, int64_t& hi) {
+KILN_INLINE void covering(int64_t i, int64_t stride, int64_t pad, int64_t k, int64_t out_n, int64_t& lo, int64_t& hi) {
   const int64_t first = i + pad - k + 1;  // o * stride >= first
   lo = first <= 0 ? 0 : (first + stride - 1) / stride;
   hi = imin((i + pad) / stride, out_n - 1);
@@ -76,17 +76,15 @@ KILN_INLINE void window2d(int64_t oh, int64_t ow, const PoolGeometry& g, int64_t
 }
 
 // covering() along both axes: the windows oh in [oh0, oh1], ow in [ow0, ow1] around input (h, w).
-KILN_INLINE void covering2d(int64_t h, int64_t w, const PoolGeometry& g, int64_t& oh0, int64_t& oh1,
-                            int64_t& ow0, int64_t& ow1) {
+KILN_INLINE void covering2d(int64_t h, int64_t w, const PoolGeometry& g, int64_t& oh0, int64_t& oh1, int64_t& ow0,
+                            int64_t& ow1) {
   covering(h, g.sh, g.ph, g.kh, g.OH, oh0, oh1);
   covering(w, g.sw, g.pw, g.kw, g.OW, ow0, ow1);
 }
 
 // Adaptive windows: window o covers [floor(o * n / out_n), ceil((o + 1) * n / out_n)).
 KILN_INLINE int64_t ad_start(int64_t o, int64_t n, int64_t out_n) { return (o * n) / out_n; }
-KILN_INLINE int64_t ad_end(int64_t o, int64_t n, int64_t out_n) {
-  return ((o + 1) * n + out_n - 1) / out_n;
-}
+KILN_INLINE int64_t ad_end(int64_t o, int64_t n, int64_t out_n) { return ((o + 1) * n + out_n - 1) / out_n; }
 // The adaptive windows that can contain i: o in [floor(i * out_n / n), ceil((i + 1) * out_n / n) - 1]
 // (the callers still test each one).
 KILN_INLINE void ad_covering(int64_t i, int64_t n, int64_t out_n, int64_t& lo, int64_t& hi) {
@@ -96,8 +94,8 @@ KILN_INLINE void ad_covering(int64_t i, int64_t n, int64_t out_n, int64_t& lo, i
 
 // Divisor of an average-pool window: kh * kw with count_include_pad (windows never reach past
 // the padding), else the number of in-bounds elements.
-KILN_INLINE int64_t avg_divisor(int64_t hs, int64_t he, int64_t ws, int64_t we,
-                                const PoolGeometry& g, bool include_pad) {
+KILN_INLINE int64_t avg_divisor(int64_t hs, int64_t he, int64_t ws, int64_t we, const PoolGeometry& g,
+                                bool include_pad) {
   return include_pad ? g.kh * g.kw : (he - hs) * (we - ws);
 }
 
@@ -116,8 +114,8 @@ KILN_INLINE opmath_t<T> box_sum(const View4<const T>& X, int64_t n, int64_t c, i
 
 // Max of window (oh, ow) and the flat offset h * W + w of its first maximum (a NaN wins).
 template <class T>
-KILN_INLINE void max_fwd_at(const View4<const T>& X, const PoolGeometry& g, int64_t n, int64_t c,
-                            int64_t oh, int64_t ow, opmath_t<T>& best, int32_t& bi) {
+KILN_INLINE void max_fwd_at(const View4<const T>& X, const PoolGeometry& g, int64_t n, int64_t c, int64_t oh,
+                            int64_t ow, opmath_t<T>& best, int32_t& bi) {
   using M = opmath_t<T>;
   int64_t hs, he, ws, we;
   window2d(oh, ow, g, hs, he, ws, we);
@@ -135,8 +133,8 @@ KILN_INLINE void max_fwd_at(const View4<const T>& X, const PoolGeometry& g, int6
 
 // d(loss)/d x[n, c, h, w]: the gradients of the windows whose recorded argmax is (h, w).
 template <class T>
-KILN_INLINE opmath_t<T> max_bwd_at(const View4<const T>& GY, const View4<const int32_t>& I,
-                                   const PoolGeometry& g, int64_t n, int64_t c, int64_t h, int64_t w) {
+KILN_INLINE opmath_t<T> max_bwd_at(const View4<const T>& GY, const View4<const int32_t>& I, const PoolGeometry& g,
+                                   int64_t n, int64_t c, int64_t h, int64_t w) {
   using M = opmath_t<T>;
   int64_t oh0, oh1, ow0, ow1;
   covering2d(h, w, g, oh0, oh1, ow0, ow1);
@@ -149,8 +147,8 @@ KILN_INLINE opmath_t<T> max_bwd_at(const View4<const T>& GY, const View4<const i
 }
 
 template <class T>
-KILN_INLINE opmath_t<T> avg_fwd_at(const View4<const T>& X, const PoolGeometry& g, bool include_pad,
-                                   int64_t n, int64_t c, int64_t oh, int64_t ow) {
+KILN_INLINE opmath_t<T> avg_fwd_at(const View4<const T>& X, const PoolGeometry& g, bool include_pad, int64_t n,
+                                   int64_t c, int64_t oh, int64_t ow) {
   int64_t hs, he, ws, we;
   window2d(oh, ow, g, hs, he, ws, we);
   using M = opmath_t<T>;
@@ -160,8 +158,8 @@ KILN_INLINE opmath_t<T> avg_fwd_at(const View4<const T>& X, const PoolGeometry& 
 }
 
 template <class T>
-KILN_INLINE opmath_t<T> avg_bwd_at(const View4<const T>& GY, const PoolGeometry& g, bool include_pad,
-                                   int64_t n, int64_t c, int64_t h, int64_t w) {
+KILN_INLINE opmath_t<T> avg_bwd_at(const View4<const T>& GY, const PoolGeometry& g, bool include_pad, int64_t n,
+                                   int64_t c, int64_t h, int64_t w) {
   using M = opmath_t<T>;
   int64_t oh0, oh1, ow0, ow1;
   covering2d(h, w, g, oh0, oh1, ow0, ow1);
@@ -181,8 +179,8 @@ KILN_INLINE opmath_t<T> avg_bwd_at(const View4<const T>& GY, const PoolGeometry&
 }
 
 template <class T>
-KILN_INLINE opmath_t<T> adaptive_fwd_at(const View4<const T>& X, const PoolGeometry& g, int64_t n,
-                                        int64_t c, int64_t oh, int64_t ow) {
+KILN_INLINE opmath_t<T> adaptive_fwd_at(const View4<const T>& X, const PoolGeometry& g, int64_t n, int64_t c,
+                                        int64_t oh, int64_t ow) {
   using M = opmath_t<T>;
   const int64_t hs = ad_start(oh, g.H, g.OH), he = ad_end(oh, g.H, g.OH);
   const int64_t ws = ad_start(ow, g.W, g.OW), we = ad_end(ow, g.W, g.OW);
@@ -190,8 +188,8 @@ KILN_INLINE opmath_t<T> adaptive_fwd_at(const View4<const T>& X, const PoolGeome
 }
 
 template <class T>
-KILN_INLINE opmath_t<T> adaptive_bwd_at(const View4<const T>& GY, const PoolGeometry& g, int64_t n,
-                                        int64_t c, int64_t h, int64_t w) {
+KILN_INLINE opmath_t<T> adaptive_bwd_at(const View4<const T>& GY, const PoolGeometry& g, int64_t n, int64_t c,
+                                        int64_t h, int64_t w) {
   using M = opmath_t<T>;
   int64_t oh0, oh1, ow0, ow1;
   ad_covering(h, g.H, g.OH, oh0, oh1);

@@ -24,15 +24,17 @@ namespace kiln::kernels::cuda {
 
 namespace {
 
-template <class T> using acc_type = std::conditional_t<std::is_same_v<T, double>, double,
+template <class T>
+using acc_type = std::conditional_t<std::is_same_v<T, double>, double,
                                     std::conditional_t<std::is_floating_point_v<opmath_t<T>>, float, int64_t>>;
 
-template <class A>
-__host__ __device__ A identity_of(ReduceOp op) {
+template <class A> __host__ __device__ A identity_of(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Mean: return A(0);
-    case ReduceOp::Prod: return A(1);
+    case ReduceOp::Mean:
+      return A(0);
+    case ReduceOp::Prod:
+      return A(1);
     case ReduceOp::Max:
       if constexpr (std::is_floating_point_v<A>) return -INFINITY;
       else return std::numeric_limits<A>::lowest();
@@ -43,23 +45,29 @@ __host__ __device__ A identity_of(ReduceOp op) {
   return A(0);
 }
 
-template <class A>
-__device__ __forceinline__ A combine(ReduceOp op, A a, A b) {
+template <class A> __device__ __forceinline__ A combine(ReduceOp op, A a, A b) {
   switch (op) {
-    case ReduceOp::Prod: return ProdOp()(a, b);
-    case ReduceOp::Max: return MaxOp()(a, b);
-    case ReduceOp::Min: return MinOp()(a, b);
-    default: return SumOp()(a, b);
+    case ReduceOp::Prod:
+      return ProdOp()(a, b);
+    case ReduceOp::Max:
+      return MaxOp()(a, b);
+    case ReduceOp::Min:
+      return MinOp()(a, b);
+    default:
+      return SumOp()(a, b);
   }
 }
 
-template <class A>
-__device__ A block_combine(ReduceOp op, A v) {
+template <class A> __device__ A block_combine(ReduceOp op, A v) {
   switch (op) {
-    case ReduceOp::Prod: return block_reduce(v, ProdOp(), A(1));
-    case ReduceOp::Max: return block_reduce(v, MaxOp(), identity_of<A>(ReduceOp::Max));
-    case ReduceOp::Min: return block_reduce(v, MinOp(), identity_of<A>(ReduceOp::Min));
-    default: return block_reduce(v, SumOp(), A(0));
+    case ReduceOp::Prod:
+      return block_reduce(v, ProdOp(), A(1));
+    case ReduceOp::Max:
+      return block_reduce(v, MaxOp(), identity_of<A>(ReduceOp::Max));
+    case ReduceOp::Min:
+      return block_reduce(v, MinOp(), identity_of<A>(ReduceOp::Min));
+    default:
+      return block_reduce(v, SumOp(), A(0));
   }
 }
 
@@ -97,8 +105,8 @@ __global__ void row_reduce_kernel(const In* in, Out* out, int64_t K, int64_t R, 
 constexpr int kColTile = 32, kColRows = 8;
 
 template <class In, class A, class Out>
-__global__ void column_reduce_kernel(const In* in, Out* out, int64_t R, int64_t K, ReduceOp op,
-                                     int64_t rows_per_chunk, bool final_pass, int64_t count) {
+__global__ void column_reduce_kernel(const In* in, Out* out, int64_t R, int64_t K, ReduceOp op, int64_t rows_per_chunk,
+                                     bool final_pass, int64_t count) {
   __shared__ A part[kColRows][kColTile + 1];
   const int64_t k = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
@@ -154,8 +162,9 @@ void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dim
       // Mean's partials are sums; the second pass divides by R.
       const ReduceOp first = op == ReduceOp::Mean ? ReduceOp::Sum : op;
       Tensor partial = empty({chunks, K}, TensorOptions().dtype(dtype_of<A>::value).device(in.device()));
-      column_reduce_kernel<T, A, A><<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)), block, 0, stream>>>(
-          ip, static_cast<A*>(partial.data_ptr()), R, K, first, per, false, R);
+      column_reduce_kernel<T, A, A>
+          <<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)), block, 0, stream>>>(
+              ip, static_cast<A*>(partial.data_ptr()), R, K, first, per, false, R);
       KILN_CUDA_CHECK_LAUNCH("column_reduce_kernel (partials)");
       column_reduce_kernel<A, A, T><<<dim3(static_cast<unsigned>(tiles), 1), block, 0, stream>>>(
           static_cast<const A*>(partial.data_ptr()), static_cast<T*>(out.data_ptr()), chunks, K, op, chunks, true, R);
@@ -169,8 +178,8 @@ void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dim
     P = std::max<int64_t>(P, 1);
     const T* ip = static_cast<const T*>(src.data_ptr());
     if (P == 1) {
-      row_reduce_kernel<T, A, T><<<dim3(1, grid_yz(K)), kThreads, 0, stream>>>(
-          ip, static_cast<T*>(out.data_ptr()), K, R, op, true, R);
+      row_reduce_kernel<T, A, T>
+          <<<dim3(1, grid_yz(K)), kThreads, 0, stream>>>(ip, static_cast<T*>(out.data_ptr()), K, R, op, true, R);
       KILN_CUDA_CHECK_LAUNCH("row_reduce_kernel");
       return;
     }
@@ -192,8 +201,7 @@ KILN_REGISTER_KERNEL(kernels::reduce, CUDA, reduce);
 namespace {
 // Is (b, ib) a better arg-extreme than (a, ia)? Index -1 means "none"; NaN is the extreme value
 // and ties go to the smaller index, as in PyTorch.
-template <class M>
-__device__ __forceinline__ bool better(M a, int64_t ia, M b, int64_t ib, bool is_max) {
+template <class M> __device__ __forceinline__ bool better(M a, int64_t ia, M b, int64_t ib, bool is_max) {
   if (ib < 0) return false;
   if (ia < 0) return true;
   const bool na = a != a, nb = b != b;
@@ -213,13 +221,17 @@ __global__ void arg_reduce_kernel(const T* in, T* values, int64_t* indices, int6
     int64_t bi = -1;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       M v = static_cast<M>(row[i]);
-      if (better(best, bi, v, i, is_max)) { best = v; bi = i; }
+      if (better(best, bi, v, i, is_max)) {
+        best = v;
+        bi = i;
+      }
     }
     sv[threadIdx.x] = best;
     si[threadIdx.x] = bi;
     __syncthreads();
     for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-      if (threadIdx.x < s && better(sv[threadIdx.x], si[threadIdx.x], sv[threadIdx.x + s], si[threadIdx.x + s], is_max)) {
+      if (threadIdx.x < s &&
+          better(sv[threadIdx.x], si[threadIdx.x], sv[threadIdx.x + s], si[threadIdx.x + s], is_max)) {
         sv[threadIdx.x] = sv[threadIdx.x + s];
         si[threadIdx.x] = si[threadIdx.x + s];
       }

@@ -15,8 +15,7 @@ namespace {
 
 using ::exp;  // CUDA's float/double overloads, not kiln::exp(Tensor)
 
-template <class T>
-__global__ void softmax_kernel(const T* in, T* out, int64_t rows, int64_t n, bool log) {
+template <class T> __global__ void softmax_kernel(const T* in, T* out, int64_t rows, int64_t n, bool log) {
   using M = opmath_t<T>;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* x = in + r * n;
@@ -30,7 +29,8 @@ __global__ void softmax_kernel(const T* in, T* out, int64_t rows, int64_t n, boo
     sum = block_reduce(sum, SumOp(), M(0));
     if (log) {
       const M log_sum = ::log(sum);
-      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] = static_cast<T>((static_cast<M>(x[i]) - mx) - log_sum);
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        y[i] = static_cast<T>((static_cast<M>(x[i]) - mx) - log_sum);
     } else {
       const M inv = M(1) / sum;
       for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] = static_cast<T>(exp(static_cast<M>(x[i]) - mx) * inv);
@@ -81,9 +81,10 @@ void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tenso
   DeviceGuard g(out);
   dispatch_floating(out.dtype(), "softmax_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    softmax_backward_kernel<T><<<static_cast<unsigned>(std::min<int64_t>(rows, 65535 * 4)), kThreads, 0, stream_for(out)>>>(
-        static_cast<const T*>(grad_out.data_ptr()), static_cast<const T*>(out.data_ptr()),
-        static_cast<T*>(grad_in.data_ptr()), rows, n, log);
+    softmax_backward_kernel<T>
+        <<<static_cast<unsigned>(std::min<int64_t>(rows, 65535 * 4)), kThreads, 0, stream_for(out)>>>(
+            static_cast<const T*>(grad_out.data_ptr()), static_cast<const T*>(out.data_ptr()),
+            static_cast<T*>(grad_in.data_ptr()), rows, n, log);
     KILN_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
   });
 }

@@ -14,10 +14,8 @@ namespace kiln::kernels::cuda {
 
 namespace {
 
-template <class T>
-__global__ void scan_kernel(const T* in, T* out, int64_t rows, int64_t n, bool prod, bool reverse) {
-  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows;
-       r += int64_t(gridDim.x) * blockDim.x)
+template <class T> __global__ void scan_kernel(const T* in, T* out, int64_t rows, int64_t n, bool prod, bool reverse) {
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows; r += int64_t(gridDim.x) * blockDim.x)
     scan_row(in + r * n, out + r * n, n, prod, reverse);
 }
 
@@ -47,8 +45,7 @@ void scan(ScanOp op, const Tensor& out, const Tensor& in, int64_t dim, bool reve
     dispatch_numeric(in.dtype(), op == ScanOp::Sum ? "cumsum" : "cumprod", [&](auto tag) {
       using T = typename decltype(tag)::type;
       scan_kernel<T><<<grid_for(rows), kThreads, 0, stream_for(in)>>>(
-          static_cast<const T*>(src.data_ptr()), static_cast<T*>(dst.data_ptr()), rows, n, op == ScanOp::Prod,
-          reverse);
+          static_cast<const T*>(src.data_ptr()), static_cast<T*>(dst.data_ptr()), rows, n, op == ScanOp::Prod, reverse);
       KILN_CUDA_CHECK_LAUNCH("scan_kernel");
     });
   });

@@ -35,33 +35,21 @@ constexpr int kWarp = 32;
 constexpr int64_t kWarpRowMaxC = 1024;  // rows up to this long get a warp, longer ones a block
 
 // Storage <-> opmath conversions; f16 uses the hardware instructions.
-template <class T>
-__device__ __forceinline__ opmath_t<T> load_m(T v) {
-  return static_cast<opmath_t<T>>(v);
-}
-template <>
-__device__ __forceinline__ float load_m<Half>(Half v) {
-  return __half2float(__ushort_as_half(v.bits));
-}
-template <class T>
-__device__ __forceinline__ T store_m(opmath_t<T> v) {
-  return static_cast<T>(v);
-}
-template <>
-__device__ __forceinline__ Half store_m<Half>(float v) {
+template <class T> __device__ __forceinline__ opmath_t<T> load_m(T v) { return static_cast<opmath_t<T>>(v); }
+template <> __device__ __forceinline__ float load_m<Half>(Half v) { return __half2float(__ushort_as_half(v.bits)); }
+template <class T> __device__ __forceinline__ T store_m(opmath_t<T> v) { return static_cast<T>(v); }
+template <> __device__ __forceinline__ Half store_m<Half>(float v) {
   return Half::from_bits(__half_as_ushort(__float2half_rn(v)));
 }
 
-template <class T>
-struct alignas(16) Pack {
+template <class T> struct alignas(16) Pack {
   static constexpr int kN = 16 / sizeof(T);
   T v[kN];
 };
 
 // Elements before the first 16-byte boundary of `p` (all of the row if `p` is not even
 // element-aligned, which no kiln tensor is, or if `q` is not aligned like `p`).
-template <class T>
-__device__ __forceinline__ int64_t head_of(const void* p, const void* q, int64_t C) {
+template <class T> __device__ __forceinline__ int64_t head_of(const void* p, const void* q, int64_t C) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(q);
   if (a % sizeof(T) != 0 || a % 16 != b % 16) return C;
   const int64_t h = static_cast<int64_t>((16 - a % 16) % 16 / sizeof(T));
@@ -71,8 +59,8 @@ __device__ __forceinline__ int64_t head_of(const void* p, const void* q, int64_t
 // This thread's share of a row: lanes lane, lane + nlanes, ... of the head, the packs and the
 // tail. Accumulates the online (max, sum of exp) pair and the plain sum.
 template <class T>
-__device__ __forceinline__ void row_partial(const T* x, int64_t C, int lane, int nlanes,
-                                            MaxSum<opmath_t<T>>& ms, opmath_t<T>& sx) {
+__device__ __forceinline__ void row_partial(const T* x, int64_t C, int lane, int nlanes, MaxSum<opmath_t<T>>& ms,
+                                            opmath_t<T>& sx) {
   using M = opmath_t<T>;
   using P = Pack<T>;
   const int64_t head = head_of<T>(x, x, C);
@@ -100,20 +88,17 @@ __device__ __forceinline__ void row_partial(const T* x, int64_t C, int lane, int
 }
 
 // Combines the (max, sum of exp, sum of x) triples of a warp; every lane gets the result.
-template <class M>
-__device__ __forceinline__ void warp_combine(MaxSum<M>& ms, M& sx) {
+template <class M> __device__ __forceinline__ void warp_combine(MaxSum<M>& ms, M& sx) {
 #pragma unroll
   for (int offset = kWarp / 2; offset > 0; offset >>= 1) {
-    MaxSum<M> other{__shfl_xor_sync(0xffffffffu, ms.max, offset),
-                    __shfl_xor_sync(0xffffffffu, ms.sum, offset)};
+    MaxSum<M> other{__shfl_xor_sync(0xffffffffu, ms.max, offset), __shfl_xor_sync(0xffffffffu, ms.sum, offset)};
     ms = xent::maxsum_merge(ms, other);
     sx += __shfl_xor_sync(0xffffffffu, sx, offset);
   }
 }
 
 // The same across the block (blockDim.x a multiple of 32); the result is valid in thread 0.
-template <class M>
-__device__ __forceinline__ void block_combine(MaxSum<M>& ms, M& sx) {
+template <class M> __device__ __forceinline__ void block_combine(MaxSum<M>& ms, M& sx) {
   __shared__ M s_max[32], s_sum[32], s_sx[32];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
   warp_combine(ms, sx);
@@ -133,10 +118,9 @@ __device__ __forceinline__ void block_combine(MaxSum<M>& ms, M& sx) {
 
 // Thread 0 of a row's group writes the row's loss and lse.
 template <class T, class I>
-__device__ __forceinline__ void write_row(const T* x, int64_t r, int64_t C, const I* target,
-                                          int64_t ignore_index, opmath_t<T> eps,
-                                          MaxSum<opmath_t<T>> ms, opmath_t<T> sx,
-                                          opmath_t<T>* loss, opmath_t<T>* lse) {
+__device__ __forceinline__ void write_row(const T* x, int64_t r, int64_t C, const I* target, int64_t ignore_index,
+                                          opmath_t<T> eps, MaxSum<opmath_t<T>> ms, opmath_t<T> sx, opmath_t<T>* loss,
+                                          opmath_t<T>* lse) {
   using M = opmath_t<T>;
   const int64_t t = static_cast<int64_t>(target[r]);
   const int kind = xent::target_kind(t, C, ignore_index);
@@ -149,8 +133,8 @@ __device__ __forceinline__ void write_row(const T* x, int64_t r, int64_t C, cons
 // Forward, one warp per row (C <= kWarpRowMaxC).
 template <class T, class I>
 __global__ void xent_forward_warp_kernel(const T* __restrict__ logits, const I* __restrict__ target,
-                                         opmath_t<T>* __restrict__ loss, opmath_t<T>* __restrict__ lse,
-                                         int64_t R, int64_t C, int64_t ignore_index, opmath_t<T> eps) {
+                                         opmath_t<T>* __restrict__ loss, opmath_t<T>* __restrict__ lse, int64_t R,
+                                         int64_t C, int64_t ignore_index, opmath_t<T> eps) {
   using M = opmath_t<T>;
   const int lane = threadIdx.x % kWarp;
   const int64_t warps_per_block = blockDim.x / kWarp;
@@ -168,8 +152,8 @@ __global__ void xent_forward_warp_kernel(const T* __restrict__ logits, const I* 
 // Forward, one block per row.
 template <class T, class I>
 __global__ void xent_forward_block_kernel(const T* __restrict__ logits, const I* __restrict__ target,
-                                          opmath_t<T>* __restrict__ loss, opmath_t<T>* __restrict__ lse,
-                                          int64_t R, int64_t C, int64_t ignore_index, opmath_t<T> eps) {
+                                          opmath_t<T>* __restrict__ loss, opmath_t<T>* __restrict__ lse, int64_t R,
+                                          int64_t C, int64_t ignore_index, opmath_t<T> eps) {
   using M = opmath_t<T>;
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
     const T* x = logits + r * C;
@@ -183,9 +167,8 @@ __global__ void xent_forward_block_kernel(const T* __restrict__ logits, const I*
 
 // This thread's share of one row's gradient (the group of nlanes threads covers the row).
 template <class T>
-__device__ __forceinline__ void row_backward(T* d, const T* x, int64_t C, int lane, int nlanes,
-                                             int kind, int64_t t, opmath_t<T> l, opmath_t<T> g,
-                                             opmath_t<T> q, opmath_t<T> q_target) {
+__device__ __forceinline__ void row_backward(T* d, const T* x, int64_t C, int lane, int nlanes, int kind, int64_t t,
+                                             opmath_t<T> l, opmath_t<T> g, opmath_t<T> q, opmath_t<T> q_target) {
   using M = opmath_t<T>;
   using P = Pack<T>;
   if (kind == xent::kIgnored) {
@@ -213,24 +196,21 @@ __device__ __forceinline__ void row_backward(T* d, const T* x, int64_t C, int la
 
 // Backward; rows_per_block = blockDim.x / 32 with a warp per row, or 1 with the block per row.
 template <class T, class I>
-__global__ void xent_backward_kernel(T* __restrict__ dx, const opmath_t<T>* __restrict__ grad,
-                                     int64_t grad_stride, const T* __restrict__ logits,
-                                     const opmath_t<T>* __restrict__ lse, const I* __restrict__ target,
-                                     int64_t R, int64_t C, int64_t ignore_index, opmath_t<T> eps,
-                                     bool warp_per_row) {
+__global__ void xent_backward_kernel(T* __restrict__ dx, const opmath_t<T>* __restrict__ grad, int64_t grad_stride,
+                                     const T* __restrict__ logits, const opmath_t<T>* __restrict__ lse,
+                                     const I* __restrict__ target, int64_t R, int64_t C, int64_t ignore_index,
+                                     opmath_t<T> eps, bool warp_per_row) {
   using M = opmath_t<T>;
   const int64_t rows_per_block = warp_per_row ? blockDim.x / kWarp : 1;
   const int lane = warp_per_row ? threadIdx.x % kWarp : threadIdx.x;
   const int nlanes = warp_per_row ? kWarp : blockDim.x;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_block +
-                        (warp_per_row ? threadIdx.x / kWarp : 0);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_block + (warp_per_row ? threadIdx.x / kWarp : 0);
   const M q = xent::q_other(eps, C);
   for (int64_t r = first; r < R; r += static_cast<int64_t>(gridDim.x) * rows_per_block) {
     const int64_t t = static_cast<int64_t>(target[r]);
     const int kind = xent::target_kind(t, C, ignore_index);
     const M g = kind == xent::kClass ? grad[r * grad_stride] : M(NAN);
-    row_backward(dx + r * C, logits + r * C, C, lane, nlanes, kind, t, lse[r], g, q,
-                 q + (M(1) - eps));
+    row_backward(dx + r * C, logits + r * C, C, lane, nlanes, kind, t, lse[r], g, q, q + (M(1) - eps));
   }
 }
 
@@ -242,8 +222,8 @@ unsigned blocks_for_rows(int64_t R, bool warp_per_row) {
 
 }  // namespace
 
-void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& logits,
-                           const Tensor& target, int64_t ignore_index, double label_smoothing) {
+void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& target,
+                           int64_t ignore_index, double label_smoothing) {
   const int64_t R = logits.size(0), C = logits.size(1);
   DeviceGuard guard(logits);
   const bool warp_per_row = C <= kWarpRowMaxC;
@@ -258,21 +238,20 @@ void cross_entropy_forward(const Tensor& loss, const Tensor& lse, const Tensor& 
     M* sp = static_cast<M*>(lse.data_ptr());
     const M eps = static_cast<M>(label_smoothing);
     if (warp_per_row) {
-      xent_forward_warp_kernel<T, I><<<blocks, kThreads, 0, stream_for(logits)>>>(
-          x, t, lp, sp, R, C, ignore_index, eps);
+      xent_forward_warp_kernel<T, I>
+          <<<blocks, kThreads, 0, stream_for(logits)>>>(x, t, lp, sp, R, C, ignore_index, eps);
       KILN_CUDA_CHECK_LAUNCH("xent_forward_warp_kernel");
     } else {
-      xent_forward_block_kernel<T, I><<<blocks, kThreads, 0, stream_for(logits)>>>(
-          x, t, lp, sp, R, C, ignore_index, eps);
+      xent_forward_block_kernel<T, I>
+          <<<blocks, kThreads, 0, stream_for(logits)>>>(x, t, lp, sp, R, C, ignore_index, eps);
       KILN_CUDA_CHECK_LAUNCH("xent_forward_block_kernel");
     }
   });
 }
 KILN_REGISTER_KERNEL(kernels::backend::cross_entropy_forward, CUDA, cross_entropy_forward);
 
-void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& logits,
-                            const Tensor& lse, const Tensor& target, int64_t ignore_index,
-                            double label_smoothing) {
+void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& logits, const Tensor& lse,
+                            const Tensor& target, int64_t ignore_index, double label_smoothing) {
   const int64_t R = logits.size(0), C = logits.size(1);
   DeviceGuard guard(logits);
   const bool warp_per_row = C <= kWarpRowMaxC;
@@ -285,8 +264,7 @@ void cross_entropy_backward(const Tensor& dx, const Tensor& grad, const Tensor& 
     xent_backward_kernel<T, I><<<blocks, kThreads, 0, stream_for(logits)>>>(
         static_cast<T*>(dx.data_ptr()), static_cast<const M*>(grad.data_ptr()), grad_stride,
         static_cast<const T*>(logits.data_ptr()), static_cast<const M*>(lse.data_ptr()),
-        static_cast<const I*>(target.data_ptr()), R, C, ignore_index,
-        static_cast<M>(label_smoothing), warp_per_row);
+        static_cast<const I*>(target.data_ptr()), R, C, ignore_index, static_cast<M>(label_smoothing), warp_per_row);
     KILN_CUDA_CHECK_LAUNCH("xent_backward_kernel");
   });
 }

@@ -48,8 +48,7 @@ KILN_INLINE float fast_erff(float x) {
 #else
   float a = x < 0 ? -x : x;
   float t = 1.0f / (1.0f + 0.3275911f * a);
-  float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t +
-                0.254829592f) * t;
+  float poly = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
   float y = 1.0f - poly * fast_expf(-a * a);
   y = x < 0 ? -y : y;
   return x != x ? x : y;

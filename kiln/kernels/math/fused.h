@@ -14,15 +14,13 @@
 namespace kiln::math {
 
 // act(x + b): the forward of bias_gelu with Act = GeluErf or GeluTanh.
-template <class Act>
-struct BiasAct {
+template <class Act> struct BiasAct {
   template <class T> KILN_INLINE T operator()(T x, T b) const { return Act{}(x + b); }
 };
 
 // g * act'(x + b): the backward of bias_gelu with ActBackward = GeluErfBackward or
 // GeluTanhBackward (which take (g, pre-activation)).
-template <class ActBackward>
-struct BiasActBackward {
+template <class ActBackward> struct BiasActBackward {
   template <class T> KILN_INLINE T operator()(T g, T x, T b) const { return ActBackward{}(g, x + b); }
 };
 

@@ -1,7 +1,7 @@
 #pragma once
-// Pointwise math, written once for both backends (docs/architecture.md, "Kernels and dispatch"). Each functor computes in
-// T = opmath type (float for the 16-bit dtypes, else the dtype itself); the CPU loops in
-// kernels/cpu and the CUDA kernels in kernels/cuda only differ in how they launch these.
+// Pointwise math, written once for both backends (docs/architecture.md, "Kernels and dispatch"). Each functor computes
+// in T = opmath type (float for the 16-bit dtypes, else the dtype itself); the CPU loops in kernels/cpu and the CUDA
+// kernels in kernels/cuda only differ in how they launch these.
 #include <cmath>
 #include <type_traits>
 
@@ -13,30 +13,65 @@ namespace kiln::math {
 // The float and double overloads of the math functions, visible unqualified here (and ahead of
 // kiln's tensor ops of the same names): <cmath>'s on the host, CUDA's global ones under nvcc.
 #if defined(__CUDACC__)
-using ::cos; using ::erf; using ::exp; using ::log; using ::pow; using ::sin; using ::sqrt; using ::tanh;
+using ::cos;
+using ::erf;
+using ::exp;
+using ::log;
+using ::pow;
+using ::sin;
+using ::sqrt;
+using ::tanh;
 #else
-using std::cos; using std::erf; using std::exp; using std::log; using std::pow; using std::sin;
-using std::sqrt; using std::tanh;
+using std::cos;
+using std::erf;
+using std::exp;
+using std::log;
+using std::pow;
+using std::sin;
+using std::sqrt;
+using std::tanh;
 #endif
 
 // ---- unary
-struct Neg { template <class T> KILN_INLINE T operator()(T x) const { return -x; } };
-struct Exp { template <class T> KILN_INLINE T operator()(T x) const { return exp_(x); } };
-struct Log { template <class T> KILN_INLINE T operator()(T x) const { return log(x); } };
-struct Sqrt { template <class T> KILN_INLINE T operator()(T x) const { return sqrt(x); } };
-struct Rsqrt { template <class T> KILN_INLINE T operator()(T x) const { return T(1) / sqrt(x); } };
+struct Neg {
+  template <class T> KILN_INLINE T operator()(T x) const { return -x; }
+};
+struct Exp {
+  template <class T> KILN_INLINE T operator()(T x) const { return exp_(x); }
+};
+struct Log {
+  template <class T> KILN_INLINE T operator()(T x) const { return log(x); }
+};
+struct Sqrt {
+  template <class T> KILN_INLINE T operator()(T x) const { return sqrt(x); }
+};
+struct Rsqrt {
+  template <class T> KILN_INLINE T operator()(T x) const { return T(1) / sqrt(x); }
+};
 struct Abs {
   template <class T> KILN_INLINE T operator()(T x) const {
     if constexpr (std::is_unsigned_v<T>) return x;
     else return x < T(0) ? -x : x;
   }
 };
-struct Erf { template <class T> KILN_INLINE T operator()(T x) const { return erf(x); } };
-struct Tanh { template <class T> KILN_INLINE T operator()(T x) const { return tanh(x); } };
-struct Sin { template <class T> KILN_INLINE T operator()(T x) const { return sin(x); } };
-struct Cos { template <class T> KILN_INLINE T operator()(T x) const { return cos(x); } };
-struct Square { template <class T> KILN_INLINE T operator()(T x) const { return x * x; } };
-struct Reciprocal { template <class T> KILN_INLINE T operator()(T x) const { return T(1) / x; } };
+struct Erf {
+  template <class T> KILN_INLINE T operator()(T x) const { return erf(x); }
+};
+struct Tanh {
+  template <class T> KILN_INLINE T operator()(T x) const { return tanh(x); }
+};
+struct Sin {
+  template <class T> KILN_INLINE T operator()(T x) const { return sin(x); }
+};
+struct Cos {
+  template <class T> KILN_INLINE T operator()(T x) const { return cos(x); }
+};
+struct Square {
+  template <class T> KILN_INLINE T operator()(T x) const { return x * x; }
+};
+struct Reciprocal {
+  template <class T> KILN_INLINE T operator()(T x) const { return T(1) / x; }
+};
 struct Sign {
   template <class T> KILN_INLINE T operator()(T x) const {
     if constexpr (std::is_unsigned_v<T>) return T(x != T(0));
@@ -44,7 +79,9 @@ struct Sign {
   }
 };
 // `x <= 0 ? 0 : x`, not `x > 0 ? x : 0`: a NaN passes through, as torch.relu (docs/guide.md, "NaN and Inf").
-struct Relu { template <class T> KILN_INLINE T operator()(T x) const { return x <= T(0) ? T(0) : x; } };
+struct Relu {
+  template <class T> KILN_INLINE T operator()(T x) const { return x <= T(0) ? T(0) : x; }
+};
 
 struct Sigmoid {
   template <class T> KILN_INLINE T operator()(T x) const { return T(1) / (T(1) + exp_(-x)); }
@@ -95,26 +132,59 @@ struct Clamp {
     return x != x ? x : (x < l ? l : (x > h ? h : x));  // NaN passes through
   }
 };
-struct AddScalar { double a; template <class T> KILN_INLINE T operator()(T x) const { return x + T(a); } };
-struct MulScalar { double a; template <class T> KILN_INLINE T operator()(T x) const { return x * T(a); } };
-struct RSubScalar { double a; template <class T> KILN_INLINE T operator()(T x) const { return T(a) - x; } };
-struct RDivScalar { double a; template <class T> KILN_INLINE T operator()(T x) const { return T(a) / x; } };
-struct RPowScalar { double a; template <class T> KILN_INLINE T operator()(T x) const { return pow(T(a), x); } };
+struct AddScalar {
+  double a;
+  template <class T> KILN_INLINE T operator()(T x) const { return x + T(a); }
+};
+struct MulScalar {
+  double a;
+  template <class T> KILN_INLINE T operator()(T x) const { return x * T(a); }
+};
+struct RSubScalar {
+  double a;
+  template <class T> KILN_INLINE T operator()(T x) const { return T(a) - x; }
+};
+struct RDivScalar {
+  double a;
+  template <class T> KILN_INLINE T operator()(T x) const { return T(a) / x; }
+};
+struct RPowScalar {
+  double a;
+  template <class T> KILN_INLINE T operator()(T x) const { return pow(T(a), x); }
+};
 
 // ---- predicates (bool result)
-struct IsNan { template <class T> KILN_INLINE bool operator()(T x) const { return x != x; } };
+struct IsNan {
+  template <class T> KILN_INLINE bool operator()(T x) const { return x != x; }
+};
 struct IsInf {
   template <class T> KILN_INLINE bool operator()(T x) const { return x == x && (x - x) != (x - x); }
 };
-struct IsFinite { template <class T> KILN_INLINE bool operator()(T x) const { return (x - x) == (x - x); } };
-struct LogicalNot { template <class T> KILN_INLINE bool operator()(T x) const { return !(x != T(0)); } };
+struct IsFinite {
+  template <class T> KILN_INLINE bool operator()(T x) const { return (x - x) == (x - x); }
+};
+struct LogicalNot {
+  template <class T> KILN_INLINE bool operator()(T x) const { return !(x != T(0)); }
+};
 
 // ---- binary
-struct Add { double alpha; template <class T> KILN_INLINE T operator()(T x, T y) const { return alpha == 1.0 ? x + y : x + T(alpha) * y; } };
-struct Sub { double alpha; template <class T> KILN_INLINE T operator()(T x, T y) const { return alpha == 1.0 ? x - y : x - T(alpha) * y; } };
-struct Mul { template <class T> KILN_INLINE T operator()(T x, T y) const { return x * y; } };
-struct Div { template <class T> KILN_INLINE T operator()(T x, T y) const { return x / y; } };
-struct Pow { template <class T> KILN_INLINE T operator()(T x, T y) const { return pow(x, y); } };
+struct Add {
+  double alpha;
+  template <class T> KILN_INLINE T operator()(T x, T y) const { return alpha == 1.0 ? x + y : x + T(alpha) * y; }
+};
+struct Sub {
+  double alpha;
+  template <class T> KILN_INLINE T operator()(T x, T y) const { return alpha == 1.0 ? x - y : x - T(alpha) * y; }
+};
+struct Mul {
+  template <class T> KILN_INLINE T operator()(T x, T y) const { return x * y; }
+};
+struct Div {
+  template <class T> KILN_INLINE T operator()(T x, T y) const { return x / y; }
+};
+struct Pow {
+  template <class T> KILN_INLINE T operator()(T x, T y) const { return pow(x, y); }
+};
 struct Maximum {
   template <class T> KILN_INLINE T operator()(T x, T y) const { return (x != x || x > y) ? x : y; }
 };
@@ -156,19 +226,33 @@ struct SiluBackward {  // saved = x: s * (1 + x * (1 - s))
 };
 struct ClampBackward {  // saved = x; gradient flows where lo <= x <= hi
   double lo, hi;
-  template <class T> KILN_INLINE T operator()(T g, T x) const {
-    return (x >= T(lo) && x <= T(hi)) ? g : T(0);
-  }
+  template <class T> KILN_INLINE T operator()(T g, T x) const { return (x >= T(lo) && x <= T(hi)) ? g : T(0); }
 };
 
 // ---- comparisons (bool result)
-struct Eq { template <class T> KILN_INLINE bool operator()(T x, T y) const { return x == y; } };
-struct Ne { template <class T> KILN_INLINE bool operator()(T x, T y) const { return x != y; } };
-struct Lt { template <class T> KILN_INLINE bool operator()(T x, T y) const { return x < y; } };
-struct Le { template <class T> KILN_INLINE bool operator()(T x, T y) const { return x <= y; } };
-struct Gt { template <class T> KILN_INLINE bool operator()(T x, T y) const { return x > y; } };
-struct Ge { template <class T> KILN_INLINE bool operator()(T x, T y) const { return x >= y; } };
-struct LogicalAnd { template <class T> KILN_INLINE bool operator()(T x, T y) const { return (x != T(0)) && (y != T(0)); } };
-struct LogicalOr { template <class T> KILN_INLINE bool operator()(T x, T y) const { return (x != T(0)) || (y != T(0)); } };
+struct Eq {
+  template <class T> KILN_INLINE bool operator()(T x, T y) const { return x == y; }
+};
+struct Ne {
+  template <class T> KILN_INLINE bool operator()(T x, T y) const { return x != y; }
+};
+struct Lt {
+  template <class T> KILN_INLINE bool operator()(T x, T y) const { return x < y; }
+};
+struct Le {
+  template <class T> KILN_INLINE bool operator()(T x, T y) const { return x <= y; }
+};
+struct Gt {
+  template <class T> KILN_INLINE bool operator()(T x, T y) const { return x > y; }
+};
+struct Ge {
+  template <class T> KILN_INLINE bool operator()(T x, T y) const { return x >= y; }
+};
+struct LogicalAnd {
+  template <class T> KILN_INLINE bool operator()(T x, T y) const { return (x != T(0)) && (y != T(0)); }
+};
+struct LogicalOr {
+  template <class T> KILN_INLINE bool operator()(T x, T y) const { return (x != T(0)) || (y != T(0)); }
+};
 
 }  // namespace kiln::math

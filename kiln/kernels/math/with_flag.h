@@ -6,12 +6,9 @@
 namespace kiln::math {
 
 // Runs f(std::true_type{}) when flag is set, else f(std::false_type{}).
-template <class F>
-void with_flag(bool flag, F&& f) {
-  if (flag)
-    f(std::true_type{});
-  else
-    f(std::false_type{});
+template <class F> void with_flag(bool flag, F&& f) {
+  if (flag) f(std::true_type{});
+  else f(std::false_type{});
 }
 
 }  // namespace kiln::math

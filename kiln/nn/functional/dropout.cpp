@@ -26,9 +26,8 @@ Tensor dropout_with(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
     else kernels::dropout(out, xc, p, seed, offset);
   }
   if (autograd::any_requires_grad({&x})) {
-    autograd::record_function("DropoutBackward", {&x}, {&out}, [=](const TensorList& g) {
-      return TensorList{dropout_with(g[0], p, seed, offset)};
-    });
+    autograd::record_function("DropoutBackward", {&x}, {&out},
+                              [=](const TensorList& g) { return TensorList{dropout_with(g[0], p, seed, offset)}; });
   }
   return out;
 }
@@ -37,11 +36,11 @@ Tensor dropout_with(const Tensor& x, double p, uint64_t seed, uint64_t offset) {
 
 Tensor dropout(const Tensor& x, double p, bool training) {
   KILN_CHECK(x.defined(), "dropout: input is undefined");
-  KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p must be in [0, 1], got ", p,
-             " (input sizes ", x.sizes(), ")");
+  KILN_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p must be in [0, 1], got ", p, " (input sizes ", x.sizes(),
+             ")");
   if (!training || p == 0.0 || x.numel() == 0) return x;
-  KILN_CHECK(is_floating(x.dtype()), "dropout: expected a floating-point input, got ", x.dtype(),
-             " (sizes ", x.sizes(), ")");
+  KILN_CHECK(is_floating(x.dtype()), "dropout: expected a floating-point input, got ", x.dtype(), " (sizes ", x.sizes(),
+             ")");
   uint64_t seed = 0, offset = 0;
   if (p < 1.0) std::tie(seed, offset) = default_generator(x.device()).reserve(static_cast<uint64_t>(x.numel()));
   return dropout_with(x, p, seed, offset);

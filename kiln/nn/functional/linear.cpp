@@ -13,14 +13,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                                      [](const auto& a) { return linear(a[0], a[1], a[2]); }))
     return *out;
   KILN_CHECK(x.defined() && weight.defined(), "linear: input and weight must be defined");
-  KILN_CHECK(weight.dim() == 2, "linear: weight must be [out_features, in_features], got sizes ",
-             weight.sizes());
+  KILN_CHECK(weight.dim() == 2, "linear: weight must be [out_features, in_features], got sizes ", weight.sizes());
   KILN_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: input sizes ", x.sizes(),
-             " do not match weight sizes ", weight.sizes(), " (expected input [..., ",
-             weight.size(1), "])");
-  KILN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
-             "linear: bias sizes ", bias.defined() ? bias.sizes() : IntList{},
-             " do not match weight sizes ", weight.sizes(), " (expected [", weight.size(0), "])");
+             " do not match weight sizes ", weight.sizes(), " (expected input [..., ", weight.size(1), "])");
+  KILN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), "linear: bias sizes ",
+             bias.defined() ? bias.sizes() : IntList{}, " do not match weight sizes ", weight.sizes(), " (expected [",
+             weight.size(0), "])");
   Tensor y = x.dim() == 2 ? mm(x, weight.t()) : matmul(x, weight.t());
   return bias.defined() ? y + bias : y;
 }

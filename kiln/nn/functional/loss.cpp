@@ -21,13 +21,11 @@ namespace {
 
 void check_pair(const char* op, const Tensor& input, const Tensor& target) {
   KILN_CHECK(input.defined() && target.defined(), op, ": input and target must be defined");
-  KILN_CHECK(input.device() == target.device(), op, ": input on ", input.device(),
-             " but target on ", target.device());
-  KILN_CHECK(input.sizes() == target.sizes(), op, ": input sizes ", input.sizes(),
-             " and target sizes ", target.sizes(), " differ");
+  KILN_CHECK(input.device() == target.device(), op, ": input on ", input.device(), " but target on ", target.device());
+  KILN_CHECK(input.sizes() == target.sizes(), op, ": input sizes ", input.sizes(), " and target sizes ", target.sizes(),
+             " differ");
   KILN_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()), op,
-             ": expected floating-point input and target, got ", input.dtype(), " and ",
-             target.dtype());
+             ": expected floating-point input and target, got ", input.dtype(), " and ", target.dtype());
 }
 
 // softplus(-x) = log(1 + exp(-x)), computed without overflow.
@@ -56,8 +54,8 @@ Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduc
   return reduce_loss(per, reduction);
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target,
-                                        Reduction reduction, const Tensor& pos_weight) {
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, Reduction reduction,
+                                        const Tensor& pos_weight) {
   if (auto out = amp::autocast_rerun(amp::Policy::F32, {input, target}, [&](const auto& a) {
         return binary_cross_entropy_with_logits(a[0], a[1], reduction, pos_weight);
       }))
@@ -66,12 +64,11 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
   check_pair(op, input, target);
   const bool has_pw = pos_weight.defined();
   if (has_pw) {
-    KILN_CHECK(pos_weight.device() == input.device(), op, ": pos_weight on ", pos_weight.device(),
-               " but input on ", input.device());
+    KILN_CHECK(pos_weight.device() == input.device(), op, ": pos_weight on ", pos_weight.device(), " but input on ",
+               input.device());
     broadcast_shapes(input.sizes(), pos_weight.sizes(), op);  // throws naming both shapes
-    KILN_CHECK(broadcast_shapes(input.sizes(), pos_weight.sizes(), op) == input.sizes(), op,
-               ": pos_weight sizes ", pos_weight.sizes(), " must broadcast to input sizes ",
-               input.sizes());
+    KILN_CHECK(broadcast_shapes(input.sizes(), pos_weight.sizes(), op) == input.sizes(), op, ": pos_weight sizes ",
+               pos_weight.sizes(), " must broadcast to input sizes ", input.sizes());
   }
   DType dt = promote_types(input.dtype(), target.dtype());
   if (has_pw) dt = promote_types(dt, pos_weight.dtype());
@@ -84,30 +81,29 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
     per = (1.0 - t) * x + (has_pw ? lw * sp : sp);
   }
   if (autograd::any_requires_grad({&input, &target, &pos_weight})) {
-    const bool gi = input.requires_grad(), gt = target.requires_grad(),
-               gp = has_pw && pos_weight.requires_grad();
+    const bool gi = input.requires_grad(), gt = target.requires_grad(), gp = has_pw && pos_weight.requires_grad();
     SavedTensor sx(input, op), st(target, op), sp_w;
     if (has_pw) sp_w = SavedTensor(pos_weight, op);
     const IntList pw_sizes = has_pw ? pos_weight.sizes() : IntList{};
     const DType in_dt = input.dtype(), t_dt = target.dtype();
     const DType pw_dt = has_pw ? pos_weight.dtype() : dt;
-    autograd::record_function("BinaryCrossEntropyWithLogitsBackward", {&input, &target, &pos_weight},
-                              {&per}, [=](const TensorList& g) {
-      Tensor x = sx.get().to(dt), t = st.get().to(dt);
-      Tensor pw = has_pw ? sp_w.get().to(dt) : Tensor();
-      Tensor gi_out, gt_out, gp_out;
-      if (gi) {
-        Tensor lw = has_pw ? (pw - 1.0) * t + 1.0 : Tensor();
-        Tensor s = kiln::sigmoid(-x);
-        gi_out = (g[0] * ((1.0 - t) - (has_pw ? lw * s : s))).to(in_dt);
-      }
-      if (gt || gp) {
-        Tensor sp = softplus_neg(x);
-        if (gt) gt_out = (g[0] * (has_pw ? (pw - 1.0) * sp - x : -x)).to(t_dt);
-        if (gp) gp_out = sum_to(g[0] * t * sp, pw_sizes).to(pw_dt);
-      }
-      return TensorList{gi_out, gt_out, gp_out};
-    });
+    autograd::record_function("BinaryCrossEntropyWithLogitsBackward", {&input, &target, &pos_weight}, {&per},
+                              [=](const TensorList& g) {
+                                Tensor x = sx.get().to(dt), t = st.get().to(dt);
+                                Tensor pw = has_pw ? sp_w.get().to(dt) : Tensor();
+                                Tensor gi_out, gt_out, gp_out;
+                                if (gi) {
+                                  Tensor lw = has_pw ? (pw - 1.0) * t + 1.0 : Tensor();
+                                  Tensor s = kiln::sigmoid(-x);
+                                  gi_out = (g[0] * ((1.0 - t) - (has_pw ? lw * s : s))).to(in_dt);
+                                }
+                                if (gt || gp) {
+                                  Tensor sp = softplus_neg(x);
+                                  if (gt) gt_out = (g[0] * (has_pw ? (pw - 1.0) * sp - x : -x)).to(t_dt);
+                                  if (gp) gp_out = sum_to(g[0] * t * sp, pw_sizes).to(pw_dt);
+                                }
+                                return TensorList{gi_out, gt_out, gp_out};
+                              });
   }
   return reduce_loss(per, reduction);
 }

@@ -176,8 +176,9 @@ TensorList batch_norm_grad_composite(const Tensor& gy_in, const Tensor& xs, cons
 Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, bool training, double momentum, double eps, bool relu) {
   const char* op = relu ? "batch_norm_relu" : "batch_norm";
-  if (auto out = amp::autocast_rerun(amp::Policy::F32, {x},
-                                     [&](const auto& a) { return batch_norm_impl(a[0], running_mean, running_var, weight, bias, training, momentum, eps, relu); }))
+  if (auto out = amp::autocast_rerun(amp::Policy::F32, {x}, [&](const auto& a) {
+        return batch_norm_impl(a[0], running_mean, running_var, weight, bias, training, momentum, eps, relu);
+      }))
     return *out;
   const char* node = relu ? "BatchNormReluBackward" : "BatchNormBackward";
   check_input(op, x);
@@ -335,8 +336,8 @@ int64_t check_normalized_shape(const char* op, const Tensor& x, const IntList& n
 
 Tensor layer_norm(const Tensor& x, const IntList& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps) {
-  if (auto out = amp::autocast_rerun(amp::Policy::F32, {x},
-                                     [&](const auto& a) { return layer_norm(a[0], normalized_shape, weight, bias, eps); }))
+  if (auto out = amp::autocast_rerun(
+          amp::Policy::F32, {x}, [&](const auto& a) { return layer_norm(a[0], normalized_shape, weight, bias, eps); }))
     return *out;
   const char* op = "layer_norm";
   check_input(op, x);

@@ -26,10 +26,10 @@ bool is_half(DType d) { return d == DType::F16 || d == DType::BF16; }
 
 void check_input(const char* op, const Tensor& x) {
   KILN_CHECK(x.defined(), op, ": input is undefined");
-  KILN_CHECK(x.dim() == 4 || x.dim() == 3, op,
-             ": expected a 4-D input [N, C, H, W] (or 3-D [C, H, W]), got sizes ", x.sizes());
-  KILN_CHECK(x.is_floating_point(), op, ": expected a floating-point input, got ", x.dtype(),
-             " (sizes ", x.sizes(), ")");
+  KILN_CHECK(x.dim() == 4 || x.dim() == 3, op, ": expected a 4-D input [N, C, H, W] (or 3-D [C, H, W]), got sizes ",
+             x.sizes());
+  KILN_CHECK(x.is_floating_point(), op, ": expected a floating-point input, got ", x.dtype(), " (sizes ", x.sizes(),
+             ")");
 }
 
 MemoryFormat out_format(const Tensor& x) {
@@ -38,22 +38,28 @@ MemoryFormat out_format(const Tensor& x) {
 }
 
 // Window geometry with PyTorch's checks (no dilation, floor mode).
-PoolGeometry window_geometry(const char* op, const Tensor& x, const IntList& kernel_in,
-                             const IntList& stride_in, const IntList& padding_in) {
+PoolGeometry window_geometry(const char* op, const Tensor& x, const IntList& kernel_in, const IntList& stride_in,
+                             const IntList& padding_in) {
   const IntList k = pair_arg(op, "kernel_size", kernel_in);
   const IntList s = stride_in.empty() ? k : pair_arg(op, "stride", stride_in);
   const IntList p = pair_arg(op, "padding", padding_in);
   KILN_CHECK(k[0] > 0 && k[1] > 0, op, ": kernel_size must be positive, got ", k);
-  KILN_CHECK(s[0] > 0 && s[1] > 0, op, ": stride must be positive, got ", s, " (input sizes ",
-             x.sizes(), ")");
+  KILN_CHECK(s[0] > 0 && s[1] > 0, op, ": stride must be positive, got ", s, " (input sizes ", x.sizes(), ")");
   KILN_CHECK(p[0] >= 0 && p[1] >= 0 && p[0] <= k[0] / 2 && p[1] <= k[1] / 2, op, ": padding ", p,
              " must be non-negative and at most half the kernel size ", k);
   PoolGeometry g;
-  g.N = x.size(0); g.C = x.size(1); g.H = x.size(2); g.W = x.size(3);
-  g.kh = k[0]; g.kw = k[1]; g.sh = s[0]; g.sw = s[1]; g.ph = p[0]; g.pw = p[1];
-  KILN_CHECK(g.H + 2 * g.ph >= g.kh && g.W + 2 * g.pw >= g.kw, op, ": kernel ", k,
-             " is larger than the padded input ", g.H + 2 * g.ph, "x", g.W + 2 * g.pw,
-             " (input sizes ", x.sizes(), ", padding ", p, ")");
+  g.N = x.size(0);
+  g.C = x.size(1);
+  g.H = x.size(2);
+  g.W = x.size(3);
+  g.kh = k[0];
+  g.kw = k[1];
+  g.sh = s[0];
+  g.sw = s[1];
+  g.ph = p[0];
+  g.pw = p[1];
+  KILN_CHECK(g.H + 2 * g.ph >= g.kh && g.W + 2 * g.pw >= g.kw, op, ": kernel ", k, " is larger than the padded input ",
+             g.H + 2 * g.ph, "x", g.W + 2 * g.pw, " (input sizes ", x.sizes(), ", padding ", p, ")");
   g.OH = (g.H + 2 * g.ph - g.kh) / g.sh + 1;
   g.OW = (g.W + 2 * g.pw - g.kw) / g.sw + 1;
   return g;
@@ -81,8 +87,7 @@ void record_pool_backward(const char* node, const char* op, const Tensor& x, Ten
 
 }  // namespace
 
-Tensor max_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride,
-                  const IntList& padding) {
+Tensor max_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride, const IntList& padding) {
   const char* op = "max_pool2d";
   check_input(op, x);
   if (x.dim() == 3) return max_pool2d(x.unsqueeze(0), kernel, stride, padding).squeeze(0);
@@ -94,18 +99,16 @@ Tensor max_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride,
   Tensor out = kernels::empty_4d({g.N, g.C, g.OH, g.OW}, x.options(), fmt);
   Tensor idx = kernels::empty_4d({g.N, g.C, g.OH, g.OW}, TensorOptions(DType::I32).device(x.device()), fmt);
   kernels::max_pool2d_forward(out, idx, xd, g);
-  record_pool_backward("MaxPool2dBackward", op, x, out, fmt, [idx, g](const Tensor& dx, const Tensor& gy) {
-    kernels::max_pool2d_backward(dx, gy, idx, g);
-  });
+  record_pool_backward("MaxPool2dBackward", op, x, out, fmt,
+                       [idx, g](const Tensor& dx, const Tensor& gy) { kernels::max_pool2d_backward(dx, gy, idx, g); });
   return out;
 }
 
-Tensor avg_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride,
-                  const IntList& padding, bool count_include_pad) {
+Tensor avg_pool2d(const Tensor& x, const IntList& kernel, const IntList& stride, const IntList& padding,
+                  bool count_include_pad) {
   const char* op = "avg_pool2d";
   check_input(op, x);
-  if (x.dim() == 3)
-    return avg_pool2d(x.unsqueeze(0), kernel, stride, padding, count_include_pad).squeeze(0);
+  if (x.dim() == 3) return avg_pool2d(x.unsqueeze(0), kernel, stride, padding, count_include_pad).squeeze(0);
   if (is_half(x.dtype()) && x.device().is_cpu())  // the CUDA kernels take f16/bf16
     return avg_pool2d(x.to(DType::F32), kernel, stride, padding, count_include_pad).to(x.dtype());
   const PoolGeometry g = window_geometry(op, x, kernel, stride, padding);
@@ -123,20 +126,23 @@ Tensor adaptive_avg_pool2d(const Tensor& x, const IntList& output_size) {
   const char* op = "adaptive_avg_pool2d";
   check_input(op, x);
   if (x.dim() == 3) return adaptive_avg_pool2d(x.unsqueeze(0), output_size).squeeze(0);
-  if (is_half(x.dtype()) && x.device().is_cpu()) return adaptive_avg_pool2d(x.to(DType::F32), output_size).to(x.dtype());
+  if (is_half(x.dtype()) && x.device().is_cpu())
+    return adaptive_avg_pool2d(x.to(DType::F32), output_size).to(x.dtype());
   const IntList os = pair_arg(op, "output_size", output_size);
-  KILN_CHECK(os[0] > 0 && os[1] > 0, op, ": output_size must be positive, got ", os,
-             " (input sizes ", x.sizes(), ")");
+  KILN_CHECK(os[0] > 0 && os[1] > 0, op, ": output_size must be positive, got ", os, " (input sizes ", x.sizes(), ")");
   KILN_CHECK(x.size(2) > 0 && x.size(3) > 0, op, ": empty spatial input, sizes ", x.sizes());
   PoolGeometry g;
-  g.N = x.size(0); g.C = x.size(1); g.H = x.size(2); g.W = x.size(3);
-  g.OH = os[0]; g.OW = os[1];
+  g.N = x.size(0);
+  g.C = x.size(1);
+  g.H = x.size(2);
+  g.W = x.size(3);
+  g.OH = os[0];
+  g.OW = os[1];
   const MemoryFormat fmt = out_format(x);
   Tensor out = kernels::empty_4d({g.N, g.C, g.OH, g.OW}, x.options(), fmt);
   kernels::adaptive_avg_pool2d_forward(out, x.detach(), g);
-  record_pool_backward("AdaptiveAvgPool2dBackward", op, x, out, fmt, [g](const Tensor& dx, const Tensor& gy) {
-    kernels::adaptive_avg_pool2d_backward(dx, gy, g);
-  });
+  record_pool_backward("AdaptiveAvgPool2dBackward", op, x, out, fmt,
+                       [g](const Tensor& dx, const Tensor& gy) { kernels::adaptive_avg_pool2d_backward(dx, gy, g); });
   return out;
 }
 

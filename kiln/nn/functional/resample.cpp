@@ -47,8 +47,8 @@ Tensor pad_constant(const Tensor& x, const IntList& pad, double value) {
     const int64_t d = x.dim() - 1 - k;
     int64_t left = pad[2 * k], right = pad[2 * k + 1];
     const int64_t n = out.size(d);
-    KILN_CHECK(n + left + right >= 0, "pad: the input size ", n, " of dim ", d, " plus the padding (", left,
-               ", ", right, ") gives a negative output size (input sizes ", x.sizes(), ")");
+    KILN_CHECK(n + left + right >= 0, "pad: the input size ", n, " of dim ", d, " plus the padding (", left, ", ",
+               right, ") gives a negative output size (input sizes ", x.sizes(), ")");
     const int64_t crop_l = left < 0 ? -left : 0, crop_r = right < 0 ? -right : 0;
     KILN_CHECK(crop_l + crop_r <= n, "pad: the negative padding (", left, ", ", right, ") of dim ", d,
                " crops more than its size ", n, " (input sizes ", x.sizes(), ")");
@@ -78,16 +78,16 @@ Tensor pad_indexed(const Tensor& x, const IntList& pad, const std::string& mode)
   for (int64_t k = 0; k < pairs; ++k) {
     const int64_t d = x.dim() - 1 - k;
     const int64_t left = pad[2 * k], right = pad[2 * k + 1], n = x.size(d);
-    KILN_CHECK(left >= 0 && right >= 0, "pad: mode '", mode, "' needs non-negative padding, got (", left,
-               ", ", right, ") for dim ", d);
+    KILN_CHECK(left >= 0 && right >= 0, "pad: mode '", mode, "' needs non-negative padding, got (", left, ", ", right,
+               ") for dim ", d);
     if (left == 0 && right == 0) continue;
     KILN_CHECK(n > 0, "pad: mode '", mode, "' cannot pad the empty dim ", d, " (input sizes ", x.sizes(), ")");
     if (mode == "reflect")
-      KILN_CHECK(left < n && right < n, "pad: reflect padding (", left, ", ", right,
-                 ") must be smaller than the size ", n, " of dim ", d, " (input sizes ", x.sizes(), ")");
+      KILN_CHECK(left < n && right < n, "pad: reflect padding (", left, ", ", right, ") must be smaller than the size ",
+                 n, " of dim ", d, " (input sizes ", x.sizes(), ")");
     if (mode == "circular")
-      KILN_CHECK(left <= n && right <= n, "pad: circular padding (", left, ", ", right,
-                 ") must be at most the size ", n, " of dim ", d, " (input sizes ", x.sizes(), ")");
+      KILN_CHECK(left <= n && right <= n, "pad: circular padding (", left, ", ", right, ") must be at most the size ",
+                 n, " of dim ", d, " (input sizes ", x.sizes(), ")");
     std::vector<int64_t> idx(static_cast<size_t>(n + left + right));
     for (size_t o = 0; o < idx.size(); ++o) idx[o] = pad_source(mode, static_cast<int64_t>(o), left, n);
     out = gather_along(out, d, idx);
@@ -107,8 +107,7 @@ struct AxisPlan {
 // or 0 when the size was given.
 AxisPlan nearest_plan(int64_t in, int64_t out, double scale, bool exact) {
   AxisPlan p(1, false);
-  const float ratio = scale > 0 ? static_cast<float>(1.0 / scale)
-                                : static_cast<float>(in) / static_cast<float>(out);
+  const float ratio = scale > 0 ? static_cast<float>(1.0 / scale) : static_cast<float>(in) / static_cast<float>(out);
   for (int64_t o = 0; o < out; ++o) {
     int64_t src;
     if (!exact && out == in) {
@@ -125,20 +124,15 @@ AxisPlan nearest_plan(int64_t in, int64_t out, double scale, bool exact) {
 }
 
 // The source-to-output ratio of the linear and cubic modes (PyTorch's area_pixel_compute_scale).
-template <class T>
-T source_ratio(int64_t in, int64_t out, double scale, bool align_corners) {
+template <class T> T source_ratio(int64_t in, int64_t out, double scale, bool align_corners) {
   if (align_corners) return out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0);
   return scale > 0 ? static_cast<T>(1.0 / scale) : static_cast<T>(in) / static_cast<T>(out);
 }
 
-template <class T>
-T clamp01(T v) {
-  return v < T(0) ? T(0) : (v > T(1) ? T(1) : v);
-}
+template <class T> T clamp01(T v) { return v < T(0) ? T(0) : (v > T(1) ? T(1) : v); }
 
 // PyTorch's linear source coordinates and weights, in T (float for f32/f16/bf16, double for f64).
-template <class T>
-AxisPlan linear_plan(int64_t in, int64_t out, double scale, bool align_corners) {
+template <class T> AxisPlan linear_plan(int64_t in, int64_t out, double scale, bool align_corners) {
   AxisPlan p(2, true);
   const T ratio = source_ratio<T>(in, out, scale, align_corners);
   for (int64_t o = 0; o < out; ++o) {
@@ -161,11 +155,10 @@ AxisPlan linear_plan(int64_t in, int64_t out, double scale, bool align_corners) 
 
 // PyTorch's bicubic: Keys' convolution with A = -0.75 over the 4 neighbours of floor(source)
 // (indices clamped at the border); the source coordinate is not clamped at 0.
-template <class T>
-AxisPlan cubic_plan(int64_t in, int64_t out, double scale, bool align_corners) {
+template <class T> AxisPlan cubic_plan(int64_t in, int64_t out, double scale, bool align_corners) {
   AxisPlan p(4, true);
   const T ratio = source_ratio<T>(in, out, scale, align_corners), A = T(-0.75);
-  auto near = [A](T x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };      // |x| <= 1
+  auto near = [A](T x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };       // |x| <= 1
   auto far = [A](T x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };  // 1 < |x| < 2
   for (int64_t o = 0; o < out; ++o) {
     const T real = align_corners ? ratio * static_cast<T>(o) : ratio * (static_cast<T>(o) + T(0.5)) - T(0.5);
@@ -210,8 +203,8 @@ Tensor pad(const Tensor& x, const IntList& pad, const std::string& mode, double 
   if (mode == "constant") return pad_constant(x, pad, value);
   KILN_CHECK(mode == "reflect" || mode == "replicate" || mode == "circular", "pad: unknown mode '", mode,
              "' (expected constant, reflect, replicate or circular)");
-  KILN_CHECK(value == 0.0, "pad: a padding value is only used by mode 'constant', got mode '", mode,
-             "' and value ", value);
+  KILN_CHECK(value == 0.0, "pad: a padding value is only used by mode 'constant', got mode '", mode, "' and value ",
+             value);
   KILN_CHECK(!pad.empty() && pad.size() <= 6, "pad: mode '", mode, "' takes 2, 4 or 6 padding values, got ",
              pad.size());
   return pad_indexed(x, pad, mode);
@@ -222,17 +215,20 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
   KILN_CHECK(x.defined(), "interpolate: input is undefined");
   KILN_CHECK(mode == "nearest" || mode == "nearest-exact" || mode == "linear" || mode == "bilinear" ||
                  mode == "bicubic" || mode == "area",
-             "interpolate: unknown mode '", mode, "' (expected nearest, nearest-exact, linear, bilinear, bicubic or area)");
-  KILN_CHECK(x.dim() == 3 || x.dim() == 4, "interpolate: expected a 3-D [N, C, W] or 4-D [N, C, H, W] input, got sizes ",
-             x.sizes());
+             "interpolate: unknown mode '", mode,
+             "' (expected nearest, nearest-exact, linear, bilinear, bicubic or area)");
+  KILN_CHECK(x.dim() == 3 || x.dim() == 4,
+             "interpolate: expected a 3-D [N, C, W] or 4-D [N, C, H, W] input, got sizes ", x.sizes());
   KILN_CHECK(x.is_floating_point(), "interpolate: expected a floating-point input, got ", x.dtype());
   const bool weighted = mode == "linear" || mode == "bilinear" || mode == "bicubic";
-  if (mode == "linear") KILN_CHECK(x.dim() == 3, "interpolate: got a ", x.dim(), "-D input, but mode 'linear' needs a 3-D input");
+  if (mode == "linear")
+    KILN_CHECK(x.dim() == 3, "interpolate: got a ", x.dim(), "-D input, but mode 'linear' needs a 3-D input");
   if (mode == "bilinear" || mode == "bicubic")
     KILN_CHECK(x.dim() == 4, "interpolate: got a ", x.dim(), "-D input, but mode '", mode, "' needs a 4-D input");
-  KILN_CHECK(weighted || !options.align_corners(),
-             "interpolate: align_corners can only be set with the interpolating modes (linear, bilinear, bicubic), got mode '",
-             mode, "'");
+  KILN_CHECK(
+      weighted || !options.align_corners(),
+      "interpolate: align_corners can only be set with the interpolating modes (linear, bilinear, bicubic), got mode '",
+      mode, "'");
   const int64_t spatial = x.dim() - 2;
   const bool has_size = !options.size().empty(), has_scale = !options.scale_factor().empty();
   KILN_CHECK(has_size != has_scale, has_size ? "interpolate: only one of size or scale_factor should be given"
@@ -250,14 +246,17 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
   } else {
     scales = per_dim(options.scale_factor(), "scale_factor");
     for (size_t i = 0; i < scales.size(); ++i) {
-      KILN_CHECK(scales[i] > 0 && std::isfinite(scales[i]), "interpolate: scale_factor must be positive, got ", scales[i]);
-      out_size[i] = static_cast<int64_t>(std::floor(static_cast<double>(x.size(static_cast<int64_t>(i) + 2)) * scales[i]));
+      KILN_CHECK(scales[i] > 0 && std::isfinite(scales[i]), "interpolate: scale_factor must be positive, got ",
+                 scales[i]);
+      out_size[i] =
+          static_cast<int64_t>(std::floor(static_cast<double>(x.size(static_cast<int64_t>(i) + 2)) * scales[i]));
     }
   }
   for (size_t i = 0; i < out_size.size(); ++i) {
     const int64_t in = x.size(static_cast<int64_t>(i) + 2);
-    KILN_CHECK(in > 0 && out_size[i] > 0, "interpolate: input and output sizes should be greater than 0, got input sizes ",
-               x.sizes(), " and output size ", out_size);
+    KILN_CHECK(in > 0 && out_size[i] > 0,
+               "interpolate: input and output sizes should be greater than 0, got input sizes ", x.sizes(),
+               " and output size ", out_size);
   }
   if (mode == "area") {  // adaptive average pooling, as PyTorch
     if (spatial == 2) return adaptive_avg_pool2d(x, out_size);
@@ -268,9 +267,9 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& options) {
     const int64_t d = i + 2, in = x.size(d), n = out_size[static_cast<size_t>(i)];
     const double s = scales[static_cast<size_t>(i)];
     const bool ac = options.align_corners();
-    AxisPlan p = !weighted ? nearest_plan(in, n, s, mode == "nearest-exact")
+    AxisPlan p = !weighted                 ? nearest_plan(in, n, s, mode == "nearest-exact")
                  : x.dtype() == DType::F64 ? weighted_plan<double>(mode, in, n, s, ac)
-                                            : weighted_plan<float>(mode, in, n, s, ac);
+                                           : weighted_plan<float>(mode, in, n, s, ac);
     out = apply_plan(out, d, p);
   }
   return out;

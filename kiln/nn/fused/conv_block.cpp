@@ -49,8 +49,8 @@ Tensor conv2d_with_batch_stats(const Tensor& x, const Tensor& weight, const Tens
 // statistics already taken by the conv that produced x (conv2d_with_batch_stats), so the
 // statistics pass over x is skipped.
 Tensor bn_relu_pool(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                    const Tensor& bias, bool training, double momentum, double eps,
-                    const Tensor& batch_mean = Tensor(), const Tensor& batch_var = Tensor()) {
+                    const Tensor& bias, bool training, double momentum, double eps, const Tensor& batch_mean = Tensor(),
+                    const Tensor& batch_var = Tensor()) {
   const char* op = "batch_norm_relu_max_pool2d";
   KILN_CHECK(x.defined() && is_floating(x.dtype()), op, ": expected a defined floating-point input");
   KILN_CHECK(x.dim() == 4 && x.size(2) >= 2 && x.size(3) >= 2, op,
@@ -91,7 +91,8 @@ Tensor bn_relu_pool(const Tensor& x, const Tensor& running_mean, const Tensor& r
     if (record) pooled_x = empty(psizes, xk.options());  // x at each argmax, for the backward's sums
     kernels::batch_norm_relu_max_pool2x2_forward(pooled, indices, pooled_x, xk, wk,
                                                  bias.defined() ? contig(bias.detach()) : Tensor(), mean, invstd);
-    if (training && running_mean.defined()) detail::update_running_stats(running_mean, running_var, mean, var, M, momentum);
+    if (training && running_mean.defined())
+      detail::update_running_stats(running_mean, running_var, mean, var, M, momentum);
   }
   Tensor out = pooled;
   if (record) {
@@ -101,7 +102,8 @@ Tensor bn_relu_pool(const Tensor& x, const Tensor& running_mean, const Tensor& r
     SavedTensor sx(x, node), sw = has_w ? SavedTensor(weight, node) : SavedTensor();
     SavedTensor sy = SavedTensor::output(out, node);  // the ReLU mask
     autograd::record_function(node, {&x, &weight, &bias}, {&out}, [=](const TensorList& g) {
-      KILN_CHECK(!GradMode::is_enabled(), op, ": double backward (create_graph) is not supported; use "
+      KILN_CHECK(!GradMode::is_enabled(), op,
+                 ": double backward (create_graph) is not supported; use "
                  "max_pool2d(batch_norm_relu(...), 2)");
       const Tensor xs = sx.get();
       Tensor dx = gx ? empty(xs.sizes(), xs.options()) : Tensor();
@@ -116,23 +118,31 @@ Tensor bn_relu_pool(const Tensor& x, const Tensor& running_mean, const Tensor& r
   return out;
 }
 
-
 // The conv's geometry for well-formed arguments (4-D x and weight with matching channels, two
 // strides, paddings and dilations, a non-empty output); std::nullopt otherwise, and the composite
 // path then reports the invalid argument.
 std::optional<kernels::ConvGeometry> conv_block_geometry(const Tensor& x, const Tensor& conv_weight,
                                                          const Conv2dParams& p) {
-  if (x.dim() != 4 || conv_weight.dim() != 4 || p.groups < 1 || p.stride.size() != 2 ||
-      p.padding.size() != 2 || p.dilation.size() != 2)
+  if (x.dim() != 4 || conv_weight.dim() != 4 || p.groups < 1 || p.stride.size() != 2 || p.padding.size() != 2 ||
+      p.dilation.size() != 2)
     return std::nullopt;
   kernels::ConvGeometry g;
-  g.N = x.size(0); g.C = x.size(1); g.H = x.size(2); g.W = x.size(3);
-  g.K = conv_weight.size(0); g.kh = conv_weight.size(2); g.kw = conv_weight.size(3);
-  g.sh = p.stride[0]; g.sw = p.stride[1];
-  g.ph = p.padding[0]; g.pw = p.padding[1]; g.dh = p.dilation[0]; g.dw = p.dilation[1];
+  g.N = x.size(0);
+  g.C = x.size(1);
+  g.H = x.size(2);
+  g.W = x.size(3);
+  g.K = conv_weight.size(0);
+  g.kh = conv_weight.size(2);
+  g.kw = conv_weight.size(3);
+  g.sh = p.stride[0];
+  g.sw = p.stride[1];
+  g.ph = p.padding[0];
+  g.pw = p.padding[1];
+  g.dh = p.dilation[0];
+  g.dw = p.dilation[1];
   g.groups = p.groups;
-  if (conv_weight.size(1) * g.groups != g.C || g.K < 1 || g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 ||
-      g.ph < 0 || g.pw < 0 || g.dh < 1 || g.dw < 1 || g.N < 1)
+  if (conv_weight.size(1) * g.groups != g.C || g.K < 1 || g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.ph < 0 ||
+      g.pw < 0 || g.dh < 1 || g.dw < 1 || g.N < 1)
     return std::nullopt;
   const int64_t ekh = g.dh * (g.kh - 1) + 1, ekw = g.dw * (g.kw - 1) + 1;
   if (g.H + 2 * g.ph < ekh || g.W + 2 * g.pw < ekw) return std::nullopt;
@@ -185,12 +195,11 @@ Tensor conv_block_gemm_backward(const Tensor& x, const Tensor& conv_weight, cons
   kernels::ConvGeometry g;
   {
     NoGradGuard ng;  // recorded below as part of this op's node
-    y = conv2d_with_batch_stats(x.detach(), conv_weight.detach(), Tensor(), params, batch_mean,
-                                        batch_var, &g);
+    y = conv2d_with_batch_stats(x.detach(), conv_weight.detach(), Tensor(), params, batch_mean, batch_var, &g);
   }
   // conv_block_path checked the statistics epilogue's preconditions
-  KILN_CHECK(batch_mean.defined() && y.is_contiguous() && batch_mean.dtype() == kernels::norm_stat_dtype(y.dtype()),
-             op, ": internal error: the conv's statistics epilogue did not run for input sizes ", x.sizes());
+  KILN_CHECK(batch_mean.defined() && y.is_contiguous() && batch_mean.dtype() == kernels::norm_stat_dtype(y.dtype()), op,
+             ": internal error: the conv's statistics epilogue did not run for input sizes ", x.sizes());
   detail::check_batch_norm_args(op, y, y.sizes(), running_mean, running_var, weight, bias, true, eps);
   const int64_t C = y.size(1), M = y.numel() / C;
   Tensor pooled, indices, pooled_x, invstd;
@@ -203,30 +212,30 @@ Tensor conv_block_gemm_backward(const Tensor& x, const Tensor& conv_weight, cons
     indices = empty(psizes, TensorOptions().dtype(DType::I32));
     pooled_x = empty(psizes, y.options());
     kernels::batch_norm_relu_max_pool2x2_forward(pooled, indices, pooled_x, y, wk,
-                                                 bias.defined() ? contig(bias.detach()) : Tensor(), batch_mean,
-                                                 invstd);
-    if (running_mean.defined()) detail::update_running_stats(running_mean, running_var, batch_mean, batch_var, M, momentum);
+                                                 bias.defined() ? contig(bias.detach()) : Tensor(), batch_mean, invstd);
+    if (running_mean.defined())
+      detail::update_running_stats(running_mean, running_var, batch_mean, batch_var, M, momentum);
   }
   Tensor out = pooled;
   const char* node = "ConvBatchNormReluMaxPoolGemmBackward";
-  const bool gx = x.requires_grad(), gcw = conv_weight.requires_grad(),
-             gw = weight.defined() && weight.requires_grad(), gb = bias.defined() && bias.requires_grad();
+  const bool gx = x.requires_grad(), gcw = conv_weight.requires_grad(), gw = weight.defined() && weight.requires_grad(),
+             gb = bias.defined() && bias.requires_grad();
   const bool has_w = weight.defined();
   SavedTensor sx(x, node), scw(conv_weight, node), sw = has_w ? SavedTensor(weight, node) : SavedTensor();
   SavedTensor sy = SavedTensor::output(out, node);  // the ReLU mask
   const Tensor mean = batch_mean;
   autograd::record_function(node, {&x, &conv_weight, &weight, &bias}, {&out}, [=](const TensorList& gr) {
-    KILN_CHECK(!GradMode::is_enabled(), op, ": double backward (create_graph) is not supported; use "
+    KILN_CHECK(!GradMode::is_enabled(), op,
+               ": double backward (create_graph) is not supported; use "
                "max_pool2d(batch_norm_relu(conv2d(...)), 2)");
     const Tensor xs = sx.get().detach(), cws = scw.get().detach();
     Tensor dx = gx ? empty(xs.sizes(), xs.options()) : Tensor();
     Tensor dcw = gcw ? empty(cws.sizes(), cws.options()) : Tensor();
     Tensor dw = gw ? empty({C}, xs.options()) : Tensor();
     Tensor db = gb ? empty({C}, xs.options()) : Tensor();
-    kernels::conv2d_batch_norm_relu_max_pool2x2_backward(dx, dcw, dw, db, contig(gr[0]), sy.get().detach(), pooled_x,
-                                                         indices, y, xs, contig(cws), g,
-                                                         has_w ? contig(sw.get().detach()) : Tensor(), mean, invstd,
-                                                         true);
+    kernels::conv2d_batch_norm_relu_max_pool2x2_backward(
+        dx, dcw, dw, db, contig(gr[0]), sy.get().detach(), pooled_x, indices, y, xs, contig(cws), g,
+        has_w ? contig(sw.get().detach()) : Tensor(), mean, invstd, true);
     return TensorList{dx, dcw, dw, db};
   });
   return out;
@@ -240,11 +249,10 @@ Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& running_mean, c
   return bn_relu_pool(x, running_mean, running_var, weight, bias, training, momentum, eps);
 }
 
-Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_weight,
-                                         const Tensor& conv_bias, const Conv2dParams& params,
-                                         const Tensor& running_mean, const Tensor& running_var,
-                                         const Tensor& weight, const Tensor& bias, bool training,
-                                         double momentum, double eps) {
+Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_weight, const Tensor& conv_bias,
+                                         const Conv2dParams& params, const Tensor& running_mean,
+                                         const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                                         bool training, double momentum, double eps) {
   const char* op = "conv2d_batch_norm_relu_max_pool2d";
   KILN_CHECK(x.defined() && conv_weight.defined(), op, ": input and conv weight must be defined");
   const auto geometry = conv_block_geometry(x, conv_weight, params);
@@ -254,8 +262,7 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
   // the precision for its statistics (see kernels::conv_batch_norm_stats).
   auto without_small_patch = [&] {
     if (gemm_backward_applies(x, conv_weight, conv_bias, geometry, training, wants_grad))
-      return conv_block_gemm_backward(x, conv_weight, params, running_mean, running_var, weight, bias, momentum,
-                                      eps);
+      return conv_block_gemm_backward(x, conv_weight, params, running_mean, running_var, weight, bias, momentum, eps);
     // conv2d then the fused BN + ReLU + pool, with the BN statistics taken in the conv's epilogue
     // where the CPU kernel can (conv2d_with_batch_stats): one pass less over its output
     Tensor batch_mean, batch_var;
@@ -296,9 +303,9 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
     codes = empty(psizes, TensorOptions().dtype(DType::U8));  // argmax + ReLU mask, a byte per window
     kernels::conv_batch_norm_relu_max_pool2x2_forward(pooled, codes, x.detach(), cw, g,
                                                       weight.defined() ? contig(weight.detach()) : Tensor(),
-                                                      bias.defined() ? contig(bias.detach()) : Tensor(), mean,
-                                                      invstd);
-    if (training && running_mean.defined()) detail::update_running_stats(running_mean, running_var, mean, var, M, momentum);
+                                                      bias.defined() ? contig(bias.detach()) : Tensor(), mean, invstd);
+    if (training && running_mean.defined())
+      detail::update_running_stats(running_mean, running_var, mean, var, M, momentum);
   }
   Tensor out = pooled;
   if (record) {
@@ -308,15 +315,15 @@ Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_wei
     const bool has_w = weight.defined();
     SavedTensor sx(x, node), scw(conv_weight, node), sw = has_w ? SavedTensor(weight, node) : SavedTensor();
     autograd::record_function(node, {&x, &conv_weight, &weight, &bias}, {&out}, [=](const TensorList& gr) {
-      KILN_CHECK(!GradMode::is_enabled(), op, ": double backward (create_graph) is not supported; use "
+      KILN_CHECK(!GradMode::is_enabled(), op,
+                 ": double backward (create_graph) is not supported; use "
                  "max_pool2d(batch_norm_relu(conv2d(...)), 2)");
       Tensor dcw = gcw ? empty(scw.get().sizes(), scw.get().options()) : Tensor();
       Tensor dw = gw ? empty({K}, sx.get().options()) : Tensor();
       Tensor db = gb ? empty({K}, sx.get().options()) : Tensor();
       kernels::conv_batch_norm_relu_max_pool2x2_backward(
-          dcw, dw, db, contig(gr[0]), codes, contig(sx.get().detach()),
-          contig(scw.get().detach()), g, patch_sum, gram, has_w ? contig(sw.get().detach()) : Tensor(), mean,
-          invstd, training);
+          dcw, dw, db, contig(gr[0]), codes, contig(sx.get().detach()), contig(scw.get().detach()), g, patch_sum, gram,
+          has_w ? contig(sw.get().detach()) : Tensor(), mean, invstd, training);
       return TensorList{Tensor(), dcw, dw, db};
     });
   }

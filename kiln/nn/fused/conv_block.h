@@ -16,9 +16,8 @@ namespace kiln::nn::functional {
 // dbias (bench_norm). Where the kernel's preconditions (kernels::supports_batch_norm_relu_max_pool2x2
 // in kiln/kernels/conv_block.h) are not met or under autocast (CUDA, channels-last, ...) it runs
 // the two ops. Double backward is not supported on the fused path.
-Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& running_mean,
-                                  const Tensor& running_var, const Tensor& weight,
-                                  const Tensor& bias, bool training, double momentum = 0.1,
+Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                                  const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
                                   double eps = 1e-5);
 // max_pool2d(batch_norm_relu(conv2d(x, conv_weight, conv_bias, params), ...), 2): a CNN's first
 // conv block, fused on the CPU when the conv's patch is small (C * kh * kw <= 32), stride 1, groups
@@ -35,9 +34,8 @@ Tensor batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& running_mean,
 // choice is made up front from the kernels' supports_* (kiln/kernels/conv_block.h); see
 // docs/guide.md, "Fusion". nn::ConvBatchNormReLU2d (what nn::fuse makes of a conv block) calls it.
 // Double backward is not supported on the fused path.
-Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_weight,
-                                         const Tensor& conv_bias, const Conv2dParams& params,
-                                         const Tensor& running_mean, const Tensor& running_var,
-                                         const Tensor& weight, const Tensor& bias, bool training,
-                                         double momentum = 0.1, double eps = 1e-5);
+Tensor conv2d_batch_norm_relu_max_pool2d(const Tensor& x, const Tensor& conv_weight, const Tensor& conv_bias,
+                                         const Conv2dParams& params, const Tensor& running_mean,
+                                         const Tensor& running_var, const Tensor& weight, const Tensor& bias,
+                                         bool training, double momentum = 0.1, double eps = 1e-5);
 }  // namespace kiln::nn::functional

@@ -16,8 +16,7 @@ namespace kiln::nn {
 namespace {
 
 // Module i of seq as exactly an M (not a subclass, whose forward may differ), or null.
-template <class M>
-std::shared_ptr<M> exactly(const Sequential& seq, size_t i) {
+template <class M> std::shared_ptr<M> exactly(const Sequential& seq, size_t i) {
   if (i >= seq.size() || seq.is_fused(i)) return nullptr;
   const auto& m = *(seq.begin() + static_cast<std::ptrdiff_t>(i));
   return typeid(*m) == typeid(M) ? std::static_pointer_cast<M>(m) : nullptr;

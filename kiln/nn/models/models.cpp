@@ -87,9 +87,8 @@ Tensor BasicBlock::forward(const Tensor& x) {
 
 ResNet::ResNet(const ResNetOptions& o)
     : Module("ResNet"),
-      conv1(o.stem() == ResNetStem::ImageNet
-                ? Conv2dOptions(o.in_channels(), 64, 7).stride(2).padding(3).bias(false)
-                : Conv2dOptions(o.in_channels(), 64, 3).stride(1).padding(1).bias(false)),
+      conv1(o.stem() == ResNetStem::ImageNet ? Conv2dOptions(o.in_channels(), 64, 7).stride(2).padding(3).bias(false)
+                                             : Conv2dOptions(o.in_channels(), 64, 3).stride(1).padding(1).bias(false)),
       bn1(64),
       fc(512, o.num_classes()),
       stem(o.stem()) {
@@ -129,11 +128,13 @@ Tensor ResNet::forward(const Tensor& x) {
 }
 
 std::shared_ptr<ResNet> resnet18(int64_t num_classes, int64_t in_channels, ResNetStem stem) {
-  return std::make_shared<ResNet>(ResNetOptions({2, 2, 2, 2}).num_classes(num_classes).in_channels(in_channels).stem(stem));
+  return std::make_shared<ResNet>(
+      ResNetOptions({2, 2, 2, 2}).num_classes(num_classes).in_channels(in_channels).stem(stem));
 }
 
 std::shared_ptr<ResNet> resnet34(int64_t num_classes, int64_t in_channels, ResNetStem stem) {
-  return std::make_shared<ResNet>(ResNetOptions({3, 4, 6, 3}).num_classes(num_classes).in_channels(in_channels).stem(stem));
+  return std::make_shared<ResNet>(
+      ResNetOptions({3, 4, 6, 3}).num_classes(num_classes).in_channels(in_channels).stem(stem));
 }
 
 // ---------------------------------------------------------------- GPT
@@ -183,8 +184,7 @@ Tensor GPT::generate(const Tensor& idx_in, int64_t max_new_tokens, double temper
 
 Tensor GPT::generate(const Tensor& idx_in, int64_t max_new_tokens, const SamplingOptions& sampling,
                      Generator* generator) {
-  KILN_CHECK(idx_in.dim() == 2 && idx_in.size(0) == 1, "GPT::generate: expected [1, T] indices, got ",
-             idx_in.sizes());
+  KILN_CHECK(idx_in.dim() == 2 && idx_in.size(0) == 1, "GPT::generate: expected [1, T] indices, got ", idx_in.sizes());
   NoGradGuard ng;
   bool was_training = is_training();
   eval();

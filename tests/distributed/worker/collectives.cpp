@@ -30,8 +30,8 @@ void expect_equal(const kiln::Tensor& got, const kiln::Tensor& want, const std::
   const double* gp = g.data_ptr<double>();
   const double* wp = w.data_ptr<double>();
   for (int64_t i = 0; i < g.numel(); ++i) {
-    KILN_EXPECT(gp[i] == wp[i] || (gp[i] != gp[i] && wp[i] != wp[i]), what, ": element ", i,
-                " is ", gp[i], ", expected ", wp[i]);
+    KILN_EXPECT(gp[i] == wp[i] || (gp[i] != gp[i] && wp[i] != wp[i]), what, ": element ", i, " is ", gp[i],
+                ", expected ", wp[i]);
   }
 }
 
@@ -46,8 +46,8 @@ KILN_SCENARIO("collectives") {
   const int64_t n = 1031;  // odd, not a multiple of anything
 
   // all_reduce Sum / Avg / Max / Min / Product
-  for (auto dtype : {kiln::DType::F32, kiln::DType::F64, kiln::DType::I64, kiln::DType::I32,
-                     kiln::DType::F16, kiln::DType::BF16, kiln::DType::U8}) {
+  for (auto dtype : {kiln::DType::F32, kiln::DType::F64, kiln::DType::I64, kiln::DType::I32, kiln::DType::F16,
+                     kiln::DType::BF16, kiln::DType::U8}) {
     // 16-bit floats: values whose sums stay exact (bf16 holds integers up to 256 exactly).
     const bool half = dtype == kiln::DType::F16 || dtype == kiln::DType::BF16;
     const int64_t m = half ? 61 : n;
@@ -206,26 +206,46 @@ KILN_SCENARIO("bad_input") {
     try {
       f();
     } catch (const kiln::Error& e) {
-      KILN_EXPECT(std::string(e.what()).find(needle) != std::string::npos, "message '", e.what(),
-                  "' lacks '", needle, "'");
+      KILN_EXPECT(std::string(e.what()).find(needle) != std::string::npos, "message '", e.what(), "' lacks '", needle,
+                  "'");
       return;
     }
     throw std::runtime_error("no error for a call that needed '" + needle + "'");
   };
   auto nc = kiln::ones({4, 6}).transpose(0, 1);
   expect_error([&] { dist::all_reduce(nc); }, "not contiguous");
-  expect_error([&] { auto t = kiln::ones({3}, kiln::TensorOptions().dtype(kiln::DType::I64));
-                     dist::all_reduce(t, dist::ReduceOp::Avg); }, "floating-point");
+  expect_error(
+      [&] {
+        auto t = kiln::ones({3}, kiln::TensorOptions().dtype(kiln::DType::I64));
+        dist::all_reduce(t, dist::ReduceOp::Avg);
+      },
+      "floating-point");
   const auto i64 = kiln::TensorOptions().dtype(kiln::DType::I64);
-  expect_error([&] { auto out = kiln::zeros({3}, i64);
-                     dist::reduce_scatter_tensor(out, kiln::ones({3 * dist::world_size()}, i64),
-                                                 dist::ReduceOp::Avg); }, "floating-point");
-  expect_error([&] { auto out = kiln::zeros({3}, i64);
-                     std::vector<kiln::Tensor> ins(dist::world_size(), kiln::ones({3}, i64));
-                     dist::reduce_scatter(out, ins, dist::ReduceOp::Avg); }, "floating-point");
-  expect_error([&] { auto t = kiln::ones({3}); dist::broadcast(t, 5); }, "src rank 5");
-  expect_error([&] { auto out = kiln::empty({5}); dist::all_gather_into_tensor(out, kiln::ones({3})); },
-               "elements");
+  expect_error(
+      [&] {
+        auto out = kiln::zeros({3}, i64);
+        dist::reduce_scatter_tensor(out, kiln::ones({3 * dist::world_size()}, i64), dist::ReduceOp::Avg);
+      },
+      "floating-point");
+  expect_error(
+      [&] {
+        auto out = kiln::zeros({3}, i64);
+        std::vector<kiln::Tensor> ins(dist::world_size(), kiln::ones({3}, i64));
+        dist::reduce_scatter(out, ins, dist::ReduceOp::Avg);
+      },
+      "floating-point");
+  expect_error(
+      [&] {
+        auto t = kiln::ones({3});
+        dist::broadcast(t, 5);
+      },
+      "src rank 5");
+  expect_error(
+      [&] {
+        auto out = kiln::empty({5});
+        dist::all_gather_into_tensor(out, kiln::ones({3}));
+      },
+      "elements");
   expect_error([] { dist::init_process_group("gloo"); }, "already initialised");
   expect_error([] { dist::new_group({0, 0}); }, "duplicates");
   // Nothing above issued a collective on any rank, so they still line up.
@@ -233,7 +253,12 @@ KILN_SCENARIO("bad_input") {
   dist::all_reduce(t);
   expect_equal(t, kiln::full({2}, double(dist::world_size())), "after the errors");
   dist::destroy_process_group();
-  expect_error([] { auto t = kiln::ones({1}); dist::all_reduce(t); }, "not initialised");
+  expect_error(
+      [] {
+        auto t = kiln::ones({1});
+        dist::all_reduce(t);
+      },
+      "not initialised");
 }
 
 // A rank dies (SIGKILL, mid-training) and the others must fail with an Error, not hang.

@@ -89,15 +89,12 @@ KILN_SCENARIO("ddp_train") {
 
   auto group = std::make_shared<kiln_test::RecordingGroup>(kiln::distributed::default_group());
   DistributedDataParallelOptions options;
-  options.find_unused_parameters(a.integer("find_unused", 0) != 0)
-      .gradient_as_bucket_view(a.integer("view", 0) != 0);
-  if (cap_bytes > 0)
-    options.bucket_cap_mb(cap_bytes / (1 << 20)).first_bucket_mb(cap_bytes / (1 << 20));
+  options.find_unused_parameters(a.integer("find_unused", 0) != 0).gradient_as_bucket_view(a.integer("view", 0) != 0);
+  if (cap_bytes > 0) options.bucket_cap_mb(cap_bytes / (1 << 20)).first_bucket_mb(cap_bytes / (1 << 20));
   DistributedDataParallel ddp(model, options, group);
   KILN_EXPECT(kiln::equal(kiln_test::flat_parameters(*model), kiln_test::flat_parameters(*ref)),
               "after construction every rank holds rank 0's parameters");
-  if (cap_bytes > 0)
-    KILN_EXPECT(ddp.bucket_indices().size() > 1, "a tiny bucket cap makes several buckets");
+  if (cap_bytes > 0) KILN_EXPECT(ddp.bucket_indices().size() > 1, "a tiny bucket cap makes several buckets");
 
   kiln::optim::AdamW opt(ddp.parameters(), kiln::optim::AdamWOptions(1e-2));
   kiln::optim::AdamW ref_opt(ref->parameters(), kiln::optim::AdamWOptions(1e-2));
@@ -108,9 +105,7 @@ KILN_SCENARIO("ddp_train") {
 
   for (int64_t step = 0; step < steps; ++step) {
     const Batch batch = kiln_test::global_batch(rows * accum * world, config, 100 + step);
-    const auto slice = [&](int64_t r, int64_t k) {
-      return batch.rows((r * accum + k) * rows, rows);
-    };
+    const auto slice = [&](int64_t r, int64_t k) { return batch.rows((r * accum + k) * rows, rows); };
 
     opt.zero_grad();
     for (int64_t k = 0; k < accum; ++k) {
@@ -121,8 +116,8 @@ KILN_SCENARIO("ddp_train") {
         const uint64_t before = group->sequence_number();
         Tensor loss = kiln::mse_loss(ddp.forward(b.x), b.y) / static_cast<double>(accum);
         loss.backward();
-        KILN_EXPECT(group->sequence_number() == before, "step ", step, " micro-batch ", k,
-                    ": no_sync issued ", group->sequence_number() - before, " collectives");
+        KILN_EXPECT(group->sequence_number() == before, "step ", step, " micro-batch ", k, ": no_sync issued ",
+                    group->sequence_number() - before, " collectives");
       } else {
         Tensor loss = kiln::mse_loss(ddp.forward(b.x), b.y) / static_cast<double>(accum);
         loss.backward();
@@ -174,10 +169,9 @@ KILN_SCENARIO("ddp_train") {
     opt.step();
     ref_opt.step();
   }
-  kiln_test::expect_close(kiln_test::flat_parameters(*model), kiln_test::flat_parameters(*ref),
-                          kRtol, "parameters after " + std::to_string(steps) + " AdamW steps");
-  kiln_test::expect_same_on_all_ranks(kiln_test::flat_parameters(*model),
-                                      "parameters after training");
+  kiln_test::expect_close(kiln_test::flat_parameters(*model), kiln_test::flat_parameters(*ref), kRtol,
+                          "parameters after " + std::to_string(steps) + " AdamW steps");
+  kiln_test::expect_same_on_all_ranks(kiln_test::flat_parameters(*model), "parameters after training");
   KILN_EXPECT(ddp.buckets_rebuilt(), "the buckets are rebuilt after the first iteration");
   kiln::distributed::destroy_process_group();
 }
@@ -193,17 +187,14 @@ KILN_SCENARIO("ddp_bucket_order") {
   auto group = std::make_shared<kiln_test::RecordingGroup>(kiln::distributed::default_group());
   // 100 bytes: fc1 (weight 512 B + bias 64 B) and fc2 (256 B + 16 B) land in one bucket each.
   const double cap = 100.0 / (1 << 20);
-  DistributedDataParallel ddp(
-      model, DistributedDataParallelOptions().bucket_cap_mb(cap).first_bucket_mb(cap), group);
+  DistributedDataParallel ddp(model, DistributedDataParallelOptions().bucket_cap_mb(cap).first_bucket_mb(cap), group);
   // named_parameters: fc2.weight 0, fc2.bias 1, fc1.weight 2, fc1.bias 3
   using Buckets = std::vector<std::vector<size_t>>;
-  KILN_EXPECT((ddp.bucket_indices() == Buckets{{3, 2}, {1, 0}}),
-              "initial buckets in reverse order");
+  KILN_EXPECT((ddp.bucket_indices() == Buckets{{3, 2}, {1, 0}}), "initial buckets in reverse order");
   const int64_t fc1_numel = 16 * 8 + 16, fc2_numel = 4 * 16 + 4;
 
   const auto all_reduces_of_one_step = [&](int64_t step) {
-    const Batch b = kiln_test::global_batch(4 * kiln::distributed::world_size(), config, 7 + step)
-                        .rows(rank * 4, 4);
+    const Batch b = kiln_test::global_batch(4 * kiln::distributed::world_size(), config, 7 + step).rows(rank * 4, 4);
     group->calls.clear();
     Tensor loss = kiln::mse_loss(ddp.forward(b.x), b.y);
     loss.backward();
@@ -217,9 +208,8 @@ KILN_SCENARIO("ddp_bucket_order") {
               "iteration 1 launches fc1's bucket, then fc2's (bucket order, not readiness)");
   KILN_EXPECT(ddp.buckets_rebuilt(), "rebuilt after the first iteration");
   const Buckets rebuilt = ddp.bucket_indices();
-  KILN_EXPECT(
-      rebuilt.size() == 2 && rebuilt[0].size() == 2 && rebuilt[0][0] <= 1 && rebuilt[0][1] <= 1,
-      "after the rebuild fc2 (indices 0, 1) comes first");
+  KILN_EXPECT(rebuilt.size() == 2 && rebuilt[0].size() == 2 && rebuilt[0][0] <= 1 && rebuilt[0][1] <= 1,
+              "after the rebuild fc2 (indices 0, 1) comes first");
   // Overlap: when the first of fc1's gradients arrives (fc1's bucket is still incomplete), fc2's
   // bucket has been launched already - during backward, not after it.
   int64_t launched_before_fc1 = -1;
@@ -231,13 +221,11 @@ KILN_SCENARIO("ddp_bucket_order") {
     });
   }
   auto second = all_reduces_of_one_step(1);
-  KILN_EXPECT((second == std::vector<int64_t>{fc2_numel, fc1_numel}),
-              "iteration 2 launches fc2's bucket first");
-  KILN_EXPECT(launched_before_fc1 == 1, "fc2's bucket is launched while backward still runs (",
-              launched_before_fc1, " all-reduces before fc1's gradient)");
+  KILN_EXPECT((second == std::vector<int64_t>{fc2_numel, fc1_numel}), "iteration 2 launches fc2's bucket first");
+  KILN_EXPECT(launched_before_fc1 == 1, "fc2's bucket is launched while backward still runs (", launched_before_fc1,
+              " all-reduces before fc1's gradient)");
   kiln_test::expect_same_on_all_ranks(kiln_test::flat_parameters(*model), "parameters");
-  for (const auto& p : model->parameters())
-    kiln_test::expect_same_on_all_ranks(p.grad().reshape({-1}), "gradients");
+  for (const auto& p : model->parameters()) kiln_test::expect_same_on_all_ranks(p.grad().reshape({-1}), "gradients");
   kiln::distributed::destroy_process_group();
 }
 
@@ -249,17 +237,15 @@ KILN_SCENARIO("ddp_unused_error") {
   auto model = seeded_net(config);
   DistributedDataParallel ddp(model);
   const Batch b = kiln_test::global_batch(4, config, 3);
-  const std::string message =
-      kiln_test::error_of([&] { kiln::mse_loss(ddp.forward(b.x), b.y).backward(); });
+  const std::string message = kiln_test::error_of([&] { kiln::mse_loss(ddp.forward(b.x), b.y).backward(); });
   KILN_EXPECT(!message.empty(), "backward with an unused parameter must throw");
-  KILN_EXPECT(message.find("'unused.weight'") != std::string::npos &&
-                  message.find("'unused.bias'") != std::string::npos,
-              "the error names the parameters: ", message);
+  KILN_EXPECT(
+      message.find("'unused.weight'") != std::string::npos && message.find("'unused.bias'") != std::string::npos,
+      "the error names the parameters: ", message);
   KILN_EXPECT(message.find("find_unused_parameters(true)") != std::string::npos,
               "the error names the option: ", message);
   const std::string again = kiln_test::error_of([&] { ddp.forward(b.x); });
-  KILN_EXPECT(again.find("'unused.weight'") != std::string::npos,
-              "the next forward raises the same error");
+  KILN_EXPECT(again.find("'unused.weight'") != std::string::npos, "the next forward raises the same error");
   kiln::distributed::destroy_process_group();
 }
 
@@ -311,8 +297,7 @@ KILN_SCENARIO("ddp_overlap") {
     kiln::distributed::barrier();
     const auto t0 = clock::now();
     for (int64_t i = 0; i < iters; ++i) body();
-    return std::chrono::duration<double, std::milli>(clock::now() - t0).count() /
-           static_cast<double>(iters);
+    return std::chrono::duration<double, std::milli>(clock::now() - t0).count() / static_cast<double>(iters);
   };
   const double alone = time([&] {
     model->zero_grad();
@@ -326,8 +311,7 @@ KILN_SCENARIO("ddp_overlap") {
     Tensor flat = kiln::cat(grads, 0);
     kiln::distributed::all_reduce(flat, kiln::distributed::ReduceOp::Avg);
   });
-  DistributedDataParallel ddp(model,
-                              DistributedDataParallelOptions().bucket_cap_mb(a.real("cap_mb", 25)));
+  DistributedDataParallel ddp(model, DistributedDataParallelOptions().bucket_cap_mb(a.real("cap_mb", 25)));
   const double overlapped = time([&] {
     ddp.zero_grad();
     kiln::mse_loss(ddp.forward(x), y).backward();
@@ -336,8 +320,8 @@ KILN_SCENARIO("ddp_overlap") {
     std::printf(
         "ddp_overlap: %lld params in %zu buckets, %d ranks: fwd+bwd %.2f ms, "
         "+ all-reduce after %.2f ms, DDP %.2f ms\n",
-        static_cast<long long>(model->parameter_count()), ddp.bucket_indices().size(),
-        kiln::distributed::world_size(), alone, after, overlapped);
+        static_cast<long long>(model->parameter_count()), ddp.bucket_indices().size(), kiln::distributed::world_size(),
+        alone, after, overlapped);
   }
   kiln::distributed::destroy_process_group();
 }
@@ -353,8 +337,7 @@ KILN_SCENARIO("ddp_unused_on_some_ranks") {
   model->use_extra = rank == 0;
   DistributedDataParallel ddp(model);
   const Batch b = kiln_test::global_batch(4, config, 3);
-  const std::string message =
-      kiln_test::error_of([&] { kiln::mse_loss(ddp.forward(b.x), b.y).backward(); });
+  const std::string message = kiln_test::error_of([&] { kiln::mse_loss(ddp.forward(b.x), b.y).backward(); });
   if (rank == 0) {
     KILN_EXPECT(message.find("DistributedDataParallel: the all-reduce of gradient bucket 0 of 1 "
                              "failed") != std::string::npos,

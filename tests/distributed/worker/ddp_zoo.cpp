@@ -33,8 +33,7 @@ std::shared_ptr<kiln::nn::Module> make_zoo_model(const std::string& name) {
 }
 
 // The loss of rows [begin, begin + n) of the global batch.
-Tensor zoo_loss(kiln::nn::Module& model, const std::string& name, const ZooBatch& b, int64_t begin,
-                int64_t n) {
+Tensor zoo_loss(kiln::nn::Module& model, const std::string& name, const ZooBatch& b, int64_t begin, int64_t n) {
   Tensor x = b.x.narrow(0, begin, n), y = b.y.narrow(0, begin, n);
   Tensor out = model.forward(x);
   if (name == "cnn") return kiln::nn::functional::cross_entropy(out, y);

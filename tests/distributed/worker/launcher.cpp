@@ -28,10 +28,14 @@ int my_rank() { return std::stoi(env_or("RANK", "-1")); }
 
 const char* name_of(int sig) {
   switch (sig) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    default: return "another signal";
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "another signal";
   }
 }
 
@@ -56,9 +60,9 @@ void wait_for_signal(bool ignore_term) {
 // process group of its own.
 KILN_SCENARIO("launcher_env") {
   (void)args;
-  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                           "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "PMI_RANK",
-                           "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "KILN_TEST_KEPT"}) {
+  for (const char* name :
+       {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+        "OMP_NUM_THREADS", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "KILN_TEST_KEPT"}) {
     const char* v = std::getenv(name);
     std::cout << name << (v ? std::string("=") + v : std::string(" unset")) << "\n";
   }

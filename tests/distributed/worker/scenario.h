@@ -29,8 +29,7 @@ struct RegisterScenario {
   static void KILN_SCENARIO_CAT(scenario_fn_, __LINE__)(const std::vector<std::string>& args)
 
 // Throws std::runtime_error with the message when `cond` is false.
-#define KILN_EXPECT(cond, ...)                                                          \
-  do {                                                                                  \
-    if (!(cond)) throw std::runtime_error(::kiln::detail::concat("check failed: " #cond " ", \
-                                                                 __VA_ARGS__));         \
+#define KILN_EXPECT(cond, ...)                                                                              \
+  do {                                                                                                      \
+    if (!(cond)) throw std::runtime_error(::kiln::detail::concat("check failed: " #cond " ", __VA_ARGS__)); \
   } while (0)

@@ -44,8 +44,7 @@ KILN_SCENARIO("store_add") {
   store.set("done/" + std::to_string(env.rank), std::to_string(env.rank));
   store.wait(keys_of_all("done", env.world_size));
   const int64_t w = env.world_size;
-  KILN_EXPECT(store.get_string("counter") == std::to_string(adds * w), "counter ",
-              store.get_string("counter"));
+  KILN_EXPECT(store.get_string("counter") == std::to_string(adds * w), "counter ", store.get_string("counter"));
   KILN_EXPECT(store.add("ranks", 0) == w * (w + 1) / 2, "ranks ", store.get_string("ranks"));
   const int next = (env.rank + 1) % env.world_size;
   KILN_EXPECT(store.get_string("done/" + std::to_string(next)) == std::to_string(next), "peer");

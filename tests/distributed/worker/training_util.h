@@ -63,8 +63,7 @@ class Net : public kiln::nn::Module {
  public:
   explicit Net(const NetConfig& c) : kiln::nn::Module("Net") {
     // No bias before BatchNorm: its gradient is zero up to rounding, nothing to compare.
-    fc1 = std::make_shared<kiln::nn::Linear>(
-        kiln::nn::LinearOptions(c.in, c.hidden).bias(!c.batch_norm));
+    fc1 = std::make_shared<kiln::nn::Linear>(kiln::nn::LinearOptions(c.in, c.hidden).bias(!c.batch_norm));
     fc2 = std::make_shared<kiln::nn::Linear>(c.hidden, c.out);
     if (c.swapped) {
       register_module("fc2", fc2);
@@ -75,8 +74,7 @@ class Net : public kiln::nn::Module {
     if (c.batch_norm) bn = register_module("bn", std::make_shared<kiln::nn::BatchNorm1d>(c.hidden));
     if (!c.swapped) register_module("fc2", fc2);
     if (c.extra) extra = register_module("extra", std::make_shared<kiln::nn::Linear>(c.in, c.out));
-    if (c.unused)
-      unused = register_module("unused", std::make_shared<kiln::nn::Linear>(c.in, c.out));
+    if (c.unused) unused = register_module("unused", std::make_shared<kiln::nn::Linear>(c.in, c.out));
   }
   kiln::Tensor forward(const kiln::Tensor& x) override {
     kiln::Tensor h = fc1->forward(x);
@@ -93,16 +91,11 @@ class Net : public kiln::nn::Module {
 inline NetConfig net_config(const std::string& model) {
   NetConfig c;
   if (model == "mlp") return c;
-  if (model == "bn")
-    c.batch_norm = true;
-  else if (model == "unused")
-    c.unused = true;
-  else if (model == "branch")
-    c.extra = true;
-  else if (model == "swapped")
-    c.swapped = true;
-  else
-    throw std::runtime_error("unknown model " + model);
+  if (model == "bn") c.batch_norm = true;
+  else if (model == "unused") c.unused = true;
+  else if (model == "branch") c.extra = true;
+  else if (model == "swapped") c.swapped = true;
+  else throw std::runtime_error("unknown model " + model);
   return c;
 }
 
@@ -123,8 +116,7 @@ inline Batch global_batch(int64_t n, const NetConfig& c, uint64_t seed) {
 
 // |a - b| <= rtol * (|b| + max|b|) everywhere, i.e. relative to the element and to the tensor's
 // scale (elements near zero are compared at the tensor's scale). Throws naming the worst element.
-inline void expect_close(const kiln::Tensor& a, const kiln::Tensor& b, double rtol,
-                         const std::string& what) {
+inline void expect_close(const kiln::Tensor& a, const kiln::Tensor& b, double rtol, const std::string& what) {
   kiln::NoGradGuard ng;
   if (a.sizes() != b.sizes()) throw std::runtime_error(what + ": sizes differ");
   kiln::Tensor x = a.detach().to(kiln::DType::F64).contiguous();
@@ -145,8 +137,8 @@ inline void expect_close(const kiln::Tensor& a, const kiln::Tensor& b, double rt
   if (at >= 0) {
     std::ostringstream os;
     os.precision(10);
-    os << what << ": element " << at << " is " << p[at] << ", expected " << q[at] << " (rtol "
-       << rtol << ", tensor scale " << scale << ")";
+    os << what << ": element " << at << " is " << p[at] << ", expected " << q[at] << " (rtol " << rtol
+       << ", tensor scale " << scale << ")";
     throw std::runtime_error(os.str());
   }
 }
@@ -155,8 +147,7 @@ inline void expect_close(const kiln::Tensor& a, const kiln::Tensor& b, double rt
 inline kiln::Tensor flat_parameters(const kiln::nn::Module& m) {
   kiln::NoGradGuard ng;
   std::vector<kiln::Tensor> parts;
-  for (const auto& p : m.parameters())
-    parts.push_back(p.detach().reshape({-1}).to(kiln::DType::F64));
+  for (const auto& p : m.parameters()) parts.push_back(p.detach().reshape({-1}).to(kiln::DType::F64));
   return kiln::cat(parts, 0);
 }
 
@@ -201,13 +192,11 @@ class RecordingGroup : public kiln::distributed::ProcessGroup {
     note("all_gather_into_tensor", {in});
     return inner_->all_gather_into_tensor(std::move(out), std::move(in));
   }
-  std::shared_ptr<Work> reduce_scatter(kiln::Tensor out, std::vector<kiln::Tensor> in,
-                                       ReduceOp op) override {
+  std::shared_ptr<Work> reduce_scatter(kiln::Tensor out, std::vector<kiln::Tensor> in, ReduceOp op) override {
     note("reduce_scatter", {out});
     return inner_->reduce_scatter(std::move(out), std::move(in), op);
   }
-  std::shared_ptr<Work> reduce_scatter_tensor(kiln::Tensor out, kiln::Tensor in,
-                                              ReduceOp op) override {
+  std::shared_ptr<Work> reduce_scatter_tensor(kiln::Tensor out, kiln::Tensor in, ReduceOp op) override {
     note("reduce_scatter_tensor", {out});
     return inner_->reduce_scatter_tensor(std::move(out), std::move(in), op);
   }

@@ -75,11 +75,10 @@ KILN_SCENARIO("zero_matches_adamw") {
     kiln::mse_loss(ref->forward(b.x), b.y).backward();
     plain.step();
     ref_sched.step();
-    KILN_EXPECT(zero.param_groups()[0].lr() == plain.param_groups()[0].lr(),
-                "the schedule drives ZeRO's lr");
+    KILN_EXPECT(zero.param_groups()[0].lr() == plain.param_groups()[0].lr(), "the schedule drives ZeRO's lr");
   }
-  kiln_test::expect_close(kiln_test::flat_parameters(*model), kiln_test::flat_parameters(*ref),
-                          1e-5, "parameters after " + std::to_string(steps) + " steps");
+  kiln_test::expect_close(kiln_test::flat_parameters(*model), kiln_test::flat_parameters(*ref), 1e-5,
+                          "parameters after " + std::to_string(steps) + " steps");
   kiln_test::expect_same_on_all_ranks(kiln_test::flat_parameters(*model), "parameters");
 
   // Memory: this rank's state covers its slice only.
@@ -104,8 +103,7 @@ KILN_SCENARIO("zero_state_dict_resume") {
   kiln::manual_seed(kSeed);
   auto model = std::make_shared<Net>(config);
   kiln::optim::ZeroRedundancyOptimizer zero(model->parameters(), local_optimizer<AdamW>(options));
-  const auto train = [&](Net& m, kiln::optim::ZeroRedundancyOptimizer& z, int64_t from,
-                         int64_t to) {
+  const auto train = [&](Net& m, kiln::optim::ZeroRedundancyOptimizer& z, int64_t from, int64_t to) {
     for (int64_t step = from; step < to; ++step) {
       z.zero_grad();
       backward_on_slice(m, step, rows, config);
@@ -125,21 +123,18 @@ KILN_SCENARIO("zero_state_dict_resume") {
   kiln::manual_seed(kSeed + 99);  // a different start: everything must come from the save
   auto restored = std::make_shared<Net>(config);
   restored->load_state_dict(saved_model);
-  kiln::optim::ZeroRedundancyOptimizer zero2(restored->parameters(),
-                                             local_optimizer<AdamW>(options));
+  kiln::optim::ZeroRedundancyOptimizer zero2(restored->parameters(), local_optimizer<AdamW>(options));
   zero2.load_state_dict(saved);
   train(*restored, zero2, 3, 5);
-  KILN_EXPECT(
-      kiln::equal(kiln_test::flat_parameters(*restored), kiln_test::flat_parameters(*model)),
-      "resumed training ends where uninterrupted training does");
+  KILN_EXPECT(kiln::equal(kiln_test::flat_parameters(*restored), kiln_test::flat_parameters(*model)),
+              "resumed training ends where uninterrupted training does");
 
   // A state saved by another rank is refused.
   if (kiln::distributed::world_size() > 1) {
     kiln::distributed::ZeroStateDict other = saved;
     other.rank = (other.rank + 1) % other.world_size;
     const std::string message = kiln_test::error_of([&] { zero2.load_state_dict(other); });
-    KILN_EXPECT(message.find("saved by rank") != std::string::npos,
-                "loading another rank's state is an Error");
+    KILN_EXPECT(message.find("saved by rank") != std::string::npos, "loading another rank's state is an Error");
   }
   kiln::distributed::destroy_process_group();
 }
