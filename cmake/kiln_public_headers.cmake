@@ -29,6 +29,7 @@ set(KILN_PUBLIC_HEADERS
   core/half.h
   core/macros.h
   core/memory_format.h
+  core/optimizer_rule.h
   core/philox.h
   core/storage.h
   core/sync_debug.h
@@ -59,14 +60,14 @@ set(KILN_PUBLIC_HEADERS
   nn/attention.h
   nn/checkpoint.h
   nn/container.h
-  nn/conv_batch_norm_relu.h
   nn/conv.h
   nn/embedding.h
   nn/functional.h
-  nn/fuse.h
+  nn/fused/conv_batch_norm_relu.h
+  nn/fused/fuse.h
+  nn/fused/linear_gelu.h
   nn/init.h
   nn/linear.h
-  nn/linear_gelu.h
   nn/loss.h
   nn/models/models.h
   nn/module.h
@@ -78,6 +79,7 @@ set(KILN_PUBLIC_HEADERS
   nn/serialize.h
   nn/transformer.h
   optim/adam.h
+  optim/fused_optimizer.h
   optim/adamw.h
   optim/clip.h
   optim/ema.h
@@ -90,6 +92,7 @@ set(KILN_PUBLIC_HEADERS
   optim/schedulers.h
   optim/sgd.h
   utils/csv.h
+  utils/memory_timeline.h
   utils/plot.h
   utils/progress.h
   utils/tensorboard.h

@@ -43,21 +43,12 @@
 #include "kiln/core/dtype.h"
 #include "kiln/core/error.h"
 #include "kiln/core/macros.h"
+#include "kiln/core/optimizer_rule.h"
 #include "kiln/core/tensor.h"
 #include "kiln/kernels/dispatch.h"
 #include "kiln/kernels/pointwise.h"
 
 namespace kiln::math {
-
-#if defined(__CUDACC__)
-using ::fabs;
-using ::pow;
-using ::sqrt;  // (kiln::pow/sqrt on tensors would hide them otherwise)
-#else
-using std::fabs;
-using std::pow;
-using std::sqrt;
-#endif
 
 // Per-element contribution to a p-norm: |x|^p (p = 2: x^2, p = 1: |x|); the inf norm uses max |x|.
 struct NormTerm {
@@ -109,21 +100,6 @@ struct StepScalars {
   Tensor lr;
   Tensor found_inf;
   Tensor grad_scale;
-};
-
-// What a rule's update() and norm_terms() get for one tensor, read where the launcher runs.
-struct UpdateScalars {
-  double lr;
-  double step;            // the parameter's step count for this update (stored count + 1)
-  double inv_grad_scale;  // 1 / grad_scale, 1 without a loss scaler
-  bool fresh_buffers;     // the buffers were created for this step
-  double trust;           // the tensor's trust ratio (rules with per-tensor norms), else 1
-};
-
-// One element's contribution to the two per-tensor sums of a rule with per-tensor norms; what a
-// and b are is the rule's (LAMB: update^2 and weight^2).
-struct NormTerms {
-  double a, b;
 };
 
 // The kernel family of one optimizer's step, and the one kernel of it per update rule,

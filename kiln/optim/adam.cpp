@@ -1,5 +1,7 @@
 #include "kiln/optim/adam.h"
 
+#include "kiln/optim/fused_optimizer_impl.h"
+
 #include "kiln/core/error.h"
 
 namespace kiln::optim {
@@ -17,7 +19,9 @@ void validate_adam_like(const char* name, double lr, const Betas& betas, double 
 
 }  // namespace detail
 
-// Adam's step on the CPU: the generic multi-tensor launcher run with AdamRule.
+// Adam's step: FusedOptimizer's step members for it, and on the CPU the generic multi-tensor launcher
+// run with AdamRule.
+template class FusedOptimizer<AdamOptions, AdamParamState, AdamRule>;
 KILN_REGISTER_KERNEL(kernels::step_kernel<AdamRule>, CPU, &kernels::cpu::multi_tensor_step<AdamRule>);
 
 }  // namespace kiln::optim

@@ -2,7 +2,8 @@
 // FusedOptimizer: what every kiln optimizer is, an Optimizer whose step runs one update rule over
 // a whole parameter group in one multi-tensor call. An optimizer is three files:
 //   <name>.h    its options, its per-parameter state, its update rule and its class
-//   <name>.cpp  its option checks and one line registering the CPU launcher for its rule
+//   <name>.cpp  its option checks, and two lines: FusedOptimizer instantiated for it (the step
+//               members, kiln/optim/fused_optimizer_impl.h) and the CPU launcher registered
 //   <name>.cu   one line registering the CUDA launcher for its rule
 // The rule is a host/device struct (contract in kiln/kernels/multi_tensor.h) built from a group's
 // options; its step kernel is kernels::step_kernel<Rule>. See docs/architecture.md, "Optimizers".
@@ -10,7 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "kiln/kernels/multi_tensor.h"
+#include "kiln/core/macros.h"
+#include "kiln/core/optimizer_rule.h"
 #include "kiln/optim/optimizer.h"
 
 namespace kiln::optim {
@@ -28,14 +30,11 @@ template <class Options, class ParamState, class Rule> class FusedOptimizer : pu
 
  protected:
   std::unique_ptr<OptimizerParamState> make_param_state() const override { return std::make_unique<ParamState>(); }
-  int buffers_needed(const OptimizerOptions& options) const override {
-    return Rule(static_cast<const Options&>(options)).num_buffers();
-  }
+  // Defined in kiln/optim/fused_optimizer_impl.h (they reach the kernels, which public headers
+  // must not), instantiated in the optimizer's .cpp.
+  int buffers_needed(const OptimizerOptions& options) const override;
   void run_step_kernel(const OptimizerOptions& options, const kernels::MultiTensorLists& lists,
-                       const kernels::StepScalars& scalars) const override {
-    const Rule rule(static_cast<const Options&>(options));
-    kernels::run_multi_tensor_step(kernels::step_kernel<Rule>, rule, lists, scalars);
-  }
+                       const kernels::StepScalars& scalars) const override;
 };
 
 }  // namespace kiln::optim

@@ -1,5 +1,7 @@
 #include "kiln/optim/lars.h"
 
+#include "kiln/optim/fused_optimizer_impl.h"
+
 #include "kiln/core/error.h"
 
 namespace kiln::optim {
@@ -14,7 +16,9 @@ void LARSOptions::validate() const {
              "LARS: nesterov momentum requires a momentum > 0 and zero dampening");
 }
 
-// LARS's step on the CPU: the generic multi-tensor launcher run with LARSRule.
+// LARS's step: FusedOptimizer's step members for it, and on the CPU the generic multi-tensor launcher
+// run with LARSRule.
+template class FusedOptimizer<LARSOptions, SGDParamState, LARSRule>;
 KILN_REGISTER_KERNEL(kernels::step_kernel<LARSRule>, CPU, &kernels::cpu::multi_tensor_step<LARSRule>);
 
 }  // namespace kiln::optim

@@ -1,5 +1,7 @@
 #include "kiln/optim/sgd.h"
 
+#include "kiln/optim/fused_optimizer_impl.h"
+
 #include "kiln/core/error.h"
 
 namespace kiln::optim {
@@ -13,7 +15,9 @@ void SGDOptions::validate() const {
              ", dampening ", dampening_, ")");
 }
 
-// SGD's step on the CPU: the generic multi-tensor launcher run with SGDRule.
+// SGD's step: FusedOptimizer's step members for it, and on the CPU the generic multi-tensor launcher
+// run with SGDRule.
+template class FusedOptimizer<SGDOptions, SGDParamState, SGDRule>;
 KILN_REGISTER_KERNEL(kernels::step_kernel<SGDRule>, CPU, &kernels::cpu::multi_tensor_step<SGDRule>);
 
 }  // namespace kiln::optim
