@@ -125,14 +125,17 @@ TEST_CASE("profiler: the events of a training step cover at least 90% of its wal
     opt.step();
   };
   step();  // first calls: allocations, autotuning
+  // the best of several steps: time between ops that the scheduler gives to another process
+  // (CTest runs two tests at once on two cores) is uncovered, and one quiet step is enough
+  constexpr int kSteps = 8;
   profiler::Profiler prof;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < kSteps; ++i) {
     profiler::Range r("step");
     step();
   }
   prof.stop();
   auto steps = named(prof, EventKind::Range, "step");
-  REQUIRE(steps.size() == 3);
+  REQUIRE(steps.size() == kSteps);
   double best = 0;
   for (const Event& s : steps) best = std::max(best, coverage(prof, s));
   INFO("best coverage of a step " << best);
