@@ -259,3 +259,17 @@ TEST_CASE("nn::fuse: the Fashion-MNIST CNN keeps its state_dict and checkpoints 
   for (const auto& [k, v] : fused.state_dict()) CHECK(kiln::equal(reloaded.state_dict().at(k), v));
   REQUIRE_THROWS_AS(fused(kiln::randn({2, 1, 32, 32})), kiln::Error);  // the input check stays
 }
+
+// declare_chain refuses a module that is not a registered child; run_chain an unknown chain.
+struct BadChain : nn::Module {
+  nn::ReLU relu, stray;
+  BadChain() : Module("BadChain") { register_module("relu", relu); }
+  void declare_stray() { declare_chain({&relu, &stray}); }
+  Tensor run(size_t i, const Tensor& x) { return run_chain(i, x); }
+};
+
+TEST_CASE("nn::Module chains: an unregistered module or an unknown chain is an Error", "[fuse][module]") {
+  BadChain m;
+  CHECK_THROWS_AS(m.declare_stray(), kiln::Error);
+  CHECK_THROWS_AS(m.run(0, kiln::zeros({2})), kiln::Error);
+}
