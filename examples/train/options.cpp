@@ -2,9 +2,34 @@
 
 #include <CLI/CLI.hpp>
 
+#include <map>
+
 #include <kiln/core/error.h>
 
 namespace kiln_train {
+
+namespace {
+
+// The small habits of the guides, on (the fast side) by default; each can be turned to the slow
+// side so that kiln-guide measures what it costs.
+void add_habit_switches(CLI::App& app, Options& o) {
+  app.add_option("--fused-optimizer", o.fused_optimizer,
+                 "true/false: one multi-tensor step kernel per parameter group (false: one kernel call per "
+                 "parameter, as a per-parameter loop)");
+  app.add_option("--zero-grad", o.grad_to_none, "none or zero: what zero_grad does to the gradients after a step")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"none", true}, {"zero", false}}));
+  app.add_option("--eval-no-grad", o.eval_no_grad,
+                 "true/false: evaluate under NoGradGuard (false: grad mode on, so evaluation records graphs "
+                 "and keeps activations, as a loop that forgets no_grad does)");
+  app.add_flag("--detect-anomaly", o.detect_anomaly,
+               "autograd anomaly detection on for the whole run (a debugging API: every backward node "
+               "checks its gradients for NaN/Inf)");
+  app.add_flag("--conv-bias", o.conv_bias,
+               "cnn: give each conv before a BatchNorm a bias (a no-op the BatchNorm cancels; the fused "
+               "conv-block kernels take none)");
+}
+
+}  // namespace
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -80,6 +105,7 @@ Options parse(int argc, char** argv) {
                "(adamw, adam or sgd)");
   app.add_option("--flush-denormal", o.flush_denormal,
                  "CPU: flush denormal floats to zero, true/false (kiln::set_flush_denormal)");
+  add_habit_switches(app, o);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -123,6 +149,10 @@ void validate(Options& o, bool cuda_available) {
   KILN_CHECK(!(o.auto_lr && o.lr > 0), "--auto-lr picks the learning rate itself; drop --lr ", o.lr, " or --auto-lr");
   KILN_CHECK(!(o.auto_lr && !o.resume.empty()), "--auto-lr with --resume: the checkpoint's schedule holds the LR ",
              "already; resume without --auto-lr");
+  KILN_CHECK(!o.conv_bias || o.model == "cnn", "--conv-bias applies to --model cnn (its two convs feed a ",
+             "BatchNorm), not --model ", o.model);
+  KILN_CHECK(o.grad_to_none || !o.cuda_graphs, "--zero-grad zero with --cuda-graphs: a captured step writes its ",
+             "gradients in place at every replay, so zero_grad is never called; drop one of them");
   if (o.model == "gpt" && o.max_steps == 0) o.max_steps = 300;
   if (o.model == "gpt" && o.batch_size == 128) o.batch_size = 32;
 }

@@ -41,6 +41,13 @@ struct Options {
   int64_t profile = 0;             // profile this many steps after kProfileWarmup (0: off)
   int threads = 0;                 // OpenMP threads for the kernels; 0: all cores
   bool flush_denormal = true;      // CPU: denormal floats read and written as 0 (FTZ/DAZ)
+  // The guides' small habits, each switchable to its slow side to measure it (docs/guide.md,
+  // speed-ups 5, 11, 13, 15 and 16).
+  bool fused_optimizer = true;  // one multi-tensor step kernel per group (false: one per parameter)
+  bool grad_to_none = true;     // zero_grad drops the gradients (false: --zero-grad zero, a fill each)
+  bool eval_no_grad = true;     // evaluate under NoGradGuard (false: graphs recorded, activations kept)
+  bool detect_anomaly = false;  // autograd anomaly detection for the whole run
+  bool conv_bias = false;       // cnn: a bias in each conv before a BatchNorm
   // Data parallelism, when a launcher (kiln-run, torchrun, mpirun, srun) started several ranks
   // (docs/distributed.md, "kiln-train on several processes").
   double dist_timeout = 300;  // seconds a collective or the rendezvous may take

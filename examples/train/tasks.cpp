@@ -41,7 +41,7 @@ class VisionTask : public Task {
         test_(dataset_root(o), data::Split::Test),
         loader_(train_, train_loader_options(o, train_.size()).transform(vision_transform(o))) {
     if (o.model == "cnn") {
-      cnn_ = std::make_unique<nn::models::FashionCNN>();
+      cnn_ = std::make_unique<nn::models::FashionCNN>(nn::models::FashionCNNOptions().conv_bias(o.conv_bias));
       model_ = cnn_.get();
     } else if (o.model == "mlp") {
       mlp_ = std::make_unique<nn::models::MLP>(784, std::vector<int64_t>{512, 256}, 10, 0.1);
@@ -86,8 +86,8 @@ class VisionTask : public Task {
 
   Tensor loss(const data::Batch& b) override { return F::cross_entropy(forward(b.input), b.target); }
 
-  double evaluate() override {
-    kiln::NoGradGuard no_grad;  // docs/guide.md, speed-up 16: no graph, no saved activations
+  Evaluation evaluate() override {
+    kiln::GradModeGuard grad_mode(!o_.eval_no_grad);  // docs/guide.md, speed-up 16: no graph, no saved activations
     model_->eval();
     data::DataLoader test_loader(test_, data::LoaderOptions()
                                             .batch_size(256)
@@ -102,7 +102,7 @@ class VisionTask : public Task {
       total += b.size();
     }
     model_->train();
-    return static_cast<double>(correct) / static_cast<double>(total);
+    return {static_cast<double>(correct) / static_cast<double>(total), total};
   }
 
  private:
@@ -188,8 +188,8 @@ class TextTask : public Task {
   }
 
   // Next-character accuracy on up to 40 validation batches.
-  double evaluate() override {
-    kiln::NoGradGuard no_grad;
+  Evaluation evaluate() override {
+    kiln::GradModeGuard grad_mode(!o_.eval_no_grad);
     gpt_.eval();
     data::DataLoader val(val_, data::LoaderOptions().batch_size(64).shuffle(true).seed(1234).device(device_of(o_)));
     int64_t correct = 0, total = 0, n = 0;
@@ -200,7 +200,7 @@ class TextTask : public Task {
       if (++n == 40) break;
     }
     gpt_.train();
-    return static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(total, 1));
+    return {static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(total, 1)), total};
   }
 
   std::string sample() override {

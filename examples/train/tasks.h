@@ -12,6 +12,11 @@
 
 namespace kiln_train {
 
+struct Evaluation {
+  double accuracy = 0;
+  int64_t samples = 0;  // evaluated: images, or tokens for the gpt
+};
+
 class Task {
  public:
   virtual ~Task() = default;
@@ -19,8 +24,8 @@ class Task {
   virtual kiln::data::DataLoader& train_loader() = 0;
   // The loss of one batch (mean over its samples), recorded for backward.
   virtual kiln::Tensor loss(const kiln::data::Batch& batch) = 0;
-  // Accuracy on the held-out split, under NoGradGuard and eval mode.
-  virtual double evaluate() = 0;
+  // Accuracy on the held-out split, in eval mode and (unless --eval-no-grad false) under no_grad.
+  virtual Evaluation evaluate() = 0;
   // Something to show at the end (gpt: a generated sample); empty for vision.
   virtual std::string sample() { return ""; }
   virtual int64_t samples_per_batch(const kiln::data::Batch& b) const { return b.size(); }

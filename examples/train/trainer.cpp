@@ -65,15 +65,21 @@ std::unique_ptr<optim::LRScheduler> make_schedule(const Options& o, optim::Optim
 std::unique_ptr<optim::Optimizer> make_optimizer(const Options& o, const std::vector<Tensor>& params) {
   const double lr = default_lr(o);
   auto wd = [&](double d) { return o.weight_decay >= 0 ? o.weight_decay : d; };
-  if (o.optimizer == "adamw")
-    return std::make_unique<optim::AdamW>(params, optim::AdamWOptions(lr).weight_decay(wd(5e-4)));
-  if (o.optimizer == "adam") return std::make_unique<optim::Adam>(params, optim::AdamOptions(lr).weight_decay(wd(0)));
-  if (o.optimizer == "sgd")
-    return std::make_unique<optim::SGD>(params,
-                                        optim::SGDOptions(lr).momentum(0.9).nesterov(true).weight_decay(wd(5e-4)));
-  if (o.optimizer == "lamb")
-    return std::make_unique<optim::LAMB>(params, optim::LAMBOptions(lr).weight_decay(wd(0.01)));
-  return std::make_unique<optim::LARS>(params, optim::LARSOptions(lr).weight_decay(wd(5e-4)));
+  std::unique_ptr<optim::Optimizer> opt;
+  if (o.optimizer == "adamw") {
+    opt = std::make_unique<optim::AdamW>(params, optim::AdamWOptions(lr).weight_decay(wd(5e-4)));
+  } else if (o.optimizer == "adam") {
+    opt = std::make_unique<optim::Adam>(params, optim::AdamOptions(lr).weight_decay(wd(0)));
+  } else if (o.optimizer == "sgd") {
+    opt =
+        std::make_unique<optim::SGD>(params, optim::SGDOptions(lr).momentum(0.9).nesterov(true).weight_decay(wd(5e-4)));
+  } else if (o.optimizer == "lamb") {
+    opt = std::make_unique<optim::LAMB>(params, optim::LAMBOptions(lr).weight_decay(wd(0.01)));
+  } else {
+    opt = std::make_unique<optim::LARS>(params, optim::LARSOptions(lr).weight_decay(wd(5e-4)));
+  }
+  opt->set_fused(o.fused_optimizer);  // docs/guide.md, speed-up 5
+  return opt;
 }
 
 std::string speedups_summary(const Options& o) {
@@ -85,7 +91,8 @@ std::string speedups_summary(const Options& o) {
   add(o.pin_memory && kiln::cuda::is_available(), "pinned memory (--pin-memory; page-locked only with a GPU)");
   add(o.amp != "off", "mixed precision (--amp " + o.amp + ")");
   add(o.optimizer == "adamw" || o.optimizer == "lamb" || o.optimizer == "lars",
-      "AdamW/LAMB/LARS, fused multi-tensor step (--optimizer " + o.optimizer + ")");
+      "AdamW/LAMB/LARS (--optimizer " + o.optimizer + ")");
+  add(o.fused_optimizer, "fused multi-tensor optimizer step (--fused-optimizer)");
   add(o.grad_accum > 1, "gradient accumulation (--grad-accum " + std::to_string(o.grad_accum) + ")");
   add(o.clip_grad > 0, "gradient clipping (--clip-grad)");
   add(o.checkpoint_activations, "activation checkpointing (--checkpoint-activations)");
@@ -97,7 +104,9 @@ std::string speedups_summary(const Options& o) {
   add(o.cuda_graphs, "CUDA graphs: the whole step replayed with one launch (--cuda-graphs)");
   if (o.model != "gpt") add(o.normalize_inputs, "input normalisation (--normalize-inputs)");
   add(!o.sync_every_step, "no host sync per step: the loss is read every --log-every steps (--sync-every-step)");
-  add(true, "gradients set to none, no_grad validation, no bias before BatchNorm, fused ops");
+  add(o.grad_to_none, "gradients set to none after each step (--zero-grad none)");
+  add(o.eval_no_grad, "evaluation under no_grad (--eval-no-grad)");
+  if (o.model == "cnn") add(!o.conv_bias, "no bias before BatchNorm (--conv-bias adds one)");
   add(!kiln::debug::current().any(), "debug APIs off (anomaly detection, sync-debug, deterministic algorithms)");
   add(o.flush_denormal && kiln::flush_denormal(), "denormals flushed to zero on the CPU (--flush-denormal)");
   add(kiln::cpu_isa() != kiln::CpuIsa::baseline,
@@ -137,16 +146,19 @@ void StepTally::start() {
   if (cuda_) {
     reserved_peak_ = reserved_peak();  // the reset below clears the allocator's own
     kiln::cuda::reset_peak_memory_stats(device_);
+    base_ = static_cast<int64_t>(kiln::cuda::memory_stats(device_).allocated_bytes);
   } else {
     kiln::reset_cpu_peak_memory();
+    base_ = static_cast<int64_t>(kiln::cpu_memory_stats().allocated_bytes);
   }
 }
 
 void StepTally::stop() {
   syncs_ += kiln::cuda::sync_count() - mark_;
-  const size_t peak =
-      cuda_ ? kiln::cuda::memory_stats(device_).peak_allocated_bytes : kiln::cpu_memory_stats().peak_allocated_bytes;
-  peak_ = std::max(peak_, static_cast<int64_t>(peak));
+  const auto peak = static_cast<int64_t>(cuda_ ? kiln::cuda::memory_stats(device_).peak_allocated_bytes
+                                               : kiln::cpu_memory_stats().peak_allocated_bytes);
+  peak_ = std::max(peak_, peak);
+  growth_ = std::max(growth_, peak - base_);
 }
 
 int64_t StepTally::reserved_peak() const {
@@ -162,11 +174,13 @@ Trainer::Trainer(Options o, std::unique_ptr<Task> task)
       cuda_(o_.device == "cuda"),
       task_(std::move(task)),
       profile_(o_),
-      steps_(cuda_, o_.cuda_device) {
+      steps_(cuda_, o_.cuda_device),
+      evals_(cuda_, o_.cuda_device) {
   // --sync-debug (docs/guide.md, speed-up 7): on from here, so the setup's uploads are not reported
   if (o_.sync_debug != "off")
     kiln::cuda::set_sync_debug_mode(o_.sync_debug == "error" ? kiln::cuda::SyncDebugMode::Error
                                                              : kiln::cuda::SyncDebugMode::Warn);
+  if (o_.detect_anomaly) kiln::autograd::set_detect_anomaly(true);  // docs/guide.md, speed-up 13
   params_ = task_->model().parameters();
   make_optimizers();
   batches_ = task_->train_loader().size();
@@ -349,9 +363,9 @@ Tensor Trainer::train_micro(const kiln::data::Batch& batch, bool last_micro) {
 void Trainer::finish_step() {
   scaler_->update();
   if (zero_) {
-    zero_->zero_grad();
+    zero_->zero_grad(o_.grad_to_none);
   } else if (!graph_->captured()) {
-    opt_->zero_grad();  // to none; a captured step owns its gradients
+    opt_->zero_grad(o_.grad_to_none);  // a captured step owns its gradients (docs/guide.md, speed-up 11)
   }
   if (sched_) sched_->step();
   if (ema_) ema_->update();
@@ -480,7 +494,11 @@ double Trainer::evaluate_and_log(int64_t epoch) {
   {
     std::optional<optim::EMA::Swap> swap;
     if (ema_) swap.emplace(*ema_);
-    test_acc_ = task_->evaluate();
+    evals_.start();
+    const Evaluation e = task_->evaluate();
+    evals_.stop();
+    test_acc_ = e.accuracy;
+    eval_pace_.add(e.samples, now_seconds() - start);
   }
   csv_->write_row({pos_.step, epoch + 1, last_loss_, opt_ref_->param_groups()[0].lr(), kiln::utils::CsvCell(),
                    kiln::utils::CsvCell(), test_acc_});
@@ -504,6 +522,8 @@ void Trainer::add_step_facts(nlohmann::ordered_json& summary) {
       summary["implicit_syncs_per_step"] = static_cast<double>(steps_.syncs()) / static_cast<double>(steps);
   }
   summary["train_peak_allocated_bytes"] = steps_.peak_bytes();
+  summary["eval_peak_growth_bytes"] = evals_.peak_growth_bytes();
+  if (const double pace = eval_pace_.samples_per_second(); pace > 0) summary["eval_samples_per_second"] = pace;
   if (const auto stats = task_->input_stats()) {
     summary["input_mean"] = stats->first;
     summary["input_std"] = stats->second;
@@ -532,15 +552,16 @@ int Trainer::finish() {
   // is rank 0's times the world size.
   const double sps_total =
       pos_.train_seconds > 0 ? static_cast<double>(pos_.samples) * o_.world_size / pos_.train_seconds : 0;
-  nlohmann::ordered_json summary = {{"model", o_.model},
-                                    {"device", o_.device},
-                                    {"epochs", o_.epochs},
-                                    {"train_seconds", pos_.train_seconds},
-                                    {"samples_per_second", sps_total},
-                                    {"cpu_isa", kiln::cpu_isa_name(kiln::cpu_isa())},
-                                    {"test_accuracy", test_acc_},
-                                    {"world_size", o_.world_size},
-                                    {"peak_memory_bytes", cuda_ ? steps_.reserved_peak() : peak_rss_bytes()}};
+  nlohmann::ordered_json summary = {
+      {"model", o_.model},
+      {"device", o_.device},
+      {"epochs", o_.epochs},
+      {"train_seconds", pos_.train_seconds},
+      {"samples_per_second", sps_total},
+      {"cpu_isa", kiln::cpu_isa_name(kiln::cpu_isa())},
+      {"test_accuracy", test_acc_},
+      {"world_size", o_.world_size},
+      {"peak_memory_bytes", cuda_ ? std::max(steps_.reserved_peak(), evals_.reserved_peak()) : peak_rss_bytes()}};
   if (cuda_) summary["peak_host_memory_bytes"] = peak_rss_bytes();
   add_step_facts(summary);
   finish_parallel(o_);

@@ -46,10 +46,10 @@ class StepProfile {
   bool done_ = false;
 };
 
-// What the training steps did, evaluation and checkpoints left out: the implicit host-device
-// syncs that sync-debug reported (kiln::cuda::sync_count()), and the peak bytes of live tensors
-// on the training device (the allocator's statistics, whose peaks start() resets). Started and
-// stopped around the steps.
+// What a stretch of work did (the training steps, or the evaluations), each tallied apart: the
+// implicit host-device syncs that sync-debug reported (kiln::cuda::sync_count()), and the peak
+// bytes of live tensors on the training device (the allocator's statistics, whose peaks start()
+// resets). Started and stopped around the work.
 class StepTally {
  public:
   explicit StepTally(bool cuda, int device) : cuda_(cuda), device_(device) {}
@@ -57,13 +57,31 @@ class StepTally {
   void stop();
   int64_t syncs() const { return syncs_; }
   int64_t peak_bytes() const { return peak_; }
+  // The most the live bytes rose above what was live at a start(): the work's own tensors.
+  int64_t peak_growth_bytes() const { return growth_; }
   // CUDA: the device's peak reserved bytes over the whole run, the resets notwithstanding.
   int64_t reserved_peak() const;
 
  private:
   bool cuda_;
   int device_;
-  int64_t syncs_ = 0, mark_ = 0, peak_ = 0, reserved_peak_ = 0;
+  int64_t syncs_ = 0, mark_ = 0, peak_ = 0, reserved_peak_ = 0, base_ = 0, growth_ = 0;
+};
+
+// How fast evaluation runs: test samples (tokens for the gpt) per second over the evaluations
+// after the first, whose first-call allocations are set-up (the only one when there is one).
+class EvalPace {
+ public:
+  void add(int64_t samples, double seconds) {
+    if (count_++ == 1) samples_ = 0, seconds_ = 0;  // the second evaluation drops the first
+    samples_ += samples;
+    seconds_ += seconds;
+  }
+  double samples_per_second() const { return seconds_ > 0 ? static_cast<double>(samples_) / seconds_ : 0; }
+
+ private:
+  int64_t count_ = 0, samples_ = 0;
+  double seconds_ = 0;
 };
 
 class Trainer {
@@ -120,9 +138,11 @@ class Trainer {
   // stop agreement): each is a device-to-host sync on a GPU. Counted by read_host.
   int64_t host_reads_ = 0, first_step_ = 0;
   StepTally steps_;  // the syncs (--sync-debug) and the peak memory of the training steps
+  StepTally evals_;  // the peak memory of the evaluations
   // the current epoch's log window
   int64_t micro_ = 0, window_samples_ = 0;
   double window_start_ = 0, last_loss_ = 0, sps_ = 0;
+  EvalPace eval_pace_;
   double eval_seconds_ = 0;  // --eval-every: evaluation time inside the epoch, not training time
   bool measured_ = false;    // a loss and a rate exist only from the epoch's first log point on
 };

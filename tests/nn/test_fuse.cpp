@@ -273,3 +273,15 @@ TEST_CASE("nn::Module chains: an unregistered module or an unknown chain is an E
   CHECK_THROWS_AS(m.declare_stray(), kiln::Error);
   CHECK_THROWS_AS(m.run(0, kiln::zeros({2})), kiln::Error);
 }
+
+TEST_CASE("nn::fuse: the Fashion-MNIST CNN with a bias before BatchNorm fuses and gives the plain results",
+          "[fuse][models]") {
+  kiln::manual_seed(46);
+  const auto with_bias = nn::models::FashionCNNOptions().conv_bias(true);
+  nn::models::FashionCNN plain(with_bias), fused(with_bias);
+  fused.load_state_dict(plain.state_dict());
+  CHECK(plain.parameters().size() == nn::models::FashionCNN().parameters().size() + 2);  // conv1.bias, conv2.bias
+  CHECK(nn::fuse(fused) == 2);
+  Tensor x = kiln::randn({4, 1, 28, 28});
+  check_close(fused(x), values(plain(x)), 1e-4, 1e-5, "forward with conv biases");
+}

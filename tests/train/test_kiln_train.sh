@@ -8,6 +8,9 @@
 #   switches the guide's switches change what runs: host reads per step (--sync-every-step), the
 #            inputs' statistics (--normalize-inputs), evaluations (--eval-every), the LR
 #            (--auto-lr) and the steps' peak memory (batch, --checkpoint-activations)
+#   habits   the small habits' switches change what runs: the kernel calls of a profiled step
+#            (--fused-optimizer, --zero-grad, --detect-anomaly), the parameters (--conv-bias) and
+#            evaluation's memory (--eval-no-grad)
 set -euo pipefail
 bin="$1"
 what="$2"
@@ -16,6 +19,18 @@ trap 'rm -rf "$tmp"' EXIT
 common=(--device cpu --model mlp --workers 2 --seed 7 --log-every 100)
 
 fail() { echo "FAIL: $*"; exit 1; }
+
+# refused CODE PATTERN WHAT ARGS...: kiln-train with ARGS exits with CODE (2, or "any" non-zero)
+# and says PATTERN.
+refused() {
+  local code=$1 pattern=$2 what=$3 out rc
+  shift 3
+  set +e
+  out=$("$bin" "$@" --out "$tmp/x" 2>&1); rc=$?
+  set -e
+  if [ "$code" = any ]; then [ $rc -ne 0 ]; else [ $rc -eq "$code" ]; fi && grep -q -- "$pattern" <<< "$out" ||
+    fail "$what: rc=$rc: $out"
+}
 
 case "$what" in
 resume)
@@ -30,52 +45,21 @@ resume)
   echo "resume: identical weights"
   ;;
 errors)
-  set +e
-  out=$("$bin" --data /nonexistent-dir --max-steps 1 --out "$tmp/x" 2>&1); rc=$?
-  set -e
-  [ $rc -eq 2 ] && grep -q "dataset-fashion-mnist" <<< "$out" || fail "missing dataset: rc=$rc: $out"
-  set +e
-  out=$("$bin" --device cpu --amp fp16 --out "$tmp/x" 2>&1); rc=$?
-  set -e
-  [ $rc -eq 2 ] && grep -q "fp16 needs a CUDA device" <<< "$out" || fail "fp16 on cpu: rc=$rc: $out"
-  set +e
-  out=$("$bin" --device cpu --cuda-graphs --out "$tmp/x" 2>&1); rc=$?
-  set -e
-  [ $rc -eq 2 ] && grep -q "cuda-graphs needs a CUDA device" <<< "$out" || fail "graphs on cpu: rc=$rc: $out"
-  set +e
-  out=$("$bin" --device cpu --model cnn --gpt-size 124m --out "$tmp/x" 2>&1); rc=$?
-  set -e
-  [ $rc -eq 2 ] && grep -q "gpt-size applies to --model gpt" <<< "$out" || fail "gpt-size on cnn: rc=$rc: $out"
-  set +e
-  out=$("$bin" --device cpu --zero --optimizer lamb --out "$tmp/x" 2>&1); rc=$?
-  set -e
-  [ $rc -eq 2 ] && grep -q "per-parameter trust ratios" <<< "$out" || fail "zero with lamb: rc=$rc: $out"
-  set +e
-  out=$("$bin" --device cpu --zero --clip-grad 1 --out "$tmp/x" 2>&1); rc=$?
-  set -e
-  [ $rc -eq 2 ] && grep -q "drop one of them" <<< "$out" || fail "zero with clip-grad: rc=$rc: $out"
-  set +e
-  out=$("$bin" --device cpu --sync-debug warn --out "$tmp/x" 2>&1); rc=$?
-  set -e
-  [ $rc -eq 2 ] && grep -q "sync-debug needs a CUDA device" <<< "$out" || fail "sync-debug on cpu: rc=$rc: $out"
-  set +e
-  out=$("$bin" --device cpu --auto-lr --lr 0.1 --out "$tmp/x" 2>&1); rc=$?
-  set -e
-  [ $rc -eq 2 ] && grep -q "drop --lr" <<< "$out" || fail "auto-lr with lr: rc=$rc: $out"
-  set +e
-  out=$("$bin" --device cpu --model gpt --normalize-inputs false --out "$tmp/x" 2>&1); rc=$?
-  set -e
-  [ $rc -eq 2 ] && grep -q "token ids" <<< "$out" || fail "normalize-inputs on gpt: rc=$rc: $out"
+  refused 2 "dataset-fashion-mnist" "missing dataset" --data /nonexistent-dir --max-steps 1
+  refused 2 "fp16 needs a CUDA device" "fp16 on cpu" --device cpu --amp fp16
+  refused 2 "cuda-graphs needs a CUDA device" "graphs on cpu" --device cpu --cuda-graphs
+  refused 2 "gpt-size applies to --model gpt" "gpt-size on cnn" --device cpu --model cnn --gpt-size 124m
+  refused 2 "per-parameter trust ratios" "zero with lamb" --device cpu --zero --optimizer lamb
+  refused 2 "drop one of them" "zero with clip-grad" --device cpu --zero --clip-grad 1
+  refused 2 "sync-debug needs a CUDA device" "sync-debug on cpu" --device cpu --sync-debug warn
+  refused 2 "drop --lr" "auto-lr with lr" --device cpu --auto-lr --lr 0.1
+  refused 2 "token ids" "normalize-inputs on gpt" --device cpu --model gpt --normalize-inputs false
+  refused 2 "conv-bias applies to --model cnn" "conv-bias on resnet18" --device cpu --model resnet18 --conv-bias
+  refused any "zero-grad" "zero-grad nothing" --device cpu --zero-grad nothing
   printf 'garbage' > "$tmp/bad.safetensors"
-  set +e
-  out=$("$bin" "${common[@]}" --resume "$tmp/bad.safetensors" --out "$tmp/x" 2>&1); rc=$?
-  set -e
-  [ $rc -eq 2 ] && grep -q "bad.safetensors" <<< "$out" || fail "corrupt checkpoint: rc=$rc: $out"
+  refused 2 "bad.safetensors" "corrupt checkpoint" "${common[@]}" --resume "$tmp/bad.safetensors"
   "$bin" "${common[@]}" --max-steps 3 --epochs 1 --out "$tmp/c" > /dev/null
-  set +e
-  out=$("$bin" --device cpu --model cnn --workers 2 --resume "$tmp/c/checkpoint.safetensors" --out "$tmp/x" 2>&1); rc=$?
-  set -e
-  [ $rc -eq 2 ] && grep -q "model=\"mlp\"" <<< "$out" || fail "mismatched checkpoint: rc=$rc: $out"
+  refused 2 "model=\"mlp\"" "mismatched checkpoint" --device cpu --model cnn --workers 2 --resume "$tmp/c/checkpoint.safetensors"
   echo "errors: all explained"
   ;;
 sigint|sigterm)
@@ -144,6 +128,41 @@ PY
     "$(field "$tmp/r5.log" train_peak_allocated_bytes)" "$(field "$tmp/r6.log" train_peak_allocated_bytes)" \
     "$(field "$tmp/r7.log" train_peak_allocated_bytes)" || fail "peak memory of the steps"
   echo "switches: each changes what runs"
+  ;;
+habits)
+  field() { tail -n 1 "$1" | python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$2'])"; }
+  # calls of kernel $2 in the profile table $1 (0 when absent)
+  calls() { awk -v k="$2" '$1 == k && $2 == "op" { n = $3 } END { print n + 0 }' "$1"; }
+  # the MLP has 6 parameter tensors in one group
+  prof=(--device cpu --model mlp --workers 0 --seed 7 --epochs 1 --max-steps 8 --log-every 4 --profile 1)
+  "$bin" "${prof[@]}" --out "$tmp/p0" > "$tmp/p0.log"
+  "$bin" "${prof[@]}" --fused-optimizer false --out "$tmp/p1" > "$tmp/p1.log"
+  "$bin" "${prof[@]}" --zero-grad zero --out "$tmp/p2" > "$tmp/p2.log"
+  "$bin" "${prof[@]}" --detect-anomaly --out "$tmp/p3" > "$tmp/p3.log"
+  [ "$(calls "$tmp/p0/profile.txt" adamw_step)" = 1 ] || fail "fused: $(cat "$tmp/p0/profile.txt")"
+  [ "$(calls "$tmp/p1/profile.txt" adamw_step)" = 6 ] || fail "--fused-optimizer false: $(cat "$tmp/p1/profile.txt")"
+  # to zero: a fill per parameter, and backward adds into the zeros instead of assigning
+  fills=$(( $(calls "$tmp/p2/profile.txt" fill_) - $(calls "$tmp/p0/profile.txt" fill_) ))
+  adds=$(( $(calls "$tmp/p2/profile.txt" add) - $(calls "$tmp/p0/profile.txt" add) ))
+  [ "$fills" = 6 ] && [ "$adds" = 6 ] || fail "--zero-grad zero: $fills more fills, $adds more adds"
+  # anomaly detection checks every gradient a node returns; off, nothing is checked
+  [ "$(calls "$tmp/p0/profile.txt" isfinite)" = 0 ] || fail "isfinite without --detect-anomaly"
+  [ "$(calls "$tmp/p3/profile.txt" isfinite)" -ge 6 ] || fail "--detect-anomaly: $(cat "$tmp/p3/profile.txt")"
+  grep -q "debug switches on (slower training): anomaly detection" "$tmp/p3.log" || fail "no debug warning"
+  # a bias in both convs: 32 + 64 more parameters, and lint names them
+  cnn=(--device cpu --model cnn --workers 0 --seed 7 --epochs 1 --max-steps 2 --log-every 2)
+  "$bin" "${cnn[@]}" --out "$tmp/c0" > "$tmp/c0.log"
+  "$bin" "${cnn[@]}" --conv-bias --out "$tmp/c1" > "$tmp/c1.log"
+  count() { grep -Eo '[0-9]+ parameters' "$1" | awk '{ print $1 }'; }
+  [ $(( $(count "$tmp/c1.log") - $(count "$tmp/c0.log") )) = 96 ] || fail "--conv-bias: $(head -n 3 "$tmp/c1.log")"
+  [ "$(grep -c 'has a bias but feeds' "$tmp/c1.log")" = 2 ] || fail "--conv-bias: no lint warnings"
+  # grad mode on in evaluation keeps what backward would need: at least fc1's input of a 256-image
+  # test batch (256 x 3136 floats) more at the peak
+  "$bin" "${cnn[@]}" --eval-no-grad false --out "$tmp/c2" > "$tmp/c2.log"
+  python3 -c "import sys; a, b = map(int, sys.argv[1:]); assert b - a >= 256 * 3136 * 4, (a, b)" \
+    "$(field "$tmp/c0.log" eval_peak_growth_bytes)" "$(field "$tmp/c2.log" eval_peak_growth_bytes)" \
+    || fail "--eval-no-grad false: evaluation's peak"
+  echo "habits: each changes what runs"
   ;;
 *) fail "unknown check $what" ;;
 esac

@@ -371,6 +371,7 @@ TEST_CASE("kiln-guide plan: eval cadence, fit runs, sync counting per device", "
     if (j.tip->key == "lr-pick") CHECK(has(j, "--auto-lr") == j.with);
     if (j.tip->key == "normalisation") CHECK(arg_after(j, "--normalize-inputs") == (j.with ? "true" : "false"));
   }
+  std::optional<std::string> skip_eval;
   // a batch fit runs each side twice a round: at its own batch and at its probe batch
   const auto fit = plan_jobs(select_tips("grad-accum-batch"), o);
   REQUIRE(fit.size() == 4);
@@ -381,6 +382,15 @@ TEST_CASE("kiln-guide plan: eval cadence, fit runs, sync counting per device", "
          arg_after(fit[3], "--grad-accum") == "4"));
   CHECK(fit[3].id == "grad-accum-batch-with-b16-r1");
   for (const Job& j : fit) CHECK_FALSE(has(j, "--eval-every"));
+  // evaluation throughput: kEvalRuns evaluations spread over the steps, one log window, and the
+  // baseline with grad mode on in evaluation
+  for (const Job& j : plan_jobs(select_tips("no-grad-eval"), o)) {
+    const int64_t steps = std::stoll(arg_after(j, "--max-steps"));
+    CHECK(arg_after(j, "--eval-every") == std::to_string(steps / (kEvalRuns + 1)));
+    CHECK(arg_after(j, "--log-every") == std::to_string(steps));
+    CHECK(arg_after(j, "--eval-no-grad") == (j.with ? "" : "false"));
+  }
+  CHECK_THAT(planned_row(tip_by_key("no-grad-eval"), o, &skip_eval).metric, Contains("evaluation throughput"));
   // the sync count: kiln-train's host reads on the CPU, sync-debug's count on a GPU
   std::optional<std::string> skip;
   const Tip& syncs = tip_by_key("syncs");

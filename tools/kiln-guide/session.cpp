@@ -41,6 +41,7 @@ int64_t log_every(const Tip& t, const Budget& b) {
       return b.steps > 0 ? std::max<int64_t>(1, b.steps / 8) : 50;
     case MetricKind::PeakMemory:
     case MetricKind::BatchFit:
+    case MetricKind::EvalThroughput:
       return std::max<int64_t>(1, b.steps);
     case MetricKind::Convergence:
       return 100;
@@ -117,6 +118,8 @@ std::vector<std::string> job_argv(const Tip& t, bool with, int round, const std:
                        std::to_string(std::max<int64_t>(
                            1, std::llround(static_cast<double>(kEvalSamples) / static_cast<double>(per_step))))});
   }
+  if (t.metric == MetricKind::EvalThroughput)  // kEvalRuns evaluations during the steps, one after them
+    a.insert(a.end(), {"--eval-every", std::to_string(std::max<int64_t>(1, b.steps / (kEvalRuns + 1)))});
   const std::string& data = t.model == "gpt" ? o.gpt_data : o.data;
   if (!data.empty()) a.insert(a.end(), {"--data", data});
   if (device == "cuda") a.insert(a.end(), t.cuda_both.begin(), t.cuda_both.end());
@@ -153,6 +156,12 @@ std::string metric_name(const Tip& t, const std::string& device) {
              " and " + std::to_string(t.with_probe_batch) + "; a sample is a " +
              (t.model == "gpt" ? "128-token sequence" : "image") + note + ")";
     }
+    case MetricKind::EvalThroughput:
+      return "evaluation throughput, test " + per + " over the evaluations after the first (" +
+             std::to_string(kEvalRuns + 1) +
+             " evaluations of the whole test set, spread evenly over the training "
+             "steps)" +
+             note;
   }
   return "";
 }
@@ -203,6 +212,9 @@ void measure(RunOutcome& r, const Tip& t, const std::string& device, const nlohm
       break;
     case MetricKind::HostSyncs:  // on a GPU the runtime's count, which sees the syncs kiln-train does not make itself
       r.value = number(device == "cuda" ? "implicit_syncs_per_step" : "host_reads_per_step");
+      break;
+    case MetricKind::EvalThroughput:
+      r.value = number("eval_samples_per_second");
       break;
   }
 }

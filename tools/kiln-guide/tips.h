@@ -20,7 +20,11 @@ enum class MetricKind {
   Convergence,     // seconds to a target test accuracy, or the final test accuracy
   HostSyncs,       // host reads of device values per optimizer step (on a GPU: syncs, by sync-debug)
   BatchFit,        // the largest batch whose predicted peak memory fits in the baseline's peak
+  EvalThroughput,  // test samples evaluated per second, over the evaluations after the first
 };
+
+// Evaluation throughput runs evaluate this many times during their steps, plus once at the end.
+inline constexpr int64_t kEvalRuns = 3;
 
 // Test accuracy is evaluated every this many training samples in convergence runs (kiln-train
 // --eval-every, in steps of the side's batch): a third of a Fashion-MNIST epoch.

@@ -28,11 +28,12 @@ Tensor MLP::forward(const Tensor& x) { return layers(x.flatten(1)); }
 
 // ---------------------------------------------------------------- Fashion-MNIST CNN
 
-FashionCNN::FashionCNN() : Sequential("FashionCNN") {
+FashionCNN::FashionCNN(const FashionCNNOptions& options) : Sequential("FashionCNN") {
   // created in this order so that a seed gives the same initial weights as before the layers
   // were a Sequential
-  conv1 = std::make_shared<Conv2d>(Conv2dOptions(1, 32, 3).padding(1).bias(false));
-  conv2 = std::make_shared<Conv2d>(Conv2dOptions(32, 64, 3).padding(1).bias(false));
+  const bool bias = options.conv_bias();
+  conv1 = std::make_shared<Conv2d>(Conv2dOptions(1, 32, 3).padding(1).bias(bias));
+  conv2 = std::make_shared<Conv2d>(Conv2dOptions(32, 64, 3).padding(1).bias(bias));
   bn1 = std::make_shared<BatchNorm2d>(32);
   bn2 = std::make_shared<BatchNorm2d>(64);
   fc1 = std::make_shared<Linear>(64 * 7 * 7, 128);

@@ -28,9 +28,17 @@ class MLP : public Module {
 // Input [N, 1, 28, 28]. The layers are named (conv1, bn1, relu1, pool1, conv2, ..., fc2), so the
 // state_dict keys read "conv1.weight", "bn1.running_mean", "fc2.bias". nn::fuse(cnn) turns both
 // conv blocks into nn::ConvBatchNormReLU2d (kiln-train does so).
+struct FashionCNNOptions {
+  // A bias in each conv that feeds a BatchNorm: the "bias before BN" habit the guides warn
+  // against (docs/guide.md, speed-up 15), for measuring what it costs. The bias changes nothing
+  // the BatchNorm outputs, and the fused conv-block kernels take none, so nn::fuse leaves those
+  // blocks on the general path.
+  KILN_ARG(bool, conv_bias) = false;
+};
+
 class FashionCNN : public Sequential {
  public:
-  FashionCNN();
+  explicit FashionCNN(const FashionCNNOptions& options = {});
   Tensor forward(const Tensor& x) override;  // checks the input size, then the layers in order
   // The layers, also reachable by index (0 conv1 ... 11 fc2).
   std::shared_ptr<Conv2d> conv1, conv2;
