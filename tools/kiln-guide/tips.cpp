@@ -106,8 +106,8 @@ void add_first(std::vector<Tip>& v) {
   t = measured(5, "adamw", "AdamW / fused optimizers: AdamW vs SGD", "cnn", MetricKind::Convergence,
                {"--optimizer", "sgd"}, {"--optimizer", "adamw"});
   claim(t, "AdamW's decoupled weight decay beats Adam's L2; a fused Adam gains ~5% end to end (apex)", kNone, kKuhn,
-        "kiln's optimizers are always fused (bench_optim times fused against a loop); this row compares "
-        "AdamW with SGD + Nesterov, each at kiln-train's default LR with 1cycle");
+        "this row compares AdamW with SGD + Nesterov, each at kiln-train's default LR with 1cycle; the "
+        "fused step against a kernel per parameter is the next row");
   v.push_back(t);
 
   t = measured(5, "fused-optimizer", "AdamW / fused optimizers: one multi-tensor step vs a kernel per parameter", "cnn",
