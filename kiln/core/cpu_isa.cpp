@@ -59,12 +59,9 @@ bool cpu_supports(CpuIsa isa) {
 #if defined(__x86_64__)
   __builtin_cpu_init();  // may run before libgcc's own constructor (static initialisers)
   switch (isa) {
-    case CpuIsa::baseline:
-      return true;
-    case CpuIsa::avx2:
-      return __builtin_cpu_supports("x86-64-v3");
-    case CpuIsa::avx512:
-      return __builtin_cpu_supports("x86-64-v4");
+    case CpuIsa::baseline: return true;
+    case CpuIsa::avx2: return __builtin_cpu_supports("x86-64-v3");
+    case CpuIsa::avx512: return __builtin_cpu_supports("x86-64-v4");
   }
   return false;
 #else
@@ -74,12 +71,9 @@ bool cpu_supports(CpuIsa isa) {
 
 bool cpu_isa_built(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::baseline:
-      return true;
-    case CpuIsa::avx2:
-      return KILN_CPU_ISA_AVX2_BUILT != 0;
-    case CpuIsa::avx512:
-      return KILN_CPU_ISA_AVX512_BUILT != 0;
+    case CpuIsa::baseline: return true;
+    case CpuIsa::avx2: return KILN_CPU_ISA_AVX2_BUILT != 0;
+    case CpuIsa::avx512: return KILN_CPU_ISA_AVX512_BUILT != 0;
   }
   return false;
 }

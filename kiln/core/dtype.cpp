@@ -4,44 +4,28 @@ namespace kiln {
 
 size_t element_size(DType t) {
   switch (t) {
-    case DType::F32:
-      return 4;
-    case DType::F64:
-      return 8;
-    case DType::F16:
-      return 2;
-    case DType::BF16:
-      return 2;
-    case DType::I64:
-      return 8;
-    case DType::I32:
-      return 4;
-    case DType::U8:
-      return 1;
-    case DType::Bool:
-      return 1;
+    case DType::F32: return 4;
+    case DType::F64: return 8;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
+    case DType::I64: return 8;
+    case DType::I32: return 4;
+    case DType::U8: return 1;
+    case DType::Bool: return 1;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32:
-      return "float32";
-    case DType::F64:
-      return "float64";
-    case DType::F16:
-      return "float16";
-    case DType::BF16:
-      return "bfloat16";
-    case DType::I64:
-      return "int64";
-    case DType::I32:
-      return "int32";
-    case DType::U8:
-      return "uint8";
-    case DType::Bool:
-      return "bool";
+    case DType::F32: return "float32";
+    case DType::F64: return "float64";
+    case DType::F16: return "float16";
+    case DType::BF16: return "bfloat16";
+    case DType::I64: return "int64";
+    case DType::I32: return "int32";
+    case DType::U8: return "uint8";
+    case DType::Bool: return "bool";
   }
   return "?";
 }
@@ -58,14 +42,10 @@ DType promote_types(DType a, DType b) {
   // both integral (bool is the bottom)
   auto rank = [](DType t) {
     switch (t) {
-      case DType::Bool:
-        return 0;
-      case DType::U8:
-        return 1;
-      case DType::I32:
-        return 2;
-      default:
-        return 3;
+      case DType::Bool: return 0;
+      case DType::U8: return 1;
+      case DType::I32: return 2;
+      default: return 3;
     }
   };
   return rank(a) > rank(b) ? a : b;

@@ -47,37 +47,24 @@ template <class T> struct TypeTag { using type = T; };
 // dispatch_*(dtype, op_name, [&](auto tag) { using T = typename decltype(tag)::type; ... })
 template <class F> decltype(auto) dispatch_floating(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::F32:
-      return f(TypeTag<float>{});
-    case DType::F64:
-      return f(TypeTag<double>{});
-    case DType::F16:
-      return f(TypeTag<Half>{});
-    case DType::BF16:
-      return f(TypeTag<BFloat16>{});
-    default:
-      KILN_FAIL(op, ": expected a floating-point tensor, got dtype ", dtype_name(t));
+    case DType::F32: return f(TypeTag<float>{});
+    case DType::F64: return f(TypeTag<double>{});
+    case DType::F16: return f(TypeTag<Half>{});
+    case DType::BF16: return f(TypeTag<BFloat16>{});
+    default: KILN_FAIL(op, ": expected a floating-point tensor, got dtype ", dtype_name(t));
   }
 }
 
 template <class F> decltype(auto) dispatch_numeric(DType t, const char* op, F&& f) {  // everything but bool
   switch (t) {
-    case DType::F32:
-      return f(TypeTag<float>{});
-    case DType::F64:
-      return f(TypeTag<double>{});
-    case DType::F16:
-      return f(TypeTag<Half>{});
-    case DType::BF16:
-      return f(TypeTag<BFloat16>{});
-    case DType::I64:
-      return f(TypeTag<int64_t>{});
-    case DType::I32:
-      return f(TypeTag<int32_t>{});
-    case DType::U8:
-      return f(TypeTag<uint8_t>{});
-    default:
-      KILN_FAIL(op, ": dtype ", dtype_name(t), " is not supported");
+    case DType::F32: return f(TypeTag<float>{});
+    case DType::F64: return f(TypeTag<double>{});
+    case DType::F16: return f(TypeTag<Half>{});
+    case DType::BF16: return f(TypeTag<BFloat16>{});
+    case DType::I64: return f(TypeTag<int64_t>{});
+    case DType::I32: return f(TypeTag<int32_t>{});
+    case DType::U8: return f(TypeTag<uint8_t>{});
+    default: KILN_FAIL(op, ": dtype ", dtype_name(t), " is not supported");
   }
 }
 
@@ -88,12 +75,9 @@ template <class F> decltype(auto) dispatch_all(DType t, const char* op, F&& f) {
 
 template <class F> decltype(auto) dispatch_index(DType t, const char* op, F&& f) {  // index tensors
   switch (t) {
-    case DType::I64:
-      return f(TypeTag<int64_t>{});
-    case DType::I32:
-      return f(TypeTag<int32_t>{});
-    default:
-      KILN_FAIL(op, ": indices must be int64 or int32, got ", dtype_name(t));
+    case DType::I64: return f(TypeTag<int64_t>{});
+    case DType::I32: return f(TypeTag<int32_t>{});
+    default: KILN_FAIL(op, ": indices must be int64 or int32, got ", dtype_name(t));
   }
 }
 

@@ -22,14 +22,10 @@ thread_local std::vector<std::string> t_labels;
 
 const char* to_string(MemoryAction a) {
   switch (a) {
-    case MemoryAction::Alloc:
-      return "alloc";
-    case MemoryAction::Free:
-      return "free";
-    case MemoryAction::SegmentAlloc:
-      return "segment_alloc";
-    case MemoryAction::SegmentFree:
-      return "segment_free";
+    case MemoryAction::Alloc: return "alloc";
+    case MemoryAction::Free: return "free";
+    case MemoryAction::SegmentAlloc: return "segment_alloc";
+    case MemoryAction::SegmentFree: return "segment_free";
   }
   return "?";
 }

@@ -36,8 +36,7 @@ bool idx_type(int code, size_t* file_bytes, DType* dtype) {
       *file_bytes = 8;
       *dtype = DType::F64;
       return true;
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -45,9 +44,7 @@ bool idx_type(int code, size_t* file_bytes, DType* dtype) {
 // widened into `out` of the tensor's dtype).
 void decode(int code, const unsigned char* in, void* out, int64_t n) {
   switch (code) {
-    case 0x08:
-      std::memcpy(out, in, static_cast<size_t>(n));
-      break;
+    case 0x08: std::memcpy(out, in, static_cast<size_t>(n)); break;
     case 0x09: {
       auto* o = static_cast<int32_t*>(out);
       for (int64_t i = 0; i < n; ++i) o[i] = static_cast<int8_t>(in[i]);
@@ -115,20 +112,11 @@ void write_idx(const std::string& path, const Tensor& t_in, bool gzip) {
   Tensor t = t_in.contiguous();
   int code = 0;
   switch (t.dtype()) {
-    case DType::U8:
-      code = 0x08;
-      break;
-    case DType::I32:
-      code = 0x0C;
-      break;
-    case DType::F32:
-      code = 0x0D;
-      break;
-    case DType::F64:
-      code = 0x0E;
-      break;
-    default:
-      KILN_FAIL("write_idx: dtype ", t.dtype(), " has no IDX type code");
+    case DType::U8: code = 0x08; break;
+    case DType::I32: code = 0x0C; break;
+    case DType::F32: code = 0x0D; break;
+    case DType::F64: code = 0x0E; break;
+    default: KILN_FAIL("write_idx: dtype ", t.dtype(), " has no IDX type code");
   }
   std::string bytes;
   bytes.push_back(0);

@@ -44,16 +44,11 @@ std::pair<int64_t, int64_t> index_min_max(const Tensor& index, const char* op);
 // move bits, whatever the dtype.
 template <class F> void dispatch_by_size(DType dt, F&& f) {
   switch (element_size(dt)) {
-    case 1:
-      return f(TypeTag<uint8_t>{});
-    case 2:
-      return f(TypeTag<uint16_t>{});
-    case 4:
-      return f(TypeTag<uint32_t>{});
-    case 8:
-      return f(TypeTag<uint64_t>{});
-    default:
-      KILN_FAIL("gather: unsupported element size ", element_size(dt));
+    case 1: return f(TypeTag<uint8_t>{});
+    case 2: return f(TypeTag<uint16_t>{});
+    case 4: return f(TypeTag<uint32_t>{});
+    case 8: return f(TypeTag<uint64_t>{});
+    default: KILN_FAIL("gather: unsupported element size ", element_size(dt));
   }
 }
 

@@ -29,114 +29,63 @@ template <class Types, class T> using op_out_t = std::conditional_t<is_predicate
 template <class V> void visit_unary(UnaryOp op, double a, double b, V&& v) {
   using namespace math;
   switch (op) {
-    case UnaryOp::Neg:
-      return v(Neg{}, op_types::Numeric{});
-    case UnaryOp::Exp:
-      return v(Exp{}, op_types::Floating{});
-    case UnaryOp::Log:
-      return v(Log{}, op_types::Floating{});
-    case UnaryOp::Sqrt:
-      return v(Sqrt{}, op_types::Floating{});
-    case UnaryOp::Rsqrt:
-      return v(Rsqrt{}, op_types::Floating{});
-    case UnaryOp::Abs:
-      return v(Abs{}, op_types::Numeric{});
-    case UnaryOp::Tanh:
-      return v(Tanh{}, op_types::Floating{});
-    case UnaryOp::Sigmoid:
-      return v(Sigmoid{}, op_types::Floating{});
-    case UnaryOp::Relu:
-      return v(Relu{}, op_types::Numeric{});
-    case UnaryOp::GeluErf:
-      return v(GeluErf{}, op_types::Floating{});
-    case UnaryOp::GeluTanh:
-      return v(GeluTanh{}, op_types::Floating{});
-    case UnaryOp::Silu:
-      return v(Silu{}, op_types::Floating{});
-    case UnaryOp::Square:
-      return v(Square{}, op_types::Numeric{});
-    case UnaryOp::Reciprocal:
-      return v(Reciprocal{}, op_types::Floating{});
-    case UnaryOp::Sign:
-      return v(Sign{}, op_types::Numeric{});
-    case UnaryOp::PowScalar:
-      return v(PowScalar{a}, op_types::Numeric{});
-    case UnaryOp::Clamp:
-      return v(Clamp{a, b}, op_types::Numeric{});
-    case UnaryOp::AddScalar:
-      return v(AddScalar{a}, op_types::Numeric{});
-    case UnaryOp::MulScalar:
-      return v(MulScalar{a}, op_types::Numeric{});
-    case UnaryOp::RSubScalar:
-      return v(RSubScalar{a}, op_types::Numeric{});
-    case UnaryOp::RDivScalar:
-      return v(RDivScalar{a}, op_types::Floating{});
-    case UnaryOp::RPowScalar:
-      return v(RPowScalar{a}, op_types::Floating{});
-    case UnaryOp::Erf:
-      return v(Erf{}, op_types::Floating{});
-    case UnaryOp::Sin:
-      return v(Sin{}, op_types::Floating{});
-    case UnaryOp::Cos:
-      return v(Cos{}, op_types::Floating{});
-    case UnaryOp::IsNan:
-      return v(IsNan{}, op_types::Predicate{});
-    case UnaryOp::IsInf:
-      return v(IsInf{}, op_types::Predicate{});
-    case UnaryOp::IsFinite:
-      return v(IsFinite{}, op_types::Predicate{});
-    case UnaryOp::LogicalNot:
-      return v(LogicalNot{}, op_types::Predicate{});
+    case UnaryOp::Neg: return v(Neg{}, op_types::Numeric{});
+    case UnaryOp::Exp: return v(Exp{}, op_types::Floating{});
+    case UnaryOp::Log: return v(Log{}, op_types::Floating{});
+    case UnaryOp::Sqrt: return v(Sqrt{}, op_types::Floating{});
+    case UnaryOp::Rsqrt: return v(Rsqrt{}, op_types::Floating{});
+    case UnaryOp::Abs: return v(Abs{}, op_types::Numeric{});
+    case UnaryOp::Tanh: return v(Tanh{}, op_types::Floating{});
+    case UnaryOp::Sigmoid: return v(Sigmoid{}, op_types::Floating{});
+    case UnaryOp::Relu: return v(Relu{}, op_types::Numeric{});
+    case UnaryOp::GeluErf: return v(GeluErf{}, op_types::Floating{});
+    case UnaryOp::GeluTanh: return v(GeluTanh{}, op_types::Floating{});
+    case UnaryOp::Silu: return v(Silu{}, op_types::Floating{});
+    case UnaryOp::Square: return v(Square{}, op_types::Numeric{});
+    case UnaryOp::Reciprocal: return v(Reciprocal{}, op_types::Floating{});
+    case UnaryOp::Sign: return v(Sign{}, op_types::Numeric{});
+    case UnaryOp::PowScalar: return v(PowScalar{a}, op_types::Numeric{});
+    case UnaryOp::Clamp: return v(Clamp{a, b}, op_types::Numeric{});
+    case UnaryOp::AddScalar: return v(AddScalar{a}, op_types::Numeric{});
+    case UnaryOp::MulScalar: return v(MulScalar{a}, op_types::Numeric{});
+    case UnaryOp::RSubScalar: return v(RSubScalar{a}, op_types::Numeric{});
+    case UnaryOp::RDivScalar: return v(RDivScalar{a}, op_types::Floating{});
+    case UnaryOp::RPowScalar: return v(RPowScalar{a}, op_types::Floating{});
+    case UnaryOp::Erf: return v(Erf{}, op_types::Floating{});
+    case UnaryOp::Sin: return v(Sin{}, op_types::Floating{});
+    case UnaryOp::Cos: return v(Cos{}, op_types::Floating{});
+    case UnaryOp::IsNan: return v(IsNan{}, op_types::Predicate{});
+    case UnaryOp::IsInf: return v(IsInf{}, op_types::Predicate{});
+    case UnaryOp::IsFinite: return v(IsFinite{}, op_types::Predicate{});
+    case UnaryOp::LogicalNot: return v(LogicalNot{}, op_types::Predicate{});
   }
 }
 
 template <class V> void visit_binary(BinaryOp op, double alpha, double beta, V&& v) {
   using namespace math;
   switch (op) {
-    case BinaryOp::Add:
-      return v(Add{alpha}, op_types::Numeric{});
-    case BinaryOp::Sub:
-      return v(Sub{alpha}, op_types::Numeric{});
-    case BinaryOp::Mul:
-      return v(Mul{}, op_types::Numeric{});
-    case BinaryOp::Div:
-      return v(Div{}, op_types::Floating{});
-    case BinaryOp::Pow:
-      return v(Pow{}, op_types::Floating{});
-    case BinaryOp::Maximum:
-      return v(Maximum{}, op_types::Numeric{});
-    case BinaryOp::Minimum:
-      return v(Minimum{}, op_types::Numeric{});
-    case BinaryOp::ReluBackward:
-      return v(ReluBackward{}, op_types::Floating{});
-    case BinaryOp::SigmoidBackward:
-      return v(SigmoidBackward{}, op_types::Floating{});
-    case BinaryOp::TanhBackward:
-      return v(TanhBackward{}, op_types::Floating{});
-    case BinaryOp::GeluErfBackward:
-      return v(GeluErfBackward{}, op_types::Floating{});
-    case BinaryOp::GeluTanhBackward:
-      return v(GeluTanhBackward{}, op_types::Floating{});
-    case BinaryOp::SiluBackward:
-      return v(SiluBackward{}, op_types::Floating{});
-    case BinaryOp::ClampBackward:
-      return v(ClampBackward{alpha, beta}, op_types::Floating{});
-    case BinaryOp::Eq:
-      return v(Eq{}, op_types::Predicate{});
-    case BinaryOp::Ne:
-      return v(Ne{}, op_types::Predicate{});
-    case BinaryOp::Lt:
-      return v(Lt{}, op_types::Predicate{});
-    case BinaryOp::Le:
-      return v(Le{}, op_types::Predicate{});
-    case BinaryOp::Gt:
-      return v(Gt{}, op_types::Predicate{});
-    case BinaryOp::Ge:
-      return v(Ge{}, op_types::Predicate{});
-    case BinaryOp::LogicalAnd:
-      return v(LogicalAnd{}, op_types::Predicate{});
-    case BinaryOp::LogicalOr:
-      return v(LogicalOr{}, op_types::Predicate{});
+    case BinaryOp::Add: return v(Add{alpha}, op_types::Numeric{});
+    case BinaryOp::Sub: return v(Sub{alpha}, op_types::Numeric{});
+    case BinaryOp::Mul: return v(Mul{}, op_types::Numeric{});
+    case BinaryOp::Div: return v(Div{}, op_types::Floating{});
+    case BinaryOp::Pow: return v(Pow{}, op_types::Floating{});
+    case BinaryOp::Maximum: return v(Maximum{}, op_types::Numeric{});
+    case BinaryOp::Minimum: return v(Minimum{}, op_types::Numeric{});
+    case BinaryOp::ReluBackward: return v(ReluBackward{}, op_types::Floating{});
+    case BinaryOp::SigmoidBackward: return v(SigmoidBackward{}, op_types::Floating{});
+    case BinaryOp::TanhBackward: return v(TanhBackward{}, op_types::Floating{});
+    case BinaryOp::GeluErfBackward: return v(GeluErfBackward{}, op_types::Floating{});
+    case BinaryOp::GeluTanhBackward: return v(GeluTanhBackward{}, op_types::Floating{});
+    case BinaryOp::SiluBackward: return v(SiluBackward{}, op_types::Floating{});
+    case BinaryOp::ClampBackward: return v(ClampBackward{alpha, beta}, op_types::Floating{});
+    case BinaryOp::Eq: return v(Eq{}, op_types::Predicate{});
+    case BinaryOp::Ne: return v(Ne{}, op_types::Predicate{});
+    case BinaryOp::Lt: return v(Lt{}, op_types::Predicate{});
+    case BinaryOp::Le: return v(Le{}, op_types::Predicate{});
+    case BinaryOp::Gt: return v(Gt{}, op_types::Predicate{});
+    case BinaryOp::Ge: return v(Ge{}, op_types::Predicate{});
+    case BinaryOp::LogicalAnd: return v(LogicalAnd{}, op_types::Predicate{});
+    case BinaryOp::LogicalOr: return v(LogicalOr{}, op_types::Predicate{});
   }
 }
 

@@ -41,10 +41,8 @@ LSTMState step(Recurrence kind, const Tensor& gx, const Tensor& h, const Tensor&
       Tensor n = kiln::tanh(i[2] + reset * r[2]);
       return {(1.0 - update) * n + update * h, Tensor()};
     }
-    case Recurrence::Tanh:
-      return {kiln::tanh(gx + gh), Tensor()};
-    case Recurrence::ReLU:
-      return {kiln::relu(gx + gh), Tensor()};
+    case Recurrence::Tanh: return {kiln::tanh(gx + gh), Tensor()};
+    case Recurrence::ReLU: return {kiln::relu(gx + gh), Tensor()};
   }
   KILN_FAIL("unreachable");
 }

@@ -20,22 +20,14 @@ using json = nlohmann::json;
 
 const char* st_dtype(DType d) {
   switch (d) {
-    case DType::F32:
-      return "F32";
-    case DType::F64:
-      return "F64";
-    case DType::F16:
-      return "F16";
-    case DType::BF16:
-      return "BF16";
-    case DType::I64:
-      return "I64";
-    case DType::I32:
-      return "I32";
-    case DType::U8:
-      return "U8";
-    case DType::Bool:
-      return "BOOL";
+    case DType::F32: return "F32";
+    case DType::F64: return "F64";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+    case DType::I64: return "I64";
+    case DType::I32: return "I32";
+    case DType::U8: return "U8";
+    case DType::Bool: return "BOOL";
   }
   return "?";
 }
@@ -228,22 +220,14 @@ void load(nn::Module& module, const std::string& path, bool strict) {
 namespace {
 const char* npy_descr(DType d) {
   switch (d) {
-    case DType::F32:
-      return "<f4";
-    case DType::F64:
-      return "<f8";
-    case DType::F16:
-      return "<f2";
-    case DType::I64:
-      return "<i8";
-    case DType::I32:
-      return "<i4";
-    case DType::U8:
-      return "|u1";
-    case DType::Bool:
-      return "|b1";
-    default:
-      return nullptr;
+    case DType::F32: return "<f4";
+    case DType::F64: return "<f8";
+    case DType::F16: return "<f2";
+    case DType::I64: return "<i8";
+    case DType::I32: return "<i4";
+    case DType::U8: return "|u1";
+    case DType::Bool: return "|b1";
+    default: return nullptr;
   }
 }
 }  // namespace

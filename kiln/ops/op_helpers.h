@@ -18,12 +18,9 @@ inline void check_inplace(const Tensor& t, const char* op) {
 // A loss's per-element values reduced as `reduction` says.
 inline Tensor reduce_loss(const Tensor& per_element, Reduction reduction) {
   switch (reduction) {
-    case Reduction::None:
-      return per_element;
-    case Reduction::Sum:
-      return per_element.sum();
-    case Reduction::Mean:
-      return per_element.mean();
+    case Reduction::None: return per_element;
+    case Reduction::Sum: return per_element.sum();
+    case Reduction::Mean: return per_element.mean();
   }
   return per_element;
 }

@@ -22,11 +22,8 @@ struct Formatter {
   std::string format(double v) const {
     char buf[64];
     switch (kind) {
-      case Bool:
-        return v != 0 ? "True" : "False";
-      case Int:
-        std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
-        break;
+      case Bool: return v != 0 ? "True" : "False";
+      case Int: std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v)); break;
       case IntFloat:
         if (std::isfinite(v)) std::snprintf(buf, sizeof buf, "%.0f.", v);
         else std::snprintf(buf, sizeof buf, "%s", std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf"));

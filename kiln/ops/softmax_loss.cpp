@@ -169,12 +169,8 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, int64_t ignore_i
     NoGradGuard ng;
     kernels::cross_entropy_forward(loss_rows, lse, x.detach(), t, ignore_index, e);
     switch (reduction) {
-      case Reduction::None:
-        out = loss_rows.to(out_dtype).reshape(sample_shape);
-        break;
-      case Reduction::Sum:
-        out = loss_rows.sum().to(out_dtype);
-        break;
+      case Reduction::None: out = loss_rows.to(out_dtype).reshape(sample_shape); break;
+      case Reduction::Sum: out = loss_rows.sum().to(out_dtype); break;
       case Reduction::Mean:
         count = (t != static_cast<double>(ignore_index)).sum().to(sd);
         out = (loss_rows.sum() / count).to(out_dtype);

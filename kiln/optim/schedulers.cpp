@@ -194,15 +194,9 @@ double CyclicLR::scaled_fraction(int64_t t) const {
   const double f = x <= ratio ? x / ratio : (x - 1.0) / (ratio - 1.0);
   double scale = 1.0;
   switch (o_.mode()) {
-    case CyclicMode::Triangular:
-      scale = 1.0;
-      break;
-    case CyclicMode::Triangular2:
-      scale = 1.0 / std::pow(2.0, cycle - 1.0);
-      break;
-    case CyclicMode::ExpRange:
-      scale = std::pow(o_.gamma(), td);
-      break;
+    case CyclicMode::Triangular: scale = 1.0; break;
+    case CyclicMode::Triangular2: scale = 1.0 / std::pow(2.0, cycle - 1.0); break;
+    case CyclicMode::ExpRange: scale = std::pow(o_.gamma(), td); break;
   }
   return f * scale;
 }

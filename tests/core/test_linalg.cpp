@@ -41,16 +41,11 @@ std::vector<double> naive_mm(const Tensor& a, const Tensor& b) {
 // the final rounding to 16 bits counts: f16 unit roundoff 2^-11 -> rel 2e-3; bf16 2^-8 -> 1e-2.
 double rtol_for(DType dt) {
   switch (dt) {
-    case DType::F64:
-      return 1e-12;
-    case DType::F32:
-      return 1e-5;
-    case DType::F16:
-      return 2e-3;
-    case DType::BF16:
-      return 1e-2;
-    default:
-      return 0;
+    case DType::F64: return 1e-12;
+    case DType::F32: return 1e-5;
+    case DType::F16: return 2e-3;
+    case DType::BF16: return 1e-2;
+    default: return 0;
   }
 }
 // The absolute tolerance per dtype: the same values as rtol_for.

@@ -46,14 +46,10 @@ void require_near(const Tensor& gpu, const Tensor& cpu, double tol, const std::s
 
 double tol_for(DType dt) {
   switch (dt) {
-    case DType::F64:
-      return 1e-10;
-    case DType::F16:
-      return 5e-3;
-    case DType::BF16:
-      return 3e-2;
-    default:
-      return 1e-4;
+    case DType::F64: return 1e-10;
+    case DType::F16: return 5e-3;
+    case DType::BF16: return 3e-2;
+    default: return 1e-4;
   }
 }
 

@@ -53,9 +53,7 @@ std::vector<Field> decode(const std::string& msg) {
     const uint64_t key = read_varint(msg, pos);
     f.number = uint32_t(key >> 3), f.wire = uint32_t(key & 7);
     switch (f.wire) {
-      case 0:
-        f.num = read_varint(msg, pos);
-        break;
+      case 0: f.num = read_varint(msg, pos); break;
       case 1:
         REQUIRE(pos + 8 <= msg.size());
         f.num = le(msg, pos, 8);
@@ -73,8 +71,7 @@ std::vector<Field> decode(const std::string& msg) {
         pos += n;
         break;
       }
-      default:
-        FAIL("unexpected wire type " << f.wire);
+      default: FAIL("unexpected wire type " << f.wire);
     }
     out.push_back(f);
   }

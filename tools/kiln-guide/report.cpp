@@ -50,40 +50,24 @@ std::string format_number(double v, Unit u) {
   if (!finite(v)) return "-";
   char buf[64];
   switch (u) {
-    case Unit::SamplesPerSecond:
-      return thousands(v);
-    case Unit::Bytes:
-      std::snprintf(buf, sizeof buf, "%.1f", v / (1024.0 * 1024.0));
-      return buf;
-    case Unit::Seconds:
-      std::snprintf(buf, sizeof buf, "%.1f", v);
-      return buf;
-    case Unit::Accuracy:
-      std::snprintf(buf, sizeof buf, "%.2f", 100 * v);
-      return buf;
-    case Unit::PerStep:
-      std::snprintf(buf, sizeof buf, "%.2f", v);
-      return buf;
-    case Unit::Samples:
-      return thousands(v);
+    case Unit::SamplesPerSecond: return thousands(v);
+    case Unit::Bytes: std::snprintf(buf, sizeof buf, "%.1f", v / (1024.0 * 1024.0)); return buf;
+    case Unit::Seconds: std::snprintf(buf, sizeof buf, "%.1f", v); return buf;
+    case Unit::Accuracy: std::snprintf(buf, sizeof buf, "%.2f", 100 * v); return buf;
+    case Unit::PerStep: std::snprintf(buf, sizeof buf, "%.2f", v); return buf;
+    case Unit::Samples: return thousands(v);
   }
   return "?";
 }
 
 std::string unit_suffix(Unit u, const std::string& sample_word) {
   switch (u) {
-    case Unit::SamplesPerSecond:
-      return " " + sample_word + "/s";
-    case Unit::Bytes:
-      return " MiB";
-    case Unit::Seconds:
-      return " s";
-    case Unit::Accuracy:
-      return "%";
-    case Unit::PerStep:
-      return " per step";
-    case Unit::Samples:
-      return " samples";
+    case Unit::SamplesPerSecond: return " " + sample_word + "/s";
+    case Unit::Bytes: return " MiB";
+    case Unit::Seconds: return " s";
+    case Unit::Accuracy: return "%";
+    case Unit::PerStep: return " per step";
+    case Unit::Samples: return " samples";
   }
   return "";
 }

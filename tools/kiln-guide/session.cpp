@@ -41,12 +41,9 @@ int64_t log_every(const Tip& t, const Budget& b) {
       return b.steps > 0 ? std::max<int64_t>(1, b.steps / 8) : 50;
     case MetricKind::PeakMemory:
     case MetricKind::BatchFit:
-    case MetricKind::EvalThroughput:
-      return std::max<int64_t>(1, b.steps);
-    case MetricKind::Convergence:
-      return 100;
-    case MetricKind::HostSyncs:
-      return 50;  // kiln-train's default: the loss read of a plain run
+    case MetricKind::EvalThroughput: return std::max<int64_t>(1, b.steps);
+    case MetricKind::Convergence: return 100;
+    case MetricKind::HostSyncs: return 50;  // kiln-train's default: the loss read of a plain run
   }
   return 50;
 }
@@ -132,14 +129,11 @@ std::string metric_name(const Tip& t, const std::string& device) {
   const std::string per = t.model == "gpt" ? "tokens/s" : "images/s";
   const std::string note = t.metric_note.empty() ? "" : "; " + t.metric_note;
   switch (t.metric) {
-    case MetricKind::Throughput:
-      return "throughput, " + per + " after the first log window";
-    case MetricKind::LateThroughput:
-      return "throughput over the second half of the steps, " + per;
+    case MetricKind::Throughput: return "throughput, " + per + " after the first log window";
+    case MetricKind::LateThroughput: return "throughput over the second half of the steps, " + per;
     case MetricKind::PeakMemory:
       return device == "cuda" ? "peak GPU memory reserved, bytes" : "peak resident memory of the process, bytes";
-    case MetricKind::Convergence:
-      return "time to target accuracy";  // settled by fill_row
+    case MetricKind::Convergence: return "time to target accuracy";  // settled by fill_row
     case MetricKind::HostSyncs:
       return (device == "cuda" ? std::string("implicit host-device syncs per optimizer step, as sync-debug counts them "
                                              "(kiln-train --sync-debug warn)")
@@ -195,14 +189,10 @@ void measure(RunOutcome& r, const Tip& t, const std::string& device, const nlohm
       r.value = steady_throughput(rows, last_step / 2);
       if (!std::isfinite(r.value)) r.value = number("samples_per_second");
       break;
-    case MetricKind::PeakMemory:
-      r.value = number("peak_memory_bytes");
-      break;
+    case MetricKind::PeakMemory: r.value = number("peak_memory_bytes"); break;
     // the live tensors' peak over the steps alone: a line in the batch, which the process's peak
     // is not (start-up and evaluation set a floor under it)
-    case MetricKind::BatchFit:
-      r.value = number("train_peak_allocated_bytes");
-      break;
+    case MetricKind::BatchFit: r.value = number("train_peak_allocated_bytes"); break;
     case MetricKind::Convergence:
       r.final_accuracy = number("test_accuracy");
       r.value = r.final_accuracy;
@@ -213,9 +203,7 @@ void measure(RunOutcome& r, const Tip& t, const std::string& device, const nlohm
     case MetricKind::HostSyncs:  // on a GPU the runtime's count, which sees the syncs kiln-train does not make itself
       r.value = number(device == "cuda" ? "implicit_syncs_per_step" : "host_reads_per_step");
       break;
-    case MetricKind::EvalThroughput:
-      r.value = number("eval_samples_per_second");
-      break;
+    case MetricKind::EvalThroughput: r.value = number("eval_samples_per_second"); break;
   }
 }
 

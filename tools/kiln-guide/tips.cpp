@@ -308,20 +308,13 @@ std::string trim(const std::string& s) {
 const char* metric_word(const Tip& t) {
   if (!t.not_measured.empty()) return "-";
   switch (t.metric) {
-    case MetricKind::Throughput:
-      return "throughput";
-    case MetricKind::LateThroughput:
-      return "late throughput";
-    case MetricKind::PeakMemory:
-      return "peak memory";
-    case MetricKind::Convergence:
-      return "time to accuracy";
-    case MetricKind::HostSyncs:
-      return "host syncs per step";
-    case MetricKind::BatchFit:
-      return "batch that fits";
-    case MetricKind::EvalThroughput:
-      return "evaluation throughput";
+    case MetricKind::Throughput: return "throughput";
+    case MetricKind::LateThroughput: return "late throughput";
+    case MetricKind::PeakMemory: return "peak memory";
+    case MetricKind::Convergence: return "time to accuracy";
+    case MetricKind::HostSyncs: return "host syncs per step";
+    case MetricKind::BatchFit: return "batch that fits";
+    case MetricKind::EvalThroughput: return "evaluation throughput";
   }
   return "?";
 }

@@ -9,16 +9,11 @@ namespace kiln::distributed {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum:
-      return "Sum";
-    case ReduceOp::Avg:
-      return "Avg";
-    case ReduceOp::Max:
-      return "Max";
-    case ReduceOp::Min:
-      return "Min";
-    case ReduceOp::Product:
-      return "Product";
+    case ReduceOp::Sum: return "Sum";
+    case ReduceOp::Avg: return "Avg";
+    case ReduceOp::Max: return "Max";
+    case ReduceOp::Min: return "Min";
+    case ReduceOp::Product: return "Product";
   }
   return "?";
 }

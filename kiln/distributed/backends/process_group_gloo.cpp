@@ -88,14 +88,10 @@ template <class T, class Op> void reduce_elements(void* out, const void* a, cons
 template <class T>::gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg:
-      return &reduce_elements<T, SumOp>;  // Avg divides afterwards
-    case ReduceOp::Product:
-      return &reduce_elements<T, ProductOp>;
-    case ReduceOp::Max:
-      return &reduce_elements<T, MaxOp>;
-    case ReduceOp::Min:
-      return &reduce_elements<T, MinOp>;
+    case ReduceOp::Avg: return &reduce_elements<T, SumOp>;  // Avg divides afterwards
+    case ReduceOp::Product: return &reduce_elements<T, ProductOp>;
+    case ReduceOp::Max: return &reduce_elements<T, MaxOp>;
+    case ReduceOp::Min: return &reduce_elements<T, MinOp>;
   }
   return nullptr;
 }

@@ -48,20 +48,13 @@ cudaStream_t native(const Stream& s) { return static_cast<cudaStream_t>(s.handle
 
 ncclDataType_t nccl_dtype(DType t, const std::string& what) {
   switch (t) {
-    case DType::F32:
-      return ncclFloat32;
-    case DType::F64:
-      return ncclFloat64;
-    case DType::F16:
-      return ncclFloat16;
-    case DType::BF16:
-      return ncclBfloat16;
-    case DType::I32:
-      return ncclInt32;
-    case DType::I64:
-      return ncclInt64;
-    case DType::U8:
-      return ncclUint8;
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::F16: return ncclFloat16;
+    case DType::BF16: return ncclBfloat16;
+    case DType::I32: return ncclInt32;
+    case DType::I64: return ncclInt64;
+    case DType::U8: return ncclUint8;
     default:
       KILN_FAIL(what, ": NCCL has no dtype ", dtype_name(t),
                 " (float32, float64, float16, bfloat16, int32, int64 and uint8 are supported)");
@@ -70,16 +63,11 @@ ncclDataType_t nccl_dtype(DType t, const std::string& what) {
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum:
-      return ncclSum;
-    case ReduceOp::Avg:
-      return ncclAvg;
-    case ReduceOp::Max:
-      return ncclMax;
-    case ReduceOp::Min:
-      return ncclMin;
-    case ReduceOp::Product:
-      return ncclProd;
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Avg: return ncclAvg;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+    case ReduceOp::Product: return ncclProd;
   }
   KILN_FAIL("nccl: unknown ReduceOp ", static_cast<int>(op));
 }

@@ -340,8 +340,7 @@ class StoreServer {
         for (const auto& kv : data_) n += kv.first.compare(0, kInternalPrefix.size(), kInternalPrefix) != 0;
         return ok({encode_int(n)});
       }
-      default:
-        return std::nullopt;
+      default: return std::nullopt;
     }
   }
 

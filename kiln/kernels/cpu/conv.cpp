@@ -764,12 +764,9 @@ void run_tuned_into(Direction d, const ConvGeometry& g, DType dt, const Tensor& 
 // Runs f(float{}) or f(double{}), the dtypes of the CPU kernels; others are an error.
 template <class F> void dispatch_conv_dtype(DType dt, const char* op, F&& f) {
   switch (dt) {
-    case DType::F32:
-      return f(float{});
-    case DType::F64:
-      return f(double{});
-    default:
-      KILN_FAIL(op, ": dtype ", dt, " is not supported by the CPU kernel");
+    case DType::F32: return f(float{});
+    case DType::F64: return f(double{});
+    default: KILN_FAIL(op, ": dtype ", dt, " is not supported by the CPU kernel");
   }
 }
 

@@ -99,16 +99,11 @@ void matmul(const Tensor& c, const Tensor& a_in, const Tensor& b_in) {
   }
   Tensor a = mappable(a_in), b = mappable(b_in);
   switch (dt) {
-    case DType::F32:
-      return gemm_batched<float>(c, a, b);
-    case DType::F64:
-      return gemm_batched<double>(c, a, b);
-    case DType::I64:
-      return gemm_batched<int64_t>(c, a, b);
-    case DType::I32:
-      return gemm_batched<int32_t>(c, a, b);
-    default:
-      KILN_FAIL("matmul: dtype ", dt, " is not supported");
+    case DType::F32: return gemm_batched<float>(c, a, b);
+    case DType::F64: return gemm_batched<double>(c, a, b);
+    case DType::I64: return gemm_batched<int64_t>(c, a, b);
+    case DType::I32: return gemm_batched<int32_t>(c, a, b);
+    default: KILN_FAIL("matmul: dtype ", dt, " is not supported");
   }
 }
 KILN_REGISTER_KERNEL(kernels::matmul, CPU, matmul);

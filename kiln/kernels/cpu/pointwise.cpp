@@ -157,14 +157,10 @@ void copy(const Tensor& dst, const Tensor& src) {
   if (dst.dtype() == src.dtype() && it.ndim >= 2 && it.strides[0][it.ndim - 1] == es &&
       it.strides[1][it.ndim - 2] == es && it.strides[1][it.ndim - 1] != es) {
     switch (es) {
-      case 1:
-        return tiled_transpose_copy<uint8_t>(it);
-      case 2:
-        return tiled_transpose_copy<uint16_t>(it);
-      case 4:
-        return tiled_transpose_copy<uint32_t>(it);
-      case 8:
-        return tiled_transpose_copy<uint64_t>(it);
+      case 1: return tiled_transpose_copy<uint8_t>(it);
+      case 2: return tiled_transpose_copy<uint16_t>(it);
+      case 4: return tiled_transpose_copy<uint32_t>(it);
+      case 8: return tiled_transpose_copy<uint64_t>(it);
     }
   }
   dispatch_all(dst.dtype(), "copy_", [&](auto out_tag) {

@@ -320,18 +320,17 @@ void check4(const char* op, std::initializer_list<const Tensor*> ts) {
 
 }  // namespace
 
-#define KILN_POOL_DISPATCH(op, dt, ...)                                     \
-  switch (dt) {                                                             \
-    case DType::F32: {                                                      \
-      using T = float;                                                      \
-      __VA_ARGS__;                                                          \
-    } break;                                                                \
-    case DType::F64: {                                                      \
-      using T = double;                                                     \
-      __VA_ARGS__;                                                          \
-    } break;                                                                \
-    default:                                                                \
-      KILN_FAIL(op, ": dtype ", dt, " is not supported by the CPU kernel"); \
+#define KILN_POOL_DISPATCH(op, dt, ...)                                            \
+  switch (dt) {                                                                    \
+    case DType::F32: {                                                             \
+      using T = float;                                                             \
+      __VA_ARGS__;                                                                 \
+    } break;                                                                       \
+    case DType::F64: {                                                             \
+      using T = double;                                                            \
+      __VA_ARGS__;                                                                 \
+    } break;                                                                       \
+    default: KILN_FAIL(op, ": dtype ", dt, " is not supported by the CPU kernel"); \
   }
 
 void max_pool2d_forward(const Tensor& out, const Tensor& indices, const Tensor& x, const PoolGeometry& g) {

@@ -142,14 +142,10 @@ void reduce(ReduceOp op, const Tensor& out, const Tensor& in, const IntList& dim
     };
     switch (op) {
       case ReduceOp::Sum:
-      case ReduceOp::Mean:
-        return go(SumAcc<A>{}, true);
-      case ReduceOp::Prod:
-        return go(ProdAcc<A>{}, false);
-      case ReduceOp::Max:
-        return go(MaxAcc<opmath_t<T>>{}, false);
-      case ReduceOp::Min:
-        return go(MinAcc<opmath_t<T>>{}, false);
+      case ReduceOp::Mean: return go(SumAcc<A>{}, true);
+      case ReduceOp::Prod: return go(ProdAcc<A>{}, false);
+      case ReduceOp::Max: return go(MaxAcc<opmath_t<T>>{}, false);
+      case ReduceOp::Min: return go(MinAcc<opmath_t<T>>{}, false);
     }
   });
 }

@@ -172,16 +172,11 @@ using ConvDesc =
 
 cudnnDataType_t data_type(DType t, const char* op) {
   switch (t) {
-    case DType::F32:
-      return CUDNN_DATA_FLOAT;
-    case DType::F64:
-      return CUDNN_DATA_DOUBLE;
-    case DType::F16:
-      return CUDNN_DATA_HALF;
-    case DType::BF16:
-      return CUDNN_DATA_BFLOAT16;
-    default:
-      KILN_FAIL(op, ": dtype ", t, " is not supported by the cuDNN convolution");
+    case DType::F32: return CUDNN_DATA_FLOAT;
+    case DType::F64: return CUDNN_DATA_DOUBLE;
+    case DType::F16: return CUDNN_DATA_HALF;
+    case DType::BF16: return CUDNN_DATA_BFLOAT16;
+    default: KILN_FAIL(op, ": dtype ", t, " is not supported by the cuDNN convolution");
   }
 }
 
@@ -189,13 +184,10 @@ cudnnDataType_t data_type(DType t, const char* op) {
 // replaces it for the call (see run_math_type).
 cudnnMathType_t search_math_type(DType t) {
   switch (t) {
-    case DType::F32:
-      return kiln::cuda::allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    case DType::F32: return kiln::cuda::allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     case DType::F16:
-    case DType::BF16:
-      return CUDNN_TENSOR_OP_MATH;
-    default:
-      return CUDNN_DEFAULT_MATH;
+    case DType::BF16: return CUDNN_TENSOR_OP_MATH;
+    default: return CUDNN_DEFAULT_MATH;
   }
 }
 

@@ -122,8 +122,7 @@ bool lt_matmul(const Tensor& c, const Tensor& a, const Tensor& b, const Epilogue
       compute = CUBLAS_COMPUTE_32F;
       scale_type = CUDA_R_32F;
       break;
-    default:
-      KILN_FAIL("matmul: dtype ", a.dtype(), " is not supported on CUDA");
+    default: KILN_FAIL("matmul: dtype ", a.dtype(), " is not supported on CUDA");
   }
 
   // C^T [N, M] = X [N, K] * Y [K, M] with X = B^T, Y = A^T (column-major).

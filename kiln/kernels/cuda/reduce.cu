@@ -31,10 +31,8 @@ using acc_type = std::conditional_t<std::is_same_v<T, double>, double,
 template <class A> __host__ __device__ A identity_of(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Mean:
-      return A(0);
-    case ReduceOp::Prod:
-      return A(1);
+    case ReduceOp::Mean: return A(0);
+    case ReduceOp::Prod: return A(1);
     case ReduceOp::Max:
       if constexpr (std::is_floating_point_v<A>) return -INFINITY;
       else return std::numeric_limits<A>::lowest();
@@ -47,27 +45,19 @@ template <class A> __host__ __device__ A identity_of(ReduceOp op) {
 
 template <class A> __device__ __forceinline__ A combine(ReduceOp op, A a, A b) {
   switch (op) {
-    case ReduceOp::Prod:
-      return ProdOp()(a, b);
-    case ReduceOp::Max:
-      return MaxOp()(a, b);
-    case ReduceOp::Min:
-      return MinOp()(a, b);
-    default:
-      return SumOp()(a, b);
+    case ReduceOp::Prod: return ProdOp()(a, b);
+    case ReduceOp::Max: return MaxOp()(a, b);
+    case ReduceOp::Min: return MinOp()(a, b);
+    default: return SumOp()(a, b);
   }
 }
 
 template <class A> __device__ A block_combine(ReduceOp op, A v) {
   switch (op) {
-    case ReduceOp::Prod:
-      return block_reduce(v, ProdOp(), A(1));
-    case ReduceOp::Max:
-      return block_reduce(v, MaxOp(), identity_of<A>(ReduceOp::Max));
-    case ReduceOp::Min:
-      return block_reduce(v, MinOp(), identity_of<A>(ReduceOp::Min));
-    default:
-      return block_reduce(v, SumOp(), A(0));
+    case ReduceOp::Prod: return block_reduce(v, ProdOp(), A(1));
+    case ReduceOp::Max: return block_reduce(v, MaxOp(), identity_of<A>(ReduceOp::Max));
+    case ReduceOp::Min: return block_reduce(v, MinOp(), identity_of<A>(ReduceOp::Min));
+    default: return block_reduce(v, SumOp(), A(0));
   }
 }
 

@@ -28,14 +28,10 @@ int my_rank() { return std::stoi(env_or("RANK", "-1")); }
 
 const char* name_of(int sig) {
   switch (sig) {
-    case SIGINT:
-      return "SIGINT";
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGHUP:
-      return "SIGHUP";
-    default:
-      return "another signal";
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "another signal";
   }
 }
 
