@@ -9,6 +9,7 @@
 // one physical layout (kernels/memory_format.h). Dtypes: the CPU kernels take f32 and f64 (the
 // ops widen f16/bf16 to f32 for CPU tensors); the CUDA kernels also take f16 and bf16.
 #include <cstdint>
+#include <vector>
 
 #include "kiln/core/tensor.h"
 #include "kiln/kernels/dispatch.h"
@@ -27,6 +28,11 @@ struct ConvGeometry {
   // false: x, out and their gradients are NCHW-contiguous; true: they are channels-last (NHWC
   // memory). The weight is always a contiguous [K, C / groups, kh, kw].
   bool channels_last = false;
+
+  // Every field as a number, in declaration order: the start of the autotuners' cache keys.
+  std::vector<int64_t> fields() const {
+    return {N, C, H, W, K, kh, kw, OH, OW, sh, sw, ph, pw, dh, dw, groups, channels_last ? 1 : 0};
+  }
 };
 
 // out = conv(x, weight) + bias (bias [K] or undefined). out is overwritten.

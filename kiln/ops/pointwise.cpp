@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <optional>
+#include <utility>
 
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
@@ -144,88 +145,96 @@ Tensor sum_to(const Tensor& t, const IntList& shape) {
 
 // ---------------------------------------------------------------- binary arithmetic
 
-Tensor add(const Tensor& a, const Tensor& b, double alpha) {
-  Tensor out = binary_raw(BinaryOp::Add, a, b, alpha);
-  if (autograd::any_requires_grad({&a, &b})) {
-    IntList sa = a.sizes(), sb = b.sizes();
-    bool ga = a.requires_grad(), gb = b.requires_grad();
-    autograd::record_function("AddBackward", {&a, &b}, {&out}, [=](const TensorList& g) {
-      return TensorList{ga ? sum_to(g[0], sa) : Tensor(),
-                        gb ? sum_to(alpha == 1.0 ? g[0] : g[0] * alpha, sb) : Tensor()};
-    });
-  }
+namespace {
+
+// A binary op's backward, declared once (docs/architecture.md, "Ops"): the node's name and, for
+// each input, which of (a, b, the output) its gradient reads and the gradient as differentiable
+// ops of g and those, before it is summed back over the broadcast dimensions. The node keeps only
+// what the gradients of the inputs that require grad read.
+enum Reads : unsigned { kNothing = 0, kA = 1, kB = 2, kOut = 4 };
+struct Operands {
+  Tensor a, b, out;  // undefined where no gradient reads it
+};
+struct InputGrad {
+  unsigned reads;
+  std::function<Tensor(const Tensor& g, const Operands& s)> formula;
+};
+struct BinaryGrad {
+  const char* node;
+  InputGrad da, db;
+};
+
+// Records out = op(a, b) as `grad` declares it. a_in, b_in are the caller's tensors (the graph's
+// edges); a, b what the kernel computed with (after type promotion).
+Tensor record_binary(const BinaryGrad& grad, const Tensor& a_in, const Tensor& b_in, const Tensor& a, const Tensor& b,
+                     Tensor out) {
+  if (!autograd::any_requires_grad({&a_in, &b_in})) return out;
+  const bool ga = a_in.requires_grad(), gb = b_in.requires_grad();
+  const unsigned reads = (ga ? grad.da.reads : 0) | (gb ? grad.db.reads : 0);
+  const SavedTensor sa = reads & kA ? SavedTensor(a, grad.node) : SavedTensor();
+  const SavedTensor sb = reads & kB ? SavedTensor(b, grad.node) : SavedTensor();
+  const SavedTensor so = reads & kOut ? SavedTensor::output(out, grad.node) : SavedTensor();
+  autograd::record_function(
+      grad.node, {&a_in, &b_in}, {&out},
+      [=, da = grad.da.formula, db = grad.db.formula, za = a.sizes(), zb = b.sizes()](const TensorList& g) {
+        const Operands s{sa.get(), sb.get(), so.get()};
+        return TensorList{ga ? sum_to(da(g[0], s), za) : Tensor(), gb ? sum_to(db(g[0], s), zb) : Tensor()};
+      });
   return out;
+}
+
+// Both operands in the floating type the op computes in (integers divide and raise in float32).
+std::pair<Tensor, Tensor> as_float_pair(const Tensor& a, const Tensor& b) {
+  const DType dt = promote_types(float_dtype_for(a), float_dtype_for(b));
+  return {as_dtype(a, dt), as_dtype(b, dt)};
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b, double alpha) {
+  return record_binary({"AddBackward",
+                        {kNothing, [](const Tensor& g, const Operands&) { return g; }},
+                        {kNothing, [alpha](const Tensor& g, const Operands&) { return alpha == 1.0 ? g : g * alpha; }}},
+                       a, b, a, b, binary_raw(BinaryOp::Add, a, b, alpha));
 }
 
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) { return add(a, b, -alpha); }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_raw(BinaryOp::Mul, a, b);
-  if (autograd::any_requires_grad({&a, &b})) {
-    bool ga = a.requires_grad(), gb = b.requires_grad();
-    SavedTensor sa = gb ? SavedTensor(a, "MulBackward") : SavedTensor();
-    SavedTensor sb = ga ? SavedTensor(b, "MulBackward") : SavedTensor();
-    IntList za = a.sizes(), zb = b.sizes();
-    autograd::record_function("MulBackward", {&a, &b}, {&out}, [=](const TensorList& g) {
-      return TensorList{ga ? sum_to(g[0] * sb.get(), za) : Tensor(), gb ? sum_to(g[0] * sa.get(), zb) : Tensor()};
-    });
-  }
-  return out;
+  return record_binary({"MulBackward",
+                        {kB, [](const Tensor& g, const Operands& s) { return g * s.b; }},
+                        {kA, [](const Tensor& g, const Operands& s) { return g * s.a; }}},
+                       a, b, a, b, binary_raw(BinaryOp::Mul, a, b));
 }
 
 Tensor div(const Tensor& a_in, const Tensor& b_in) {
-  DType dt = promote_types(float_dtype_for(a_in), float_dtype_for(b_in));
-  Tensor a = as_dtype(a_in, dt), b = as_dtype(b_in, dt);
-  Tensor out = binary_raw(BinaryOp::Div, a, b);
-  if (autograd::any_requires_grad({&a_in, &b_in})) {
-    bool ga = a_in.requires_grad(), gb = b_in.requires_grad();
-    SavedTensor sb(b, "DivBackward");
-    SavedTensor sout = gb ? SavedTensor::output(out, "DivBackward") : SavedTensor();
-    IntList za = a.sizes(), zb = b.sizes();
-    autograd::record_function("DivBackward", {&a_in, &b_in}, {&out}, [=](const TensorList& g) {
-      Tensor gq = g[0] / sb.get();
-      return TensorList{ga ? sum_to(gq, za) : Tensor(), gb ? sum_to(-gq * sout.get(), zb) : Tensor()};
-    });
-  }
-  return out;
+  const auto [a, b] = as_float_pair(a_in, b_in);
+  return record_binary({"DivBackward",
+                        {kB, [](const Tensor& g, const Operands& s) { return g / s.b; }},
+                        {kB | kOut, [](const Tensor& g, const Operands& s) { return -(g / s.b) * s.out; }}},
+                       a_in, b_in, a, b, binary_raw(BinaryOp::Div, a, b));
 }
 
 Tensor pow(const Tensor& a_in, const Tensor& e_in) {
-  DType dt = promote_types(float_dtype_for(a_in), float_dtype_for(e_in));
-  Tensor a = as_dtype(a_in, dt), e = as_dtype(e_in, dt);
-  Tensor out = binary_raw(BinaryOp::Pow, a, e);
-  if (autograd::any_requires_grad({&a_in, &e_in})) {
-    bool ga = a_in.requires_grad(), ge = e_in.requires_grad();
-    SavedTensor sa(a, "PowBackward"), se(e, "PowBackward"), so = SavedTensor::output(out, "PowBackward");
-    IntList za = a.sizes(), ze = e.sizes();
-    autograd::record_function("PowBackward", {&a_in, &e_in}, {&out}, [=](const TensorList& g) {
-      Tensor base = sa.get(), ex = se.get();
-      Tensor da, de;
-      if (ga) da = sum_to(g[0] * ex * pow(base, ex - 1.0), za);
-      if (ge) {
-        // d/de a^e = a^e log a; defined as 0 where a == 0 (the limit for e > 0), as PyTorch does.
-        Tensor logb = where(base == 0.0, zeros_like(base), log(base));
-        de = sum_to(g[0] * so.get() * logb, ze);
-      }
-      return TensorList{da, de};
-    });
-  }
-  return out;
+  const auto [a, e] = as_float_pair(a_in, e_in);
+  return record_binary(
+      {"PowBackward",
+       {kA | kB, [](const Tensor& g, const Operands& s) { return g * s.b * pow(s.a, s.b - 1.0); }},
+       // d/de a^e = a^e log a; defined as 0 where a == 0 (the limit for e > 0), as PyTorch does.
+       {kA | kOut,
+        [](const Tensor& g, const Operands& s) { return g * s.out * where(s.a == 0.0, zeros_like(s.a), log(s.a)); }}},
+      a_in, e_in, a, e, binary_raw(BinaryOp::Pow, a, e));
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_raw(BinaryOp::Maximum, a, b);
-  if (autograd::any_requires_grad({&a, &b})) {
-    SavedTensor sa(a, "MaximumBackward"), sb(b, "MaximumBackward");
-    IntList za = a.sizes(), zb = b.sizes();
-    autograd::record_function("MaximumBackward", {&a, &b}, {&out}, [=](const TensorList& g) {
-      // Ties split the gradient evenly, as PyTorch does.
-      Tensor x = sa.get(), y = sb.get();
-      Tensor w = where(x > y, ones_like(g[0]), where(x == y, full_like(g[0], 0.5), zeros_like(g[0])));
-      return TensorList{sum_to(g[0] * w, za), sum_to(g[0] * (1.0 - w), zb)};
-    });
-  }
-  return out;
+  // Ties split the gradient evenly, as PyTorch does: the share of a is w, of b 1 - w.
+  auto share_of_a = [](const Tensor& g, const Operands& s) {
+    return where(s.a > s.b, ones_like(g), where(s.a == s.b, full_like(g, 0.5), zeros_like(g)));
+  };
+  return record_binary({"MaximumBackward",
+                        {kA | kB, [=](const Tensor& g, const Operands& s) { return g * share_of_a(g, s); }},
+                        {kA | kB, [=](const Tensor& g, const Operands& s) { return g * (1.0 - share_of_a(g, s)); }}},
+                       a, b, a, b, binary_raw(BinaryOp::Maximum, a, b));
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) { return -maximum(-a, -b); }
@@ -363,17 +372,13 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   DType dt = promote_types(a.dtype(), b.dtype());
   Tensor out = empty(shape, TensorOptions().dtype(dt).device(a.device()));
   kernels::where(out, cond, as_dtype(a, dt), as_dtype(b, dt));
-  if (autograd::any_requires_grad({&a, &b})) {
-    SavedTensor sc(cond, "WhereBackward");
-    IntList za = a.sizes(), zb = b.sizes();
-    bool ga = a.requires_grad(), gb = b.requires_grad();
-    autograd::record_function("WhereBackward", {&a, &b}, {&out}, [=](const TensorList& g) {
-      Tensor z = zeros({}, g[0].options());
-      return TensorList{ga ? sum_to(where(sc.get(), g[0], z), za) : Tensor(),
-                        gb ? sum_to(where(sc.get(), z, g[0]), zb) : Tensor()};
-    });
-  }
-  return out;
+  if (!autograd::any_requires_grad({&a, &b})) return out;
+  // the condition is no operand of the gradient's: each side's gradient is g where it was chosen
+  const SavedTensor sc(cond, "WhereBackward");
+  return record_binary({"WhereBackward",
+                        {kNothing, [sc](const Tensor& g, const Operands&) { return where(sc.get(), g, 0.0); }},
+                        {kNothing, [sc](const Tensor& g, const Operands&) { return where(sc.get(), 0.0, g); }}},
+                       a, b, a, b, out);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, double b) { return where(cond, a, wrap_scalar(b, a)); }

@@ -2,6 +2,7 @@
 // logsumexp.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
@@ -59,37 +60,67 @@ Tensor reduce_raw(ReduceOp op, const Tensor& x, const IntList& dims, bool keepdi
 
 DType sum_dtype(DType d) { return is_floating(d) ? d : DType::I64; }
 
+// A reduction's backward, declared once (docs/architecture.md, "Ops"): the node's name, whether
+// it keeps the input and the output, and the gradient of the input as differentiable ops of the
+// output's gradient and the output, both broadcast back over the input's shape, the input, and
+// the reduced dims (sorted).
+struct ReduceOperands {
+  Tensor g, x, out;  // x and out undefined unless kept
+  const IntList& dims;
+};
+struct ReduceGrad {
+  const char* node;
+  bool keeps_input_and_output;
+  std::function<Tensor(const ReduceOperands&)> formula;
+};
+
+// Reduces x (x_in converted to the dtype the reduction computes in) over dims with `op`, and
+// records the backward `grad` declares.
+Tensor reduce(ReduceOp op, const Tensor& x_in, const Tensor& x, const IntList& dims, bool keepdim,
+              const ReduceGrad& grad) {
+  Tensor out = reduce_raw(op, x, dims, keepdim);
+  if (!autograd::any_requires_grad({&x_in})) return out;
+  const SavedTensor sx = grad.keeps_input_and_output ? SavedTensor(x, grad.node) : SavedTensor();
+  const SavedTensor so = grad.keeps_input_and_output ? SavedTensor::output(out, grad.node) : SavedTensor();
+  autograd::record_function(grad.node, {&x_in}, {&out},
+                            [=, f = grad.formula, in_sizes = x.sizes()](const TensorList& g) {
+                              const Tensor o = so.get();
+                              return TensorList{f({expand_grad(g[0], in_sizes, dims, keepdim), sx.get(),
+                                                   o.defined() ? expand_grad(o, in_sizes, dims, keepdim) : o, dims})};
+                            });
+  return out;
+}
+
+// The gradient of a max or min: shared evenly by the elements equal to the result, as PyTorch
+// does. For max()/min() over everything a NaN result ties with the NaN elements, so they get the
+// gradient; amax/amin, as PyTorch's, have no such rule (a NaN result gives 0/0).
+enum class NanTies { No, Yes };
+Tensor extremum_grad(const ReduceOperands& r, NanTies nan_ties) {
+  Tensor equal = r.x == r.out;
+  if (nan_ties == NanTies::Yes) equal = logical_or(equal, logical_and(isnan(r.x), isnan(r.out)));
+  const Tensor mask = equal.to(r.g.dtype());
+  return mask * r.g / sum(mask, r.dims, true);
+}
+
 }  // namespace
 
 Tensor sum(const Tensor& x_in, const IntList& dims_in, bool keepdim) {
   KILN_CHECK(x_in.defined(), "sum: input is undefined");
   Tensor x = x_in.dtype() == sum_dtype(x_in.dtype()) ? x_in : x_in.to(sum_dtype(x_in.dtype()));
-  IntList dims = reduction_dims(dims_in, x.dim(), "sum");
-  Tensor out = reduce_raw(ReduceOp::Sum, x, dims, keepdim);
-  if (autograd::any_requires_grad({&x_in})) {
-    IntList in_sizes = x.sizes();
-    autograd::record_function("SumBackward", {&x_in}, {&out}, [=](const TensorList& g) {
-      return TensorList{expand_grad(g[0], in_sizes, dims, keepdim)};
-    });
-  }
-  return out;
+  return reduce(ReduceOp::Sum, x_in, x, reduction_dims(dims_in, x.dim(), "sum"), keepdim,
+                {"SumBackward", false, [](const ReduceOperands& r) { return r.g; }});
 }
 
 Tensor mean(const Tensor& x, const IntList& dims_in, bool keepdim) {
   KILN_CHECK(x.defined(), "mean: input is undefined");
   KILN_CHECK(is_floating(x.dtype()), "mean: expected a floating-point tensor, got ", x.dtype(),
              "; convert with .to(kiln::DType::F32)");
-  IntList dims = reduction_dims(dims_in, x.dim(), "mean");
-  Tensor out = reduce_raw(ReduceOp::Mean, x, dims, keepdim);
-  if (autograd::any_requires_grad({&x})) {
-    IntList in_sizes = x.sizes();
-    int64_t count = 1;
-    for (int64_t d : dims) count *= in_sizes[d];
-    autograd::record_function("MeanBackward", {&x}, {&out}, [=](const TensorList& g) {
-      return TensorList{expand_grad(g[0] / static_cast<double>(std::max<int64_t>(count, 1)), in_sizes, dims, keepdim)};
-    });
-  }
-  return out;
+  const IntList dims = reduction_dims(dims_in, x.dim(), "mean");
+  int64_t count = 1;
+  for (int64_t d : dims) count *= x.size(d);
+  return reduce(ReduceOp::Mean, x, x, dims, keepdim,
+                {"MeanBackward", false,
+                 [n = static_cast<double>(std::max<int64_t>(count, 1))](const ReduceOperands& r) { return r.g / n; }});
 }
 
 Tensor Tensor::sum() const { return kiln::sum(*this); }
@@ -135,41 +166,22 @@ std::tuple<Tensor, Tensor> minmax_dim(const Tensor& x, int64_t dim, bool keepdim
   return {values, indices};
 }
 
-// Full reduction: gradient is split evenly between tied extreme elements (PyTorch's rule; a NaN
-// result ties with the NaN elements, so they get the gradient rather than 0/0 everywhere).
+// Full reduction; the gradient goes to the tied extreme elements (extremum_grad).
 Tensor minmax_all(const Tensor& x, bool is_max) {
   const char* name = is_max ? "max" : "min";
   KILN_CHECK(x.defined(), name, ": input is undefined");
   KILN_CHECK(x.numel() > 0, name, ": cannot reduce an empty tensor (sizes ", x.sizes(), ")");
-  IntList dims = reduction_dims({}, x.dim(), name);
-  Tensor out = reduce_raw(is_max ? ReduceOp::Max : ReduceOp::Min, x, dims, false);
-  if (autograd::any_requires_grad({&x})) {
-    SavedTensor sx(x, name), so = SavedTensor::output(out, name);
-    autograd::record_function(is_max ? "MaxBackward" : "MinBackward", {&x}, {&out}, [=](const TensorList& g) {
-      Tensor xs = sx.get(), os = so.get();
-      Tensor mask = logical_or(xs == os, logical_and(isnan(xs), isnan(os))).to(g[0].dtype());
-      return TensorList{mask * (g[0] / mask.sum())};
-    });
-  }
-  return out;
+  return reduce(is_max ? ReduceOp::Max : ReduceOp::Min, x, x, reduction_dims({}, x.dim(), name), false,
+                {is_max ? "MaxBackward" : "MinBackward", true,
+                 [](const ReduceOperands& r) { return extremum_grad(r, NanTies::Yes); }});
 }
 
 Tensor amaxmin(const Tensor& x, const IntList& dims_in, bool keepdim, bool is_max) {
   const char* name = is_max ? "amax" : "amin";
   KILN_CHECK(x.defined(), name, ": input is undefined");
-  IntList dims = reduction_dims(dims_in, x.dim(), name);
-  Tensor out = reduce_raw(is_max ? ReduceOp::Max : ReduceOp::Min, x, dims, keepdim);
-  if (autograd::any_requires_grad({&x})) {
-    SavedTensor sx(x, name), so = SavedTensor::output(out, name);
-    IntList in_sizes = x.sizes();
-    autograd::record_function(is_max ? "AmaxBackward" : "AminBackward", {&x}, {&out}, [=](const TensorList& g) {
-      Tensor ob = expand_grad(so.get(), in_sizes, dims, keepdim);
-      Tensor mask = (sx.get() == ob).to(g[0].dtype());
-      Tensor count = sum(mask, dims, true);
-      return TensorList{mask * expand_grad(g[0], in_sizes, dims, keepdim) / count};
-    });
-  }
-  return out;
+  return reduce(is_max ? ReduceOp::Max : ReduceOp::Min, x, x, reduction_dims(dims_in, x.dim(), name), keepdim,
+                {is_max ? "AmaxBackward" : "AminBackward", true,
+                 [](const ReduceOperands& r) { return extremum_grad(r, NanTies::No); }});
 }
 
 }  // namespace

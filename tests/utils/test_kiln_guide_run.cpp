@@ -99,6 +99,7 @@ TEST_CASE("kiln-guide --quick --only runs kiln-train and writes its report", "[u
   CHECK(nlohmann::json::parse(kiln_test::slurp(out / "traces" / "cnn" / "trace.json")).contains("traceEvents"));
   CHECK_THAT(kiln_test::slurp(out / "report.md"), Contains("[traces/cnn/trace.json](traces/cnn/trace.json)"));
   CHECK_THAT(kiln_test::slurp(out / "traces" / "cnn" / "profile.txt"), Contains("conv"));
+  CHECK_FALSE(fs::exists(out / "traces" / "cnn" / "model.safetensors"));
   fs::remove_all(dir);
 }
 

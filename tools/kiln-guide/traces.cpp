@@ -40,6 +40,9 @@ ModelTrace profile_one(const SessionOptions& s, const std::string& model) {
   if (model != "gpt" && !s.data.empty()) argv.insert(argv.end() - 2, {"--data", s.data});
   fs::create_directories(dir);
   const ProcessResult p = run_process(argv, dir + ".stdout", dir + ".stderr", 900);
+  std::error_code ec;  // the run's model and checkpoints are no part of a report (tens of MB)
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".safetensors") fs::remove(e.path(), ec);
   if (!p.started || p.timed_out || p.exit_code != 0 || !fs::exists(dir + "/trace.json")) {
     t.trace = "kiln-train --profile failed: " + tail_of_file(dir + ".stderr", 3, 400);
     return t;

@@ -677,28 +677,10 @@ using cpu_conv::Autotuner;
 using cpu_conv::autotuner;
 
 std::string tune_key(Direction d, const ConvGeometry& g, DType dt) {
-  const int64_t v[] = {static_cast<int64_t>(d),
-                       g.N,
-                       g.C,
-                       g.H,
-                       g.W,
-                       g.K,
-                       g.kh,
-                       g.kw,
-                       g.OH,
-                       g.OW,
-                       g.sh,
-                       g.sw,
-                       g.ph,
-                       g.pw,
-                       g.dh,
-                       g.dw,
-                       g.groups,
-                       g.channels_last ? 1 : 0,
-                       static_cast<int64_t>(dt),
-                       omp_get_max_threads(),
-                       ::kiln::detail::cpu_isa_level()};
-  return "cpu-conv:" + std::string(reinterpret_cast<const char*>(v), sizeof(v));
+  std::vector<int64_t> v = g.fields();
+  v.insert(v.end(),
+           {static_cast<int64_t>(d), static_cast<int64_t>(dt), omp_get_max_threads(), ::kiln::detail::cpu_isa_level()});
+  return "cpu-conv:" + std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
 }
 
 // The geometry with the other memory format, and a copy of t in it.

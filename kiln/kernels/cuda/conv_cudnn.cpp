@@ -320,29 +320,9 @@ int64_t alignment(const void* p) {
 
 std::string cache_key(Direction dir, const ConvGeometry& g, DType t, int device,
                       std::initializer_list<const void*> ptrs) {
-  std::vector<int64_t> v = {static_cast<int64_t>(dir),
-                            g.N,
-                            g.C,
-                            g.H,
-                            g.W,
-                            g.K,
-                            g.kh,
-                            g.kw,
-                            g.OH,
-                            g.OW,
-                            g.sh,
-                            g.sw,
-                            g.ph,
-                            g.pw,
-                            g.dh,
-                            g.dw,
-                            g.groups,
-                            g.channels_last ? 1 : 0,
-                            static_cast<int64_t>(t),
-                            device,
-                            kiln::cudnn::benchmark() ? 1 : 0,
-                            kiln::cudnn::deterministic() ? 1 : 0,
-                            kiln::cuda::allow_tf32() ? 1 : 0};
+  std::vector<int64_t> v = g.fields();
+  v.insert(v.end(), {static_cast<int64_t>(dir), static_cast<int64_t>(t), device, kiln::cudnn::benchmark() ? 1 : 0,
+                     kiln::cudnn::deterministic() ? 1 : 0, kiln::cuda::allow_tf32() ? 1 : 0});
   for (const void* p : ptrs) v.push_back(alignment(p));
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
 }

@@ -99,6 +99,21 @@ MemoryFormat kernel_format(const Tensor& x) {
 }
 
 // t (no autograd) laid out as `fmt`, copying only when needed.
+// The kernels' geometry: an [N, C, H, W] input of `x`'s memory format, K output channels, a
+// kh x kw kernel, an OH x OW output, and the op's stride, padding, dilation and groups.
+struct ConvShape {
+  int64_t N, C, H, W, K, kh, kw, OH, OW;
+};
+ConvGeometry geometry(const ConvShape& s, const IntList& stride, const IntList& padding, const IntList& dilation,
+                      int64_t groups, const Tensor& x) {
+  ConvGeometry g;
+  g.N = s.N, g.C = s.C, g.H = s.H, g.W = s.W, g.K = s.K, g.kh = s.kh, g.kw = s.kw, g.OH = s.OH, g.OW = s.OW;
+  g.sh = stride[0], g.sw = stride[1], g.ph = padding[0], g.pw = padding[1], g.dh = dilation[0], g.dw = dilation[1];
+  g.groups = groups;
+  g.channels_last = kernel_format(x) == MemoryFormat::ChannelsLast;
+  return g;
+}
+
 Tensor as_format(const Tensor& t, MemoryFormat fmt) {
   if (kernels::has_layout(t, fmt)) return t;
   if (fmt == MemoryFormat::Contiguous) return t.contiguous();
@@ -163,25 +178,9 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
              "x", ekw, ") is larger than the padded input ", H + 2 * padding[0], "x", W + 2 * padding[1],
              " (input sizes ", x_in.sizes(), ", weight sizes ", weight.sizes(), ", padding ", padding, ")");
 
-  ConvGeometry g;
-  g.N = N;
-  g.C = C;
-  g.H = H;
-  g.W = W;
-  g.K = K;
-  g.kh = kh;
-  g.kw = kw;
-  g.sh = stride[0];
-  g.sw = stride[1];
-  g.ph = padding[0];
-  g.pw = padding[1];
-  g.dh = dilation[0];
-  g.dw = dilation[1];
-  g.groups = groups;
-  g.OH = (H + 2 * g.ph - ekh) / g.sh + 1;
-  g.OW = (W + 2 * g.pw - ekw) / g.sw + 1;
+  const int64_t OH = (H + 2 * padding[0] - ekh) / stride[0] + 1, OW = (W + 2 * padding[1] - ekw) / stride[1] + 1;
+  const ConvGeometry g = geometry({N, C, H, W, K, kh, kw, OH, OW}, stride, padding, dilation, groups, x_in);
   const MemoryFormat fmt = kernel_format(x_in);
-  g.channels_last = fmt == MemoryFormat::ChannelsLast;
 
   Tensor x, w, b;
   {
@@ -291,25 +290,8 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& weight, const Tensor& 
              ", weight sizes ", weight.sizes(), ", stride ", stride, ", padding ", padding, ")");
 
   // The convolution this op is the transpose of: input [N, Cout, OH, OW] -> output [N, Cin, H, W].
-  ConvGeometry g;
-  g.N = N;
-  g.C = Cout;
-  g.H = OH;
-  g.W = OW;
-  g.K = Cin;
-  g.kh = kh;
-  g.kw = kw;
-  g.sh = stride[0];
-  g.sw = stride[1];
-  g.ph = padding[0];
-  g.pw = padding[1];
-  g.dh = dilation[0];
-  g.dw = dilation[1];
-  g.groups = groups;
-  g.OH = H;
-  g.OW = W;
+  const ConvGeometry g = geometry({N, Cout, OH, OW, Cin, kh, kw, H, W}, stride, padding, dilation, groups, x_in);
   const MemoryFormat fmt = kernel_format(x_in);
-  g.channels_last = fmt == MemoryFormat::ChannelsLast;
 
   Tensor x, w;
   {
