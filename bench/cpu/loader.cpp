@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include <kiln/data/data.h>
 #include <kiln/kiln.h>
@@ -15,17 +16,12 @@ namespace D = kiln::data;
 
 namespace {
 
-class Synthetic : public D::Dataset {
- public:
-  explicit Synthetic(int64_t n) : x_(kiln::randint(0, 256, {n, 3, 32, 32}).to(kiln::DType::U8)) {}
-  int64_t size() const override { return x_.size(0); }
-  D::Example get(int64_t i) const override {
-    return {x_.select(0, i), kiln::scalar_tensor(double(i % 10), kiln::DType::I64)};
-  }
-
- private:
-  kiln::Tensor x_;
-};
+// n random 3x32x32 uint8 images, image i labelled i % 10: a CIFAR-like set held in memory.
+D::TensorDataset synthetic(int64_t n) {
+  std::vector<int64_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = i % 10;
+  return D::TensorDataset(kiln::randint(0, 256, {n, 3, 32, 32}).to(kiln::DType::U8), kiln::tensor(labels));
+}
 
 // Images per second over `epochs` epochs (after one warm-up epoch), and the consumer wait share.
 std::pair<double, double> measure(const D::Dataset& ds, D::LoaderOptions opt, int epochs) {
@@ -70,7 +66,7 @@ int main(int argc, char** argv) {
       std::thread::hardware_concurrency(), kiln::cuda::is_available() ? "available" : "not available");
   // Correctness before speed: a fused batch equals the transforms run one by one.
   {
-    Synthetic small(8);
+    const D::TensorDataset small = synthetic(8);
     auto tf = D::Compose(D::RandomCrop(32, 4), D::RandomHorizontalFlip(), D::ToFloat(),
                          D::Normalize({0.49, 0.48, 0.45}, {0.25, 0.24, 0.26}));
     D::DataLoader l(small, D::LoaderOptions().batch_size(8).seed(3).workers(2).transform(tf));
@@ -94,7 +90,7 @@ int main(int argc, char** argv) {
     std::printf("\nFashion-MNIST skipped: %s\n", e.what());
   }
   kiln::manual_seed(0);
-  Synthetic syn(20000);
+  const D::TensorDataset syn = synthetic(20000);
   run("synthetic 3x32x32 (CIFAR-like)", syn,
       D::Compose(D::RandomCrop(32, 4), D::RandomHorizontalFlip(), D::ToFloat(),
                  D::Normalize({0.49, 0.48, 0.45}, {0.25, 0.24, 0.26})),

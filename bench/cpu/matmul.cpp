@@ -6,10 +6,8 @@
 //   bench_matmul [N...]      sizes (default 256 512 1024 2048)
 // KILN_CPU_ISA=level restricts the run to one level. bench/cpu/compare_matmul.sh runs PyTorch on
 // the same sizes and threads beside it.
-#include <immintrin.h>
 #include <omp.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,73 +17,17 @@
 #include <kiln/kiln.h>
 
 #include "../bench_util.h"
+#include "../lab/lab.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-__attribute__((target("avx512f"))) float fma_loop_avx512(int64_t iters) {
-  __m512 acc[12];
-  const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
-  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(float(i));
-  for (int64_t k = 0; k < iters; ++k)
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], m, a);
-  float s = 0;
-  for (int i = 0; i < 12; ++i) s += _mm512_reduce_add_ps(acc[i]);
-  return s;
-}
-
-__attribute__((target("avx2,fma"))) float fma_loop_avx2(int64_t iters) {
-  __m256 acc[12];
-  const __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
-  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(float(i));
-  for (int64_t k = 0; k < iters; ++k)
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], m, a);
-  alignas(32) float out[8];
-  float s = 0;
-  for (int i = 0; i < 12; ++i) {
-    _mm256_store_ps(out, acc[i]);
-    for (float v : out) s += v;
-  }
-  return s;
-}
-
-float mul_add_loop_sse(int64_t iters) {  // the baseline has no FMA: a multiply and an add
-  __m128 acc[12];
-  const __m128 m = _mm_set1_ps(0.999999f), a = _mm_set1_ps(1e-7f);
-  for (int i = 0; i < 12; ++i) acc[i] = _mm_set1_ps(float(i));
-  for (int64_t k = 0; k < iters; ++k)
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) acc[i] = _mm_add_ps(_mm_mul_ps(acc[i], m), a);
-  alignas(16) float out[4];
-  float s = 0;
-  for (int i = 0; i < 12; ++i) {
-    _mm_store_ps(out, acc[i]);
-    for (float v : out) s += v;
-  }
-  return s;
-}
-
-// GFLOP/s of the level's peak on every thread at once: 12 independent accumulators per thread
-// (enough to cover the FMA latency times two FMA ports).
+// GFLOP/s of the level's peak on every thread at once: the kernel lab's chains of independent
+// multiply-adds (bench/lab/lab.h, fma_peak_gflops) on the level's instruction set.
 double peak_gflops(kiln::CpuIsa isa) {
-  const int64_t iters = 20'000'000;
-  float (*loop)(int64_t) = isa == kiln::CpuIsa::avx512 ? fma_loop_avx512
-                           : isa == kiln::CpuIsa::avx2 ? fma_loop_avx2
-                                                       : mul_add_loop_sse;
-  const int lanes = isa == kiln::CpuIsa::avx512 ? 16 : isa == kiln::CpuIsa::avx2 ? 8 : 4;
-  double best = 1e30;
-  float sink = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = Clock::now();
-#pragma omp parallel reduction(+ : sink)
-    sink += loop(iters);
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  if (sink == 12345.f) std::printf(" ");
-  return 2.0 * lanes * 12 * static_cast<double>(iters) * omp_get_max_threads() / best / 1e9;
+  const lab::Isa lab_isa = isa == kiln::CpuIsa::avx512 ? lab::Isa::avx512
+                           : isa == kiln::CpuIsa::avx2 ? lab::Isa::avx2
+                                                       : lab::Isa::sse;
+  return lab::fma_peak_gflops(lab_isa, omp_get_max_threads(), 20'000'000);
 }
 
 // The worst error of 64 sampled entries of c = a @ b against double sums, relative to

@@ -74,6 +74,14 @@ void run(const char* name, const Tensor& x0, const Tensor& w0, const Tensor& b0,
   row(n.c_str(), tf, tc, 5 * nbytes);
 }
 
+// run() on random data: x of sizes xs with an offset mean, as activations have, and w, b with one
+// value per entry of dimension 1 (the channels of [N, C, H, W], the features of [rows, features]).
+template <class Fused, class Comp> void run_random(const char* name, const IntList& xs, Fused fused, Comp comp) {
+  Tensor x = kiln::randn(xs) * 2.0 + 0.5;
+  Tensor w = kiln::randn({xs[1]}), b = kiln::randn({xs[1]});
+  run(name, x, w, b, fused, comp);
+}
+
 // The CNN's conv blocks, conv 3x3 + BN + ReLU + 2x2 max pool: conv2d_batch_norm_relu_max_pool2d
 // against conv2d followed by batch_norm_relu_max_pool2d, the pair the CNN ran before.
 // First block, [128, 1, 28, 28] -> 32: the small-patch kernel (the conv output never written; the
@@ -127,37 +135,27 @@ int main() {
   kiln::manual_seed(0);
   std::printf("threads: %d (float32)\n", omp_get_max_threads());
   const double eps = 1e-5;
-  {
-    Tensor x = kiln::randn({128, 32, 28, 28}) * 2.0 + 0.5;
-    Tensor w = kiln::randn({32}), b = kiln::randn({32});
-    run(
-        "batch_norm [128,32,28,28]", x, w, b,
-        [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
-          return F::batch_norm(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps);
-        },
-        [&](const Tensor& a, const Tensor& ww, const Tensor& bb) { return bn_composite(a, ww, bb, eps); });
-  }
-  {
-    Tensor x = kiln::randn({128, 32, 28, 28}) * 2.0 + 0.5;
-    Tensor w = kiln::randn({32}), b = kiln::randn({32});
-    run(
-        "batch_norm_relu [128,32,28,28]", x, w, b,
-        [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
-          return F::batch_norm_relu(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps);
-        },
-        [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
-          return kiln::relu(F::batch_norm(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps));
-        });
-  }
+  run_random(
+      "batch_norm [128,32,28,28]", {128, 32, 28, 28},
+      [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
+        return F::batch_norm(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps);
+      },
+      [&](const Tensor& a, const Tensor& ww, const Tensor& bb) { return bn_composite(a, ww, bb, eps); });
+  run_random(
+      "batch_norm_relu [128,32,28,28]", {128, 32, 28, 28},
+      [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
+        return F::batch_norm_relu(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps);
+      },
+      [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
+        return kiln::relu(F::batch_norm(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps));
+      });
   // The CNN's conv-block tails: BN -> ReLU -> 2x2 max pool in one kernel, against the fused
   // BN + ReLU followed by max_pool2d.
   for (auto sz : {IntList{128, 32, 28, 28}, IntList{128, 64, 14, 14}}) {
-    Tensor x = kiln::randn(sz) * 2.0 + 0.5;
-    Tensor w = kiln::randn({sz[1]}), b = kiln::randn({sz[1]});
     std::string name = "bn_relu_max_pool2d [128," + std::to_string(sz[1]) + "," + std::to_string(sz[2]) + "," +
                        std::to_string(sz[3]) + "]";
-    run(
-        name.c_str(), x, w, b,
+    run_random(
+        name.c_str(), sz,
         [&](const Tensor& a, const Tensor& ww, const Tensor& bb) {
           return F::batch_norm_relu_max_pool2d(a, Tensor(), Tensor(), ww, bb, true, 0.1, eps);
         },
@@ -167,13 +165,9 @@ int main() {
   }
   run_conv_block("conv1+bn+relu+pool [128,1,28,28]->32", {128, 1, 28, 28}, 32, false);
   run_conv_block("conv2+bn+relu+pool [128,32,14,14]->64", {128, 32, 14, 14}, 64, true);
-  {
-    Tensor x = kiln::randn({4096, 768}) * 2.0 + 0.5;
-    Tensor w = kiln::randn({768}), b = kiln::randn({768});
-    run(
-        "layer_norm [4096,768]", x, w, b,
-        [&](const Tensor& a, const Tensor& ww, const Tensor& bb) { return F::layer_norm(a, {768}, ww, bb, eps); },
-        [&](const Tensor& a, const Tensor& ww, const Tensor& bb) { return ln_composite(a, ww, bb, eps); });
-  }
+  run_random(
+      "layer_norm [4096,768]", {4096, 768},
+      [&](const Tensor& a, const Tensor& ww, const Tensor& bb) { return F::layer_norm(a, {768}, ww, bb, eps); },
+      [&](const Tensor& a, const Tensor& ww, const Tensor& bb) { return ln_composite(a, ww, bb, eps); });
   return 0;
 }

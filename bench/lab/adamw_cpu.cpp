@@ -13,9 +13,10 @@
 //   5 kiln           kiln::optim::AdamW::step() (the multi-tensor launcher of kernels/multi_tensor.h)
 //
 // Validation: three steps from p0, m = v = 0 (t = 1, 2, 3, the same g) against the same steps in
-// f64. No sums are involved, only a few roundings per operation, so p is compared against
-// |p| + lr and m, v against themselves, with tol = 32 eps (p: three steps of ~10 roundings) and
-// 16 eps (m, v). kiln keeps its moments to itself: its p is checked.
+// f64 (adamw_ref.h, shared with adamw_cuda.cu). No sums are involved, only a few roundings per
+// operation, so p is compared against |p| + lr and m, v against themselves, with tol = 32 eps
+// (p: three steps of ~10 roundings) and 16 eps (m, v). kiln keeps its moments to itself: its p is
+// checked.
 //
 //   lab_adamw_cpu [VERSION|all] [--size N] [--repeats N] [--warmup N] [--budget S] [--threads N]
 #include <cstdio>
@@ -23,6 +24,7 @@
 
 #include <kiln/kiln.h>
 
+#include "adamw_ref.h"
 #include "lab.h"
 
 namespace {
@@ -30,42 +32,9 @@ namespace {
 const char* kUsage =
     "  --size N   parameters in all (default 28000000: four GPT-2 blocks)\n"
     "versions: 1 unfused, 2 fused, 3 fused threads, 4 multi-tensor, 5 kiln\n";
-constexpr double kLr = 1e-3, kBeta1 = 0.9, kBeta2 = 0.95, kEps = 1e-8, kWd = 0.1;
-
-struct Param {  // one parameter tensor: a range of the flat buffers
-  int64_t offset, numel;
-};
-
-// GPT-2 block shapes (ln_1, attention qkv and projection, ln_2, MLP in and out), repeated and cut
-// at n elements; each tensor starts on a 64-byte boundary.
-std::vector<Param> gpt2_like_list(int64_t n, int64_t* padded) {
-  const int64_t E = 768;
-  const int64_t block[] = {E, E, E * 3 * E, 3 * E, E * E, E, E, E, E * 4 * E, 4 * E, 4 * E * E, E};
-  std::vector<Param> list;
-  int64_t total = 0, offset = 0;
-  for (size_t i = 0; total < n; ++i) {
-    const int64_t numel = std::min(block[i % 12], n - total);
-    list.push_back({offset, numel});
-    total += numel;
-    offset += (numel + 15) / 16 * 16;
-  }
-  *padded = offset;
-  return list;
-}
-
-// The step's scalars, as every version computes them for step t.
-struct Hyper {
-  float decay, b1, b2, one_minus_b1, one_minus_b2, step_size, inv_bc2_sqrt, eps;
-  explicit Hyper(int t)
-      : decay(float(1 - kLr * kWd)),
-        b1(float(kBeta1)),
-        b2(float(kBeta2)),
-        one_minus_b1(float(1 - kBeta1)),
-        one_minus_b2(float(1 - kBeta2)),
-        step_size(float(kLr / (1 - std::pow(kBeta1, t)))),
-        inv_bc2_sqrt(float(1 / std::sqrt(1 - std::pow(kBeta2, t)))),
-        eps(float(kEps)) {}
-};
+using lab::adamw::Hyper;
+using lab::adamw::kBeta1, lab::adamw::kBeta2, lab::adamw::kEps, lab::adamw::kLr, lab::adamw::kWd;
+using lab::adamw::Param;
 
 struct State {
   std::vector<Param> list;
@@ -182,39 +151,24 @@ const Version kVersions[] = {
     {"multi-tensor chunks", adamw_multi_tensor, true, true},               // 4
     {"kiln AdamW", adamw_kiln, true, false},                               // 5
 };
-constexpr int kNumVersions = sizeof(kVersions) / sizeof(kVersions[0]);
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const lab::Options opt = lab::parse_args(argc, argv, kNumVersions, {28000000}, {1}, kUsage);
+  const lab::Options opt = lab::parse_args(argc, argv, kVersions, {28000000}, {1}, kUsage);
   const int T = lab::max_threads();
   int64_t padded = 0;
   State S;
-  S.list = gpt2_like_list(opt.size[0], &padded);
+  S.list = lab::adamw::gpt2_like_list(opt.size[0], &padded);
   const int64_t N = opt.size[0];
   std::printf("lab_adamw_cpu: AdamW step, f32, %lld parameters in %zu tensors; %d threads\n", (long long)N,
               S.list.size(), T);
   lab::Buffer<float> p0(padded), p(padded), g(padded), m(padded), v(padded), tmp(padded);
-  lab::fill_normal(p0.data(), padded, 1, 0.0, 0.02);
-  lab::fill_normal(g.data(), padded, 2, 0.0, 0.01);
+  lab::adamw::fill_inputs(p0.data(), g.data(), padded);
   S.p = p.data(), S.m = m.data(), S.v = v.data(), S.tmp = tmp.data(), S.g = g.data();
+  const lab::adamw::Reference ref(p0.data(), g.data(), S.list, padded);
 
-  // f64 reference: three steps from p0 with zero moments (the padding between tensors stays)
-  std::vector<double> rp(padded), rm(padded, 0.0), rv(padded, 0.0);
-  for (int64_t i = 0; i < padded; ++i) rp[i] = p0[i];
-  for (int t = 1; t <= 3; ++t) {
-    const double step_size = kLr / (1 - std::pow(kBeta1, t)), ibc2 = 1 / std::sqrt(1 - std::pow(kBeta2, t));
-    for (const Param& X : S.list)
-      for (int64_t i = X.offset; i < X.offset + X.numel; ++i) {
-        rm[i] = kBeta1 * rm[i] + (1 - kBeta1) * g[i];
-        rv[i] = kBeta2 * rv[i] + (1 - kBeta2) * double(g[i]) * g[i];
-        rp[i] = rp[i] * (1 - kLr * kWd) - step_size * rm[i] / (std::sqrt(rv[i]) * ibc2 + kEps);
-      }
-  }
-
-  std::vector<lab::Peak> peaks{{"stream 1t", lab::stream_gbs(1)}};
-  if (T > 1) peaks.push_back({"stream " + std::to_string(T) + "t", lab::stream_gbs(T)});
+  const std::vector<lab::Peak> peaks = lab::stream_peaks(T);
   lab::Report report("GB/s");
   report.header(peaks);
   for (int vi : opt.versions) {
@@ -222,20 +176,14 @@ int main(int argc, char** argv) {
     std::copy(p0.data(), p0.data() + padded, p.data());
     std::fill(m.data(), m.data() + padded, 0.0f);
     std::fill(v.data(), v.data() + padded, 0.0f);
-    for (int t = 1; t <= 3; ++t) ver.step(S, t);
+    for (int t = 1; t <= lab::adamw::kCheckedSteps; ++t) ver.step(S, t);
     lab::Check check;
-    check.compare("p", p.data(), rp.data(), padded, 32 * lab::kEpsF32,
-                  [&](int64_t i) { return std::abs(rp[i]) + kLr; });
-    if (ver.moments_visible)
-      check
-          .compare("m", m.data(), rm.data(), padded, 16 * lab::kEpsF32,
-                   [&](int64_t i) { return std::abs(rm[i]) + 1e-30; })
-          .compare("v", v.data(), rv.data(), padded, 16 * lab::kEpsF32,
-                   [&](int64_t i) { return std::abs(rv[i]) + 1e-30; });
-    lab::Timing time;
-    int t = 4;
-    if (check.pass()) time = lab::time_cpu([&] { ver.step(S, t++); }, opt);
-    report.row(vi, ver.name, ver.threaded ? T : 1, time, 28.0 * N, peaks[ver.threaded && T > 1 ? 1 : 0], check);
+    ref.compare_p(check, p.data());
+    if (ver.moments_visible) ref.compare_m(check, m.data()), ref.compare_v(check, v.data());
+    int t = lab::adamw::kCheckedSteps + 1;
+    report.row(
+        vi, ver.name, ver.threaded ? T : 1, check, [&] { return lab::time_cpu([&] { ver.step(S, t++); }, opt); },
+        lab::adamw::bytes(N), ver.threaded ? peaks.back() : peaks.front());
     S.kiln_opt.reset();
   }
   std::printf(

@@ -10,52 +10,22 @@
 //   3 multi-tensor  one launch for up to 80 tensors (their pointers in the kernel's arguments),
 //                   16-byte float4 loads and stores
 //
-// Validation: three steps from p0 with m = v = 0 against the same steps in f64; p against |p| + lr
-// (tol 32 eps), m and v against themselves (tol 16 eps).
+// Validation: three steps from p0 with m = v = 0 against the same steps in f64 (adamw_ref.h, shared
+// with the CPU program); p against |p| + lr (tol 32 eps), m and v against themselves (tol 16 eps).
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 adamw_cuda.cu -o lab_adamw_cuda
 //   lab_adamw_cuda [VERSION|all] [--size N] [--repeats N] [--warmup N] [--budget S]
 #include "lab_cuda.cuh"
+#include "adamw_ref.h"
 
 namespace {
 
 const char* kUsage =
     "  --size N   parameters in all (default 85000000: twelve GPT-2 blocks)\n"
     "versions: 1 unfused, 2 fused, 3 multi-tensor\n";
-constexpr double kLr = 1e-3, kBeta1 = 0.9, kBeta2 = 0.95, kEps = 1e-8, kWd = 0.1;
 constexpr int kThreads = 256;
-
-struct Param {  // one parameter tensor: a range of the flat buffers, starting on 64 bytes
-  int64_t offset, numel;
-};
-
-std::vector<Param> gpt2_like_list(int64_t n, int64_t* padded) {
-  const int64_t E = 768;
-  const int64_t block[] = {E, E, E * 3 * E, 3 * E, E * E, E, E, E, E * 4 * E, 4 * E, 4 * E * E, E};
-  std::vector<Param> list;
-  int64_t total = 0, offset = 0;
-  for (size_t i = 0; total < n; ++i) {
-    const int64_t numel = std::min(block[i % 12], n - total);
-    list.push_back({offset, numel});
-    total += numel;
-    offset += (numel + 15) / 16 * 16;
-  }
-  *padded = offset;
-  return list;
-}
-
-struct Hyper {  // the step's scalars, computed on the host for step t
-  float decay, b1, b2, one_minus_b1, one_minus_b2, step_size, inv_bc2_sqrt, eps;
-  explicit Hyper(int t)
-      : decay(float(1 - kLr * kWd)),
-        b1(float(kBeta1)),
-        b2(float(kBeta2)),
-        one_minus_b1(float(1 - kBeta1)),
-        one_minus_b2(float(1 - kBeta2)),
-        step_size(float(kLr / (1 - std::pow(kBeta1, t)))),
-        inv_bc2_sqrt(float(1 / std::sqrt(1 - std::pow(kBeta2, t)))),
-        eps(float(kEps)) {}
-};
+using lab::adamw::Hyper;  // the step's scalars, computed on the host and passed to the kernels
+using lab::adamw::Param;
 
 struct Buffers {  // device pointers of the flat arrays
   float *p, *g, *m, *v, *tmp;
@@ -211,31 +181,19 @@ const Version kVersions[] = {
     {"fused: 1 kernel per tensor", v2},     // 2
     {"multi-tensor, float4", v3},           // 3
 };
-constexpr int kNumVersions = sizeof(kVersions) / sizeof(kVersions[0]);
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const lab::Options opt = lab::parse_args(argc, argv, kNumVersions, {85000000}, {1}, kUsage);
+  const lab::Options opt = lab::parse_args(argc, argv, kVersions, {85000000}, {1}, kUsage);
   lab::require_device("lab_adamw_cuda");
   int64_t padded = 0;
-  const std::vector<Param> list = gpt2_like_list(opt.size[0], &padded);
+  const std::vector<Param> list = lab::adamw::gpt2_like_list(opt.size[0], &padded);
   const int64_t N = opt.size[0];
   std::printf("lab_adamw_cuda: AdamW step, f32, %lld parameters in %zu tensors\n", (long long)N, list.size());
   std::vector<float> p0(padded), g(padded), out(padded);
-  lab::fill_normal(p0.data(), padded, 1, 0.0, 0.02);
-  lab::fill_normal(g.data(), padded, 2, 0.0, 0.01);
-
-  std::vector<double> rp(p0.begin(), p0.end()), rm(padded, 0.0), rv(padded, 0.0);
-  for (int t = 1; t <= 3; ++t) {
-    const double step_size = kLr / (1 - std::pow(kBeta1, t)), ibc2 = 1 / std::sqrt(1 - std::pow(kBeta2, t));
-    for (const Param& X : list)
-      for (int64_t i = X.offset; i < X.offset + X.numel; ++i) {
-        rm[i] = kBeta1 * rm[i] + (1 - kBeta1) * g[i];
-        rv[i] = kBeta2 * rv[i] + (1 - kBeta2) * double(g[i]) * g[i];
-        rp[i] = rp[i] * (1 - kLr * kWd) - step_size * rm[i] / (std::sqrt(rv[i]) * ibc2 + kEps);
-      }
-  }
+  lab::adamw::fill_inputs(p0.data(), g.data(), padded);
+  const lab::adamw::Reference ref(p0.data(), g.data(), list, padded);
 
   lab::DeviceBuffer<float> d_p(padded), d_g(padded), d_m(padded), d_v(padded), d_tmp(padded);
   d_g.upload(g.data());
@@ -249,22 +207,16 @@ int main(int argc, char** argv) {
     d_p.upload(p0.data());
     CUDA_CHECK(cudaMemset(d_m.data(), 0, padded * sizeof(float)));
     CUDA_CHECK(cudaMemset(d_v.data(), 0, padded * sizeof(float)));
-    for (int t = 1; t <= 3; ++t) ver.step(list, B, t);
+    for (int t = 1; t <= lab::adamw::kCheckedSteps; ++t) ver.step(list, B, t);
     CUDA_CHECK(cudaDeviceSynchronize());
-    lab::Check check;
-    d_p.download(out.data());
-    check.compare("p", out.data(), rp.data(), padded, 32 * lab::kEpsF32,
-                  [&](int64_t i) { return std::abs(rp[i]) + kLr; });
-    d_m.download(out.data());
-    check.compare("m", out.data(), rm.data(), padded, 16 * lab::kEpsF32,
-                  [&](int64_t i) { return std::abs(rm[i]) + 1e-30; });
-    d_v.download(out.data());
-    check.compare("v", out.data(), rv.data(), padded, 16 * lab::kEpsF32,
-                  [&](int64_t i) { return std::abs(rv[i]) + 1e-30; });
-    lab::Timing time;
-    int t = 4;
-    if (check.pass()) time = lab::time_gpu([&] { ver.step(list, B, t++); }, opt);
-    report.row(vi, ver.name, 0, time, 28.0 * N, peaks[0], check);
+    lab::Check check;  // p, m and v in turn through one host copy
+    d_p.download(out.data()), ref.compare_p(check, out.data());
+    d_m.download(out.data()), ref.compare_m(check, out.data());
+    d_v.download(out.data()), ref.compare_v(check, out.data());
+    int t = lab::adamw::kCheckedSteps + 1;
+    report.row(
+        vi, ver.name, 0, check, [&] { return lab::time_gpu([&] { ver.step(list, B, t++); }, opt); },
+        lab::adamw::bytes(N), peaks[0]);
   }
   std::printf(
       "GB/s: minimal traffic (28 bytes per parameter) / median time; %%peak: of the device-to-device copy; "

@@ -107,6 +107,14 @@ inline Options parse_args(int argc, char** argv, int num_versions, std::vector<i
   return o;
 }
 
+// The same for a program's table of versions, kVersions[v - 1] being version v: its length is
+// the number of versions.
+template <class Version, size_t N>
+Options parse_args(int argc, char** argv, const Version (&versions)[N], std::vector<int64_t> default_size,
+                   std::vector<size_t> sizes_allowed, const char* usage) {
+  return parse_args(argc, argv, static_cast<int>(N), std::move(default_size), std::move(sizes_allowed), usage);
+}
+
 // The OpenMP threads a parallel region gets (1 without OpenMP).
 inline int max_threads() {
 #ifdef _OPENMP
@@ -133,6 +141,9 @@ template <class T> class Buffer {
   size_t size() const { return n_; }
   T& operator[](size_t i) { return p_.get()[i]; }
   const T& operator[](size_t i) const { return p_.get()[i]; }
+  // Fills with NaN before a version's validating call, so an element it does not write fails the
+  // check (DeviceBuffer::poison on the GPU).
+  void poison() { std::fill(data(), data() + n_, std::numeric_limits<T>::quiet_NaN()); }
 
  private:
   struct Free {
@@ -278,9 +289,21 @@ class Report {
   void skipped(int v, const char* name, const std::string& why) const {
     std::printf("%2d  %-34s skipped: %s\n", v, name, why.c_str());
   }
-  // threads: the CPU threads the version used, 0 for a GPU kernel. A failed check is reported
-  // without timings: a fast wrong kernel is not a result.
-  void row(int v, const char* name, int threads, const Timing& t, double work, const Peak& peak, const Check& c) {
+  // Version v's line, once its validating call was checked: time() (a callable returning the
+  // version's Timing) runs only when the check passed. threads: the CPU threads the version used,
+  // 0 for a GPU kernel.
+  template <class Time>
+  void row(int v, const std::string& name, int threads, const Check& c, Time&& time, double work, const Peak& peak) {
+    print_row(v, name.c_str(), threads, c.pass() ? time() : Timing{}, work, peak, c);
+  }
+  int exit_code() const {
+    if (failed_) std::printf("FAILED: at least one version does not match the reference\n");
+    return failed_ ? 1 : 0;
+  }
+
+ private:
+  // A failed check is reported without timings: a fast wrong kernel is not a result.
+  void print_row(int v, const char* name, int threads, const Timing& t, double work, const Peak& peak, const Check& c) {
     const std::string thr = threads > 0 ? std::to_string(threads) : "gpu";
     if (!c.pass()) {
       failed_ = true;
@@ -297,12 +320,7 @@ class Report {
                 c.tol(), c.worst(), t.runs);
     std::fflush(stdout);
   }
-  int exit_code() const {
-    if (failed_) std::printf("FAILED: at least one version does not match the reference\n");
-    return failed_ ? 1 : 0;
-  }
 
- private:
   const char* unit_;
   bool failed_ = false;
 };
@@ -348,53 +366,40 @@ inline double stream_gbs(int threads) {
   return 12.0 * static_cast<double>(n) / best / 1e9;
 }
 
-// Arithmetic peak: 12 independent chains of vector multiply-adds per thread (enough to cover an
-// FMA's latency on two FMA pipes), so nothing but the FMA units limits them.
-__attribute__((target("avx512f"))) inline float fma_chains_avx512(int64_t iters) {
-  __m512 acc[12];
-  const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
-  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
-  for (int64_t k = 0; k < iters; ++k)
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], m, a);
-  alignas(64) float out[16];
-  float s = 0;
-  for (int i = 0; i < 12; ++i) {
-    _mm512_store_ps(out, acc[i]);
-    for (float v : out) s += v;
-  }
-  return s;
+// The peaks of a memory-bound CPU program: the streaming bandwidth on one thread and, when there
+// are more, on all T. A single-threaded version is compared with peaks.front(), a threaded one
+// with peaks.back().
+inline std::vector<Peak> stream_peaks(int T) {
+  std::vector<Peak> peaks{{"stream 1t", stream_gbs(1)}};
+  if (T > 1) peaks.push_back({"stream " + std::to_string(T) + "t", stream_gbs(T)});
+  return peaks;
 }
-__attribute__((target("avx2,fma"))) inline float fma_chains_avx2(int64_t iters) {
-  __m256 acc[12];
-  const __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
-  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
-  for (int64_t k = 0; k < iters; ++k)
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], m, a);
-  alignas(32) float out[8];
-  float s = 0;
-  for (int i = 0; i < 12; ++i) {
-    _mm256_store_ps(out, acc[i]);
-    for (float v : out) s += v;
+
+// Arithmetic peak: 12 independent chains of vector multiply-adds acc = STEP(acc, m, a) per thread
+// (enough to cover an FMA's latency on two FMA pipes), so nothing but the FMA units limits them;
+// the lanes are summed at the end so the chains are not optimised away. One body for the three
+// instruction sets, written as a macro: an intrinsic may only be named in a function compiled for
+// its instruction set, and a template shared by the three would be compiled for plain x86-64.
+#define LAB_MUL_ADD_CHAINS(NAME, TARGET, V, SET1, STEP)                                  \
+  TARGET inline float NAME(int64_t iters) {                                              \
+    V acc[12];                                                                           \
+    const V m = SET1(0.999999f), a = SET1(1e-7f);                                        \
+    for (int i = 0; i < 12; ++i) acc[i] = SET1(static_cast<float>(i));                   \
+    for (int64_t k = 0; k < iters; ++k)                                                  \
+      _Pragma("GCC unroll 12") for (int i = 0; i < 12; ++i) acc[i] = STEP(acc[i], m, a); \
+    float s = 0;                                                                         \
+    for (const V& v : acc)                                                               \
+      for (size_t l = 0; l < sizeof(V) / sizeof(float); ++l) s += v[l];                  \
+    return s;                                                                            \
   }
-  return s;
+LAB_MUL_ADD_CHAINS(fma_chains_avx512, __attribute__((target("avx512f"))), __m512, _mm512_set1_ps, _mm512_fmadd_ps)
+LAB_MUL_ADD_CHAINS(fma_chains_avx2, __attribute__((target("avx2,fma"))), __m256, _mm256_set1_ps, _mm256_fmadd_ps)
+// plain x86-64 has no FMA: a multiply, then an add
+__attribute__((always_inline)) inline __m128 mul_then_add(__m128 x, __m128 m, __m128 a) {
+  return _mm_add_ps(_mm_mul_ps(x, m), a);
 }
-inline float mul_add_chains_sse(int64_t iters) {  // plain x86-64 has no FMA: a multiply, then an add
-  __m128 acc[12];
-  const __m128 m = _mm_set1_ps(0.999999f), a = _mm_set1_ps(1e-7f);
-  for (int i = 0; i < 12; ++i) acc[i] = _mm_set1_ps(static_cast<float>(i));
-  for (int64_t k = 0; k < iters; ++k)
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) acc[i] = _mm_add_ps(_mm_mul_ps(acc[i], m), a);
-  alignas(16) float out[4];
-  float s = 0;
-  for (int i = 0; i < 12; ++i) {
-    _mm_store_ps(out, acc[i]);
-    for (float v : out) s += v;
-  }
-  return s;
-}
+LAB_MUL_ADD_CHAINS(mul_add_chains_sse, , __m128, _mm_set1_ps, mul_then_add)
+#undef LAB_MUL_ADD_CHAINS
 
 enum class Isa { sse, avx2, avx512 };
 inline bool cpu_has(Isa isa) {
@@ -404,9 +409,8 @@ inline bool cpu_has(Isa isa) {
 }
 inline const char* isa_name(Isa isa) { return isa == Isa::avx512 ? "avx512" : isa == Isa::avx2 ? "avx2" : "sse"; }
 
-// GFLOP/s of the chains above on `threads` threads at once, the best of 3 runs.
-inline double fma_peak_gflops(Isa isa, int threads) {
-  const int64_t iters = 10'000'000;
+// GFLOP/s of the chains above on `threads` threads at once, the best of 3 runs of `iters` steps.
+inline double fma_peak_gflops(Isa isa, int threads, int64_t iters = 10'000'000) {
   float (*chains)(int64_t) = isa == Isa::avx512 ? fma_chains_avx512
                              : isa == Isa::avx2 ? fma_chains_avx2
                                                 : mul_add_chains_sse;

@@ -16,8 +16,9 @@
 //   4 threads   version 3 with rows spread over the threads
 //   5 kiln      kiln's layer-norm kernels (kiln/kernels/norm.h, kernels/cpu/norm.cpp)
 //
-// Validation against f64 (each C-term sum rounds like sum_tol(C), each R-term sum like
-// sum_tol(R)): y against |w| (|xhat| + 1) + |b|; mean against |mean| + std; rstd against itself;
+// Validation against f64 (layernorm_ref.h, shared with layernorm_cuda.cu; each C-term sum rounds
+// like sum_tol(C), each R-term sum like sum_tol(R)): y against |w| (|xhat| + 1) + |b|; mean
+// against |mean| + std; rstd against itself;
 // dx against rstd (|gw| + mean|gw| + |xhat| mean|gw xhat|); dw, db against the sums of |terms|.
 // The backward of every version gets the same (f32) mean and rstd.
 //
@@ -28,13 +29,14 @@
 
 #include "kiln/kernels/norm.h"
 #include "lab.h"
+#include "layernorm_ref.h"
 
 namespace {
 
 const char* kUsage =
     "  --size R,C   rows and row length (default 32768,768: GPT-2's width, 32 x 1024 tokens)\n"
     "versions: 1 naive, 2 simd, 3 wide, 4 threads, 5 kiln\n";
-constexpr float kEps = 1e-5f;
+using lab::layernorm::kEps;
 
 struct Inputs {  // forward: x, w, b; backward: also g and the saved statistics
   const float *x, *w, *b, *g, *mean, *rstd;
@@ -130,17 +132,18 @@ __attribute__((always_inline)) inline void bwd_row_simd(const float* x, const fl
   }
 }
 
-void fwd_simd(const Inputs& in, const Outputs& out) {
+// The loops over the rows around a version's row functions (versions 2 and 3 differ only in
+// those): the forward's, and the backward's, which adds each row's terms to dw, db.
+template <auto fwd_row> void fwd_rows(const Inputs& in, const Outputs& out) {
   for (int64_t r = 0; r < in.R; ++r)
-    fwd_row_simd(in.x + r * in.C, in.w, in.b, out.y + r * in.C, out.mean + r, out.rstd + r, in.C);
+    fwd_row(in.x + r * in.C, in.w, in.b, out.y + r * in.C, out.mean + r, out.rstd + r, in.C);
 }
 
-void bwd_simd(const Inputs& in, const Outputs& out) {
+template <auto bwd_row> void bwd_rows(const Inputs& in, const Outputs& out) {
   std::fill(out.dw, out.dw + in.C, 0.0f);
   std::fill(out.db, out.db + in.C, 0.0f);
   for (int64_t r = 0; r < in.R; ++r)
-    bwd_row_simd(in.x + r * in.C, in.g + r * in.C, in.w, in.mean[r], in.rstd[r], out.dx + r * in.C, out.dw, out.db,
-                 in.C);
+    bwd_row(in.x + r * in.C, in.g + r * in.C, in.w, in.mean[r], in.rstd[r], out.dx + r * in.C, out.dw, out.db, in.C);
 }
 
 // ------------------------------------------------------------------ 3: wide
@@ -155,19 +158,6 @@ LAB_CPU_CLONES void fwd_row_wide(const float* x, const float* w, const float* bi
 LAB_CPU_CLONES void bwd_row_wide(const float* x, const float* g, const float* w, float m, float rs, float* dx,
                                  float* dw, float* db, int64_t C) {
   bwd_row_simd(x, g, w, m, rs, dx, dw, db, C);
-}
-
-void fwd_wide(const Inputs& in, const Outputs& out) {
-  for (int64_t r = 0; r < in.R; ++r)
-    fwd_row_wide(in.x + r * in.C, in.w, in.b, out.y + r * in.C, out.mean + r, out.rstd + r, in.C);
-}
-
-void bwd_wide(const Inputs& in, const Outputs& out) {
-  std::fill(out.dw, out.dw + in.C, 0.0f);
-  std::fill(out.db, out.db + in.C, 0.0f);
-  for (int64_t r = 0; r < in.R; ++r)
-    bwd_row_wide(in.x + r * in.C, in.g + r * in.C, in.w, in.mean[r], in.rstd[r], out.dx + r * in.C, out.dw, out.db,
-                 in.C);
 }
 
 // ------------------------------------------------------------------ 4: threads
@@ -215,48 +205,7 @@ void bwd_kiln(const Inputs& in, const Outputs& out) {
                                    view(in.mean, {in.R}), view(in.rstd, {in.R}), false);
 }
 
-// ------------------------------------------------------------------ reference and driver
-
-struct Reference {  // f64 results and the scales their errors are measured against
-  std::vector<double> y, y_scale, mean, mean_scale, rstd, dx, dx_scale, dw, dw_scale, db, db_scale;
-};
-
-Reference reference(const Inputs& in) {
-  const int64_t R = in.R, C = in.C;
-  Reference ref;
-  for (auto* v : {&ref.y, &ref.y_scale, &ref.dx, &ref.dx_scale}) v->resize(R * C);
-  for (auto* v : {&ref.mean, &ref.mean_scale, &ref.rstd}) v->resize(R);
-  for (auto* v : {&ref.dw, &ref.dw_scale, &ref.db, &ref.db_scale}) v->assign(C, 0.0);
-  for (int64_t r = 0; r < R; ++r) {
-    const float *x = in.x + r * C, *g = in.g + r * C;
-    double s = 0, v = 0;
-    for (int64_t j = 0; j < C; ++j) s += x[j];
-    const double m = s / C;
-    for (int64_t j = 0; j < C; ++j) v += (x[j] - m) * (x[j] - m);
-    const double rs = 1.0 / std::sqrt(v / C + kEps);
-    ref.mean[r] = m, ref.mean_scale[r] = std::abs(m) + 1.0 / rs, ref.rstd[r] = rs;
-    for (int64_t j = 0; j < C; ++j) {
-      const double xh = (x[j] - m) * rs;
-      ref.y[r * C + j] = xh * in.w[j] + in.b[j];
-      ref.y_scale[r * C + j] = std::abs(in.w[j]) * (std::abs(xh) + 1) + std::abs(in.b[j]);
-    }
-    // backward, from the f32 statistics every version is given
-    const double ms = in.mean[r], rss = in.rstd[r];
-    double a = 0, b = 0, abs_a = 0, abs_b = 0;
-    for (int64_t j = 0; j < C; ++j) {
-      const double gw = double(g[j]) * in.w[j], xh = (x[j] - ms) * rss;
-      a += gw, b += gw * xh, abs_a += std::abs(gw), abs_b += std::abs(gw * xh);
-    }
-    for (int64_t j = 0; j < C; ++j) {
-      const double gw = double(g[j]) * in.w[j], xh = (x[j] - ms) * rss;
-      ref.dx[r * C + j] = rss * (gw - a / C - xh * b / C);
-      ref.dx_scale[r * C + j] = rss * (std::abs(gw) + abs_a / C + std::abs(xh) * abs_b / C);
-      ref.dw[j] += g[j] * xh, ref.dw_scale[j] += std::abs(g[j] * xh);
-      ref.db[j] += g[j], ref.db_scale[j] += std::abs(g[j]);
-    }
-  }
-  return ref;
-}
+// ------------------------------------------------------------------ driver
 
 struct Version {
   const char* name;
@@ -265,65 +214,47 @@ struct Version {
   bool threaded;
 };
 const Version kVersions[] = {
-    {"naive", fwd_naive, bwd_naive, false},       // 1
-    {"simd", fwd_simd, bwd_simd, false},          // 2
-    {"wide", fwd_wide, bwd_wide, false},          // 3
-    {"threads", fwd_threads, bwd_threads, true},  // 4
-    {"kiln", fwd_kiln, bwd_kiln, true},           // 5
+    {"naive", fwd_naive, bwd_naive, false},                           // 1
+    {"simd", fwd_rows<fwd_row_simd>, bwd_rows<bwd_row_simd>, false},  // 2
+    {"wide", fwd_rows<fwd_row_wide>, bwd_rows<bwd_row_wide>, false},  // 3
+    {"threads", fwd_threads, bwd_threads, true},                      // 4
+    {"kiln", fwd_kiln, bwd_kiln, true},                               // 5
 };
-constexpr int kNumVersions = sizeof(kVersions) / sizeof(kVersions[0]);
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const lab::Options opt = lab::parse_args(argc, argv, kNumVersions, {32768, 768}, {2}, kUsage);
+  const lab::Options opt = lab::parse_args(argc, argv, kVersions, {32768, 768}, {2}, kUsage);
   const int64_t R = opt.size[0], C = opt.size[1];
   const int T = lab::max_threads();
   std::printf("lab_layernorm_cpu: layer norm of x[%lld, %lld], f32, forward and backward; %d threads\n", (long long)R,
               (long long)C, T);
   lab::Buffer<float> x(R * C), g(R * C), w(C), b(C), y(R * C), dx(R * C), mean(R), rstd(R), smean(R), srstd(R), dw(C),
       db(C);
-  lab::fill_normal(x.data(), R * C, 1, 0.5, 2.0);  // an offset mean, as activations have
-  lab::fill_normal(g.data(), R * C, 2);
-  lab::fill_normal(w.data(), C, 3, 1.0, 0.2);
-  lab::fill_normal(b.data(), C, 4, 0.0, 0.2);
+  lab::layernorm::fill_inputs(x.data(), g.data(), w.data(), b.data(), R, C);
   // the statistics every backward gets: the f32 forward's (naive version), so all agree
   Inputs in{x.data(), w.data(), b.data(), g.data(), smean.data(), srstd.data(), R, C};
   fwd_naive(in, Outputs{y.data(), smean.data(), srstd.data(), nullptr, nullptr, nullptr});
-  const Reference ref = reference(in);
+  const lab::layernorm::Reference ref(x.data(), g.data(), w.data(), b.data(), smean.data(), srstd.data(), R, C);
 
-  std::vector<lab::Peak> peaks{{"stream 1t", lab::stream_gbs(1)}};
-  if (T > 1) peaks.push_back({"stream " + std::to_string(T) + "t", lab::stream_gbs(T)});
+  const std::vector<lab::Peak> peaks = lab::stream_peaks(T);
   lab::Report report("GB/s");
   report.header(peaks);
   const Outputs out{y.data(), mean.data(), rstd.data(), dx.data(), dw.data(), db.data()};
-  const double fwd_bytes = 8.0 * R * C + 8.0 * R, bwd_bytes = 12.0 * R * C + 8.0 * R + 8.0 * C;
-  const double tol_row = lab::sum_tol(C), tol_col = lab::sum_tol(R);
   for (int vi : opt.versions) {
     const Version& v = kVersions[vi - 1];
     const int threads = v.threaded ? T : 1;
-    const lab::Peak& peak = peaks[v.threaded && T > 1 ? 1 : 0];
-    std::string name = std::string(v.name) + ": forward";
-    for (float* p : {y.data(), mean.data(), rstd.data()}) std::fill(p, p + (p == y.data() ? R * C : R), std::nanf(""));
+    const lab::Peak& peak = v.threaded ? peaks.back() : peaks.front();
+    for (auto* buf : {&y, &mean, &rstd}) buf->poison();
     v.fwd(in, out);
-    lab::Check cf;
-    cf.compare("y", y.data(), ref.y.data(), R * C, tol_row, [&](int64_t i) { return ref.y_scale[i]; })
-        .compare("mean", mean.data(), ref.mean.data(), R, tol_row, [&](int64_t i) { return ref.mean_scale[i]; })
-        .compare("rstd", rstd.data(), ref.rstd.data(), R, tol_row, [&](int64_t i) { return ref.rstd[i]; });
-    lab::Timing t;
-    if (cf.pass()) t = lab::time_cpu([&] { v.fwd(in, out); }, opt);
-    report.row(vi, name.c_str(), threads, t, fwd_bytes, peak, cf);
-
-    name = std::string(v.name) + ": backward";
-    for (float* p : {dx.data(), dw.data(), db.data()}) std::fill(p, p + (p == dx.data() ? R * C : C), std::nanf(""));
+    report.row(
+        vi, std::string(v.name) + ": forward", threads, ref.check_forward(y.data(), mean.data(), rstd.data()),
+        [&] { return lab::time_cpu([&] { v.fwd(in, out); }, opt); }, lab::layernorm::forward_bytes(R, C), peak);
+    for (auto* buf : {&dx, &dw, &db}) buf->poison();
     v.bwd(in, out);
-    lab::Check cb;
-    cb.compare("dx", dx.data(), ref.dx.data(), R * C, tol_row, [&](int64_t i) { return ref.dx_scale[i]; })
-        .compare("dw", dw.data(), ref.dw.data(), C, tol_col, [&](int64_t i) { return ref.dw_scale[i]; })
-        .compare("db", db.data(), ref.db.data(), C, tol_col, [&](int64_t i) { return ref.db_scale[i]; });
-    t = {};
-    if (cb.pass()) t = lab::time_cpu([&] { v.bwd(in, out); }, opt);
-    report.row(vi, name.c_str(), threads, t, bwd_bytes, peak, cb);
+    report.row(
+        vi, std::string(v.name) + ": backward", threads, ref.check_backward(dx.data(), dw.data(), db.data()),
+        [&] { return lab::time_cpu([&] { v.bwd(in, out); }, opt); }, lab::layernorm::backward_bytes(R, C), peak);
   }
   std::printf(
       "GB/s: minimal traffic / median time (forward 8, backward 12 bytes per element); %%peak: of the stream "

@@ -10,19 +10,20 @@
 //   3 warp + float4  16-byte loads; the backward fuses dw, db into per-block partial sums
 //   4 block/row      a block per row, the row cached in shared memory: for long rows, few rows
 //
-// Validation against an f64 CPU reference, with the scales and tolerances of the CPU program
-// (4 eps (sqrt(C) + 4) for the per-row results, with R for C for dw, db).
+// Validation against the f64 CPU reference of the CPU program (layernorm_ref.h), with its scales
+// and tolerances (4 eps (sqrt(C) + 4) for the per-row results, with R for C for dw, db).
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 layernorm_cuda.cu -o lab_layernorm_cuda
 //   lab_layernorm_cuda [VERSION|all] [--size R,C] [--repeats N] [--warmup N] [--budget S]
 #include "lab_cuda.cuh"
+#include "layernorm_ref.h"
 
 namespace {
 
 const char* kUsage =
     "  --size R,C   rows and row length (default 32768,768; try 1024,16384 for long rows)\n"
     "versions: 1 thread/row, 2 warp/row, 3 warp + float4, 4 block/row\n";
-constexpr float kEps = 1e-5f;
+using lab::layernorm::kEps;
 constexpr int kThreads = 256;  // threads per block, every kernel
 
 struct Args {  // device pointers and sizes shared by every kernel of a version
@@ -275,47 +276,6 @@ void v4_backward(const Args& a) {
 
 // ------------------------------------------------------------------ reference and driver
 
-struct Reference {  // f64 results and the scales of their errors (bench/lab/layernorm_cpu.cpp)
-  std::vector<double> y, y_scale, mean, mean_scale, rstd, dx, dx_scale, dw, dw_scale, db, db_scale;
-};
-
-// x, g, w, b on the host; the backward uses the f32 statistics smean, srstd that every version gets.
-Reference reference(const float* x, const float* g, const float* w, const float* b, const float* smean,
-                    const float* srstd, int64_t R, int64_t C) {
-  Reference ref;
-  for (auto* v : {&ref.y, &ref.y_scale, &ref.dx, &ref.dx_scale}) v->resize(R * C);
-  for (auto* v : {&ref.mean, &ref.mean_scale, &ref.rstd}) v->resize(R);
-  for (auto* v : {&ref.dw, &ref.dw_scale, &ref.db, &ref.db_scale}) v->assign(C, 0.0);
-  for (int64_t r = 0; r < R; ++r) {
-    const float *xr = x + r * C, *gr = g + r * C;
-    double s = 0, v = 0;
-    for (int64_t j = 0; j < C; ++j) s += xr[j];
-    const double m = s / C;
-    for (int64_t j = 0; j < C; ++j) v += (xr[j] - m) * (xr[j] - m);
-    const double rs = 1.0 / std::sqrt(v / C + kEps);
-    ref.mean[r] = m, ref.mean_scale[r] = std::abs(m) + 1.0 / rs, ref.rstd[r] = rs;
-    for (int64_t j = 0; j < C; ++j) {
-      const double xh = (xr[j] - m) * rs;
-      ref.y[r * C + j] = xh * w[j] + b[j];
-      ref.y_scale[r * C + j] = std::abs(w[j]) * (std::abs(xh) + 1) + std::abs(b[j]);
-    }
-    const double ms = smean[r], rss = srstd[r];
-    double sa = 0, sb = 0, abs_a = 0, abs_b = 0;
-    for (int64_t j = 0; j < C; ++j) {
-      const double gw = double(gr[j]) * w[j], xh = (xr[j] - ms) * rss;
-      sa += gw, sb += gw * xh, abs_a += std::abs(gw), abs_b += std::abs(gw * xh);
-    }
-    for (int64_t j = 0; j < C; ++j) {
-      const double gw = double(gr[j]) * w[j], xh = (xr[j] - ms) * rss;
-      ref.dx[r * C + j] = rss * (gw - sa / C - xh * sb / C);
-      ref.dx_scale[r * C + j] = rss * (std::abs(gw) + abs_a / C + std::abs(xh) * abs_b / C);
-      ref.dw[j] += gr[j] * xh, ref.dw_scale[j] += std::abs(gr[j] * xh);
-      ref.db[j] += gr[j], ref.db_scale[j] += std::abs(gr[j]);
-    }
-  }
-  return ref;
-}
-
 // The f32 statistics the backward of every version gets (the CPU's two-pass formulas).
 void host_statistics(const float* x, float* mean, float* rstd, int64_t R, int64_t C) {
   for (int64_t r = 0; r < R; ++r) {
@@ -338,7 +298,21 @@ const Version kVersions[] = {
     {"warp per row, float4", v3_forward, v3_backward},          // 3
     {"block per row, shared memory", v4_forward, v4_backward},  // 4
 };
-constexpr int kNumVersions = sizeof(kVersions) / sizeof(kVersions[0]);
+
+// A device output of a pass and its host copy.
+struct Output {
+  lab::DeviceBuffer<float>* device;
+  float* host;
+};
+
+// The validating call of a pass (a version's forward or backward): its outputs poisoned first, so
+// an element the kernels do not write fails the check, then the pass, then the outputs copied back.
+void validating_call(void (*pass)(const Args&), const Args& args, std::initializer_list<Output> outputs) {
+  for (const Output& o : outputs) o.device->poison();
+  pass(args);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  for (const Output& o : outputs) o.device->download(o.host);
+}
 
 // Why version v cannot run at this size on this device ("" when it can).
 std::string unavailable(int v, int64_t C, const cudaDeviceProp& prop) {
@@ -352,7 +326,7 @@ std::string unavailable(int v, int64_t C, const cudaDeviceProp& prop) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const lab::Options opt = lab::parse_args(argc, argv, kNumVersions, {32768, 768}, {2}, kUsage);
+  const lab::Options opt = lab::parse_args(argc, argv, kVersions, {32768, 768}, {2}, kUsage);
   const int64_t R = opt.size[0], C = opt.size[1];
   const cudaDeviceProp prop = lab::require_device("lab_layernorm_cuda");
   std::printf("lab_layernorm_cuda: layer norm of x[%lld, %lld], f32, forward and backward\n", (long long)R,
@@ -362,13 +336,10 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(prop.sharedMemPerBlockOptin)));
 
-  std::vector<float> x(R * C), g(R * C), w(C), b(C), smean(R), srstd(R), out(R * C), out_r(R), out_c(C);
-  lab::fill_normal(x.data(), R * C, 1, 0.5, 2.0);
-  lab::fill_normal(g.data(), R * C, 2);
-  lab::fill_normal(w.data(), C, 3, 1.0, 0.2);
-  lab::fill_normal(b.data(), C, 4, 0.0, 0.2);
+  std::vector<float> x(R * C), g(R * C), w(C), b(C), smean(R), srstd(R);
+  lab::layernorm::fill_inputs(x.data(), g.data(), w.data(), b.data(), R, C);
   host_statistics(x.data(), smean.data(), srstd.data(), R, C);
-  const Reference ref = reference(x.data(), g.data(), w.data(), b.data(), smean.data(), srstd.data(), R, C);
+  const lab::layernorm::Reference ref(x.data(), g.data(), w.data(), b.data(), smean.data(), srstd.data(), R, C);
 
   const int partial_blocks = prop.multiProcessorCount * 2;
   lab::DeviceBuffer<float> d_x(R * C), d_g(R * C), d_w(C), d_b(C), d_y(R * C), d_dx(R * C), d_mean(R), d_rstd(R),
@@ -379,44 +350,25 @@ int main(int argc, char** argv) {
                  d_dx.data(), d_dw.data(), d_db.data(), d_partial.data(), int(R),     int(C),        partial_blocks};
   Args bwd = fwd;  // the backward reads the shared f32 statistics
   bwd.mean = d_smean.data(), bwd.rstd = d_srstd.data();
+  std::vector<float> out(R * C), mean(R), rstd(R), dw(C), db(C);  // host copies of the outputs (out: y or dx)
 
   const std::vector<lab::Peak> peaks{{"D2D copy", lab::device_copy_gbs()}};
   lab::Report report("GB/s");
   report.header(peaks);
-  const double tol_row = lab::sum_tol(C), tol_col = lab::sum_tol(R);
   for (int vi : opt.versions) {
     const Version& v = kVersions[vi - 1];
     if (const std::string why = unavailable(vi, C, prop); !why.empty()) {
       report.skipped(vi, v.name, why);
       continue;
     }
-    for (auto* buf : {&d_y, &d_mean, &d_rstd}) buf->poison();
-    v.fwd(fwd);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    lab::Check cf;
-    d_y.download(out.data());
-    cf.compare("y", out.data(), ref.y.data(), R * C, tol_row, [&](int64_t i) { return ref.y_scale[i]; });
-    d_mean.download(out_r.data());
-    cf.compare("mean", out_r.data(), ref.mean.data(), R, tol_row, [&](int64_t i) { return ref.mean_scale[i]; });
-    d_rstd.download(out_r.data());
-    cf.compare("rstd", out_r.data(), ref.rstd.data(), R, tol_row, [&](int64_t i) { return ref.rstd[i]; });
-    lab::Timing t;
-    if (cf.pass()) t = lab::time_gpu([&] { v.fwd(fwd); }, opt);
-    report.row(vi, (std::string(v.name) + ": forward").c_str(), 0, t, 8.0 * R * C + 8.0 * R, peaks[0], cf);
-
-    for (auto* buf : {&d_dx, &d_dw, &d_db}) buf->poison();
-    v.bwd(bwd);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    lab::Check cb;
-    d_dx.download(out.data());
-    cb.compare("dx", out.data(), ref.dx.data(), R * C, tol_row, [&](int64_t i) { return ref.dx_scale[i]; });
-    d_dw.download(out_c.data());
-    cb.compare("dw", out_c.data(), ref.dw.data(), C, tol_col, [&](int64_t i) { return ref.dw_scale[i]; });
-    d_db.download(out_c.data());
-    cb.compare("db", out_c.data(), ref.db.data(), C, tol_col, [&](int64_t i) { return ref.db_scale[i]; });
-    t = {};
-    if (cb.pass()) t = lab::time_gpu([&] { v.bwd(bwd); }, opt);
-    report.row(vi, (std::string(v.name) + ": backward").c_str(), 0, t, 12.0 * R * C + 8.0 * R + 8.0 * C, peaks[0], cb);
+    validating_call(v.fwd, fwd, {{&d_y, out.data()}, {&d_mean, mean.data()}, {&d_rstd, rstd.data()}});
+    report.row(
+        vi, std::string(v.name) + ": forward", 0, ref.check_forward(out.data(), mean.data(), rstd.data()),
+        [&] { return lab::time_gpu([&] { v.fwd(fwd); }, opt); }, lab::layernorm::forward_bytes(R, C), peaks[0]);
+    validating_call(v.bwd, bwd, {{&d_dx, out.data()}, {&d_dw, dw.data()}, {&d_db, db.data()}});
+    report.row(
+        vi, std::string(v.name) + ": backward", 0, ref.check_backward(out.data(), dw.data(), db.data()),
+        [&] { return lab::time_gpu([&] { v.bwd(bwd); }, opt); }, lab::layernorm::backward_bytes(R, C), peaks[0]);
   }
   std::printf(
       "GB/s: minimal traffic / median time; %%peak: of the device-to-device copy; "

@@ -29,6 +29,7 @@
 
 #include "kiln/kernels/cross_entropy.h"
 #include "lab.h"
+#include "softmax_xent_ref.h"
 
 namespace {
 
@@ -50,16 +51,24 @@ struct Problem {
 // What log_softmax followed by nll_loss does: the forward writes log p (R x C floats) and the
 // backward reads it back to form exp(log p) - onehot. Every pass is scalar: std::exp is a
 // library call the compiler cannot vectorise, and a max or sum of floats is a dependent chain.
+struct RowMax {    // a row's statistics in versions 1 and 2
+  float m, log_s;  // m = max_j x_j, log_s = log sum_j exp(x_j - m)
+};
+
+RowMax row_max_log_sum(const float* x, int64_t C) {
+  float m = -INFINITY, s = 0;
+  for (int64_t j = 0; j < C; ++j) m = std::max(m, x[j]);
+  for (int64_t j = 0; j < C; ++j) s += std::exp(x[j] - m);
+  return {m, std::log(s)};
+}
+
 void xent_composite(const Problem& P) {
   const int64_t C = P.C;
   for (int64_t r = 0; r < P.R; ++r) {
     const float* x = P.x + r * C;
     float* lp = P.logp + r * C;
-    float m = -INFINITY, s = 0;
-    for (int64_t j = 0; j < C; ++j) m = std::max(m, x[j]);
-    for (int64_t j = 0; j < C; ++j) s += std::exp(x[j] - m);
-    const float log_s = std::log(s);
-    for (int64_t j = 0; j < C; ++j) lp[j] = x[j] - m - log_s;
+    const RowMax row = row_max_log_sum(x, C);
+    for (int64_t j = 0; j < C; ++j) lp[j] = x[j] - row.m - row.log_s;
     P.loss[r] = -lp[P.target[r]];
   }
   for (int64_t r = 0; r < P.R; ++r)
@@ -70,19 +79,20 @@ void xent_composite(const Problem& P) {
 // Nothing of size R x C is written but dx: the forward keeps lse per row, and the backward
 // recomputes exp(x - lse) from x itself. That saves a write and a read of R x C floats, but the
 // exp calls still dominate, so it gains little until they are vectorised.
-void xent_fused(const Problem& P) {
+void xent_row_fused(const Problem& P, int64_t r) {
   const int64_t C = P.C;
-  for (int64_t r = 0; r < P.R; ++r) {
-    const float* x = P.x + r * C;
-    float* dx = P.dx + r * C;
-    float m = -INFINITY, s = 0;
-    for (int64_t j = 0; j < C; ++j) m = std::max(m, x[j]);
-    for (int64_t j = 0; j < C; ++j) s += std::exp(x[j] - m);
-    const float log_s = std::log(s), lse = m + log_s;
-    P.loss[r] = log_s - (x[P.target[r]] - m);
-    for (int64_t j = 0; j < C; ++j) dx[j] = std::exp(x[j] - lse) * P.g;
-    dx[P.target[r]] -= P.g;
-  }
+  const float* x = P.x + r * C;
+  float* dx = P.dx + r * C;
+  const RowMax row = row_max_log_sum(x, C);
+  const float lse = row.m + row.log_s;
+  P.loss[r] = row.log_s - (x[P.target[r]] - row.m);
+  for (int64_t j = 0; j < C; ++j) dx[j] = std::exp(x[j] - lse) * P.g;
+  dx[P.target[r]] -= P.g;
+}
+
+// Versions 2 to 4 differ only in their row function, run on one row after another.
+template <auto xent_row> void xent_rows(const Problem& P) {
+  for (int64_t r = 0; r < P.R; ++r) xent_row(P, r);
 }
 
 // ------------------------------------------------------------------ 3: vector exp
@@ -121,20 +131,12 @@ __attribute__((always_inline)) inline void xent_row_vec(const Problem& P, int64_
   dx[P.target[r]] -= g;
 }
 
-void xent_vec(const Problem& P) {
-  for (int64_t r = 0; r < P.R; ++r) xent_row_vec(P, r);
-}
-
 // ------------------------------------------------------------------ 4: wide
 // The program is compiled for any x86-64, so version 3 computes 4 exps per SSE instruction.
 // Compiled again for AVX-512 (16 floats) and AVX2 + FMA (8), the processor's copy picked when the
 // program loads (LAB_CPU_CLONES in lab.h), the same source does 2-4x more per instruction: the
 // exp polynomial is arithmetic-bound, so this is most of what separates version 3 from kiln.
 LAB_CPU_CLONES void xent_row_wide(const Problem& P, int64_t r) { xent_row_vec(P, r); }
-
-void xent_wide(const Problem& P) {
-  for (int64_t r = 0; r < P.R; ++r) xent_row_wide(P, r);
-}
 
 // ------------------------------------------------------------------ 5: threads
 // Rows are independent: spread them over the threads. One row (C floats, 200 KB for GPT-2) fits
@@ -158,7 +160,7 @@ void xent_kiln(const Problem& P) {
   kiln::kernels::cross_entropy_backward(f32(P.dx, {P.R, P.C}), kiln::full({1}, P.g), x, lse, t, -100, 0.0);
 }
 
-// ------------------------------------------------------------------ reference and driver
+// ------------------------------------------------------------------ driver
 
 struct Version {
   const char* name;
@@ -166,64 +168,39 @@ struct Version {
   bool threaded;
 };
 const Version kVersions[] = {
-    {"composite (log_softmax + nll)", xent_composite, false},  // 1
-    {"fused (lse only)", xent_fused, false},                   // 2
-    {"vector exp + simd reductions", xent_vec, false},         // 3
-    {"wide", xent_wide, false},                                // 4
-    {"threads", xent_threads, true},                           // 5
-    {"kiln cross_entropy", xent_kiln, true},                   // 6
+    {"composite (log_softmax + nll)", xent_composite, false},          // 1
+    {"fused (lse only)", xent_rows<xent_row_fused>, false},            // 2
+    {"vector exp + simd reductions", xent_rows<xent_row_vec>, false},  // 3
+    {"wide", xent_rows<xent_row_wide>, false},                         // 4
+    {"threads", xent_threads, true},                                   // 5
+    {"kiln cross_entropy", xent_kiln, true},                           // 6
 };
-constexpr int kNumVersions = sizeof(kVersions) / sizeof(kVersions[0]);
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const lab::Options opt = lab::parse_args(argc, argv, kNumVersions, {1024, 50257}, {2}, kUsage);
+  const lab::Options opt = lab::parse_args(argc, argv, kVersions, {1024, 50257}, {2}, kUsage);
   const int64_t R = opt.size[0], C = opt.size[1];
   const int T = lab::max_threads();
   std::printf("lab_softmax_xent_cpu: cross-entropy of x[%lld, %lld], f32, forward + backward; %d threads\n",
               (long long)R, (long long)C, T);
   lab::Buffer<float> x(R * C), dx(R * C), logp(R * C), loss(R);
   lab::Buffer<int64_t> target(R);
-  lab::fill_normal(x.data(), R * C, 1, 0.0, 3.0);
-  uint64_t seed = 7;
-  for (int64_t r = 0; r < R; ++r) target[r] = static_cast<int64_t>(lab::splitmix(seed) % static_cast<uint64_t>(C));
+  lab::softmax_xent::fill_inputs(x.data(), target.data(), R, C);
   const Problem P{x.data(), target.data(), 1.0f / R, R, C, loss.data(), dx.data(), logp.data()};
+  const lab::softmax_xent::Reference ref(x.data(), target.data(), P.g, R, C);
 
-  // f64 reference and the scales of its errors
-  std::vector<double> ref_loss(R), loss_scale(R), ref_dx(R * C), dx_scale(R * C);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; ++r) {
-    const float* xr = x.data() + r * C;
-    double m = -INFINITY, s = 0;
-    for (int64_t j = 0; j < C; ++j) m = std::max<double>(m, xr[j]);
-    for (int64_t j = 0; j < C; ++j) s += std::exp(xr[j] - m);
-    const double lse = m + std::log(s), xt = xr[target[r]];
-    ref_loss[r] = lse - xt;
-    loss_scale[r] = 1 + std::abs(xt - m) + std::log(s);
-    for (int64_t j = 0; j < C; ++j) {
-      const double p = std::exp(xr[j] - lse);
-      ref_dx[r * C + j] = (p - (j == target[r])) * P.g;
-      dx_scale[r * C + j] = P.g * (p * (1 + std::abs(xr[j] - m) + std::log(s)) + (j == target[r]) + 1e-30);
-    }
-  }
-
-  std::vector<lab::Peak> peaks{{"stream 1t", lab::stream_gbs(1)}};
-  if (T > 1) peaks.push_back({"stream " + std::to_string(T) + "t", lab::stream_gbs(T)});
+  const std::vector<lab::Peak> peaks = lab::stream_peaks(T);
   lab::Report report("GB/s");
   report.header(peaks);
-  const double tol = lab::sum_tol_linear(C);
   for (int vi : opt.versions) {
     const Version& v = kVersions[vi - 1];
-    std::fill(dx.data(), dx.data() + R * C, std::nanf(""));
-    std::fill(loss.data(), loss.data() + R, std::nanf(""));
+    dx.poison(), loss.poison();
     v.run(P);
-    lab::Check check;
-    check.compare("loss", loss.data(), ref_loss.data(), R, tol, [&](int64_t i) { return loss_scale[i]; })
-        .compare("dx", dx.data(), ref_dx.data(), R * C, tol, [&](int64_t i) { return dx_scale[i]; });
-    lab::Timing t;
-    if (check.pass()) t = lab::time_cpu([&] { v.run(P); }, opt);
-    report.row(vi, v.name, v.threaded ? T : 1, t, 8.0 * R * C + 20.0 * R, peaks[v.threaded && T > 1 ? 1 : 0], check);
+    report.row(
+        vi, v.name, v.threaded ? T : 1, ref.check(loss.data(), dx.data()),
+        [&] { return lab::time_cpu([&] { v.run(P); }, opt); }, lab::softmax_xent::bytes(R, C),
+        v.threaded ? peaks.back() : peaks.front());
   }
   std::printf(
       "GB/s: minimal traffic (read x, write dx: 8 bytes per element) / median time; %%peak: of the stream "

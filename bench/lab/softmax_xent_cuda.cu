@@ -11,13 +11,14 @@
 //   3 fused     the block of 2 writes its row of dx right after its lse: one launch, x read once
 //               from memory (the second read hits L2)
 //
-// Validation against an f64 CPU reference: loss against 1 + |x_t - max| + log s, dx_j against
-// g (p_j (1 + |x_j - max| + log s) + [j == t] + 1e-30), tol = C eps / 2 (the bound of a sum of
-// positive terms; see the CPU program).
+// Validation against the f64 CPU reference of the CPU program (softmax_xent_ref.h): loss against
+// 1 + |x_t - max| + log s, dx_j against g (p_j (1 + |x_j - max| + log s) + [j == t] + 1e-30),
+// tol = C eps / 2 (the bound of a sum of positive terms; see the CPU program).
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 softmax_xent_cuda.cu -o lab_softmax_xent_cuda
 //   lab_softmax_xent_cuda [VERSION|all] [--size R,C] [--repeats N] [--warmup N] [--budget S]
 #include "lab_cuda.cuh"
+#include "softmax_xent_ref.h"
 
 namespace {
 
@@ -160,38 +161,20 @@ const Version kVersions[] = {
     {"online softmax, block per row", v2},  // 2
     {"fused forward + backward", v3},       // 3
 };
-constexpr int kNumVersions = sizeof(kVersions) / sizeof(kVersions[0]);
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const lab::Options opt = lab::parse_args(argc, argv, kNumVersions, {2048, 50257}, {2}, kUsage);
+  const lab::Options opt = lab::parse_args(argc, argv, kVersions, {2048, 50257}, {2}, kUsage);
   const int64_t R = opt.size[0], C = opt.size[1];
   lab::require_device("lab_softmax_xent_cuda");
   std::printf("lab_softmax_xent_cuda: cross-entropy of x[%lld, %lld], f32, forward + backward\n", (long long)R,
               (long long)C);
   std::vector<float> x(R * C), dx(R * C), loss(R);
   std::vector<int64_t> target(R);
-  lab::fill_normal(x.data(), R * C, 1, 0.0, 3.0);
-  uint64_t seed = 7;
-  for (int64_t r = 0; r < R; ++r) target[r] = static_cast<int64_t>(lab::splitmix(seed) % static_cast<uint64_t>(C));
+  lab::softmax_xent::fill_inputs(x.data(), target.data(), R, C);
   const float g = 1.0f / R;
-
-  std::vector<double> ref_loss(R), loss_scale(R), ref_dx(R * C), dx_scale(R * C);
-  for (int64_t r = 0; r < R; ++r) {
-    const float* xr = x.data() + r * C;
-    double m = -INFINITY, s = 0;
-    for (int64_t j = 0; j < C; ++j) m = std::max<double>(m, xr[j]);
-    for (int64_t j = 0; j < C; ++j) s += std::exp(xr[j] - m);
-    const double lse = m + std::log(s), xt = xr[target[r]];
-    ref_loss[r] = lse - xt;
-    loss_scale[r] = 1 + std::abs(xt - m) + std::log(s);
-    for (int64_t j = 0; j < C; ++j) {
-      const double p = std::exp(xr[j] - lse);
-      ref_dx[r * C + j] = (p - (j == target[r])) * g;
-      dx_scale[r * C + j] = g * (p * (1 + std::abs(xr[j] - m) + std::log(s)) + (j == target[r]) + 1e-30);
-    }
-  }
+  const lab::softmax_xent::Reference ref(x.data(), target.data(), g, R, C);
 
   lab::DeviceBuffer<float> d_x(R * C), d_dx(R * C), d_loss(R), d_lse(R);
   lab::DeviceBuffer<int64_t> d_target(R);
@@ -202,7 +185,6 @@ int main(int argc, char** argv) {
   const std::vector<lab::Peak> peaks{{"D2D copy", lab::device_copy_gbs()}};
   lab::Report report("GB/s");
   report.header(peaks);
-  const double tol = lab::sum_tol_linear(C);
   for (int vi : opt.versions) {
     const Version& v = kVersions[vi - 1];
     d_dx.poison(), d_loss.poison(), d_lse.poison();
@@ -210,12 +192,9 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaDeviceSynchronize());
     d_dx.download(dx.data());
     d_loss.download(loss.data());
-    lab::Check check;
-    check.compare("loss", loss.data(), ref_loss.data(), R, tol, [&](int64_t i) { return loss_scale[i]; })
-        .compare("dx", dx.data(), ref_dx.data(), R * C, tol, [&](int64_t i) { return dx_scale[i]; });
-    lab::Timing t;
-    if (check.pass()) t = lab::time_gpu([&] { v.run(args); }, opt);
-    report.row(vi, v.name, 0, t, 8.0 * R * C + 20.0 * R, peaks[0], check);
+    report.row(
+        vi, v.name, 0, ref.check(loss.data(), dx.data()), [&] { return lab::time_gpu([&] { v.run(args); }, opt); },
+        lab::softmax_xent::bytes(R, C), peaks[0]);
   }
   std::printf(
       "GB/s: minimal traffic (read x, write dx: 8 bytes per element) / median time; %%peak: of the "
