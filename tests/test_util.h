@@ -34,10 +34,10 @@ inline kiln::TensorOptions f64(bool requires_grad = false) {
   return kiln::TensorOptions().dtype(kiln::DType::F64).requires_grad(requires_grad);
 }
 
-// All values of `t` (any dtype, any strides) as doubles, in row-major logical order.
+// All values of `t` (any dtype, any strides, any device) as doubles, in row-major logical order.
 inline std::vector<double> values(const kiln::Tensor& t) {
   kiln::NoGradGuard ng;
-  kiln::Tensor c = t.detach().to(kiln::DType::F64).contiguous();
+  kiln::Tensor c = t.detach().cpu().to(kiln::DType::F64).contiguous();
   const double* p = c.data_ptr<double>();
   return std::vector<double>(p, p + c.numel());
 }
@@ -171,6 +171,12 @@ inline kiln::Tensor sin_seq(int64_t n, double a, double b) {
   return kiln::sin(kiln::arange(static_cast<double>(n), f64()) * a + b);
 }
 
+// sum(t * sin_seq(numel, a, b)): the loss the PyTorch reference scripts take the gradients of, a
+// different weight for every element of t (in row-major order).
+inline kiln::Tensor weighted_sum(const kiln::Tensor& t, double a, double b) {
+  return (t * sin_seq(t.numel(), a, b).view(t.sizes())).sum();
+}
+
 // Converts m to f64 and sets its parameter k (in registration order, which is PyTorch's for the
 // modules that mirror one) to 0.5 sin(0.1 i + 0.7 k): the reference scripts do the same to the
 // PyTorch module, so its outputs can be pasted into a test.
@@ -179,6 +185,13 @@ inline void set_params_to_sequence(kiln::nn::Module& m) {
   m.to(kiln::DType::F64);
   int k = 0;
   for (kiln::Tensor p : m.parameters()) p.copy_(sin_seq(p.numel(), 0.1, 0.7 * k++).view(p.sizes()) * 0.5);
+}
+
+// The names of m's parameters, in registration order (recursing into its modules).
+inline std::vector<std::string> parameter_names(const kiln::nn::Module& m) {
+  std::vector<std::string> names;
+  for (const auto& [name, p] : m.named_parameters()) names.push_back(name);
+  return names;
 }
 
 // Runs body() once at every CPU level this processor and build have (kiln/core/cpu_isa.h), with

@@ -85,6 +85,23 @@ class FakeBackend final : public kiln::AllocatorBackend {
 
 void* stream(uintptr_t id) { return reinterpret_cast<void*>(id); }
 
+// A 4 KiB block of `a` allocated on stream 1 whose use is recorded on stream `user`, marked busy:
+// once freed, the block stays out of reuse until `user` is done.
+void* block_in_use_on(FakeBackend& be, CachingAllocator& a, uintptr_t user) {
+  void* p = a.allocate(4096, stream(1));
+  a.record_stream(p, stream(user));
+  be.set_busy(stream(user), true);
+  return p;
+}
+
+// Marks stream `user` done, lets `a` see it, then allocates 4 KiB on stream 1 (a block that
+// block_in_use_on gave and that was freed meanwhile is free again by now).
+void* allocate_after_done(FakeBackend& be, CachingAllocator& a, uintptr_t user) {
+  be.set_busy(stream(user), false);
+  a.process_events();
+  return a.allocate(4096, stream(1));
+}
+
 std::string read_all(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream ss;
@@ -213,9 +230,7 @@ TEST_CASE("caching allocator keeps streams apart", "[allocator]") {
 TEST_CASE("record_stream delays reuse until the other stream is done", "[allocator]") {
   FakeBackend be;
   CachingAllocator a(&be, "fake");
-  void* p = a.allocate(4096, stream(1));
-  a.record_stream(p, stream(2));
-  be.set_busy(stream(2), true);
+  void* p = block_in_use_on(be, a, 2);
   a.free(p);
   CHECK(a.stats().allocated_bytes == 0);
   void* q = a.allocate(4096, stream(1));
@@ -223,19 +238,14 @@ TEST_CASE("record_stream delays reuse until the other stream is done", "[allocat
   a.process_events();
   void* q2 = a.allocate(4096, stream(1));
   CHECK(q2 != p);
-  be.set_busy(stream(2), false);
-  a.process_events();
-  void* r = a.allocate(4096, stream(1));
+  void* r = allocate_after_done(be, a, 2);
   CHECK(r == p);
   a.free(q);
   a.free(q2);
   a.free(r);
 
   // empty_cache waits for pending frees and then gives everything back.
-  void* s = a.allocate(4096, stream(1));
-  a.record_stream(s, stream(3));
-  be.set_busy(stream(3), true);
-  a.free(s);
+  a.free(block_in_use_on(be, a, 3));
   a.empty_cache();
   CHECK(be.syncs >= 1);
   CHECK(a.stats().reserved_bytes == 0);
@@ -272,9 +282,7 @@ TEST_CASE("neighbouring blocks released by one process_events pass merge safely"
 TEST_CASE("a cross-stream free during a capture waits for the capture's end", "[allocator]") {
   FakeBackend be;
   CachingAllocator a(&be, "fake");
-  void* p = a.allocate(4096, stream(1));
-  a.record_stream(p, stream(2));
-  be.set_busy(stream(2), true);
+  void* p = block_in_use_on(be, a, 2);
   a.begin_private_pool(7);  // what Graph::capture_begin does
   a.free(p);
   CHECK(be.events == 0);
@@ -287,9 +295,7 @@ TEST_CASE("a cross-stream free during a capture waits for the capture's end", "[
   a.process_events();
   void* q = a.allocate(4096, stream(1));
   CHECK(q != p);  // stream 2 has not passed the free yet
-  be.set_busy(stream(2), false);
-  a.process_events();
-  void* r = a.allocate(4096, stream(1));
+  void* r = allocate_after_done(be, a, 2);
   CHECK(r == p);
   a.free(q);
   a.free(r);

@@ -26,30 +26,16 @@ TEST_CASE("winograd_forward f32 equals a direct convolution in double within f32
 }
 
 TEST_CASE("winograd_backward_input f64 and f32 equal the adjoint of the direct convolution", "[winograd]") {
-  SECTION("f64") {
-    for_each_tile([] { check_backward_input_shapes<double>(13); });
-  }
-  SECTION("f32") {
-    for_each_tile([] { check_backward_input_shapes<float>(14); });
-  }
+  f64_and_f32_sections(13, 14, [](auto t, uint32_t seed) { check_backward_input_shapes<decltype(t)>(seed); });
 }
 
 TEST_CASE("winograd_backward_weight f64 and f32 equal the direct weight gradient", "[winograd]") {
-  SECTION("f64") {
-    for_each_tile([] { check_backward_weight_shapes<double>(16); });
-  }
-  SECTION("f32") {
-    for_each_tile([] { check_backward_weight_shapes<float>(17); });
-  }
+  f64_and_f32_sections(16, 17, [](auto t, uint32_t seed) { check_backward_weight_shapes<decltype(t)>(seed); });
 }
 
 TEST_CASE("winograd_backward_both f64 and f32 equal the direct input and weight gradients", "[winograd]") {
-  SECTION("f64") {
-    for_each_tile([] { check_both_gradients_shapes<double>(BothVia::Stored, 24); });
-  }
-  SECTION("f32") {
-    for_each_tile([] { check_both_gradients_shapes<float>(BothVia::Stored, 25); });
-  }
+  f64_and_f32_sections(24, 25,
+                       [](auto t, uint32_t seed) { check_both_gradients_shapes<decltype(t)>(BothVia::Stored, seed); });
 }
 
 TEST_CASE("winograd_backward_both declines samples larger than a chunk, writing nothing", "[winograd]") {
@@ -62,12 +48,8 @@ TEST_CASE("winograd_backward_both declines samples larger than a chunk, writing 
 }
 
 TEST_CASE("winograd_backward_generated f64 and f32: the output gradient made per sample", "[winograd]") {
-  SECTION("f64") {
-    for_each_tile([] { check_both_gradients_shapes<double>(BothVia::Generated, 18); });
-  }
-  SECTION("f32") {
-    for_each_tile([] { check_both_gradients_shapes<float>(BothVia::Generated, 19); });
-  }
+  f64_and_f32_sections(
+      18, 19, [](auto t, uint32_t seed) { check_both_gradients_shapes<decltype(t)>(BothVia::Generated, seed); });
 }
 
 TEST_CASE("winograd_backward_input is the adjoint of winograd_forward: <gy, conv(x)> = <conv^T(gy), x>", "[winograd]") {
@@ -108,13 +90,11 @@ TEST_CASE(
       for (int threads : {1, 2}) {
         INFO(threads << " thread(s)");
         Threads th(threads);
-        std::vector<double> gx64(ref.v.size(), std::numeric_limits<double>::quiet_NaN());
-        REQUIRE(winograd_backward_input<double>(gy.data(), w.data(), gx64.data(), g));
-        CHECK(worst_error(gx64.data(), ref, by_magnitude<double>()) <= tolerance<double>());
+        check_against<double>(ref, by_magnitude<double>(),
+                              [&](double* gx) { return winograd_backward_input<double>(gy.data(), w.data(), gx, g); });
         const auto gyt = cast<float>(gy), wt = cast<float>(w);
-        std::vector<float> gx32(ref.v.size(), std::numeric_limits<float>::quiet_NaN());
-        REQUIRE(winograd_backward_input<float>(gyt.data(), wt.data(), gx32.data(), g));
-        CHECK(worst_error(gx32.data(), ref, by_magnitude<float>()) <= tolerance<float>());
+        check_against<float>(ref, by_magnitude<float>(),
+                             [&](float* gx) { return winograd_backward_input<float>(gyt.data(), wt.data(), gx, g); });
       }
     });
   }

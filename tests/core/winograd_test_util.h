@@ -23,6 +23,7 @@
 #include "kiln/kernels/conv.h"
 #include "kiln/kernels/conv_block.h"
 #include "kiln/kernels/cpu/winograd.h"
+#include "tests/conv_geometry.h"
 #include "tests/test_util.h"
 #include <catch2/catch.hpp>
 
@@ -94,12 +95,7 @@ template <class Check> void for_each_tile(Check&& check) {
 
 // A 3x3 stride-1 NCHW convolution of [N, C, H, W] into [N, K, OH, OW] with padding (ph, pw).
 inline ConvGeometry geometry(int64_t N, int64_t C, int64_t K, int64_t H, int64_t W, int64_t ph, int64_t pw) {
-  ConvGeometry g;
-  g.N = N, g.C = C, g.H = H, g.W = W, g.K = K;
-  g.kh = 3, g.kw = 3;
-  g.ph = ph, g.pw = pw;
-  g.OH = H + 2 * ph - 2, g.OW = W + 2 * pw - 2;
-  return g;
+  return kiln_test::conv_geometry({N, C, H, W}, K, {3, 3}, {ph, pw});
 }
 
 inline std::string describe(const ConvGeometry& g) {
@@ -244,49 +240,54 @@ inline std::vector<Shape> small_shapes() {
   return shapes;
 }
 
-template <class T> void check_forward_shapes(uint32_t seed) {
+// Runs check(s, g, rng) for each of small_shapes() with its geometry g, an INFO naming it, and one
+// generator seeded with seed for all.
+template <class Check> void for_each_small_shape(uint32_t seed, Check&& check) {
   std::mt19937 rng(seed);
-  const auto shapes = small_shapes();
-  REQUIRE(shapes.size() > 90);
-  for (const Shape& s : shapes) {
+  for (const Shape& s : small_shapes()) {
     const ConvGeometry g = geometry(s.N, s.C, s.K, s.H, s.W, s.ph, s.pw);
     INFO(describe(g) << " bias " << s.bias);
+    check(s, g, rng);
+  }
+}
+
+// REQUIREs that kernel(out) runs (returns true) into an output of ref's size filled with NaN (so
+// every element must be written), then CHECKs the output against ref within tolerance<T>(),
+// measured against the terms' magnitudes where by_mag.
+template <class T, class Kernel> void check_against(const Ref& ref, bool by_mag, Kernel&& kernel) {
+  std::vector<T> out(ref.v.size(), std::numeric_limits<T>::quiet_NaN());
+  REQUIRE(kernel(out.data()));
+  CHECK(worst_error(out.data(), ref, by_mag) <= tolerance<T>());
+}
+
+template <class T> void check_forward_shapes(uint32_t seed) {
+  REQUIRE(small_shapes().size() > 90);
+  for_each_small_shape(seed, [](const Shape& s, const ConvGeometry& g, std::mt19937& rng) {
     REQUIRE(winograd_geometry(g));
     const auto x = normals(g.N * g.C * g.H * g.W, rng), w = normals(g.K * g.C * 9, rng), b = normals(g.K, rng);
-    const Ref ref = direct_forward(x, w, s.bias ? &b : nullptr, g);
     const auto xt = cast<T>(x), wt = cast<T>(w), bt = cast<T>(b);
-    std::vector<T> out(ref.v.size(), std::numeric_limits<T>::quiet_NaN());  // every element must be written
-    REQUIRE(winograd_forward<T>(xt.data(), wt.data(), s.bias ? bt.data() : nullptr, out.data(), g));
-    CHECK(worst_error(out.data(), ref, by_magnitude<T>()) <= tolerance<T>());
-  }
+    check_against<T>(direct_forward(x, w, s.bias ? &b : nullptr, g), by_magnitude<T>(), [&](T* out) {
+      return winograd_forward<T>(xt.data(), wt.data(), s.bias ? bt.data() : nullptr, out, g);
+    });
+  });
 }
 
 template <class T> void check_backward_input_shapes(uint32_t seed) {
-  std::mt19937 rng(seed);
-  for (const Shape& s : small_shapes()) {
-    const ConvGeometry g = geometry(s.N, s.C, s.K, s.H, s.W, s.ph, s.pw);
-    INFO(describe(g));
+  for_each_small_shape(seed, [](const Shape&, const ConvGeometry& g, std::mt19937& rng) {
     const auto gy = normals(g.N * g.K * g.OH * g.OW, rng), w = normals(g.K * g.C * 9, rng);
-    const Ref ref = direct_backward_input(gy, w, g);
     const auto gyt = cast<T>(gy), wt = cast<T>(w);
-    std::vector<T> gx(ref.v.size(), std::numeric_limits<T>::quiet_NaN());
-    REQUIRE(winograd_backward_input<T>(gyt.data(), wt.data(), gx.data(), g));
-    CHECK(worst_error(gx.data(), ref, by_magnitude<T>()) <= tolerance<T>());
-  }
+    check_against<T>(direct_backward_input(gy, w, g), by_magnitude<T>(),
+                     [&](T* gx) { return winograd_backward_input<T>(gyt.data(), wt.data(), gx, g); });
+  });
 }
 
 template <class T> void check_backward_weight_shapes(uint32_t seed) {
-  std::mt19937 rng(seed);
-  for (const Shape& s : small_shapes()) {
-    const ConvGeometry g = geometry(s.N, s.C, s.K, s.H, s.W, s.ph, s.pw);
-    INFO(describe(g));
+  for_each_small_shape(seed, [](const Shape&, const ConvGeometry& g, std::mt19937& rng) {
     const auto x = normals(g.N * g.C * g.H * g.W, rng), gy = normals(g.N * g.K * g.OH * g.OW, rng);
-    const Ref ref = direct_backward_weight(x, gy, g);
     const auto xt = cast<T>(x), gyt = cast<T>(gy);
-    std::vector<T> gw(ref.v.size(), std::numeric_limits<T>::quiet_NaN());
-    REQUIRE(winograd_backward_weight<T>(xt.data(), gyt.data(), gw.data(), g));
-    CHECK(worst_error(gw.data(), ref, true) <= tolerance<T>());
-  }
+    check_against<T>(direct_backward_weight(x, gy, g), true,
+                     [&](T* gw) { return winograd_backward_weight<T>(xt.data(), gyt.data(), gw, g); });
+  });
 }
 
 // Both gradients at once, against the direct references: winograd_backward_generated with the
@@ -294,10 +295,7 @@ template <class T> void check_backward_weight_shapes(uint32_t seed) {
 // with only one of the two wanted), or winograd_backward_both with it stored.
 enum class BothVia { Generated, Stored };
 template <class T> void check_both_gradients_shapes(BothVia via, uint32_t seed) {
-  std::mt19937 rng(seed);
-  for (const Shape& s : small_shapes()) {
-    const ConvGeometry g = geometry(s.N, s.C, s.K, s.H, s.W, s.ph, s.pw);
-    INFO(describe(g));
+  for_each_small_shape(seed, [via](const Shape&, const ConvGeometry& g, std::mt19937& rng) {
     const auto x = normals(g.N * g.C * g.H * g.W, rng), w = normals(g.K * g.C * 9, rng);
     const auto gy = normals(g.N * g.K * g.OH * g.OW, rng);
     const Ref xref = direct_backward_input(gy, w, g), wref = direct_backward_weight(x, gy, g);
@@ -317,13 +315,24 @@ template <class T> void check_both_gradients_shapes(BothVia via, uint32_t seed) 
     }
     CHECK(worst_error(gx.data(), xref, by_magnitude<T>()) <= tolerance<T>());
     CHECK(worst_error(gw.data(), wref, true) <= tolerance<T>());
-    if (via == BothVia::Stored) continue;
+    if (via == BothVia::Stored) return;
     CHECK(*std::min_element(asked.begin(), asked.end()) >= 1);
     std::vector<T> gx_only(gx.size()), gw_only(gw.size());
     REQUIRE(winograd_backward_generated<T>(xt.data(), wt.data(), gx_only.data(), nullptr, g, make_dy));
     REQUIRE(winograd_backward_generated<T>(xt.data(), wt.data(), nullptr, gw_only.data(), g, make_dy));
     CHECK(gx_only == gx);
     CHECK(gw_only == gw);
+  });
+}
+
+// The sections "f64" and "f32", each running check(T{}, seed) under every tile (for_each_tile)
+// with T double and seed seed64, or T float and seed seed32.
+template <class Check> void f64_and_f32_sections(uint32_t seed64, uint32_t seed32, Check&& check) {
+  SECTION("f64") {
+    for_each_tile([&] { check(double{}, seed64); });
+  }
+  SECTION("f32") {
+    for_each_tile([&] { check(float{}, seed32); });
   }
 }
 

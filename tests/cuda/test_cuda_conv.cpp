@@ -25,31 +25,36 @@
 #include "kiln/kernels/memory_format.h"
 #include "kiln/kernels/pool.h"
 
+// the repository root is not on test_cuda's include path
+#include "../conv_geometry.h"
+#include "../test_util.h"
+
 namespace {
 
 namespace F = kiln::nn::functional;
 using kiln::DType;
 using kiln::MemoryFormat;
 using kiln::Tensor;
+using kiln_test::channels_last;
+using kiln_test::values;
 
 const kiln::Device kGpu = kiln::Device::cuda(0);
 
-// Restores the cuDNN flags and TF32 at scope exit.
+// Restores the cuDNN flags and TF32 at scope exit; the second form first sets the cuDNN autotuner
+// (benchmark) and TF32 for the scope.
 struct SettingsGuard {
   bool bench = kiln::cudnn::benchmark(), det = kiln::cudnn::deterministic(), tf32 = kiln::cuda::allow_tf32();
+  SettingsGuard() = default;
+  SettingsGuard(bool benchmark, bool allow_tf32) {
+    kiln::cudnn::set_benchmark(benchmark);
+    kiln::cuda::set_allow_tf32(allow_tf32);
+  }
   ~SettingsGuard() {
     kiln::cudnn::set_benchmark(bench);
     kiln::cudnn::set_deterministic(det);
     kiln::cuda::set_allow_tf32(tf32);
   }
 };
-
-std::vector<double> values(const Tensor& t) {
-  kiln::NoGradGuard ng;
-  Tensor c = t.detach().cpu().to(DType::F64).contiguous();
-  const double* p = static_cast<const double*>(c.data_ptr());
-  return std::vector<double>(p, p + c.numel());
-}
 
 // max |gpu - ref| <= tol * max(1, max |ref|)
 void require_near(const Tensor& gpu, const Tensor& ref, double tol, const std::string& what) {
@@ -79,8 +84,6 @@ void require_bitwise(const Tensor& a, const Tensor& b, const std::string& what) 
   REQUIRE(a.sizes() == b.sizes());
   REQUIRE(kiln::equal(a.cpu(), b.cpu()));
 }
-
-Tensor channels_last(const Tensor& x) { return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2}); }
 
 double conv_tol(DType dt) {
   if (dt == DType::F16) return 1e-2;
@@ -189,10 +192,8 @@ TEST_CASE("conv2d on cuDNN matches the CPU (heuristic algorithms)", "[cuda][conv
     REQUIRE_THROWS_WITH(F::conv2d(x, x), Catch::Contains("without cuDNN"));
     return;
   }
-  SettingsGuard guard;
-  kiln::cudnn::set_benchmark(false);
+  SettingsGuard guard(/*benchmark=*/false, /*allow_tf32=*/false);
   kiln::cudnn::set_deterministic(false);
-  kiln::cuda::set_allow_tf32(false);
   REQUIRE(kiln::cudnn::is_available());
   REQUIRE(kiln::cudnn::version() >= 80000);
   check_all_conv({DType::F32, DType::F16});
@@ -202,9 +203,7 @@ TEST_CASE("conv2d on cuDNN matches the CPU (heuristic algorithms)", "[cuda][conv
 // run on NCHW copies. The test hook makes every channels-last search fail so that path runs here.
 TEST_CASE("conv2d on cuDNN: channels-last falls back to NCHW copies without an algorithm", "[cuda][conv]") {
   if (!kiln::cudnn::built_with_cudnn()) return;
-  SettingsGuard guard;
-  kiln::cudnn::set_benchmark(false);
-  kiln::cuda::set_allow_tf32(false);
+  SettingsGuard guard(/*benchmark=*/false, /*allow_tf32=*/false);
   struct Refuse {
     Refuse() { kiln::cudnn::detail::set_refuse_channels_last_for_testing(true); }
     ~Refuse() { kiln::cudnn::detail::set_refuse_channels_last_for_testing(false); }
@@ -219,10 +218,8 @@ TEST_CASE("conv2d on cuDNN: channels-last falls back to NCHW copies without an a
 
 TEST_CASE("conv2d on cuDNN matches the CPU (autotuned, cached)", "[cuda][conv]") {
   if (!kiln::cudnn::built_with_cudnn()) return;
-  SettingsGuard guard;
-  kiln::cudnn::set_benchmark(true);
+  SettingsGuard guard(/*benchmark=*/true, /*allow_tf32=*/false);
   kiln::cudnn::set_deterministic(false);
-  kiln::cuda::set_allow_tf32(false);
   kiln::cudnn::clear_autotune_cache();
   check_all_conv({DType::F32, DType::F16});
   const size_t cached = kiln::cudnn::autotune_cache_size();
@@ -236,9 +233,7 @@ TEST_CASE("conv2d on cuDNN matches the CPU (autotuned, cached)", "[cuda][conv]")
 
 TEST_CASE("conv2d on cuDNN: bf16 and TF32", "[cuda][conv]") {
   if (!kiln::cudnn::built_with_cudnn()) return;
-  SettingsGuard guard;
-  kiln::cudnn::set_benchmark(false);
-  kiln::cuda::set_allow_tf32(false);
+  SettingsGuard guard(/*benchmark=*/false, /*allow_tf32=*/false);
   kiln::manual_seed(22);
   for (size_t i : {size_t{0}, size_t{4}, size_t{8}}) {
     const ConvInputs in = make_inputs(kConvCases[i]);
@@ -255,9 +250,7 @@ TEST_CASE("conv2d on cuDNN: the bias and its gradient in f16 and bf16, both layo
   // The bias is added and its gradient summed by kiln's kernels (legacy cuDNN's bias calls
   // reject bf16); a gradient summed over 4 x 30 x 30 pixels per channel.
   if (!kiln::cudnn::built_with_cudnn()) return;
-  SettingsGuard guard;
-  kiln::cudnn::set_benchmark(false);
-  kiln::cuda::set_allow_tf32(false);
+  SettingsGuard guard(/*benchmark=*/false, /*allow_tf32=*/false);
   kiln::manual_seed(24);
   const ConvCase c{"bias, 4 x 8 x 32 x 32 -> 24", 4, 8, 32, 32, 24, 3, 3, 1, 1, 0, 0, 1, 1, 1, true};
   const ConvInputs in = make_inputs(c);
@@ -296,9 +289,7 @@ TEST_CASE("conv2d on cuDNN: deterministic mode is bitwise reproducible", "[cuda]
 
 TEST_CASE("conv_transpose2d, autocast and bad layouts on CUDA", "[cuda][conv]") {
   if (!kiln::cudnn::built_with_cudnn()) return;
-  SettingsGuard guard;
-  kiln::cudnn::set_benchmark(false);
-  kiln::cuda::set_allow_tf32(false);
+  SettingsGuard guard(/*benchmark=*/false, /*allow_tf32=*/false);
   kiln::manual_seed(24);
   // conv_transpose2d runs backward-data forward, and forward + backward-filter for its gradients
   F::ConvTranspose2dParams p;
@@ -338,17 +329,7 @@ TEST_CASE("conv_transpose2d, autocast and bad layouts on CUDA", "[cuda][conv]") 
                  "autocast f16 conv2d");
   }
   {  // the raw kernel rejects operands whose layout disagrees with the geometry
-    kiln::kernels::ConvGeometry g;
-    g.N = 2;
-    g.C = 3;
-    g.H = 5;
-    g.W = 5;
-    g.K = 4;
-    g.kh = 3;
-    g.kw = 3;
-    g.OH = 3;
-    g.OW = 3;
-    g.channels_last = false;
+    const kiln::kernels::ConvGeometry g = kiln_test::conv_geometry({2, 3, 5, 5}, 4, {3, 3}, {0, 0});  // NCHW
     Tensor xc = channels_last(kiln::randn({2, 3, 5, 5}).to(kGpu));
     Tensor out = kiln::empty({2, 4, 3, 3}, kiln::TensorOptions().device(kGpu));
     Tensor wk = kiln::randn({4, 3, 3, 3}).to(kGpu);

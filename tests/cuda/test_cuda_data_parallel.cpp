@@ -16,15 +16,16 @@
 #include <kiln/distributed/parallel/zero_redundancy_optimizer.h>
 #include <kiln/kiln.h>
 
+#include "cuda_test_util.h"
 #include "nccl_world.h"
 
 namespace dist = kiln::distributed;
 namespace nn = kiln::nn;
 using kiln::Tensor;
+using kiln_cuda_test::for_each_parameter_pair;
+using kiln_cuda_test::kGpu;
 
 namespace {
-
-const kiln::Device kGpu = kiln::Device::cuda(0);
 
 // Linear (no bias before the norm) -> BatchNorm1d -> ReLU -> Linear, and a Linear that only
 // takes part when `use_extra` is set (for find_unused_parameters).
@@ -74,29 +75,23 @@ bool same(const Tensor& a, const Tensor& b, double rtol = 0) {
 
 // Every parameter's gradient of `model` equals the reference's (both undefined counts).
 void require_same_grads(const nn::Module& model, const nn::Module& ref, double rtol = 0) {
-  auto mine = model.named_parameters();
-  auto theirs = ref.named_parameters();
-  REQUIRE(mine.size() == theirs.size());
-  for (size_t i = 0; i < mine.size(); ++i) {
-    INFO("gradient of " << mine[i].first);
-    const Tensor& g = mine[i].second.grad();
-    const Tensor& r = theirs[i].second.grad();
+  for_each_parameter_pair(model, ref, [&](const std::string& name, const Tensor& p, const Tensor& q) {
+    INFO("gradient of " << name);
+    const Tensor& g = p.grad();
+    const Tensor& r = q.grad();
     REQUIRE(g.defined() == r.defined());
     if (r.defined()) {
       REQUIRE(g.device() == kGpu);
       REQUIRE(same(g, r, rtol));
     }
-  }
+  });
 }
 
 void require_same_parameters(const nn::Module& model, const nn::Module& ref, double rtol = 0) {
-  auto mine = model.named_parameters();
-  auto theirs = ref.named_parameters();
-  REQUIRE(mine.size() == theirs.size());
-  for (size_t i = 0; i < mine.size(); ++i) {
-    INFO("parameter " << mine[i].first);
-    REQUIRE(same(mine[i].second, theirs[i].second, rtol));
-  }
+  for_each_parameter_pair(model, ref, [&](const std::string& name, const Tensor& p, const Tensor& q) {
+    INFO("parameter " << name);
+    REQUIRE(same(p, q, rtol));
+  });
 }
 
 }  // namespace

@@ -11,29 +11,38 @@
 #include <kiln/kiln.h>
 #include <kiln/kernels/fused.h>
 #include <kiln/nn/functional.h>
+#include "cuda_test_util.h"
 
 namespace {
 
 namespace F = kiln::nn::functional;
+namespace K = kiln::kernels;
 using kiln::DType;
 using kiln::Tensor;
-
-const kiln::Device kGpu = kiln::Device::cuda(0);
+using namespace kiln_cuda_test;
 
 void require_close(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
-  INFO(what << " sizes " << kiln::detail::concat(cpu.sizes()) << " dtype " << kiln::dtype_name(cpu.dtype()));
-  REQUIRE(gpu.defined());
-  REQUIRE(gpu.device() == kGpu);
-  REQUIRE(gpu.sizes() == cpu.sizes());
-  REQUIRE(gpu.dtype() == cpu.dtype());
+  INFO(describe(what, cpu));
+  require_gpu_twin(gpu, cpu);
   Tensor g = gpu.cpu().to(DType::F64), c = cpu.to(DType::F64);
   INFO("max abs diff " << kiln::abs(g - c).max().item<double>());
   REQUIRE(kiln::allclose(g, c, rtol, atol));
 }
 
-// Tolerances per dtype: f16/bf16 results are rounded once on each side and the CPU's fast
-// exp/erf differ from CUDA's by a few f32 ulps.
-double tol(DType dt) { return dt == DType::BF16 ? 2e-2 : dt == DType::F16 ? 2e-3 : dt == DType::F64 ? 1e-12 : 1e-5; }
+double tol(DType dt) { return elementwise_tol(dt); }
+
+// The cuBLASLt tests' tolerance (f32, f16, bf16), for a GEMM against the CPU's in f32 from the same
+// rounded inputs.
+double gemm_tol(DType dt) { return per_dtype(dt, 1e-4, 1e-4, 5e-3, 3e-2); }
+
+// An [M, K] x [K, N] product.
+struct Mkn {
+  int64_t M, K, N;
+};
+
+std::string name_of(const Mkn& c, DType dt) {
+  return std::to_string(c.M) + "x" + std::to_string(c.K) + "x" + std::to_string(c.N) + " " + kiln::dtype_name(dt);
+}
 
 // grads of sum(f(inputs) * w) w.r.t. every input, on the inputs' device.
 std::vector<Tensor> grads(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& in,
@@ -134,21 +143,16 @@ TEST_CASE("fused_gelu on the GPU equals the 5-op chain", "[cuda][fused]") {
 }
 
 TEST_CASE("linear_epilogue: cuBLASLt bias / bias+GELU(+aux) epilogues match the CPU", "[cuda][fused][cublaslt]") {
-  namespace K = kiln::kernels;
   kiln::cuda::set_allow_tf32(false);
   kiln::manual_seed(25);
-  struct Case {
-    int64_t M, K, N;
-  };
-  for (Case c : {Case{1, 8, 8}, Case{17, 24, 40}, Case{128, 64, 96}, Case{33, 70, 130} /* N % 8 != 0 */}) {
+  for (Mkn c : {Mkn{1, 8, 8}, Mkn{17, 24, 40}, Mkn{128, 64, 96}, Mkn{33, 70, 130} /* N % 8 != 0 */}) {
     for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
-      const std::string what =
-          std::to_string(c.M) + "x" + std::to_string(c.K) + "x" + std::to_string(c.N) + " " + kiln::dtype_name(dt);
+      const std::string what = name_of(c, dt);
       Tensor x = kiln::randn({c.M, c.K}).to(dt), w = (kiln::randn({c.N, c.K}) * 0.2).to(dt),
              b = kiln::randn({c.N}).to(dt);
       // the CPU reference in f32 from the same (rounded) inputs
       Tensor pre = kiln::matmul(x.to(DType::F32), w.to(DType::F32).t()) + b.to(DType::F32);
-      const double t = dt == DType::F32 ? 1e-4 : dt == DType::F16 ? 5e-3 : 3e-2;
+      const double t = gemm_tol(dt);
       Tensor xg = x.to(kGpu), wg = w.to(kGpu), bg = b.to(kGpu);
       Tensor out = kiln::empty({c.M, c.N}, xg.options()), aux = kiln::empty({c.M, c.N}, xg.options());
 
@@ -175,7 +179,6 @@ TEST_CASE("linear_epilogue: cuBLASLt bias / bias+GELU(+aux) epilogues match the 
 }
 
 TEST_CASE("cuBLASLt: operands at odd element offsets, a misaligned bias, M = 1", "[cuda][fused][cublaslt]") {
-  namespace K = kiln::kernels;
   kiln::cuda::set_allow_tf32(false);
   kiln::manual_seed(27);
   // The last n elements of a fresh [n + 1] device tensor: a view one element past the
@@ -187,7 +190,7 @@ TEST_CASE("cuBLASLt: operands at odd element offsets, a misaligned bias, M = 1",
     return v;
   };
   for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
-    const double t = dt == DType::F32 ? 1e-4 : dt == DType::F16 ? 5e-3 : 3e-2;
+    const double t = gemm_tol(dt);
     for (int64_t M : {1, 7, 64}) {
       const int64_t Kd = 33, N = 40;
       const std::string what = "M = " + std::to_string(M) + " " + kiln::dtype_name(dt);
@@ -218,16 +221,11 @@ TEST_CASE("cuBLASLt: operands at odd element offsets, a misaligned bias, M = 1",
 }
 
 TEST_CASE("matmul_dgelu_bgrad: cuBLASLt DGELU(_BGRAD) epilogue matches the CPU", "[cuda][fused][cublaslt]") {
-  namespace K = kiln::kernels;
   kiln::cuda::set_allow_tf32(false);
   kiln::manual_seed(26);
-  struct Case {
-    int64_t M, K, N;
-  };
-  for (Case c : {Case{16, 32, 64}, Case{100, 48, 200}, Case{9, 5, 13} /* fallback */}) {
+  for (Mkn c : {Mkn{16, 32, 64}, Mkn{100, 48, 200}, Mkn{9, 5, 13} /* fallback */}) {
     for (DType dt : {DType::F32, DType::BF16}) {
-      const std::string what =
-          std::to_string(c.M) + "x" + std::to_string(c.K) + "x" + std::to_string(c.N) + " " + kiln::dtype_name(dt);
+      const std::string what = name_of(c, dt);
       Tensor a = kiln::randn({c.M, c.K}).to(dt), bm = (kiln::randn({c.N, c.K}) * 0.3).to(dt).t();
       Tensor pre = kiln::randn({c.M, c.N}).to(dt);
       Tensor dpre_c = kiln::empty({c.M, c.N}, pre.options()), db_c = kiln::empty({c.N}, pre.options());
@@ -235,7 +233,7 @@ TEST_CASE("matmul_dgelu_bgrad: cuBLASLt DGELU(_BGRAD) epilogue matches the CPU",
       Tensor dpre_g = kiln::empty({c.M, c.N}, pre.to(kGpu).options()), db_g = kiln::empty({c.N}, dpre_g.options());
       K::matmul_dgelu_bgrad(dpre_g, db_g, a.to(kGpu), bm.to(kGpu), pre.to(kGpu), K::GeluApprox::Tanh);
       INFO("DGELU_BGRAD used: " << K::cuda::last_call_used_epilogue());
-      const double t = dt == DType::F32 ? 1e-4 : 3e-2;
+      const double t = gemm_tol(dt);
       require_close(dpre_g, dpre_c, t, t, "dpre " + what);
       require_close(db_g, db_c, t, t * c.M, "dbias " + what);
       Tensor dpre_n = kiln::empty({c.M, c.N}, dpre_g.options());

@@ -48,6 +48,24 @@ template <class F> void with_determinism(bool on, F&& body) {
   kiln::DeterministicGuard g(on);
   body();
 }
+
+// An accumulating kernel: kiln::kernels::index_add or scatter_add.
+using Accumulate = void (*)(const Tensor&, int64_t, const Tensor&, const Tensor&, const char*);
+
+// op (named name) into a copy of out along dim on the CPU and, with the atomic (non-deterministic)
+// kernel, on the GPU: floating results agree within 4 tol(dtype), integer ones exactly. Returns
+// the CPU result.
+Tensor check_atomic(Accumulate op, const char* name, const Tensor& out, int64_t dim, const Tensor& idx,
+                    const Tensor& src) {
+  Tensor cpu = out.clone();
+  op(cpu, dim, idx, src, name);
+  Tensor gpu_atomic = out.to(kGpu);
+  with_determinism(false, [&] { op(gpu_atomic, dim, idx.to(kGpu), src.to(kGpu), name); });
+  const std::string what = std::string(name) + " atomic";
+  if (kiln::is_floating(out.dtype())) require_close(gpu_atomic, cpu, tol(out.dtype()) * 4, what);
+  else require_equal(gpu_atomic, cpu, what + " (integers are exact)");
+  return cpu;
+}
 }  // namespace
 
 TEST_CASE("index_select and gather match the CPU exactly", "[cuda][indexing]") {
@@ -90,12 +108,7 @@ TEST_CASE("index_add and scatter_add match the CPU; deterministic mode is bitwis
         src_sizes[dim] = n;
         Tensor src = values_of(dt, src_sizes);
         Tensor idx = kiln::randint(0, out.size(dim), {n}, it);
-        Tensor cpu = out.clone();
-        kiln::kernels::index_add(cpu, dim, idx, src);
-        Tensor gpu_atomic = out.to(kGpu);
-        with_determinism(false, [&] { kiln::kernels::index_add(gpu_atomic, dim, idx.to(kGpu), src.to(kGpu)); });
-        if (kiln::is_floating(dt)) require_close(gpu_atomic, cpu, tol(dt) * 4, "index_add atomic");
-        else require_equal(gpu_atomic, cpu, "index_add atomic (integers are exact)");
+        Tensor cpu = check_atomic(kiln::kernels::index_add, "index_add", out, dim, idx, src);
         Tensor gpu_a = out.to(kGpu), gpu_b = out.to(kGpu);
         with_determinism(true, [&] {
           kiln::kernels::index_add(gpu_a, dim, idx.to(kGpu), src.to(kGpu));
@@ -109,12 +122,7 @@ TEST_CASE("index_add and scatter_add match the CPU; deterministic mode is bitwis
         Tensor out = values_of(dt, {20, 30});
         Tensor src = values_of(dt, {40, 60}).t();  // [60, 40], non-contiguous
         Tensor idx = kiln::randint(0, out.size(dim), dim == 0 ? kiln::IntList{50, 30} : kiln::IntList{20, 40}, it);
-        Tensor cpu = out.clone();
-        kiln::kernels::scatter_add(cpu, dim, idx, src);
-        Tensor gpu_atomic = out.to(kGpu);
-        with_determinism(false, [&] { kiln::kernels::scatter_add(gpu_atomic, dim, idx.to(kGpu), src.to(kGpu)); });
-        if (kiln::is_floating(dt)) require_close(gpu_atomic, cpu, tol(dt) * 4, "scatter_add atomic");
-        else require_equal(gpu_atomic, cpu, "scatter_add atomic");
+        Tensor cpu = check_atomic(kiln::kernels::scatter_add, "scatter_add", out, dim, idx, src);
         Tensor gpu_det = out.to(kGpu);
         with_determinism(true, [&] { kiln::kernels::scatter_add(gpu_det, dim, idx.to(kGpu), src.to(kGpu)); });
         require_equal(gpu_det, cpu, "scatter_add deterministic == CPU");

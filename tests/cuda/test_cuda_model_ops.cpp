@@ -7,18 +7,17 @@
 #include <set>
 
 #include <kiln/kiln.h>
+#include "cuda_test_util.h"
 
 using kiln::DType;
 using kiln::Tensor;
+using namespace kiln_cuda_test;
 
 namespace {
-const kiln::Device kGpu = kiln::Device::cuda(0);
 
 void same(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
-  INFO(what << " sizes " << kiln::detail::concat(cpu.sizes()) << " dtype " << kiln::dtype_name(cpu.dtype()));
-  REQUIRE(gpu.device() == kGpu);
-  REQUIRE(gpu.sizes() == cpu.sizes());
-  REQUIRE(gpu.dtype() == cpu.dtype());
+  INFO(describe(what, cpu));
+  require_gpu_twin(gpu, cpu);
   // allclose treats NaN as never close: compare the NaN masks, then the rest with NaN set to 0
   Tensor g = gpu.cpu();
   if (kiln::is_floating(cpu.dtype())) {

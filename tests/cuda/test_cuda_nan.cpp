@@ -11,36 +11,21 @@
 #include <vector>
 
 #include <kiln/kiln.h>
+#include "../test_util.h"  // the repository root is not on test_cuda's include path
+#include "cuda_test_util.h"
 
 using kiln::DType;
 using kiln::Tensor;
+using kiln_cuda_test::kGpu;
 namespace F = kiln::nn::functional;
 
 namespace {
-const kiln::Device kGpu = kiln::Device::cuda(0);
 
-std::vector<double> host_values(const Tensor& t) {
-  kiln::NoGradGuard ng;
-  Tensor c = t.detach().cpu().to(DType::F64).contiguous();
-  const double* p = c.data_ptr<double>();
-  return std::vector<double>(p, p + c.numel());
-}
-
-// Same NaNs, same infinities, finite values within tol.
-void require_same(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
+// Same NaNs, same infinities, finite values within tol * (1 + |cpu|): check_close.
+void check_same(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
   INFO(what);
   REQUIRE(gpu.sizes() == cpu.sizes());
-  auto g = host_values(gpu), c = host_values(cpu);
-  for (size_t i = 0; i < c.size(); ++i) {
-    INFO("element " << i << ": gpu " << g[i] << " cpu " << c[i]);
-    if (std::isnan(c[i])) {
-      REQUIRE(std::isnan(g[i]));
-    } else if (std::isinf(c[i])) {
-      REQUIRE(g[i] == c[i]);
-    } else {
-      REQUIRE(std::abs(g[i] - c[i]) <= tol * (1 + std::abs(c[i])));
-    }
-  }
+  kiln_test::check_close(gpu, kiln_test::values(cpu), tol, tol, what);
 }
 
 // [rows, cols] of N(0, 1) with NaN, +inf and -inf at fixed spots (row 0 clean).
@@ -130,11 +115,11 @@ TEST_CASE("NaN and Inf: the GPU gives the CPU's (PyTorch's) results", "[cuda][na
         const std::string what = std::string(c.name) + " " + kiln::dtype_name(dt) + " cols " + std::to_string(cols);
         Tensor xc = x.detach().requires_grad_(c.grad), xg = x.to(kGpu).detach().requires_grad_(c.grad);
         Tensor yc = c.f(xc), yg = c.f(xg);
-        require_same(yg, yc, dt == DType::F64 ? 1e-10 : 1e-4, what);
+        check_same(yg, yc, dt == DType::F64 ? 1e-10 : 1e-4, what);
         if (c.grad) {
           yc.backward(kiln::ones_like(yc));
           yg.backward(kiln::ones_like(yg));
-          require_same(xg.grad(), xc.grad(), dt == DType::F64 ? 1e-10 : 1e-4, what + " gradient");
+          check_same(xg.grad(), xc.grad(), dt == DType::F64 ? 1e-10 : 1e-4, what + " gradient");
         }
       }
     }

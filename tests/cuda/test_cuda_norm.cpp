@@ -18,23 +18,19 @@
 #include <kiln/kernels/norm.h>
 #include <kiln/nn/functional.h>
 #include <kiln/nn/fused/conv_block.h>
+#include "cuda_test_util.h"
 
 namespace F = kiln::nn::functional;
 using kiln::DType;
 using kiln::IntList;
 using kiln::Tensor;
+using namespace kiln_cuda_test;
 
 namespace {
 
-const kiln::Device kGpu = kiln::Device::cuda(0);
-
 // Relative / absolute tolerances for values of magnitude ~1 (outputs, input gradients).
-double rtol_of(DType dt) {
-  return dt == DType::BF16 ? 2e-2 : dt == DType::F16 ? 4e-3 : dt == DType::F64 ? 1e-10 : 2e-5;
-}
-double atol_of(DType dt) {
-  return dt == DType::BF16 ? 3e-2 : dt == DType::F16 ? 4e-3 : dt == DType::F64 ? 1e-10 : 2e-5;
-}
+double rtol_of(DType dt) { return per_dtype(dt, 1e-10, 2e-5, 4e-3, 2e-2); }
+double atol_of(DType dt) { return per_dtype(dt, 1e-10, 2e-5, 4e-3, 3e-2); }
 
 std::string dname(DType dt) { return kiln::dtype_name(dt); }
 
@@ -42,10 +38,8 @@ void require_close(const Tensor& gpu, const Tensor& cpu, double rtol, double ato
   INFO(what);
   REQUIRE(gpu.defined() == cpu.defined());
   if (!cpu.defined()) return;
-  INFO("sizes " << kiln::detail::concat(cpu.sizes()) << " dtype " << kiln::dtype_name(cpu.dtype()));
-  REQUIRE(gpu.device() == kGpu);
-  REQUIRE(gpu.sizes() == cpu.sizes());
-  REQUIRE(gpu.dtype() == cpu.dtype());
+  INFO(describe("", cpu));
+  require_gpu_twin(gpu, cpu);
   Tensor g = gpu.cpu();
   if (!kiln::allclose(g, cpu, rtol, atol)) {
     Tensor diff = (g.to(DType::F64) - cpu.to(DType::F64)).abs();

@@ -7,29 +7,22 @@
 #include <functional>
 
 #include <kiln/kiln.h>
+#include "cuda_test_util.h"
 
 using kiln::DType;
 using kiln::Tensor;
+using namespace kiln_cuda_test;
 
 namespace {
-const kiln::Device kGpu = kiln::Device::cuda(0);
 
-void require_close(const Tensor& gpu, const Tensor& cpu, double rtol, double atol, const std::string& what) {
-  INFO(what << " sizes " << kiln::detail::concat(cpu.sizes()) << " dtype " << kiln::dtype_name(cpu.dtype()));
-  REQUIRE(gpu.device() == kGpu);
-  REQUIRE(gpu.sizes() == cpu.sizes());
-  REQUIRE(gpu.dtype() == cpu.dtype());
-  REQUIRE(kiln::allclose(gpu.cpu(), cpu, rtol, atol));
-}
-
-double tol(DType dt) { return dt == DType::BF16 ? 2e-2 : dt == DType::F16 ? 2e-3 : dt == DType::F64 ? 1e-12 : 1e-5; }
+double tol(DType dt) { return elementwise_tol(dt); }
 
 // Runs fn on CPU inputs and on the same inputs moved to the GPU, and compares.
 void parity(const std::string& what, const std::vector<Tensor>& cpu_in,
             const std::function<Tensor(const std::vector<Tensor>&)>& fn, double rtol, double atol) {
   std::vector<Tensor> gpu_in;
   for (const auto& t : cpu_in) gpu_in.push_back(t.to(kGpu));
-  require_close(fn(gpu_in), fn(cpu_in), rtol, atol, what);
+  require_allclose(fn(gpu_in), fn(cpu_in), rtol, atol, what);
 }
 }  // namespace
 
@@ -199,7 +192,8 @@ TEST_CASE("softmax, log_softmax, cross-entropy and their gradients", "[cuda][sof
     kiln::cross_entropy(x, t, -100, 0.1).backward();
     return x.grad();
   };
-  require_close(grad_of(logits.to(kGpu), target.to(kGpu)), grad_of(logits, target), 1e-5, 1e-7, "cross_entropy grad");
+  require_allclose(grad_of(logits.to(kGpu), target.to(kGpu)), grad_of(logits, target), 1e-5, 1e-7,
+                   "cross_entropy grad");
 }
 
 TEST_CASE("matmul through cuBLASLt", "[cuda][matmul]") {
@@ -261,5 +255,5 @@ TEST_CASE("autograd runs on the GPU and matches the CPU", "[cuda][autograd]") {
     kiln::matmul(x0, wv).gelu().softmax(-1).log().mean().backward();
     return wv.grad();
   };
-  require_close(grads(w.to(kGpu), x.to(kGpu)), grads(w, x), 1e-4, 1e-6, "chain grad");
+  require_allclose(grads(w.to(kGpu), x.to(kGpu)), grads(w, x), 1e-4, 1e-6, "chain grad");
 }

@@ -18,28 +18,25 @@
 
 #include <kiln/kiln.h>
 #include "kiln/kernels/cross_entropy.h"
+#include "cuda_test_util.h"
 
 using kiln::DType;
 using kiln::Reduction;
 using kiln::Tensor;
+using namespace kiln_cuda_test;
 
 namespace {
 
-const kiln::Device kGpu = kiln::Device::cuda(0);
-
-double rtol_of(DType dt) {
-  return dt == DType::F64 ? 1e-12 : dt == DType::F32 ? 2e-5 : dt == DType::F16 ? 2e-3 : 1.6e-2;
-}
-double atol_of(DType dt) { return dt == DType::F64 ? 1e-14 : dt == DType::F32 ? 1e-7 : dt == DType::F16 ? 1e-3 : 8e-3; }
+// The logits' dtypes: f64, f32, f16, bf16.
+double rtol_of(DType dt) { return per_dtype(dt, 1e-12, 2e-5, 2e-3, 1.6e-2); }
+double atol_of(DType dt) { return per_dtype(dt, 1e-14, 1e-7, 1e-3, 8e-3); }
 
 bool all_true(const Tensor& b) { return b.numel() == 0 || b.to(DType::F64).min().item<double>() == 1.0; }
 
 // GPU result close to the CPU one: |g - c| <= atol * max|c| + rtol * |c| elementwise.
 void require_close(const Tensor& gpu, const Tensor& cpu, DType dt, const std::string& what) {
   INFO(what << " sizes " << kiln::detail::concat(cpu.sizes()) << " dtype " << kiln::dtype_name(dt));
-  REQUIRE(gpu.device() == kGpu);
-  REQUIRE(gpu.sizes() == cpu.sizes());
-  REQUIRE(gpu.dtype() == cpu.dtype());
+  require_gpu_twin(gpu, cpu);
   Tensor c = cpu.to(DType::F64), g = gpu.cpu().to(DType::F64);
   REQUIRE(all_true(kiln::isfinite(g)));
   const double scale = c.numel() ? c.abs().max().item<double>() : 0.0;

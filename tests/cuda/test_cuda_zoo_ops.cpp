@@ -8,19 +8,17 @@
 #include <string>
 
 #include <kiln/kiln.h>
+#include "cuda_test_util.h"
 
 using kiln::DType;
 using kiln::Tensor;
+using namespace kiln_cuda_test;
 namespace F = kiln::nn::functional;
 
 namespace {
-const kiln::Device kGpu = kiln::Device::cuda(0);
 
 void close(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
-  INFO(what << " sizes " << kiln::detail::concat(cpu.sizes()));
-  REQUIRE(gpu.device() == kGpu);
-  REQUIRE(gpu.sizes() == cpu.sizes());
-  REQUIRE(kiln::allclose(gpu.cpu(), cpu, tol, tol));
+  require_allclose(gpu, cpu, tol, tol, what);
 }
 
 // f(x) and d(sum(f(x) * w))/dx on both devices, x f64 so that only the algorithms differ.
@@ -96,10 +94,9 @@ TEST_CASE("zoo ops: LSTM and GRU layers match the CPU, outputs and parameter gra
     (yc * w).sum().backward();
     (yg * w.to(kGpu)).sum().backward();
     close(yg, yc, 1e-9, what + ": output");
-    auto pc = cpu_model.named_parameters(), pg = gpu_model.named_parameters();
-    REQUIRE(pc.size() == pg.size());
-    for (size_t i = 0; i < pc.size(); ++i)
-      close(pg[i].second.grad(), pc[i].second.grad(), 1e-9, what + ": " + pc[i].first);
+    for_each_parameter_pair(cpu_model, gpu_model, [&](const std::string& name, const Tensor& c, const Tensor& g) {
+      close(g.grad(), c.grad(), 1e-9, what + ": " + name);
+    });
   };
   auto lstm_options = kiln::nn::LSTMOptions(5, 4).num_layers(2).bidirectional(true);
   kiln::nn::LSTM lstm_cpu(lstm_options), lstm_gpu(lstm_options);

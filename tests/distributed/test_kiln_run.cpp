@@ -204,6 +204,22 @@ std::vector<std::string> lines_of(const std::string& s) {
 
 bool process_gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
 
+// REQUIREs that run ended before finish()'s deadline, then CHECKs its exit code and that it took
+// less than max_seconds.
+void check_ended(const KilnRun& run, int exit_code, double max_seconds) {
+  REQUIRE_FALSE(run.timed_out);
+  CHECK(run.exit_code == exit_code);
+  CHECK(run.seconds_taken < max_seconds);
+}
+
+// CHECKs that every rank that printed its pid is gone (reaped, not a zombie), after REQUIRing that
+// there were `ranks` of them (any number where ranks < 0).
+void check_ranks_gone(const KilnRun& run, int ranks = -1) {
+  const auto pids = run.rank_pids();
+  if (ranks >= 0) REQUIRE(pids.size() == static_cast<size_t>(ranks));
+  for (pid_t p : pids) CHECK(process_gone(p));
+}
+
 const std::string kWorker = KILN_DIST_WORKER;
 
 }  // namespace
@@ -346,15 +362,11 @@ TEST_CASE("kiln-run stops the other ranks when one exits with 3 and exits with 3
   KilnRun run({"--nproc-per-node", "2", "--kill-timeout", "50", kWorker, "launcher_fail", "0", "3", "300"});
   run.finish(60);
   INFO(run.describe());
-  REQUIRE_FALSE(run.timed_out);
-  CHECK(run.exit_code == 3);
-  CHECK(run.seconds_taken < 30);
+  check_ended(run, 3, 30);
   CHECK(run.err.find("kiln-run: rank 0 exited with status 3; stopping the other ranks") != std::string::npos);
   CHECK(run.out.find("[rank 1] rank 1 got SIGTERM") != std::string::npos);
   CHECK(run.err.find("SIGKILL") == std::string::npos);
-  const auto pids = run.rank_pids();
-  REQUIRE(pids.size() == 1);
-  CHECK(process_gone(pids[0]));  // reaped, not a zombie
+  check_ranks_gone(run, 1);
 }
 
 TEST_CASE("kiln-run SIGKILLs a rank that ignores SIGTERM after the kill timeout", "[distributed][kiln-run]") {
@@ -362,13 +374,9 @@ TEST_CASE("kiln-run SIGKILLs a rank that ignores SIGTERM after the kill timeout"
       {"--nproc-per-node", "3", "--kill-timeout", "1", kWorker, "launcher_fail", "2", "3", "300", "ignore_term"});
   run.finish(60);
   INFO(run.describe());
-  REQUIRE_FALSE(run.timed_out);
-  CHECK(run.exit_code == 3);
-  CHECK(run.seconds_taken < 30);
+  check_ended(run, 3, 30);
   CHECK(run.err.find("sending SIGKILL to rank(s) 0, 1 still running") != std::string::npos);
-  const auto pids = run.rank_pids();
-  REQUIRE(pids.size() == 2);
-  for (pid_t p : pids) CHECK(process_gone(p));
+  check_ranks_gone(run, 2);
 }
 
 TEST_CASE("kiln-run exits with 137 when a rank is killed by SIGKILL", "[distributed][kiln-run]") {
@@ -399,7 +407,7 @@ TEST_CASE("kiln-run forwards SIGTERM and SIGINT to every rank", "[distributed][k
       // kiln-run ends by the signal it was sent, as a program that did not catch it would
       CHECK(run.signal == sig);
       CHECK(run.err.find("kiln-run: got " + name + "; forwarding it to the ranks") != std::string::npos);
-      for (pid_t p : run.rank_pids()) CHECK(process_gone(p));
+      check_ranks_gone(run);
     }
   }
 }
@@ -420,7 +428,7 @@ TEST_CASE("kiln-run SIGKILLs the ranks at a second SIGTERM", "[distributed][kiln
   REQUIRE_FALSE(run.timed_out);
   CHECK(run.signal == SIGTERM);
   CHECK(run.err.find("kiln-run: got SIGTERM again; killing the ranks") != std::string::npos);
-  for (pid_t p : run.rank_pids()) CHECK(process_gone(p));
+  check_ranks_gone(run);
 }
 
 TEST_CASE("kiln-run splits a line longer than 64 KiB into prefixed pieces", "[distributed][kiln-run]") {
@@ -445,10 +453,8 @@ TEST_CASE("kiln-run does not wait long for output a rank's leftover process hold
   KilnRun run({"sh", "-c", "sleep 20 & echo started"});
   run.finish(60);
   INFO(run.describe());
-  REQUIRE_FALSE(run.timed_out);
-  CHECK(run.exit_code == 0);
+  check_ended(run, 0, 15);
   CHECK(run.out == "[rank 0] started\n");
-  CHECK(run.seconds_taken < 15);
 }
 
 TEST_CASE("kiln-run exits with 127 when the program cannot be run", "[distributed][kiln-run]") {

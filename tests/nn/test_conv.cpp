@@ -46,14 +46,7 @@ std::vector<double> naive_conv2d(const Tensor& xt, const Tensor& wt, const Tenso
   return out;
 }
 
-F::Conv2dParams params_of(const Cfg& c) {
-  F::Conv2dParams p;
-  p.stride = c.stride;
-  p.padding = c.padding;
-  p.dilation = c.dilation;
-  p.groups = c.groups;
-  return p;
-}
+F::Conv2dParams params_of(const Cfg& c) { return {c.stride, c.padding, c.dilation, c.groups}; }
 
 const std::vector<Cfg> kConfigs = {
     {2, 3, 7, 5, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, 1, true},     // pad 1, odd sizes

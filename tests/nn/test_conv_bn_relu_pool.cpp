@@ -10,6 +10,7 @@
 #include <kiln/kernels/conv.h>
 #include <kiln/kernels/norm.h>
 #include <kiln/nn/fused/conv_block.h>
+#include "tests/conv_geometry.h"
 #include "tests/nn/nn_test_util.h"
 
 namespace {
@@ -20,12 +21,7 @@ struct Case {
   int64_t pad, dil;
 };
 
-F::Conv2dParams params_of(const Case& c) {
-  F::Conv2dParams p;
-  p.padding = {c.pad, c.pad};
-  p.dilation = {c.dil, c.dil};
-  return p;
-}
+F::Conv2dParams params_of(const Case& c) { return {{1, 1}, {c.pad, c.pad}, {c.dil, c.dil}}; }
 
 struct Run : BatchNormRun {
   Tensor y, dcw, dx;
@@ -281,19 +277,7 @@ TEST_CASE("conv2d_forward_batch_stats: the conv output and its per-channel batch
     for (int64_t groups : {1, 2})
       for (bool with_bias : {false, true}) {
         INFO("dtype " << dt << " groups " << groups << " bias " << with_bias);
-        kiln::kernels::ConvGeometry g;
-        g.N = 5;
-        g.C = 4;
-        g.H = 7;
-        g.W = 9;
-        g.K = 6;
-        g.kh = 3;
-        g.kw = 3;
-        g.ph = 1;
-        g.pw = 1;
-        g.groups = groups;
-        g.OH = 7;
-        g.OW = 9;
+        const kiln::kernels::ConvGeometry g = conv_geometry({5, 4, 7, 9}, 6, {3, 3}, {1, 1}, groups);
         Tensor x = kiln::randn({5, 4, 7, 9}, dt) * 2.0 + 1.5;
         Tensor w = kiln::randn({6, 4 / groups, 3, 3}, dt);
         Tensor b = with_bias ? kiln::randn({6}, dt) : Tensor();
@@ -313,16 +297,7 @@ TEST_CASE("conv2d_forward_batch_stats: the conv output and its per-channel batch
         same(var, wd.var({0, 2, 3}, 0), tol, "biased variance");
       }
   // channels-last is not what the epilogue kernel reads
-  kiln::kernels::ConvGeometry g;
-  g.N = 1;
-  g.C = 1;
-  g.H = 4;
-  g.W = 4;
-  g.K = 1;
-  g.kh = 1;
-  g.kw = 1;
-  g.OH = 4;
-  g.OW = 4;
+  kiln::kernels::ConvGeometry g = conv_geometry({1, 1, 4, 4}, 1, {1, 1}, {0, 0});
   g.channels_last = true;
   Tensor m = kiln::empty({1}), v = kiln::empty({1});
   REQUIRE_THROWS_AS(
@@ -368,18 +343,7 @@ TEST_CASE("conv2d_batch_norm_relu_max_pool2d: inputs the moments cannot serve", 
 }
 
 TEST_CASE("conv block kernels reject inconsistent operands with an error", "[norm][pool][conv]") {
-  kiln::kernels::ConvGeometry g;
-  g.N = 2;
-  g.C = 1;
-  g.H = 6;
-  g.W = 6;
-  g.K = 3;
-  g.kh = 3;
-  g.kw = 3;
-  g.ph = 1;
-  g.pw = 1;
-  g.OH = 6;
-  g.OW = 6;
+  const kiln::kernels::ConvGeometry g = conv_geometry({2, 1, 6, 6}, 3, {3, 3}, {1, 1});
   Tensor x = kiln::randn({2, 1, 6, 6}), cw = kiln::randn({3, 1, 3, 3});
   Tensor out = kiln::empty({2, 3, 3, 3}), codes = kiln::empty({2, 3, 3, 3}, kiln::TensorOptions().dtype(DType::U8));
   Tensor mean = kiln::zeros({3}), invstd = kiln::ones({3});
@@ -400,18 +364,7 @@ TEST_CASE("conv block kernels reject inconsistent operands with an error", "[nor
 }
 
 TEST_CASE("conv2d_backward_generated: NCHW only, gradients shaped like their operands", "[conv]") {
-  kiln::kernels::ConvGeometry g;
-  g.N = 2;
-  g.C = 2;
-  g.H = 5;
-  g.W = 5;
-  g.K = 3;
-  g.kh = 3;
-  g.kw = 3;
-  g.ph = 1;
-  g.pw = 1;
-  g.OH = 5;
-  g.OW = 5;
+  const kiln::kernels::ConvGeometry g = conv_geometry({2, 2, 5, 5}, 3, {3, 3}, {1, 1});
   Tensor x = kiln::randn({2, 2, 5, 5}), w = kiln::randn({3, 2, 3, 3});
   Tensor gy = kiln::randn({2, 3, 5, 5});
   auto make_dy = [&](int64_t n, void* dy) {

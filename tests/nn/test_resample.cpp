@@ -16,55 +16,32 @@ namespace {
 
 namespace F = kiln::nn::functional;
 using kiln::nn::functional::InterpolateOptions;
+using O = InterpolateOptions;
 
 // The inputs the PyTorch references were computed from.
 Tensor seq(int64_t n, double a = 0.37, double b = 0.1) { return sin_seq(n, a, b); }
 
+// seq(24) as PyTorch computes it (float64): the values of image() and, its first 18, of the pad tests' input.
+const std::vector<double> k_seq = {0.09983341664682815, 0.4528862853790683,   0.7446431199708593,  0.9356160015533859,
+                                   0.9999576464987401,  0.9289597150038692,   0.7322314440302514,  0.4363990821601263,
+                                   0.08150215176026912, -0.28442571253646254, -0.6118578909427193, -0.8564779741650012,
+                                   -0.9851777815038593, -0.980538397794069,   -0.8431877418564172, -0.59171558063101,
+                                   -0.2601574914304689, 0.10661169378122266,  0.4589514863776903,  0.7491743483316894,
+                                   0.9379999767747389,  0.999871708718139,    0.9264154954967662,  0.7275732909714597};
+
+// Nearest-neighbour resampling and every pad mode only pick input values: their PyTorch outputs
+// are k_seq read as `planes` planes of [H, W], element [p, i, j] of the output being plane p's
+// (rows[i], cols[j]), or `fill` where rows[i] or cols[j] is -1 (a padded element).
+std::vector<double> pick(int64_t planes, int64_t H, int64_t W, const std::vector<int64_t>& rows,
+                         const std::vector<int64_t>& cols, double fill = 0) {
+  std::vector<double> out;
+  for (int64_t p = 0; p < planes; ++p)
+    for (int64_t i : rows)
+      for (int64_t j : cols) out.push_back(i < 0 || j < 0 ? fill : k_seq.at((p * H + i) * W + j));
+  return out;
+}
+
 // Reference values (PyTorch, float64), row-major; the comment gives the sizes.
-// [2, 1, 5, 7]
-const std::vector<double> k_nearest_5x7 = {
-    0.09983341664682815,  0.09983341664682815,  0.4528862853790683,  0.4528862853790683,  0.7446431199708593,
-    0.7446431199708593,   0.9356160015533859,   0.09983341664682815, 0.09983341664682815, 0.4528862853790683,
-    0.4528862853790683,   0.7446431199708593,   0.7446431199708593,  0.9356160015533859,  0.9999576464987401,
-    0.9999576464987401,   0.9289597150038692,   0.9289597150038692,  0.7322314440302514,  0.7322314440302514,
-    0.4363990821601263,   0.9999576464987401,   0.9999576464987401,  0.9289597150038692,  0.9289597150038692,
-    0.7322314440302514,   0.7322314440302514,   0.4363990821601263,  0.08150215176026912, 0.08150215176026912,
-    -0.28442571253646254, -0.28442571253646254, -0.6118578909427193, -0.6118578909427193, -0.8564779741650012,
-    -0.9851777815038593,  -0.9851777815038593,  -0.980538397794069,  -0.980538397794069,  -0.8431877418564172,
-    -0.8431877418564172,  -0.59171558063101,    -0.9851777815038593, -0.9851777815038593, -0.980538397794069,
-    -0.980538397794069,   -0.8431877418564172,  -0.8431877418564172, -0.59171558063101,   -0.2601574914304689,
-    -0.2601574914304689,  0.10661169378122266,  0.10661169378122266, 0.4589514863776903,  0.4589514863776903,
-    0.7491743483316894,   -0.2601574914304689,  -0.2601574914304689, 0.10661169378122266, 0.10661169378122266,
-    0.4589514863776903,   0.4589514863776903,   0.7491743483316894,  0.9379999767747389,  0.9379999767747389,
-    0.999871708718139,    0.999871708718139,    0.9264154954967662,  0.9264154954967662,  0.7275732909714597};
-// [2, 1, 5, 7]
-const std::vector<double> k_nearest_exact_5x7 = {
-    0.09983341664682815,  0.09983341664682815, 0.4528862853790683,  0.7446431199708593,   0.7446431199708593,
-    0.9356160015533859,   0.9356160015533859,  0.09983341664682815, 0.09983341664682815,  0.4528862853790683,
-    0.7446431199708593,   0.7446431199708593,  0.9356160015533859,  0.9356160015533859,   0.9999576464987401,
-    0.9999576464987401,   0.9289597150038692,  0.7322314440302514,  0.7322314440302514,   0.4363990821601263,
-    0.4363990821601263,   0.08150215176026912, 0.08150215176026912, -0.28442571253646254, -0.6118578909427193,
-    -0.6118578909427193,  -0.8564779741650012, -0.8564779741650012, 0.08150215176026912,  0.08150215176026912,
-    -0.28442571253646254, -0.6118578909427193, -0.6118578909427193, -0.8564779741650012,  -0.8564779741650012,
-    -0.9851777815038593,  -0.9851777815038593, -0.980538397794069,  -0.8431877418564172,  -0.8431877418564172,
-    -0.59171558063101,    -0.59171558063101,   -0.9851777815038593, -0.9851777815038593,  -0.980538397794069,
-    -0.8431877418564172,  -0.8431877418564172, -0.59171558063101,   -0.59171558063101,    -0.2601574914304689,
-    -0.2601574914304689,  0.10661169378122266, 0.4589514863776903,  0.4589514863776903,   0.7491743483316894,
-    0.7491743483316894,   0.9379999767747389,  0.9379999767747389,  0.999871708718139,    0.9264154954967662,
-    0.9264154954967662,   0.7275732909714597,  0.7275732909714597,  0.9379999767747389,   0.9379999767747389,
-    0.999871708718139,    0.9264154954967662,  0.9264154954967662,  0.7275732909714597,   0.7275732909714597};
-// [2, 1, 4, 6]
-const std::vector<double> k_nearest_sf15 = {
-    0.09983341664682815,  0.09983341664682815, 0.4528862853790683,  0.7446431199708593,  0.7446431199708593,
-    0.9356160015533859,   0.09983341664682815, 0.09983341664682815, 0.4528862853790683,  0.7446431199708593,
-    0.7446431199708593,   0.9356160015533859,  0.9999576464987401,  0.9999576464987401,  0.9289597150038692,
-    0.7322314440302514,   0.7322314440302514,  0.4363990821601263,  0.08150215176026912, 0.08150215176026912,
-    -0.28442571253646254, -0.6118578909427193, -0.6118578909427193, -0.8564779741650012, -0.9851777815038593,
-    -0.9851777815038593,  -0.980538397794069,  -0.8431877418564172, -0.8431877418564172, -0.59171558063101,
-    -0.9851777815038593,  -0.9851777815038593, -0.980538397794069,  -0.8431877418564172, -0.8431877418564172,
-    -0.59171558063101,    -0.2601574914304689, -0.2601574914304689, 0.10661169378122266, 0.4589514863776903,
-    0.4589514863776903,   0.7491743483316894,  0.9379999767747389,  0.9379999767747389,  0.999871708718139,
-    0.9264154954967662,   0.9264154954967662,  0.7275732909714597};
 // [2, 1, 5, 7]
 const std::vector<double> k_bilinear_5x7_ac = {
     0.09983341664682815,  0.27635985101294824,  0.4528862853790683,   0.5987647026749638,  0.7446431199708593,
@@ -134,111 +111,6 @@ const std::vector<double> k_nearest_sf15_grad = {
     -1.9785232763288565,  -0.914060465507907,   -0.6643486745279317, 0.17229036256595903, 1.3159921254877616,
     1.0858794764674224,   1.9767405115655592,   0.9106183671457304,  1.4674364373747757,  0.49234159776988917,
     0.39471750463124333,  -0.11496725817687631, -0.829551233866028,  -0.6781350120941703};
-// [1, 2, 4, 6]
-const std::vector<double> k_pad_const = {-1.5,
-                                         0.09983341664682815,
-                                         0.4528862853790683,
-                                         0.7446431199708593,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         0.9356160015533859,
-                                         0.9999576464987401,
-                                         0.9289597150038692,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         0.7322314440302514,
-                                         0.4363990821601263,
-                                         0.08150215176026912,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         -0.28442571253646254,
-                                         -0.6118578909427193,
-                                         -0.8564779741650012,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         -0.9851777815038593,
-                                         -0.980538397794069,
-                                         -0.8431877418564172,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         -0.59171558063101,
-                                         -0.2601574914304689,
-                                         0.10661169378122266,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5,
-                                         -1.5};
-// [1, 2, 2, 3]
-const std::vector<double> k_pad_const_neg = {0.0, 0.0, 0.0, 0.4528862853790683,  0.7446431199708593,  0.0,
-                                             0.0, 0.0, 0.0, -0.6118578909427193, -0.8564779741650012, 0.0};
-// [1, 2, 6, 6]
-const std::vector<double> k_pad_reflect = {
-    0.9289597150038692,  0.9999576464987401,  0.9356160015533859,  0.9999576464987401,   0.9289597150038692,
-    0.9999576464987401,  0.7446431199708593,  0.4528862853790683,  0.09983341664682815,  0.4528862853790683,
-    0.7446431199708593,  0.4528862853790683,  0.9289597150038692,  0.9999576464987401,   0.9356160015533859,
-    0.9999576464987401,  0.9289597150038692,  0.9999576464987401,  0.08150215176026912,  0.4363990821601263,
-    0.7322314440302514,  0.4363990821601263,  0.08150215176026912, 0.4363990821601263,   0.9289597150038692,
-    0.9999576464987401,  0.9356160015533859,  0.9999576464987401,  0.9289597150038692,   0.9999576464987401,
-    0.7446431199708593,  0.4528862853790683,  0.09983341664682815, 0.4528862853790683,   0.7446431199708593,
-    0.4528862853790683,  -0.8431877418564172, -0.980538397794069,  -0.9851777815038593,  -0.980538397794069,
-    -0.8431877418564172, -0.980538397794069,  -0.8564779741650012, -0.6118578909427193,  -0.28442571253646254,
-    -0.6118578909427193, -0.8564779741650012, -0.6118578909427193, -0.8431877418564172,  -0.980538397794069,
-    -0.9851777815038593, -0.980538397794069,  -0.8431877418564172, -0.980538397794069,   0.10661169378122266,
-    -0.2601574914304689, -0.59171558063101,   -0.2601574914304689, 0.10661169378122266,  -0.2601574914304689,
-    -0.8431877418564172, -0.980538397794069,  -0.9851777815038593, -0.980538397794069,   -0.8431877418564172,
-    -0.980538397794069,  -0.8564779741650012, -0.6118578909427193, -0.28442571253646254, -0.6118578909427193,
-    -0.8564779741650012, -0.6118578909427193};
-// [1, 2, 6, 6]
-const std::vector<double> k_pad_replicate = {
-    0.09983341664682815, 0.09983341664682815,  0.09983341664682815,  0.4528862853790683,   0.7446431199708593,
-    0.7446431199708593,  0.09983341664682815,  0.09983341664682815,  0.09983341664682815,  0.4528862853790683,
-    0.7446431199708593,  0.7446431199708593,   0.9356160015533859,   0.9356160015533859,   0.9356160015533859,
-    0.9999576464987401,  0.9289597150038692,   0.9289597150038692,   0.7322314440302514,   0.7322314440302514,
-    0.7322314440302514,  0.4363990821601263,   0.08150215176026912,  0.08150215176026912,  0.7322314440302514,
-    0.7322314440302514,  0.7322314440302514,   0.4363990821601263,   0.08150215176026912,  0.08150215176026912,
-    0.7322314440302514,  0.7322314440302514,   0.7322314440302514,   0.4363990821601263,   0.08150215176026912,
-    0.08150215176026912, -0.28442571253646254, -0.28442571253646254, -0.28442571253646254, -0.6118578909427193,
-    -0.8564779741650012, -0.8564779741650012,  -0.28442571253646254, -0.28442571253646254, -0.28442571253646254,
-    -0.6118578909427193, -0.8564779741650012,  -0.8564779741650012,  -0.9851777815038593,  -0.9851777815038593,
-    -0.9851777815038593, -0.980538397794069,   -0.8431877418564172,  -0.8431877418564172,  -0.59171558063101,
-    -0.59171558063101,   -0.59171558063101,    -0.2601574914304689,  0.10661169378122266,  0.10661169378122266,
-    -0.59171558063101,   -0.59171558063101,    -0.59171558063101,    -0.2601574914304689,  0.10661169378122266,
-    0.10661169378122266, -0.59171558063101,    -0.59171558063101,    -0.59171558063101,    -0.2601574914304689,
-    0.10661169378122266, 0.10661169378122266};
-// [1, 2, 7, 6]
-const std::vector<double> k_pad_circular = {
-    0.4363990821601263,   0.08150215176026912,  0.7322314440302514,  0.4363990821601263,   0.08150215176026912,
-    0.7322314440302514,   0.4528862853790683,   0.7446431199708593,  0.09983341664682815,  0.4528862853790683,
-    0.7446431199708593,   0.09983341664682815,  0.9999576464987401,  0.9289597150038692,   0.9356160015533859,
-    0.9999576464987401,   0.9289597150038692,   0.9356160015533859,  0.4363990821601263,   0.08150215176026912,
-    0.7322314440302514,   0.4363990821601263,   0.08150215176026912, 0.7322314440302514,   0.4528862853790683,
-    0.7446431199708593,   0.09983341664682815,  0.4528862853790683,  0.7446431199708593,   0.09983341664682815,
-    0.9999576464987401,   0.9289597150038692,   0.9356160015533859,  0.9999576464987401,   0.9289597150038692,
-    0.9356160015533859,   0.4363990821601263,   0.08150215176026912, 0.7322314440302514,   0.4363990821601263,
-    0.08150215176026912,  0.7322314440302514,   -0.2601574914304689, 0.10661169378122266,  -0.59171558063101,
-    -0.2601574914304689,  0.10661169378122266,  -0.59171558063101,   -0.6118578909427193,  -0.8564779741650012,
-    -0.28442571253646254, -0.6118578909427193,  -0.8564779741650012, -0.28442571253646254, -0.980538397794069,
-    -0.8431877418564172,  -0.9851777815038593,  -0.980538397794069,  -0.8431877418564172,  -0.9851777815038593,
-    -0.2601574914304689,  0.10661169378122266,  -0.59171558063101,   -0.2601574914304689,  0.10661169378122266,
-    -0.59171558063101,    -0.6118578909427193,  -0.8564779741650012, -0.28442571253646254, -0.6118578909427193,
-    -0.8564779741650012,  -0.28442571253646254, -0.980538397794069,  -0.8431877418564172,  -0.9851777815038593,
-    -0.980538397794069,   -0.8431877418564172,  -0.9851777815038593, -0.2601574914304689,  0.10661169378122266,
-    -0.59171558063101,    -0.2601574914304689,  0.10661169378122266, -0.59171558063101};
 // [2, 1, 5, 7]
 const std::vector<double> k_bicubic_5x7 = {
     -0.025646160740780615, 0.12676690149412925, 0.369010984093901,    0.5911391473043779,    0.7750780579846283,
@@ -306,91 +178,92 @@ const std::vector<double> k_bicubic_5x7_grad = {
 
 Tensor image() { return seq(24).view({2, 1, 3, 4}); }
 
+// An output against PyTorch's: its sizes, then every element within tol (absolute).
+void check_parity(const std::string& what, const Tensor& got, const IntList& sizes, const std::vector<double>& want,
+                  double tol) {
+  INFO(what);
+  CHECK(got.sizes() == sizes);
+  check_close(got, want, 0, tol, what);
+}
+
+// The gradient of image() through weighted_sum(interpolate(image(), o), 0.21, 0.3), the loss of
+// the PyTorch script.
+Tensor image_grad(const InterpolateOptions& o) {
+  Tensor x = image().requires_grad_();
+  weighted_sum(F::interpolate(x, o), 0.21, 0.3).backward();
+  return x.grad();
+}
+
+// f64 gradcheck of interpolate(., o) at x.
+bool interpolate_gradcheck(const Tensor& x, const InterpolateOptions& o) {
+  return kiln::gradcheck([o](const TL& in) { return F::interpolate(in[0], o); }, {x});
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------ interpolate
 
 TEST_CASE("interpolate: nearest and nearest-exact match PyTorch", "[resample]") {
   Tensor x = image();
-  Tensor y = F::interpolate(x, InterpolateOptions().size({5, 7}));
-  CHECK(y.sizes() == IntList{2, 1, 5, 7});
-  check_close(y, k_nearest_5x7, 0, 1e-15);
-  check_close(F::interpolate(x, InterpolateOptions().size({5, 7}).mode("nearest-exact")), k_nearest_exact_5x7, 0,
-              1e-15);
-  Tensor s = F::interpolate(x, InterpolateOptions().scale_factor({1.5}));
-  CHECK(s.sizes() == IntList{2, 1, 4, 6});
-  check_close(s, k_nearest_sf15, 0, 1e-15);
+  check_parity("nearest 5x7", F::interpolate(x, O().size({5, 7})), {2, 1, 5, 7},
+               pick(2, 3, 4, {0, 0, 1, 1, 2}, {0, 0, 1, 1, 2, 2, 3}), 1e-15);
+  check_parity("nearest-exact 5x7", F::interpolate(x, O().size({5, 7}).mode("nearest-exact")), {2, 1, 5, 7},
+               pick(2, 3, 4, {0, 0, 1, 2, 2}, {0, 0, 1, 2, 2, 3, 3}), 1e-15);
+  check_parity("nearest x1.5", F::interpolate(x, O().scale_factor({1.5})), {2, 1, 4, 6},
+               pick(2, 3, 4, {0, 0, 1, 2}, {0, 0, 1, 2, 2, 3}), 1e-15);
   // scale 2 is pixel doubling; the same size is the identity
-  Tensor d = F::interpolate(x, InterpolateOptions().scale_factor({2.0}));
+  Tensor d = F::interpolate(x, O().scale_factor({2.0}));
   CHECK(kiln::equal(d.slice(2, 0, 6, 2).slice(3, 0, 8, 2), x));
   CHECK(kiln::equal(d.slice(2, 1, 6, 2).slice(3, 1, 8, 2), x));
-  CHECK(kiln::equal(F::interpolate(x, InterpolateOptions().size({3, 4})), x));
+  CHECK(kiln::equal(F::interpolate(x, O().size({3, 4})), x));
 }
 
 TEST_CASE("interpolate: bilinear and linear match PyTorch", "[resample]") {
   Tensor x = image();
-  check_close(F::interpolate(x, InterpolateOptions().size({5, 7}).mode("bilinear").align_corners(true)),
-              k_bilinear_5x7_ac, 0, 1e-14);
-  check_close(F::interpolate(x, InterpolateOptions().size({5, 7}).mode("bilinear")), k_bilinear_5x7, 0, 1e-14);
-  check_close(F::interpolate(x, InterpolateOptions().scale_factor({1.5}).mode("bilinear")), k_bilinear_sf15, 0, 1e-14);
-  check_close(F::interpolate(x, InterpolateOptions().size({2, 3}).mode("bilinear")), k_bilinear_down_2x3, 0, 1e-14);
-  check_close(F::interpolate(seq(10).view({1, 2, 5}), InterpolateOptions().size({8}).mode("linear")), k_linear_8, 0,
-              1e-14);
-  // align_corners keeps the corner pixels exactly
-  Tensor ac = F::interpolate(x, InterpolateOptions().size({6, 9}).mode("bilinear").align_corners(true));
-  CHECK(kiln::equal(ac.slice(2, 0, 6, 5).slice(3, 0, 9, 8), x.slice(2, 0, 3, 2).slice(3, 0, 4, 3)));
+  check_parity("bilinear 5x7 align_corners", F::interpolate(x, O().size({5, 7}).mode("bilinear").align_corners(true)),
+               {2, 1, 5, 7}, k_bilinear_5x7_ac, 1e-14);
+  check_parity("bilinear 5x7", F::interpolate(x, O().size({5, 7}).mode("bilinear")), {2, 1, 5, 7}, k_bilinear_5x7,
+               1e-14);
+  check_parity("bilinear x1.5", F::interpolate(x, O().scale_factor({1.5}).mode("bilinear")), {2, 1, 4, 6},
+               k_bilinear_sf15, 1e-14);
+  check_parity("bilinear 2x3", F::interpolate(x, O().size({2, 3}).mode("bilinear")), {2, 1, 2, 3}, k_bilinear_down_2x3,
+               1e-14);
+  check_parity("linear 8", F::interpolate(seq(10).view({1, 2, 5}), O().size({8}).mode("linear")), {1, 2, 8}, k_linear_8,
+               1e-14);
   // f32 follows the f64 values to float rounding
-  check_close(F::interpolate(x.to(DType::F32), InterpolateOptions().size({5, 7}).mode("bilinear")), k_bilinear_5x7, 0,
-              1e-6);
+  check_parity("bilinear 5x7 f32", F::interpolate(x.to(DType::F32), O().size({5, 7}).mode("bilinear")), {2, 1, 5, 7},
+               k_bilinear_5x7, 1e-6);
+  // align_corners keeps the corner pixels exactly
+  Tensor ac = F::interpolate(x, O().size({6, 9}).mode("bilinear").align_corners(true));
+  CHECK(kiln::equal(ac.slice(2, 0, 6, 5).slice(3, 0, 9, 8), x.slice(2, 0, 3, 2).slice(3, 0, 4, 3)));
 }
 
 TEST_CASE("interpolate: bicubic and area match PyTorch", "[resample]") {
   Tensor x = image();
-  using O = InterpolateOptions;
-  check_close(F::interpolate(x, O().size({5, 7}).mode("bicubic")), k_bicubic_5x7, 0, 1e-14);
-  check_close(F::interpolate(x, O().size({5, 7}).mode("bicubic").align_corners(true)), k_bicubic_5x7_ac, 0, 1e-14);
-  check_close(F::interpolate(x, O().scale_factor({1.5}).mode("bicubic")), k_bicubic_sf15, 0, 1e-14);
-  check_close(F::interpolate(x, O().size({2, 3}).mode("bicubic")), k_bicubic_down_2x3, 0, 1e-14);
+  check_parity("bicubic 5x7", F::interpolate(x, O().size({5, 7}).mode("bicubic")), {2, 1, 5, 7}, k_bicubic_5x7, 1e-14);
+  check_parity("bicubic 5x7 align_corners", F::interpolate(x, O().size({5, 7}).mode("bicubic").align_corners(true)),
+               {2, 1, 5, 7}, k_bicubic_5x7_ac, 1e-14);
+  check_parity("bicubic x1.5", F::interpolate(x, O().scale_factor({1.5}).mode("bicubic")), {2, 1, 4, 6}, k_bicubic_sf15,
+               1e-14);
+  check_parity("bicubic 2x3", F::interpolate(x, O().size({2, 3}).mode("bicubic")), {2, 1, 2, 3}, k_bicubic_down_2x3,
+               1e-14);
+  check_parity("area 2x3", F::interpolate(x, O().size({2, 3}).mode("area")), {2, 1, 2, 3}, k_area_2x3, 1e-15);
+  check_parity("area 3", F::interpolate(seq(10).view({1, 2, 5}), O().size({3}).mode("area")), {1, 2, 3},
+               k_area_linear_3, 1e-15);
   CHECK(kiln::equal(F::interpolate(x, O().size({3, 4}).mode("bicubic")), x));  // same size: the identity
-  check_close(F::interpolate(x, O().size({2, 3}).mode("area")), k_area_2x3, 0, 1e-15);
-  check_close(F::interpolate(seq(10).view({1, 2, 5}), O().size({3}).mode("area")), k_area_linear_3, 0, 1e-15);
-  Tensor xg = image().requires_grad_();
-  Tensor y = F::interpolate(xg, O().size({5, 7}).mode("bicubic"));
-  (y * seq(y.numel(), 0.21, 0.3).view(y.sizes())).sum().backward();
-  check_close(xg.grad(), k_bicubic_5x7_grad, 0, 1e-13);
+  check_close(image_grad(O().size({5, 7}).mode("bicubic")), k_bicubic_5x7_grad, 0, 1e-13);
   Tensor g = kiln::randn({1, 2, 3, 4}, f64(true));
-  for (bool ac : {false, true})
-    CHECK(kiln::gradcheck(
-        [ac](const TL& in) {
-          return F::interpolate(in[0], O().size({5, 3}).mode("bicubic").align_corners(ac));
-        },
-        {g}));
-  CHECK(kiln::gradcheck([](const TL& in) { return F::interpolate(in[0], O().size({2, 3}).mode("area")); }, {g}));
+  for (bool ac : {false, true}) CHECK(interpolate_gradcheck(g, O().size({5, 3}).mode("bicubic").align_corners(ac)));
+  CHECK(interpolate_gradcheck(g, O().size({2, 3}).mode("area")));
 }
 
 TEST_CASE("interpolate: gradients match PyTorch and gradcheck", "[resample]") {
-  Tensor x = image().requires_grad_();
-  Tensor y = F::interpolate(x, InterpolateOptions().size({5, 7}).mode("bilinear"));
-  (y * seq(y.numel(), 0.21, 0.3).view(y.sizes())).sum().backward();
-  check_close(x.grad(), k_bilinear_5x7_grad, 0, 1e-13);
-  Tensor x2 = image().requires_grad_();
-  Tensor y2 = F::interpolate(x2, InterpolateOptions().scale_factor({1.5}));
-  (y2 * seq(y2.numel(), 0.21, 0.3).view(y2.sizes())).sum().backward();
-  check_close(x2.grad(), k_nearest_sf15_grad, 0, 1e-13);
-
+  check_close(image_grad(O().size({5, 7}).mode("bilinear")), k_bilinear_5x7_grad, 0, 1e-13);
+  check_close(image_grad(O().scale_factor({1.5})), k_nearest_sf15_grad, 0, 1e-13);
   Tensor g = kiln::randn({1, 2, 3, 3}, f64(true));
-  for (bool ac : {false, true})
-    CHECK(kiln::gradcheck(
-        [ac](const TL& in) {
-          return F::interpolate(in[0], InterpolateOptions().size({4, 5}).mode("bilinear").align_corners(ac));
-        },
-        {g}));
-  CHECK(kiln::gradcheck([](const TL& in) { return F::interpolate(in[0], InterpolateOptions().size({2, 5})); }, {g}));
-  CHECK(kiln::gradcheck(
-      [](const TL& in) {
-        return F::interpolate(in[0], InterpolateOptions().size({7}).mode("linear").align_corners(true));
-      },
-      {kiln::randn({2, 1, 4}, f64(true))}));
+  for (bool ac : {false, true}) CHECK(interpolate_gradcheck(g, O().size({4, 5}).mode("bilinear").align_corners(ac)));
+  CHECK(interpolate_gradcheck(g, O().size({2, 5})));
+  CHECK(interpolate_gradcheck(kiln::randn({2, 1, 4}, f64(true)), O().size({7}).mode("linear").align_corners(true)));
 }
 
 TEST_CASE("interpolate: non-contiguous and channels-last inputs", "[resample]") {
@@ -410,52 +283,33 @@ TEST_CASE("interpolate: non-contiguous and channels-last inputs", "[resample]") 
 
 TEST_CASE("interpolate: errors", "[resample]") {
   Tensor x = image();
-  CHECK_THAT(error_of([&] { F::interpolate(x, InterpolateOptions()); }),
-             Catch::Contains("either size or scale_factor should be given"));
-  CHECK_THAT(error_of([&] {
-               F::interpolate(x, InterpolateOptions().size({4, 4}).scale_factor({2}));
-             }),
-             Catch::Contains("only one of size or scale_factor"));
-  CHECK_THAT(error_of([&] {
-               F::interpolate(x, InterpolateOptions().size({4, 4}).mode("trilinear"));
-             }),
-             Catch::Contains("unknown mode 'trilinear'"));
-  CHECK_THAT(error_of([&] {
-               F::interpolate(x, InterpolateOptions().size({4, 4}).align_corners(true));
-             }),
-             Catch::Contains("align_corners can only be set with the interpolating modes"));
-  CHECK_THAT(error_of([&] {
-               F::interpolate(x, InterpolateOptions().size({4, 4}).mode("area").align_corners(true));
-             }),
-             Catch::Contains("align_corners can only be set"));
-  CHECK_THAT(error_of([&] { F::interpolate(x.select(1, 0), InterpolateOptions().size({4}).mode("bicubic")); }),
-             Catch::Contains("mode 'bicubic' needs a 4-D input"));
-  CHECK_THAT(error_of([&] { F::interpolate(x, InterpolateOptions().size({4}).mode("linear")); }),
-             Catch::Contains("mode 'linear' needs a 3-D input"));
-  CHECK_THAT(error_of([&] {
-               F::interpolate(x.view({2, 12}), InterpolateOptions().size({4}));
-             }),
-             Catch::Contains("expected a 3-D [N, C, W] or 4-D [N, C, H, W] input"));
-  CHECK_THAT(error_of([&] {
-               F::interpolate(x, InterpolateOptions().size({4, 4, 4}));
-             }),
-             Catch::Contains("size must have 1 or 2 values"));
-  CHECK_THAT(error_of([&] { F::interpolate(x, InterpolateOptions().scale_factor({0.1})); }),
-             Catch::Contains("sizes should be greater than 0"));
-  CHECK_THAT(error_of([&] { F::interpolate(x, InterpolateOptions().scale_factor({-2})); }),
-             Catch::Contains("scale_factor must be positive"));
-  CHECK_THAT(error_of([&] {
-               F::interpolate(kiln::ones({1, 1, 2, 2}, DType::I64), InterpolateOptions().size({4}));
-             }),
-             Catch::Contains("floating-point"));
+  const struct {
+    Tensor x;
+    InterpolateOptions o;
+    const char* message;
+  } cases[] = {
+      {x, O(), "either size or scale_factor should be given"},
+      {x, O().size({4, 4}).scale_factor({2}), "only one of size or scale_factor"},
+      {x, O().size({4, 4}).mode("trilinear"), "unknown mode 'trilinear'"},
+      {x, O().size({4, 4}).align_corners(true), "align_corners can only be set with the interpolating modes"},
+      {x, O().size({4, 4}).mode("area").align_corners(true), "align_corners can only be set"},
+      {x.select(1, 0), O().size({4}).mode("bicubic"), "mode 'bicubic' needs a 4-D input"},
+      {x, O().size({4}).mode("linear"), "mode 'linear' needs a 3-D input"},
+      {x.view({2, 12}), O().size({4}), "expected a 3-D [N, C, W] or 4-D [N, C, H, W] input"},
+      {x, O().size({4, 4, 4}), "size must have 1 or 2 values"},
+      {x, O().scale_factor({0.1}), "sizes should be greater than 0"},
+      {x, O().scale_factor({-2}), "scale_factor must be positive"},
+      {kiln::ones({1, 1, 2, 2}, DType::I64), O().size({4}), "floating-point"},
+  };
+  for (const auto& c : cases) CHECK_THAT(error_of([&] { F::interpolate(c.x, c.o); }), Catch::Contains(c.message));
 }
 
 TEST_CASE("nn::Upsample runs interpolate and prints as PyTorch", "[resample]") {
-  kiln::nn::Upsample up(InterpolateOptions().scale_factor({2}).mode("bilinear").align_corners(true));
+  kiln::nn::Upsample up(O().scale_factor({2}).mode("bilinear").align_corners(true));
   Tensor x = image();
   CHECK(kiln::equal(up(x), F::interpolate(x, up.options)));
   CHECK(up.str() == "Upsample(scale_factor=2.0, mode='bilinear')");
-  kiln::nn::Upsample sized(InterpolateOptions().size({4, 6}));
+  kiln::nn::Upsample sized(O().size({4, 6}));
   CHECK(sized.extra_repr() == "size=(4, 6), mode='nearest'");
   CHECK(sized(x).sizes() == IntList{2, 1, 4, 6});
 }
@@ -464,17 +318,16 @@ TEST_CASE("nn::Upsample runs interpolate and prints as PyTorch", "[resample]") {
 
 TEST_CASE("pad: constant, reflect, replicate and circular match PyTorch", "[resample]") {
   Tensor p = seq(18).view({1, 2, 3, 3});
-  Tensor c = F::pad(p, {1, 2, 0, 1}, "constant", -1.5);
-  CHECK(c.sizes() == IntList{1, 2, 4, 6});
-  check_close(c, k_pad_const, 0, 0);
-  Tensor n = F::pad(p, {-1, 1, 1, -2});
-  CHECK(n.sizes() == IntList{1, 2, 2, 3});
-  check_close(n, k_pad_const_neg, 0, 0);
-  check_close(F::pad(p, {2, 1, 1, 2}, "reflect"), k_pad_reflect, 0, 0);
-  check_close(F::pad(p, {2, 1, 1, 2}, "replicate"), k_pad_replicate, 0, 0);
-  Tensor r = F::pad(p, {2, 1, 1, 3}, "circular");
-  CHECK(r.sizes() == IntList{1, 2, 7, 6});
-  check_close(r, k_pad_circular, 0, 0);
+  check_parity("constant", F::pad(p, {1, 2, 0, 1}, "constant", -1.5), {1, 2, 4, 6},
+               pick(2, 3, 3, {0, 1, 2, -1}, {-1, 0, 1, 2, -1, -1}, -1.5), 0);
+  check_parity("constant, negative (a crop)", F::pad(p, {-1, 1, 1, -2}), {1, 2, 2, 3},
+               pick(2, 3, 3, {-1, 0}, {1, 2, -1}), 0);
+  check_parity("reflect", F::pad(p, {2, 1, 1, 2}, "reflect"), {1, 2, 6, 6},
+               pick(2, 3, 3, {1, 0, 1, 2, 1, 0}, {2, 1, 0, 1, 2, 1}), 0);
+  check_parity("replicate", F::pad(p, {2, 1, 1, 2}, "replicate"), {1, 2, 6, 6},
+               pick(2, 3, 3, {0, 0, 1, 2, 2, 2}, {0, 0, 0, 1, 2, 2}), 0);
+  check_parity("circular", F::pad(p, {2, 1, 1, 3}, "circular"), {1, 2, 7, 6},
+               pick(2, 3, 3, {2, 0, 1, 2, 0, 1, 2}, {1, 2, 0, 1, 2, 0}), 0);
   // constant padding of every dim, and of a non-contiguous view
   Tensor all = F::pad(kiln::ones({2, 2}), {1, 0, 0, 1});
   CHECK(values(all) == std::vector<double>{0, 1, 1, 0, 1, 1, 0, 0, 0});
@@ -496,19 +349,25 @@ TEST_CASE("pad: gradcheck", "[resample]") {
 
 TEST_CASE("pad: errors", "[resample]") {
   Tensor x = kiln::zeros({1, 1, 3, 3});
-  CHECK_THAT(error_of([&] { F::pad(x, {1, 2, 3}); }), Catch::Contains("divisible by 2"));
-  CHECK_THAT(error_of([&] { F::pad(x, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1}); }), Catch::Contains("too large"));
-  CHECK_THAT(error_of([&] { F::pad(x, {-2, -2}); }), Catch::Contains("negative output size"));
-  CHECK_THAT(error_of([&] { F::pad(x, {-4, 2}); }), Catch::Contains("crops more than its size 3"));
-  CHECK_THAT(error_of([&] { F::pad(x, {3, 0, 0, 0}, "reflect"); }), Catch::Contains("must be smaller than the size 3"));
-  CHECK_THAT(error_of([&] { F::pad(x, {0, 0, 0, 4}, "circular"); }), Catch::Contains("at most the size 3"));
-  CHECK_THAT(error_of([&] { F::pad(x, {-1, 0, 0, 0}, "replicate"); }), Catch::Contains("non-negative padding"));
-  CHECK_THAT(error_of([&] { F::pad(x, {1, 1}, "reflect"); }), Catch::Contains("2-D or 3-D input"));
-  CHECK_THAT(error_of([&] { F::pad(x, {1, 1}, "mirror"); }), Catch::Contains("unknown mode 'mirror'"));
-  CHECK_THAT(error_of([&] {
-               F::pad(x, {1, 1, 1, 1}, "reflect", 2.0);
-             }),
-             Catch::Contains("only used by mode 'constant'"));
+  const struct {
+    IntList pad;
+    const char* mode;
+    double value;
+    const char* message;
+  } cases[] = {
+      {{1, 2, 3}, "constant", 0, "divisible by 2"},
+      {{1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, "constant", 0, "too large"},
+      {{-2, -2}, "constant", 0, "negative output size"},
+      {{-4, 2}, "constant", 0, "crops more than its size 3"},
+      {{3, 0, 0, 0}, "reflect", 0, "must be smaller than the size 3"},
+      {{0, 0, 0, 4}, "circular", 0, "at most the size 3"},
+      {{-1, 0, 0, 0}, "replicate", 0, "non-negative padding"},
+      {{1, 1}, "reflect", 0, "2-D or 3-D input"},
+      {{1, 1}, "mirror", 0, "unknown mode 'mirror'"},
+      {{1, 1, 1, 1}, "reflect", 2.0, "only used by mode 'constant'"},
+  };
+  for (const auto& c : cases)
+    CHECK_THAT(error_of([&] { F::pad(x, c.pad, c.mode, c.value); }), Catch::Contains(c.message));
 }
 
 // ------------------------------------------------------------------------------ unflatten

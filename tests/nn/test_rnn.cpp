@@ -32,6 +32,16 @@ Tensor c0() { return sin_seq(16, 0.17, 0.9).view({4, 2, 2}) * 0.3; }
 
 LSTMOptions ref_options() { return LSTMOptions(3, 2).num_layers(2).bidirectional(true).batch_first(true); }
 
+// f64 gradcheck of lstm's output and final (h, c) with respect to the input and (h0, c0), in = {x, h0, c0}.
+bool lstm_gradcheck(LSTM& lstm, const TL& in) {
+  return kiln::gradcheck(
+      [&](const TL& i) {
+        auto [out, st] = lstm(i[0], LSTMState{i[1], i[2]});
+        return kiln::cat({out.flatten(), std::get<0>(st).flatten(), std::get<1>(st).flatten()});
+      },
+      in);
+}
+
 // Reference values (PyTorch, float64), row-major; the comment gives the sizes.
 // [2, 3, 4]
 const std::vector<double> k_lstm_out = {
@@ -197,9 +207,7 @@ TEST_CASE("LSTM: gradients match PyTorch", "[rnn]") {
   Tensor x = input().requires_grad_();
   auto [out, state] = lstm(x, LSTMState{h0(), c0()});
   auto [hn, cn] = state;
-  Tensor loss = (out * sin_seq(out.numel(), 0.21, 0.3).view(out.sizes())).sum() +
-                (hn * sin_seq(hn.numel(), 0.13, 0.4).view(hn.sizes())).sum() +
-                (cn * sin_seq(cn.numel(), 0.11, 0.8).view(cn.sizes())).sum();
+  Tensor loss = weighted_sum(out, 0.21, 0.3) + weighted_sum(hn, 0.13, 0.4) + weighted_sum(cn, 0.11, 0.8);
   loss.backward();
   check_close(x.grad(), k_lstm_grad_x, 0, 1e-12, "d input");
   check_close(lstm.weights[0].w_ih.grad(), k_lstm_grad_weight_ih_l0, 0, 1e-12, "d weight_ih_l0");
@@ -254,12 +262,7 @@ TEST_CASE("LSTM and LSTMCell: gradcheck", "[rnn]") {
   lstm.to(DType::F64);
   Tensor x = kiln::randn({3, 2, 2}, f64(true));
   Tensor h = kiln::randn({4, 2, 3}, f64(true)), c = kiln::randn({4, 2, 3}, f64(true));
-  CHECK(kiln::gradcheck(
-      [&](const TL& in) {
-        auto [out, st] = lstm(in[0], LSTMState{in[1], in[2]});
-        return kiln::cat({out.flatten(), std::get<0>(st).flatten(), std::get<1>(st).flatten()});
-      },
-      {x, h, c}));
+  CHECK(lstm_gradcheck(lstm, {x, h, c}));
   LSTMCell cell(2, 3, /*bias=*/false);
   cell.to(DType::F64);
   CHECK(cell.parameters().size() == 2);
@@ -274,8 +277,7 @@ TEST_CASE("LSTM and LSTMCell: gradcheck", "[rnn]") {
 TEST_CASE("LSTM: parameters, initialisation and dropout between layers", "[rnn]") {
   kiln::manual_seed(5);
   LSTM lstm(LSTMOptions(3, 4).num_layers(2).bidirectional(true).dropout(0.5));
-  std::vector<std::string> names;
-  for (auto& [n, p] : lstm.named_parameters()) names.push_back(n);
+  const std::vector<std::string> names = parameter_names(lstm);
   CHECK(names == std::vector<std::string>{"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0",
                                           "weight_ih_l0_reverse", "weight_hh_l0_reverse", "bias_ih_l0_reverse",
                                           "bias_hh_l0_reverse", "weight_ih_l1", "weight_hh_l1", "bias_ih_l1",
@@ -341,8 +343,7 @@ TEST_CASE("GRU: 2 layers, bidirectional, batch_first match PyTorch, with gradien
   auto [out, hn] = gru(x, h0());
   check_close(out, k_gru_out, 0, 1e-13, "output");
   check_close(hn, k_gru_hn, 0, 1e-13, "h_n");
-  Tensor loss = (out * sin_seq(out.numel(), 0.21, 0.3).view(out.sizes())).sum() +
-                (hn * sin_seq(hn.numel(), 0.13, 0.4).view(hn.sizes())).sum();
+  Tensor loss = weighted_sum(out, 0.21, 0.3) + weighted_sum(hn, 0.13, 0.4);
   loss.backward();
   check_close(x.grad(), k_gru_grad_x, 0, 1e-12, "d input");
   check_close(gru.weights[2].w_hh.grad(), k_gru_grad_weight_hh_l1, 0, 1e-12, "d weight_hh_l1");
@@ -393,8 +394,7 @@ TEST_CASE("RNN (relu) and the GRU / RNN cells match PyTorch", "[rnn]") {
 
 TEST_CASE("LSTM with proj_size matches PyTorch, with gradients", "[rnn]") {
   LSTM lstm(ref_options().hidden_size(4).proj_size(2));
-  std::vector<std::string> names;
-  for (auto& [n, p] : lstm.named_parameters()) names.push_back(n);
+  const std::vector<std::string> names = parameter_names(lstm);
   REQUIRE(names.size() == 20);
   CHECK(names[4] == "weight_hr_l0");  // torch's order: after the biases
   CHECK(names[19] == "weight_hr_l1_reverse");
@@ -424,12 +424,8 @@ TEST_CASE("LSTM with proj_size matches PyTorch, with gradients", "[rnn]") {
   kiln::manual_seed(12);
   LSTM small(LSTMOptions(2, 3).proj_size(1).num_layers(2));
   small.to(DType::F64);
-  CHECK(kiln::gradcheck(
-      [&](const TL& in) {
-        auto [o, st] = small(in[0], LSTMState{in[1], in[2]});
-        return kiln::cat({o.flatten(), std::get<0>(st).flatten(), std::get<1>(st).flatten()});
-      },
-      {kiln::randn({3, 2, 2}, f64(true)), kiln::randn({2, 2, 1}, f64(true)), kiln::randn({2, 2, 3}, f64(true))}));
+  CHECK(lstm_gradcheck(small, {kiln::randn({3, 2, 2}, f64(true)), kiln::randn({2, 2, 1}, f64(true)),
+                               kiln::randn({2, 2, 3}, f64(true))}));
   CHECK_THAT(error_of([&] {
                lstm(x, LSTMState{kiln::zeros({4, 2, 4}, f64()), c});
              }),

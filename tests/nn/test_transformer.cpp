@@ -300,37 +300,46 @@ const std::vector<double> k_nobias_dec_grad_linear1_weight = {
     0.004459091471454659,  -0.0038074469951545706, -0.004194059778863484,  0.003500189232256112,
     0.0004084231157351244, -0.0031534909910264962, -0.0017764292439179565, 0.004233185783334913};
 
+// A layer's options and its PyTorch references: the output and the gradients of two inputs or parameters.
+template <class Options> struct LayerCase {
+  const char* name;
+  Options options;
+  const std::vector<double>& out;
+  const std::vector<double>& grad_a;
+  const std::vector<double>& grad_b;
+};
+
+// The reference script's layer: set_params_to_sequence, then linear1's bias sin(0.9 i + 0.3) (about
+// half the ReLU inputs > 0); in eval mode.
+template <class Layer> void set_reference_params(Layer& layer) {
+  set_params_to_sequence(layer);
+  {
+    kiln::NoGradGuard ng;
+    layer.linear1.bias.copy_(sin_seq(6, 0.9, 0.3));
+  }
+  layer.eval();
+}
+
 }  // namespace
 
 TEST_CASE("TransformerEncoderLayer: post-norm ReLU and pre-norm GELU match PyTorch, with gradients", "[transformer]") {
-  struct Case {
-    const char* name;
-    TransformerEncoderLayerOptions options;
-    const std::vector<double>& out;
-    const std::vector<double>& grad_src;
-    const std::vector<double>& grad_linear1;
-  };
-  const Case cases[] = {
+  // the gradients of src and linear1.weight
+  const LayerCase<TransformerEncoderLayerOptions> cases[] = {
       {"post-norm, relu", TransformerEncoderLayerOptions(4, 2).dim_feedforward(6), k_layer_post_relu_out,
        k_layer_post_relu_grad_src, k_layer_post_relu_grad_linear1_weight},
       {"pre-norm, gelu", TransformerEncoderLayerOptions(4, 2).dim_feedforward(6).norm_first(true).activation("gelu"),
        k_layer_pre_gelu_out, k_layer_pre_gelu_grad_src, k_layer_pre_gelu_grad_linear1_weight},
   };
-  for (const Case& c : cases) {
+  for (const auto& c : cases) {
     INFO(c.name);
     TransformerEncoderLayer layer(c.options);
-    set_params_to_sequence(layer);
-    {
-      kiln::NoGradGuard ng;
-      layer.linear1.bias.copy_(sin_seq(6, 0.9, 0.3));  // about half the ReLU inputs > 0, as in the script
-    }
-    layer.eval();
+    set_reference_params(layer);
     Tensor src = sin_seq(24, 0.19, 0.4).view({3, 2, 4}).requires_grad_();
     Tensor out = layer(src, encoder_src_mask(), encoder_key_padding_mask());
     check_close(out, c.out, 0, 1e-13, "output");
-    (out * sin_seq(24, 0.13, 0.6).view({3, 2, 4})).sum().backward();
-    check_close(src.grad(), c.grad_src, 0, 1e-13, "src gradient");
-    check_close(layer.linear1.weight.grad(), c.grad_linear1, 0, 1e-13, "linear1.weight gradient");
+    weighted_sum(out, 0.13, 0.6).backward();
+    check_close(src.grad(), c.grad_a, 0, 1e-13, "src gradient");
+    check_close(layer.linear1.weight.grad(), c.grad_b, 0, 1e-13, "linear1.weight gradient");
   }
 }
 
@@ -338,8 +347,7 @@ TEST_CASE("TransformerEncoder: two layers, a final norm and a causal mask match 
   TransformerEncoder encoder(
       TransformerEncoderOptions(TransformerEncoderLayerOptions(4, 2).dim_feedforward(6).batch_first(true), 2)
           .final_norm(true));
-  std::vector<std::string> names;
-  for (auto& [n, p] : encoder.named_parameters()) names.push_back(n);
+  const std::vector<std::string> names = parameter_names(encoder);
   REQUIRE(names.size() == 26);
   CHECK(names[0] == "layers.0.self_attn.in_proj_weight");
   CHECK(names[4] == "layers.0.linear1.weight");
@@ -403,42 +411,30 @@ TEST_CASE("TransformerEncoderLayer: dropout in training, gradcheck, errors", "[t
 }
 
 TEST_CASE("TransformerDecoderLayer: post-norm ReLU and pre-norm GELU match PyTorch, with gradients", "[transformer]") {
-  struct Case {
-    const char* name;
-    TransformerDecoderLayerOptions options;
-    const std::vector<double>& out;
-    const std::vector<double>& grad_tgt;
-    const std::vector<double>& grad_memory;
-  };
-  const Case cases[] = {
+  // the gradients of tgt and memory
+  const LayerCase<TransformerDecoderLayerOptions> cases[] = {
       {"post-norm, relu", TransformerDecoderLayerOptions(4, 2).dim_feedforward(6), k_dec_post_relu_out,
        k_dec_post_relu_grad_tgt, k_dec_post_relu_grad_memory},
       {"pre-norm, gelu", TransformerDecoderLayerOptions(4, 2).dim_feedforward(6).norm_first(true).activation("gelu"),
        k_dec_pre_gelu_out, k_dec_pre_gelu_grad_tgt, k_dec_pre_gelu_grad_memory},
   };
   Tensor memory_padding = bool_tensor({false, false, false, true, true, false, false, false, false, false}, {2, 5});
-  for (const Case& c : cases) {
+  for (const auto& c : cases) {
     INFO(c.name);
     TransformerDecoderLayer layer(c.options);
-    std::vector<std::string> names;
-    for (auto& [n, p] : layer.named_parameters()) names.push_back(n);
+    const std::vector<std::string> names = parameter_names(layer);
     REQUIRE(names.size() == 18);
     CHECK(names[4] == "multihead_attn.in_proj_weight");
     CHECK(names[17] == "norm3.bias");
-    set_params_to_sequence(layer);
-    {
-      kiln::NoGradGuard ng;
-      layer.linear1.bias.copy_(sin_seq(6, 0.9, 0.3));
-    }
-    layer.eval();
+    set_reference_params(layer);
     Tensor tgt = sin_seq(24, 0.19, 0.4).view({3, 2, 4}).requires_grad_();
     Tensor memory = sin_seq(40, 0.27, 1.1).view({5, 2, 4}).requires_grad_();
     Tensor causal = Transformer::generate_square_subsequent_mask(3, f64());
     Tensor out = layer(tgt, memory, causal, Tensor(), Tensor(), memory_padding, /*tgt_is_causal=*/true);
     check_close(out, c.out, 0, 1e-13, "output");
-    (out * sin_seq(24, 0.13, 0.6).view({3, 2, 4})).sum().backward();
-    check_close(tgt.grad(), c.grad_tgt, 0, 1e-13, "tgt gradient");
-    check_close(memory.grad(), c.grad_memory, 0, 1e-13, "memory gradient");
+    weighted_sum(out, 0.13, 0.6).backward();
+    check_close(tgt.grad(), c.grad_a, 0, 1e-13, "tgt gradient");
+    check_close(memory.grad(), c.grad_b, 0, 1e-13, "memory gradient");
   }
 }
 
@@ -450,8 +446,7 @@ TEST_CASE("Transformer: encoder and decoder with masks match PyTorch", "[transfo
                         .num_decoder_layers(1)
                         .dim_feedforward(6)
                         .batch_first(true));
-  std::vector<std::string> names;
-  for (auto& [n, p] : model.named_parameters()) names.push_back(n);
+  const std::vector<std::string> names = parameter_names(model);
   REQUIRE(names.size() == 46);  // torch's count and order
   CHECK(names[24] == "encoder.norm.weight");
   CHECK(names[26] == "decoder.layers.0.self_attn.in_proj_weight");
@@ -518,8 +513,7 @@ TEST_CASE("Transformer: initialisation, the subsequent mask, gradcheck, errors",
 TEST_CASE("Transformer layers with bias=false match PyTorch", "[transformer]") {
   TransformerEncoderLayer enc(
       TransformerEncoderLayerOptions(4, 2).dim_feedforward(6).bias(false).norm_first(true).activation("gelu"));
-  std::vector<std::string> names;
-  for (auto& [n, p] : enc.named_parameters()) names.push_back(n);
+  const std::vector<std::string> names = parameter_names(enc);
   CHECK(names == std::vector<std::string>{"self_attn.in_proj_weight", "self_attn.out_proj.weight", "linear1.weight",
                                           "linear2.weight", "norm1.weight", "norm2.weight"});
   set_params_to_sequence(enc);
@@ -528,7 +522,7 @@ TEST_CASE("Transformer layers with bias=false match PyTorch", "[transformer]") {
   Tensor src = sin_seq(24, 0.19, 0.4).view({3, 2, 4}).requires_grad_();
   Tensor out = enc(src, causal, Tensor(), true);
   check_close(out, k_nobias_enc_out, 0, 1e-13, "encoder layer output");
-  (out * sin_seq(24, 0.13, 0.6).view({3, 2, 4})).sum().backward();
+  weighted_sum(out, 0.13, 0.6).backward();
   check_close(src.grad(), k_nobias_enc_grad_src, 0, 1e-13, "encoder layer src gradient");
 
   TransformerDecoderLayer dec(TransformerDecoderLayerOptions(4, 2).dim_feedforward(6).bias(false));
@@ -539,7 +533,7 @@ TEST_CASE("Transformer layers with bias=false match PyTorch", "[transformer]") {
   Tensor memory = sin_seq(40, 0.27, 1.1).view({5, 2, 4}).requires_grad_();
   Tensor y = dec(tgt, memory, causal, Tensor(), Tensor(), Tensor(), true);
   check_close(y, k_nobias_dec_out, 0, 1e-13, "decoder layer output");
-  (y * sin_seq(24, 0.13, 0.6).view({3, 2, 4})).sum().backward();
+  weighted_sum(y, 0.13, 0.6).backward();
   check_close(memory.grad(), k_nobias_dec_grad_memory, 0, 1e-13, "decoder layer memory gradient");
   check_close(dec.linear1.weight.grad(), k_nobias_dec_grad_linear1_weight, 0, 1e-13, "linear1.weight gradient");
 

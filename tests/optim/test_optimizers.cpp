@@ -401,20 +401,26 @@ std::vector<std::pair<const char*, MakeAny>> all_optimizers() {
   };
 }
 
+// Runs body(make_opt, params) for every optimizer of all_optimizers() and every dtype of dtypes,
+// params being fresh big_params of that dtype, with an INFO naming both.
+template <class Body> void for_each_optimizer(std::initializer_list<DType> dtypes, Body&& body) {
+  for (auto& [name, make_opt] : all_optimizers())
+    for (DType dt : dtypes) {
+      INFO(name << " " << dt);
+      body(make_opt, big_params(dt));
+    }
+}
+
 }  // namespace
 
 TEST_CASE("the fused multi-tensor step equals a per-parameter loop bitwise", "[optim]") {
-  for (auto& [name, make_opt] : all_optimizers()) {
-    for (DType dt : {DType::F32, DType::BF16}) {
-      INFO(name << " " << dt);
-      auto a = big_params(dt);
-      auto b = clones(a);
-      auto fused = make_opt(a);
-      auto loop = make_opt(b);
-      loop->set_fused(false);
-      step_both_and_compare(a, *fused, b, *loop, 0, 3);
-    }
-  }
+  for_each_optimizer({DType::F32, DType::BF16}, [](const MakeAny& make_opt, std::vector<Tensor> a) {
+    auto b = clones(a);
+    auto fused = make_opt(a);
+    auto loop = make_opt(b);
+    loop->set_fused(false);
+    step_both_and_compare(a, *fused, b, *loop, 0, 3);
+  });
 }
 
 TEST_CASE("fused AdamW equals an unfused AdamW written with tensor ops", "[optim]") {
@@ -446,28 +452,24 @@ TEST_CASE("fused AdamW equals an unfused AdamW written with tensor ops", "[optim
 }
 
 TEST_CASE("state_dict round trip resumes identically", "[optim]") {
-  for (auto& [name, make_opt] : all_optimizers()) {
-    for (DType dt : {DType::F32, DType::F16}) {
-      INFO(name << " " << dt);
-      auto a = big_params(dt);
-      auto opt = make_opt(a);
-      for (int k = 0; k < 3; ++k) {
-        set_grads(a, k);
-        opt->step();
-      }
-      optim::OptimizerStateDict sd = opt->state_dict();
-      auto b = clones(a);
-      // through the flat form a checkpoint file would hold
-      auto sd2 = optim::OptimizerStateDict::unflatten(sd.optimizer, sd.flatten());
-      auto opt2 = make_opt(b);
-      opt2->param_groups()[0].set_lr(123.0);  // overwritten by the load
-      opt2->load_state_dict(sd2);
-      CHECK(opt2->param_groups()[0].lr() == opt->param_groups()[0].lr());
-      step_both_and_compare(a, *opt, b, *opt2, 3, 5);
-      // the saved dict is a deep copy: later steps did not change it
-      CHECK(sd.state.at(0).at("step").item<double>() == 3.0);
+  for_each_optimizer({DType::F32, DType::F16}, [](const MakeAny& make_opt, std::vector<Tensor> a) {
+    auto opt = make_opt(a);
+    for (int k = 0; k < 3; ++k) {
+      set_grads(a, k);
+      opt->step();
     }
-  }
+    optim::OptimizerStateDict sd = opt->state_dict();
+    auto b = clones(a);
+    // through the flat form a checkpoint file would hold
+    auto sd2 = optim::OptimizerStateDict::unflatten(sd.optimizer, sd.flatten());
+    auto opt2 = make_opt(b);
+    opt2->param_groups()[0].set_lr(123.0);  // overwritten by the load
+    opt2->load_state_dict(sd2);
+    CHECK(opt2->param_groups()[0].lr() == opt->param_groups()[0].lr());
+    step_both_and_compare(a, *opt, b, *opt2, 3, 5);
+    // the saved dict is a deep copy: later steps did not change it
+    CHECK(sd.state.at(0).at("step").item<double>() == 3.0);
+  });
 }
 
 TEST_CASE("f16 and bf16 parameters keep f32 master weights", "[optim]") {
