@@ -166,15 +166,13 @@ void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, cons
         continue;
       }
       // the mask (dropout_keep: the same bits as f's, 16 draws at a time), then the arithmetic
-      uint8_t keep[kDropoutKeepSpan];
-      for (int64_t j0 = 0; j0 < cols; j0 += kDropoutKeepSpan) {
-        const int64_t n = std::min(kDropoutKeepSpan, cols - j0);
-        dropout_keep(f.mask.seed, f.mask.offset, f.mask.p, static_cast<uint64_t>(base + j0), n, keep);
+      for_keep_spans(f.mask.seed, f.mask.offset, f.mask.p, base, cols, [&](int64_t j0, int64_t n, const uint8_t* keep) {
+        const int64_t i = base + j0;
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j)
-          yp[base + j0 + j] = static_cast<T>(math::BiasDropoutAdd::apply(
-              static_cast<O>(xp[base + j0 + j]), bp[j0 + j], static_cast<O>(rp[base + j0 + j]), scale, keep[j] != 0));
-      }
+          yp[i + j] = static_cast<T>(math::BiasDropoutAdd::apply(static_cast<O>(xp[i + j]), bp[j0 + j],
+                                                                 static_cast<O>(rp[i + j]), scale, keep[j] != 0));
+      });
     }
   });
 }
@@ -196,15 +194,12 @@ void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tens
         for (int64_t j = 0; j < cols; ++j) dp[base + j] = gp[base + j];
         return;
       }
-      uint8_t keep[kDropoutKeepSpan];
-      for (int64_t j0 = 0; j0 < cols; j0 += kDropoutKeepSpan) {
-        const int64_t n = std::min(kDropoutKeepSpan, cols - j0);
-        dropout_keep(f.mask.seed, f.mask.offset, f.mask.p, static_cast<uint64_t>(base + j0), n, keep);
+      for_keep_spans(f.mask.seed, f.mask.offset, f.mask.p, base, cols, [&](int64_t j0, int64_t n, const uint8_t* keep) {
+        const int64_t i = base + j0;
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j)
-          dp[base + j0 + j] =
-              static_cast<T>(math::DropoutGrad::apply(static_cast<O>(gp[base + j0 + j]), scale, keep[j] != 0));
-      }
+          dp[i + j] = static_cast<T>(math::DropoutGrad::apply(static_cast<O>(gp[i + j]), scale, keep[j] != 0));
+      });
     });
   });
 }

@@ -37,6 +37,14 @@ MemoryFormat out_format(const Tensor& x) {
                                                                  : MemoryFormat::Contiguous;
 }
 
+// The geometry of an [N, C, H, W] input with an OH x OW output; the window fields are left for
+// the caller.
+PoolGeometry image_geometry(const Tensor& x, int64_t OH, int64_t OW) {
+  PoolGeometry g;
+  g.N = x.size(0), g.C = x.size(1), g.H = x.size(2), g.W = x.size(3), g.OH = OH, g.OW = OW;
+  return g;
+}
+
 // Window geometry with PyTorch's checks (no dilation, floor mode).
 PoolGeometry window_geometry(const char* op, const Tensor& x, const IntList& kernel_in, const IntList& stride_in,
                              const IntList& padding_in) {
@@ -47,17 +55,8 @@ PoolGeometry window_geometry(const char* op, const Tensor& x, const IntList& ker
   KILN_CHECK(s[0] > 0 && s[1] > 0, op, ": stride must be positive, got ", s, " (input sizes ", x.sizes(), ")");
   KILN_CHECK(p[0] >= 0 && p[1] >= 0 && p[0] <= k[0] / 2 && p[1] <= k[1] / 2, op, ": padding ", p,
              " must be non-negative and at most half the kernel size ", k);
-  PoolGeometry g;
-  g.N = x.size(0);
-  g.C = x.size(1);
-  g.H = x.size(2);
-  g.W = x.size(3);
-  g.kh = k[0];
-  g.kw = k[1];
-  g.sh = s[0];
-  g.sw = s[1];
-  g.ph = p[0];
-  g.pw = p[1];
+  PoolGeometry g = image_geometry(x, 0, 0);
+  g.kh = k[0], g.kw = k[1], g.sh = s[0], g.sw = s[1], g.ph = p[0], g.pw = p[1];
   KILN_CHECK(g.H + 2 * g.ph >= g.kh && g.W + 2 * g.pw >= g.kw, op, ": kernel ", k, " is larger than the padded input ",
              g.H + 2 * g.ph, "x", g.W + 2 * g.pw, " (input sizes ", x.sizes(), ", padding ", p, ")");
   g.OH = (g.H + 2 * g.ph - g.kh) / g.sh + 1;
@@ -131,13 +130,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, const IntList& output_size) {
   const IntList os = pair_arg(op, "output_size", output_size);
   KILN_CHECK(os[0] > 0 && os[1] > 0, op, ": output_size must be positive, got ", os, " (input sizes ", x.sizes(), ")");
   KILN_CHECK(x.size(2) > 0 && x.size(3) > 0, op, ": empty spatial input, sizes ", x.sizes());
-  PoolGeometry g;
-  g.N = x.size(0);
-  g.C = x.size(1);
-  g.H = x.size(2);
-  g.W = x.size(3);
-  g.OH = os[0];
-  g.OW = os[1];
+  const PoolGeometry g = image_geometry(x, os[0], os[1]);
   const MemoryFormat fmt = out_format(x);
   Tensor out = kernels::empty_4d({g.N, g.C, g.OH, g.OW}, x.options(), fmt);
   kernels::adaptive_avg_pool2d_forward(out, x.detach(), g);
