@@ -286,16 +286,11 @@ std::string tick_label_impl(double v, double step, bool force_sci) {
 
 std::string tick_label(double v, double step) { return tick_label_impl(v, step, false); }
 
-PlotImage render_line_plot(const std::string& title, const std::vector<Series>& series, const PlotOptions& opt) {
-  KILN_CHECK(opt.width() >= 200 && opt.width() <= 16384, "plot: width ", opt.width(), " is outside [200, 16384]");
-  KILN_CHECK(opt.panel_height() >= 80 && opt.panel_height() <= 16384, "plot: panel height ", opt.panel_height(),
-             " is outside [80, 16384]");
-  const int s = std::clamp(opt.text_scale(), 1, 8);
-  for (const Series& se : series)
-    KILN_CHECK(se.xs.empty() || se.xs.size() == se.ys.size(), "plot: series '", se.name, "' has ", se.xs.size(),
-               " x values for ", se.ys.size(), " y values");
+namespace {
 
-  // Group the series into panels (in the order of their first appearance).
+// The series grouped into panels, in the order of their first appearance (series with the same
+// panel number share one), each with its colour.
+std::vector<PanelSpec> group_panels(const std::vector<Series>& series) {
   std::vector<PanelSpec> panels;
   std::vector<std::pair<int, size_t>> shared;  // panel number -> index in panels
   size_t auto_color = 0;
@@ -312,7 +307,149 @@ PlotImage render_line_plot(const std::string& title, const std::vector<Series>& 
     panels[pi].colors.push_back(rgb_of(c));
   }
   if (panels.empty()) panels.emplace_back();  // an empty plot still gets one "no data" panel
+  return panels;
+}
 
+double x_of(const Series& se, size_t i) { return se.xs.empty() ? static_cast<double>(i) : se.xs[i]; }
+
+// Sets the panel's axes to the range of its usable points, padded; returns how many there are
+// (0: the axes stay invalid).
+size_t fit_axes(const PanelSpec& P, Axis& ax, Axis& ay) {
+  if (!P.series.empty()) ax.log = P.series[0]->log_x, ay.log = P.series[0]->log_y;
+  double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
+  size_t usable_points = 0;
+  for (const Series* se : P.series)
+    for (size_t i = 0; i < se->ys.size(); ++i) {
+      const double x = x_of(*se, i), y = se->ys[i];
+      if (!ax.usable(x) || !ay.usable(y)) continue;
+      ++usable_points;
+      xmin = std::min(xmin, ax.map(x)), xmax = std::max(xmax, ax.map(x));
+      ymin = std::min(ymin, ay.map(y)), ymax = std::max(ymax, ay.map(y));
+    }
+  if (usable_points == 0) return 0;
+  if (xmax - xmin <= 1e-12 * std::max(1.0, std::fabs(xmax))) xmin -= 0.5, xmax += 0.5;
+  if (ymax - ymin <= 1e-12 * std::max(1.0, std::fabs(ymax))) {
+    const double pad = ay.log ? 0.5 : (ymax == 0 ? 1.0 : std::fabs(ymax) * 0.1);
+    ymin -= pad, ymax += pad;
+  } else {
+    const double pad = (ymax - ymin) * 0.05;
+    ymin -= pad, ymax += pad;
+  }
+  ax.lo = xmin, ax.hi = xmax, ay.lo = ymin, ay.hi = ymax;
+  ax.valid = ay.valid = true;
+  return usable_points;
+}
+
+// An axis's ticks (values, not axis units) and their labels, one style per axis: when a label
+// needs the 1e-5 form, all of them take it.
+struct Ticks {
+  std::vector<double> values;
+  std::vector<std::string> labels;
+};
+Ticks ticks_of(const Axis& a) {
+  Ticks t;
+  t.values = !a.valid ? std::vector<double>{} : a.log ? log_ticks(a.lo, a.hi) : nice_ticks(a.lo, a.hi);
+  for (bool sci : {false, true}) {
+    t.labels.clear();
+    bool any_sci = false;
+    for (size_t i = 0; i < t.values.size(); ++i) {
+      const double v = t.values[i];
+      const double step = a.log ? v : (t.values.size() > 1 ? t.values[1] - t.values[0] : std::fabs(v));
+      t.labels.push_back(tick_label_impl(v, step, sci));
+      any_sci = any_sci || t.labels.back().find('e') != std::string::npos;
+    }
+    if (!any_sci) break;
+  }
+  return t;
+}
+
+// One panel's plot area and axes: where a point goes in pixels.
+struct Frame {
+  PlotImage::Rect area;
+  Axis ax, ay;
+  double px(double v) const { return area.x0 + (v - ax.lo) / (ax.hi - ax.lo) * (area.x1 - 1 - area.x0); }
+  double py(double v) const { return area.y1 - 1 - (v - ay.lo) / (ay.hi - ay.lo) * (area.y1 - 1 - area.y0); }
+};
+
+// The heading (the series' names in their colours), grid, ticks, labels and box of a panel.
+void draw_frame(Canvas& cv, const Frame& f, const PanelSpec& P, const Ticks& xt, const Ticks& yt, int top,
+                const PlotOptions& opt, int s) {
+  const int line_h = kGlyphH * s;
+  const PlotImage::Rect& area = f.area;
+  int hx = area.x0;
+  for (size_t k = 0; k < P.series.size(); ++k) {
+    const std::string& name = P.series[k]->name.empty() ? std::string("series") : P.series[k]->name;
+    cv.fill(hx, top + 6 + line_h / 2 - 1, hx + 4 * s + 4, top + 6 + line_h / 2 + 2, P.colors[k]);
+    hx += 4 * s + 10;
+    cv.text(hx, top + 6, name, P.colors[k], s);
+    hx += text_width(name, s) + 6 * s + 8;
+  }
+  const int tick = 2 + 2 * s;
+  for (size_t i = 0; i < yt.values.size(); ++i) {
+    const int y = static_cast<int>(std::lround(f.py(f.ay.map(yt.values[i]))));
+    if (y < area.y0 || y >= area.y1) continue;
+    cv.hline(area.x0, area.x1 - 1, y, kGrid);
+    cv.hline(area.x0 - tick, area.x0 - 1, y, kAxis);
+    cv.text(area.x0 - tick - 3 - text_width(yt.labels[i], s), y - line_h / 2, yt.labels[i], kText, s);
+  }
+  int last_label_end = -1000000;
+  for (size_t i = 0; i < xt.values.size(); ++i) {
+    const int x = static_cast<int>(std::lround(f.px(f.ax.map(xt.values[i]))));
+    if (x < area.x0 || x >= area.x1) continue;
+    cv.vline(x, area.y0, area.y1 - 1, kGrid);
+    cv.vline(x, area.y1, area.y1 + tick - 1, kAxis);
+    const int w = text_width(xt.labels[i], s);
+    const int lx = std::clamp(x - w / 2, 0, cv.img.width - w);
+    if (lx > last_label_end + 2 * s) {  // skip labels that would overlap
+      cv.text(lx, area.y1 + tick + 4, xt.labels[i], kText, s);
+      last_label_end = lx + w;
+    }
+  }
+  if (!opt.x_label().empty())
+    cv.text(area.x1 - text_width(opt.x_label(), s), area.y1 + tick + 4 + line_h + 6, opt.x_label(), kMuted, s);
+  cv.hline(area.x0 - 1, area.x1, area.y0 - 1, kAxis);
+  cv.hline(area.x0 - 1, area.x1, area.y1, kAxis);
+  cv.vline(area.x0 - 1, area.y0 - 1, area.y1, kAxis);
+  cv.vline(area.x1, area.y0 - 1, area.y1, kAxis);
+}
+
+// Each series as a line through its usable points (a gap at an unusable one), with markers when
+// it has few.
+void draw_curves(Canvas& cv, const Frame& f, const PanelSpec& P, int s) {
+  const int pen = std::max(2, s);
+  for (size_t k = 0; k < P.series.size(); ++k) {
+    const Series& se = *P.series[k];
+    size_t n_usable = 0;
+    for (size_t i = 0; i < se.ys.size(); ++i) n_usable += f.ax.usable(x_of(se, i)) && f.ay.usable(se.ys[i]);
+    const bool markers = n_usable <= 40;
+    bool have_prev = false;
+    int x_prev = 0, y_prev = 0;
+    for (size_t i = 0; i < se.ys.size(); ++i) {
+      const double xv = x_of(se, i), yv = se.ys[i];
+      if (!f.ax.usable(xv) || !f.ay.usable(yv)) {
+        have_prev = false;  // a gap in the line
+        continue;
+      }
+      const int x = static_cast<int>(std::lround(f.px(f.ax.map(xv))));
+      const int y = static_cast<int>(std::lround(f.py(f.ay.map(yv))));
+      if (have_prev) cv.line(x_prev, y_prev, x, y, P.colors[k], pen, f.area);
+      if (markers) cv.dot(x, y, P.colors[k], pen + 3, f.area);
+      x_prev = x, y_prev = y, have_prev = true;
+    }
+  }
+}
+
+}  // namespace
+
+PlotImage render_line_plot(const std::string& title, const std::vector<Series>& series, const PlotOptions& opt) {
+  KILN_CHECK(opt.width() >= 200 && opt.width() <= 16384, "plot: width ", opt.width(), " is outside [200, 16384]");
+  KILN_CHECK(opt.panel_height() >= 80 && opt.panel_height() <= 16384, "plot: panel height ", opt.panel_height(),
+             " is outside [80, 16384]");
+  const int s = std::clamp(opt.text_scale(), 1, 8);
+  for (const Series& se : series)
+    KILN_CHECK(se.xs.empty() || se.xs.size() == se.ys.size(), "plot: series '", se.name, "' has ", se.xs.size(),
+               " x values for ", se.ys.size(), " y values");
+  const std::vector<PanelSpec> panels = group_panels(series);
   const int line_h = kGlyphH * s;
   const int title_h = title.empty() ? 8 : line_h + 16;
   PlotImage img;
@@ -325,139 +462,24 @@ PlotImage render_line_plot(const std::string& title, const std::vector<Series>& 
   for (size_t pi = 0; pi < panels.size(); ++pi) {
     const PanelSpec& P = panels[pi];
     const int top = title_h + static_cast<int>(pi) * opt.panel_height();
-    Axis ax, ay;
-    if (!P.series.empty()) ax.log = P.series[0]->log_x, ay.log = P.series[0]->log_y;
-    // data ranges over the usable points
-    double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
-    size_t usable_points = 0;
-    for (const Series* se : P.series)
-      for (size_t i = 0; i < se->ys.size(); ++i) {
-        const double x = se->xs.empty() ? static_cast<double>(i) : se->xs[i], y = se->ys[i];
-        if (!ax.usable(x) || !ay.usable(y)) continue;
-        ++usable_points;
-        xmin = std::min(xmin, ax.map(x)), xmax = std::max(xmax, ax.map(x));
-        ymin = std::min(ymin, ay.map(y)), ymax = std::max(ymax, ay.map(y));
-      }
-    if (usable_points > 0) {
-      if (xmax - xmin <= 1e-12 * std::max(1.0, std::fabs(xmax))) xmin -= 0.5, xmax += 0.5;
-      if (ymax - ymin <= 1e-12 * std::max(1.0, std::fabs(ymax))) {
-        const double pad = ay.log ? 0.5 : (ymax == 0 ? 1.0 : std::fabs(ymax) * 0.1);
-        ymin -= pad, ymax += pad;
-      } else {
-        const double pad = (ymax - ymin) * 0.05;
-        ymin -= pad, ymax += pad;
-      }
-      ax.lo = xmin, ax.hi = xmax, ay.lo = ymin, ay.hi = ymax;
-      ax.valid = ay.valid = true;
-    }
-
-    // ticks and their labels (values, not axis units)
-    auto ticks_of = [](const Axis& a) {
-      return !a.valid ? std::vector<double>{} : a.log ? log_ticks(a.lo, a.hi) : nice_ticks(a.lo, a.hi);
-    };
-    const std::vector<double> xt = ticks_of(ax), yt = ticks_of(ay);
-    auto labels_of = [](const std::vector<double>& t, bool log) {
-      // one style per axis: when a label needs the 1e-5 form, all of them take it
-      std::vector<std::string> l;
-      for (bool sci : {false, true}) {
-        l.clear();
-        bool any_sci = false;
-        for (size_t i = 0; i < t.size(); ++i) {
-          const double step = log ? t[i] : (t.size() > 1 ? t[1] - t[0] : std::fabs(t[i]));
-          l.push_back(tick_label_impl(t[i], step, sci));
-          any_sci = any_sci || l.back().find('e') != std::string::npos;
-        }
-        if (!any_sci) break;
-      }
-      return l;
-    };
-    const std::vector<std::string> xl = labels_of(xt, ax.log), yl = labels_of(yt, ay.log);
+    Frame f;
+    const size_t usable_points = fit_axes(P, f.ax, f.ay);
+    const Ticks xt = ticks_of(f.ax), yt = ticks_of(f.ay);
     int ylabel_w = text_width("0.0", s);
-    for (const auto& l : yl) ylabel_w = std::max(ylabel_w, text_width(l, s));
-
-    PlotImage::Rect area;
-    area.x0 = 10 + ylabel_w + 10;
-    area.x1 = img.width - 20;
-    area.y0 = top + line_h + 14;
-    area.y1 = top + opt.panel_height() - (line_h + 10) - (opt.x_label().empty() ? 0 : line_h + 6) - 6;
-    KILN_CHECK(area.y1 - area.y0 >= 20 && area.x1 - area.x0 >= 40, "plot: panel height ", opt.panel_height(),
+    for (const auto& l : yt.labels) ylabel_w = std::max(ylabel_w, text_width(l, s));
+    f.area.x0 = 10 + ylabel_w + 10;
+    f.area.x1 = img.width - 20;
+    f.area.y0 = top + line_h + 14;
+    f.area.y1 = top + opt.panel_height() - (line_h + 10) - (opt.x_label().empty() ? 0 : line_h + 6) - 6;
+    KILN_CHECK(f.area.y1 - f.area.y0 >= 20 && f.area.x1 - f.area.x0 >= 40, "plot: panel height ", opt.panel_height(),
                " / width ", opt.width(), " leave no room for the plot at text scale ", s);
-    img.panels.push_back(area);
-
-    // heading: the series' names in their colours
-    int hx = area.x0;
-    for (size_t k = 0; k < P.series.size(); ++k) {
-      const std::string& name = P.series[k]->name.empty() ? std::string("series") : P.series[k]->name;
-      cv.fill(hx, top + 6 + line_h / 2 - 1, hx + 4 * s + 4, top + 6 + line_h / 2 + 2, P.colors[k]);
-      hx += 4 * s + 10;
-      cv.text(hx, top + 6, name, P.colors[k], s);
-      hx += text_width(name, s) + 6 * s + 8;
-    }
-
-    auto px = [&](double v) {  // axis units -> pixel
-      return area.x0 + (v - ax.lo) / (ax.hi - ax.lo) * (area.x1 - 1 - area.x0);
-    };
-    auto py = [&](double v) { return area.y1 - 1 - (v - ay.lo) / (ay.hi - ay.lo) * (area.y1 - 1 - area.y0); };
-
-    // grid, ticks, labels
-    const int tick = 2 + 2 * s;
-    for (size_t i = 0; i < yt.size(); ++i) {
-      const int y = static_cast<int>(std::lround(py(ay.map(yt[i]))));
-      if (y < area.y0 || y >= area.y1) continue;
-      cv.hline(area.x0, area.x1 - 1, y, kGrid);
-      cv.hline(area.x0 - tick, area.x0 - 1, y, kAxis);
-      cv.text(area.x0 - tick - 3 - text_width(yl[i], s), y - line_h / 2, yl[i], kText, s);
-    }
-    int last_label_end = -1000000;
-    for (size_t i = 0; i < xt.size(); ++i) {
-      const int x = static_cast<int>(std::lround(px(ax.map(xt[i]))));
-      if (x < area.x0 || x >= area.x1) continue;
-      cv.vline(x, area.y0, area.y1 - 1, kGrid);
-      cv.vline(x, area.y1, area.y1 + tick - 1, kAxis);
-      const int w = text_width(xl[i], s);
-      const int lx = std::clamp(x - w / 2, 0, img.width - w);
-      if (lx > last_label_end + 2 * s) {  // skip labels that would overlap
-        cv.text(lx, area.y1 + tick + 4, xl[i], kText, s);
-        last_label_end = lx + w;
-      }
-    }
-    if (!opt.x_label().empty())
-      cv.text(area.x1 - text_width(opt.x_label(), s), area.y1 + tick + 4 + line_h + 6, opt.x_label(), kMuted, s);
-
-    // box
-    cv.hline(area.x0 - 1, area.x1, area.y0 - 1, kAxis);
-    cv.hline(area.x0 - 1, area.x1, area.y1, kAxis);
-    cv.vline(area.x0 - 1, area.y0 - 1, area.y1, kAxis);
-    cv.vline(area.x1, area.y0 - 1, area.y1, kAxis);
-
-    if (usable_points == 0) {
+    img.panels.push_back(f.area);
+    draw_frame(cv, f, P, xt, yt, top, opt, s);
+    if (usable_points > 0) {
+      draw_curves(cv, f, P, s);
+    } else {
       const std::string msg = "no data";
-      cv.text((area.x0 + area.x1 - text_width(msg, s)) / 2, (area.y0 + area.y1 - line_h) / 2, msg, kMuted, s);
-      continue;
-    }
-
-    // the curves
-    const int pen = std::max(2, s);
-    for (size_t k = 0; k < P.series.size(); ++k) {
-      const Series& se = *P.series[k];
-      size_t n_usable = 0;
-      for (size_t i = 0; i < se.ys.size(); ++i)
-        n_usable += ax.usable(se.xs.empty() ? double(i) : se.xs[i]) && ay.usable(se.ys[i]);
-      const bool markers = n_usable <= 40;
-      bool have_prev = false;
-      int x_prev = 0, y_prev = 0;
-      for (size_t i = 0; i < se.ys.size(); ++i) {
-        const double xv = se.xs.empty() ? static_cast<double>(i) : se.xs[i], yv = se.ys[i];
-        if (!ax.usable(xv) || !ay.usable(yv)) {
-          have_prev = false;  // a gap in the line
-          continue;
-        }
-        const int x = static_cast<int>(std::lround(px(ax.map(xv))));
-        const int y = static_cast<int>(std::lround(py(ay.map(yv))));
-        if (have_prev) cv.line(x_prev, y_prev, x, y, P.colors[k], pen, area);
-        if (markers) cv.dot(x, y, P.colors[k], pen + 3, area);
-        x_prev = x, y_prev = y, have_prev = true;
-      }
+      cv.text((f.area.x0 + f.area.x1 - text_width(msg, s)) / 2, (f.area.y0 + f.area.y1 - line_h) / 2, msg, kMuted, s);
     }
   }
   return img;
