@@ -8,8 +8,9 @@
 #      compute-sanitizer memcheck over a fast subset and racecheck over the [racecheck] cases
 #   3. the GPU benches one after another, then PyTorch on the same cases, and the ratio table
 #   4. kiln-train on the GPU: the CNN to 93% test accuracy, AMP / channels_last / CUDA-graph
-#      rows, GPT-2 124M-shaped steps beside PyTorch eager, one-rank DDP and ZeRO-1 over NCCL, and
-#      two ranks sharing the GPU over gloo (pinned host staging)
+#      rows, GPT-2 124M-shaped steps beside PyTorch eager, a profiled step with sync-debug counting
+#      (the profiler's CUDA event timing), the slow side of the guides' small habits, one-rank DDP
+#      and ZeRO-1 over NCCL, and two ranks sharing the GPU over gloo (pinned host staging)
 # OUT receives at most 8 files: summary.md (a row per step), results.md (the tables), env.txt,
 # logs.tar.gz (every log) and bench.jsonl (every bench row, kiln's and PyTorch's).
 #   --rehearse     run here without a GPU from the pack alone: GPU binaries must skip (exit 77),
@@ -280,6 +281,14 @@ train train-gpt2-124m 60 "$T_TRAIN" --model gpt --gpt-size "$([[ $REHEARSE == 1 
   --batch-size 16 --amp bf16 --max-steps 30 --log-every 10 --data "$TEXT" --out "$work/runs/gpt2"
 step pytorch-gpt2-124m 60 "$T_TRAIN" "$PY" "$ROOT/bench/train/pytorch_gpt_peer.py" --data "$TEXT" --batch-size 16 \
   --steps 30 $([[ $REHEARSE == 1 ]] && echo --list)
+# the profiler's CUDA event timing and sync-debug's count (kiln-guide's tip 7 on a GPU); sync-debug
+# is refused on the CPU, so a rehearsal profiles without it
+train train-cnn-profile 20 "$T_TRAIN" --data "$FM" --max-steps 12 --profile 4 --log-every 4 \
+  $([[ $REHEARSE == 1 ]] || echo --sync-debug warn) --out "$work/runs/cnn-profile"
+# the slow side of every small habit kiln-guide switches (per-parameter optimizer, gradients to
+# zero, anomaly detection, grad mode in evaluation, conv biases before BatchNorm), on CUDA at once
+train train-cnn-habits 20 "$T_TRAIN" --data "$FM" --max-steps 60 --eval-every 30 --fused-optimizer false \
+  --zero-grad zero --detect-anomaly --eval-no-grad false --conv-bias --out "$work/runs/cnn-habits"
 train_ranks train-cnn-ddp-1rank 30 "$T_TRAIN" 1 --data "$FM" --max-steps 100 --out "$work/runs/cnn-ddp"
 train_ranks train-cnn-zero-1rank 30 "$T_TRAIN" 1 --data "$FM" --max-steps 100 --zero --out "$work/runs/cnn-zero"
 train_ranks train-cnn-ddp-2ranks-1gpu 45 "$T_TRAIN" 2 --data "$FM" --max-steps 100 --out "$work/runs/cnn-ddp2"
