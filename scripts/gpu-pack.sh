@@ -3,7 +3,7 @@
 # Builds HERE everything the GPU verdict runs and lays it out with its data, so that the GPU
 # machine (nvcc, PyTorch and NVIDIA's wheels, but no network, no apt, no Debian -dev packages, no
 # data) only runs it: scripts/gpu-verdict.sh, docs/gpu.md.
-#   DIR/kiln.tar.xz  bin/: test_cuda, kiln-train, kiln-run, every bench_cuda_* (run path
+#   DIR/kiln.tar.xz  bin/: test_cuda, kiln-train, kiln-run, kiln-guide, every bench_cuda_* (run path
 #                  $ORIGIN/../lib); lib/: libkiln (sm_90 only, a portable x86-64 CPU baseline),
 #                  with Gloo and the libraries it pulls (hiredis, ibverbs, libnl), which GPU images
 #                  lack; lib/fallback/ holds libgomp and libz for an image without them (the verdict
@@ -62,7 +62,7 @@ benches=$(cd "$ROOT/bench/cuda" && ls ./*.cpp ./*.cu | sed 's|^\./|bench_cuda_|;
 benches="$benches $(cd "$ROOT/bench/lab" && ls ./*_cuda.cu | sed 's|^\./|lab_|; s|\.cu$||')"
 (( ASAN )) && benches=""
 # shellcheck disable=SC2086
-cmake --build "$BUILD" -j"$(nproc)" --target kiln test_cuda test_core bench_matmul kiln-train kiln-run $benches
+cmake --build "$BUILD" -j"$(nproc)" --target kiln test_cuda test_core bench_matmul kiln-train kiln-run kiln-guide $benches
 t_built=$(date +%s)
 
 if (( ASAN )); then
@@ -89,7 +89,7 @@ DIR="$(cd "$DIR" && pwd)"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib/fallback"
-for b in test_cuda test_core bench_matmul kiln-train kiln-run $benches; do
+for b in test_cuda test_core bench_matmul kiln-train kiln-run kiln-guide $benches; do
   cp "$BUILD/bin/$b" "$stage/bin/"
 done
 cp -P "$BUILD"/lib/libkiln.so* "$stage/lib/"
