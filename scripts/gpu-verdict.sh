@@ -17,7 +17,8 @@
 #                  kiln-train runs three CPU steps, the PyTorch peers only check their arguments
 #   --only REGEX   run only the steps whose names match (the rerun after a fix)
 #   --guide ARGS   also run kiln-guide --device cuda ARGS (e.g. "--quick") after everything else,
-#                  its reports in OUT/guide.tar.gz (docs/guide.md's GPU rows); with --only guide alone
+#                  its reports in OUT/guide-N.tar.gz (docs/guide.md's GPU rows); --only guide runs
+#                  it alone; given twice, two reports one after the other (a short one first)
 #   --seconds N    the wall-time budget (default 450); each phase has its share, a step that no
 #                  longer fits is reported NOT RUN, and every step runs under `timeout`
 #   --archive F    the pack's binaries from .gpu/F instead of kiln.tar.xz (asan.tar.xz: the
@@ -26,12 +27,12 @@
 # docs/gpu.md gives the device commands and their measured budget.
 set -uo pipefail
 
-REHEARSE=0 ONLY="" GUIDE="" BUDGET=450 ARCHIVE=kiln.tar.xz BIN_DIR=""
+REHEARSE=0 ONLY="" GUIDE=() BUDGET=450 ARCHIVE=kiln.tar.xz BIN_DIR=""
 while [[ $# -gt 1 ]]; do
   case "$1" in
     --rehearse) REHEARSE=1; shift ;;
     --only) ONLY="$2"; shift 2 ;;
-    --guide) GUIDE="$2"; shift 2 ;;
+    --guide) GUIDE+=("$2"); shift 2 ;;
     --seconds) BUDGET="$2"; shift 2 ;;
     --archive) ARCHIVE="$2"; shift 2 ;;
     --bin-dir) BIN_DIR="$2"; shift 2 ;;
@@ -297,15 +298,17 @@ train_ranks train-cnn-zero-1rank 30 "$T_TRAIN" 1 --data "$FM" --max-steps 100 --
 train_ranks train-cnn-ddp-2ranks-1gpu 45 "$T_TRAIN" 2 --data "$FM" --max-steps 100 --out "$work/runs/cnn-ddp2"
 
 # 5. kiln-guide's report on this GPU, only when asked for (minutes): its reports come back in
-# guide.tar.gz, the kiln-train runs it made stay behind
-if [[ -n "$GUIDE" ]]; then
+# guide-N.tar.gz, the kiln-train runs it made stay behind
+g=0
+for args in "${GUIDE[@]}"; do
+  g=$((g + 1))
   # shellcheck disable=SC2086
-  step guide "$(( B - 12 ))" "$(( B - 12 ))" "$BIN/kiln-guide" --device "$([[ $REHEARSE == 1 ]] && echo cpu || echo cuda)" \
-    $GUIDE --data "$FM" --gpt-data "$TEXT" --out "$work/runs/guide"
-  if [[ -f "$work/runs/guide/report.md" ]]; then
-    tar -czf "$out/guide.tar.gz" -C "$work/runs/guide" $(cd "$work/runs/guide" && ls report.* 2>/dev/null)
+  step "guide-$g" "$(( B - 12 ))" "$(( B - 12 ))" "$BIN/kiln-guide" --device "$([[ $REHEARSE == 1 ]] && echo cpu || echo cuda)" \
+    $args --data "$FM" --gpt-data "$TEXT" --out "$work/runs/guide-$g"
+  if [[ -f "$work/runs/guide-$g/report.md" ]]; then
+    tar -czf "$out/guide-$g.tar.gz" -C "$work/runs/guide-$g" $(cd "$work/runs/guide-$g" && ls report.* 2>/dev/null)
   fi
-fi
+done
 
 # ---------------------------------------------------------------- report
 failures=$(cat "$rows"/* 2>/dev/null | grep -c -E '\| (FAILED|TIMEOUT|NOT RUN)')
