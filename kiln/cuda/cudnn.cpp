@@ -3,10 +3,9 @@
 #include "kiln/cuda/cudnn.h"
 
 #include <atomic>
-#include <mutex>
-#include <unordered_map>
 
 #include "kiln/config.h"
+#include "kiln/core/autotune_cache.h"
 #include "kiln/cuda/cuda.h"
 
 #if KILN_WITH_CUDNN
@@ -20,13 +19,9 @@ namespace {
 std::atomic<bool> g_benchmark{false};
 std::atomic<bool> g_deterministic{false};
 
-struct Cache {
-  std::mutex mu;
-  std::unordered_map<std::string, detail::AlgoChoice> map;
-};
-
-Cache& cache() {
-  static Cache* c = new Cache();  // never destroyed: convolutions may run during static teardown
+AutotuneCache<detail::AlgoChoice>& cache() {
+  static auto* c =
+      new AutotuneCache<detail::AlgoChoice>();  // never destroyed: convolutions may run during static teardown
   return *c;
 }
 
@@ -53,34 +48,19 @@ int version() {
 #endif
 }
 
-void clear_autotune_cache() {
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mu);
-  c.map.clear();
-}
+void clear_autotune_cache() { cache().clear(); }
 
-size_t autotune_cache_size() {
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mu);
-  return c.map.size();
-}
+size_t autotune_cache_size() { return cache().size(); }
 
 namespace detail {
 
 bool autotune_lookup(const std::string& key, AlgoChoice* out) {
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mu);
-  auto it = c.map.find(key);
-  if (it == c.map.end()) return false;
-  *out = it->second;
-  return true;
+  const std::optional<AlgoChoice> hit = cache().find(key);
+  if (hit) *out = *hit;
+  return hit.has_value();
 }
 
-void autotune_store(const std::string& key, const AlgoChoice& choice) {
-  Cache& c = cache();
-  std::lock_guard<std::mutex> lock(c.mu);
-  c.map[key] = choice;
-}
+void autotune_store(const std::string& key, const AlgoChoice& choice) { cache().store(key, choice); }
 
 namespace {
 std::atomic<int64_t> g_channels_last_fallbacks{0};

@@ -40,17 +40,9 @@ using kernels::cpu_conv::autotuner;
 void set_cpu_conv_autotune(bool enabled) { autotuner().enabled = enabled; }
 bool cpu_conv_autotune() { return autotuner().enabled; }
 
-void clear_cpu_conv_autotune_cache() {
-  auto& t = autotuner();
-  std::lock_guard<std::mutex> lock(t.mutex);
-  t.use_other.clear();
-}
+void clear_cpu_conv_autotune_cache() { autotuner().use_other.clear(); }
 
-size_t cpu_conv_autotune_cache_size() {
-  auto& t = autotuner();
-  std::lock_guard<std::mutex> lock(t.mutex);
-  return t.use_other.size();
-}
+size_t cpu_conv_autotune_cache_size() { return autotuner().use_other.size(); }
 
 void set_cpu_conv_winograd(bool enabled) { kernels::cpu_conv::winograd_switch() = enabled; }
 bool cpu_conv_winograd() { return kernels::cpu_conv::winograd_switch(); }

@@ -3,9 +3,8 @@
 // kiln/kernels/cpu, whose files are compiled once per CPU level (kiln/core/cpu_isa.h): every
 // copy of the kernels must read the one switch the user set.
 #include <atomic>
-#include <mutex>
-#include <string>
-#include <unordered_map>
+
+#include "kiln/core/autotune_cache.h"
 
 namespace kiln::kernels::cpu_conv {
 
@@ -17,8 +16,7 @@ std::atomic<int>& winograd_tile_setting();
 // The layout autotuner's switch and its cache: key -> whether the other layout's kernel won.
 struct Autotuner {
   std::atomic<bool> enabled{false};
-  std::mutex mutex;
-  std::unordered_map<std::string, bool> use_other;
+  AutotuneCache<bool> use_other;
 };
 Autotuner& autotuner();
 

@@ -38,15 +38,34 @@ void check_same_device(const Tensor& a, const Tensor& index, const char* op) {
              a.device(), " (sizes ", a.sizes(), ") and ", index.device(), " (sizes ", index.sizes(), ")");
 }
 
+// The index ops come in adjoint pairs, each the other's backward: index_select <-> index_add
+// into zeros, gather <-> scatter_add into zeros. A read takes `out` out of `a` at `index` along
+// `dim`; its gradient is the write of g into zeros of a's sizes, and the write's gradient is the
+// read of g.
+using IndexWrite = Tensor (*)(const Tensor& grad, const IntList& sizes, int64_t dim, const SavedTensor& index);
+using IndexRead = Tensor (*)(const Tensor& a, int64_t dim, const Tensor& index);
+
+void record_index_read(const char* node, const Tensor& a, Tensor& out, const Tensor& index, int64_t dim,
+                       IndexWrite adjoint) {
+  if (!autograd::any_requires_grad({&a})) return;
+  SavedTensor si(index, node);
+  IntList in_sizes = a.sizes();
+  autograd::record_function(node, {&a}, {&out},
+                            [=](const TensorList& g) { return TensorList{adjoint(g[0], in_sizes, dim, si)}; });
+}
+
+void record_index_write(const char* node, const Tensor& grad, Tensor& out, const SavedTensor& index, int64_t dim,
+                        IndexRead adjoint) {
+  if (!autograd::any_requires_grad({&grad})) return;
+  autograd::record_function(node, {&grad}, {&out},
+                            [=](const TensorList& g) { return TensorList{adjoint(g[0], dim, index.get())}; });
+}
+
 // grad (shape of the selection) added into zeros of `sizes` at `index` along `dim`.
 Tensor index_add_into_zeros(const Tensor& grad, const IntList& sizes, int64_t dim, const SavedTensor& index) {
   Tensor out = zeros(sizes, grad.options());
   kernels::index_add(out, dim, index.get(), grad, "index_select_backward");
-  if (autograd::any_requires_grad({&grad})) {
-    autograd::record_function("IndexAddBackward", {&grad}, {&out}, [dim, index](const TensorList& g) {
-      return TensorList{index_select(g[0], dim, index.get())};
-    });
-  }
+  record_index_write("IndexAddBackward", grad, out, index, dim, index_select);
   return out;
 }
 
@@ -54,10 +73,7 @@ Tensor index_add_into_zeros(const Tensor& grad, const IntList& sizes, int64_t di
 Tensor scatter_add_into_zeros(const Tensor& grad, const IntList& sizes, int64_t dim, const SavedTensor& index) {
   Tensor out = zeros(sizes, grad.options());
   kernels::scatter_add(out, dim, index.get(), grad, "gather_backward");
-  if (autograd::any_requires_grad({&grad})) {
-    autograd::record_function("ScatterAddBackward", {&grad}, {&out},
-                              [dim, index](const TensorList& g) { return TensorList{gather(g[0], dim, index.get())}; });
-  }
+  record_index_write("ScatterAddBackward", grad, out, index, dim, gather);
   return out;
 }
 
@@ -196,13 +212,7 @@ Tensor index_select_named(const Tensor& a, int64_t dim, const Tensor& index, con
   sizes[dim] = idx.numel();
   Tensor out = empty(sizes, a.options());
   kernels::index_select(out, a, dim, idx, op);
-  if (autograd::any_requires_grad({&a})) {
-    SavedTensor si(idx, "IndexSelectBackward");
-    IntList in_sizes = a.sizes();
-    autograd::record_function("IndexSelectBackward", {&a}, {&out}, [=](const TensorList& g) {
-      return TensorList{index_add_into_zeros(g[0], in_sizes, dim, si)};
-    });
-  }
+  record_index_read("IndexSelectBackward", a, out, idx, dim, index_add_into_zeros);
   return out;
 }
 }  // namespace
@@ -226,13 +236,7 @@ Tensor gather(const Tensor& a, int64_t dim, const Tensor& index) {
   }
   Tensor out = empty(index.sizes(), a.options());
   kernels::gather(out, a, dim, index, "gather");
-  if (autograd::any_requires_grad({&a})) {
-    SavedTensor si(index, "GatherBackward");
-    IntList in_sizes = a.sizes();
-    autograd::record_function("GatherBackward", {&a}, {&out}, [=](const TensorList& g) {
-      return TensorList{scatter_add_into_zeros(g[0], in_sizes, dim, si)};
-    });
-  }
+  record_index_read("GatherBackward", a, out, index, dim, scatter_add_into_zeros);
   return out;
 }
 

@@ -119,7 +119,7 @@ double WarmupCosineLR::lr_at(int64_t t, size_t g) const {
 // ---------------------------------------------------------------- OneCycleLR
 
 OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, const OneCycleLROptions& o)
-    : LRScheduler(opt), max_lr_(max_lr), total_(total_steps), o_(o) {
+    : MomentumCyclingLR(opt, o.cycle_momentum()), max_lr_(max_lr), total_(total_steps), o_(o) {
   KILN_CHECK(total_steps > 0, "OneCycleLR: total_steps must be positive, got ", total_steps);
   KILN_CHECK(max_lr >= 0.0, "OneCycleLR: max_lr must be >= 0, got ", max_lr);
   KILN_CHECK(o.pct_start() >= 0.0 && o.pct_start() <= 1.0, "OneCycleLR: pct_start must be in [0, 1], got ",
@@ -167,9 +167,11 @@ double OneCycleLR::phase_value(int64_t t, double Phase::*from, double Phase::*to
   return 0.0;
 }
 
-void OneCycleLR::apply(int64_t t) {
+// ---------------------------------------------------------------- MomentumCyclingLR
+
+void MomentumCyclingLR::apply(int64_t t) {
   LRScheduler::apply(t);
-  if (!o_.cycle_momentum()) return;
+  if (!cycle_momentum_) return;
   const double m = momentum_at(t);
   for (ParamGroup& g : opt_.param_groups()) g.set_momentum(m);
 }
@@ -177,7 +179,7 @@ void OneCycleLR::apply(int64_t t) {
 // ---------------------------------------------------------------- CyclicLR
 
 CyclicLR::CyclicLR(Optimizer& opt, double base_lr, double max_lr, const CyclicLROptions& o)
-    : LRScheduler(opt), base_lr_(base_lr), max_lr_(max_lr), o_(o) {
+    : MomentumCyclingLR(opt, o.cycle_momentum()), base_lr_(base_lr), max_lr_(max_lr), o_(o) {
   KILN_CHECK(o.step_size_up() > 0, "CyclicLR: step_size_up must be positive, got ", o.step_size_up());
   if (o_.step_size_down() <= 0) o_.step_size_down(o_.step_size_up());
   KILN_CHECK(base_lr >= 0.0 && max_lr >= 0.0, "CyclicLR: learning rates must be >= 0");
@@ -207,13 +209,6 @@ double CyclicLR::lr_at(int64_t t, size_t g) const {
 
 double CyclicLR::momentum_at(int64_t t) const {
   return o_.max_momentum() - (o_.max_momentum() - o_.base_momentum()) * scaled_fraction(t);
-}
-
-void CyclicLR::apply(int64_t t) {
-  LRScheduler::apply(t);
-  if (!o_.cycle_momentum()) return;
-  const double m = momentum_at(t);
-  for (ParamGroup& g : opt_.param_groups()) g.set_momentum(m);
 }
 
 }  // namespace kiln::optim

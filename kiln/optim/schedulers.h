@@ -147,6 +147,20 @@ class WarmupCosineLR : public LRScheduler {
   double eta_min_, start_;
 };
 
+// A schedule that also cycles the optimizer's momentum (beta1 for the Adam family) against the
+// learning rate, as PyTorch's OneCycleLR and CyclicLR do when cycle_momentum is on.
+class MomentumCyclingLR : public LRScheduler {
+ public:
+  virtual double momentum_at(int64_t t) const = 0;
+
+ protected:
+  MomentumCyclingLR(Optimizer& opt, bool cycle_momentum) : LRScheduler(opt), cycle_momentum_(cycle_momentum) {}
+  void apply(int64_t t) override;  // the lr, then every group's momentum when cycled
+
+ private:
+  bool cycle_momentum_;
+};
+
 enum class AnnealStrategy { Cos, Linear };
 
 struct OneCycleLROptions {
@@ -169,14 +183,11 @@ struct OneCycleLROptions {
 //                initial -> min (momentum max -> base -> max -> max)
 // anneal cos: end + (start - end) / 2 * (1 + cos(pi * pct)); linear: start + (end - start) * pct.
 // Stepping past total_steps throws.
-class OneCycleLR : public LRScheduler {
+class OneCycleLR : public MomentumCyclingLR {
  public:
   OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, const OneCycleLROptions& options = {});
   double lr_at(int64_t t, size_t g) const override;
-  double momentum_at(int64_t t) const;
-
- protected:
-  void apply(int64_t t) override;
+  double momentum_at(int64_t t) const override;
 
  private:
   struct Phase {
@@ -210,14 +221,11 @@ struct CyclicLROptions {
 //   f = x <= up/(up+down) ? x / (up/(up+down)) : (x - 1) / (up/(up+down) - 1)
 //   lr = base_lr + (max_lr - base_lr) * f * scale;  momentum = max_m - (max_m - base_m) * f * scale
 //   scale: 1 | 1 / 2^(cycle - 1) | gamma^t
-class CyclicLR : public LRScheduler {
+class CyclicLR : public MomentumCyclingLR {
  public:
   CyclicLR(Optimizer& opt, double base_lr, double max_lr, const CyclicLROptions& options = {});
   double lr_at(int64_t t, size_t g) const override;
-  double momentum_at(int64_t t) const;
-
- protected:
-  void apply(int64_t t) override;
+  double momentum_at(int64_t t) const override;
 
  private:
   double scaled_fraction(int64_t t) const;  // f * scale

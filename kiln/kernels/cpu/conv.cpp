@@ -55,7 +55,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -706,11 +706,7 @@ void run_tuned(Direction d, const ConvGeometry& g, DType dt, Native&& native, Ot
   Autotuner& tuner = autotuner();
   if (!tuner.enabled.load(std::memory_order_relaxed)) return native();
   const std::string key = tune_key(d, g, dt);
-  {
-    std::lock_guard<std::mutex> lock(tuner.mutex);
-    auto it = tuner.use_other.find(key);
-    if (it != tuner.use_other.end()) return it->second ? other() : native();
-  }
+  if (const std::optional<bool> hit = tuner.use_other.find(key)) return *hit ? other() : native();
   auto seconds = [](auto& f) {
     auto t0 = std::chrono::steady_clock::now();
     f();
@@ -722,10 +718,7 @@ void run_tuned(Direction d, const ConvGeometry& g, DType dt, Native&& native, Ot
   other();
   const double t_other = seconds(other);
   const bool use_other = t_other < t_native;
-  {
-    std::lock_guard<std::mutex> lock(tuner.mutex);
-    tuner.use_other[key] = use_other;
-  }
+  tuner.use_other.store(key, use_other);
   if (!use_other) native();
 }
 
