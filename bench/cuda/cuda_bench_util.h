@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <kiln/kiln.h>
+#include "kiln/core/escape.h"
 
 #include "../bench_util.h"
 
@@ -71,22 +72,7 @@ inline Work bytes(double b) { return {b, 0}; }
 inline Work flops(double f) { return {0, f}; }
 
 namespace detail {
-inline std::string json_string(const std::string& s) {
-  std::string r = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      r += '\\';
-      r += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      r += buf;
-    } else {
-      r += c;
-    }
-  }
-  return r + "\"";
-}
+inline std::string json_string(const std::string& s) { return "\"" + kiln::detail::json_escape(s) + "\""; }
 
 inline std::string json_number(double v, int digits) {
   if (!std::isfinite(v)) return "null";

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "kiln/core/error.h"
-#include "kiln/core/json_escape.h"
+#include "kiln/core/escape.h"
 #include "kiln/core/tensor.h"
 #include "kiln/config.h"
 

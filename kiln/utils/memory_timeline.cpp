@@ -7,28 +7,15 @@
 #include <string>
 
 #include "kiln/core/error.h"
-#include "kiln/core/json_escape.h"
+#include "kiln/core/escape.h"
 #include "kiln/cuda/cuda.h"
 
 namespace kiln::utils {
 
 namespace {
 
+using ::kiln::detail::html_escape;
 using ::kiln::detail::json_escape;
-
-std::string html_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '&': o += "&amp;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
 
 std::string hex(uintptr_t v) {
   char buf[32];
