@@ -3,6 +3,7 @@
 // epilogue is a composition (matmul, then the fused bias+GELU kernel); the CUDA backend fuses
 // it into the cuBLASLt GEMM.
 #include <initializer_list>
+#include <utility>
 
 #include "kiln/config.h"
 #include "kiln/core/error.h"
@@ -26,6 +27,11 @@ void check_data(const char* op, const char* what, const Tensor& t, const Tensor&
              " and dtype ", t.dtype(), ", expected ", like.sizes(), " and ", like.dtype());
 }
 
+// check_data for each named tensor, all like `like`.
+void check_data(const char* op, const Tensor& like, std::initializer_list<std::pair<const char*, const Tensor*>> data) {
+  for (const auto& [what, t] : data) check_data(op, what, *t, like);
+}
+
 // A [K] vector (bias or its gradient) matching the last dimension of `like`; undefined is fine.
 void check_vector(const char* op, const char* what, const Tensor& v, const Tensor& like) {
   if (!v.defined()) return;
@@ -39,8 +45,7 @@ void check_vector(const char* op, const char* what, const Tensor& v, const Tenso
 
 void bias_gelu(const Tensor& y, const Tensor& x, const Tensor& bias, GeluApprox approx) {
   const char* op = "bias_gelu";
-  check_data(op, "input", x, x);
-  check_data(op, "output", y, x);
+  check_data(op, x, {{"input", &x}, {"output", &y}});
   check_vector(op, "bias", bias, x);
   if (x.numel() == 0) return;
   backend::bias_gelu(y, x, bias, approx);
@@ -49,9 +54,7 @@ void bias_gelu(const Tensor& y, const Tensor& x, const Tensor& bias, GeluApprox 
 void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, const Tensor& x, const Tensor& bias,
                         GeluApprox approx) {
   const char* op = "bias_gelu_backward";
-  check_data(op, "input", x, x);
-  check_data(op, "grad_output", g, x);
-  check_data(op, "grad_input", dx, x);
+  check_data(op, x, {{"input", &x}, {"grad_output", &g}, {"grad_input", &dx}});
   check_vector(op, "bias", bias, x);
   check_vector(op, "grad_bias", dbias, x);
   if (x.numel() == 0) {
@@ -64,9 +67,7 @@ void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, 
 void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, const Tensor& residual, double p,
                       uint64_t seed, uint64_t offset) {
   const char* op = "bias_dropout_add";
-  check_data(op, "input", x, x);
-  check_data(op, "residual", residual, x);
-  check_data(op, "output", y, x);
+  check_data(op, x, {{"input", &x}, {"residual", &residual}, {"output", &y}});
   check_vector(op, "bias", bias, x);
   KILN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability p must be in [0, 1], got ", p);
   if (x.numel() == 0) return;
@@ -76,8 +77,7 @@ void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, cons
 void bias_dropout_add_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, double p, uint64_t seed,
                                uint64_t offset) {
   const char* op = "bias_dropout_add_backward";
-  check_data(op, "grad_output", g, g);
-  check_data(op, "grad_input", dx, g);
+  check_data(op, g, {{"grad_output", &g}, {"grad_input", &dx}});
   check_vector(op, "grad_bias", dbias, g);
   KILN_CHECK(p >= 0.0 && p <= 1.0, op, ": probability p must be in [0, 1], got ", p);
   if (g.numel() == 0) {
@@ -110,8 +110,7 @@ void linear_epilogue(const Tensor& out, const Tensor& x, const Tensor& weight, c
 void matmul_dgelu_bgrad(const Tensor& dpre, const Tensor& dbias, const Tensor& a, const Tensor& b, const Tensor& pre,
                         GeluApprox approx) {
   const char* op = "matmul_dgelu_bgrad";
-  check_data(op, "pre", pre, pre);
-  check_data(op, "dpre", dpre, pre);
+  check_data(op, pre, {{"pre", &pre}, {"dpre", &dpre}});
   check_vector(op, "grad_bias", dbias, pre);
   KILN_CHECK(pre.dim() == 2 && a.dim() == 2 && b.dim() == 2 && a.size(0) == pre.size(0) && b.size(1) == pre.size(1) &&
                  a.size(1) == b.size(0),

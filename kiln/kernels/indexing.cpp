@@ -28,15 +28,23 @@ IntList with_size(IntList s, int64_t d, int64_t n) {
   return s;
 }
 
+// What index_select and index_add check alike: an integer index of at most one dimension, and a
+// tensor `data` (the input, the target) of at least one dimension to index along `dim`, which is
+// returned wrapped.
+int64_t check_index_along(const char* op, const Tensor& data, const char* data_is, const Tensor& index, int64_t dim) {
+  check_index_dtype(index, op);
+  KILN_CHECK(data.dim() >= 1, op, ": the kernel expects ", data_is, " with at least one dimension, got sizes ",
+             data.sizes());
+  KILN_CHECK(index.dim() <= 1, op, ": index must be 0-D or 1-D, got sizes ", index.sizes());
+  return wrap_dim(dim, data.dim(), op);
+}
+
 }  // namespace
 
 void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op) {
   require_defined(op, {&out, &in, &index});
   const Device dev = operand_device(op, out, in, index);
-  check_index_dtype(index, op);
-  KILN_CHECK(in.dim() >= 1, op, ": the kernel expects an input with at least one dimension, got sizes ", in.sizes());
-  dim = wrap_dim(dim, in.dim(), op);
-  KILN_CHECK(index.dim() <= 1, op, ": index must be 0-D or 1-D, got sizes ", index.sizes());
+  dim = check_index_along(op, in, "an input", index, dim);
   check_same_dtype(out, "out", in, "input", op);
   IntList want = with_size(in.sizes(), dim, index.numel());
   KILN_CHECK(out.sizes() == want, op, ": out has sizes ", out.sizes(), ", expected ", want);
@@ -46,10 +54,7 @@ void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor
 void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op) {
   require_defined(op, {&out, &index, &src});
   const Device dev = operand_device(op, out, index, src);
-  check_index_dtype(index, op);
-  KILN_CHECK(out.dim() >= 1, op, ": the kernel expects a target with at least one dimension, got sizes ", out.sizes());
-  dim = wrap_dim(dim, out.dim(), op);
-  KILN_CHECK(index.dim() <= 1, op, ": index must be 0-D or 1-D, got sizes ", index.sizes());
+  dim = check_index_along(op, out, "a target", index, dim);
   check_same_dtype(out, "the target", src, "source", op);
   IntList want = with_size(out.sizes(), dim, index.numel());
   KILN_CHECK(src.sizes() == want, op, ": source has sizes ", src.sizes(), ", expected ", want, " (target sizes ",

@@ -38,12 +38,11 @@ struct Space {
   std::array<IntList, 3> stride;  // element strides of self, index, other over the iteration dims
 };
 
-// A 0-dim problem is a 1-D problem of size 1.
-void promote_scalar(Space& s) {
-  if (!s.sizes.empty()) return;
-  s.sizes = {1};
-  s.dim = 0;
-  for (auto& st : s.stride) st = {0};
+// The space over `sizes` with the strides of self, index and other; a 0-dim problem is a 1-D
+// problem of size 1.
+Space make_space(IntList sizes, int64_t dim, std::array<IntList, 3> stride) {
+  if (sizes.empty()) return Space{{1}, 0, {IntList{0}, IntList{0}, IntList{0}}};
+  return Space{std::move(sizes), dim, std::move(stride)};
 }
 
 // Element strides of the 1-D (or 0-D) index of index_select/index_add, spread over `ndim` dims.
@@ -215,46 +214,31 @@ KILN_REGISTER_KERNEL(kernels::backend::index_min_max, CPU, index_min_max);
 void index_select(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op) {
   check_range(index, in.size(dim), dim, op);
   if (out.numel() == 0) return;
-  Space s;
-  s.sizes = out.sizes();
-  s.dim = dim;
-  s.stride = {in.strides(), spread_index_strides(index, out.dim(), dim), out.strides()};
-  run_gather(s, in, index, out, op);
+  run_gather(make_space(out.sizes(), dim, {in.strides(), spread_index_strides(index, out.dim(), dim), out.strides()}),
+             in, index, out, op);
 }
 KILN_REGISTER_KERNEL(kernels::backend::index_select, CPU, index_select);
 
 void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op) {
   check_range(index, out.size(dim), dim, op);
   if (src.numel() == 0) return;
-  Space s;
-  s.sizes = src.sizes();
-  s.dim = dim;
-  s.stride = {out.strides(), spread_index_strides(index, src.dim(), dim), src.strides()};
-  run_scatter_add(s, out, index, src, op);
+  run_scatter_add(
+      make_space(src.sizes(), dim, {out.strides(), spread_index_strides(index, src.dim(), dim), src.strides()}), out,
+      index, src, op);
 }
 KILN_REGISTER_KERNEL(kernels::backend::index_add, CPU, index_add);
 
 void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index, const char* op) {
   check_range(index, in.dim() == 0 ? 1 : in.size(dim), dim, op);
   if (out.numel() == 0) return;
-  Space s;
-  s.sizes = index.sizes();
-  s.dim = dim;
-  s.stride = {in.strides(), index.strides(), out.strides()};
-  promote_scalar(s);
-  run_gather(s, in, index, out, op);
+  run_gather(make_space(index.sizes(), dim, {in.strides(), index.strides(), out.strides()}), in, index, out, op);
 }
 KILN_REGISTER_KERNEL(kernels::backend::gather, CPU, gather);
 
 void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const char* op) {
   check_range(index, out.dim() == 0 ? 1 : out.size(dim), dim, op);
   if (index.numel() == 0) return;
-  Space s;
-  s.sizes = index.sizes();
-  s.dim = dim;
-  s.stride = {out.strides(), index.strides(), src.strides()};
-  promote_scalar(s);
-  run_scatter_add(s, out, index, src, op);
+  run_scatter_add(make_space(index.sizes(), dim, {out.strides(), index.strides(), src.strides()}), out, index, src, op);
 }
 KILN_REGISTER_KERNEL(kernels::backend::scatter_add, CPU, scatter_add);
 
