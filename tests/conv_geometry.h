@@ -18,7 +18,7 @@ inline kiln::kernels::ConvGeometry conv_geometry(const kiln::IntList& x, int64_t
   g.kh = kernel[0], g.kw = kernel[1];
   g.ph = padding[0], g.pw = padding[1];
   g.groups = groups;
-  g.OH = g.H + 2 * g.ph - g.kh + 1, g.OW = g.W + 2 * g.pw - g.kw + 1;
+  g.set_output_size();
   return g;
 }
 

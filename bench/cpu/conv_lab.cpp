@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
     K::ConvGeometry g;
     g.N = batch, g.C = s.C, g.H = g.W = s.H, g.K = s.K, g.kh = g.kw = s.k, g.sh = g.sw = s.stride;
     g.ph = g.pw = s.k / 2;
-    g.OH = g.OW = (s.H + 2 * g.ph - s.k) / s.stride + 1;
+    g.set_output_size();
     const Tensor x = kiln::randn({batch, s.C, s.H, s.H}), w = kiln::randn({s.K, s.C, s.k, s.k});
     const Tensor gy = kiln::randn({batch, s.K, g.OH, g.OW});
     Tensor y = kiln::empty({batch, s.K, g.OH, g.OW}), gx = kiln::empty_like(x), gw = kiln::empty_like(w);

@@ -91,18 +91,10 @@ const std::vector<Config> kConfigs = {
 
 K::ConvGeometry geometry(int64_t N, const Shape& s, bool cl) {
   K::ConvGeometry g;
-  g.N = N;
-  g.C = s.C;
-  g.H = s.H;
-  g.W = s.H;
-  g.K = s.K;
-  g.kh = s.k;
-  g.kw = s.k;
-  g.sh = g.sw = s.s;
-  g.ph = g.pw = s.p;
-  g.OH = (s.H + 2 * s.p - s.k) / s.s + 1;
-  g.OW = g.OH;
+  g.N = N, g.C = s.C, g.H = g.W = s.H, g.K = s.K;
+  g.kh = g.kw = s.k, g.sh = g.sw = s.s, g.ph = g.pw = s.p;
   g.channels_last = cl;
+  g.set_output_size();
   return g;
 }
 

@@ -13,6 +13,7 @@
 
 #include "kiln/core/tensor.h"
 #include "kiln/kernels/dispatch.h"
+#include "kiln/kernels/window.h"
 
 namespace kiln::kernels {
 
@@ -29,6 +30,11 @@ struct ConvGeometry {
   // memory). The weight is always a contiguous [K, C / groups, kh, kw].
   bool channels_last = false;
 
+  // OH and OW from the input size, the kernel, stride, padding and dilation.
+  void set_output_size() {
+    OH = window_out_size(H, kh, sh, ph, dh);
+    OW = window_out_size(W, kw, sw, pw, dw);
+  }
   // Every field as a number, in declaration order: the start of the autotuners' cache keys.
   std::vector<int64_t> fields() const {
     return {N, C, H, W, K, kh, kw, OH, OW, sh, sw, ph, pw, dh, dw, groups, channels_last ? 1 : 0};

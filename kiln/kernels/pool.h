@@ -5,6 +5,7 @@
 
 #include "kiln/core/tensor.h"
 #include "kiln/kernels/dispatch.h"
+#include "kiln/kernels/window.h"
 
 namespace kiln::kernels {
 
@@ -13,6 +14,11 @@ struct PoolGeometry {
   int64_t N = 0, C = 0, H = 0, W = 0;
   int64_t OH = 0, OW = 0;
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0;
+  // OH and OW from the input size, the window, stride and padding.
+  void set_output_size() {
+    OH = window_out_size(H, kh, sh, ph);
+    OW = window_out_size(W, kw, sw, pw);
+  }
 };
 
 // indices: int32, same sizes as out, the flat offset h * W + w of the (first) max in its plane.

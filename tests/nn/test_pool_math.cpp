@@ -32,18 +32,9 @@ struct Case {
 
 K::PoolGeometry geometry(const Case& c) {
   K::PoolGeometry g;
-  g.N = c.N;
-  g.C = c.C;
-  g.H = c.H;
-  g.W = c.W;
-  g.kh = c.kh;
-  g.kw = c.kw;
-  g.sh = c.sh;
-  g.sw = c.sw;
-  g.ph = c.ph;
-  g.pw = c.pw;
-  g.OH = (c.H + 2 * c.ph - c.kh) / c.sh + 1;
-  g.OW = (c.W + 2 * c.pw - c.kw) / c.sw + 1;
+  g.N = c.N, g.C = c.C, g.H = c.H, g.W = c.W;
+  g.kh = c.kh, g.kw = c.kw, g.sh = c.sh, g.sw = c.sw, g.ph = c.ph, g.pw = c.pw;
+  g.set_output_size();
   return g;
 }
 

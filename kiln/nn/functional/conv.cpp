@@ -178,7 +178,8 @@ Tensor conv2d_impl(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
              "x", ekw, ") is larger than the padded input ", H + 2 * padding[0], "x", W + 2 * padding[1],
              " (input sizes ", x_in.sizes(), ", weight sizes ", weight.sizes(), ", padding ", padding, ")");
 
-  const int64_t OH = (H + 2 * padding[0] - ekh) / stride[0] + 1, OW = (W + 2 * padding[1] - ekw) / stride[1] + 1;
+  const int64_t OH = kernels::window_out_size(H, kh, stride[0], padding[0], dilation[0]),
+                OW = kernels::window_out_size(W, kw, stride[1], padding[1], dilation[1]);
   const ConvGeometry g = geometry({N, C, H, W, K, kh, kw, OH, OW}, stride, padding, dilation, groups, x_in);
   const MemoryFormat fmt = kernel_format(x_in);
 

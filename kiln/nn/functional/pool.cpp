@@ -59,8 +59,7 @@ PoolGeometry window_geometry(const char* op, const Tensor& x, const IntList& ker
   g.kh = k[0], g.kw = k[1], g.sh = s[0], g.sw = s[1], g.ph = p[0], g.pw = p[1];
   KILN_CHECK(g.H + 2 * g.ph >= g.kh && g.W + 2 * g.pw >= g.kw, op, ": kernel ", k, " is larger than the padded input ",
              g.H + 2 * g.ph, "x", g.W + 2 * g.pw, " (input sizes ", x.sizes(), ", padding ", p, ")");
-  g.OH = (g.H + 2 * g.ph - g.kh) / g.sh + 1;
-  g.OW = (g.W + 2 * g.pw - g.kw) / g.sw + 1;
+  g.set_output_size();
   return g;
 }
 

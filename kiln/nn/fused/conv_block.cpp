@@ -146,8 +146,7 @@ std::optional<kernels::ConvGeometry> conv_block_geometry(const Tensor& x, const 
     return std::nullopt;
   const int64_t ekh = g.dh * (g.kh - 1) + 1, ekw = g.dw * (g.kw - 1) + 1;
   if (g.H + 2 * g.ph < ekh || g.W + 2 * g.pw < ekw) return std::nullopt;
-  g.OH = (g.H + 2 * g.ph - ekh) / g.sh + 1;
-  g.OW = (g.W + 2 * g.pw - ekw) / g.sw + 1;
+  g.set_output_size();
   return g;
 }
 
