@@ -212,30 +212,24 @@ Tensor batch_norm_impl(const Tensor& x, const Tensor& running_mean, const Tensor
   if (autograd::any_requires_grad({&x, &weight, &bias})) {
     const bool gx = x.requires_grad(), gw = weight.defined() && weight.requires_grad(),
                gb = bias.defined() && bias.requires_grad();
-    const bool has_w = weight.defined(), has_b = relu && bias.defined();
-    SavedTensor sx(x, node), sw, sb;
-    if (has_w) sw = SavedTensor(weight, node);
-    if (has_b) sb = SavedTensor(bias, node);  // the ReLU mask needs the bias
+    // (an undefined weight or bias is saved as undefined; the ReLU mask needs the bias)
+    SavedTensor sx(x, node), sw(weight, node), sb(relu ? bias : Tensor(), node);
     autograd::record_function(
         node, {&x, &weight, &bias}, {&out},
         autograd::fused_or_composite(
             [=](const TensorList& g) {
-              Tensor xs = sx.get();
-              Tensor w = has_w ? sw.get() : Tensor();
-              Tensor b = has_b ? sb.get() : Tensor();
+              Tensor xs = sx.get(), w = sw.get(), b = sb.get();
               Tensor gk = lay.to_kernel(g[0]);
               Tensor xk2 = lay.to_kernel(xs.detach());
               Tensor dx = gx ? empty(xk2.sizes(), xk2.options()) : Tensor();
               Tensor dw = gw ? empty({C}, xs.options()) : Tensor();
               Tensor db = gb ? empty({C}, xs.options()) : Tensor();
-              kernels::batch_norm_backward(dx, dw, db, gk, xk2, has_w ? contig(w.detach()) : Tensor(), mean, invstd,
-                                           training, relu, has_b ? contig(b.detach()) : Tensor());
+              kernels::batch_norm_backward(dx, dw, db, gk, xk2, w.defined() ? contig(w.detach()) : Tensor(), mean,
+                                           invstd, training, relu, b.defined() ? contig(b.detach()) : Tensor());
               return TensorList{gx ? lay.from_kernel(dx) : Tensor(), dw, db};
             },
             [=](const TensorList& g) {
-              Tensor xs = sx.get();
-              Tensor w = has_w ? sw.get() : Tensor();
-              Tensor b = has_b ? sb.get() : Tensor();
+              Tensor xs = sx.get(), w = sw.get(), b = sb.get();
               return batch_norm_grad_composite(g[0], xs, w, b, mean, invstd, training, eps, relu, gx, gw, gb);
             }));
   }
@@ -277,27 +271,24 @@ Tensor row_norm(const char* name, const Tensor& x, int64_t K, const Tensor& weig
   }
   if (autograd::any_requires_grad({&x, &wf, &bf})) {
     const bool gx = x.requires_grad(), gw = wf.defined() && wf.requires_grad(), gb = bf.defined() && bf.requires_grad();
-    SavedTensor sx(x, name), sw;
-    if (wf.defined()) sw = SavedTensor(wf, name);
-    const bool has_w = wf.defined();
+    SavedTensor sx(x, name), sw(wf, name);  // an undefined weight is saved as undefined
     const IntList xsizes = x.sizes();
     autograd::record_function(
         name, {&x, &wf, &bf}, {&y},
         autograd::fused_or_composite(
             [=](const TensorList& g) {
-              Tensor xs = sx.get();
-              Tensor w = has_w ? sw.get() : Tensor();
+              Tensor xs = sx.get(), w = sw.get();
               Tensor gc = contig(g[0]);
               Tensor xk = contig(xs.detach());
               Tensor dx = gx ? empty(xsizes, xs.options()) : Tensor();
               Tensor dw = gw ? empty({K}, xs.options()) : Tensor();
               Tensor db = gb ? empty({K}, xs.options()) : Tensor();
-              kernels::row_norm_backward(dx, dw, db, gc, xk, has_w ? contig(w.detach()) : Tensor(), mean, invstd, rms);
+              kernels::row_norm_backward(dx, dw, db, gc, xk, w.defined() ? contig(w.detach()) : Tensor(), mean, invstd,
+                                         rms);
               return TensorList{dx, dw, db};
             },
             [=](const TensorList& g) {
-              Tensor xs = sx.get();
-              Tensor w = has_w ? sw.get() : Tensor();
+              Tensor xs = sx.get(), w = sw.get();
               // create_graph: composite formula on [R, K]
               Tensor x2 = xs.reshape({R, K}), g2 = g[0].reshape({R, K});
               Tensor xhat, is;
@@ -309,7 +300,7 @@ Tensor row_norm(const char* name, const Tensor& x, int64_t K, const Tensor& weig
                 is = ((xc2 * xc2).mean({1}, true) + eps).rsqrt();
                 xhat = xc2 * is;
               }
-              Tensor gwt = has_w ? g2 * w : g2;
+              Tensor gwt = w.defined() ? g2 * w : g2;
               Tensor dx;
               if (gx) {
                 Tensor inner = gwt - xhat * (gwt * xhat).mean({1}, true);
