@@ -33,6 +33,7 @@
 #include "kiln/core/error.h"
 #include "kiln/kernels/attention.h"
 #include "kiln/kernels/cpu/gemm.h"
+#include "kiln/kernels/cpu/loops.h"
 
 namespace kiln::kernels::cpu {
 
@@ -110,11 +111,8 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q, co
   const int64_t nqb = (d.Tq + kBlock - 1) / kBlock;
   dispatch_attention(q.dtype(), "scaled_dot_product_attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* qp = static_cast<const T*>(q.data_ptr());
-    const T* kp = static_cast<const T*>(k.data_ptr());
-    const T* vp = static_cast<const T*>(v.data_ptr());
-    T* op = static_cast<T*>(out.data_ptr());
-    T* lp = static_cast<T*>(lse.data_ptr());
+    const T *qp = cptr<T>(q), *kp = cptr<T>(k), *vp = cptr<T>(v);
+    T *op = mptr<T>(out), *lp = mptr<T>(lse);
     const T sc = static_cast<T>(scale);
     const T ninf = -std::numeric_limits<T>::infinity();
     const bool par = d.B * d.Tq * d.Tk * (d.D + d.Dv) >= 65536;
@@ -176,15 +174,9 @@ void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, co
   const int64_t nkb = (d.Tk + kBlock - 1) / kBlock;
   dispatch_attention(q.dtype(), "scaled_dot_product_attention_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* qp = static_cast<const T*>(q.data_ptr());
-    const T* kp = static_cast<const T*>(k.data_ptr());
-    const T* vp = static_cast<const T*>(v.data_ptr());
-    const T* gp = static_cast<const T*>(g.data_ptr());
-    const T* op = static_cast<const T*>(out.data_ptr());
-    const T* lp = static_cast<const T*>(lse.data_ptr());
-    T* dqp = dq.defined() ? static_cast<T*>(dq.data_ptr()) : nullptr;
-    T* dkp = dk.defined() ? static_cast<T*>(dk.data_ptr()) : nullptr;
-    T* dvp = dv.defined() ? static_cast<T*>(dv.data_ptr()) : nullptr;
+    const T *qp = cptr<T>(q), *kp = cptr<T>(k), *vp = cptr<T>(v);
+    const T *gp = cptr<T>(g), *op = cptr<T>(out), *lp = cptr<T>(lse);
+    T *dqp = mptr<T>(dq), *dkp = mptr<T>(dk), *dvp = mptr<T>(dv);  // null: that gradient is not wanted
     const T sc = static_cast<T>(scale);
     const bool par = d.B * d.Tq * d.Tk * (d.D + d.Dv) >= 65536;
 

@@ -9,18 +9,13 @@
 
 #include "kiln/core/dtype.h"
 #include "kiln/core/tensor.h"
+#include "kiln/kernels/cpu/loops.h"
 #include "kiln/kernels/cpu/max_pool_2x2.h"
 
 namespace kiln::kernels::cpu {
 
 // The dtype batch-norm statistics are kept in for data of type T (norm_stat_dtype of kernels/norm.h).
 template <class T> using stat_t = std::conditional_t<std::is_same<T, double>::value, double, float>;
-
-// An operand's data, or null when it is undefined (an optional operand, a gradient not wanted).
-template <class T> const T* cptr(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
-template <class T> T* mptr(const Tensor& t) { return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr; }
 
 // keep ? v : +0 (math::ReluBackward's select) as a bit mask. Written as `keep ? v : 0`, GCC
 // (-ftrapping-math) leaves a branch inside double-accumulating reductions instead of vectorizing

@@ -7,12 +7,19 @@
 #include <cstdint>
 
 #include "kiln/core/dtype.h"
+#include "kiln/core/tensor.h"
 #include "kiln/kernels/pointwise_iter.h"
 
 namespace kiln::kernels::cpu {
 
 // Below this many elements a kernel runs on the calling thread (thread start-up costs more).
 constexpr int64_t kParallelGrain = 32768;
+
+// An operand's data as T, or null when it is undefined (an optional operand, a gradient not wanted).
+template <class T> const T* cptr(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+template <class T> T* mptr(const Tensor& t) { return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr; }
 
 // body(x, y) for each of `rows` contiguous rows of n elements, x = in + r * n and y = out + r * n;
 // the rows are spread over OpenMP threads when there are kParallelGrain elements or more.
