@@ -12,7 +12,9 @@
 #include <fstream>
 #include <sstream>
 #include <functional>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <kiln/kiln.h>
@@ -192,6 +194,15 @@ inline std::vector<std::string> parameter_names(const kiln::nn::Module& m) {
   std::vector<std::string> names;
   for (const auto& [name, p] : m.named_parameters()) names.push_back(name);
   return names;
+}
+
+// m has `count` parameters, and the ones at the positions given have these names (torch's names
+// and order, for a module that mirrors one of torch's).
+inline void check_parameter_names(const kiln::nn::Module& m, size_t count,
+                                  std::initializer_list<std::pair<size_t, const char*>> names_at) {
+  const std::vector<std::string> names = parameter_names(m);
+  REQUIRE(names.size() == count);
+  for (const auto& [i, name] : names_at) CHECK(names[i] == name);
 }
 
 // Runs body() once at every CPU level this processor and build have (kiln/core/cpu_isa.h), with

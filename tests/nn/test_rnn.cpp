@@ -19,16 +19,7 @@ namespace {
 // PyTorch's values for these tests (tests/nn/torch_reference/rnn.json, tests/nn/torch_reference.h)
 const std::vector<double>& torch_ref(const char* name) { return torch_reference("rnn", name); }
 
-using kiln::nn::GRU;
-using kiln::nn::GRUCell;
-using kiln::nn::GRUOptions;
-using kiln::nn::LSTM;
-using kiln::nn::LSTMCell;
-using kiln::nn::LSTMOptions;
-using kiln::nn::LSTMState;
-using kiln::nn::RNN;
-using kiln::nn::RNNCell;
-using kiln::nn::RNNOptions;
+using namespace kiln::nn;  // LSTM, GRU, RNN, their cells and options, LSTMState
 
 Tensor input() { return sin_seq(18, 0.29, 0.2).view({2, 3, 3}); }  // [B=2, T=3, I=3] (batch_first)
 Tensor h0() { return sin_seq(16, 0.43, 0.5).view({4, 2, 2}) * 0.3; }
@@ -261,10 +252,7 @@ TEST_CASE("RNN (relu) and the GRU / RNN cells match PyTorch", "[rnn]") {
 
 TEST_CASE("LSTM with proj_size matches PyTorch, with gradients", "[rnn]") {
   LSTM lstm(ref_options().hidden_size(4).proj_size(2));
-  const std::vector<std::string> names = parameter_names(lstm);
-  REQUIRE(names.size() == 20);
-  CHECK(names[4] == "weight_hr_l0");  // torch's order: after the biases
-  CHECK(names[19] == "weight_hr_l1_reverse");
+  check_parameter_names(lstm, 20, {{4, "weight_hr_l0"}, {19, "weight_hr_l1_reverse"}});  // after the biases
   CHECK(lstm.weights[0].w_hh.sizes() == IntList{16, 2});
   CHECK(lstm.weights[0].w_hr.sizes() == IntList{2, 4});
   CHECK(lstm.weights[2].w_ih.sizes() == IntList{16, 4});  // layer 1 reads both directions' projections

@@ -71,17 +71,16 @@ TEST_CASE("TransformerEncoder: two layers, a final norm and a causal mask match 
   TransformerEncoder encoder(
       TransformerEncoderOptions(TransformerEncoderLayerOptions(4, 2).dim_feedforward(6).batch_first(true), 2)
           .final_norm(true));
-  const std::vector<std::string> names = parameter_names(encoder);
-  REQUIRE(names.size() == 26);
-  CHECK(names[0] == "layers.0.self_attn.in_proj_weight");
-  CHECK(names[4] == "layers.0.linear1.weight");
-  CHECK(names[11] == "layers.0.norm2.bias");
-  CHECK(names[12] == "layers.1.self_attn.in_proj_weight");
-  CHECK(names[24] == "norm.weight");
+  check_parameter_names(encoder, 26,
+                        {{0, "layers.0.self_attn.in_proj_weight"},
+                         {4, "layers.0.linear1.weight"},
+                         {11, "layers.0.norm2.bias"},
+                         {12, "layers.1.self_attn.in_proj_weight"},
+                         {24, "norm.weight"}});
   set_params_to_sequence(encoder);
   encoder.eval();
   Tensor src = sin_seq(24, 0.19, 0.4).view({2, 3, 4}).requires_grad_();
-  Tensor causal = kiln::zeros({3, 3}, f64()).masked_fill(kiln::ones({3, 3}, f64()).triu(1) > 0.5, -INFINITY);
+  Tensor causal = Transformer::generate_square_subsequent_mask(3, f64());
   Tensor out = encoder(src, causal, Tensor(), /*is_causal=*/true);
   check_close(out, torch_ref("k_encoder_out"), 0, 1e-13, "output");
   out.sum().backward();
@@ -146,10 +145,7 @@ TEST_CASE("TransformerDecoderLayer: post-norm ReLU and pre-norm GELU match PyTor
   for (const auto& c : cases) {
     INFO(c.name);
     TransformerDecoderLayer layer(c.options);
-    const std::vector<std::string> names = parameter_names(layer);
-    REQUIRE(names.size() == 18);
-    CHECK(names[4] == "multihead_attn.in_proj_weight");
-    CHECK(names[17] == "norm3.bias");
+    check_parameter_names(layer, 18, {{4, "multihead_attn.in_proj_weight"}, {17, "norm3.bias"}});
     set_reference_params(layer);
     Tensor tgt = sin_seq(24, 0.19, 0.4).view({3, 2, 4}).requires_grad_();
     Tensor memory = sin_seq(40, 0.27, 1.1).view({5, 2, 4}).requires_grad_();
@@ -170,11 +166,9 @@ TEST_CASE("Transformer: encoder and decoder with masks match PyTorch", "[transfo
                         .num_decoder_layers(1)
                         .dim_feedforward(6)
                         .batch_first(true));
-  const std::vector<std::string> names = parameter_names(model);
-  REQUIRE(names.size() == 46);  // torch's count and order
-  CHECK(names[24] == "encoder.norm.weight");
-  CHECK(names[26] == "decoder.layers.0.self_attn.in_proj_weight");
-  CHECK(names[45] == "decoder.norm.bias");
+  check_parameter_names(
+      model, 46,
+      {{24, "encoder.norm.weight"}, {26, "decoder.layers.0.self_attn.in_proj_weight"}, {45, "decoder.norm.bias"}});
   set_params_to_sequence(model);
   model.eval();
   Tensor src = sin_seq(40, 0.21, 0.3).view({2, 5, 4}).requires_grad_();
