@@ -292,6 +292,7 @@ TEST_CASE("kiln-guide's tip table is complete and well formed", "[utils][kiln-gu
     CHECK_FALSE(t.claim.empty());
     CHECK_FALSE(t.source.empty());
     CHECK_FALSE(t.explanation.empty());
+    CHECK(t.gpu_explanation != t.explanation);  // a GPU reason only where it differs
     if (t.not_measured.empty()) {
       CHECK((t.model == "cnn" || t.model == "resnet18" || t.model == "gpt"));
       CHECK(t.baseline != t.with);
@@ -405,6 +406,27 @@ TEST_CASE("kiln-guide plan: eval cadence, fit runs, sync counting per device", "
   CHECK(gpu.direction == Direction::LowerIsBetter);
   CHECK(gpu.unit == Unit::PerStep);
   for (const Job& j : plan_jobs({&syncs}, o)) CHECK(arg_after(j, "--sync-debug") == "warn");
+}
+
+TEST_CASE("kiln-guide explains a row by where it trains", "[utils][kiln-guide]") {
+  SessionOptions o;
+  std::optional<std::string> skip;
+  const Tip& anomaly = tip_by_key("debug-off");
+  REQUIRE_FALSE(anomaly.gpu_explanation.empty());
+  CHECK(planned_row(anomaly, o, &skip).explanation == anomaly.explanation);  // the CPU's reason
+  o.device = "cuda", o.gpu_count = 1;
+  CHECK(planned_row(anomaly, o, &skip).explanation == anomaly.gpu_explanation);
+  CHECK_THAT(planned_row(anomaly, o, &skip).explanation, Contains("synchronisation"));
+  // rows that train on the CPU whatever the device keep the CPU's reason: DDP over one GPU, the
+  // denormal switch
+  for (const char* key : {"ddp", "denormals"}) {
+    const Tip& t = tip_by_key(key);
+    CHECK_THAT(planned_row(t, o, &skip).explanation, Contains(t.explanation));  // (ddp: after a note)
+  }
+  // a row without a GPU reason of its own keeps its one reason on a GPU
+  const Tip& clip = tip_by_key("clip");
+  CHECK(clip.gpu_explanation.empty());
+  CHECK(planned_row(clip, o, &skip).explanation == clip.explanation);
 }
 
 TEST_CASE("kiln-guide convergence metric: sub-epoch evaluations, the range test's time", "[utils][kiln-guide]") {

@@ -248,6 +248,7 @@ Row planned_row(const Tip& t, const SessionOptions& o, std::optional<std::string
   }
   const std::string device = job_device(t, o);
   const std::string shown = t.needs_gpu ? "cuda" : device;  // a GPU row shows the command it would run
+  if (device == "cuda" && !t.gpu_explanation.empty()) row.explanation = t.gpu_explanation;
   row.metric = metric_name(t, shown);
   const bool lower = t.metric == MetricKind::PeakMemory || t.metric == MetricKind::HostSyncs;
   row.direction = lower ? Direction::LowerIsBetter : Direction::HigherIsBetter;

@@ -45,6 +45,10 @@ void claim(Tip& t, const char* text, double ratio, const char* source, const cha
   t.claim = text, t.claimed_ratio = ratio, t.source = source, t.explanation = why;
 }
 
+// Why kiln's number may differ where the row trains on a GPU, when the CPU's reason does not hold
+// there.
+void on_gpu(Tip& t, const char* why) { t.gpu_explanation = why; }
+
 const double kNone = std::nan("");
 
 // Tips 1-6: schedules, loading, batch size, precision, optimizers, cuDNN.
@@ -71,6 +75,10 @@ void add_first(std::vector<Tip>& v) {
   claim(t, "~2x for one epoch with 4 workers + pinned memory; 4 workers per GPU as a rule of thumb", 2, kKuhn,
         "Fashion-MNIST batches need no decoding or augmentation, so loading is a small share of a step; "
         "on the CPU the workers compete with the kernels' threads for the same cores");
+  on_gpu(t,
+         "Fashion-MNIST batches need no decoding or augmentation; on a GPU the workers assemble the next "
+         "batches while the training thread queues kernels, and the CNN's steps take a few milliseconds, so "
+         "a batch assembled on the training thread is a visible share of one");
   v.push_back(t);
 
   t = measured(2, "pinned", "loader workers + pinned memory: pinned memory", "cnn", MetricKind::Throughput,
@@ -87,6 +95,9 @@ void add_first(std::vector<Tip>& v) {
   claim(t, "4x faster going from batch 64 to 512 (with 1cycle)", 4, kKuhn,
         "the 4x is GPU utilisation; CPU cores are busy at batch 64 already, and 8x fewer steps per epoch "
         "need more epochs to reach the same accuracy");
+  on_gpu(t,
+         "the small CNN's GPU steps are bound by kernel launches, so a batch of 512 costs little more per step "
+         "than one of 64; 8x fewer steps per epoch need more epochs to reach the same accuracy");
   v.push_back(t);
 
   t = measured(4, "bf16", "AMP: bf16 autocast", "cnn", MetricKind::Throughput, {"--amp", "off"}, {"--amp", "bf16"});
@@ -94,6 +105,9 @@ void add_first(std::vector<Tip>& v) {
   claim(t, "~2x typical, up to 5.5x on a V100 (f16); up to 3x on Volta and newer", 2, kKuhnTuning,
         "on the CPU kiln has no fast bf16 kernels and autocast turns the fused f32 conv blocks off, so bf16 "
         "is slower there; the gain needs tensor cores");
+  on_gpu(t,
+         "the small CNN's GPU steps are bound by kernel launches, not arithmetic, and autocast adds a cast "
+         "kernel for each weight and activation it converts, so tensor cores have little to gain here");
   v.push_back(t);
 
   t = measured(4, "fp16", "AMP: fp16 + loss scaling", "cnn", MetricKind::Throughput, {"--amp", "off"},
@@ -117,6 +131,10 @@ void add_first(std::vector<Tip>& v) {
         "one makes 1, and each call pays the launcher's set-up (the step's scalars, the chunk table, a parallel "
         "region over the cores): on this 2-core VM about 0.1 ms a call against a step of about 10 ms. On a GPU "
         "each call is a kernel launch, and models have hundreds of tensors");
+  on_gpu(t,
+         "the CNN has 10 parameter tensors, so the per-parameter side launches 10 step kernels where the fused "
+         "one launches 1, each costing microseconds of host time in a step of a few milliseconds; models with "
+         "hundreds of tensors gain more");
   v.push_back(t);
 
   t = measured(6, "cudnn", "cuDNN autotuner", "resnet18", MetricKind::Throughput, {"--no-cudnn-benchmark"},
@@ -138,6 +156,7 @@ void add_middle(std::vector<Tip>& v) {
   claim(t, "avoids stalls; keeps the GPU queue full", kNone, kKuhnTuning,
         "the count is exact, not a speed: on the CPU every op has finished when it returns, so a host read "
         "waits for nothing; what the reads cost is the throughput row below (GPU)");
+  on_gpu(t, "the count is sync-debug's, exact; what the syncs cost is the throughput row below");
   v.push_back(t);
 
   t = measured(7, "syncs-speed", "fewer host-device syncs: throughput", "cnn", MetricKind::Throughput,
@@ -154,6 +173,9 @@ void add_middle(std::vector<Tip>& v) {
   claim(t, "large memory savings for modest extra time, so bigger batches fit", kNone, kKuhnTuning,
         "on the CPU the peak is the whole process's resident set (corpus, weights, optimizer state, "
         "allocator cache), of which the activations are only a part");
+  on_gpu(t,
+         "on a GPU the peak is the device memory the caching allocator reserved: weights, optimizer state and "
+         "cached blocks as well as the activations");
   v.push_back(t);
 
   t = measured(8, "checkpointing-batch", "activation checkpointing: the batch it allows", "gpt", MetricKind::BatchFit,
@@ -172,6 +194,9 @@ void add_middle(std::vector<Tip>& v) {
   claim(t, "a larger effective batch in fixed memory", kNone, kKuhn,
         "only the activations shrink with the micro-batch; the resident set also holds the corpus, weights "
         "and optimizer state");
+  on_gpu(t,
+         "only the activations shrink with the micro-batch; the reserved device memory also holds the weights, "
+         "optimizer state and the allocator's cached blocks");
   v.push_back(t);
 
   t = measured(9, "grad-accum-batch", "gradient accumulation: the batch it allows (4 micro-batches)", "gpt",
@@ -200,6 +225,9 @@ void add_middle(std::vector<Tip>& v) {
         kKuhnTuning,
         "zeroing costs a fill of the CNN's 1.7 MB of gradients (mostly fc1's) and makes backward add into "
         "them instead of adopting its buffers: about 0.3 ms of a 10 ms step on this 2-core VM");
+  on_gpu(t,
+         "zeroing launches a fill per gradient and makes backward add into them instead of adopting its "
+         "buffers: more kernel launches in a step bound by them");
   v.push_back(t);
   v.push_back(unmeasured(12, "zero-copy", "zero-copy tensors", "avoids a copy", kKuhn,
                          "a library API (kiln::from_blob); the datasets hand out views; nothing to switch"));
@@ -209,6 +237,9 @@ void add_middle(std::vector<Tip>& v) {
         "kiln's anomaly detection checks every gradient a backward node produces for NaN/Inf, a read of each "
         "gradient, and keeps each node's creating op for the message; PyTorch's also records a Python stack "
         "trace per op, which C++ has no need of, so kiln's costs less");
+  on_gpu(t,
+         "kiln's anomaly detection checks every gradient a backward node produces for NaN/Inf and reads the "
+         "verdict on the host: on a GPU a device synchronisation per gradient, which empties the launch queue");
   v.push_back(t);
 
   t = measured(14, "clip", "gradient clipping", "cnn", MetricKind::Convergence, {}, {"--clip-grad", "1.0"});
@@ -221,6 +252,10 @@ void add_middle(std::vector<Tip>& v) {
   claim(t, "fewer parameters and a small speed-up: BatchNorm's shift makes the bias a no-op", kNone, kKuhnTuning,
         "besides the bias add and its gradient, kiln's fused conv + BatchNorm + ReLU + pool kernels take no conv "
         "bias, so with one the blocks fall back to the general path: the gap is larger than the bias alone");
+  on_gpu(t,
+         "on a GPU both sides run cuDNN's convolutions (the fused conv blocks are CPU kernels); the bias is "
+         "added by a broadcast-add kernel after each convolution and its gradient summed by a reduction, "
+         "kernels of their own in a step bound by launches");
   v.push_back(t);
 
   t = measured(16, "no-grad-eval", "no_grad in validation: evaluation with grad mode on vs off", "cnn",
@@ -247,6 +282,10 @@ void add_last(std::vector<Tip>& v) {
   claim(t, "a fused GELU ~5x its unfused ops", 5, kTuning,
         "the 5x is one GELU against its chain of ops; this is whole CNN steps with fused "
         "conv + BatchNorm + ReLU + pool blocks against the layers one by one");
+  on_gpu(t,
+         "the 5x is one GELU against its chain of ops; on a GPU each fused block runs cuDNN's convolution, the "
+         "BatchNorm kernel with the ReLU inside it (its backward recomputing the mask) and the pool: a kernel "
+         "and a saved activation fewer per block than the layers one by one");
   v.push_back(t);
 
   t = measured(19, "channels-last", "channels_last", "cnn", MetricKind::Throughput, {}, {"--channels-last"});
@@ -254,6 +293,9 @@ void add_last(std::vector<Tip>& v) {
   claim(t, "large convolution speed-ups on tensor cores (with AMP)", kNone, kTuning,
         "kiln's fused conv blocks and Winograd convolutions are NCHW only on the CPU, so NHWC gives them up "
         "there; the gain is for tensor-core convolutions");
+  on_gpu(t,
+         "both sides run cuDNN's bf16 convolutions; the guide's gain is for tensor-core convolutions larger "
+         "than the small CNN's");
   v.push_back(t);
 
   v.push_back(unmeasured(20, "tc-sizes", "tensor-core friendly sizes", "enables tensor cores", kTuning,

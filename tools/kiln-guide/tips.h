@@ -58,6 +58,7 @@ struct Tip {
   double claimed_ratio = std::nan("");  // that number as a ratio (> 1: a gain); NaN: none
   std::string source;                   // which guide says it
   std::string explanation;              // why kiln's number may differ
+  std::string gpu_explanation;          // the same where the row trains on a GPU; empty: `explanation`
   std::string not_measured;             // non-empty: kiln-train cannot switch it, and why
 };
 
