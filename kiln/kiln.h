@@ -3,6 +3,7 @@
 #include "kiln/config.h"
 #include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
+#include "kiln/core/build_info.h"
 #include "kiln/cuda/cuda.h"
 #include "kiln/cuda/graph.h"
 #include "kiln/cuda/stream.h"

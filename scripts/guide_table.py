@@ -49,10 +49,12 @@ def report_section(path):
     m = d["machine"]
     where = f"GPU {m['gpu']}" if m.get("gpu") and m.get("device") == "cuda" else f"CPU, {m.get('cpu_isa', '?')} kernels"
     rel = os.path.relpath(os.path.dirname(path), os.path.join(ROOT, "docs"))
-    lines = [f"#### {m.get('cpu', '?')}, {m.get('cores', '?')} cores; {where}; {m.get('mode')} mode, "
+    name = m.get('cpu', '?') + (f" ({m['label']})" if m.get('label') else "")
+    commit = f", kiln {m['kiln_commit']}" if m.get('kiln_commit') and m['kiln_commit'] != "?" else ""
+    lines = [f"#### {name}, {m.get('cores', '?')} cores; {where}; {m.get('mode')} mode, "
              f"{m.get('rounds')} round(s) per side ({m.get('date', '')[:10]})", "",
              f"From [`{os.path.relpath(path, ROOT)}`]({rel}/report.md) (the commands, the raw runs and a chart "
-             f"beside it); total time {m.get('total_seconds', 0) / 60:.1f} min.", "",
+             f"beside it); total time {m.get('total_seconds', 0) / 60:.1f} min{commit}.", "",
              "| # | speed-up | model | metric | baseline | with | ratio | spread (baseline; with) | guides' claim | status |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in d["rows"]:

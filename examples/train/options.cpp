@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include <kiln/core/build_info.h>
 #include <kiln/core/error.h>
 
 namespace kiln_train {
@@ -34,6 +35,7 @@ void add_habit_switches(CLI::App& app, Options& o) {
 Options parse(int argc, char** argv) {
   Options o;
   CLI::App app{"kiln-train: train and evaluate a model with kiln, every speed-up switchable"};
+  app.set_version_flag("--version", std::string("kiln-train, kiln ") + kiln::build_commit());
   app.add_option("--model", o.model, "cnn (Fashion-MNIST CNN), mlp, resnet18 (1-channel), gpt (char-level)")
       ->check(CLI::IsMember({"cnn", "mlp", "resnet18", "gpt"}));
   app.add_option("--gpt-size", o.gpt_size,

@@ -559,6 +559,7 @@ int Trainer::finish() {
       {"train_seconds", pos_.train_seconds},
       {"samples_per_second", sps_total},
       {"cpu_isa", kiln::cpu_isa_name(kiln::cpu_isa())},
+      {"kiln_commit", kiln::build_commit()},
       {"test_accuracy", test_acc_},
       {"world_size", o_.world_size},
       {"peak_memory_bytes", cuda_ ? std::max(steps_.reserved_peak(), evals_.reserved_peak()) : peak_rss_bytes()}};

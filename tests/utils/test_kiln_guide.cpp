@@ -91,6 +91,7 @@ TEST_CASE("kiln-guide report.json has exactly the documented schema", "[utils][k
   Machine m;
   m.cpu = "Test CPU", m.cores = 2, m.cpu_isa = "avx2", m.device = "cpu", m.date = "2026-01-01T00:00:00+0000";
   m.mode = "quick", m.rounds = 3, m.total_seconds = 12.5, m.kiln_train = "/bin/kiln-train";
+  m.kiln_commit = "0123456789ab";
 
   const nlohmann::json j = nlohmann::json::parse(report_json(m, {measured_row(), gpu, failed, skipped, fit}).dump());
   REQUIRE(j.size() == 2);
@@ -99,6 +100,8 @@ TEST_CASE("kiln-guide report.json has exactly the documented schema", "[utils][k
   CHECK(j["machine"]["cpu_isa"] == "avx2");
   CHECK(j["machine"]["gpu"].is_null());
   CHECK(j["machine"]["total_seconds"] == 12.5);
+  CHECK(j["machine"]["kiln_commit"] == "0123456789ab");  // which kiln was measured
+  CHECK(j["machine"]["label"].is_null());                // no --label
   REQUIRE(j["rows"].size() == 5);
   const std::set<std::string> keys = {"tip",   "name",   "model", "metric", "direction",   "baseline", "with",
                                       "ratio", "spread", "claim", "source", "explanation", "fit",      "status"};
@@ -144,6 +147,10 @@ TEST_CASE("kiln-guide report.json has exactly the documented schema", "[utils][k
   CHECK_THAT(md, Contains("| 2 | loader workers | cnn |"));
   CHECK_THAT(md, Contains("| 110 images/s | 200 images/s | 1.82x | 100-120; 180-240 |"));
   CHECK_THAT(md, Contains("Test CPU, 2 cores, CPU kernels avx2; GPU: none"));
+  CHECK_THAT(md, Contains("kiln-train: `/bin/kiln-train`, kiln 0123456789ab."));
+  m.label = "Zen 5 VM";  // --label names the machine beside its CPU model
+  CHECK_THAT(report_markdown(m, {measured_row()}), Contains("Test CPU (Zen 5 VM), 2 cores"));
+  CHECK(nlohmann::json::parse(report_json(m, {measured_row()}).dump())["machine"]["label"] == "Zen 5 VM");
   CHECK_THAT(md, Contains("## Failed runs"));
 }
 

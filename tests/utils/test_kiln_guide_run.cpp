@@ -67,6 +67,8 @@ TEST_CASE("kiln-guide --quick --only runs kiln-train and writes its report", "[u
   CHECK(report["machine"]["device"] == "cpu");
   CHECK(report["machine"]["cores"].get<int>() >= 1);
   CHECK_FALSE(report["machine"]["cpu_isa"].get<std::string>().empty());  // from kiln-train's summary
+  // the kiln kiln-train was built from, from its summary: this build's
+  CHECK(report["machine"]["kiln_commit"] == kiln::build_commit());
 
   const auto fuse = row_of(report, "fused pointwise ops");
   CHECK(fuse["tip"] == 18);

@@ -140,6 +140,7 @@ int run(const Options& o) {
 
   Machine m;
   m.cpu = cpu_model(), m.cores = cpu_cores(), m.cpu_isa = res.cpu_isa, m.gpu = gpus.empty() ? "" : gpus[0];
+  m.label = o.label, m.kiln_commit = res.kiln_commit.empty() ? "?" : res.kiln_commit;
   m.device = s.device, m.date = iso_date_now(), m.mode = mode, m.rounds = s.rounds, m.kiln_train = s.kiln_train;
   m.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::vector<ModelTrace> traces =

@@ -1,6 +1,7 @@
 #include "options.h"
 
 #include <CLI/CLI.hpp>
+#include <kiln/core/build_info.h>
 
 namespace kiln_guide {
 
@@ -10,6 +11,10 @@ Options parse_options(int argc, char** argv) {
       "kiln-guide: reproduces the PyTorch performance guides' training speed-ups on this machine by "
       "running kiln-train with each one off and on, and writes report.md, report.json, report.png and "
       "runs/ to --out (docs/guide.md, \"Measuring it yourself\")"};
+  app.set_version_flag("--version", std::string("kiln-guide, kiln ") + kiln::build_commit());
+  app.add_option("--label", o.label,
+                 "what the report calls this machine beside its CPU model (e.g. \"Zen 5 VM\"); /proc/cpuinfo "
+                 "often names only the vendor");
   app.add_option("--device", o.device, "auto (the GPU when kiln-train can use one), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   auto* quick = app.add_flag("--quick", o.quick,

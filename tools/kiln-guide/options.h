@@ -7,6 +7,7 @@ namespace kiln_guide {
 
 struct Options {
   std::string device = "auto";  // auto | cpu | cuda
+  std::string label;            // the machine as the report names it beside the CPU model
   bool quick = false;           // the default mode: one round per side, short runs
   bool full = false;            // 3 rounds per side, longer runs
   std::string only;             // tip numbers or keys, comma-separated; empty: all

@@ -105,11 +105,12 @@ void write_atomically(const std::string& path, const std::string& text) {
 
 std::string machine_line(const Machine& m) {
   std::ostringstream os;
-  os << "**Machine:** " << (m.cpu.empty() ? "unknown CPU" : m.cpu) << ", " << m.cores << " cores, CPU kernels "
-     << (m.cpu_isa.empty() ? "?" : m.cpu_isa) << "; GPU: " << (m.gpu.empty() ? "none" : m.gpu) << "; runs on the "
-     << (m.device == "cuda" ? "GPU" : "CPU") << "; " << m.date << "; mode " << m.mode << " (" << m.rounds
-     << (m.rounds == 1 ? " round" : " rounds") << " per side, alternating baseline and with); total "
-     << format_duration(m.total_seconds) << ". kiln-train: `" << m.kiln_train << "`.";
+  os << "**Machine:** " << (m.cpu.empty() ? "unknown CPU" : m.cpu) << (m.label.empty() ? "" : " (" + m.label + ")")
+     << ", " << m.cores << " cores, CPU kernels " << (m.cpu_isa.empty() ? "?" : m.cpu_isa)
+     << "; GPU: " << (m.gpu.empty() ? "none" : m.gpu) << "; runs on the " << (m.device == "cuda" ? "GPU" : "CPU")
+     << "; " << m.date << "; mode " << m.mode << " (" << m.rounds << (m.rounds == 1 ? " round" : " rounds")
+     << " per side, alternating baseline and with); total " << format_duration(m.total_seconds) << ". kiln-train: `"
+     << m.kiln_train << "`, kiln " << m.kiln_commit << ".";
   return os.str();
 }
 
@@ -190,6 +191,7 @@ std::string format_value(double v, Unit u, const std::string& sample_word) {
 
 Json report_json(const Machine& m, const std::vector<Row>& rows) {
   Json machine = {{"cpu", m.cpu},
+                  {"label", text_or_null(m.label)},
                   {"cores", m.cores},
                   {"cpu_isa", m.cpu_isa},
                   {"gpu", text_or_null(m.gpu)},
@@ -198,7 +200,8 @@ Json report_json(const Machine& m, const std::vector<Row>& rows) {
                   {"mode", m.mode},
                   {"rounds", m.rounds},
                   {"total_seconds", m.total_seconds},
-                  {"kiln_train", m.kiln_train}};
+                  {"kiln_train", m.kiln_train},
+                  {"kiln_commit", m.kiln_commit}};
   Json out_rows = Json::array();
   for (const Row& r : rows) {
     const bool has = r.status == kMeasured;  // only measured rows carry numbers, never a stand-in

@@ -68,7 +68,8 @@ struct Row {
 
 // What the report says about where it ran.
 struct Machine {
-  std::string cpu;  // /proc/cpuinfo's model name
+  std::string cpu;    // /proc/cpuinfo's model name
+  std::string label;  // --label: what the user calls the machine; empty when not given
   int cores = 0;
   std::string cpu_isa;  // from kiln-train's JSON summary
   std::string gpu;      // nvidia-smi's name, empty without one
@@ -77,7 +78,8 @@ struct Machine {
   std::string mode;     // quick | full (and the rounds)
   int rounds = 0;
   double total_seconds = 0;
-  std::string kiln_train;  // the binary's path
+  std::string kiln_train;   // the binary's path
+  std::string kiln_commit;  // the kiln kiln-train was built from (its JSON summary), "?" when unknown
 };
 
 nlohmann::ordered_json report_json(const Machine& m, const std::vector<Row>& rows);

@@ -355,6 +355,8 @@ RunOutcome run_job(const Job& j, const SessionOptions& o) {
     r.ok = why.empty();
     if (summary.is_object() && summary.contains("cpu_isa") && summary["cpu_isa"].is_string())
       r.cpu_isa = summary["cpu_isa"].get<std::string>();
+    if (summary.is_object() && summary.contains("kiln_commit") && summary["kiln_commit"].is_string())
+      r.kiln_commit = summary["kiln_commit"].get<std::string>();
   }
   if (!r.ok) r.failure = failure_text(j, p, err_path, why);
   write_run_json(j, r, p, summary_line, (runs / (j.id + ".json")).string());
@@ -477,6 +479,7 @@ SessionResult run_session(const std::vector<const Tip*>& tips, const SessionOpti
     RunOutcome r = run_job(j, o);
     estimated_done += j.estimate_s;
     if (res.cpu_isa.empty()) res.cpu_isa = r.cpu_isa;
+    if (res.kiln_commit.empty()) res.kiln_commit = r.kiln_commit;
     if (!r.ok) {
       failures[j.tip] = r.failure;
       progress << "[kiln-guide] tip " << j.tip->number << " " << j.tip->key << " failed:\n" << r.failure << std::flush;

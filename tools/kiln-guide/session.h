@@ -63,6 +63,7 @@ struct RunOutcome {
   double final_accuracy = std::nan("");
   std::optional<TargetHit> hit;
   std::string cpu_isa;
+  std::string kiln_commit;  // kiln-train's kiln (kiln::build_commit)
 };
 
 // Runs one job: spawns it, parses its JSON summary and metrics.csv, writes runs/<id>.json and
@@ -78,6 +79,7 @@ void fill_row(Row& row, const Tip& t, const std::vector<RunOutcome>& baseline, c
 struct SessionResult {
   std::vector<Row> rows;
   std::string cpu_isa;
+  std::string kiln_commit;
   bool interrupted = false;
 };
 
