@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: scripts/gpu-verdict.sh [--rehearse] [--only REGEX] [--seconds N] OUT
+# Usage: scripts/gpu-verdict.sh [--rehearse] [--only REGEX] [--guide ARGS] [--seconds N] OUT
 # The whole GPU verdict in one device command, from the pack that scripts/gpu-pack.sh made here
 # (.gpu/, carried with the tree): no compilation on the GPU machine. In order of what a verdict
 # needs most:
@@ -18,7 +18,8 @@
 #   --only REGEX   run only the steps whose names match (the rerun after a fix)
 #   --guide ARGS   also run kiln-guide --device cuda ARGS (e.g. "--quick") after everything else,
 #                  its reports in OUT/guide-N.tar.gz (docs/guide.md's GPU rows); --only guide runs
-#                  it alone; given twice, two reports one after the other (a short one first)
+#                  it alone; given twice, two reports one after the other (a short one first).
+#                  After the whole verdict it gets what the budget leaves: raise --seconds
 #   --seconds N    the wall-time budget (default 450); each phase has its share, a step that no
 #                  longer fits is reported NOT RUN, and every step runs under `timeout`
 #   --archive F    the pack's binaries from .gpu/F instead of kiln.tar.xz (asan.tar.xz: the
@@ -39,7 +40,7 @@ while [[ $# -gt 1 ]]; do
     *) echo "gpu-verdict: unknown option $1" >&2; exit 2 ;;
   esac
 done
-out="${1:?usage: scripts/gpu-verdict.sh [--rehearse] [--only REGEX] [--seconds N] OUT}"
+out="${1:?usage: scripts/gpu-verdict.sh [--rehearse] [--only REGEX] [--guide ARGS] [--seconds N] OUT}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PACK="$(cd "${KILN_GPU_PACK:-$ROOT/.gpu}" 2>/dev/null && pwd)" || { echo "gpu-verdict: no pack at ${KILN_GPU_PACK:-$ROOT/.gpu}: run scripts/gpu-pack.sh and carry .gpu" >&2; exit 2; }
 PY="${PYTHON:-python3}"

@@ -35,8 +35,9 @@ int64_t check_index_along(const char* op, const Tensor& data, const char* data_i
   check_index_dtype(index, op);
   KILN_CHECK(data.dim() >= 1, op, ": the kernel expects ", data_is, " with at least one dimension, got sizes ",
              data.sizes());
+  dim = wrap_dim(dim, data.dim(), op);
   KILN_CHECK(index.dim() <= 1, op, ": index must be 0-D or 1-D, got sizes ", index.sizes());
-  return wrap_dim(dim, data.dim(), op);
+  return dim;
 }
 
 }  // namespace
