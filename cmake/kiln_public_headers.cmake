@@ -9,6 +9,7 @@ set(KILN_PUBLIC_HEADERS
   core/arg.h
   core/autocast.h
   core/autograd.h
+  core/build_info.h
   cuda/caching_allocator.h
   core/cpu_conv.h
   core/cpu_isa.h
