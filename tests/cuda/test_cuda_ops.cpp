@@ -94,6 +94,40 @@ TEST_CASE("copies and casts between every dtype", "[cuda][copy]") {
   }
 }
 
+// The contiguous vector path of binary ops and casts (kernels/cuda/launch.cuh): packs of 16 bytes
+// of the wider type, a scalar tail; in place; an offset view whose pointer is not aligned to a
+// pack takes the general path.
+TEST_CASE("binary ops and casts on contiguous operands: packs, tails, in place, unaligned", "[cuda][pointwise]") {
+  kiln::manual_seed(13);
+  for (int64_t n : {1, 7, 1023, 4097}) {
+    for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+      const Tensor a = kiln::randn({n}).to(dt), b = (kiln::randn({n}) + 2.0).to(dt);
+      const std::string tag = std::string(kiln::dtype_name(dt)) + " n=" + std::to_string(n);
+      parity(
+          "add " + tag, {a, b}, [](const auto& in) { return in[0] + in[1]; }, tol(dt), tol(dt));
+      parity(
+          "div " + tag, {a, b}, [](const auto& in) { return in[0] / in[1]; }, tol(dt), tol(dt));
+      parity(
+          "add_ in place " + tag, {a, b}, [](const auto& in) { return in[0].clone().add_(in[1]); }, tol(dt), tol(dt));
+      if (n > 1)
+        parity(
+            "mul of views one element in " + tag, {a, b},
+            [n](const auto& in) { return in[0].slice(0, 1, n) * in[1].slice(0, 1, n); }, tol(dt), tol(dt));
+      for (DType to : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I64, DType::I32, DType::U8}) {
+        parity(
+            "cast " + tag + " -> " + kiln::dtype_name(to), {(a * 20.0).abs()},
+            [to](const auto& in) { return in[0].to(to); }, 0, 0);
+        if (n > 1)
+          parity(
+              "cast of a view one element in " + tag + " -> " + kiln::dtype_name(to), {(a * 20.0).abs()},
+              [to, n](const auto& in) { return in[0].slice(0, 1, n).to(to); }, 0, 0);
+      }
+    }
+  }
+  parity(
+      "int64 add, odd size", {kiln::randint(-50, 50, {4097})}, [](const auto& in) { return in[0] + in[0]; }, 0, 0);
+}
+
 TEST_CASE("reductions match the CPU", "[cuda][reduce]") {
   kiln::manual_seed(13);
   for (auto sizes : std::vector<kiln::IntList>{{1}, {7}, {4097}, {1 << 20}, {33, 1023}, {1023, 33}, {3, 5, 7}}) {

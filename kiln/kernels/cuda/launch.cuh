@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kiln/cuda/cuda.h"
 #include "kiln/cuda/check.h"
@@ -99,6 +100,48 @@ __global__ void unary_vec_kernel(T* __restrict__ out, const T* __restrict__ in, 
     out[i] = static_cast<T>(f(static_cast<M>(in[i])));
 }
 
+// Contiguous fast path for binary ops (Ins = 2) and casts (Ins = 1, Out != In): V elements per
+// thread and step through vector loads and stores, V = 16 bytes / the wider of In and Out (a cast
+// to a narrower type stores narrower packs). No __restrict__: out may be an input (in place).
+template <class Out, class In, int Ins, class F>
+__global__ void contiguous_vec_kernel(Out* out, const In* a, const In* b, int64_t n, F f) {
+  using M = opmath_t<In>;
+  constexpr int V = 16 / static_cast<int>(sizeof(In) > sizeof(Out) ? sizeof(In) : sizeof(Out));
+  struct alignas(V * sizeof(In)) InPack {
+    In v[V];
+  };
+  struct alignas(V * sizeof(Out)) OutPack {
+    Out v[V];
+  };
+  auto one = [&](In x, In y) {
+    if constexpr (Ins == 1) return static_cast<Out>(f(static_cast<M>(x)));
+    else return static_cast<Out>(f(static_cast<M>(x), static_cast<M>(y)));
+  };
+  const int64_t packs = n / V;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs; p += stride) {
+    const InPack x = reinterpret_cast<const InPack*>(a)[p];
+    const InPack y = Ins == 2 ? reinterpret_cast<const InPack*>(b)[p] : x;
+    OutPack o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = one(x.v[j], y.v[j]);
+    reinterpret_cast<OutPack*>(out)[p] = o;
+  }
+  for (int64_t i = packs * V + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = one(a[i], Ins == 2 ? b[i] : a[i]);
+}
+
+// Whether the contiguous vector path takes these operands: flat and contiguous, every pointer
+// aligned to its pack (V elements of its type).
+template <class Out, class In> bool vec_path_applies(const PointwiseIter& it) {
+  constexpr size_t V = 16 / (sizeof(In) > sizeof(Out) ? sizeof(In) : sizeof(Out));
+  if (!it.is_flat_contiguous()) return false;
+  if (reinterpret_cast<uintptr_t>(it.data[0]) % (V * sizeof(Out)) != 0) return false;
+  for (int k = 1; k < it.noperands; ++k)
+    if (reinterpret_cast<uintptr_t>(it.data[k]) % (V * sizeof(In)) != 0) return false;
+  return true;
+}
+
 template <class Out, class In, int N, class F> void launch_pointwise(const PointwiseIter& it, const Tensor& out, F f) {
   if (it.numel == 0) return;
   DeviceGuard g(out);
@@ -109,6 +152,20 @@ template <class Out, class In, int N, class F> void launch_pointwise(const Point
       unary_vec_kernel<Out><<<grid_for(it.numel, 16 / sizeof(Out)), kThreads, 0, stream_for(out)>>>(
           reinterpret_cast<Out*>(it.data[0]), reinterpret_cast<const In*>(it.data[1]), it.numel, f);
       KILN_CUDA_CHECK_LAUNCH("unary_vec_kernel");
+      return;
+    }
+  }
+  // binary ops and casts between non-bool types (comparisons and predicates write bool)
+  constexpr bool kVecBinary = N == 3 && std::is_same_v<Out, In>;
+  constexpr bool kVecCast =
+      N == 2 && !std::is_same_v<Out, In> && !std::is_same_v<Out, bool> && !std::is_same_v<In, bool>;
+  if constexpr (kVecBinary || kVecCast) {
+    if (vec_path_applies<Out, In>(it)) {
+      constexpr int V = 16 / static_cast<int>(sizeof(In) > sizeof(Out) ? sizeof(In) : sizeof(Out));
+      const In* b = kVecBinary ? reinterpret_cast<const In*>(it.data[2]) : nullptr;
+      contiguous_vec_kernel<Out, In, kVecBinary ? 2 : 1><<<grid_for(it.numel, V), kThreads, 0, stream_for(out)>>>(
+          reinterpret_cast<Out*>(it.data[0]), reinterpret_cast<const In*>(it.data[1]), b, it.numel, f);
+      KILN_CUDA_CHECK_LAUNCH("contiguous_vec_kernel");
       return;
     }
   }
