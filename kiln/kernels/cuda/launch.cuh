@@ -100,13 +100,18 @@ __global__ void unary_vec_kernel(T* __restrict__ out, const T* __restrict__ in, 
     out[i] = static_cast<T>(f(static_cast<M>(in[i])));
 }
 
+// Elements per pack of the contiguous vector path: 16 bytes of the wider of In and Out.
+template <class Out, class In> constexpr int vec_width() {
+  return 16 / static_cast<int>(sizeof(In) > sizeof(Out) ? sizeof(In) : sizeof(Out));
+}
+
 // Contiguous fast path for binary ops (Ins = 2) and casts (Ins = 1, Out != In): V elements per
 // thread and step through vector loads and stores, V = 16 bytes / the wider of In and Out (a cast
 // to a narrower type stores narrower packs). No __restrict__: out may be an input (in place).
 template <class Out, class In, int Ins, class F>
 __global__ void contiguous_vec_kernel(Out* out, const In* a, const In* b, int64_t n, F f) {
   using M = opmath_t<In>;
-  constexpr int V = 16 / static_cast<int>(sizeof(In) > sizeof(Out) ? sizeof(In) : sizeof(Out));
+  constexpr int V = vec_width<Out, In>();
   struct alignas(V * sizeof(In)) InPack {
     In v[V];
   };
@@ -134,7 +139,7 @@ __global__ void contiguous_vec_kernel(Out* out, const In* a, const In* b, int64_
 // Whether the contiguous vector path takes these operands: flat and contiguous, every pointer
 // aligned to its pack (V elements of its type).
 template <class Out, class In> bool vec_path_applies(const PointwiseIter& it) {
-  constexpr size_t V = 16 / (sizeof(In) > sizeof(Out) ? sizeof(In) : sizeof(Out));
+  constexpr size_t V = vec_width<Out, In>();
   if (!it.is_flat_contiguous()) return false;
   if (reinterpret_cast<uintptr_t>(it.data[0]) % (V * sizeof(Out)) != 0) return false;
   for (int k = 1; k < it.noperands; ++k)
@@ -161,7 +166,7 @@ template <class Out, class In, int N, class F> void launch_pointwise(const Point
       N == 2 && !std::is_same_v<Out, In> && !std::is_same_v<Out, bool> && !std::is_same_v<In, bool>;
   if constexpr (kVecBinary || kVecCast) {
     if (vec_path_applies<Out, In>(it)) {
-      constexpr int V = 16 / static_cast<int>(sizeof(In) > sizeof(Out) ? sizeof(In) : sizeof(Out));
+      constexpr int V = vec_width<Out, In>();
       const In* b = kVecBinary ? reinterpret_cast<const In*>(it.data[2]) : nullptr;
       contiguous_vec_kernel<Out, In, kVecBinary ? 2 : 1><<<grid_for(it.numel, V), kThreads, 0, stream_for(out)>>>(
           reinterpret_cast<Out*>(it.data[0]), reinterpret_cast<const In*>(it.data[1]), b, it.numel, f);
