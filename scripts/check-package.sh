@@ -31,7 +31,7 @@ cmake --install "$BUILD_DIR" --prefix "$PREFIX" >"$TMP/install.log" || {
 # Only the public headers are installed (cmake/kiln_public_headers.cmake and config.h).
 echo "installed $(find "$PREFIX/include/kiln" -name '*.h' | wc -l) headers under $PREFIX/include/kiln"
 
-# The installed binaries load the installed library (examples/CMakeLists.txt sets their RPATH).
+# The installed binaries load the installed library (tools/CMakeLists.txt sets their RPATH).
 if [[ -x "$PREFIX/bin/kiln-train" ]]; then
   echo "+ $PREFIX/bin/kiln-train --help"
   env -u LD_LIBRARY_PATH "$PREFIX/bin/kiln-train" --help >"$TMP/help.log" 2>&1 || {

@@ -4,7 +4,7 @@
   pytorch_peer.py --model cnn|resnet18|gpt [--threads N] [--flush-denormal] [--max-steps N] [--data PATH]
 
 Each model trains what `kiln-train --device cpu --model M` trains by default
-(examples/train/{options,tasks,main}.cpp, kiln/nn/models/models.cpp):
+(tools/kiln-train/{options,tasks,main}.cpp, kiln/nn/models/models.cpp):
 
   cnn       the Fashion-MNIST CNN (conv3x3 1->32 no bias + BN + ReLU + maxpool, conv3x3 32->64 no
             bias + BN + ReLU + maxpool, linear 3136->128, ReLU, linear 128->10), 2 epochs.
