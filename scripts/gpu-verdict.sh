@@ -270,6 +270,11 @@ done
 for l in layernorm softmax_xent adamw; do
   [[ -x "$BIN/lab_${l}_cuda" ]] && step "lab_${l}_cuda" 30 "$T_BENCH" "$BIN/lab_${l}_cuda" all --repeats 5
 done
+# attention (forward, tensor cores from version 3) at small sizes: a few seconds each
+[[ -x "$BIN/lab_attention_cuda" ]] && step lab_attention_cuda 12 "$T_BENCH" "$BIN/lab_attention_cuda" all \
+  --size 4,8,1024,64 --repeats 3
+[[ -x "$BIN/lab_attention_cuda" ]] && step lab_attention_cuda-causal 12 "$T_BENCH" "$BIN/lab_attention_cuda" all \
+  --size 2,8,1024,128 --causal --repeats 3
 peer_left=$(( T_BENCH - ($(date +%s) - START) ))
 step pytorch-peer 90 "$T_BENCH" "$PY" "$ROOT/bench/cuda/pytorch_peer.py" --out "$work/runs/pytorch.jsonl" \
   --seconds $(( peer_left > 30 ? peer_left - 20 : 10 )) $([[ $REHEARSE == 1 ]] && echo --list)
