@@ -57,6 +57,10 @@ struct TCPStoreOptions {
   // as soon as it is up). Every client retries a failed connect until the timeout either way,
   // since the server may start later.
   bool wait_for_workers = true;
+  // Server: a connection must send its first request, and finish each request it starts, within
+  // this, or the server closes it (a silent or stalled peer holds no thread for long). Between
+  // requests a connection may stay idle as long as it likes.
+  std::chrono::milliseconds request_timeout{std::chrono::seconds(30)};
 };
 
 // A client of the store server at host:port; with options.is_server it first starts that server

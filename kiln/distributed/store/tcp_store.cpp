@@ -38,6 +38,7 @@
 #include "kiln/distributed/store/parse_int.h"
 #include "kiln/distributed/store/socket.h"
 #include "kiln/distributed/store/store.h"
+#include "kiln/distributed/store/wire.h"
 
 namespace kiln::distributed {
 
@@ -51,10 +52,9 @@ using std::chrono::milliseconds;
 enum Command : uint8_t { kSet = 1, kGet, kAdd, kCheck, kWait, kDelete, kNumKeys, kOnDisconnect };
 enum Status : uint8_t { kOk = 0, kTimeout, kError };
 
-// Bounds on what a peer may announce, so a stray connection (a port scanner, a misconfigured
-// rank) cannot make the server allocate gigabytes.
-constexpr uint32_t kMaxFields = 1u << 20;
-constexpr uint32_t kMaxFieldBytes = 1u << 30;
+using wire::decode_int;
+using wire::encode_int;
+using wire::Message;
 
 // Keys of the store itself (the join counter); not counted by num_keys().
 const std::string kInternalPrefix = "__kiln_store__/";
@@ -65,67 +65,38 @@ constexpr milliseconds kReplyGrace{2000};
 // Far enough that now + it cannot overflow, long enough to mean "no timeout".
 constexpr milliseconds kMaxTimeout{int64_t(30) * 24 * 3600 * 1000};
 
-struct Message {
-  uint8_t tag = 0;
-  std::vector<Bytes> fields;
-};
-
 Bytes bytes_of(const std::string& s) { return Bytes(s.begin(), s.end()); }
 std::string string_of(const Bytes& b) { return std::string(b.begin(), b.end()); }
 
-Bytes encode_int(int64_t v) {
-  Bytes b(8);
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
-  return b;
-}
-
-std::optional<int64_t> decode_int(const Bytes& b) {
-  if (b.size() != 8) return std::nullopt;
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(b[i]) << (8 * i);
-  return static_cast<int64_t>(v);
-}
-
-void put_u32(Bytes& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-
-uint32_t get_u32(const uint8_t* p) {
-  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-}
-
 IoStatus send_message(int fd, const Message& m, Deadline deadline) {
-  Bytes out;
-  size_t total = 5;
-  for (const Bytes& f : m.fields) total += 4 + f.size();
-  out.reserve(total);
-  out.push_back(m.tag);
-  put_u32(out, static_cast<uint32_t>(m.fields.size()));
-  for (const Bytes& f : m.fields) {
-    put_u32(out, static_cast<uint32_t>(f.size()));
-    out.insert(out.end(), f.begin(), f.end());
-  }
+  Bytes out = wire::encode_message(m);
   return net::send_all(fd, out.data(), out.size(), deadline);
 }
 
-// Closed also stands for a malformed message: either way the connection is unusable.
 IoStatus recv_message(int fd, Message& m, Deadline deadline) {
-  uint8_t header[5];
-  IoStatus s = net::recv_all(fd, header, 5, deadline);
-  if (s != IoStatus::Ok) return s;
-  m.tag = header[0];
-  uint32_t n = get_u32(header + 1);
-  if (n > kMaxFields) return IoStatus::Closed;
-  m.fields.assign(n, Bytes());
-  for (Bytes& f : m.fields) {
-    uint8_t len[4];
-    if ((s = net::recv_all(fd, len, 4, deadline)) != IoStatus::Ok) return s;
-    uint32_t size = get_u32(len);
-    if (size > kMaxFieldBytes) return IoStatus::Closed;
-    f.resize(size);
-    if (size && (s = net::recv_all(fd, f.data(), size, deadline)) != IoStatus::Ok) return s;
-  }
-  return IoStatus::Ok;
+  return wire::read_message([&](void* data, size_t size) { return net::recv_all(fd, data, size, deadline); }, m);
+}
+
+// The server's read of a request: its first byte may be long in coming (a client's idle pooled
+// connection), but once it came the rest must follow within `request_timeout`, and a connection's
+// first request must start within it too, so a silent or stalled peer cannot hold a thread.
+IoStatus recv_request(int fd, Message& m, bool first, milliseconds request_timeout) {
+  const Deadline idle = first ? Clock::now() + request_timeout : Deadline::max();
+  bool started = false;
+  Deadline rest{};
+  return wire::read_message(
+      [&](void* data, size_t size) {
+        if (!started) {
+          IoStatus s = net::recv_all(fd, data, 1, idle);
+          if (s != IoStatus::Ok) return s;
+          started = true;
+          rest = Clock::now() + request_timeout;
+          data = static_cast<uint8_t*>(data) + 1;
+          if (--size == 0) return IoStatus::Ok;
+        }
+        return net::recv_all(fd, data, size, rest);
+      },
+      m);
 }
 
 Deadline deadline_after(milliseconds timeout) {
@@ -138,7 +109,7 @@ Deadline deadline_after(milliseconds timeout) {
 
 class StoreServer {
  public:
-  StoreServer(const std::string& host, int port) {
+  StoreServer(const std::string& host, int port, milliseconds request_timeout) : request_timeout_(request_timeout) {
     listen_fd_ = net::listen_on(host, port, &port_);
     if (::pipe2(wake_, O_CLOEXEC) != 0) {
       net::close_fd(listen_fd_);
@@ -234,7 +205,7 @@ class StoreServer {
   void serve(int fd) {
     Message req;
     std::string on_disconnect;  // ON_DISCONNECT: the key set when this client goes away
-    while (recv_message(fd, req, Deadline::max()) == IoStatus::Ok) {
+    for (bool first = true; recv_request(fd, req, first, request_timeout_) == IoStatus::Ok; first = false) {
       if (req.tag == kOnDisconnect && req.fields.size() == 1) {
         on_disconnect = string_of(req.fields[0]);
         if (send_message(fd, ok(), Deadline::max()) != IoStatus::Ok) break;
@@ -344,6 +315,7 @@ class StoreServer {
     }
   }
 
+  const milliseconds request_timeout_;
   int listen_fd_ = -1;
   int port_ = 0;
   int wake_[2] = {-1, -1};  // written once by the destructor to end accept_loop's poll
@@ -406,6 +378,9 @@ struct TCPStore::Impl {
   // came before the deadline; `timeout` bounds opening a connection.
   template <class OnTimeout>
   Message call(const Message& req, milliseconds timeout, Deadline deadline, OnTimeout on_timeout) {
+    // Checked here: the server would drop the connection, and a lost connection ends the store.
+    if (auto why = wire::oversized(req))
+      KILN_FAIL("TCPStore: a request to the store server at ", where, " holds ", *why);
     int fd = take(timeout);
     IoStatus s = send_message(fd, req, deadline);
     Message reply;
@@ -456,7 +431,7 @@ TCPStore::TCPStore(const std::string& host, int port, const TCPStoreOptions& opt
   impl_->host = host;
   impl_->port = port;
   if (options.is_server) {
-    impl_->server = std::make_unique<StoreServer>(host, port);
+    impl_->server = std::make_unique<StoreServer>(host, port, options.request_timeout);
     impl_->port = impl_->server->port();
   }
   impl_->where = net::endpoint(host, impl_->port);
@@ -494,6 +469,9 @@ const std::string& TCPStore::host() const { return impl_->host; }
 int TCPStore::port() const { return impl_->port; }
 
 void TCPStore::set(const std::string& key, const Bytes& value) {
+  KILN_CHECK(key.size() + value.size() <= wire::kMaxMessageBytes, "TCPStore: set('", key, "'): the value has ",
+             value.size(), " bytes; the store takes keys and values of at most ", wire::kMaxMessageBytes,
+             " bytes together");
   impl_->call(Message{kSet, {bytes_of(key), value}}, timeout(), "SET", key);
 }
 
