@@ -29,7 +29,9 @@ std::string gz_error(void* gz) {
 }  // namespace
 
 FileReader::FileReader(const std::string& path) : path_(path) {
-  KILN_CHECK(file_exists(path), path, ": no such file");
+  struct stat st;
+  KILN_CHECK(::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode), path, ": no such file");
+  file_size_ = static_cast<uint64_t>(st.st_size);
   gzFile f = gzopen(path.c_str(), "rb");
   KILN_CHECK(f != nullptr, path, ": cannot open: ", std::strerror(errno));
   gzbuffer(f, 1 << 17);
@@ -75,6 +77,13 @@ void FileReader::read_exact(void* dst, size_t n, const char* what) {
     KILN_FAIL(what, ": ", path_, " is truncated: needed ", n, " bytes at offset ", start, ", found ", got,
               compressed_ && code == Z_BUF_ERROR ? " (gzip stream ends early)" : "");
   }
+}
+
+void FileReader::expect_available(uint64_t n, const char* what) const {
+  // Deflate expands at most 1032:1; the constant covers the gzip header and trailer.
+  const uint64_t room = compressed_ ? file_size_ * 1032 + 1024 : file_size_ - std::min(offset_, file_size_);
+  KILN_CHECK(n <= room, what, ": ", path_, " is truncated: the header announces ", n, " bytes at offset ", offset_,
+             " but the file ", compressed_ ? "cannot decompress to more than " : "holds only ", room);
 }
 
 void FileReader::expect_end(const char* what) {

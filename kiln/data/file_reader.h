@@ -24,6 +24,10 @@ class FileReader {
   void read_exact(void* dst, size_t n, const char* what);
   // Reads up to n bytes, returns how many (0 at the end).
   size_t read_some(void* dst, size_t n);
+  // Throws "<what>: <path> is truncated ..." when the file cannot hold n more bytes: exact for a
+  // raw file; for a gzip file, the most its size can decompress to. Readers call it before they
+  // allocate what a header announces, so a forged length costs no memory.
+  void expect_available(uint64_t n, const char* what) const;
   // Throws when bytes remain, then verifies the gzip trailer (CRC and length).
   void expect_end(const char* what);
   bool compressed() const { return compressed_; }
@@ -35,6 +39,7 @@ class FileReader {
   std::string path_;
   bool compressed_ = false;
   uint64_t offset_ = 0;
+  uint64_t file_size_ = 0;  // on disk (compressed when gzip)
 };
 
 // Reads a whole file (raw or gzip).

@@ -92,11 +92,12 @@ Tensor read_idx(const std::string& path) {
     int64_t s = load_be32(dims_be + 4 * d);
     KILN_CHECK(s < (int64_t(1) << 31), "read_idx: ", path, " dimension ", d, " is ", s, ": corrupt header");
     sizes.push_back(s);
-    n *= s;
-    KILN_CHECK(n <= (int64_t(1) << 36), "read_idx: ", path, " header promises ", sizes, " elements: corrupt header");
+    KILN_CHECK(!__builtin_mul_overflow(n, s, &n) && n <= (int64_t(1) << 36), "read_idx: ", path, " header promises ",
+               sizes, " elements: corrupt header");
   }
-  Tensor out = empty(sizes, TensorOptions().dtype(dtype));
   size_t nbytes = static_cast<size_t>(n) * file_bytes;
+  r.expect_available(nbytes, "read_idx (data)");
+  Tensor out = empty(sizes, TensorOptions().dtype(dtype));
   if (magic[2] == 0x08) {
     r.read_exact(out.data_ptr(), nbytes, "read_idx (data)");
   } else {

@@ -34,6 +34,8 @@ CharDataset CharDataset::from_files(const std::vector<std::string>& paths, int64
   KILN_CHECK(!paths.empty(), "CharDataset::from_files: no files given");
   std::string text;
   for (const auto& p : paths) text += read_whole_file(p);
+  KILN_CHECK(block_size < 1 || static_cast<int64_t>(text.size()) > block_size, "CharDataset::from_files: ", paths,
+             " hold ", text.size(), " bytes; a block of ", block_size, " needs at least ", block_size + 1);
   return CharDataset(text, block_size);
 }
 
@@ -132,6 +134,7 @@ std::vector<uint16_t> read_token_shard(const std::string& path) {
   KILN_CHECK(version == TokenShardDataset::kVersion, "read_token_shard: ", path, " has version ", version,
              "; this kiln reads version ", TokenShardDataset::kVersion);
   KILN_CHECK(count < (uint64_t(1) << 40), "read_token_shard: ", path, " claims ", count, " tokens: corrupt header");
+  r.expect_available(count * 2, "read_token_shard (tokens)");
   std::vector<uint16_t> tokens(count);
   std::vector<unsigned char> raw(count * 2);
   r.read_exact(raw.data(), raw.size(), "read_token_shard (tokens)");

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -164,12 +166,13 @@ nn::StateDict load(const std::string& path, Metadata* metadata) {
     KILN_CHECK(v["dtype"].is_string() && parse_st_dtype(v["dtype"].get<std::string>(), e.dtype), "load: '", path,
                "': entry '", e.name, "' has unsupported dtype ", v["dtype"].dump());
     KILN_CHECK(v["shape"].is_array(), "load: '", path, "': entry '", e.name, "' has a bad shape");
-    int64_t numel = 1;
+    uint64_t nbytes = element_size(e.dtype);
     for (const auto& d : v["shape"]) {
-      KILN_CHECK(d.is_number_unsigned(), "load: '", path, "': entry '", e.name, "' has a bad shape ",
-                 v["shape"].dump());
+      KILN_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= uint64_t(INT64_MAX), "load: '", path, "': entry '",
+                 e.name, "' has a bad shape ", v["shape"].dump());
       e.shape.push_back(d.get<int64_t>());
-      numel *= e.shape.back();
+      KILN_CHECK(!__builtin_mul_overflow(nbytes, d.get<uint64_t>(), &nbytes), "load: '", path, "': entry '", e.name,
+                 "' has a shape ", v["shape"].dump(), " whose size overflows");
     }
     const json& off = v["data_offsets"];
     KILN_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
@@ -178,9 +181,8 @@ nn::StateDict load(const std::string& path, Metadata* metadata) {
     e.end = off[1].get<size_t>();
     KILN_CHECK(e.begin <= e.end && e.end <= data_size, "load: '", path, "': entry '", e.name, "' data_offsets [",
                e.begin, ", ", e.end, "] lie outside the ", data_size, "-byte data section (truncated file?)");
-    KILN_CHECK(e.end - e.begin == static_cast<size_t>(numel) * element_size(e.dtype), "load: '", path, "': entry '",
-               e.name, "' has ", e.end - e.begin, " bytes but shape ", e.shape, " of ", dtype_name(e.dtype), " needs ",
-               numel * static_cast<int64_t>(element_size(e.dtype)));
+    KILN_CHECK(e.end - e.begin == nbytes, "load: '", path, "': entry '", e.name, "' has ", e.end - e.begin,
+               " bytes but shape ", e.shape, " of ", dtype_name(e.dtype), " needs ", nbytes);
     entries.push_back(std::move(e));
   }
   // The byte buffer must be covered exactly, without overlaps or holes (as the format requires).
@@ -256,6 +258,122 @@ void save_npy(const Tensor& tensor, const std::string& path) {
   write_file_atomic(path, bytes);
 }
 
+namespace {
+
+// The header of a .npy file: a Python dict literal such as
+//   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
+// read strictly: every error names the file, the byte offset in the file and what was expected.
+struct NpyHeader {
+  DType dtype = DType::F32;
+  IntList shape;
+};
+
+class NpyHeaderParser {
+ public:
+  NpyHeaderParser(const std::string& path, const std::string& text, size_t file_offset)
+      : path_(path), h_(text), base_(file_offset) {}
+
+  NpyHeader parse() {
+    NpyHeader out;
+    bool descr = false, order = false, shape = false;
+    expect('{', "'{' opening the header dict");
+    while (skip_space(), peek() != '}') {
+      std::string key = quoted("a quoted key");
+      expect(':', "':' after key '" + key + "'");
+      if (key == "descr") {
+        out.dtype = dtype(quoted("a quoted dtype such as '<f4'"));
+        descr = true;
+      } else if (key == "fortran_order") {
+        KILN_CHECK(!word("True"), "load_npy: '", path_, "': Fortran order is not supported");
+        KILN_CHECK(word("False"), "load_npy: '", path_, "': byte ", where(), ": expected True or False for ",
+                   "'fortran_order'");
+        order = true;
+      } else if (key == "shape") {
+        out.shape = tuple();
+        shape = true;
+      } else {
+        fail("one of the keys 'descr', 'fortran_order', 'shape', found '" + key + "'");
+      }
+      skip_space();
+      if (peek() == ',') ++i_;
+      else
+        KILN_CHECK(peek() == '}', "load_npy: '", path_, "': byte ", where(), ": expected ',' or '}' after '", key, "'");
+    }
+    KILN_CHECK(descr && order && shape, "load_npy: '", path_, "': the header lacks '",
+               !descr   ? "descr"
+               : !order ? "fortran_order"
+                        : "shape",
+               "'");
+    return out;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& expected) const {
+    KILN_FAIL("load_npy: '", path_, "': byte ", where(), " of the header: expected ", expected);
+  }
+  size_t where() const { return base_ + i_; }
+  char peek() const { return i_ < h_.size() ? h_[i_] : '\0'; }
+  void skip_space() {
+    while (i_ < h_.size() && (h_[i_] == ' ' || h_[i_] == '\n')) ++i_;
+  }
+  void expect(char c, const std::string& what) {
+    skip_space();
+    if (peek() != c) fail(what);
+    ++i_;
+  }
+  bool word(const char* w) {
+    skip_space();
+    const size_t n = std::strlen(w);
+    if (h_.compare(i_, n, w) != 0) return false;
+    i_ += n;
+    return true;
+  }
+  std::string quoted(const std::string& what) {
+    skip_space();
+    const char q = peek();
+    if (q != '\'' && q != '"') fail(what);
+    const size_t close = h_.find(q, i_ + 1);
+    if (close == std::string::npos) fail(what + " with its closing quote");
+    std::string out = h_.substr(i_ + 1, close - i_ - 1);
+    i_ = close + 1;
+    return out;
+  }
+  DType dtype(const std::string& descr) const {
+    for (DType d : {DType::F32, DType::F64, DType::F16, DType::I64, DType::I32, DType::U8, DType::Bool})
+      if (descr == npy_descr(d)) return d;
+    KILN_FAIL("load_npy: '", path_, "': unsupported dtype '", descr, "'");
+  }
+  // (d0, d1, ...) of non-negative decimal integers, with an optional trailing comma.
+  IntList tuple() {
+    expect('(', "'(' opening the shape");
+    IntList out;
+    for (;;) {
+      skip_space();
+      if (peek() == ')') break;
+      if (!std::isdigit(static_cast<unsigned char>(peek()))) fail("a non-negative integer in the shape");
+      int64_t v = 0;
+      while (std::isdigit(static_cast<unsigned char>(peek()))) {
+        KILN_CHECK(v <= (INT64_MAX - 9) / 10, "load_npy: '", path_, "': byte ", where(),
+                   ": a dimension of the shape is too large");
+        v = v * 10 + (h_[i_++] - '0');
+      }
+      if (peek() == 'L') ++i_;  // Python 2 wrote longs with a suffix
+      out.push_back(v);
+      skip_space();
+      if (peek() == ',') ++i_;
+      else if (peek() != ')') fail("',' or ')' in the shape");
+    }
+    ++i_;
+    return out;
+  }
+
+  const std::string& path_;
+  const std::string& h_;
+  size_t base_, i_ = 0;
+};
+
+}  // namespace
+
 Tensor load_npy(const std::string& path) {
   std::string b = read_file(path, "load_npy");
   KILN_CHECK(b.size() >= 10 && b.compare(0, 6, "\x93NUMPY") == 0, "load_npy: '", path, "' is not a .npy file");
@@ -271,42 +389,19 @@ Tensor load_npy(const std::string& path) {
     for (int i = 0; i < 4; ++i) hl |= static_cast<size_t>(static_cast<uint8_t>(b[8 + i])) << (8 * i);
     hstart = 12;
   }
-  KILN_CHECK(hstart + hl <= b.size(), "load_npy: '", path, "': truncated header");
-  std::string h = b.substr(hstart, hl);
-  auto field = [&](const std::string& key) {
-    size_t p = h.find("'" + key + "'");
-    KILN_CHECK(p != std::string::npos, "load_npy: '", path, "': header has no '", key, "'");
-    p = h.find(':', p);
-    return h.substr(p + 1);
-  };
-  std::string descr = field("descr");
-  descr = descr.substr(descr.find('\'') + 1);
-  descr = descr.substr(0, descr.find('\''));
-  DType dt;
-  bool found = false;
-  for (DType d : {DType::F32, DType::F64, DType::F16, DType::I64, DType::I32, DType::U8, DType::Bool}) {
-    if (descr == npy_descr(d)) {
-      dt = d;
-      found = true;
-    }
-  }
-  KILN_CHECK(found, "load_npy: '", path, "': unsupported dtype '", descr, "'");
-  std::string fo = field("fortran_order");
-  KILN_CHECK(fo.find("False") < fo.find(','), "load_npy: '", path, "': Fortran order is not supported");
-  std::string sh = field("shape");
-  sh = sh.substr(sh.find('(') + 1);
-  sh = sh.substr(0, sh.find(')'));
-  IntList shape;
-  std::stringstream ss(sh);
-  std::string tok;
-  while (std::getline(ss, tok, ',')) {
-    if (tok.find_first_not_of(" ") == std::string::npos) continue;
-    shape.push_back(std::stoll(tok));
-  }
-  Tensor t = empty(shape, dt);
-  size_t need = t.nbytes(), have = b.size() - hstart - hl;
-  KILN_CHECK(have == need, "load_npy: '", path, "': expected ", need, " data bytes for shape ", shape, ", found ",
-             have);
+  KILN_CHECK(hl <= b.size() - hstart, "load_npy: '", path, "': the header claims ", hl, " bytes but the file holds ",
+             b.size() - hstart, " after the preamble (truncated header)");
+  const std::string text = b.substr(hstart, hl);
+  NpyHeader header = NpyHeaderParser(path, text, hstart).parse();
+  // The data size is checked against the file before anything is allocated.
+  uint64_t need = element_size(header.dtype);
+  for (int64_t s : header.shape)
+    KILN_CHECK(!__builtin_mul_overflow(need, static_cast<uint64_t>(s), &need), "load_npy: '", path, "': shape ",
+               header.shape, " overflows");
+  const size_t have = b.size() - hstart - hl;
+  KILN_CHECK(have == need, "load_npy: '", path, "': expected ", need, " data bytes for shape ", header.shape,
+             ", found ", have);
+  Tensor t = empty(header.shape, header.dtype);
   if (need) std::memcpy(t.data_ptr(), b.data() + hstart + hl, need);
   return t;
 }

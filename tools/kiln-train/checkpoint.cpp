@@ -1,6 +1,10 @@
 // kiln-train's checkpoints (checkpoint.h).
 #include "checkpoint.h"
 
+#include <cerrno>
+#include <cstdlib>
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
 namespace kiln_train {
@@ -48,6 +52,50 @@ void save_checkpoint(const std::string& path, const Options& o, kiln::nn::Module
   kiln::save(d, path, {{"kiln-train", meta.dump()}});
 }
 
+namespace {
+
+// What a checkpoint's metadata holds besides the identity, read before anything is loaded so a
+// corrupt checkpoint changes nothing.
+struct SavedProgress {
+  Position position;
+  std::optional<optim::SchedulerStateDict> scheduler;
+  uint64_t rng_seed = 0, rng_offset = 0;
+};
+
+uint64_t decimal_u64(const nlohmann::json& v) {
+  const std::string s = v.get<std::string>();
+  KILN_CHECK(!s.empty() && s.size() <= 20 && s.find_first_not_of("0123456789") == std::string::npos, "'", s,
+             "' is not a decimal number");
+  errno = 0;
+  const unsigned long long x = std::strtoull(s.c_str(), nullptr, 10);
+  KILN_CHECK(errno == 0, "'", s, "' does not fit in 64 bits");
+  return x;
+}
+
+SavedProgress read_progress(const nlohmann::json& meta, bool with_scheduler) {
+  SavedProgress p;
+  if (with_scheduler) {
+    KILN_CHECK(meta.contains("scheduler"), "it has no scheduler state");
+    const auto& s = meta.at("scheduler");
+    p.scheduler.emplace();
+    p.scheduler->last_step = s.at("last_step").get<int64_t>();
+    p.scheduler->base_lrs = s.at("base_lrs").get<std::vector<double>>();
+    p.scheduler->last_lrs = s.at("last_lrs").get<std::vector<double>>();
+  }
+  p.rng_seed = decimal_u64(meta.at("rng_seed"));
+  p.rng_offset = decimal_u64(meta.at("rng_offset"));
+  p.position.epoch = meta.at("epoch").get<int64_t>();
+  p.position.batch_in_epoch = meta.at("batch_in_epoch").get<int64_t>();
+  p.position.step = meta.at("step").get<int64_t>();
+  p.position.train_seconds = meta.value("train_seconds", 0.0);
+  p.position.samples = meta.value("samples", int64_t{0});
+  KILN_CHECK(p.position.epoch >= 0 && p.position.batch_in_epoch >= 0 && p.position.step >= 0, "its position (epoch ",
+             p.position.epoch, ", batch ", p.position.batch_in_epoch, ", step ", p.position.step, ") is negative");
+  return p;
+}
+
+}  // namespace
+
 Position load_checkpoint(const std::string& path, const Options& o, kiln::nn::Module& model, optim::Optimizer& opt,
                          optim::LRScheduler* sched, optim::EMA* ema) {
   kiln::Metadata meta_raw;
@@ -55,20 +103,28 @@ Position load_checkpoint(const std::string& path, const Options& o, kiln::nn::Mo
   KILN_CHECK(meta_raw.count("kiln-train"), "--resume: '", path, "' is a safetensors file but not a kiln-train ",
              "checkpoint (no kiln-train metadata)");
   nlohmann::json meta;
+  SavedProgress saved;
   try {
     meta = nlohmann::json::parse(meta_raw.at("kiln-train"));
-  } catch (const std::exception& e) {
+    KILN_CHECK(meta.is_object(), "it is not a JSON object");
+    auto want = identity(o), have = meta.value("identity", nlohmann::json::object());
+    KILN_CHECK(have.is_object(), "its identity is not a JSON object");
+    std::string diffs;
+    for (auto& [k, v] : want.items()) {
+      if (have.contains(k) && have[k] == v) continue;
+      diffs += (diffs.empty() ? "" : ", ") + k + "=" + have.value(k, nlohmann::json("?")).dump() +
+               " (this run: " + v.dump() + ")";
+    }
+    KILN_CHECK(diffs.empty(), "--resume: '", path, "' was written with other settings: ", diffs,
+               "; resume with the same settings");
+    saved = read_progress(meta, sched != nullptr);
+  } catch (const nlohmann::json::exception& e) {
     KILN_FAIL("--resume: '", path, "': the checkpoint's metadata is corrupt: ", e.what());
+  } catch (const kiln::Error& e) {
+    std::string msg = e.what();
+    if (msg.find(path) != std::string::npos) throw;
+    KILN_FAIL("--resume: '", path, "': the checkpoint's metadata is corrupt: ", msg);
   }
-  auto want = identity(o), have = meta.value("identity", nlohmann::json::object());
-  std::string diffs;
-  for (auto& [k, v] : want.items()) {
-    if (have.contains(k) && have[k] == v) continue;
-    diffs += (diffs.empty() ? "" : ", ") + k + "=" + have.value(k, nlohmann::json("?")).dump() +
-             " (this run: " + v.dump() + ")";
-  }
-  KILN_CHECK(diffs.empty(), "--resume: '", path, "' was written with other settings: ", diffs,
-             "; resume with the same settings");
   kiln::nn::StateDict model_sd, ema_sd;
   std::vector<std::pair<std::string, Tensor>> optim_items;
   for (auto& [k, v] : d) {
@@ -84,22 +140,14 @@ Position load_checkpoint(const std::string& path, const Options& o, kiln::nn::Mo
     KILN_FAIL("--resume: '", path, "' does not match this model: ", e.what());
   }
   if (sched) {
-    KILN_CHECK(meta.contains("scheduler"), "--resume: '", path, "' has no scheduler state");
-    optim::SchedulerStateDict s;
-    s.last_step = meta["scheduler"]["last_step"].get<int64_t>();
-    s.base_lrs = meta["scheduler"]["base_lrs"].get<std::vector<double>>();
-    s.last_lrs = meta["scheduler"]["last_lrs"].get<std::vector<double>>();
-    sched->load_state_dict(s);
+    try {
+      sched->load_state_dict(*saved.scheduler);
+    } catch (const kiln::Error& e) {
+      KILN_FAIL("--resume: '", path, "': its scheduler state does not fit this run: ", e.what());
+    }
   }
-  kiln::default_generator(kiln::Device::cpu())
-      .set_state(std::stoull(meta["rng_seed"].get<std::string>()), std::stoull(meta["rng_offset"].get<std::string>()));
-  Position p;
-  p.epoch = meta["epoch"].get<int64_t>();
-  p.batch_in_epoch = meta["batch_in_epoch"].get<int64_t>();
-  p.step = meta["step"].get<int64_t>();
-  p.train_seconds = meta.value("train_seconds", 0.0);
-  p.samples = meta.value("samples", int64_t{0});
-  return p;
+  kiln::default_generator(kiln::Device::cpu()).set_state(saved.rng_seed, saved.rng_offset);
+  return saved.position;
 }
 
 std::string rank_path(const Options& o, const std::string& path) {
