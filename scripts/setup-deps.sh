@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages kiln needs to build, test and run its examples.
 # Idempotent: when every package is already installed it does nothing (and needs no network).
+#   --fuzz   also clang and its libFuzzer runtime, for scripts/fuzz.sh (libclang-rt-14-dev is only
+#            a Recommends of clang, so it is named)
 set -euo pipefail
 
 PACKAGES=(
@@ -10,6 +12,9 @@ PACKAGES=(
   dataset-fashion-mnist fortunes
   python3  # the kiln-train end-to-end test reads its JSON summary with it
 )
+if [[ "${1:-}" == "--fuzz" ]]; then
+  PACKAGES=(clang libclang-rt-14-dev)
+fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
