@@ -118,6 +118,7 @@ void CachingAllocator::record(MemoryAction a, const void* ptr, size_t size, void
 }
 
 CachingAllocator::Block* CachingAllocator::alloc_segment(Pool& pool, size_t size, void* stream) {
+  if (memory_limit_ && size > memory_limit_ - std::min(memory_limit_, stats_.reserved_bytes)) return nullptr;
   void* p = backend_->raw_alloc(size);
   if (!p) return nullptr;
   auto* b = new Block;
@@ -206,6 +207,10 @@ void* CachingAllocator::allocate_locked(size_t nbytes, void* stream) {
     if (!b) {
       stats_.num_ooms++;
       std::string details = backend_->oom_details();
+      if (memory_limit_)
+        details += detail::concat(details.empty() ? "" : "\n", "  this process may reserve at most ", memory_limit_,
+                                  " bytes (", human(memory_limit_), ") on ", name_,
+                                  " (set_per_process_memory_fraction); ", stats_.reserved_bytes, " are reserved");
       KILN_FAIL("out of memory on ", name_, ": tried to allocate ", nbytes, " bytes (", human(nbytes), "; a ",
                 human(seg), " segment)", details.empty() ? "" : "\n", details, "\n", summary_locked());
     }
@@ -456,6 +461,16 @@ void CachingAllocator::reset_peak_stats() {
 std::string CachingAllocator::summary() const {
   std::lock_guard<std::mutex> lock(mu_);
   return summary_locked();
+}
+
+void CachingAllocator::set_memory_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  memory_limit_ = bytes;
+}
+
+size_t CachingAllocator::memory_limit() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return memory_limit_;
 }
 
 std::string CachingAllocator::summary_locked() const {

@@ -133,6 +133,11 @@ class CachingAllocator {
   AllocatorStats stats() const;
   void reset_peak_stats();
   std::string summary() const;  // multi-line, human-readable
+  // Caps what this allocator reserves from the backend at `bytes` (0: no cap), as PyTorch's
+  // set_per_process_memory_fraction does: past it an allocation fails (after the cache is given
+  // back) with the usual out-of-memory error, which names the cap.
+  void set_memory_limit(size_t bytes);
+  size_t memory_limit() const;
 
   void begin_private_pool(uint64_t id);  // routes this thread's allocations to pool `id`
   void end_private_pool();               // back to the normal pools
@@ -205,6 +210,7 @@ class CachingAllocator {
   std::vector<std::pair<void*, Block*>> pending_;       // (event, block) of cross-stream frees
   std::vector<Block*> deferred_until_no_capture_;       // cross-stream frees made during a capture
   AllocatorStats stats_;
+  size_t memory_limit_ = 0;  // 0: none
   bool history_on_ = false;
   size_t history_max_ = 0;
   std::deque<MemoryEvent> history_;

@@ -57,6 +57,11 @@ void empty_cache();  // returns every fully free cached segment of every device 
 AllocatorStats memory_stats(int device = -1);
 void reset_peak_memory_stats(int device = -1);
 std::string memory_summary(int device = -1);  // multi-line text, also part of OOM errors
+// Caps what this process's caching allocator may reserve on `device` at `fraction` (0, 1] of the
+// device's total memory, as torch.cuda.set_per_process_memory_fraction: past it allocations fail
+// with the out-of-memory error (a kiln::Error naming the cap), as if the device were that small.
+// 1 lifts the cap.
+void set_per_process_memory_fraction(double fraction, int device = -1);
 // Records every allocation/free (with MemoryLabel labels) on all devices from now on.
 void record_memory_history(bool enabled);
 // The recorded history (oldest first); kiln/utils/memory_timeline.h writes it as a Chrome trace

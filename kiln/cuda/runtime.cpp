@@ -371,6 +371,16 @@ void empty_cache() {
 AllocatorStats memory_stats(int device) { return allocator_of(device, "cuda::memory_stats")->stats(); }
 void reset_peak_memory_stats(int device) { allocator_of(device, "cuda::reset_peak_memory_stats")->reset_peak_stats(); }
 std::string memory_summary(int device) { return allocator_of(device, "cuda::memory_summary")->summary(); }
+void set_per_process_memory_fraction(double fraction, int device) {
+  KILN_CHECK(fraction > 0 && fraction <= 1,
+             "cuda::set_per_process_memory_fraction: the fraction must be in (0, 1], got ", fraction);
+  CachingAllocator* a = allocator_of(device, "cuda::set_per_process_memory_fraction");
+  if (device < 0) device = current_device();
+  internal::DeviceGuard guard(device);
+  size_t free_b = 0, total_b = 0;
+  KILN_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  a->set_memory_limit(fraction >= 1 ? 0 : static_cast<size_t>(fraction * static_cast<double>(total_b)));
+}
 void record_memory_history(bool enabled) {
   KILN_CHECK(is_available(), "cuda::record_memory_history: no CUDA device is available");
   g_record_history = enabled;
@@ -420,6 +430,7 @@ void empty_cache() {}  // nothing is cached without CUDA
 AllocatorStats memory_stats(int) { no_cuda("cuda::memory_stats"); }
 void reset_peak_memory_stats(int) { no_cuda("cuda::reset_peak_memory_stats"); }
 std::string memory_summary(int) { no_cuda("cuda::memory_summary"); }
+void set_per_process_memory_fraction(double, int) { no_cuda("cuda::set_per_process_memory_fraction"); }
 void record_memory_history(bool) { no_cuda("cuda::record_memory_history"); }
 std::vector<MemoryEvent> memory_history(int) { no_cuda("cuda::memory_history"); }
 void record_stream(void*, const Stream&) { no_cuda("cuda::record_stream"); }

@@ -361,6 +361,40 @@ TEST_CASE("caching allocator out of memory: empties the cache, retries, then thr
   a.free(r);
 }
 
+TEST_CASE("caching allocator memory limit: allocations past the cap fail and name it", "[allocator]") {
+  FakeBackend be(64 * MiB);  // the device could give more: the cap is what stops it
+  CachingAllocator a(&be, "fake:0");
+  a.set_memory_limit(12 * MiB);
+  CHECK(a.memory_limit() == 12 * MiB);
+  void* p = a.allocate(10 * MiB);
+  a.free(p);  // 10 MiB cached
+  // 11 MiB does not fit beside the cached 10 under the cap: the cache goes back, the retry fits.
+  // Then 3 MiB (a 4 MiB segment) does not fit beside the 11 in use.
+  void* q = a.allocate(11 * MiB);
+  REQUIRE(q != nullptr);
+  CHECK(a.stats().reserved_bytes == 11 * MiB);  // a segment of its own (10 MiB and over)
+  try {
+    a.allocate(3 * MiB);
+    FAIL("expected an out-of-memory error at the cap");
+  } catch (const kiln::Error& e) {
+    std::string msg = e.what();
+    CHECK(msg.find("out of memory on fake:0") != std::string::npos);
+    CHECK(msg.find("at most " + std::to_string(12 * MiB) + " bytes") != std::string::npos);
+    CHECK(msg.find("set_per_process_memory_fraction") != std::string::npos);
+    CHECK(msg.find(std::to_string(11 * MiB) + " are reserved") != std::string::npos);
+  }
+  CHECK(a.stats().num_ooms == 1);
+  CHECK(be.allocs == 2);  // the refused segment never reached the backend
+  a.free(q);
+  void* r = a.allocate(3 * MiB);  // the next step works normally
+  CHECK(r != nullptr);
+  a.free(r);
+  a.set_memory_limit(0);  // no cap: the backend's capacity is the limit again
+  void* big = a.allocate(40 * MiB);
+  CHECK(big != nullptr);
+  a.free(big);
+}
+
 TEST_CASE("caching allocator history exports a Chrome trace and an HTML timeline", "[allocator]") {
   FakeBackend be;
   CachingAllocator a(&be, "fake");

@@ -1,6 +1,7 @@
 // The caching device allocator on a real GPU: reuse, stats, the out-of-memory message, history.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -82,4 +83,36 @@ TEST_CASE("device memory history exports", "[cuda][allocator]") {
   CHECK(sh.str().find("<svg") != std::string::npos);
   std::remove(json.c_str());
   std::remove(html.c_str());
+}
+
+TEST_CASE("set_per_process_memory_fraction caps the allocator; the next step trains", "[cuda][allocator]") {
+  auto dev = kiln::Device::cuda(0);
+  kiln::cuda::synchronize();
+  kiln::cuda::empty_cache();
+  CHECK_THROWS_AS(kiln::cuda::set_per_process_memory_fraction(0.0), kiln::Error);
+  CHECK_THROWS_AS(kiln::cuda::set_per_process_memory_fraction(1.5), kiln::Error);
+  // 1% of an H200 is about 1.4 GB: a 4 GB tensor is refused, with the cap in the message.
+  kiln::cuda::set_per_process_memory_fraction(0.01);
+  try {
+    auto t = kiln::empty({int64_t{1} << 30}, kiln::TensorOptions().device(dev));
+    FAIL("expected an out-of-memory error at the cap");
+  } catch (const kiln::Error& e) {
+    std::string msg = e.what();
+    CHECK(msg.find("out of memory") != std::string::npos);
+    CHECK(msg.find("set_per_process_memory_fraction") != std::string::npos);
+    CHECK(msg.find("bytes free of") != std::string::npos);  // the device's own figures
+  }
+  {  // a small training step still runs under the cap
+    kiln::nn::Linear fc(64, 8);
+    fc.to(dev);
+    kiln::optim::SGD opt(fc.parameters(), kiln::optim::SGDOptions(0.1));
+    auto x = kiln::randn({32, 64}).to(dev);
+    auto loss = fc.forward(x).pow(2).mean();
+    loss.backward();
+    opt.step();
+    CHECK(std::isfinite(loss.item<float>()));
+  }
+  kiln::cuda::set_per_process_memory_fraction(1.0);
+  auto big = kiln::empty({int64_t{1} << 30}, kiln::TensorOptions().device(dev));  // 4 GB fits again
+  CHECK(big.numel() == int64_t{1} << 30);
 }
