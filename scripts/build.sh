@@ -17,6 +17,9 @@ if [[ -d /usr/local/cuda/bin ]]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+# Paths under the checkout are hashed relative to it, so another clone on the same machine (CI's
+# fresh clone) reuses what this one compiled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}"
 
 args=(-S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release)
 # Keep the generator of an existing build directory (CMake refuses to switch it).
