@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages kiln needs to build, test and run its examples.
 # Idempotent: when every package is already installed it does nothing (and needs no network).
+# Where the CUDA toolkit is present it also installs NVIDIA's header-only cudnn-frontend (the C++
+# graph API over cuDNN 9 that kiln's fused attention uses) from its pip wheel, pinned, into the
+# python3 on PATH, unless CMake would already find its headers (cmake/kiln_cuda_libraries.cmake).
 #   --fuzz   also clang and its libFuzzer runtime, for scripts/fuzz.sh (libclang-rt-14-dev is only
 #            a Recommends of clang, so it is named)
 set -euo pipefail
@@ -24,8 +27,35 @@ for pkg in "${PACKAGES[@]}"; do
   fi
 done
 
+# cudnn-frontend: header-only (include/cudnn_frontend*.h in the wheel); --no-deps, since kiln
+# needs only the headers and not the wheel's Python side. Skipped without the CUDA toolkit, when
+# CUDNN_FRONTEND_ROOT names a folder with its headers, or when the wheel's headers are already
+# installed; a failed install (no network) only warns: kiln then builds attention without cuDNN.
+CUDNN_FRONTEND_PIN="1.32.0"
+frontend_headers() {
+  if [[ -n "${CUDNN_FRONTEND_ROOT:-}" && -f "$CUDNN_FRONTEND_ROOT/include/cudnn_frontend.h" ]]; then
+    return 0
+  fi
+  command -v python3 >/dev/null 2>&1 || return 1
+  python3 - <<'PY' 2>/dev/null
+import os, site, sys, sysconfig
+p = sysconfig.get_paths()
+dirs = dict.fromkeys([p["purelib"], p["platlib"]] + site.getsitepackages())
+sys.exit(0 if any(os.path.isfile(os.path.join(d, "include", "cudnn_frontend.h")) for d in dirs) else 1)
+PY
+}
+install_frontend() {
+  [[ "${1:-}" == "--fuzz" ]] && return 0
+  command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]] || return 0
+  frontend_headers && return 0
+  echo "setup-deps: installing nvidia-cudnn-frontend==$CUDNN_FRONTEND_PIN (headers) with pip"
+  python3 -m pip install --quiet --no-deps "nvidia-cudnn-frontend==$CUDNN_FRONTEND_PIN" ||
+    echo "setup-deps: could not install nvidia-cudnn-frontend; CUDA attention will not use cuDNN" >&2
+}
+
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "setup-deps: all ${#PACKAGES[@]} packages already installed"
+  install_frontend "${1:-}"
   exit 0
 fi
 
@@ -43,3 +73,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+install_frontend "${1:-}"
