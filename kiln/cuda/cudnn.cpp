@@ -3,9 +3,13 @@
 #include "kiln/cuda/cudnn.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 
 #include "kiln/config.h"
 #include "kiln/core/autotune_cache.h"
+#include "kiln/core/error.h"
 #include "kiln/cuda/cuda.h"
 
 #if KILN_WITH_CUDNN
@@ -50,6 +54,50 @@ int version() {
 
 void clear_autotune_cache() { cache().clear(); }
 
+namespace {
+SdpaBackend backend_from_env() {
+  const char* env = std::getenv("KILN_SDPA_BACKEND");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "cudnn") == 0) return SdpaBackend::Cudnn;
+  KILN_CHECK(std::strcmp(env, "kiln") == 0, "KILN_SDPA_BACKEND must be cudnn or kiln, got '", env, "'");
+  return SdpaBackend::Kiln;
+}
+std::atomic<int>& backend_flag() {
+  static std::atomic<int> flag{static_cast<int>(backend_from_env())};
+  return flag;
+}
+constexpr int kSdpaEvents = 6;
+std::atomic<int64_t> g_sdpa_counts[kSdpaEvents];
+std::mutex g_refusal_mu;
+std::string& last_refusal() {
+  static auto* s = new std::string();  // never destroyed, as the autotune cache
+  return *s;
+}
+}  // namespace
+
+void set_sdpa_backend(SdpaBackend backend) { backend_flag() = static_cast<int>(backend); }
+SdpaBackend sdpa_backend() { return static_cast<SdpaBackend>(backend_flag().load()); }
+bool built_with_frontend() { return KILN_WITH_CUDNN_FRONTEND != 0; }
+
+SdpaCounts sdpa_counts() {
+  SdpaCounts c;
+  c.cudnn_forward = g_sdpa_counts[static_cast<int>(detail::SdpaEvent::CudnnForward)].load();
+  c.cudnn_backward = g_sdpa_counts[static_cast<int>(detail::SdpaEvent::CudnnBackward)].load();
+  c.kiln_forward = g_sdpa_counts[static_cast<int>(detail::SdpaEvent::KilnForward)].load();
+  c.kiln_backward = g_sdpa_counts[static_cast<int>(detail::SdpaEvent::KilnBackward)].load();
+  c.graphs_built = g_sdpa_counts[static_cast<int>(detail::SdpaEvent::GraphBuilt)].load();
+  c.refused = g_sdpa_counts[static_cast<int>(detail::SdpaEvent::Refused)].load();
+  return c;
+}
+
+void reset_sdpa_counts() {
+  for (auto& c : g_sdpa_counts) c = 0;
+}
+
+std::string sdpa_last_refusal() {
+  std::lock_guard<std::mutex> lock(g_refusal_mu);
+  return last_refusal();
+}
+
 size_t autotune_cache_size() { return cache().size(); }
 
 namespace detail {
@@ -70,6 +118,13 @@ int64_t channels_last_fallbacks() { return g_channels_last_fallbacks.load(); }
 void count_channels_last_fallback() { g_channels_last_fallbacks++; }
 void set_refuse_channels_last_for_testing(bool refuse) { g_refuse_channels_last = refuse; }
 bool refuse_channels_last_for_testing() { return g_refuse_channels_last.load(); }
+
+void count_sdpa(SdpaEvent event) { g_sdpa_counts[static_cast<int>(event)]++; }
+
+void set_sdpa_last_refusal(const std::string& why) {
+  std::lock_guard<std::mutex> lock(g_refusal_mu);
+  last_refusal() = why;
+}
 
 }  // namespace detail
 

@@ -23,6 +23,22 @@ inline Kernel<void(const Tensor& dq, const Tensor& dk, const Tensor& dv, const T
                    const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale, bool causal)>
     attention_backward{"scaled_dot_product_attention_backward"};
 
+// cuDNN's fused attention (kernels/cuda/attention_cudnn.cpp, registered in CUDA builds with
+// cudnn-frontend; the rules in kiln/cuda/cudnn_graph.h): f16/bf16 q, k, v [B, H, T, D] and out
+// [B, H, Tq, Dv] with any strides that graph::sdpa_operand_ok accepts, lse [B * H, Tq] f32
+// contiguous (the same values as attention_forward's). Returns false, having written nothing,
+// when cuDNN does not take the case; the caller then runs attention_forward. The profiler shows
+// these calls under their own names.
+inline Kernel<bool(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                   double scale, bool causal)>
+    attention_forward_cudnn{"scaled_dot_product_attention_cudnn"};
+// dq, dk, dv (all three defined, like q, k, v, any accepted strides) are written; g like out. The
+// backward is deterministic when kiln::deterministic_algorithms() or kiln::cudnn::deterministic()
+// is on.
+inline Kernel<bool(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& g, const Tensor& q,
+                   const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, double scale, bool causal)>
+    attention_backward_cudnn{"scaled_dot_product_attention_backward_cudnn"};
+
 namespace cpu {
 // Query/key rows per block of the CPU kernel (exposed so tests can pick T not a multiple of it).
 int64_t attention_block_size();
