@@ -7,6 +7,9 @@
 // Tolerances are relative to the tensor's scale: max |gpu - cpu| <= tol * max(1, max |cpu|) with
 // tol = 1e-4 (f32: accumulation order differs), 1e-10 (f64), 5e-3 (f16: ~4 ulps of the rounded
 // result) and 3e-2 (bf16: ~4 ulps). The backward must also be bitwise reproducible.
+// f16/bf16 attention on CUDA runs cuDNN's fused attention by default; the cases here that
+// go through F::scaled_dot_product_attention in those dtypes pin kiln's kernel
+// (kiln::cudnn::set_sdpa_backend), and tests/cuda/test_cuda_sdpa_cudnn.cpp checks cuDNN's path.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -57,6 +60,13 @@ struct Shape {
   int64_t B, Tq, Tk, D, Dv;
 };
 
+// Pins kiln's own kernel for a scope (f16/bf16 would otherwise run cuDNN's).
+struct KilnKernelOnly {
+  kiln::cudnn::SdpaBackend prev = kiln::cudnn::sdpa_backend();
+  KilnKernelOnly() { kiln::cudnn::set_sdpa_backend(kiln::cudnn::SdpaBackend::Kiln); }
+  ~KilnKernelOnly() { kiln::cudnn::set_sdpa_backend(prev); }
+};
+
 std::string describe(const Shape& s, bool causal, DType dt) {
   return kiln::detail::concat("B ", s.B, " Tq ", s.Tq, " Tk ", s.Tk, " D ", s.D, " Dv ", s.Dv,
                               causal ? " causal " : " ", kiln::dtype_name(dt));
@@ -104,6 +114,7 @@ TEST_CASE("attention: CUDA forward and backward match the CPU (f32)", "[cuda][at
 }
 
 TEST_CASE("attention: CUDA f16/bf16 (native) and f64 match the CPU", "[cuda][attention]") {
+  KilnKernelOnly kiln_kernel;
   kiln::manual_seed(32);
   for (DType dt : {DType::BF16, DType::F16, DType::F64})
     for (const Shape& s : kShapes)
@@ -167,6 +178,7 @@ TEST_CASE("attention: CUDA gradients of a subset of the inputs", "[cuda][attenti
 }
 
 TEST_CASE("attention: CUDA backward is bitwise reproducible", "[cuda][attention]") {
+  KilnKernelOnly kiln_kernel;
   kiln::manual_seed(35);
   for (DType dt : {DType::F32, DType::BF16})
     for (bool causal : {false, true}) {

@@ -6,12 +6,21 @@
 // them natively and accumulates in float32. lse is kept in the stat dtype. Under create_graph
 // the backward is the composite formula of differentiable ops (which does materialise the
 // scores).
+// On CUDA, f16/bf16 attention without a mask or dropout runs cuDNN's fused attention first
+// (kiln/cuda/cudnn_graph.h; q, k, v read by strides, out laid out [B, T, H, D] for 4-d inputs)
+// and kiln's kernel where cuDNN does not take the case or kiln::cudnn::set_sdpa_backend says
+// kiln (docs/gpu.md, "Attention"). Both write the same lse, so the backward follows the
+// forward's path and falls back to kiln's kernel if cuDNN refuses it.
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <vector>
 
 #include "kiln/core/autocast.h"
 #include "kiln/core/autograd.h"
 #include "kiln/core/shape.h"
+#include "kiln/cuda/cudnn.h"
+#include "kiln/cuda/cudnn_graph.h"
 #include "kiln/kernels/activation.h"
 #include "kiln/kernels/attention.h"
 #include "kiln/kernels/dropout.h"
@@ -65,6 +74,85 @@ void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
              ")");
 }
 
+// ------------------------------------------------------------ cuDNN's fused attention
+
+namespace cg = kiln::cudnn::graph;
+
+// [..., T, D] as [B, H, T, D]: 4-d as it is, 3-d as [B, 1, T, D], 2-d as [1, 1, T, D], more dims
+// with the leading ones merged into B.
+Tensor as4d(const Tensor& t) {
+  if (t.dim() == 4) return t;
+  if (t.dim() == 3) return t.unsqueeze(1);
+  int64_t lead = 1;
+  for (int64_t d = 0; d + 3 < t.dim(); ++d) lead *= t.size(d);
+  return t.reshape({lead, t.dim() >= 3 ? t.size(-3) : 1, t.size(-2), t.size(-1)});
+}
+
+cg::SdpaOperand operand_of(const Tensor& t4) {
+  cg::SdpaOperand o;
+  o.data = t4.data_ptr();
+  for (int d = 0; d < 4; ++d) {
+    o.size[d] = t4.size(d);
+    o.stride[d] = t4.stride(d);
+  }
+  return cg::sdpa_canonical(o);
+}
+
+// t4 itself when cuDNN takes its strides and alignment, else a contiguous copy.
+Tensor cudnn_operand(const Tensor& t4) {
+  if (cg::sdpa_operand_ok(operand_of(t4))) return t4;
+  Tensor c = empty(t4.sizes(), t4.options());
+  c.copy_(t4);
+  return c;
+}
+
+// Whether the cuDNN path may take this case (the device's compute capability and cuDNN's own
+// support check are the kernel's to decide).
+bool cudnn_candidate(const Tensor& q, const Tensor& k, const Tensor& v) {
+  cg::SdpaCase c;
+  c.built = kernels::attention_forward_cudnn.has(kernels::Backend::CUDA);
+  c.backend = kiln::cudnn::sdpa_backend();
+  c.cuda = q.is_cuda();
+  c.dtype = q.dtype();
+  c.H = q.dim() >= 3 ? q.size(-3) : 1;
+  c.B = 1;
+  for (int64_t d = 0; d + 3 < q.dim(); ++d) c.B *= q.size(d);
+  c.Tq = q.size(-2), c.Tk = k.size(-2), c.D = q.size(-1), c.Dv = v.size(-1);
+  return cg::sdpa_refusal(c) == cg::SdpaRefusal::None;
+}
+
+// The forward through cuDNN: out (sizes out_sizes) and lse [B * H, Tq] f32; false when cuDNN
+// does not take the case. 4-d out is laid out [B, T, H, D], as the CPU kernel's.
+bool cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
+                   const IntList& out_sizes, Tensor* out, Tensor* lse) {
+  if (!cudnn_candidate(q, k, v)) return false;
+  Tensor q4 = cudnn_operand(as4d(q)), k4 = cudnn_operand(as4d(k)), v4 = cudnn_operand(as4d(v));
+  const int64_t B = q4.size(0), H = q4.size(1), Tq = q4.size(2), Dv = v4.size(3);
+  const TensorOptions oo = q.options();
+  Tensor o4 = q.dim() == 4 ? empty({B, Tq, H, Dv}, oo).transpose(1, 2) : empty({B, H, Tq, Dv}, oo);
+  Tensor l = empty({B * H, Tq}, TensorOptions().dtype(DType::F32).device(q.device()));
+  if (!kernels::attention_forward_cudnn(o4, l, q4, k4, v4, scale, causal)) return false;
+  *out = q.dim() == 4 ? o4 : o4.view(out_sizes);
+  *lse = l;
+  return true;
+}
+
+// The backward through cuDNN: the gradients of q, k, v (undefined where not wanted), or nullopt
+// when cuDNN does not take the case. q, k, v of one fused projection get gradients in one buffer
+// laid out like it, written in place by strides.
+std::optional<TensorList> cudnn_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                         const Tensor& g, const Tensor& lse, double scale, bool causal, bool gq,
+                                         bool gk, bool gv) {
+  Tensor q4 = cudnn_operand(as4d(q)), k4 = cudnn_operand(as4d(k)), v4 = cudnn_operand(as4d(v));
+  Tensor o4 = cudnn_operand(as4d(out)), g4 = cudnn_operand(as4d(g));
+  std::vector<Tensor> d = empty_like_siblings({q4, k4, v4}, q4.options());
+  for (Tensor& t : d)
+    if (!cg::sdpa_operand_ok(operand_of(t))) t = empty(t.sizes(), t.options());
+  if (!kernels::attention_backward_cudnn(d[0], d[1], d[2], g4, q4, k4, v4, o4, lse, scale, causal)) return std::nullopt;
+  return TensorList{gq ? d[0].reshape(q.sizes()) : Tensor(), gk ? d[1].reshape(k.sizes()) : Tensor(),
+                    gv ? d[2].reshape(v.sizes()) : Tensor()};
+}
+
 // The blocked kernels' path: no mask, no dropout; scale 0 means 1 / sqrt(D).
 Tensor blocked_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal, double scale_in) {
   if (auto out = amp::autocast_rerun(amp::Policy::LowPrecision, {q, k, v}, [&](const auto& a) {
@@ -85,8 +173,15 @@ Tensor blocked_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool
   Tensor out, lse, q3, k3, v3;
   IntList out_sizes = q.sizes();
   out_sizes.back() = Dv;
+  bool via_cudnn = false;
   {
     NoGradGuard ng;
+    if (q.is_cuda() && B * Tq > 0)
+      via_cudnn = cudnn_forward(q.detach(), k.detach(), v.detach(), scale, is_causal, out_sizes, &out, &lse);
+  }
+  if (!via_cudnn) {
+    NoGradGuard ng;
+    if (q.is_cuda()) kiln::cudnn::detail::count_sdpa(kiln::cudnn::detail::SdpaEvent::KilnForward);
     q3 = kernel_operand(q.detach(), B, cdt);
     k3 = kernel_operand(k.detach(), B, cdt);
     v3 = kernel_operand(v.detach(), B, cdt);
@@ -108,6 +203,12 @@ Tensor blocked_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool
         autograd::fused_or_composite(
             [=](const TensorList& g) {
               Tensor qs = sq.get(), ks = sk.get(), vs = sv.get();
+              if (via_cudnn) {
+                if (auto d = cudnn_backward(qs.detach(), ks.detach(), vs.detach(), so.get().detach(), g[0], lse, scale,
+                                            is_causal, gq, gk, gv))
+                  return *d;
+              }
+              if (qs.is_cuda()) kiln::cudnn::detail::count_sdpa(kiln::cudnn::detail::SdpaEvent::KilnBackward);
               Tensor q3b = kernel_operand(qs.detach(), B, cdt), k3b = kernel_operand(ks.detach(), B, cdt),
                      v3b = kernel_operand(vs.detach(), B, cdt);
               Tensor o3b = kernel_operand(so.get().detach(), B, cdt), g3 = kernel_operand(g[0], B, cdt);
