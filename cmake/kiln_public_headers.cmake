@@ -36,6 +36,7 @@ set(KILN_PUBLIC_HEADERS
   core/sync_debug.h
   core/tensor.h
   core/threads.h
+  core/unary_ops.h
   data/cifar.h
   data/collate.h
   data/data.h

@@ -15,6 +15,7 @@
 #include "kiln/core/device.h"
 #include "kiln/core/dtype.h"
 #include "kiln/core/storage.h"
+#include "kiln/core/unary_ops.h"
 
 namespace kiln {
 
@@ -179,17 +180,9 @@ class Tensor {
   Tensor sub(const Tensor& o) const;
   Tensor mul(const Tensor& o) const;
   Tensor div(const Tensor& o) const;
-  Tensor neg() const;
-  Tensor exp() const;
-  Tensor log() const;
-  Tensor sqrt() const;
-  Tensor rsqrt() const;
-  Tensor abs() const;
-  Tensor tanh() const;
-  Tensor sigmoid() const;
-  Tensor relu() const;
+  // x.neg(), x.exp(), x.relu(), ...: one per row of kiln/core/unary_ops.h whose Api is Method
+  KILN_UNARY_OPS(KILN_UNARY_DECLARE_METHOD)
   Tensor gelu(const std::string& approximate = "none") const;
-  Tensor silu() const;
   Tensor pow(double exponent) const;
   Tensor pow(const Tensor& exponent) const;
   Tensor square() const;
@@ -237,8 +230,6 @@ class Tensor {
   Tensor gather(int64_t dim, const Tensor& index) const;
 
   // ---- model-writer ops (kiln/ops/pointwise.cpp, masking.cpp, sort_scan.cpp, sampling.cpp)
-  Tensor sin() const;
-  Tensor cos() const;
   Tensor tril(int64_t diagonal = 0) const;
   Tensor triu(int64_t diagonal = 0) const;
   Tensor masked_fill(const Tensor& mask, double value) const;
@@ -366,18 +357,10 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha = 1.0);
 Tensor sub(const Tensor& a, const Tensor& b, double alpha = 1.0);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
-Tensor neg(const Tensor& a);
-Tensor exp(const Tensor& a);
-Tensor log(const Tensor& a);
-Tensor sqrt(const Tensor& a);
-Tensor rsqrt(const Tensor& a);
-Tensor abs(const Tensor& a);
-Tensor tanh(const Tensor& a);
-Tensor erf(const Tensor& a);
-Tensor sigmoid(const Tensor& a);
-Tensor relu(const Tensor& a);
+// neg, exp, log, relu, isnan, ... (Tensor f(const Tensor& a)): one per row of kiln/core/unary_ops.h
+// whose Api is Method or Function
+KILN_UNARY_OPS(KILN_UNARY_DECLARE_FUNCTION)
 Tensor gelu(const Tensor& a, const std::string& approximate = "none");  // "none" (erf) or "tanh"
-Tensor silu(const Tensor& a);
 Tensor pow(const Tensor& a, double exponent);
 Tensor pow(const Tensor& a, const Tensor& exponent);
 Tensor pow(double base, const Tensor& exponent);
@@ -387,10 +370,6 @@ Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& condition, const Tensor& a, double b);
 Tensor where(const Tensor& condition, double a, const Tensor& b);
-Tensor isnan(const Tensor& a);
-Tensor isinf(const Tensor& a);
-Tensor isfinite(const Tensor& a);
-Tensor logical_not(const Tensor& a);
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
@@ -422,8 +401,6 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, int64_t ignore_in
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
 
 // ---- model-writer ops, as libtorch's (docs/guide.md, "Op list")
-Tensor sin(const Tensor& a);
-Tensor cos(const Tensor& a);
 // Elements above (tril) / below (triu) the given diagonal of the last two dims set to 0.
 Tensor tril(const Tensor& a, int64_t diagonal = 0);
 Tensor triu(const Tensor& a, int64_t diagonal = 0);

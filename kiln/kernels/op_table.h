@@ -1,6 +1,7 @@
 #pragma once
 // The one table from op enums to the shared functors and the dtypes each accepts. Both
-// backends' launchers visit it, so adding an op is one line here (plus its functor).
+// backends' launchers visit it. The unary cases are made from the rows of kiln/core/unary_ops.h;
+// a binary op is one line here (plus its functor).
 //
 //   visit_unary(op, a, b, [&](auto functor, auto types) { ... launch ... });
 #include <type_traits>
@@ -10,6 +11,7 @@
 #include "kiln/kernels/pointwise.h"
 #include "kiln/kernels/reduce.h"
 #include "kiln/kernels/softmax.h"
+#include "kiln/core/unary_ops.h"
 #include "kiln/kernels/math/pointwise.h"
 
 namespace kiln::kernels {
@@ -26,40 +28,22 @@ template <class Types> constexpr bool is_predicate_op = std::is_same_v<Types, op
 // The element type an op writes for inputs of type T: bool for predicates, else T.
 template <class Types, class T> using op_out_t = std::conditional_t<is_predicate_op<Types>, bool, T>;
 
+// One case per row of kiln/core/unary_ops.h: the row's functor, built from its Scalars (a, b),
+// and its Types.
+// clang-format off
+#define KILN_UNARY_FUNCTOR_0(OP) math::OP{}
+#define KILN_UNARY_FUNCTOR_1(OP) math::OP{a}
+#define KILN_UNARY_FUNCTOR_2(OP) math::OP{a, b}
+// clang-format on
+#define KILN_UNARY_VISIT_CASE(OP, NAME, TYPES, SCALARS, ...) \
+  case UnaryOp::OP: return v(KILN_UNARY_FUNCTOR_##SCALARS(OP), op_types::TYPES{});
 template <class V> void visit_unary(UnaryOp op, double a, double b, V&& v) {
-  using namespace math;
-  switch (op) {
-    case UnaryOp::Neg: return v(Neg{}, op_types::Numeric{});
-    case UnaryOp::Exp: return v(Exp{}, op_types::Floating{});
-    case UnaryOp::Log: return v(Log{}, op_types::Floating{});
-    case UnaryOp::Sqrt: return v(Sqrt{}, op_types::Floating{});
-    case UnaryOp::Rsqrt: return v(Rsqrt{}, op_types::Floating{});
-    case UnaryOp::Abs: return v(Abs{}, op_types::Numeric{});
-    case UnaryOp::Tanh: return v(Tanh{}, op_types::Floating{});
-    case UnaryOp::Sigmoid: return v(Sigmoid{}, op_types::Floating{});
-    case UnaryOp::Relu: return v(Relu{}, op_types::Numeric{});
-    case UnaryOp::GeluErf: return v(GeluErf{}, op_types::Floating{});
-    case UnaryOp::GeluTanh: return v(GeluTanh{}, op_types::Floating{});
-    case UnaryOp::Silu: return v(Silu{}, op_types::Floating{});
-    case UnaryOp::Square: return v(Square{}, op_types::Numeric{});
-    case UnaryOp::Reciprocal: return v(Reciprocal{}, op_types::Floating{});
-    case UnaryOp::Sign: return v(Sign{}, op_types::Numeric{});
-    case UnaryOp::PowScalar: return v(PowScalar{a}, op_types::Numeric{});
-    case UnaryOp::Clamp: return v(Clamp{a, b}, op_types::Numeric{});
-    case UnaryOp::AddScalar: return v(AddScalar{a}, op_types::Numeric{});
-    case UnaryOp::MulScalar: return v(MulScalar{a}, op_types::Numeric{});
-    case UnaryOp::RSubScalar: return v(RSubScalar{a}, op_types::Numeric{});
-    case UnaryOp::RDivScalar: return v(RDivScalar{a}, op_types::Floating{});
-    case UnaryOp::RPowScalar: return v(RPowScalar{a}, op_types::Floating{});
-    case UnaryOp::Erf: return v(Erf{}, op_types::Floating{});
-    case UnaryOp::Sin: return v(Sin{}, op_types::Floating{});
-    case UnaryOp::Cos: return v(Cos{}, op_types::Floating{});
-    case UnaryOp::IsNan: return v(IsNan{}, op_types::Predicate{});
-    case UnaryOp::IsInf: return v(IsInf{}, op_types::Predicate{});
-    case UnaryOp::IsFinite: return v(IsFinite{}, op_types::Predicate{});
-    case UnaryOp::LogicalNot: return v(LogicalNot{}, op_types::Predicate{});
-  }
+  switch (op) { KILN_UNARY_OPS(KILN_UNARY_VISIT_CASE) }
 }
+#undef KILN_UNARY_VISIT_CASE
+#undef KILN_UNARY_FUNCTOR_0
+#undef KILN_UNARY_FUNCTOR_1
+#undef KILN_UNARY_FUNCTOR_2
 
 template <class V> void visit_binary(BinaryOp op, double alpha, double beta, V&& v) {
   using namespace math;

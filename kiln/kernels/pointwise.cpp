@@ -1,13 +1,15 @@
 // The names of the pointwise ops, for errors and profiles.
 #include "kiln/kernels/pointwise.h"
 
+#include <iterator>
+
 namespace kiln::kernels {
 
 const char* op_name(UnaryOp op) {
-  static const char* names[] = {
-      "neg",       "exp",  "log",    "sqrt",       "rsqrt", "abs",   "tanh",  "sigmoid",  "relu",       "gelu",
-      "gelu_tanh", "silu", "square", "reciprocal", "sign",  "pow",   "clamp", "add",      "mul",        "rsub",
-      "rdiv",      "rpow", "erf",    "sin",        "cos",   "isnan", "isinf", "isfinite", "logical_not"};
+#define KILN_UNARY_NAME(OP, NAME, ...) #NAME,
+  static const char* const names[] = {KILN_UNARY_OPS(KILN_UNARY_NAME)};
+#undef KILN_UNARY_NAME
+  static_assert(std::size(names) == kUnaryOpCount, "one name per UnaryOp, in the rows' order");
   return names[static_cast<int>(op)];
 }
 
@@ -37,7 +39,6 @@ const char* op_name(BinaryOp op) {
   return names[static_cast<int>(op)];
 }
 
-bool is_predicate(UnaryOp op) { return op >= UnaryOp::IsNan; }
 bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
 
 }  // namespace kiln::kernels

@@ -1,46 +1,40 @@
 #pragma once
 // Pointwise kernels: one op enum per arity, mapped by both backends to the shared functors of
-// kiln/kernels/math/pointwise.h through kiln/kernels/op_table.h. CPU: kernels/cpu/pointwise.cpp;
+// kiln/kernels/math/pointwise.h through kiln/kernels/op_table.h; the unary ops are the rows of
+// kiln/core/unary_ops.h. CPU: kernels/cpu/pointwise.cpp;
 // CUDA: kernels/cuda/pointwise.cu. No autograd.
+#include <cstddef>
 #include <cstdint>
 
 #include "kiln/core/tensor.h"
+#include "kiln/core/unary_ops.h"
 #include "kiln/kernels/dispatch.h"
 
 namespace kiln::kernels {
 
+// The unary ops, one per row of kiln/core/unary_ops.h (their declaration: names, dtypes, backward).
 enum class UnaryOp : uint8_t {
-  Neg,
-  Exp,
-  Log,
-  Sqrt,
-  Rsqrt,
-  Abs,
-  Tanh,
-  Sigmoid,
-  Relu,
-  GeluErf,
-  GeluTanh,
-  Silu,
-  Square,
-  Reciprocal,
-  Sign,
-  PowScalar,   // x^a
-  Clamp,       // min(max(x, a), b)
-  AddScalar,   // x + a
-  MulScalar,   // x * a
-  RSubScalar,  // a - x
-  RDivScalar,  // a / x
-  RPowScalar,  // a^x
-  Erf,
-  Sin,
-  Cos,
-  // predicates: output dtype bool
-  IsNan,
-  IsInf,
-  IsFinite,
-  LogicalNot,
+#define KILN_UNARY_ENUMERATOR(OP, ...) OP,
+  KILN_UNARY_OPS(KILN_UNARY_ENUMERATOR)
+#undef KILN_UNARY_ENUMERATOR
 };
+#define KILN_UNARY_ONE(...) +1
+inline constexpr size_t kUnaryOpCount = 0 KILN_UNARY_OPS(KILN_UNARY_ONE);
+#undef KILN_UNARY_ONE
+
+// A unary op's dtype rule, its row's Types column: Floating (f32, f64, f16, bf16; kiln/ops
+// computes integer input in f32), Numeric (every dtype but bool), Predicate (every dtype, bool output).
+enum class UnaryTypes : uint8_t { Floating, Numeric, Predicate };
+constexpr UnaryTypes unary_types(UnaryOp op) {
+  switch (op) {
+#define KILN_UNARY_TYPES_CASE(OP, NAME, TYPES, ...) \
+  case UnaryOp::OP: return UnaryTypes::TYPES;
+    KILN_UNARY_OPS(KILN_UNARY_TYPES_CASE)
+#undef KILN_UNARY_TYPES_CASE
+  }
+  return UnaryTypes::Floating;  // not reached: the switch names every op
+}
+constexpr bool is_predicate(UnaryOp op) { return unary_types(op) == UnaryTypes::Predicate; }
 
 enum class BinaryOp : uint8_t {
   Add,  // a + alpha * b
@@ -69,7 +63,6 @@ enum class BinaryOp : uint8_t {
   LogicalOr,
 };
 
-bool is_predicate(UnaryOp op);
 bool is_comparison(BinaryOp op);
 const char* op_name(UnaryOp op);
 const char* op_name(BinaryOp op);

@@ -3,6 +3,7 @@
 // backward itself is being recorded (create_graph), where they use differentiable ops instead.
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <utility>
 
@@ -85,43 +86,81 @@ Tensor wrap_scalar(double v, const Tensor& like) {
   return scalar_tensor(v, TensorOptions().dtype(dt).device(like.device()));
 }
 
-// A unary op's backward, declared once (docs/architecture.md, "Ops"): the node's name, the
-// tensor it keeps for the backward (the input, the output, or none), the gradient as
-// differentiable ops of (g, kept), and, where one exists, the fused backward kernel that computes
-// the same from (g, kept) in one pass (with its two scalars). The fused kernel runs in a plain
-// backward, the differentiable form under create_graph (autograd::fused_or_composite).
-enum class Keeps { Nothing, Input, Output };
+// g * gelu'(x) as differentiable ops, for the erf form or the tanh approximation.
+Tensor gelu_grad(const Tensor& g, const Tensor& x, bool tanh_form) {
+  if (tanh_form) {
+    const double k = 0.79788456080286535588, c = 0.044715;
+    Tensor t = tanh((x + x * x * x * c) * k);
+    return g * ((1.0 + t) * 0.5 + x * 0.5 * (1.0 - t * t) * ((x * x * (3.0 * c) + 1.0) * k));
+  }
+  Tensor Phi = (1.0 + erf(x * 0.70710678118654752440)) * 0.5;
+  Tensor pdf = exp(x * x * -0.5) * 0.39894228040143267794;
+  return g * (Phi + x * pdf);
+}
+
+// g * silu'(x) = g * s * (1 + x * (1 - s)), s = sigmoid(x), as differentiable ops.
+Tensor silu_grad(const Tensor& g, const Tensor& x) {
+  Tensor s = sigmoid(x);
+  return g * s * (1.0 + x * (1.0 - s));
+}
+
+// A unary op's backward, as its row of kiln/core/unary_ops.h declares it (docs/architecture.md,
+// "Ops"): the node's name, the tensor it keeps (the input, the output, or none; NoGrad: no node),
+// the fused backward kernel computing the gradient from (g, kept, a, b) in one pass, if any, and
+// the gradient as differentiable ops of the same. The fused kernel runs in a plain backward, the
+// differentiable form under create_graph (autograd::fused_or_composite).
+enum class Keeps { Nothing, Input, Output, NoGrad };
 struct UnaryGrad {
   const char* node;
   Keeps keeps;
-  std::function<Tensor(const Tensor& g, const Tensor& kept)> composite;
-  std::optional<BinaryOp> fused = std::nullopt;
-  double fused_a = 0, fused_b = 0;
+  std::optional<BinaryOp> fused;
+  Tensor (*composite)(const Tensor& g, const Tensor& kept, double a, double b);
 };
 
-// Runs unary op `op` (scalars a, b) on x, in f32 for integer input where the op needs fractions,
-// and records its backward as `grad` declares it.
-Tensor unary(UnaryOp op, const Tensor& x, const UnaryGrad& grad, double a = 0, double b = 0) {
-  Tensor in = x;
-  const bool integer_pow = op == UnaryOp::PowScalar && a >= 0 && a == std::floor(a);
-  if (!is_floating(x.dtype()) && op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Relu &&
-      op != UnaryOp::Square && op != UnaryOp::Sign && op != UnaryOp::Clamp && op != UnaryOp::AddScalar &&
-      op != UnaryOp::MulScalar && op != UnaryOp::RSubScalar && !integer_pow)
-    in = x.to(DType::F32);
-  Tensor out = unary_raw(op, in, a, b);
-  if (!autograd::any_requires_grad({&x})) return out;
+// The rows' Formula as a function of (g, kept, a, b), the kept tensor named as the row says.
+#define KILN_UNARY_FORMULA(KEPT, FORMULA) \
+  [](const Tensor& g, const Tensor& KEPT, double a, double b) -> Tensor { return FORMULA; }
+#define KILN_UNARY_COMPOSITE_Input(FORMULA) KILN_UNARY_FORMULA(x, FORMULA)
+#define KILN_UNARY_COMPOSITE_Output(FORMULA) KILN_UNARY_FORMULA(y, FORMULA)
+#define KILN_UNARY_COMPOSITE_Nothing(FORMULA) KILN_UNARY_FORMULA(nothing_kept, FORMULA)
+#define KILN_UNARY_COMPOSITE_NoGrad(FORMULA) nullptr
+#define KILN_UNARY_GRAD(OP, NAME, TYPES, SCALARS, API, NODE, KEEPS, FUSED, FORMULA) \
+  UnaryGrad{NODE, Keeps::KEEPS, FUSED, KILN_UNARY_COMPOSITE_##KEEPS(FORMULA)},
+constexpr std::nullopt_t None = std::nullopt;  // the Fused column's "no fused kernel"
+const UnaryGrad kUnaryGrads[] = {KILN_UNARY_OPS(KILN_UNARY_GRAD)};
+#undef KILN_UNARY_GRAD
+#undef KILN_UNARY_COMPOSITE_NoGrad
+#undef KILN_UNARY_COMPOSITE_Nothing
+#undef KILN_UNARY_COMPOSITE_Output
+#undef KILN_UNARY_COMPOSITE_Input
+#undef KILN_UNARY_FORMULA
+static_assert(std::size(kUnaryGrads) == kernels::kUnaryOpCount, "one backward per UnaryOp, in the rows' order");
+// Only a predicate's output carries no gradient: every other row declares its backward.
+#define KILN_UNARY_NOGRAD_IFF_PREDICATE(OP, NAME, TYPES, SCALARS, API, NODE, KEEPS, ...)                           \
+  static_assert((kernels::UnaryTypes::TYPES == kernels::UnaryTypes::Predicate) == (Keeps::KEEPS == Keeps::NoGrad), \
+                #OP ": NoGrad is for predicates only");
+KILN_UNARY_OPS(KILN_UNARY_NOGRAD_IFF_PREDICATE)
+#undef KILN_UNARY_NOGRAD_IFF_PREDICATE
+
+// Runs unary op `op` (scalars a, b) on x, by its row: in f32 for integer input where its Types
+// are Floating, and recording its backward.
+Tensor unary(UnaryOp op, const Tensor& x, double a = 0, double b = 0) {
+  const bool in_f32 = kernels::unary_types(op) == kernels::UnaryTypes::Floating && !is_floating(x.dtype());
+  Tensor out = unary_raw(op, in_f32 ? x.to(DType::F32) : x, a, b);
+  const UnaryGrad& grad = kUnaryGrads[static_cast<int>(op)];
+  if (grad.keeps == Keeps::NoGrad || !autograd::any_requires_grad({&x})) return out;
   const SavedTensor kept = grad.keeps == Keeps::Input    ? SavedTensor(x, grad.node)
                            : grad.keeps == Keeps::Output ? SavedTensor::output(out, grad.node)
                                                          : SavedTensor();
-  auto composite = [f = grad.composite, kept, k = grad.keeps](const TensorList& g) {
-    return TensorList{f(g[0], k == Keeps::Nothing ? Tensor() : kept.get())};
+  auto composite = [f = grad.composite, kept, k = grad.keeps, a, b](const TensorList& g) {
+    return TensorList{f(g[0], k == Keeps::Nothing ? Tensor() : kept.get(), a, b)};
   };
   if (!grad.fused) {
     autograd::record_function(grad.node, {&x}, {&out}, composite);
     return out;
   }
-  auto fused = [op = *grad.fused, fa = grad.fused_a, fb = grad.fused_b, kept](const TensorList& g) {
-    return TensorList{binary_raw(op, g[0], kept.get(), fa, fb)};
+  auto fused = [op = *grad.fused, a, b, kept](const TensorList& g) {
+    return TensorList{binary_raw(op, g[0], kept.get(), a, b)};
   };
   autograd::record_function(grad.node, {&x}, {&out}, autograd::fused_or_composite(fused, composite));
   return out;
@@ -241,127 +280,38 @@ Tensor minimum(const Tensor& a, const Tensor& b) { return -maximum(-a, -b); }
 
 // ---------------------------------------------------------------- unary
 
-Tensor neg(const Tensor& x) {
-  return unary(UnaryOp::Neg, x, {"NegBackward", Keeps::Nothing, [](const Tensor& g, const Tensor&) { return -g; }});
-}
+// kiln::relu(x), x.relu(), ...: the entry points of the rows whose Api is Method or Function.
+#define KILN_UNARY_DEFINE_Function(OP, NAME) \
+  Tensor NAME(const Tensor& x) { return unary(UnaryOp::OP, x); }
+#define KILN_UNARY_DEFINE_Method(OP, NAME) \
+  KILN_UNARY_DEFINE_Function(OP, NAME) Tensor Tensor::NAME() const { return kiln::NAME(*this); }
+#define KILN_UNARY_DEFINE_Custom(OP, NAME)
+#define KILN_UNARY_DEFINE(OP, NAME, TYPES, SCALARS, API, ...) KILN_UNARY_DEFINE_##API(OP, NAME)
+KILN_UNARY_OPS(KILN_UNARY_DEFINE)
+#undef KILN_UNARY_DEFINE
+#undef KILN_UNARY_DEFINE_Custom
+#undef KILN_UNARY_DEFINE_Method
+#undef KILN_UNARY_DEFINE_Function
 
-Tensor exp(const Tensor& x) {
-  return unary(UnaryOp::Exp, x, {"ExpBackward", Keeps::Output, [](const Tensor& g, const Tensor& y) { return g * y; }});
-}
-
-Tensor log(const Tensor& x) {
-  return unary(UnaryOp::Log, x, {"LogBackward", Keeps::Input, [](const Tensor& g, const Tensor& x) { return g / x; }});
-}
-
-Tensor sqrt(const Tensor& x) {
-  return unary(UnaryOp::Sqrt, x,
-               {"SqrtBackward", Keeps::Output, [](const Tensor& g, const Tensor& y) { return g / (y * 2.0); }});
-}
-
-Tensor rsqrt(const Tensor& x) {
-  return unary(UnaryOp::Rsqrt, x,
-               {"RsqrtBackward", Keeps::Output, [](const Tensor& g, const Tensor& y) { return g * y * y * y * -0.5; }});
-}
-
-Tensor abs(const Tensor& x) {
-  return unary(UnaryOp::Abs, x, {"AbsBackward", Keeps::Input, [](const Tensor& g, const Tensor& x) {
-                                   return g * unary_raw(UnaryOp::Sign, x);
-                                 }});
-}
-
-Tensor erf(const Tensor& x) {
-  return unary(UnaryOp::Erf, x, {"ErfBackward", Keeps::Input, [](const Tensor& g, const Tensor& x) {
-                                   return g * exp(x * x * -1.0) * 1.12837916709551257390;  // 2 / sqrt(pi)
-                                 }});
-}
-
-// sin' = cos, cos' = -sin; both backward formulas are differentiable ops (second derivatives).
-Tensor sin(const Tensor& x) {
-  return unary(UnaryOp::Sin, x,
-               {"SinBackward", Keeps::Input, [](const Tensor& g, const Tensor& x) { return g * cos(x); }});
-}
-
-Tensor cos(const Tensor& x) {
-  return unary(UnaryOp::Cos, x,
-               {"CosBackward", Keeps::Input, [](const Tensor& g, const Tensor& x) { return -(g * sin(x)); }});
-}
-
-Tensor tanh(const Tensor& x) {
-  return unary(UnaryOp::Tanh, x,
-               {"TanhBackward", Keeps::Output, [](const Tensor& g, const Tensor& y) { return g * (1.0 - y * y); },
-                BinaryOp::TanhBackward});
-}
-
-Tensor sigmoid(const Tensor& x) {
-  return unary(UnaryOp::Sigmoid, x,
-               {"SigmoidBackward", Keeps::Output, [](const Tensor& g, const Tensor& y) { return g * y * (1.0 - y); },
-                BinaryOp::SigmoidBackward});
-}
-
-Tensor relu(const Tensor& x) {
-  // the mask is !(y <= 0), as the fused kernel's: a NaN output passes the gradient
-  return unary(UnaryOp::Relu, x,
-               {"ReluBackward", Keeps::Output,
-                [](const Tensor& g, const Tensor& y) { return g * logical_not(y <= 0.0).to(g.dtype()); },
-                BinaryOp::ReluBackward});
-}
-
-namespace {
-// g * gelu'(x) as differentiable ops, for the erf form or the tanh approximation.
-Tensor gelu_grad(const Tensor& g, const Tensor& x, bool tanh_form) {
-  if (tanh_form) {
-    const double k = 0.79788456080286535588, c = 0.044715;
-    Tensor t = tanh((x + x * x * x * c) * k);
-    return g * ((1.0 + t) * 0.5 + x * 0.5 * (1.0 - t * t) * ((x * x * (3.0 * c) + 1.0) * k));
-  }
-  Tensor Phi = (1.0 + erf(x * 0.70710678118654752440)) * 0.5;
-  Tensor pdf = exp(x * x * -0.5) * 0.39894228040143267794;
-  return g * (Phi + x * pdf);
-}
-}  // namespace
-
+// The hand-written entry points (Api Custom) of rows whose functions take more than a tensor.
 Tensor gelu(const Tensor& x, const std::string& approximate) {
   KILN_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or 'tanh', got '",
              approximate, "'");
-  const bool tanh_form = approximate == "tanh";
-  return unary(tanh_form ? UnaryOp::GeluTanh : UnaryOp::GeluErf, x,
-               {"GeluBackward", Keeps::Input,
-                [tanh_form](const Tensor& g, const Tensor& x) { return gelu_grad(g, x, tanh_form); },
-                tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluErfBackward});
-}
-
-Tensor silu(const Tensor& x) {
-  return unary(UnaryOp::Silu, x,
-               {"SiluBackward", Keeps::Input,
-                [](const Tensor& g, const Tensor& x) {
-                  Tensor s = sigmoid(x);
-                  return g * s * (1.0 + x * (1.0 - s));
-                },
-                BinaryOp::SiluBackward});
+  return unary(approximate == "tanh" ? UnaryOp::GeluTanh : UnaryOp::GeluErf, x);
 }
 
 Tensor pow(const Tensor& x, double e) {
   if (e == 1.0 && is_floating(x.dtype())) return x * 1.0;
-  return unary(UnaryOp::PowScalar, x,
-               {"PowBackward", Keeps::Input,
-                [e](const Tensor& g, const Tensor& x) { return e == 2.0 ? g * x * 2.0 : g * pow(x, e - 1.0) * e; }},
-               e);
+  // integers raise to a non-negative integer power exactly; to any other in f32
+  const bool integer_pow = e >= 0 && e == std::floor(e);
+  return unary(UnaryOp::PowScalar, is_floating(x.dtype()) || integer_pow ? x : x.to(DType::F32), e);
 }
 
-Tensor pow(double base, const Tensor& e) {
-  return unary(
-      UnaryOp::RPowScalar, e,
-      {"PowBackward", Keeps::Output, [base](const Tensor& g, const Tensor& y) { return g * y * std::log(base); }},
-      base);
-}
+Tensor pow(double base, const Tensor& e) { return unary(UnaryOp::RPowScalar, e, base); }
 
 Tensor clamp(const Tensor& x, double lo, double hi) {
   KILN_CHECK(!(lo > hi), "clamp: min ", lo, " is greater than max ", hi);
-  return unary(UnaryOp::Clamp, x,
-               {"ClampBackward", Keeps::Input,
-                [lo, hi](const Tensor& g, const Tensor& x) { return g * ((x >= lo) * (x <= hi)).to(g.dtype()); },
-                BinaryOp::ClampBackward, lo, hi},
-               lo, hi);
+  return unary(UnaryOp::Clamp, x, lo, hi);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
@@ -384,10 +334,6 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 Tensor where(const Tensor& cond, const Tensor& a, double b) { return where(cond, a, wrap_scalar(b, a)); }
 Tensor where(const Tensor& cond, double a, const Tensor& b) { return where(cond, wrap_scalar(a, b), b); }
 
-Tensor isnan(const Tensor& a) { return unary_raw(UnaryOp::IsNan, a); }
-Tensor isinf(const Tensor& a) { return unary_raw(UnaryOp::IsInf, a); }
-Tensor isfinite(const Tensor& a) { return unary_raw(UnaryOp::IsFinite, a); }
-Tensor logical_not(const Tensor& a) { return unary_raw(UnaryOp::LogicalNot, a); }
 Tensor logical_and(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::LogicalAnd, a, b); }
 Tensor logical_or(const Tensor& a, const Tensor& b) { return binary_raw(BinaryOp::LogicalOr, a, b); }
 
@@ -420,14 +366,12 @@ Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 // Scalar forms run one unary kernel (no broadcast of a 0-dim tensor).
 Tensor operator+(const Tensor& a, double b) {
   if (!is_floating(a.dtype()) && b != std::floor(b)) return a.to(DType::F32) + b;
-  return unary(UnaryOp::AddScalar, a, {"AddBackward", Keeps::Nothing, [](const Tensor& g, const Tensor&) { return g; }},
-               b);
+  return unary(UnaryOp::AddScalar, a, b);
 }
 Tensor operator-(const Tensor& a, double b) { return a + (-b); }
 Tensor operator*(const Tensor& a, double b) {
   if (!is_floating(a.dtype()) && b != std::floor(b)) return a.to(DType::F32) * b;
-  return unary(UnaryOp::MulScalar, a,
-               {"MulBackward", Keeps::Nothing, [b](const Tensor& g, const Tensor&) { return g * b; }}, b);
+  return unary(UnaryOp::MulScalar, a, b);
 }
 Tensor operator/(const Tensor& a, double b) {
   if (!is_floating(a.dtype())) return a.to(DType::F32) * (1.0 / b);
@@ -436,15 +380,10 @@ Tensor operator/(const Tensor& a, double b) {
 Tensor operator+(double a, const Tensor& b) { return b + a; }
 Tensor operator-(double a, const Tensor& b) {
   if (!is_floating(b.dtype()) && a != std::floor(a)) return a - b.to(DType::F32);
-  return unary(UnaryOp::RSubScalar, b,
-               {"RsubBackward", Keeps::Nothing, [](const Tensor& g, const Tensor&) { return -g; }}, a);
+  return unary(UnaryOp::RSubScalar, b, a);
 }
 Tensor operator*(double a, const Tensor& b) { return b * a; }
-Tensor operator/(double a, const Tensor& b) {
-  // d(a / x)/dx = -a / x^2
-  return unary(UnaryOp::RDivScalar, b,
-               {"RdivBackward", Keeps::Input, [a](const Tensor& g, const Tensor& x) { return -(g * a) / (x * x); }}, a);
-}
+Tensor operator/(double a, const Tensor& b) { return unary(UnaryOp::RDivScalar, b, a); }
 Tensor operator-(const Tensor& a) { return neg(a); }
 
 #define KILN_COMPARISON(OPNAME, SYM, ENUM)                                                                    \
@@ -464,19 +403,7 @@ Tensor Tensor::add(const Tensor& o) const { return kiln::add(*this, o); }
 Tensor Tensor::sub(const Tensor& o) const { return kiln::sub(*this, o); }
 Tensor Tensor::mul(const Tensor& o) const { return kiln::mul(*this, o); }
 Tensor Tensor::div(const Tensor& o) const { return kiln::div(*this, o); }
-Tensor Tensor::neg() const { return kiln::neg(*this); }
-Tensor Tensor::exp() const { return kiln::exp(*this); }
-Tensor Tensor::log() const { return kiln::log(*this); }
-Tensor Tensor::sqrt() const { return kiln::sqrt(*this); }
-Tensor Tensor::rsqrt() const { return kiln::rsqrt(*this); }
-Tensor Tensor::abs() const { return kiln::abs(*this); }
-Tensor Tensor::tanh() const { return kiln::tanh(*this); }
-Tensor Tensor::sin() const { return kiln::sin(*this); }
-Tensor Tensor::cos() const { return kiln::cos(*this); }
-Tensor Tensor::sigmoid() const { return kiln::sigmoid(*this); }
-Tensor Tensor::relu() const { return kiln::relu(*this); }
 Tensor Tensor::gelu(const std::string& approximate) const { return kiln::gelu(*this, approximate); }
-Tensor Tensor::silu() const { return kiln::silu(*this); }
 Tensor Tensor::pow(double e) const { return kiln::pow(*this, e); }
 Tensor Tensor::pow(const Tensor& e) const { return kiln::pow(*this, e); }
 Tensor Tensor::square() const { return kiln::pow(*this, 2.0); }
