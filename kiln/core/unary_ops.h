@@ -58,6 +58,7 @@
   X(Erf,         erf,         Floating,  0,      Function, "ErfBackward",      Input,   None,                          g * exp(x * x * -1.0) * 1.12837916709551257390) \
   X(Sin,         sin,         Floating,  0,      Method, "SinBackward",        Input,   None,                          g * cos(x))                           \
   X(Cos,         cos,         Floating,  0,      Method, "CosBackward",        Input,   None,                          -(g * sin(x)))                        \
+  X(Expm1,       expm1,       Floating,  0,      Method, "Expm1Backward",      Output,  None,                          g * (y + 1.0))                        \
   X(IsNan,       isnan,       Predicate, 0,      Function, nullptr,            NoGrad,  None,                          none)                                 \
   X(IsInf,       isinf,       Predicate, 0,      Function, nullptr,            NoGrad,  None,                          none)                                 \
   X(IsFinite,    isfinite,    Predicate, 0,      Function, nullptr,            NoGrad,  None,                          none)                                 \

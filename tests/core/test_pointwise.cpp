@@ -170,6 +170,49 @@ TEST_CASE("pointwise: special values of log/sqrt/rsqrt/exp", "[pointwise]") {
   CHECK(e[1] == INFINITY);
 }
 
+TEST_CASE("pointwise: expm1 forward, near zero, special values and dtypes", "[pointwise]") {
+  // e - 1, 1/e - 1, ln 2 -> 1, and near 0 where exp(x) - 1 cancels: expm1(x) = x + x^2/2 + x^3/6 + ...
+  Tensor x = kiln::tensor({1.0, -1.0, 0.0, 0.69314718055994530942, 1e-10, -1e-10, 1e-300}, f64());
+  check_close(kiln::expm1(x),
+              {1.7182818284590452354, -0.63212055882855767840, 0.0, 1.0, 1.00000000005e-10, -0.99999999995e-10, 1e-300},
+              4e-16, 0, "expm1 f64");
+  check_close(x.expm1(), values(kiln::expm1(x)), 0, 0, "x.expm1()");
+  // f32 keeps the relative accuracy near 0 that exp(x) - 1 loses entirely (exp(1e-10f) == 1.0f)
+  Tensor xf = kiln::tensor({1e-10, -3e-8, 1.0, -1.0});
+  Tensor yf = kiln::expm1(xf);
+  CHECK(yf.dtype() == DType::F32);
+  check_close(yf, {1.00000000005e-10, -2.99999995e-8, 1.7182818284590452354, -0.63212055882855767840}, 2e-7, 0,
+              "expm1 f32");
+  // PyTorch: expm1(inf) = inf, expm1(-inf) = -1, NaN stays NaN, expm1(-0) = -0
+  Tensor special = kiln::tensor({INFINITY, -INFINITY, NAN, -0.0}, f64());
+  auto s = values(kiln::expm1(special));
+  CHECK(s[0] == INFINITY);
+  CHECK(s[1] == -1.0);
+  CHECK(std::isnan(s[2]));
+  CHECK(s[3] == 0.0);
+  CHECK(std::signbit(s[3]));
+  // integer input computes in float32, as torch.expm1; 16-bit inputs compute in f32 and round once
+  Tensor xi = kiln::tensor({0.0, 1.0, -2.0}, TensorOptions().dtype(DType::I64));
+  Tensor yi = kiln::expm1(xi);
+  CHECK(yi.dtype() == DType::F32);
+  check_close(yi, {0.0, 1.7182818284590452354, -0.86466471676338730811}, 2e-7, 0, "expm1 int64");
+  for (DType dt : {DType::F16, DType::BF16}) {
+    Tensor yh = kiln::expm1(kiln::tensor({0.5, -0.5, 2.0}).to(dt));
+    CHECK(yh.dtype() == dt);
+    check_close(yh, {0.64872127070012814685, -0.39346934028736657640, 6.3890560989306502272},
+                dt == DType::F16 ? 1e-3 : 8e-3, 0, "expm1 16-bit");
+  }
+}
+
+TEST_CASE("pointwise: expm1 gradient is g * (y + 1), at special values too", "[pointwise]") {
+  // d/dx (e^x - 1) = e^x = y + 1 (PyTorch's derivatives.yaml: grad * (result + 1)):
+  // 1 at 0, e at 1, 0 at -inf, inf at inf, NaN at NaN
+  Tensor x = kiln::tensor({0.0, 1.0, -INFINITY, INFINITY, NAN}, f64(true));
+  kiln::expm1(x).sum().backward();
+  check_close(x.grad(), {1.0, 2.7182818284590452354, 0.0, INFINITY, NAN}, 4e-16, 0, "expm1 grad");
+  CHECK(kiln::expm1(x).grad_fn()->name() == "Expm1Backward");
+}
+
 TEST_CASE("pointwise: gradcheck of unary ops", "[pointwise][gradcheck]") {
   kiln::manual_seed(15);
   Tensor x = kiln::randn({3, 4}, f64(true));
@@ -188,6 +231,8 @@ TEST_CASE("pointwise: gradcheck of unary ops", "[pointwise][gradcheck]") {
   CHECK(kiln::gradcheck([](const TL& in) { return kiln::gelu(in[0], "tanh"); }, {x}));
   CHECK(kiln::gradcheck([](const TL& in) { return kiln::silu(in[0]); }, {x}));
   CHECK(kiln::gradcheck([](const TL& in) { return kiln::erf(in[0]); }, {x}));
+  CHECK(kiln::gradcheck([](const TL& in) { return kiln::expm1(in[0]); }, {x}));
+  CHECK(kiln::gradcheck([](const TL& in) { return in[0].expm1(); }, {x}));
   CHECK(kiln::gradcheck([](const TL& in) { return in[0].square(); }, {x}));
 }
 
@@ -212,6 +257,7 @@ TEST_CASE("pointwise: second derivatives (create_graph) of activations", "[point
       {"silu", [](const Tensor& t) { return kiln::silu(t); }},
       {"exp", [](const Tensor& t) { return kiln::exp(t); }},
       {"erf", [](const Tensor& t) { return kiln::erf(t); }},
+      {"expm1", [](const Tensor& t) { return kiln::expm1(t); }},
       {"pow 3", [](const Tensor& t) { return kiln::pow(t, 3.0); }},
   };
   for (auto& [name, f] : fns) {

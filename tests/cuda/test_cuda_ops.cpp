@@ -41,6 +41,7 @@ TEST_CASE("unary ops match the CPU", "[cuda][pointwise]") {
       {"gelu_tanh", [](const Tensor& x) { return x.gelu("tanh"); }},
       {"silu", [](const Tensor& x) { return x.silu(); }},
       {"erf", [](const Tensor& x) { return kiln::erf(x); }},
+      {"expm1", [](const Tensor& x) { return x.expm1(); }},
       {"pow", [](const Tensor& x) { return x.abs().pow(1.7); }},
       {"clamp", [](const Tensor& x) { return x.clamp(-0.5, 0.7); }},
       {"scalar ops", [](const Tensor& x) { return (2.0 - x * 3.0 + 1.5) / 2.0; }},

@@ -16,6 +16,7 @@ namespace kiln::math {
 using ::cos;
 using ::erf;
 using ::exp;
+using ::expm1;
 using ::log;
 using ::pow;
 using ::sin;
@@ -25,6 +26,7 @@ using ::tanh;
 using std::cos;
 using std::erf;
 using std::exp;
+using std::expm1;
 using std::log;
 using std::pow;
 using std::sin;
@@ -65,6 +67,10 @@ struct Sin {
 };
 struct Cos {
   template <class T> KILN_INLINE T operator()(T x) const { return cos(x); }
+};
+// e^x - 1 without the cancellation of exp(x) - 1 near 0; expm1(-inf) = -1, expm1(-0) = -0
+struct Expm1 {
+  template <class T> KILN_INLINE T operator()(T x) const { return expm1(x); }
 };
 struct Square {
   template <class T> KILN_INLINE T operator()(T x) const { return x * x; }
