@@ -20,6 +20,15 @@ class Error : public std::runtime_error {
   int line_ = 0;
 };
 
+// Memory ran out: a device's (or the CPU allocator's, under set_cpu_memory_limit) memory could
+// not hold an allocation, even after the allocator gave its cache back. A kiln::Error, so code that
+// catches errors catches it; code that can recover (kiln-train writes a checkpoint) catches it by
+// type, as torch.cuda.OutOfMemoryError.
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <class T> void stream_one(std::ostream& os, const T& v) { os << v; }
 template <class T> void stream_one(std::ostream& os, const std::vector<T>& v) {
@@ -42,3 +51,5 @@ template <class... Args> std::string concat(const Args&... args) {
   } while (0)
 
 #define KILN_FAIL(...) throw ::kiln::Error(::kiln::detail::concat(__VA_ARGS__), __FILE__, __LINE__)
+#define KILN_FAIL_OUT_OF_MEMORY(...) \
+  throw ::kiln::OutOfMemoryError(::kiln::detail::concat(__VA_ARGS__), __FILE__, __LINE__)

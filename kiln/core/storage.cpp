@@ -28,6 +28,10 @@ class CachingCpuAllocator final : public Allocator {
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
     size_t rounded = (nbytes + 63) / 64 * 64;  // aligned_alloc needs a multiple of the alignment
+    const size_t limit = limit_.load(), live = allocated_.load();
+    if (limit && (rounded > limit || live > limit - rounded))
+      KILN_FAIL_OUT_OF_MEMORY("out of memory on cpu: tried to allocate ", nbytes, " bytes; live tensors hold ", live,
+                              " bytes of the ", limit, "-byte limit (set_cpu_memory_limit)");
     if (rounded >= kCacheMin) {
       rounded = (rounded + 65535) / 65536 * 65536;
       std::lock_guard<std::mutex> lock(mu_);
@@ -47,7 +51,9 @@ class CachingCpuAllocator final : public Allocator {
       empty_cache();
       p = std::aligned_alloc(64, rounded);
     }
-    KILN_CHECK(p != nullptr, "CPU allocator: out of memory allocating ", nbytes, " bytes");
+    if (!p)
+      KILN_FAIL_OUT_OF_MEMORY("out of memory on cpu: the system could not allocate ", nbytes,
+                              " bytes (live tensors hold ", allocated_.load(), " bytes)");
     if (rounded >= kCacheMin) {
       std::lock_guard<std::mutex> lock(mu_);
       live_[p] = rounded;
@@ -81,6 +87,8 @@ class CachingCpuAllocator final : public Allocator {
   }
 
   size_t allocated() const { return allocated_.load(); }
+  void set_limit(size_t bytes) { limit_ = bytes; }
+  size_t limit() const { return limit_.load(); }
   size_t peak() const { return peak_.load(); }
   void reset_peak() { peak_ = allocated_.load(); }
 
@@ -104,7 +112,7 @@ class CachingCpuAllocator final : public Allocator {
     }
   }
 
-  std::atomic<size_t> allocated_{0}, peak_{0};
+  std::atomic<size_t> allocated_{0}, peak_{0}, limit_{0};
   std::mutex mu_;
   std::multimap<size_t, void*> free_;
   std::unordered_map<void*, size_t> live_;
@@ -128,6 +136,8 @@ CpuMemoryStats cpu_memory_stats() {
   return CpuMemoryStats{a.allocated(), a.peak(), a.cached_bytes()};
 }
 void reset_cpu_peak_memory() { cpu_caching_allocator().reset_peak(); }
+void set_cpu_memory_limit(size_t bytes) { cpu_caching_allocator().set_limit(bytes); }
+size_t cpu_memory_limit() { return cpu_caching_allocator().limit(); }
 
 void empty_cpu_cache() { cpu_caching_allocator().empty_cache(); }
 size_t cpu_cached_bytes() { return cpu_caching_allocator().cached_bytes(); }

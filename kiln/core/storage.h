@@ -30,6 +30,11 @@ struct CpuMemoryStats {
 };
 CpuMemoryStats cpu_memory_stats();
 void reset_cpu_peak_memory();
+// Caps the bytes live CPU tensors may hold (0: no cap, the default). An allocation past it throws
+// kiln::OutOfMemoryError naming the cap, as a device that ran out would; kiln-train's
+// --memory-fraction sets it on the CPU. Like cuda::set_per_process_memory_fraction on a GPU.
+void set_cpu_memory_limit(size_t bytes);
+size_t cpu_memory_limit();
 Allocator* allocator_for(Device device);  // CPU or the current backend's device allocator
 Allocator* pinned_allocator();            // page-locked host memory; CPU allocator without CUDA
 void register_allocator(DeviceType type, Allocator* a);

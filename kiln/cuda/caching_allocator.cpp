@@ -211,8 +211,9 @@ void* CachingAllocator::allocate_locked(size_t nbytes, void* stream) {
         details += detail::concat(details.empty() ? "" : "\n", "  this process may reserve at most ", memory_limit_,
                                   " bytes (", human(memory_limit_), ") on ", name_,
                                   " (set_per_process_memory_fraction); ", stats_.reserved_bytes, " are reserved");
-      KILN_FAIL("out of memory on ", name_, ": tried to allocate ", nbytes, " bytes (", human(nbytes), "; a ",
-                human(seg), " segment)", details.empty() ? "" : "\n", details, "\n", summary_locked());
+      KILN_FAIL_OUT_OF_MEMORY("out of memory on ", name_, ": tried to allocate ", nbytes, " bytes (", human(nbytes),
+                              "; a ", human(seg), " segment)", details.empty() ? "" : "\n", details, "\n",
+                              summary_locked());
     }
   }
 

@@ -376,7 +376,7 @@ TEST_CASE("caching allocator memory limit: allocations past the cap fail and nam
   try {
     a.allocate(3 * MiB);
     FAIL("expected an out-of-memory error at the cap");
-  } catch (const kiln::Error& e) {
+  } catch (const kiln::OutOfMemoryError& e) {  // a kiln::Error, catchable by its own type
     std::string msg = e.what();
     CHECK(msg.find("out of memory on fake:0") != std::string::npos);
     CHECK(msg.find("at most " + std::to_string(12 * MiB) + " bytes") != std::string::npos);
