@@ -90,7 +90,7 @@ for d in $(wheel_lib_dirs | grep -E '/(cudnn|nccl)/lib$') /usr/local/cuda/lib64 
 done
 # last: the pack's own lib/ (libkiln and the Gloo libraries a GPU image lacks)
 export LD_LIBRARY_PATH="$lib_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:$work/lib"
-if ldd "$work/lib/libkiln.so.0" | grep -q 'not found'; then  # only then: the system's own come first
+if grep -q 'not found' <<<"$(ldd "$work/lib/libkiln.so.0")"; then  # only then: the system's own come first
   export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$work/lib/fallback"
 fi
 export PATH="/usr/local/cuda/bin:$PATH"
@@ -224,7 +224,7 @@ train_ranks() {
     a+=("$x")
   done
   if [[ $REHEARSE == 1 ]]; then
-    if ! ldd "$work/lib/libkiln.so.0" | grep -q libgloo; then
+    if ! grep -q libgloo <<<"$(ldd "$work/lib/libkiln.so.0")"; then
       step "$name" 5 "$deadline" bash -c 'echo "this build has no Gloo: a CPU job cannot run"; exit 77'
       return
     fi
@@ -291,6 +291,10 @@ train train-gpt2-124m 60 "$T_TRAIN" --model gpt --gpt-size "$([[ $REHEARSE == 1 
   --batch-size 16 --amp bf16 --max-steps 30 --log-every 10 --data "$TEXT" --out "$work/runs/gpt2"
 step pytorch-gpt2-124m 60 "$T_TRAIN" "$PY" "$ROOT/bench/train/pytorch_gpt_peer.py" --data "$TEXT" --batch-size 16 \
   --steps 30 $([[ $REHEARSE == 1 ]] && echo --list)
+# out of GPU memory mid-run (--memory-fraction from step 25): a checkpoint, exit 5, and a resume to
+# the weights of a run that never stopped (docs/robustness.md); a rehearsal runs it on the CPU
+step train-oom 60 "$T_TRAIN" env KILN_TRAIN_DATA="$FM" bash "$ROOT/tests/train/test_kiln_train.sh" "$BIN/kiln-train" \
+  "$([[ $REHEARSE == 1 ]] && echo oom || echo oom-cuda)"
 # the profiler's CUDA event timing and sync-debug's count (kiln-guide's tip 7 on a GPU); sync-debug
 # is refused on the CPU, so a rehearsal profiles without it
 train train-cnn-profile 20 "$T_TRAIN" --data "$FM" --max-steps 12 --profile 4 --log-every 4 \

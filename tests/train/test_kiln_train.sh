@@ -5,6 +5,9 @@
 #   sigint   Ctrl-C writes a checkpoint and exits with 130; the run then resumes
 #   sigterm  the same for SIGTERM (what a job scheduler sends), exit 143
 #   nan      an absurd --lr makes the loss non-finite: stops with the step named, exit 3
+#   oom      running out of memory mid-run (--memory-fraction from a step on): a checkpoint as of
+#            that step's start and exit 5; resuming it ends with the weights of a run that never
+#            stopped, bitwise (oom-cuda: the same on the GPU, for the GPU verdict)
 #   switches the guide's switches change what runs: host reads per step (--sync-every-step), the
 #            inputs' statistics (--normalize-inputs), evaluations (--eval-every), the LR
 #            (--auto-lr) and the steps' peak memory (batch, --checkpoint-activations)
@@ -53,6 +56,7 @@ errors)
   refused 2 "drop one of them" "zero with clip-grad" --device cpu --zero --clip-grad 1
   refused 2 "sync-debug needs a CUDA device" "sync-debug on cpu" --device cpu --sync-debug warn
   refused 2 "drop --lr" "auto-lr with lr" --device cpu --auto-lr --lr 0.1
+  refused 2 "which is not set" "memory-fraction-from-step alone" --device cpu --memory-fraction-from-step 3
   refused 2 "token ids" "normalize-inputs on gpt" --device cpu --model gpt --normalize-inputs false
   refused 2 "conv-bias applies to --model cnn" "conv-bias on resnet18" --device cpu --model resnet18 --conv-bias
   refused any "zero-grad" "zero-grad nothing" --device cpu --zero-grad nothing
@@ -88,6 +92,23 @@ nan)
     || fail "no non-finite message: $out"
   [ ! -e "$tmp/n/model.safetensors" ] || fail "a NaN model was saved"
   echo "nan: stopped at $(grep -Eo 'step [0-9]+' <<< "$out" | head -1)"
+  ;;
+oom|oom-cuda)
+  dev=$([ "$what" = oom ] && echo cpu || echo cuda)
+  run=(--device "$dev" --model mlp --workers 2 --seed 7 --log-every 100 --epochs 1 --max-steps 40
+       ${KILN_TRAIN_DATA:+--data "$KILN_TRAIN_DATA"})
+  "$bin" "${run[@]}" --out "$tmp/a" > "$tmp/a.log"
+  set +e
+  out=$("$bin" "${run[@]}" --memory-fraction 1e-9 --memory-fraction-from-step 25 --out "$tmp/o" 2>&1); rc=$?
+  set -e
+  [ $rc -eq 5 ] || fail "expected exit 5 when memory runs out, got $rc: $out"
+  grep -q "kiln-train: out of memory at step 25 (epoch 1, batch 25): out of memory on $dev" <<< "$out" \
+    || fail "no out-of-memory message naming the step: $out"
+  grep -q "wrote $tmp/o/checkpoint.safetensors as of the start of that step" <<< "$out" || fail "no checkpoint: $out"
+  "$bin" "${run[@]}" --out "$tmp/o" --resume "$tmp/o/checkpoint.safetensors" > "$tmp/r.log"
+  grep -q "resumed from .* at epoch 0, batch 25, step 25" "$tmp/r.log" || fail "no resume at step 25: $(cat "$tmp/r.log")"
+  cmp "$tmp/a/model.safetensors" "$tmp/o/model.safetensors" || fail "weights differ after the out-of-memory resume"
+  echo "$what: out of memory at step 25, checkpointed, resumed to identical weights"
   ;;
 switches)
   # the JSON summary's field $2 of the run whose output is $1

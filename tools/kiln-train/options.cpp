@@ -66,6 +66,13 @@ Options parse(int argc, char** argv) {
   app.add_option("--ema", o.ema, "evaluate an exponential moving average of the weights with this decay (0: off)")
       ->check(CLI::Range(0.0, 0.99999));
   app.add_flag("--cuda-graphs", o.cuda_graphs, "capture the training step as a CUDA graph");
+  app.add_option("--memory-fraction", o.memory_fraction,
+                 "cap the memory this run may hold at this fraction of the device's (GPU memory, or RAM on the "
+                 "CPU); running out writes a checkpoint and exits with code 5")
+      ->check(CLI::Range(1e-12, 1.0));
+  app.add_option("--memory-fraction-from-step", o.memory_fraction_from_step,
+                 "apply --memory-fraction from this optimizer step on (a drill: run out of memory mid-run)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--seed", o.seed, "random seed");
   app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: no limit)")
       ->check(CLI::NonNegativeNumber);
@@ -155,6 +162,8 @@ void validate(Options& o, bool cuda_available) {
              "BatchNorm), not --model ", o.model);
   KILN_CHECK(o.grad_to_none || !o.cuda_graphs, "--zero-grad zero with --cuda-graphs: a captured step writes its ",
              "gradients in place at every replay, so zero_grad is never called; drop one of them");
+  KILN_CHECK(o.memory_fraction < 1 || o.memory_fraction_from_step == 0,
+             "--memory-fraction-from-step applies --memory-fraction, which is not set");
   if (o.model == "gpt" && o.max_steps == 0) o.max_steps = 300;
   if (o.model == "gpt" && o.batch_size == 128) o.batch_size = 32;
 }

@@ -41,6 +41,10 @@ struct Options {
   int64_t profile = 0;             // profile this many steps after kProfileWarmup (0: off)
   int threads = 0;                 // OpenMP threads for the kernels; 0: all cores
   bool flush_denormal = true;      // CPU: denormal floats read and written as 0 (FTZ/DAZ)
+  // Cap the memory the run may hold at this fraction of the device's (the GPU's memory, or the
+  // machine's RAM for the CPU) from optimizer step memory_fraction_from_step on; 1: no cap.
+  double memory_fraction = 1;
+  int64_t memory_fraction_from_step = 0;
   // The guides' small habits, each switchable to its slow side to measure it (docs/guide.md,
   // speed-ups 5, 11, 13, 15 and 16).
   bool fused_optimizer = true;  // one multi-tensor step kernel per group (false: one per parameter)

@@ -2,7 +2,9 @@
 #include "trainer.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -286,25 +288,38 @@ std::optional<int> Trainer::train_epoch(int64_t epoch) {
       ++b;
       continue;
     }
+    if (micro_ % o_.grad_accum == 0) {  // a new optimizer step begins
+      auto& gen = kiln::default_generator(kiln::Device::cpu());
+      step_first_batch_ = b;
+      step_samples_ = pos_.samples;
+      step_rng_seed_ = gen.seed();
+      step_rng_offset_ = gen.offset();
+      if (!memory_capped_ && o_.memory_fraction < 1 && pos_.step >= o_.memory_fraction_from_step)
+        apply_memory_cap(true);
+    }
     profile_.before_step(pos_.step, micro_ % o_.grad_accum == 0);
     std::optional<kiln::profiler::Range> step_range;
     if (profile_.active()) step_range.emplace("step");
     ++micro_;
     const bool last_micro = micro_ % o_.grad_accum == 0;
     Tensor loss;
-    if (graph_->active()) {
-      // CUDA graphs (docs/guide.md, speed-up 22): after a few eager warm-up steps (optimizer state, cuDNN
-      // autotuning), the whole step is captured once and replayed with one launch per step.
-      loss = graph_->step(batch, [&](const kiln::data::Batch& bt) { return train_micro(bt, true); });
-    } else {
-      loss = train_micro(batch, last_micro);
-      if (last_micro) graph_->count_eager_step();
+    try {
+      if (graph_->active()) {
+        // CUDA graphs (docs/guide.md, speed-up 22): after a few eager warm-up steps (optimizer state, cuDNN
+        // autotuning), the whole step is captured once and replayed with one launch per step.
+        loss = graph_->step(batch, [&](const kiln::data::Batch& bt) { return train_micro(bt, true); });
+      } else {
+        loss = train_micro(batch, last_micro);
+        if (last_micro) graph_->count_eager_step();
+      }
+      if (last_micro) finish_step();
+    } catch (const kiln::OutOfMemoryError& e) {
+      return stop_out_of_memory(e, epoch, epoch_start, progress);
     }
     ++b;
     pos_.samples += task_->samples_per_batch(batch);
     window_samples_ += task_->samples_per_batch(batch);
     if (last_micro) {
-      finish_step();
       step_range.reset();
       profile_.after_step(pos_.step, main_rank_);
       if (auto code = after_step(loss, epoch, b + o_.grad_accum > batches_, progress)) return code;
@@ -409,13 +424,14 @@ std::optional<int> Trainer::log_point(const Tensor& loss, int64_t epoch, kiln::u
   window_samples_ = 0;
   const double lr = opt_ref_->param_groups()[0].lr();
   const double gn = grad_norm_.defined() ? read_host(grad_norm_) : -1;
-  // Without loss scaling a non-finite loss or gradient norm only gets worse: stop with the step
-  // that showed it. Checked where the loss is read anyway (every --log-every steps), so no step
-  // pays a host sync for it; the GradScaler skips such steps by itself. Under a launcher the rank
-  // that sees it exits and the launcher stops the others.
-  if (!scaler_->is_enabled() && (!std::isfinite(last_loss_) || (grad_norm_.defined() && !std::isfinite(gn)))) {
+  // A non-finite loss or gradient norm only gets worse: stop with the step that showed it. Checked
+  // where the loss is read anyway (every --log-every steps), so no step pays a host sync for it.
+  // With loss scaling (fp16) a non-finite gradient is the GradScaler's to skip (the summary counts
+  // those steps), but a non-finite loss is not: scaling does not change the forward pass. Under a
+  // launcher the rank that sees it exits and the launcher stops the others.
+  const bool loss_bad = !std::isfinite(last_loss_);
+  if (loss_bad || (!scaler_->is_enabled() && grad_norm_.defined() && !std::isfinite(gn))) {
     progress.finish();
-    const bool loss_bad = !std::isfinite(last_loss_);
     const double bad = loss_bad ? last_loss_ : gn;
     std::fprintf(stderr,
                  "kiln-train: the %s is %s at step %lld (epoch %lld; checked every --log-every %lld steps); "
@@ -464,6 +480,45 @@ std::optional<int> Trainer::stop_if_signalled(int64_t epoch, int64_t batch, bool
                 stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", ckpt_path_.c_str(), ckpt_path_.c_str());
   finish_parallel(o_);
   return 128 + stop_signal;
+}
+
+// --memory-fraction: the cap on what this run may hold, as a fraction of the device's memory (the
+// GPU's, or the machine's RAM for the CPU allocator).
+void Trainer::apply_memory_cap(bool on) {
+  memory_capped_ = on;
+  const double f = on ? o_.memory_fraction : 1.0;
+  if (cuda_) {
+    kiln::cuda::set_per_process_memory_fraction(f, o_.cuda_device);
+  } else {
+    const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+    kiln::set_cpu_memory_limit(f >= 1 ? 0 : std::max<size_t>(1, static_cast<size_t>(f * ram)));
+  }
+}
+
+// Out of memory inside a step: the run is checkpointed as it was when that optimizer step began
+// (its first batch, the RNG), which the step had not changed yet, so --resume continues exactly.
+int Trainer::stop_out_of_memory(const kiln::OutOfMemoryError& e, int64_t epoch, double epoch_start,
+                                kiln::utils::Progress& progress) {
+  const std::string why = e.what();
+  if (memory_capped_) apply_memory_cap(false);  // writing the checkpoint needs memory too
+  opt_ref_->zero_grad(true);
+  kiln::default_generator(kiln::Device::cpu()).set_state(step_rng_seed_, step_rng_offset_);
+  const int64_t first = step_first_batch_;
+  pos_.epoch = epoch;
+  pos_.batch_in_epoch = first;
+  pos_.samples = step_samples_;
+  pos_.train_seconds += now_seconds() - epoch_start - eval_seconds_;
+  progress.finish();
+  if (writes_checkpoints_) save_checkpoint(ckpt_path_, o_, task_->model(), *opt_ref_, sched_.get(), ema_.get(), pos_);
+  std::fprintf(stderr,
+               "kiln-train: out of memory at step %lld (epoch %lld, batch %lld): %s\n"
+               "kiln-train: wrote %s as of the start of that step; continue with --resume %s, with more memory "
+               "(a larger --memory-fraction) or with less need (a smaller --batch-size, --amp bf16, "
+               "--checkpoint-activations)\n",
+               static_cast<long long>(pos_.step), static_cast<long long>(epoch + 1), static_cast<long long>(first),
+               why.substr(0, why.find('\n')).c_str(), ckpt_path_.c_str(), ckpt_path_.c_str());
+  finish_parallel(o_);
+  return 5;
 }
 
 // The epoch's checkpoints (the latest, and one per epoch to go back to); rank 0 evaluates (the
@@ -521,6 +576,7 @@ void Trainer::add_step_facts(nlohmann::ordered_json& summary) {
     if (o_.sync_debug != "off")
       summary["implicit_syncs_per_step"] = static_cast<double>(steps_.syncs()) / static_cast<double>(steps);
   }
+  if (scaler_->is_enabled()) summary["skipped_steps"] = scaler_->num_skipped_steps();  // fp16: Inf/NaN gradients
   summary["train_peak_allocated_bytes"] = steps_.peak_bytes();
   summary["eval_peak_growth_bytes"] = evals_.peak_growth_bytes();
   if (const double pace = eval_pace_.samples_per_second(); pace > 0) summary["eval_samples_per_second"] = pace;

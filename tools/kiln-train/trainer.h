@@ -107,6 +107,9 @@ class Trainer {
   double evaluate_and_log(int64_t epoch);
   std::optional<int> stop_if_signalled(int64_t epoch, int64_t batch, bool last_micro, double epoch_start,
                                        kiln::utils::Progress& progress);
+  void apply_memory_cap(bool on);
+  int stop_out_of_memory(const kiln::OutOfMemoryError& e, int64_t epoch, double epoch_start,
+                         kiln::utils::Progress& progress);
   void end_epoch(int64_t epoch);
   int finish();
   void add_step_facts(nlohmann::ordered_json& summary);
@@ -145,6 +148,11 @@ class Trainer {
   EvalPace eval_pace_;
   double eval_seconds_ = 0;  // --eval-every: evaluation time inside the epoch, not training time
   bool measured_ = false;    // a loss and a rate exist only from the epoch's first log point on
+  // Where the current optimizer step began (its first micro-batch, the RNG's state): an
+  // out-of-memory stop checkpoints the run as it was there.
+  int64_t step_first_batch_ = 0, step_samples_ = 0;
+  uint64_t step_rng_seed_ = 0, step_rng_offset_ = 0;
+  bool memory_capped_ = false;
 };
 
 }  // namespace kiln_train
