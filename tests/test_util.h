@@ -152,11 +152,13 @@ inline void check_grad_scaler_backoff_and_growth(kiln::amp::GradScaler& scaler, 
                                                  const kiln::Tensor& w) {
   opt.zero_grad();
   const kiln::Tensor before = w.detach().cpu().clone();
+  const int64_t skipped = scaler.num_skipped_steps();
   scaler.scale((w * INFINITY).sum()).backward();
   scaler.step(opt);
   scaler.update();
   REQUIRE(kiln::equal(w.detach().cpu(), before));
   REQUIRE(scaler.get_scale() == 32768.0);
+  REQUIRE(scaler.num_skipped_steps() == skipped + 1);  // counted
   opt.zero_grad();
   for (int i = 0; i < 3; ++i) {
     scaler.scale((w * w).sum()).backward();
@@ -165,6 +167,7 @@ inline void check_grad_scaler_backoff_and_growth(kiln::amp::GradScaler& scaler, 
     opt.zero_grad();
   }
   REQUIRE(scaler.get_scale() == 65536.0);
+  REQUIRE(scaler.num_skipped_steps() == skipped + 1);  // clean steps are not counted
 }
 
 // sin(arange(n) * a + b) in f64: inputs that a PyTorch script rebuilds exactly, so reference

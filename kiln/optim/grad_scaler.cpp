@@ -18,8 +18,10 @@ void GradScaler::lazy_init(Device device) {
   NoGradGuard ng;
   double s = scale_.defined() ? scale_.item<double>() : o_.init_scale();
   double t = growth_tracker_.defined() ? growth_tracker_.item<double>() : 0;
+  double k = skipped_.defined() ? skipped_.item<double>() : 0;
   scale_ = full({}, s, TensorOptions().dtype(DType::F32).device(device));
   growth_tracker_ = full({}, t, TensorOptions().dtype(DType::I64).device(device));
+  skipped_ = full({}, k, TensorOptions().dtype(DType::I64).device(device));
   found_inf_ = zeros({}, TensorOptions().dtype(DType::F32).device(device));
 }
 
@@ -63,10 +65,12 @@ void GradScaler::update() {
   NoGradGuard ng;
   // Computed where the tensors live: on a GPU a one-thread kernel reads found_inf and writes the
   // next scale and growth tracker, so the training step does not wait for the host.
-  kernels::amp_update_scale_(scale_, growth_tracker_, found_inf_, o_.growth_factor(), o_.backoff_factor(),
+  kernels::amp_update_scale_(scale_, growth_tracker_, skipped_, found_inf_, o_.growth_factor(), o_.backoff_factor(),
                              o_.growth_interval());
   unscaled_ = false;
 }
+
+int64_t GradScaler::num_skipped_steps() const { return enabled_ && skipped_.defined() ? skipped_.item<int64_t>() : 0; }
 
 double GradScaler::get_scale() const {
   if (!enabled_) return 1.0;
@@ -90,6 +94,7 @@ void GradScaler::load_state_dict(const std::vector<std::pair<std::string, Tensor
   Device d = scale_.defined() ? scale_.device() : Device::cpu();
   scale_ = full({}, s, TensorOptions().dtype(DType::F32).device(d));
   growth_tracker_ = full({}, t, TensorOptions().dtype(DType::I64).device(d));
+  if (!skipped_.defined() || skipped_.device() != d) skipped_ = zeros({}, TensorOptions().dtype(DType::I64).device(d));
   found_inf_ = zeros({}, TensorOptions().dtype(DType::F32).device(d));
 }
 

@@ -45,6 +45,10 @@ class GradScaler {
   void update();
 
   double get_scale() const;  // reads the scale (a host sync on a device)
+  // Steps skipped because a gradient was Inf/NaN, counted on the device by update(); reading it
+  // is a host sync. A statistic of this scaler's life, not part of state_dict().
+  int64_t num_skipped_steps() const;
+  const Tensor& skipped_steps_tensor() const { return skipped_; }
   const Tensor& scale_tensor() const { return scale_; }
   const Tensor& found_inf() const { return found_inf_; }
 
@@ -56,7 +60,7 @@ class GradScaler {
   void lazy_init(Device device);
   GradScalerOptions o_;
   bool enabled_;
-  Tensor scale_, found_inf_, growth_tracker_;
+  Tensor scale_, found_inf_, growth_tracker_, skipped_;
   bool unscaled_ = false;
 };
 

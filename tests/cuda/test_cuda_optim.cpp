@@ -342,13 +342,16 @@ TEST_CASE("GradScaler on the GPU: unscale, skip on overflow, back off and grow o
   // the kernel directly, f32 scale
   Tensor scale = kiln::full({}, 8.0, kiln::TensorOptions(DType::F32).device(kGpu));
   Tensor tracker = kiln::full({}, 1.0, kiln::TensorOptions(DType::I64).device(kGpu));
+  Tensor skipped = kiln::zeros({}, kiln::TensorOptions(DType::I64).device(kGpu));
   Tensor found = kiln::zeros({}, kiln::TensorOptions(DType::F32).device(kGpu));
-  kiln::kernels::amp_update_scale_(scale, tracker, found, 2.0, 0.5, 2);
+  kiln::kernels::amp_update_scale_(scale, tracker, skipped, found, 2.0, 0.5, 2);
   REQUIRE(scale.cpu().item<double>() == 16.0);
   REQUIRE(tracker.cpu().item<int64_t>() == 0);
+  REQUIRE(skipped.cpu().item<int64_t>() == 0);
   found.fill_(1.0);
-  kiln::kernels::amp_update_scale_(scale, tracker, found, 2.0, 0.25, 2);
+  kiln::kernels::amp_update_scale_(scale, tracker, skipped, found, 2.0, 0.25, 2);
   REQUIRE(scale.cpu().item<double>() == 4.0);
+  REQUIRE(skipped.cpu().item<int64_t>() == 1);
 }
 
 TEST_CASE("EMA.update on the GPU equals the CPU", "[cuda][ema]") {

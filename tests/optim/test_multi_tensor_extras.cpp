@@ -81,8 +81,9 @@ TEST_CASE("EMA.update is the fused lerp: shadow = d * shadow + (1 - d) * param",
 TEST_CASE("amp_update_scale_ follows GradScaler's schedule on the CPU", "[optim][amp]") {
   Tensor scale = kiln::full({}, 1024.0, DType::F32);
   Tensor tracker = kiln::zeros({}, DType::I64);
+  Tensor skipped = kiln::zeros({}, DType::I64);
   Tensor found = kiln::zeros({}, DType::F32);
-  auto update = [&] { kiln::kernels::amp_update_scale_(scale, tracker, found, 2.0, 0.5, 3); };
+  auto update = [&] { kiln::kernels::amp_update_scale_(scale, tracker, skipped, found, 2.0, 0.5, 3); };
   update();
   update();
   REQUIRE(scale.item<double>() == 1024.0);
@@ -92,16 +93,23 @@ TEST_CASE("amp_update_scale_ follows GradScaler's schedule on the CPU", "[optim]
   REQUIRE(tracker.item<int64_t>() == 0);
   update();
   found.fill_(1.0);
-  update();  // overflow: back off and reset
+  REQUIRE(skipped.item<int64_t>() == 0);
+  update();  // overflow: back off and reset, and count the skipped step
   REQUIRE(scale.item<double>() == 1024.0);
   REQUIRE(tracker.item<int64_t>() == 0);
+  REQUIRE(skipped.item<int64_t>() == 1);
+  update();
+  REQUIRE(skipped.item<int64_t>() == 2);
   // the shared rule itself
   double s = 8.0;
-  int64_t t = 1999;
-  kiln::math::update_loss_scale(s, t, false, 2.0, 0.5, 2000);
+  int64_t t = 1999, k = 0;
+  kiln::math::update_loss_scale(s, t, k, false, 2.0, 0.5, 2000);
   REQUIRE(s == 16.0);
   REQUIRE(t == 0);
-  kiln::math::update_loss_scale(s, t, true, 2.0, 0.25, 2000);
+  REQUIRE(k == 0);
+  kiln::math::update_loss_scale(s, t, k, true, 2.0, 0.25, 2000);
   REQUIRE(s == 4.0);
-  REQUIRE_THROWS_AS(kiln::kernels::amp_update_scale_(scale, scale, found, 2.0, 0.5, 3), kiln::Error);
+  REQUIRE(k == 1);
+  REQUIRE_THROWS_AS(kiln::kernels::amp_update_scale_(scale, scale, skipped, found, 2.0, 0.5, 3), kiln::Error);
+  REQUIRE_THROWS_AS(kiln::kernels::amp_update_scale_(scale, tracker, found, found, 2.0, 0.5, 3), kiln::Error);
 }

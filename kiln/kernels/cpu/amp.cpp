@@ -41,16 +41,17 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale
   }
 }
 
-void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
-                      double backoff_factor, int64_t growth_interval) {
-  check_update_scale_args(scale, growth_tracker, found_inf);
+void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& skipped, const Tensor& found_inf,
+                      double growth_factor, double backoff_factor, int64_t growth_interval) {
+  check_update_scale_args(scale, growth_tracker, skipped, found_inf);
   double s = scale.item<double>();
-  int64_t t = growth_tracker.item<int64_t>();
-  math::update_loss_scale(s, t, found_inf.item<float>() != 0.0f, growth_factor, backoff_factor, growth_interval);
+  int64_t t = growth_tracker.item<int64_t>(), k = skipped.item<int64_t>();
+  math::update_loss_scale(s, t, k, found_inf.item<float>() != 0.0f, growth_factor, backoff_factor, growth_interval);
   if (scale.dtype() == DType::F32) *scale.data_ptr<float>() = static_cast<float>(s);
   else *scale.data_ptr<double>() = s;
   *growth_tracker.data_ptr<int64_t>() = t;
-  bump_scale_versions(scale, growth_tracker);
+  *skipped.data_ptr<int64_t>() = k;
+  bump_scale_versions(scale, growth_tracker, skipped);
 }
 
 }  // namespace

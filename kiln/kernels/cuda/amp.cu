@@ -34,13 +34,14 @@ __global__ void __launch_bounds__(mt::kBlock)
 }
 
 template <class S>
-__global__ void update_scale_kernel(S* scale, int64_t* tracker, const float* found_inf, double growth_factor,
-                                    double backoff_factor, int64_t growth_interval) {
+__global__ void update_scale_kernel(S* scale, int64_t* tracker, int64_t* skipped, const float* found_inf,
+                                    double growth_factor, double backoff_factor, int64_t growth_interval) {
   double s = static_cast<double>(*scale);
-  int64_t t = *tracker;
-  math::update_loss_scale(s, t, *found_inf != 0.0f, growth_factor, backoff_factor, growth_interval);
+  int64_t t = *tracker, k = *skipped;
+  math::update_loss_scale(s, t, k, *found_inf != 0.0f, growth_factor, backoff_factor, growth_interval);
   *scale = static_cast<S>(s);
   *tracker = t;
+  *skipped = k;
 }
 
 void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale, const Tensor& found_inf) {
@@ -79,22 +80,26 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& inv_scale
   found_inf.storage()->bump_version();
 }
 
-void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
-                      double backoff_factor, int64_t growth_interval) {
-  check_update_scale_args(scale, growth_tracker, found_inf);
+void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& skipped, const Tensor& found_inf,
+                      double growth_factor, double backoff_factor, int64_t growth_interval) {
+  check_update_scale_args(scale, growth_tracker, skipped, found_inf);
+  KILN_CHECK(growth_tracker.device() == scale.device() && skipped.device() == scale.device() &&
+                 found_inf.device() == scale.device(),
+             "amp_update_scale_: every operand must be on ", scale.device());
   DeviceGuard guard(scale);
   cudaStream_t stream = stream_for(scale);
+  int64_t* t = growth_tracker.data_ptr<int64_t>();
+  int64_t* k = skipped.data_ptr<int64_t>();
+  const float* f = found_inf.data_ptr<float>();
   if (scale.dtype() == DType::F32) {
-    update_scale_kernel<float><<<1, 1, 0, stream>>>(scale.data_ptr<float>(), growth_tracker.data_ptr<int64_t>(),
-                                                    found_inf.data_ptr<float>(), growth_factor, backoff_factor,
-                                                    growth_interval);
+    update_scale_kernel<float>
+        <<<1, 1, 0, stream>>>(scale.data_ptr<float>(), t, k, f, growth_factor, backoff_factor, growth_interval);
   } else {
-    update_scale_kernel<double><<<1, 1, 0, stream>>>(scale.data_ptr<double>(), growth_tracker.data_ptr<int64_t>(),
-                                                     found_inf.data_ptr<float>(), growth_factor, backoff_factor,
-                                                     growth_interval);
+    update_scale_kernel<double>
+        <<<1, 1, 0, stream>>>(scale.data_ptr<double>(), t, k, f, growth_factor, backoff_factor, growth_interval);
   }
   KILN_CUDA_CHECK_LAUNCH("update_scale_kernel");
-  bump_scale_versions(scale, growth_tracker);
+  bump_scale_versions(scale, growth_tracker, skipped);
 }
 
 }  // namespace
