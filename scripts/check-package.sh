@@ -40,10 +40,13 @@ if [[ -x "$PREFIX/bin/kiln-train" ]]; then
     exit 1
   }
   grep -q -- "--lr" "$TMP/help.log" || { cat "$TMP/help.log" >&2; echo "check-package: no --help from kiln-train" >&2; exit 1; }
-  if ldd "$PREFIX/bin/kiln-train" | grep -q "libkiln.so.0 => $PREFIX/"; then
+  # (ldd to a file first: grep -q stops reading at the first match, and under pipefail ldd's
+  # SIGPIPE would fail the check)
+  ldd "$PREFIX/bin/kiln-train" >"$TMP/ldd.log"
+  if grep -q "libkiln.so.0 => $PREFIX/" "$TMP/ldd.log"; then
     echo "kiln-train loads $PREFIX's libkiln.so.0"
   else
-    ldd "$PREFIX/bin/kiln-train" >&2
+    cat "$TMP/ldd.log" >&2
     echo "check-package: the installed kiln-train does not load the installed libkiln" >&2
     exit 1
   fi

@@ -99,11 +99,11 @@ for f in libgomp.so.1 libz.so.1; do cp -L "$(ldconfig -p | awk -v f="$f" '$1 == 
 copy_gloo_libs "$stage/lib"
 # every binary must find libkiln through its own folder, never through this build folder
 for b in "$stage"/bin/*; do
-  readelf -d "$b" | grep -q 'NEEDED.*libkiln' || continue
+  grep -q 'NEEDED.*libkiln' <<<"$(readelf -d "$b")" || continue
   rp=$(readelf -d "$b" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
   [[ "$rp" != *"$BUILD"* && "$rp" == *'$ORIGIN'* ]] || { echo "gpu-pack: $b has run path '$rp'" >&2; exit 1; }
 done
-if readelf -d "$stage"/lib/libkiln.so.*.* | grep -q "$BUILD"; then
+if grep -q "$BUILD" <<<"$(readelf -d "$stage"/lib/libkiln.so.*.*)"; then
   echo "gpu-pack: libkiln's run path names $BUILD" >&2; exit 1
 fi
 # the portable baseline: AVX only in the per-level copies of the CPU kernels, which run after the
