@@ -295,6 +295,9 @@ step pytorch-gpt2-124m 60 "$T_TRAIN" "$PY" "$ROOT/bench/train/pytorch_gpt_peer.p
 # the weights of a run that never stopped (docs/robustness.md); a rehearsal runs it on the CPU
 step train-oom 60 "$T_TRAIN" env KILN_TRAIN_DATA="$FM" bash "$ROOT/tests/train/test_kiln_train.sh" "$BIN/kiln-train" \
   "$([[ $REHEARSE == 1 ]] && echo oom || echo oom-cuda)"
+# a non-finite loss under fp16 loss scaling stops the run with its step (exit 3)
+step train-nan 30 "$T_TRAIN" env KILN_TRAIN_DATA="$FM" bash "$ROOT/tests/train/test_kiln_train.sh" "$BIN/kiln-train" \
+  "$([[ $REHEARSE == 1 ]] && echo nan || echo nan-cuda)"
 # the profiler's CUDA event timing and sync-debug's count (kiln-guide's tip 7 on a GPU); sync-debug
 # is refused on the CPU, so a rehearsal profiles without it
 train train-cnn-profile 20 "$T_TRAIN" --data "$FM" --max-steps 12 --profile 4 --log-every 4 \

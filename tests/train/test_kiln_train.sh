@@ -4,7 +4,9 @@
 #   errors   missing dataset, invalid flag combination, corrupt and mismatched checkpoints
 #   sigint   Ctrl-C writes a checkpoint and exits with 130; the run then resumes
 #   sigterm  the same for SIGTERM (what a job scheduler sends), exit 143
-#   nan      an absurd --lr makes the loss non-finite: stops with the step named, exit 3
+#   nan      an absurd --lr makes the loss non-finite: stops with the step named, exit 3 (nan-cuda:
+#            the same on the GPU under fp16 loss scaling, which skips overflowing steps but cannot
+#            mend a non-finite loss)
 #   oom      running out of memory mid-run (--memory-fraction from a step on): a checkpoint as of
 #            that step's start and exit 5; resuming it ends with the weights of a run that never
 #            stopped, bitwise (oom-cuda: the same on the GPU, for the GPU verdict)
@@ -82,10 +84,12 @@ sigint|sigterm)
   tail -n 1 "$tmp/s2.log" | grep -q '"test_accuracy"' || fail "resume after SIG$sig did not finish"
   echo "$what: checkpointed and resumed"
   ;;
-nan)
+nan|nan-cuda)
+  dev=(--device cpu)
+  [ "$what" = nan-cuda ] && dev=(--device cuda --amp fp16)
   set +e
-  out=$("$bin" --device cpu --model mlp --workers 2 --seed 7 --optimizer sgd --lr 1e30 --log-every 1 \
-        --max-steps 50 --out "$tmp/n" 2>&1); rc=$?
+  out=$("$bin" "${dev[@]}" --model mlp --workers 2 --seed 7 --optimizer sgd --lr 1e30 --log-every 1 \
+        --max-steps 50 ${KILN_TRAIN_DATA:+--data "$KILN_TRAIN_DATA"} --out "$tmp/n" 2>&1); rc=$?
   set -e
   [ $rc -eq 3 ] || fail "expected exit 3 on a non-finite loss, got $rc: $out"
   grep -Eq "kiln-train: the (loss|gradient norm) is (nan|inf|-inf) at step [0-9]+ \(epoch 1" <<< "$out" \
