@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Usage: scripts/fuzz.sh [SECONDS] [--build BUILD_DIR] [--only T1,T2] [--seeds]
+# Usage: scripts/fuzz.sh [SECONDS | --runs N] [--build BUILD_DIR] [--only T1,T2] [--seeds]
 # Builds the fuzz targets of tests/fuzz as libFuzzer fuzzers (clang, AddressSanitizer, UBSan) and
 # runs each for SECONDS (default 20) on top of its committed corpus (docs/robustness.md).
+#   --runs N      instead of a time, N inputs from a fixed random seed, so every run (and every
+#                 machine) tries the same inputs: CI's mode, whose verdict does not depend on luck
 #   --build DIR   the built kiln tree whose libkiln.so the fuzzers link (default: build)
 #   --only LIST   these targets alone (comma-separated; default: every target)
 #   --seeds       first rewrite the seed corpus with kiln-fuzz-seeds from DIR (then commit it)
@@ -12,12 +14,14 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SECONDS_EACH=20
+RUNS=0
 BUILD=build
 ONLY=""
 SEEDS=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) BUILD="$2"; shift 2 ;;
+    --runs) RUNS="$2"; shift 2 ;;
     --only) ONLY="$2"; shift 2 ;;
     --seeds) SEEDS=1; shift ;;
     [0-9]*) SECONDS_EACH="$1"; shift ;;
@@ -62,9 +66,17 @@ for t in "${TARGETS[@]}"; do
   new="$OUT/new-corpus/$t"
   art="$OUT/findings/$t"
   mkdir -p "$new" "$art"
-  echo "== fuzz_$t: ${SECONDS_EACH}s on $(ls "$corpus" | wc -l) committed inputs"
+  if [[ $RUNS -gt 0 ]]; then
+    # a fresh folder for new inputs: what earlier runs found must not change which inputs this one tries
+    rm -rf "$new" && mkdir -p "$new"
+    budget=(-runs="$RUNS" -seed=1)
+    echo "== fuzz_$t: $RUNS inputs (seed 1) on $(ls "$corpus" | wc -l) committed inputs"
+  else
+    budget=(-max_total_time="$SECONDS_EACH")
+    echo "== fuzz_$t: ${SECONDS_EACH}s on $(ls "$corpus" | wc -l) committed inputs"
+  fi
   log="$OUT/fuzz_$t.log"
-  if "$OUT/fuzz_$t" "$new" "$corpus" -max_total_time="$SECONDS_EACH" -rss_limit_mb=256 -malloc_limit_mb=256 \
+  if "$OUT/fuzz_$t" "$new" "$corpus" "${budget[@]}" -rss_limit_mb=256 -malloc_limit_mb=256 \
       -timeout=10 -max_len=16384 -print_final_stats=1 -artifact_prefix="$art/" >"$log" 2>&1; then
     grep -E '^stat::number_of_executed_units|^#[0-9]+.*DONE' "$log" | tail -2 | sed 's/^/   /'
   else
@@ -83,4 +95,8 @@ if [[ ${#failed[@]} -gt 0 ]]; then
   echo "fuzz.sh: findings in ${failed[*]}" >&2
   exit 1
 fi
-echo "fuzz.sh: ${#TARGETS[@]} targets, ${SECONDS_EACH}s each: no findings"
+if [[ $RUNS -gt 0 ]]; then
+  echo "fuzz.sh: ${#TARGETS[@]} targets, $RUNS inputs each (seed 1): no findings"
+else
+  echo "fuzz.sh: ${#TARGETS[@]} targets, ${SECONDS_EACH}s each: no findings"
+fi

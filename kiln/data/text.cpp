@@ -153,7 +153,7 @@ TokenShardDataset::TokenShardDataset(const std::vector<std::string>& paths, int6
     int32_t s = static_cast<int32_t>(shards_.size() - 1);
     for (int64_t start = 0; start + block_size + 1 <= n; start += block_size) windows_.emplace_back(s, start);
   }
-  KILN_CHECK(!windows_.empty(), "TokenShardDataset: no shard holds ", block_size + 1,
+  KILN_CHECK(!windows_.empty(), "TokenShardDataset: no shard of ", paths, " holds ", block_size + 1,
              " tokens (a window of block_size + 1)");
 }
 
