@@ -8,7 +8,8 @@
 #      compute-sanitizer memcheck over a fast subset and racecheck over the [racecheck] cases
 #   3. the GPU benches one after another, then PyTorch on the same cases, and the ratio table
 #   4. kiln-train on the GPU: the CNN to 93% test accuracy, AMP / channels_last / CUDA-graph
-#      rows, GPT-2 124M-shaped steps beside PyTorch eager, a profiled step with sync-debug counting
+#      rows, GPT-2 124M-shaped steps beside PyTorch eager and torch.compile (the same step count,
+#      steady-state rates after the same warm-up rule), a profiled step with sync-debug counting
 #      (the profiler's CUDA event timing), the slow side of the guides' small habits, one-rank DDP
 #      and ZeRO-1 over NCCL, and two ranks sharing the GPU over gloo (pinned host staging)
 # OUT receives at most 8 files: summary.md (a row per step), results.md (the tables), env.txt,
@@ -287,10 +288,18 @@ train train-cnn-f32 25 "$T_TRAIN" --data "$FM" --max-steps 400 --out "$work/runs
 train train-cnn-bf16 25 "$T_TRAIN" --data "$FM" --max-steps 400 --amp bf16 --out "$work/runs/cnn-bf16"
 train train-cnn-bf16-cl 25 "$T_TRAIN" --data "$FM" --max-steps 400 --amp bf16 --channels-last --out "$work/runs/cnn-bf16-cl"
 train train-cnn-graphs 25 "$T_TRAIN" --data "$FM" --max-steps 400 --amp bf16 --cuda-graphs --out "$work/runs/cnn-graphs"
+# GPT-2 124M: kiln and its PyTorch peers (eager here, torch.compile last) run the same steps, and
+# each reports its steady-state rate after the same warm-up rule (5 steps; results.md compares those)
+GPT_STEPS=40
 train train-gpt2-124m 60 "$T_TRAIN" --model gpt --gpt-size "$([[ $REHEARSE == 1 ]] && echo char || echo 124m)" \
-  --batch-size 16 --amp bf16 --max-steps 30 --log-every 10 --data "$TEXT" --out "$work/runs/gpt2"
-step pytorch-gpt2-124m 60 "$T_TRAIN" "$PY" "$ROOT/bench/train/pytorch_gpt_peer.py" --data "$TEXT" --batch-size 16 \
-  --steps 30 $([[ $REHEARSE == 1 ]] && echo --list)
+  --batch-size 16 --amp bf16 --max-steps "$GPT_STEPS" --log-every 10 --data "$TEXT" --out "$work/runs/gpt2"
+gpt_peer() {  # gpt_peer NAME SECONDS [ARGS...]: bench/train/pytorch_gpt_peer.py beside kiln's GPT-2 run
+  local name="$1" secs="$2"
+  shift 2
+  step "$name" "$secs" "$T_TRAIN" "$PY" "$ROOT/bench/train/pytorch_gpt_peer.py" --data "$TEXT" --batch-size 16 \
+    --steps "$GPT_STEPS" "$@" $([[ $REHEARSE == 1 ]] && echo --list)
+}
+gpt_peer pytorch-gpt2-124m 60
 # out of GPU memory mid-run (--memory-fraction from step 25): a checkpoint, exit 5, and a resume to
 # the weights of a run that never stopped (docs/robustness.md); a rehearsal runs it on the CPU
 step train-oom 60 "$T_TRAIN" env KILN_TRAIN_DATA="$FM" bash "$ROOT/tests/train/test_kiln_train.sh" "$BIN/kiln-train" \
@@ -309,6 +318,9 @@ train train-cnn-habits 20 "$T_TRAIN" --data "$FM" --max-steps 60 --eval-every 30
 train_ranks train-cnn-ddp-1rank 30 "$T_TRAIN" 1 --data "$FM" --max-steps 100 --out "$work/runs/cnn-ddp"
 train_ranks train-cnn-zero-1rank 30 "$T_TRAIN" 1 --data "$FM" --max-steps 100 --zero --out "$work/runs/cnn-zero"
 train_ranks train-cnn-ddp-2ranks-1gpu 45 "$T_TRAIN" 2 --data "$FM" --max-steps 100 --out "$work/runs/cnn-ddp2"
+# last of the phase: torch.compile spends about a minute compiling, which must not push the checks
+# above out of the phase's time
+gpt_peer pytorch-gpt2-124m-compile 150 --compile
 
 # 5. kiln-guide's report on this GPU, only when asked for (minutes): its reports come back in
 # guide-N.tar.gz, the kiln-train runs it made stay behind

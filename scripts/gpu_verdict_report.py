@@ -4,10 +4,11 @@
 Usage: gpu_verdict_report.py --logs DIR --bench bench.jsonl --out results.md
 
 kiln-train rows come from the verdict's logs (DIR/train-*.log): the last JSON line of each run
-(samples/s, test accuracy, peak memory) and, from the lines gpu-verdict.sh stamped with seconds
-since the run began, the first epoch whose test accuracy reached 93%. The PyTorch GPT-2 peer's
-JSON line sits beside kiln's GPT-2 run. The bench tables are bench/cuda/compare.py's.
-Standard library only.
+(samples/s over the whole run and in the steady state after the warm-up, test accuracy, peak
+memory) and, from the lines gpu-verdict.sh stamped with seconds since the run began, the first
+epoch whose test accuracy reached 93%. The PyTorch GPT-2 peers' JSON lines (eager and
+torch.compile) sit beside kiln's GPT-2 run, compared by their steady-state rates over equal step
+counts. The bench tables are bench/cuda/compare.py's. Standard library only.
 """
 import argparse
 import glob
@@ -43,18 +44,45 @@ def time_to(path, target):
     return None
 
 
+GPT_PEERS = (("pytorch-gpt2-124m", "PyTorch eager", 1.0), ("pytorch-gpt2-124m-compile", "torch.compile", 0.9))
+
+
+def steady_text(d):
+    """'rate (S steps after W)' of a summary's steady-state rate, '-' when it has none."""
+    if d.get("steady_samples_per_second") is None:
+        return "-"
+    return f"{d['steady_samples_per_second']:,.1f} ({d['steady_steps']} steps after {d['warmup_steps']})"
+
+
+def compare_gpt(k, p):
+    """kiln's GPT-2 summary against a peer's: (steady-state ratio or None, what was compared). The
+    steady-state rates compare only over equal step counts and warm-ups; the whole-run ratio is
+    given beside them."""
+    whole_text = f"whole run {k['samples_per_second'] / p['samples_per_second']:.2f}x"
+    counts = [(d.get("steps"), d.get("warmup_steps"), d.get("steady_steps")) for d in (k, p)]
+    if counts[0] != counts[1]:
+        return None, (f"unequal steps: kiln {counts[0][0]} ({counts[0][1]} warm-up), PyTorch {counts[1][0]} "
+                      f"({counts[1][1]} warm-up); {whole_text}")
+    if not (k.get("steady_samples_per_second") and p.get("steady_samples_per_second")):
+        why = f"{counts[0][0]} steps, {counts[0][1]} warm-up" if counts[0][1] is not None else "summaries without one"
+        return None, f"no steady-state rate ({why}); {whole_text}"
+    r = k["steady_samples_per_second"] / p["steady_samples_per_second"]
+    return r, f"**{r:.2f}x** steady ({counts[0][2]} steps after {counts[0][1]} warm-up, each side); {whole_text}"
+
+
 def train_table(logs):
     out = ["## kiln-train on the GPU", "",
-           "| run | samples/s | test accuracy | peak memory (GiB) | note |", "|---|---|---|---|---|"]
-    rates = {}
+           "| run | samples/s (whole run) | steady samples/s (steps after warm-up) | test accuracy | peak memory (GiB) | note |",
+           "|---|---|---|---|---|---|"]
+    rates, summaries = {}, {}
     for path in sorted(glob.glob(os.path.join(logs, "train-*.log")) + glob.glob(os.path.join(logs, "pytorch-gpt2*.log"))):
         name = os.path.basename(path)[:-4]
         d = last_json(path)
         if not d:
-            out.append(f"| {name} | - | - | - | no summary line (see its log) |")
+            out.append(f"| {name} | - | - | - | - | no summary line (see its log) |")
             continue
         sps = d.get("samples_per_second", 0.0)
-        rates[name] = sps
+        rates[name], summaries[name] = sps, d
         note = ""
         if "to-93" in name:
             t = time_to(path, 93.0)
@@ -63,11 +91,13 @@ def train_table(logs):
             note = "samples are tokens"  # kiln-train's GPT counts tokens, as its PyTorch peer does
         acc = d.get("test_accuracy")
         mem = d.get("peak_memory_bytes")
-        out.append(f"| {name} | {sps:,.1f} | {'-' if acc is None else f'{100 * acc:.2f}%'} | "
+        out.append(f"| {name} | {sps:,.1f} | {steady_text(d)} | {'-' if acc is None else f'{100 * acc:.2f}%'} | "
                    f"{'-' if mem is None else f'{mem / 2**30:.2f}'} | {note} |")
-    k, p = rates.get("train-gpt2-124m"), rates.get("pytorch-gpt2-124m")
-    if k and p:
-        out += ["", f"GPT-2 124M, B=16 T=1024 bf16: kiln / PyTorch eager = **{k / p:.2f}x** tokens/s"]
+    k = summaries.get("train-gpt2-124m")
+    for peer, label, _ in GPT_PEERS:
+        if k and summaries.get(peer, {}).get("samples_per_second"):  # not a rehearsal's plan
+            r, text = compare_gpt(k, summaries[peer])
+            out += ["", f"GPT-2 124M, B=16 T=1024 bf16, kiln / {label} tokens/s: {text}"]
     base = rates.get("train-cnn-f32")
     if base:
         out += ["", "CNN, 400 steps each, ratio to f32: " + ", ".join(
@@ -117,11 +147,13 @@ def targets_table(logs, summary_rows, bench_rows):
         t = time_to(cnn, 93.0)
         row("CNN >= 93% test accuracy in < 10 s", f"after {t[0]:.1f} s (epoch {t[1]})" if t else "not reached",
             bool(t and t[0] < 10))
-    k, p = (last_json(os.path.join(logs, f"{n}-gpt2-124m.log")) if os.path.isfile(os.path.join(logs, f"{n}-gpt2-124m.log"))
-            else None for n in ("train", "pytorch"))
-    if k and p and p.get("samples_per_second"):
-        r = k["samples_per_second"] / p["samples_per_second"]
-        row("GPT-2 124M steps >= 1.0x PyTorch eager tokens/s", f"{r:.2f}x", r >= 1.0)
+    summary = lambda n: last_json(os.path.join(logs, f"{n}.log")) if os.path.isfile(os.path.join(logs, f"{n}.log")) else None
+    k = summary("train-gpt2-124m")
+    for peer, label, bar in GPT_PEERS:
+        p = summary(peer)
+        if k and p and p.get("samples_per_second"):  # not a rehearsal's plan
+            r, text = compare_gpt(k, p)
+            row(f"GPT-2 124M steps >= {bar:.1f}x {label} tokens/s (steady state)", text, None if r is None else r >= bar)
     return out if len(out) > 4 else []
 
 

@@ -7,8 +7,11 @@ learned position embeddings, final LayerNorm, the LM head tied to the token embe
 vocabulary 50304, T = 1024, no dropout. Same data: windows of the character corpus (the
 characters' indices are the first entries of the vocabulary). Same step: bf16 autocast, cross
 entropy, AdamW (fused, weight decay 5e-4) under OneCycleLR, batch 16 by default. PyTorch eager
-with F.scaled_dot_product_attention (its flash kernel), no torch.compile. tokens/s counts every
-step from the first to the last, as kiln-train's samples_per_second does. Prints one JSON line.
+with F.scaled_dot_product_attention (its flash kernel); --compile wraps the model in torch.compile
+(default mode; the first step compiles). Two rates, in tokens/s, as kiln-train reports them:
+samples_per_second counts every step from the first to the last (compilation included), and
+steady_samples_per_second the steps after --warmup-steps (kiln-train's rule, steady_rate.py), the
+GPU synchronised at both ends of that window. Prints one JSON line.
 
 --list checks the arguments and the corpus and prints the plan without importing torch (the
 GPU suite's rehearsal runs it so on a machine without PyTorch).
@@ -19,6 +22,8 @@ import math
 import os
 import sys
 import time
+
+import steady_rate
 
 VOCAB, BLOCK, LAYERS, HEADS, EMBD = 50304, 1024, 12, 12, 768
 
@@ -41,13 +46,16 @@ def main():
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (default mode)")
+    steady_rate.add_argument(ap)
     ap.add_argument("--list", action="store_true", help="check the arguments and data, print the plan, no torch")
     a = ap.parse_args()
     tokens, vocab_used = read_corpus(a.data)
     if vocab_used > VOCAB or len(tokens) < BLOCK + 2:
         sys.exit(f"pytorch_gpt_peer: corpus unusable ({len(tokens)} characters, {vocab_used} distinct)")
-    plan = {"model": "gpt2-124m (pytorch eager)", "batch_size": a.batch_size, "steps": a.steps,
-            "corpus_characters": len(tokens), "vocab_used": vocab_used}
+    warmup = steady_rate.warmup_steps(a.steps, a.warmup_steps, at_least=1 if a.compile else 0)
+    plan = {"model": f"gpt2-124m (pytorch {'compile' if a.compile else 'eager'})", "batch_size": a.batch_size,
+            "steps": a.steps, "warmup_steps": warmup, "corpus_characters": len(tokens), "vocab_used": vocab_used}
     if a.list:
         print(json.dumps(plan))
         return
@@ -96,22 +104,29 @@ def main():
     model = GPT().to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=5e-4, fused=True)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=a.lr, total_steps=a.steps)
+    forward = torch.compile(model) if a.compile else model
     g = torch.Generator().manual_seed(0)
+    tokens_per_step = a.batch_size * BLOCK
+    window = steady_rate.SteadyWindow(warmup, time.perf_counter, torch.cuda.synchronize)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    for _ in range(a.steps):
+    window.step_done(0, 0)
+    for step in range(a.steps):
         starts = torch.randint(0, len(tokens) - BLOCK - 1, (a.batch_size,), generator=g)
         x = torch.stack([data[s:s + BLOCK] for s in starts]).pin_memory().to(dev, non_blocking=True)
         y = torch.stack([data[s + 1:s + 1 + BLOCK] for s in starts]).pin_memory().to(dev, non_blocking=True)
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = F.cross_entropy(model(x).view(-1, VOCAB), y.view(-1))
+            loss = F.cross_entropy(forward(x).view(-1, VOCAB), y.view(-1))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         sched.step()
+        window.step_done(step + 1, (step + 1) * tokens_per_step)
     torch.cuda.synchronize()
-    secs = time.perf_counter() - t0
-    print(json.dumps({**plan, "train_seconds": secs, "samples_per_second": a.steps * a.batch_size * BLOCK / secs,
+    end = time.perf_counter()
+    secs = end - t0
+    print(json.dumps({**plan, "train_seconds": secs, "samples_per_second": a.steps * tokens_per_step / secs,
+                      **window.fields(a.steps, a.steps * tokens_per_step, end),
                       "final_loss": loss.item(), "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
                       "peak_memory_bytes": torch.cuda.max_memory_reserved()}))
 

@@ -23,8 +23,10 @@ The data is decoded up front and kept as kiln keeps it (uint8 images, int64 toke
 batch is gathered and normalised in the timed loop, on the training thread (kiln-train does
 it in 2 loader threads). Timing counts each epoch's training loop only, as kiln-train's
 train_seconds does; evaluation happens after. samples_per_second is images/s, for gpt tokens/s
-(kiln-train counts a GPT sample as its tokens). peak_memory_bytes is the peak resident set
-(getrusage), what kiln-train reports on the CPU. Prints one JSON line.
+(kiln-train counts a GPT sample as its tokens), over the whole run (--compile: after its 3
+compiling steps); steady_samples_per_second over the steps after --warmup-steps (kiln-train's rule,
+steady_rate.py; --compile: at least its 3 compiling steps). peak_memory_bytes is the peak resident
+set (getrusage), what kiln-train reports on the CPU. Prints one JSON line.
 """
 import argparse
 import gzip
@@ -38,6 +40,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import steady_rate
 
 # The resident set right after the imports: the libraries alone (a CUDA build of PyTorch maps its
 # CUDA libraries even when it only runs on the CPU), reported beside the peak.
@@ -255,6 +259,7 @@ def main():
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile the model and use the fused AdamW: what a PyTorch user who cares about "
                          "speed runs; the first 3 steps (compilation) are left out of the timing")
+    steady_rate.add_argument(ap)
     a = ap.parse_args()
     batch, max_lr, default_data = DEFAULTS[a.model]
     max_steps = a.max_steps or (300 if a.model == "gpt" else 0)  # gpt: 0 means 300, as in kiln-train
@@ -276,11 +281,15 @@ def main():
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr, total_steps=total_steps)
 
     train_seconds, samples, step = 0.0, 0, 0
+    # the training clock: the finished epochs' seconds and the current one's so far
+    window = steady_rate.SteadyWindow(steady_rate.warmup_steps(total_steps, a.warmup_steps, at_least=untimed),
+                                      lambda: train_seconds + time.perf_counter() - t0)
     model.train()
     for _ in range(a.epochs):
         if step >= total_steps:
             break
         t0 = time.perf_counter()
+        window.step_done(step, samples)  # a warm-up of 0 steps: the window opens with the run
         perm = torch.randperm(task.size)  # inside the epoch's time, as kiln's loader shuffles
         for s in range(steps_per_epoch):
             loss = task.loss(perm[s * batch:(s + 1) * batch])
@@ -292,6 +301,7 @@ def main():
             step += 1
             if step == untimed:  # compiled: the clock starts now
                 t0 = time.perf_counter()
+            window.step_done(step, samples)
             if step >= total_steps:
                 break
         train_seconds += time.perf_counter() - t0
@@ -304,6 +314,7 @@ def main():
         "flush_denormal": a.flush_denormal, "compile": a.compile,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(), "epochs": a.epochs, "steps": step, "batch_size": batch,
         "train_seconds": train_seconds, "samples_per_second": samples / train_seconds,
+        **window.fields(step, samples, train_seconds),
         "final_loss": final_loss, "test_accuracy": acc,
         "peak_memory_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "import_memory_bytes": IMPORT_RSS}))

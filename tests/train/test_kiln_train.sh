@@ -16,6 +16,9 @@
 #   habits   the small habits' switches change what runs: the kernel calls of a profiled step
 #            (--fused-optimizer, --zero-grad, --detect-anomaly), the parameters (--conv-bias) and
 #            evaluation's memory (--eval-no-grad)
+#   rates    the JSON summary's steady-state rate beside the whole run's: the warm-up rule
+#            (--warmup-steps; 5, at most a fifth of the run's steps), the steps after it, a resumed
+#            run counting its own steps, and none (with a line saying why) for a run too short
 set -euo pipefail
 bin="$1"
 what="$2"
@@ -188,6 +191,52 @@ habits)
     "$(field "$tmp/c0.log" eval_peak_growth_bytes)" "$(field "$tmp/c2.log" eval_peak_growth_bytes)" \
     || fail "--eval-no-grad false: evaluation's peak"
   echo "habits: each changes what runs"
+  ;;
+rates)
+  # checks the summary (the last line of $1): warm-up $2 and steady steps $3 of batch 128, or none
+  rates_of() {
+    tail -n 1 "$1" | python3 -c '
+import json, sys
+d, warmup, steady = json.loads(sys.stdin.read()), int(sys.argv[1]), sys.argv[2]
+assert d["warmup_steps"] == warmup, d
+assert d["samples_per_second"] > 0, d
+if steady == "none":
+    assert d["steady_steps"] is None and d["steady_seconds"] is None and d["steady_samples_per_second"] is None, d
+    sys.exit()
+steady = int(steady)
+assert d["steady_steps"] == steady, d
+assert 0 < d["steady_seconds"] < d["train_seconds"], d
+assert d["steady_samples_per_second"] > 0, d
+# the rate counts exactly the steps after the warm-up: 128 samples each
+assert abs(d["steady_samples_per_second"] * d["steady_seconds"] - 128 * steady) < 1e-6 * 128 * steady, d
+' "$2" "$3"
+  }
+  short=(--device cpu --model mlp --workers 2 --seed 7 --epochs 1 --log-every 10)
+  # the rule: 5 steps, or a fifth of the run's steps when fewer, at least 1
+  "$bin" "${short[@]}" --max-steps 40 --eval-every 15 --out "$tmp/t0" > "$tmp/t0.log"
+  rates_of "$tmp/t0.log" 5 35 || fail "40 steps: $(tail -n 1 "$tmp/t0.log")"
+  grep -Eq "^throughput: [0-9.]+ samples/s steady \(the last 35 steps, after 5 warm-up steps\), [0-9.]+ over the whole run" \
+    "$tmp/t0.log" || fail "no throughput line: $(tail -n 2 "$tmp/t0.log")"
+  "$bin" "${short[@]}" --max-steps 12 --out "$tmp/t1" > "$tmp/t1.log"
+  rates_of "$tmp/t1.log" 2 10 || fail "12 steps: $(tail -n 1 "$tmp/t1.log")"
+  "$bin" "${short[@]}" --max-steps 12 --warmup-steps 7 --out "$tmp/t2" > "$tmp/t2.log"
+  rates_of "$tmp/t2.log" 7 5 || fail "--warmup-steps 7: $(tail -n 1 "$tmp/t2.log")"
+  # too short: no step after the warm-up, so no steady rate, and a line says why
+  "$bin" "${short[@]}" --max-steps 3 --warmup-steps 3 --out "$tmp/t3" > "$tmp/t3.log"
+  rates_of "$tmp/t3.log" 3 none || fail "3 steps, 3 of warm-up: $(tail -n 1 "$tmp/t3.log")"
+  grep -q "no steady-state rate: the run took 3 steps, none after its 3 warm-up steps" "$tmp/t3.log" \
+    || fail "no line saying why there is no steady rate: $(tail -n 2 "$tmp/t3.log")"
+  "$bin" "${short[@]}" --max-steps 1 --out "$tmp/t4" > "$tmp/t4.log"
+  rates_of "$tmp/t4.log" 1 none || fail "1 step: $(tail -n 1 "$tmp/t4.log")"
+  # resumed at step 10 (the out-of-memory drill's checkpoint) to step 40: this run's 30 steps
+  set +e
+  "$bin" "${short[@]}" --max-steps 40 --memory-fraction 1e-9 --memory-fraction-from-step 10 --out "$tmp/t5" \
+    > "$tmp/t5.log" 2>&1; rc=$?
+  set -e
+  [ $rc -eq 5 ] || fail "the drill should stop at step 10 with exit 5, got $rc: $(tail -n 3 "$tmp/t5.log")"
+  "$bin" "${short[@]}" --max-steps 40 --resume "$tmp/t5/checkpoint.safetensors" --out "$tmp/t5" > "$tmp/t6.log"
+  rates_of "$tmp/t6.log" 5 25 || fail "resumed at step 10: $(tail -n 1 "$tmp/t6.log")"
+  echo "rates: steady-state rates after the warm-up, none for a run too short"
   ;;
 *) fail "unknown check $what" ;;
 esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # kiln-train data-parallel on the CPU, 2 ranks over loopback (CTest runs this with the binaries):
 #   ddp-resume   under kiln-run: 2 epochs straight == epoch-1 checkpoint + resume, bitwise; the
-#                JSON summary says world_size 2; the ranks' replicas stay identical
+#                JSON summary says world_size 2 and its steady-state rate is the job's; the ranks'
+#                replicas stay identical
 #   zero-resume  the same with --zero (each rank resumes its own optimizer shard)
 #   kill         ranks started by hand (no launcher): rank 1 killed with SIGKILL mid-training;
 #                rank 0 must fail with an Error naming the collective and rank 1 within
@@ -53,6 +54,10 @@ ddp-resume | zero-resume)
   cmp "$tmp/a/model.safetensors" "$tmp/b/model.safetensors" || fail "final weights differ after resume"
   json_of "$tmp/a.log" | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); assert d["world_size"]==2 and 0.8 < d["test_accuracy"] <= 1, d' \
     || fail "the JSON summary lacks world_size 2 or a trained accuracy: $(json_of "$tmp/a.log")"
+  # the job's steady-state rate: rank 0's window times the world size, 128 samples (the global
+  # batch) per step after the 5 warm-up steps
+  json_of "$tmp/a.log" | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); n=d["steady_steps"]; assert d["warmup_steps"]==5 and n==d["steps"]-5 and abs(d["steady_samples_per_second"]*d["steady_seconds"]-128*n) < 1e-6*128*n, d' \
+    || fail "the JSON summary's steady-state rate is not the job's: $(json_of "$tmp/a.log")"
   [ "$(grep -c '^\[rank 1\] {' "$tmp/a.log" || true)" = 0 ] || fail "rank 1 printed a summary; only rank 0 reports"
   if [ "$what" = zero-resume ]; then
     [ -s "$tmp/a/checkpoint.rank1.safetensors" ] || fail "rank 1 wrote no checkpoint of its optimizer shard"

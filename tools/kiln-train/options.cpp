@@ -102,6 +102,12 @@ Options parse(int argc, char** argv) {
                  "profile N steps after 5 warm-up steps: OUT/trace.json (Perfetto, chrome://tracing) and "
                  "OUT/profile.txt, the top ops by self time (docs/profiling.md)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup-steps", o.warmup_steps,
+                 "optimizer steps left out of the steady-state rate (the JSON summary's "
+                 "steady_samples_per_second; samples_per_second is the whole run's). Default: 5, or a fifth of "
+                 "the steps this run takes when that is fewer, at least 1; with --cuda-graphs at least the eager "
+                 "steps and the capture step (4)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--threads", o.threads, "CPU threads for the kernels (0: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--dist-timeout", o.dist_timeout,
                  "under a launcher: seconds a collective or the rendezvous "

@@ -41,6 +41,9 @@ struct Options {
   int64_t profile = 0;             // profile this many steps after kProfileWarmup (0: off)
   int threads = 0;                 // OpenMP threads for the kernels; 0: all cores
   bool flush_denormal = true;      // CPU: denormal floats read and written as 0 (FTZ/DAZ)
+  // Optimizer steps before the steady-state rate's window; -1: kSteadyWarmup, or a fifth of the
+  // steps the run takes when that is fewer, at least 1 (Trainer: steady_warmup).
+  int64_t warmup_steps = -1;
   // Cap the memory the run may hold at this fraction of the device's (the GPU's memory, or the
   // machine's RAM for the CPU) from optimizer step memory_fraction_from_step on; 1: no cap.
   double memory_fraction = 1;
@@ -68,6 +71,8 @@ struct Options {
 
 // --profile starts after this many optimizer steps (first-call allocations, autotuning).
 inline constexpr int64_t kProfileWarmup = 5;
+// --warmup-steps' default: the steady-state rate leaves out this many steps, at most a fifth of the run's.
+inline constexpr int64_t kSteadyWarmup = 5;
 
 // Parses argv (exits on --help / bad syntax, like every CLI11 program) and validates the
 // combination: an invalid one throws kiln::Error explaining why.

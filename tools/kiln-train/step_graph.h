@@ -18,6 +18,8 @@ class StepGraph {
   // True when the next step should go through the graph (capturing it first if needed).
   bool active() const { return enabled_ && eager_steps_ >= warmup_; }
   bool captured() const { return graph_.captured(); }
+  // The steps a run takes before its step is replayed: the eager ones, then the capture.
+  int steps_to_capture() const { return warmup_ + 1; }
   void count_eager_step() { ++eager_steps_; }
 
   // Runs `step_fn` (one whole step: forward, backward, optimizer) through the graph; returns its

@@ -62,6 +62,15 @@ std::unique_ptr<optim::LRScheduler> make_schedule(const Options& o, optim::Optim
   return nullptr;  // constant
 }
 
+// The steps left out of the steady-state rate (--warmup-steps): kSteadyWarmup, but never more than a
+// fifth of the steps this run takes, and at least 1 (the first step's allocations and autotuning);
+// with --cuda-graphs at least the eager steps and the capture.
+int64_t steady_warmup(const Options& o, int64_t run_steps, int64_t steps_to_capture) {
+  int64_t w = o.warmup_steps >= 0 ? o.warmup_steps : std::max<int64_t>(1, std::min(kSteadyWarmup, run_steps / 5));
+  if (o.cuda_graphs) w = std::max(w, steps_to_capture);
+  return w;
+}
+
 }  // namespace
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Options& o, const std::vector<Tensor>& params) {
@@ -210,6 +219,8 @@ Trainer::Trainer(Options o, std::unique_ptr<Task> task)
   ckpt_path_ = rank_path(o_, o_.out + "/checkpoint.safetensors");
   writes_checkpoints_ = main_rank_ || zero_;
   graph_ = std::make_unique<StepGraph>(o_.cuda_graphs, *opt_ref_);
+  warmup_steps_ = steady_warmup(o_, total_steps_ - pos_.step, graph_->steps_to_capture());
+  if (warmup_steps_ == 0) steady_start_ = SteadyStart{pos_.train_seconds, pos_.samples};
 }
 
 // Data parallel: DDP averages the gradients during backward (rank 0's parameters and buffers are
@@ -278,8 +289,7 @@ std::optional<int> Trainer::train_epoch(int64_t epoch) {
                                  main_rank_ ? std::cout : no_output_, tty_ && main_rank_);
   int64_t b = 0;
   micro_ = window_samples_ = 0;
-  window_start_ = now_seconds();
-  const double epoch_start = now_seconds();
+  window_start_ = epoch_start_ = now_seconds();
   last_loss_ = sps_ = eval_seconds_ = 0;
   measured_ = false;
   steps_.start();
@@ -314,7 +324,7 @@ std::optional<int> Trainer::train_epoch(int64_t epoch) {
       }
       if (last_micro) finish_step();
     } catch (const kiln::OutOfMemoryError& e) {
-      return stop_out_of_memory(e, epoch, epoch_start, progress);
+      return stop_out_of_memory(e, epoch, progress);
     }
     ++b;
     pos_.samples += task_->samples_per_batch(batch);
@@ -329,12 +339,12 @@ std::optional<int> Trainer::train_epoch(int64_t epoch) {
     } else {
       progress.update(b);  // no loss read yet (it is read every --log-every steps): none shown
     }
-    if (auto code = stop_if_signalled(epoch, b, last_micro, epoch_start, progress)) return code;
+    if (auto code = stop_if_signalled(epoch, b, last_micro, progress)) return code;
     if (o_.max_steps > 0 && pos_.step >= o_.max_steps) break;
   }
   if (cuda_) kiln::cuda::synchronize();  // the epoch's time includes its queued GPU work
   steps_.stop();
-  pos_.train_seconds += now_seconds() - epoch_start - eval_seconds_;
+  pos_.train_seconds = train_clock();
   if (measured_) {
     progress.finish({{"loss", last_loss_}});
   } else {
@@ -391,6 +401,10 @@ void Trainer::finish_step() {
 // (not at the epoch's last step, where end_epoch evaluates).
 std::optional<int> Trainer::after_step(const Tensor& loss, int64_t epoch, bool last_of_epoch,
                                        kiln::utils::Progress& progress) {
+  if (!steady_start_ && pos_.step - first_step_ == warmup_steps_) {
+    if (cuda_) kiln::cuda::synchronize();  // the warm-up's queued GPU work is warm-up time
+    steady_start_ = SteadyStart{train_clock(), pos_.samples};
+  }
   // A naive loop's `running_loss += loss.item()`: on a GPU the host waits for the step to finish
   // before it can queue the next one (docs/guide.md, speed-up 7).
   if (o_.sync_every_step) last_loss_ = read_host(loss);
@@ -458,10 +472,12 @@ std::optional<int> Trainer::log_point(const Tensor& loss, int64_t epoch, kiln::u
   return std::nullopt;
 }
 
+double Trainer::train_clock() const { return pos_.train_seconds + now_seconds() - epoch_start_ - eval_seconds_; }
+
 // SIGINT/SIGTERM: a checkpoint, then exit 128 + signal. Several ranks stop together: the signal
 // may reach them at different steps, so they agree at the log points (where the loss is read
 // anyway), all at the same step.
-std::optional<int> Trainer::stop_if_signalled(int64_t epoch, int64_t batch, bool last_micro, double epoch_start,
+std::optional<int> Trainer::stop_if_signalled(int64_t epoch, int64_t batch, bool last_micro,
                                               kiln::utils::Progress& progress) {
   int stop_signal = g_interrupted;
   if (o_.world_size > 1) {
@@ -472,7 +488,7 @@ std::optional<int> Trainer::stop_if_signalled(int64_t epoch, int64_t batch, bool
   if (stop_signal == 0) return std::nullopt;
   pos_.epoch = epoch;
   pos_.batch_in_epoch = batch;
-  pos_.train_seconds += now_seconds() - epoch_start - eval_seconds_;
+  pos_.train_seconds = train_clock();
   if (writes_checkpoints_) save_checkpoint(ckpt_path_, o_, task_->model(), *opt_ref_, sched_.get(), ema_.get(), pos_);
   progress.finish();
   if (main_rank_)
@@ -497,8 +513,7 @@ void Trainer::apply_memory_cap(bool on) {
 
 // Out of memory inside a step: the run is checkpointed as it was when that optimizer step began
 // (its first batch, the RNG), which the step had not changed yet, so --resume continues exactly.
-int Trainer::stop_out_of_memory(const kiln::OutOfMemoryError& e, int64_t epoch, double epoch_start,
-                                kiln::utils::Progress& progress) {
+int Trainer::stop_out_of_memory(const kiln::OutOfMemoryError& e, int64_t epoch, kiln::utils::Progress& progress) {
   const std::string why = e.what();
   if (memory_capped_) apply_memory_cap(false);  // writing the checkpoint needs memory too
   opt_ref_->zero_grad(true);
@@ -507,7 +522,7 @@ int Trainer::stop_out_of_memory(const kiln::OutOfMemoryError& e, int64_t epoch, 
   pos_.epoch = epoch;
   pos_.batch_in_epoch = first;
   pos_.samples = step_samples_;
-  pos_.train_seconds += now_seconds() - epoch_start - eval_seconds_;
+  pos_.train_seconds = train_clock();
   progress.finish();
   if (writes_checkpoints_) save_checkpoint(ckpt_path_, o_, task_->model(), *opt_ref_, sched_.get(), ema_.get(), pos_);
   std::fprintf(stderr,
@@ -561,6 +576,32 @@ double Trainer::evaluate_and_log(int64_t epoch) {
   plot_epochs_.push_back(static_cast<double>(pos_.step));
   plot_acc_.push_back(test_acc_);
   return now_seconds() - start;
+}
+
+// The summary's rates beside samples_per_second (the whole run's, set-up steps included): the
+// steady state's, over the steps after the warm-up, on the same training clock (evaluation and
+// checkpoints left out, the device's work finished at both ends). The job's, like the whole run's.
+void Trainer::add_rates(nlohmann::ordered_json& summary) {
+  const int64_t steps = pos_.step - first_step_, steady_steps = steps - warmup_steps_;
+  const double whole = summary["samples_per_second"].get<double>();
+  summary["warmup_steps"] = warmup_steps_;
+  const double seconds = steady_start_ ? pos_.train_seconds - steady_start_->train_seconds : 0;
+  if (steady_steps < 1 || seconds <= 0) {
+    for (const char* k : {"steady_steps", "steady_seconds", "steady_samples_per_second"}) summary[k] = nullptr;
+    std::printf(
+        "throughput: %.1f samples/s over the whole run; no steady-state rate: the run took %lld step%s, "
+        "none after its %lld warm-up steps (--warmup-steps)\n",
+        whole, static_cast<long long>(steps), steps == 1 ? "" : "s", static_cast<long long>(warmup_steps_));
+    return;
+  }
+  const double steady = static_cast<double>(pos_.samples - steady_start_->samples) * o_.world_size / seconds;
+  summary["steady_steps"] = steady_steps;
+  summary["steady_seconds"] = seconds;
+  summary["steady_samples_per_second"] = steady;
+  std::printf(
+      "throughput: %.1f samples/s steady (the last %lld steps, after %lld warm-up steps), %.1f over the "
+      "whole run\n",
+      steady, static_cast<long long>(steady_steps), static_cast<long long>(warmup_steps_), whole);
 }
 
 // The summary's facts about the steps: the learning rate they trained at, how often they read a
@@ -620,6 +661,7 @@ int Trainer::finish() {
       {"world_size", o_.world_size},
       {"peak_memory_bytes", cuda_ ? std::max(steps_.reserved_peak(), evals_.reserved_peak()) : peak_rss_bytes()}};
   if (cuda_) summary["peak_host_memory_bytes"] = peak_rss_bytes();
+  add_rates(summary);
   add_step_facts(summary);
   finish_parallel(o_);
   std::cout << summary.dump() << std::endl;

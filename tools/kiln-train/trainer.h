@@ -105,13 +105,15 @@ class Trainer {
   std::optional<int> log_point(const kiln::Tensor& loss, int64_t epoch, kiln::utils::Progress& progress);
   double read_host(const kiln::Tensor& t);
   double evaluate_and_log(int64_t epoch);
-  std::optional<int> stop_if_signalled(int64_t epoch, int64_t batch, bool last_micro, double epoch_start,
-                                       kiln::utils::Progress& progress);
+  // The run's training seconds up to now, inside an epoch: the earlier epochs' and this one's so
+  // far, evaluation time excluded (what pos_.train_seconds holds at the epoch's end).
+  double train_clock() const;
+  std::optional<int> stop_if_signalled(int64_t epoch, int64_t batch, bool last_micro, kiln::utils::Progress& progress);
   void apply_memory_cap(bool on);
-  int stop_out_of_memory(const kiln::OutOfMemoryError& e, int64_t epoch, double epoch_start,
-                         kiln::utils::Progress& progress);
+  int stop_out_of_memory(const kiln::OutOfMemoryError& e, int64_t epoch, kiln::utils::Progress& progress);
   void end_epoch(int64_t epoch);
   int finish();
+  void add_rates(nlohmann::ordered_json& summary);
   void add_step_facts(nlohmann::ordered_json& summary);
 
   Options o_;
@@ -146,8 +148,17 @@ class Trainer {
   int64_t micro_ = 0, window_samples_ = 0;
   double window_start_ = 0, last_loss_ = 0, sps_ = 0;
   EvalPace eval_pace_;
+  double epoch_start_ = 0;   // when the current epoch's training began (train_clock)
   double eval_seconds_ = 0;  // --eval-every: evaluation time inside the epoch, not training time
   bool measured_ = false;    // a loss and a rate exist only from the epoch's first log point on
+  // The steady-state rate (--warmup-steps): its window opens when this run's warm-up steps are
+  // done, on the training clock, and closes with the run's last step.
+  struct SteadyStart {
+    double train_seconds;
+    int64_t samples;
+  };
+  int64_t warmup_steps_ = 0;
+  std::optional<SteadyStart> steady_start_;
   // Where the current optimizer step began (its first micro-batch, the RNG's state): an
   // out-of-memory stop checkpoints the run as it was there.
   int64_t step_first_batch_ = 0, step_samples_ = 0;
