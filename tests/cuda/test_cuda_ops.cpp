@@ -129,6 +129,41 @@ TEST_CASE("binary ops and casts on contiguous operands: packs, tails, in place, 
       "int64 add, odd size", {kiln::randint(-50, 50, {4097})}, [](const auto& in) { return in[0] + in[0]; }, 0, 0);
 }
 
+// The 32-bit strided kernel (launch.cuh: FastDivmod offsets, kStridedUnroll elements a thread):
+// broadcasts and views of 2-5 merged dimensions with sizes that leave partial unrolled blocks, in
+// every floating dtype; and a view spanning more than 2 GiB, which takes the 64-bit kernel.
+TEST_CASE("strided pointwise: broadcasts and views across unrolled tails, and the 64-bit fallback", "[cuda][pointwise]") {
+  kiln::manual_seed(14);
+  for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
+    const std::string tag = kiln::dtype_name(dt);
+    const Tensor a = kiln::randn({3, 5, 7, 37}).to(dt), row = kiln::randn({37}).to(dt);
+    const Tensor col = kiln::randn({5, 1, 1}).to(dt), p = kiln::randn({37, 7, 5, 3}).to(dt);
+    parity(
+        "add a row " + tag, {a, row}, [](const auto& in) { return in[0] + in[1]; }, tol(dt), tol(dt));
+    parity(
+        "mul a column " + tag, {a, col}, [](const auto& in) { return in[0] * in[1]; }, tol(dt), tol(dt));
+    parity(
+        "sub a permuted view " + tag, {a, p},
+        [](const auto& in) { return in[0] - in[1].permute({3, 2, 1, 0}); }, tol(dt), tol(dt));
+    parity(
+        "unary of a strided slice " + tag, {a},
+        [](const auto& in) { return in[0].slice(3, 1, 36, 2).exp(); }, tol(dt), tol(dt));
+    parity(
+        "where of broadcast operands " + tag, {a, row},
+        [](const auto& in) { return kiln::where(in[1] > 0.0, in[0], in[1].slice(0, 0, 1)); }, 0, 0);
+  }
+  // two elements 2 GiB + 4 bytes apart: the last byte is past 2^31, so offsets need 64 bits
+  const int64_t gap = (int64_t{1} << 29) + 1;
+  Tensor big = kiln::zeros({gap + 1}, kiln::TensorOptions().device(kGpu));
+  Tensor ends = big.slice(0, 0, gap + 1, gap);
+  REQUIRE(ends.numel() == 2);
+  ends.add_(kiln::tensor({1.5, -2.5}).to(kGpu));  // in place: the output spans 2 GiB too
+  const Tensor got = (ends * 2.0).cpu();
+  REQUIRE(got.slice(0, 0, 1).item<float>() == 3.0f);
+  REQUIRE(got.slice(0, 1, 2).item<float>() == -5.0f);
+  REQUIRE(big.slice(0, 1, gap).abs().sum().item<float>() == 0.0f);  // nothing between the ends written
+}
+
 TEST_CASE("reductions match the CPU", "[cuda][reduce]") {
   kiln::manual_seed(13);
   for (auto sizes : std::vector<kiln::IntList>{{1}, {7}, {4097}, {1 << 20}, {33, 1023}, {1023, 33}, {3, 5, 7}}) {

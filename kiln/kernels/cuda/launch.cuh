@@ -10,6 +10,7 @@
 #include "kiln/cuda/cuda.h"
 #include "kiln/cuda/check.h"
 #include "kiln/core/dtype.h"
+#include "kiln/kernels/cuda/index_math.h"
 #include "kiln/kernels/pointwise_iter.h"
 
 namespace kiln::kernels::cuda {
@@ -31,7 +32,8 @@ inline unsigned grid_for(int64_t n, int64_t per_thread = 1) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, 65535 * 8)));
 }
 
-// Byte offsets of element `linear` for every operand (outermost dimension first).
+// Byte offsets of element `linear` for every operand (outermost dimension first), in 64-bit
+// arithmetic: the fallback for iteration spaces too large for OffsetCalc32.
 template <int N> struct Offsets { int64_t v[N]; };
 
 template <int N> __device__ __forceinline__ Offsets<N> offsets_of(const PointwiseIter& it, int64_t linear) {
@@ -47,10 +49,36 @@ template <int N> __device__ __forceinline__ Offsets<N> offsets_of(const Pointwis
   return o;
 }
 
-// out = f(in...) elementwise. N = number of operands including the output (2: unary, 3: binary,
-// 4: ternary). Flat contiguous iteration spaces skip the index arithmetic.
-template <class Out, class In, int N, class F> __global__ void pointwise_kernel(PointwiseIter it, F f) {
+// out = f(in...) for one element at byte offsets off. N = number of operands including the output
+// (2: unary, 3: binary, 4: the ternary where, whose first input is the bool condition).
+template <class In> struct Inputs {
+  In x{}, y{};
+  bool c = false;
+};
+template <class Out, class In, int N, class Off>
+__device__ __forceinline__ Inputs<In> load_inputs(char* const* data, const Off* off) {
+  Inputs<In> v;
+  if constexpr (N == 4) {
+    v.c = *reinterpret_cast<const bool*>(data[1] + off[1]);
+    v.x = *reinterpret_cast<const In*>(data[2] + off[2]);
+    v.y = *reinterpret_cast<const In*>(data[3] + off[3]);
+  } else {
+    v.x = *reinterpret_cast<const In*>(data[1] + off[1]);
+    if constexpr (N == 3) v.y = *reinterpret_cast<const In*>(data[2] + off[2]);
+  }
+  return v;
+}
+template <class Out, class In, int N, class F>
+__device__ __forceinline__ Out apply(const F& f, const Inputs<In>& v) {
   using M = opmath_t<In>;
+  if constexpr (N == 2) return static_cast<Out>(f(static_cast<M>(v.x)));
+  else if constexpr (N == 3) return static_cast<Out>(f(static_cast<M>(v.x), static_cast<M>(v.y)));
+  else return v.c ? v.x : v.y;
+}
+
+// The 64-bit strided kernel (grid-stride, one element per step). Flat iteration spaces skip the
+// index arithmetic.
+template <class Out, class In, int N, class F> __global__ void pointwise_kernel(PointwiseIter it, F f) {
   const int64_t n = it.numel;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const bool flat = it.ndim <= 1;
@@ -64,18 +92,38 @@ template <class Out, class In, int N, class F> __global__ void pointwise_kernel(
 #pragma unroll
       for (int k = 0; k < N; ++k) off[k] = o.v[k];
     }
-    Out* out = reinterpret_cast<Out*>(it.data[0] + off[0]);
-    if constexpr (N == 2) {
-      *out = static_cast<Out>(f(static_cast<M>(*reinterpret_cast<const In*>(it.data[1] + off[1]))));
-    } else if constexpr (N == 3) {
-      M x = static_cast<M>(*reinterpret_cast<const In*>(it.data[1] + off[1]));
-      M y = static_cast<M>(*reinterpret_cast<const In*>(it.data[2] + off[2]));
-      *out = static_cast<Out>(f(x, y));
-    } else {
-      bool c = *reinterpret_cast<const bool*>(it.data[1] + off[1]);
-      *out = c ? *reinterpret_cast<const In*>(it.data[2] + off[2]) : *reinterpret_cast<const In*>(it.data[3] + off[3]);
+    *reinterpret_cast<Out*>(it.data[0] + off[0]) = apply<Out, In, N>(f, load_inputs<Out, In, N>(it.data, off));
+  }
+}
+
+// Elements per thread of the 32-bit strided kernel.
+constexpr int kStridedUnroll = 4;
+
+template <int N> struct OperandPointers {
+  char* v[N];
+};
+
+// The strided kernel for iteration spaces that fit 32-bit offsets (broadcasts, views, transposes,
+// unaligned contiguous operands): each thread takes kStridedUnroll elements a block apart, works
+// out all their offsets with FastDivmod and issues all their loads before any math, so several
+// loads are in flight per thread.
+template <class Out, class In, int N, class F>
+__global__ void __launch_bounds__(kThreads) strided_kernel(OffsetCalc32<N> calc, OperandPointers<N> p, uint32_t n, F f) {
+  constexpr int U = kStridedUnroll;
+  const uint32_t base = blockIdx.x * (kThreads * U) + threadIdx.x;
+  uint32_t off[U][N];
+  Inputs<In> in[U];
+#pragma unroll
+  for (int j = 0; j < U; ++j) {
+    const uint32_t i = base + j * kThreads;
+    if (i < n) {
+      calc.get(i, off[j]);
+      in[j] = load_inputs<Out, In, N>(p.v, off[j]);
     }
   }
+#pragma unroll
+  for (int j = 0; j < U; ++j)
+    if (base + j * kThreads < n) *reinterpret_cast<Out*>(p.v[0] + off[j][0]) = apply<Out, In, N>(f, in[j]);
 }
 
 // Contiguous unary fast path: 16-byte vector loads and stores when both pointers are aligned
@@ -173,6 +221,15 @@ template <class Out, class In, int N, class F> void launch_pointwise(const Point
       KILN_CUDA_CHECK_LAUNCH("contiguous_vec_kernel");
       return;
     }
+  }
+  if (fits_32bit_indexing(it)) {
+    OperandPointers<N> p;
+    for (int k = 0; k < N; ++k) p.v[k] = it.data[k];
+    const auto n = static_cast<uint32_t>(it.numel);
+    const unsigned blocks = (n + kThreads * kStridedUnroll - 1) / (kThreads * kStridedUnroll);
+    strided_kernel<Out, In, N><<<blocks, kThreads, 0, stream_for(out)>>>(OffsetCalc32<N>(it), p, n, f);
+    KILN_CUDA_CHECK_LAUNCH("strided_kernel");
+    return;
   }
   pointwise_kernel<Out, In, N><<<grid_for(it.numel), kThreads, 0, stream_for(out)>>>(it, f);
   KILN_CUDA_CHECK_LAUNCH("pointwise_kernel");
