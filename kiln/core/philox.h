@@ -70,6 +70,20 @@ KILN_INLINE double uniform_d(uint64_t seed, uint64_t offset, uint64_t i) {
   U32x4 b = element_block(seed, offset, i);
   return to_unit_double(b.v[0], b.v[1]);
 }
+// Word w (0..3) of a block, by selects: a dynamic index would put the block in local memory on
+// the GPU.
+KILN_INLINE uint32_t word(const U32x4& b, uint64_t w) {
+  return w == 0 ? b.v[0] : w == 1 ? b.v[1] : w == 2 ? b.v[2] : b.v[3];
+}
+
+// Dropout's draws (dropout, bias_dropout_add, attention's probabilities): four consecutive
+// elements share a block, element i taking word i % 4 of block (offset + i / 4), so a mask costs a
+// quarter of the rounds of one block per element. Every backend draws through this mapping, so
+// masks stay bit-identical across the CPU, the GPU and thread counts.
+KILN_INLINE float dropout_uniform(uint64_t seed, uint64_t offset, uint64_t i) {
+  return to_unit_float(word(block(seed, offset + i / 4), i % 4));
+}
+
 // Standard normal by Box-Muller on words 2 and 3 (u1 in (0, 1] so log is finite).
 KILN_INLINE double normal_d(uint64_t seed, uint64_t offset, uint64_t i) {
   U32x4 b = element_block(seed, offset, i);

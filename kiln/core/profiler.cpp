@@ -122,7 +122,7 @@ void destroy_device_event(void* ev) {
 }
 #else
 void* record_device_event(Device) { return nullptr; }
-double elapsed_ms(void*, void*) { return -1; }
+[[maybe_unused]] double elapsed_ms(void*, void*) { return -1; }
 void destroy_device_event(void*) {}
 #endif
 

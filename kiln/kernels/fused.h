@@ -27,7 +27,7 @@ void bias_gelu_backward(const Tensor& dx, const Tensor& dbias, const Tensor& g, 
                         GeluApprox approx);
 
 // ---- bias + dropout + residual add: y = residual + dropout(x + bias), element i (row-major)
-// kept when philox::uniform_f(seed, offset, i) >= p and then scaled by 1 / (1 - p) - the mask
+// kept when philox::dropout_uniform(seed, offset, i) >= p and then scaled by 1 / (1 - p) - the mask
 // of kernels::dropout for the same (seed, offset). 0 <= p <= 1; p == 0 draws no numbers.
 void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, const Tensor& residual, double p,
                       uint64_t seed, uint64_t offset);

@@ -67,31 +67,46 @@ TEST_CASE("uniform and normal moments", "[rng]") {
   REQUIRE_THROWS_AS(kiln::rand({3}, DType::I64), kiln::Error);
 }
 
-TEST_CASE("dropout_keep draws the scalar Philox decisions, 8 or 16 at a time, across a low-word wrap", "[rng]") {
+TEST_CASE("dropout draws four elements from each Philox block, in word order", "[rng]") {
+  for (uint64_t seed : {uint64_t{0}, uint64_t{42}, ~uint64_t{0}}) {
+    for (uint64_t offset : {uint64_t{0}, uint64_t{5}, (uint64_t{1} << 32) - 1}) {
+      for (uint64_t q : {uint64_t{0}, uint64_t{1}, uint64_t{1000}}) {
+        const kiln::philox::U32x4 b = kiln::philox::block(seed, offset + q);
+        for (uint64_t w = 0; w < 4; ++w)
+          REQUIRE(kiln::philox::dropout_uniform(seed, offset, 4 * q + w) == kiln::philox::to_unit_float(b.v[w]));
+      }
+    }
+  }
+}
+
+TEST_CASE("dropout_keep draws the scalar Philox decisions, 32 or 64 at a time, across a low-word wrap", "[rng]") {
   kiln_test::for_each_cpu_isa([] {
-    // Counters offset + i0 + j: runs that start just below 2^32 (the low word wraps inside a
-    // vector), at 0, and at large values; lengths around multiples of 8 and 16; p from 0 to near
-    // 1; at every CPU level (the AVX2 and AVX-512 copies vectorise differently).
+    // Block counters offset + (i0 + j) / 4: runs whose counters cross 2^32 inside a vector (the
+    // low word wraps), start at 0, and at large values; runs starting at every element of a block
+    // (i0 % 4) and lengths around the 32- and 64-element steps; p from 0 to near 1; at every CPU
+    // level (the AVX2 and AVX-512 copies vectorise differently).
     const uint64_t seeds[] = {0, 42, 0x123456789ABCDEFull, ~0ull};
-    const uint64_t starts[] = {0, 7, (1ull << 32) - 9, (1ull << 32) - 16, (3ull << 32) - 1, ~0ull - 100};
+    const uint64_t offsets[] = {0, 7, (1ull << 32) - 9, (1ull << 32) - 16, (3ull << 32) - 1, ~0ull - 100};
     const float ps[] = {0.0f, 0.1f, 0.5f, 0.9f, 0.999f};
     int64_t kept = 0, total = 0;
     for (uint64_t seed : seeds)
-      for (uint64_t start : starts)
+      for (uint64_t offset : offsets)
         for (float p : ps)
-          for (int64_t n : {0, 1, 15, 16, 17, 33, 64, 77}) {
-            uint8_t keep[80];
-            const uint64_t offset = start / 2, i0 = start - start / 2;
-            kiln::kernels::cpu::dropout_keep_in_use.on(kiln::Device::cpu(), seed, offset, p, i0, n, keep);
-            for (int64_t j = 0; j < n; ++j) {
-              const bool want = kiln::philox::uniform_f(seed, offset, i0 + static_cast<uint64_t>(j)) >= p;
-              INFO("seed " << seed << " offset " << offset << " i0 " << i0 << " p " << p << " j " << j);
-              REQUIRE(static_cast<bool>(keep[j]) == want);
-              REQUIRE(keep[j] <= 1);
-              kept += keep[j];
-              ++total;
+          for (uint64_t i0 : {0, 1, 2, 3, 14, 4099})
+            for (int64_t n : {0, 1, 3, 5, 31, 32, 33, 63, 64, 65, 67, 130, 200}) {
+              uint8_t keep[200];
+              kiln::kernels::cpu::dropout_keep_in_use.on(kiln::Device::cpu(), seed, offset, p, i0, n, keep);
+              for (int64_t j = 0; j < n; ++j) {
+                const bool want = kiln::philox::dropout_uniform(seed, offset, i0 + static_cast<uint64_t>(j)) >= p;
+                if (static_cast<bool>(keep[j]) != want || keep[j] > 1) {
+                  INFO("seed " << seed << " offset " << offset << " i0 " << i0 << " n " << n << " p " << p << " j " << j);
+                  REQUIRE(static_cast<bool>(keep[j]) == want);
+                  REQUIRE(keep[j] <= 1);
+                }
+                kept += keep[j];
+                ++total;
+              }
             }
-          }
     CHECK(kept > total / 3);  // the draws are not all one way
     CHECK(kept < total);
   });

@@ -143,6 +143,22 @@ TEST_CASE("bias_dropout_add: eval mode, p = 0 and p = 1, no bias, 3-D input", "[
   CHECK(values(after_eval) == values(kiln::rand({4})));
 }
 
+// With nothing dropped the backward passes g through (x's and the residual's gradients are g, the
+// bias's its column sums) without a pass over memory; the leaves still get gradients of their own.
+TEST_CASE("bias_dropout_add: the backward with nothing dropped passes the gradient through", "[fused]") {
+  kiln::manual_seed(10);
+  for (const bool training : {true, false}) {
+    Tensor x = kiln::randn({3, 4, 6}).requires_grad_(true), b = kiln::randn({6}).requires_grad_(true);
+    Tensor r = kiln::randn({3, 4, 6}).requires_grad_(true), w = kiln::randn({3, 4, 6});
+    F::bias_dropout_add(x, b, r, training ? 0.0 : 0.5, training).backward(w);
+    INFO("training " << training);
+    check_close(x.grad(), values(w), 0, 0, "dx");
+    check_close(r.grad(), values(w), 0, 0, "dresidual");
+    check_close(b.grad(), values(w.sum({0, 1})), 1e-6, 1e-6, "dbias");
+    REQUIRE(x.grad().data_ptr() != r.grad().data_ptr());  // each leaf owns its gradient
+  }
+}
+
 TEST_CASE("bias_dropout_add: gradcheck with the mask fixed by the seed (and double backward)", "[fused]") {
   kiln::manual_seed(6);
   Tensor x = kiln::randn({6, 7}, f64(true)), b = kiln::randn({7}, f64(true)), r = kiln::randn({6, 7}, f64(true));

@@ -1,6 +1,6 @@
 // Dropout on the CPU: out[i] = u_i >= p ? in[i] / (1 - p) : 0, where u_i is the Philox uniform of
-// element i (philox::uniform_f(seed, offset, i)) - the same bits a CUDA thread for element i will
-// draw, so masks agree across backends and thread counts. The backward of dropout is this kernel
+// element i (philox::dropout_uniform(seed, offset, i): word i % 4 of block offset + i / 4) - the
+// same bits the CUDA kernels draw, so masks agree across backends and thread counts. The backward of dropout is this kernel
 // applied to the gradient with the same (seed, offset): the mask is regenerated, not stored.
 // The decisions come from dropout_keep (kernels/cpu/dropout_keep.h), defined here.
 #include <algorithm>
@@ -43,10 +43,14 @@ struct Lanes {
     lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
     hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
   }
-  // keep[l] = (v >> 8) * 2^-24 >= p (philox::to_unit_float, exact in f32)
-  static void store_keep(V v, __m512 p, uint8_t* keep) {
+  // bit l = (v_l >> 8) * 2^-24 >= p (philox::to_unit_float, exact in f32)
+  static uint64_t keep_bits(V v, __m512 p) {
     const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 8)), _mm512_set1_ps(1.0f / 16777216.0f));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(keep), _mm_maskz_set1_epi8(_mm512_cmp_ps_mask(u, p, _CMP_GE_OQ), 1));
+    return _mm512_cmp_ps_mask(u, p, _CMP_GE_OQ);
+  }
+  // keep[j] = bit j of bits, j < 64
+  static void store_bytes(uint64_t bits, uint8_t* keep) {
+    _mm512_storeu_si512(keep, _mm512_maskz_set1_epi8(bits, 1));
   }
   using P = __m512;
   static P set1_ps(float p) { return _mm512_set1_ps(p); }
@@ -54,7 +58,7 @@ struct Lanes {
 #define KILN_DROPOUT_KEEP_LANES 1
 #elif defined(__AVX2__)
 // 8 lanes: the same operations with AVX2's instructions (no unsigned compare: flip the sign
-// bits; no byte masks: spread the compare's bits to bytes with pdep).
+// bits; no byte masks: spread bits to bytes with pdep).
 struct Lanes {
   using V = __m256i;
   static constexpr int N = 8;
@@ -73,11 +77,15 @@ struct Lanes {
     lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
     hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
   }
-  static void store_keep(V v, __m256 p, uint8_t* keep) {
+  static uint64_t keep_bits(V v, __m256 p) {
     const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 8)), _mm256_set1_ps(1.0f / 16777216.0f));
-    const unsigned bits = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(u, p, _CMP_GE_OQ)));
-    const uint64_t bytes = _pdep_u64(bits, 0x0101010101010101ull);
-    std::memcpy(keep, &bytes, 8);
+    return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(u, p, _CMP_GE_OQ)));
+  }
+  static void store_bytes(uint64_t bits, uint8_t* keep) {  // j < 32
+    for (int q = 0; q < 4; ++q) {
+      const uint64_t bytes = _pdep_u64((bits >> (8 * q)) & 0xff, 0x0101010101010101ull);
+      std::memcpy(keep + 8 * q, &bytes, 8);
+    }
   }
   using P = __m256;
   static P set1_ps(float p) { return _mm256_set1_ps(p); }
@@ -89,15 +97,27 @@ struct Lanes {
 
 }  // namespace
 
+// Element i0 + j's keep decision from word (i0 + j) % 4 of block offset + (i0 + j) / 4, one block
+// for every four elements: scalar up to an element that starts a block, then 4 * Lanes::N
+// elements at a time (a block per lane, the four words' decisions interleaved with pdep), then a
+// scalar tail.
 void dropout_keep(uint64_t seed, uint64_t offset, float p, uint64_t i0, int64_t n, uint8_t* keep) {
   int64_t j = 0;
+  auto scalar_until = [&](int64_t end) {  // a block per run of up to four elements
+    while (j < end) {
+      const uint64_t i = i0 + static_cast<uint64_t>(j);
+      const philox::U32x4 b = philox::block(seed, offset + i / 4);
+      for (uint64_t w = i % 4; w < 4 && j < end; ++w, ++j) keep[j] = philox::to_unit_float(b.v[w]) >= p;
+    }
+  };
 #if KILN_DROPOUT_KEEP_LANES
-  // Lanes::N counters through Philox's ten rounds at once (philox::block, lane by lane)
+  constexpr int64_t kSpan = 4 * Lanes::N;
+  scalar_until(std::min<int64_t>(n, static_cast<int64_t>((4 - i0 % 4) % 4)));
   const Lanes::V m0 = Lanes::set1(0xD2511F53u), m1 = Lanes::set1(0xCD9E8D57u);
   const Lanes::P pv = Lanes::set1_ps(p);
-  for (; j + Lanes::N <= n; j += Lanes::N) {
-    // the counters offset + i0 + j + l as (c0, c1) = (low, high) words, carrying where the low wraps
-    const uint64_t start = offset + i0 + static_cast<uint64_t>(j);
+  for (; j + kSpan <= n; j += kSpan) {
+    // the counters offset + (i0 + j) / 4 + l as (c0, c1) = (low, high) words, carrying where the low wraps
+    const uint64_t start = offset + (i0 + static_cast<uint64_t>(j)) / 4;
     const Lanes::V lo_start = Lanes::set1(static_cast<uint32_t>(start));
     Lanes::V c0 = Lanes::add(lo_start, Lanes::iota());
     Lanes::V c1 = Lanes::carry(Lanes::set1(static_cast<uint32_t>(start >> 32)), c0, lo_start);
@@ -114,10 +134,14 @@ void dropout_keep(uint64_t seed, uint64_t offset, float p, uint64_t i0, int64_t 
       k0 += 0x9E3779B9u;
       k1 += 0xBB67AE85u;
     }
-    Lanes::store_keep(c0, pv, keep + j);
+    // element 4 l + w is word w of lane l: bit l of word w's decisions goes to bit 4 l + w
+    const Lanes::V words[4] = {c0, c1, c2, c3};
+    uint64_t bits = 0;
+    for (int w = 0; w < 4; ++w) bits |= _pdep_u64(Lanes::keep_bits(words[w], pv), 0x1111111111111111ull << w);
+    Lanes::store_bytes(bits, keep + j);
   }
 #endif
-  for (; j < n; ++j) keep[j] = philox::uniform_f(seed, offset, i0 + static_cast<uint64_t>(j)) >= p;
+  scalar_until(n);
 }
 KILN_REGISTER_KERNEL(dropout_keep_in_use, CPU, dropout_keep);
 

@@ -1,11 +1,11 @@
 #pragma once
 // Dropout's keep decisions for a run of elements on the CPU: keep[j] = 1 when
-// philox::uniform_f(seed, offset, i0 + j) >= p, bit for bit the scalar draw (and the CUDA
-// kernels'), so masks agree across backends and thread counts. Sixteen (AVX-512) or eight (AVX2)
-// counters go through Philox's ten rounds at once in 32-bit lanes, the 32 x 32 -> 64-bit
-// products as two vpmuludq (even and odd lanes): the compiler's own vectorisation of the scalar
-// code used 64-bit lanes and vpmullq, which made dropout's mask most of the cost of a fused
-// bias + dropout + add.
+// philox::dropout_uniform(seed, offset, i0 + j) >= p, bit for bit the scalar draw (and the CUDA
+// kernels'), so masks agree across backends and thread counts. Four elements share a Philox block;
+// sixteen (AVX-512) or eight (AVX2) blocks go through the ten rounds at once in 32-bit lanes, the
+// 32 x 32 -> 64-bit products as two vpmuludq (even and odd lanes): the compiler's own
+// vectorisation of the scalar code used 64-bit lanes and vpmullq, which made dropout's mask most
+// of the cost of a fused bias + dropout + add.
 #include <cstdint>
 
 #include "kiln/kernels/dispatch.h"

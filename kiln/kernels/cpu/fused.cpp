@@ -165,7 +165,7 @@ void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, cons
           yp[base + j] = static_cast<T>(static_cast<O>(rp[base + j]) + (static_cast<O>(xp[base + j]) + bp[j]));
         continue;
       }
-      // the mask (dropout_keep: the same bits as f's, 16 draws at a time), then the arithmetic
+      // the mask (dropout_keep: the same bits as the GPU kernels, 64 at a time), then the arithmetic
       for_keep_spans(f.mask.seed, f.mask.offset, f.mask.p, base, cols, [&](int64_t j0, int64_t n, const uint8_t* keep) {
         const int64_t i = base + j0;
 #pragma omp simd

@@ -20,8 +20,8 @@
 // block writes one partial row [chunk, K]. A second kernel adds the chunks in order. No atomics,
 // so the result does not depend on scheduling.
 //
-// The dropout mask is element i (row-major) kept when philox::uniform_f(seed, offset, i) >= p:
-// the same bits as the CPU dropout kernel, so masks agree across backends; the backward
+// The dropout mask is element i (row-major) kept when philox::dropout_uniform(seed, offset, i) >= p
+// (four elements to a Philox block): the same bits as the CPU dropout kernel, so masks agree across backends; the backward
 // regenerates it from (seed, offset) instead of reading a stored mask.
 #include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/fused.h"
@@ -75,17 +75,25 @@ __global__ void bias_act_vec_kernel(T* y, const T* x, const T* __restrict__ bias
   }
 }
 
+// A grid-stride thread per four elements, which share one Philox block of the mask.
 template <class T>
 __global__ void bias_dropout_add_kernel(T* __restrict__ y, const T* __restrict__ x, const T* __restrict__ bias,
-                                        const T* __restrict__ residual, int64_t n, int64_t k, math::BiasDropoutAdd f,
+                                        const T* __restrict__ residual, int64_t n, int64_t k, math::DropoutMask mask,
                                         opmath_t<T> scale) {
   using M = opmath_t<T>;
+  const int64_t quads = (n + 3) / 4;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const M b = bias ? static_cast<M>(bias[i % k]) : M(0);
-    const M xb = static_cast<M>(x[i]) + b, r = static_cast<M>(residual[i]);
-    // p == 0 (eval mode): no Philox rounds; the branch is uniform across the grid.
-    y[i] = static_cast<T>(f.mask.p <= 0.0f ? r + xb : f(xb, M(0), r, scale, static_cast<uint64_t>(i)));
+  for (int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < quads; q += stride) {
+    bool keep[4] = {true, true, true, true};
+    if (mask.p > 0.0f) mask.keep4(static_cast<uint64_t>(q), keep);  // p == 0 (eval): no Philox rounds
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const int64_t i = 4 * q + w;
+      if (i >= n) break;
+      const M b = bias ? static_cast<M>(bias[i % k]) : M(0);
+      y[i] = static_cast<T>(math::BiasDropoutAdd::apply(static_cast<M>(x[i]), b, static_cast<M>(residual[i]), scale,
+                                                        keep[w]));
+    }
   }
 }
 
@@ -248,10 +256,10 @@ void bias_dropout_add(const Tensor& y, const Tensor& x, const Tensor& bias, cons
     using T = typename decltype(tag)::type;
     using M = opmath_t<T>;
     const M scale = p >= 1.0 ? M(0) : static_cast<M>(1.0 / (1.0 - p));
-    const math::BiasDropoutAdd f{math::DropoutMask{seed, offset, static_cast<float>(p)}};
-    bias_dropout_add_kernel<T><<<grid_for(n), kThreads, 0, stream_for(y)>>>(
+    const math::DropoutMask mask{seed, offset, static_cast<float>(p)};
+    bias_dropout_add_kernel<T><<<grid_for(n, 4), kThreads, 0, stream_for(y)>>>(
         static_cast<T*>(y.data_ptr()), static_cast<const T*>(x.data_ptr()), bias_ptr<T>(bias),
-        static_cast<const T*>(residual.data_ptr()), n, k, f, scale);
+        static_cast<const T*>(residual.data_ptr()), n, k, mask, scale);
     KILN_CUDA_CHECK_LAUNCH("bias_dropout_add_kernel");
   });
 }

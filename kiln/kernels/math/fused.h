@@ -4,7 +4,7 @@
 // The GELU math itself is the GeluErf / GeluTanh functors of pointwise.h (and their backward
 // functors), so `bias_gelu` computes exactly what `gelu(x + bias)` computes, minus one pass.
 // The dropout mask is the one of kiln/kernels/cpu/dropout.cpp: element i (row-major) is kept
-// when philox::uniform_f(seed, offset, i) >= p.
+// when philox::dropout_uniform(seed, offset, i) >= p.
 #include <cstdint>
 
 #include "kiln/core/macros.h"
@@ -30,16 +30,19 @@ template <class ActBackward> struct BiasActBackward {
 struct DropoutMask {
   uint64_t seed = 0, offset = 0;
   float p = 0.0f;
-  KILN_INLINE bool keep(uint64_t i) const { return philox::uniform_f(seed, offset, i) >= p; }
+  KILN_INLINE bool keep(uint64_t i) const { return philox::dropout_uniform(seed, offset, i) >= p; }
+  // the decisions of elements 4 q .. 4 q + 3 from their one block
+  KILN_INLINE void keep4(uint64_t q, bool (&k)[4]) const {
+    const philox::U32x4 b = philox::block(seed, offset + q);
+    for (int w = 0; w < 4; ++w) k[w] = philox::to_unit_float(b.v[w]) >= p;
+  }
 };
 
-// residual + dropout(x + b) for element i, in opmath T. `scale` is 1 / (1 - p) (0 for p >= 1).
+// residual + dropout(x + b) for one element with its keep decision drawn already (the kernels
+// draw four elements per Philox block, the CPU 32 or 64 at a time), in opmath T. `scale` is
+// 1 / (1 - p) (0 for p >= 1).
 struct BiasDropoutAdd {
   DropoutMask mask;
-  template <class T> KILN_INLINE T operator()(T x, T b, T residual, T scale, uint64_t i) const {
-    return apply(x, b, residual, scale, mask.keep(i));
-  }
-  // with element i's keep decision drawn already (the CPU draws 16 at a time)
   template <class T> static KILN_INLINE T apply(T x, T b, T residual, T scale, bool keep) {
     return keep ? residual + (x + b) * scale : residual;
   }

@@ -162,6 +162,10 @@ Tensor bias_dropout_add(const Tensor& x_in, const Tensor& bias_in, const Tensor&
                               autograd::fused_or_composite(
                                   [=](const TensorList& g) {
                                     if (!want_dx && !want_db) return TensorList{Tensor(), Tensor(), g[0]};
+                                    // nothing dropped (eval, p = 0): dx is g itself, no pass over memory
+                                    if (p_eff <= 0.0)
+                                      return TensorList{want_dx ? g[0] : Tensor(),
+                                                        want_db ? sum_to(g[0], bias_sizes) : Tensor(), g[0]};
                                     Tensor gc = contiguous_data(g[0]);
                                     Tensor dx = empty(gc.sizes(), gc.options());
                                     Tensor db = want_db ? empty(bias_sizes, gc.options()) : Tensor();
