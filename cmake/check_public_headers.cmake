@@ -24,9 +24,9 @@ set(closure)          # paths relative to kiln/, both configurations
 set(first_includer)   # "header=includer" pairs, to say who pulled a header in
 foreach(with_cuda 0 1)
   # This configuration's config.h, in a folder searched before the include root.
-  set(KILN_WITH_CUDA_01 ${with_cuda})
-  set(KILN_WITH_CUDNN_01 ${with_cuda})
-  set(KILN_WITH_CUDNN_FRONTEND_01 ${with_cuda})
+  set(KILN_WITH_CUDA ${with_cuda})
+  set(KILN_WITH_CUDNN ${with_cuda})
+  set(KILN_WITH_CUDNN_FRONTEND ${with_cuda})
   set(PROJECT_VERSION 0.0.0)
   configure_file(${SOURCE_DIR}/kiln/config.h.in ${WORK_DIR}/cuda${with_cuda}/kiln/config.h @ONLY)
   execute_process(
