@@ -51,21 +51,12 @@ Tensor feed_forward_branch(const std::string& activation, Linear& linear1, Dropo
                                       dropout_after.p, dropout_after.is_training());
 }
 
-template <class Layer>
-void make_stack(Module& stack, ModuleList& layers, std::shared_ptr<LayerNorm>& norm, const TransformerStackOptions& o,
-                const char* what) {
-  KILN_CHECK(o.num_layers() >= 0, what, ": num_layers must be >= 0, got ", o.num_layers());
-  for (int64_t i = 0; i < o.num_layers(); ++i) layers.push_back(std::make_shared<Layer>(o.layer()));
-  stack.register_module("layers", layers);
-  if (o.final_norm()) norm = stack.register_module("norm", std::make_shared<LayerNorm>(norm_options(o.layer())));
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- encoder
 
 TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOptions& o)
-    : Module("TransformerEncoderLayer"),
+    : TransformerEncoderBase("TransformerEncoderLayer"),
       options(o),
       self_attn(attention_options(o)),
       linear1(linear_options(o.d_model(), o.dim_feedforward(), o)),
@@ -86,10 +77,8 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOp
   register_module("dropout2", dropout2);
 }
 
-Tensor TransformerEncoderLayer::forward(const Tensor& src) { return forward(src, Tensor(), Tensor(), false); }
-
-Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask,
-                                        bool is_causal) {
+Tensor TransformerEncoderLayer::encode(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask,
+                                       bool is_causal) {
   auto attend = [&](const Tensor& x) {
     return attention_branch(self_attn, dropout1, x, x, src_mask, src_key_padding_mask, is_causal);
   };
@@ -105,24 +94,18 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mas
   return norm2(feed_forward(x, x));
 }
 
-TransformerEncoder::TransformerEncoder(const TransformerEncoderOptions& o) : Module("TransformerEncoder"), options(o) {
-  make_stack<TransformerEncoderLayer>(*this, layers, norm, o, "TransformerEncoder");
-}
+TransformerEncoder::TransformerEncoder(const TransformerEncoderOptions& o)
+    : TransformerStack("TransformerEncoder", o) {}
 
-Tensor TransformerEncoder::forward(const Tensor& src) { return forward(src, Tensor(), Tensor(), false); }
-
-Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask,
-                                   bool is_causal) {
-  Tensor x = src;
-  for (size_t i = 0; i < layers.size(); ++i)
-    x = layers.at<TransformerEncoderLayer>(i).forward(x, mask, src_key_padding_mask, is_causal);
-  return norm ? norm->forward(x) : x;
+Tensor TransformerEncoder::encode(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask,
+                                  bool is_causal) {
+  return run(src, mask, src_key_padding_mask, is_causal);
 }
 
 // ---------------------------------------------------------------- decoder
 
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerDecoderLayerOptions& o)
-    : Module("TransformerDecoderLayer"),
+    : TransformerDecoderBase("TransformerDecoderLayer"),
       options(o),
       self_attn(attention_options(o)),
       multihead_attn(attention_options(o)),
@@ -149,10 +132,10 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerDecoderLayerOp
   register_module("dropout3", dropout3);
 }
 
-Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
-                                        const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
-                                        const Tensor& memory_key_padding_mask, bool tgt_is_causal,
-                                        bool memory_is_causal) {
+Tensor TransformerDecoderLayer::decode(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
+                                       const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
+                                       const Tensor& memory_key_padding_mask, bool tgt_is_causal,
+                                       bool memory_is_causal) {
   KILN_CHECK(memory.defined(), "TransformerDecoderLayer: memory (the encoder's output) is undefined");
   auto self_attend = [&](const Tensor& x) {
     return attention_branch(self_attn, dropout1, x, x, tgt_mask, tgt_key_padding_mask, tgt_is_causal);
@@ -175,19 +158,28 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   return norm3(feed_forward(x, x));
 }
 
-TransformerDecoder::TransformerDecoder(const TransformerDecoderOptions& o) : Module("TransformerDecoder"), options(o) {
-  make_stack<TransformerDecoderLayer>(*this, layers, norm, o, "TransformerDecoder");
+TransformerDecoder::TransformerDecoder(const TransformerDecoderOptions& o)
+    : TransformerStack("TransformerDecoder", o) {}
+
+Tensor TransformerDecoder::decode(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
+                                  const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
+                                  const Tensor& memory_key_padding_mask, bool tgt_is_causal, bool memory_is_causal) {
+  return run(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal,
+             memory_is_causal);
 }
 
-Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
-                                   const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
-                                   const Tensor& memory_key_padding_mask, bool tgt_is_causal, bool memory_is_causal) {
-  Tensor x = tgt;
-  for (size_t i = 0; i < layers.size(); ++i)
-    x = layers.at<TransformerDecoderLayer>(i).forward(x, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
-                                                      memory_key_padding_mask, tgt_is_causal, memory_is_causal);
-  return norm ? norm->forward(x) : x;
+// ---------------------------------------------------------------- stacks
+
+template <class Layer, class Base>
+TransformerStack<Layer, Base>::TransformerStack(const char* type_name, const TransformerStackOptions& o)
+    : Base(type_name), options(o) {
+  KILN_CHECK(o.num_layers() >= 0, type_name, ": num_layers must be >= 0, got ", o.num_layers());
+  for (int64_t i = 0; i < o.num_layers(); ++i) layers.push_back(std::make_shared<Layer>(o.layer()));
+  this->register_module("layers", layers);
+  if (o.final_norm()) norm = this->register_module("norm", std::make_shared<LayerNorm>(norm_options(o.layer())));
 }
+template class TransformerStack<TransformerEncoderLayer, TransformerEncoderBase>;
+template class TransformerStack<TransformerDecoderLayer, TransformerDecoderBase>;
 
 // ---------------------------------------------------------------- Transformer
 

@@ -26,22 +26,34 @@ struct TransformerLayerOptions {
 using TransformerEncoderLayerOptions = TransformerLayerOptions;
 using TransformerDecoderLayerOptions = TransformerLayerOptions;
 
+// The call forms TransformerEncoderLayer and TransformerEncoder share: src with MultiheadAttention's
+// attn_mask and key_padding_mask and is_causal, none of them by default. Each implements encode.
+class TransformerEncoderBase : public Module {
+ public:
+  using Module::Module;
+  Tensor forward(const Tensor& src) override { return encode(src, Tensor(), Tensor(), false); }
+  Tensor forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask = Tensor(),
+                 bool is_causal = false) {
+    return encode(src, mask, src_key_padding_mask, is_causal);
+  }
+  using Module::operator();
+  Tensor operator()(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask = Tensor(),
+                    bool is_causal = false) {
+    return encode(src, mask, src_key_padding_mask, is_causal);
+  }
+
+ protected:
+  virtual Tensor encode(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask, bool is_causal) = 0;
+};
+
 // torch's nn.TransformerEncoderLayer, with its submodule names (self_attn, linear1, dropout,
 // linear2, norm1, norm2, dropout1, dropout2). Post-norm:
 //   x = norm1(x + dropout1(self_attn(x))), then x = norm2(x + dropout2(linear2(dropout(act(linear1(x))))));
-// pre-norm (norm_first) applies each norm to the branch's input instead. src_mask and
+// pre-norm (norm_first) applies each norm to the branch's input instead. The mask and
 // src_key_padding_mask are MultiheadAttention's attn_mask and key_padding_mask.
-class TransformerEncoderLayer : public Module {
+class TransformerEncoderLayer : public TransformerEncoderBase {
  public:
   explicit TransformerEncoderLayer(const TransformerEncoderLayerOptions& options);
-  Tensor forward(const Tensor& src) override;
-  Tensor forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask = Tensor(),
-                 bool is_causal = false);
-  using Module::operator();
-  Tensor operator()(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask = Tensor(),
-                    bool is_causal = false) {
-    return forward(src, src_mask, src_key_padding_mask, is_causal);
-  }
 
   TransformerEncoderLayerOptions options;
   MultiheadAttention self_attn;
@@ -50,27 +62,46 @@ class TransformerEncoderLayer : public Module {
   Linear linear2;
   LayerNorm norm1, norm2;
   Dropout dropout1, dropout2;
+
+ protected:
+  Tensor encode(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask, bool is_causal) override;
 };
 
-// torch's nn.TransformerDecoderLayer (self_attn, multihead_attn, linear1, dropout, linear2,
-// norm1-3, dropout1-3): self-attention over tgt, attention from tgt to memory (the encoder's
-// output), the feed-forward block, each a residual branch normed as in the encoder layer.
-class TransformerDecoderLayer : public Module {
+// The call forms TransformerDecoderLayer and TransformerDecoder share: tgt and memory (the encoder's
+// output), each with MultiheadAttention's attn_mask, key_padding_mask and is_causal, none of them by
+// default. A decoder needs memory: the single-input form throws. Each implements decode.
+class TransformerDecoderBase : public Module {
  public:
-  explicit TransformerDecoderLayer(const TransformerDecoderLayerOptions& options);
-  using Module::forward;  // a decoder layer needs memory: the single-input form throws
+  using Module::forward;
+  using Module::Module;
   Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = Tensor(),
                  const Tensor& memory_mask = Tensor(), const Tensor& tgt_key_padding_mask = Tensor(),
                  const Tensor& memory_key_padding_mask = Tensor(), bool tgt_is_causal = false,
-                 bool memory_is_causal = false);
+                 bool memory_is_causal = false) {
+    return decode(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal,
+                  memory_is_causal);
+  }
   using Module::operator();
   Tensor operator()(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = Tensor(),
                     const Tensor& memory_mask = Tensor(), const Tensor& tgt_key_padding_mask = Tensor(),
                     const Tensor& memory_key_padding_mask = Tensor(), bool tgt_is_causal = false,
                     bool memory_is_causal = false) {
-    return forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal,
-                   memory_is_causal);
+    return decode(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal,
+                  memory_is_causal);
   }
+
+ protected:
+  virtual Tensor decode(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask, const Tensor& memory_mask,
+                        const Tensor& tgt_key_padding_mask, const Tensor& memory_key_padding_mask, bool tgt_is_causal,
+                        bool memory_is_causal) = 0;
+};
+
+// torch's nn.TransformerDecoderLayer (self_attn, multihead_attn, linear1, dropout, linear2,
+// norm1-3, dropout1-3): self-attention over tgt, attention from tgt to memory (the encoder's
+// output), the feed-forward block, each a residual branch normed as in the encoder layer.
+class TransformerDecoderLayer : public TransformerDecoderBase {
+ public:
+  explicit TransformerDecoderLayer(const TransformerDecoderLayerOptions& options);
 
   TransformerDecoderLayerOptions options;
   MultiheadAttention self_attn, multihead_attn;
@@ -79,6 +110,11 @@ class TransformerDecoderLayer : public Module {
   Linear linear2;
   LayerNorm norm1, norm2, norm3;
   Dropout dropout1, dropout2, dropout3;
+
+ protected:
+  Tensor decode(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask, const Tensor& memory_mask,
+                const Tensor& tgt_key_padding_mask, const Tensor& memory_key_padding_mask, bool tgt_is_causal,
+                bool memory_is_causal) override;
 };
 
 // How many layers of which kind a TransformerEncoder or TransformerDecoder stacks.
@@ -94,48 +130,42 @@ struct TransformerStackOptions {
 using TransformerEncoderOptions = TransformerStackOptions;
 using TransformerDecoderOptions = TransformerStackOptions;
 
-// torch's nn.TransformerEncoder: num_layers TransformerEncoderLayers ("layers.0", ...) run in turn
-// with the same masks, then the optional final LayerNorm ("norm"). The layers are initialised
-// independently, where torch's start as copies of one layer.
-class TransformerEncoder : public Module {
+// What TransformerEncoder and TransformerDecoder are: options.num_layers() Layers ("layers.0", ...)
+// run in turn with the same other arguments, then the optional final LayerNorm ("norm"). The layers
+// are initialised independently, where torch's start as copies of one layer.
+template <class Layer, class Base> class TransformerStack : public Base {
  public:
-  explicit TransformerEncoder(const TransformerEncoderOptions& options);
-  Tensor forward(const Tensor& src) override;
-  Tensor forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask = Tensor(),
-                 bool is_causal = false);
-  using Module::operator();
-  Tensor operator()(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask = Tensor(),
-                    bool is_causal = false) {
-    return forward(src, mask, src_key_padding_mask, is_causal);
-  }
-
-  TransformerEncoderOptions options;
+  TransformerStackOptions options;
   ModuleList layers;
   std::shared_ptr<LayerNorm> norm;  // null unless final_norm
+
+ protected:
+  TransformerStack(const char* type_name, const TransformerStackOptions& options);  // transformer.cpp
+  // x through every layer, each called as forward(x, args...), then the final norm if any.
+  template <class... Args> Tensor run(Tensor x, const Args&... args) {
+    for (size_t i = 0; i < layers.size(); ++i) x = layers.at<Layer>(i).forward(x, args...);
+    return norm ? norm->forward(x) : x;
+  }
 };
 
-// torch's nn.TransformerDecoder: num_layers TransformerDecoderLayers over the same memory and
-// masks, then the optional final LayerNorm ("norm").
-class TransformerDecoder : public Module {
+// torch's nn.TransformerEncoder: TransformerEncoderLayers, each with the same masks.
+class TransformerEncoder : public TransformerStack<TransformerEncoderLayer, TransformerEncoderBase> {
+ public:
+  explicit TransformerEncoder(const TransformerEncoderOptions& options);
+
+ protected:
+  Tensor encode(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask, bool is_causal) override;
+};
+
+// torch's nn.TransformerDecoder: TransformerDecoderLayers, each over the same memory and masks.
+class TransformerDecoder : public TransformerStack<TransformerDecoderLayer, TransformerDecoderBase> {
  public:
   explicit TransformerDecoder(const TransformerDecoderOptions& options);
-  using Module::forward;
-  Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = Tensor(),
-                 const Tensor& memory_mask = Tensor(), const Tensor& tgt_key_padding_mask = Tensor(),
-                 const Tensor& memory_key_padding_mask = Tensor(), bool tgt_is_causal = false,
-                 bool memory_is_causal = false);
-  using Module::operator();
-  Tensor operator()(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = Tensor(),
-                    const Tensor& memory_mask = Tensor(), const Tensor& tgt_key_padding_mask = Tensor(),
-                    const Tensor& memory_key_padding_mask = Tensor(), bool tgt_is_causal = false,
-                    bool memory_is_causal = false) {
-    return forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal,
-                   memory_is_causal);
-  }
 
-  TransformerDecoderOptions options;
-  ModuleList layers;
-  std::shared_ptr<LayerNorm> norm;  // null unless final_norm
+ protected:
+  Tensor decode(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask, const Tensor& memory_mask,
+                const Tensor& tgt_key_padding_mask, const Tensor& memory_key_padding_mask, bool tgt_is_causal,
+                bool memory_is_causal) override;
 };
 
 // torch's nn.Transformer arguments and defaults.
