@@ -391,6 +391,36 @@ struct NchwBlock {
   }
 };
 
+// for_blocks over NCHW blocks of nchw_samples_per_block(g, nt) samples: body(t, block, buf), buf
+// thread t's scratch buffer for block.scratch.
+template <class T, class F> void for_nchw_blocks(const ConvGeometry& g, int nt, bool any_order, F&& body) {
+  const bool pw = is_pointwise(g);
+  std::vector<std::vector<T>> bufs(nt);
+  for_blocks(
+      g.N, nchw_samples_per_block(g, nt), nt,
+      [&](int t, int64_t n0, int64_t n1) { body(t, NchwBlock(g, n0, n1, pw), bufs[t]); }, any_order);
+}
+
+// for_blocks over NHWC blocks of samples_per_block(g) samples: body(t, n0, n1, rows, scratch), rows =
+// (n1 - n0) * OH*OW output rows and scratch thread t's buffer of rows * Cg*kh*kw values (the block's
+// patch matrix or its gradient); none for a pointwise convolution, which reads and writes in place,
+// nor without with_scratch.
+template <class T, class F>
+void for_nhwc_blocks(const ConvGeometry& g, int nt, bool with_scratch, bool any_order, F&& body) {
+  const int64_t OHW = g.OH * g.OW, Ckk = g.C / g.groups * g.kh * g.kw;
+  const bool sized = with_scratch && !is_pointwise(g);
+  std::vector<std::vector<T>> bufs(nt);
+  for_blocks(
+      g.N, samples_per_block(g), nt,
+      [&](int t, int64_t n0, int64_t n1) {
+        const int64_t rows = (n1 - n0) * OHW;
+        std::vector<T>& buf = bufs[t];
+        if (sized && static_cast<int64_t>(buf.size()) < rows * Ckk) buf.resize(rows * Ckk);
+        body(t, n0, n1, rows, buf.data());
+      },
+      any_order);
+}
+
 // Weight [K, Cg, kh, kw] -> [K, kh, kw, Cg] (contiguous), the column order of the NHWC patches.
 template <class T> std::vector<T> weight_to_hwc(const T* w, const ConvGeometry& g) {
   const int64_t Cg = g.C / g.groups, khw = g.kh * g.kw;
@@ -440,50 +470,37 @@ void forward_impl(const Tensor& out, const Tensor& x, const Tensor& w_t, const T
   };
   if (winograd_applies(g, dtype_of<T>::value) && winograd_forward(xp, wp, bp, op, g, samples_done)) return;
   if (!g.channels_last) {
-    const int64_t spb = nchw_samples_per_block(g, nt);
     const std::vector<PackedLhs<T>> wg = packed_weight(wp, g, false);
-    std::vector<std::vector<T>> bufs(nt);
-    for_blocks(
-        g.N, spb, nt,
-        [&](int t, int64_t n0, int64_t n1) {
-          const NchwBlock b(g, n0, n1, pw);
-          auto& buf = bufs[t];
-          T* scratch = b.scratch(buf, Ckk, g.K);
-          T* yb = b.single ? op + n0 * g.K * OHW : scratch;  // the block's output as [K, cols]
-          for (int64_t gi = 0; gi < G; ++gi) {
-            const T* colp = b.in_place_input ? xp + (n0 * g.C + gi * Cg) * HW : buf.data();
-            if (!b.in_place_input)
-              for (int64_t i = 0; i < b.nb; ++i)
-                im2col(xp + ((n0 + i) * g.C + gi * Cg) * HW, buf.data() + i * OHW, Cg, g, b.cols);
-            T* yg = yb + gi * Kg * b.cols;
-            if (bp) fill_bias(yg, gi * Kg, Kg, b.cols, b.cols);
-            gemm(wg[gi], row_major(colp, Ckk, b.cols, b.cols), row_major(yg, Kg, b.cols, b.cols), bp != nullptr);
-          }
-          if (!b.single) block_to_planes(yb, op + n0 * g.K * OHW, b.nb, g.K, OHW);
-          if (samples_done) samples_done(n0, n1);  // the block's output planes are still in cache
-        },
-        /*any_order=*/true);
+    for_nchw_blocks<T>(g, nt, /*any_order=*/true, [&](int, const NchwBlock& b, std::vector<T>& buf) {
+      const int64_t n0 = b.n0, n1 = n0 + b.nb;
+      T* scratch = b.scratch(buf, Ckk, g.K);
+      T* yb = b.single ? op + n0 * g.K * OHW : scratch;  // the block's output as [K, cols]
+      for (int64_t gi = 0; gi < G; ++gi) {
+        const T* colp = b.in_place_input ? xp + (n0 * g.C + gi * Cg) * HW : buf.data();
+        if (!b.in_place_input)
+          for (int64_t i = 0; i < b.nb; ++i)
+            im2col(xp + ((n0 + i) * g.C + gi * Cg) * HW, buf.data() + i * OHW, Cg, g, b.cols);
+        T* yg = yb + gi * Kg * b.cols;
+        if (bp) fill_bias(yg, gi * Kg, Kg, b.cols, b.cols);
+        gemm(wg[gi], row_major(colp, Ckk, b.cols, b.cols), row_major(yg, Kg, b.cols, b.cols), bp != nullptr);
+      }
+      if (!b.single) block_to_planes(yb, op + n0 * g.K * OHW, b.nb, g.K, OHW);
+      if (samples_done) samples_done(n0, n1);  // the block's output planes are still in cache
+    });
     return;
   }
   KILN_CHECK(!samples_done, "conv2d_forward_epilogue: the NCHW kernel only");
   const std::vector<T> wr = weight_to_hwc(wp, g);
-  const int64_t spb = samples_per_block(g);
-  std::vector<std::vector<T>> bufs(nt);
-  for_blocks(
-      g.N, spb, nt,
-      [&](int t, int64_t n0, int64_t n1) {
-        const int64_t rows = (n1 - n0) * OHW;
-        auto& buf = bufs[t];
-        if (!pw && static_cast<int64_t>(buf.size()) < rows * Ckk) buf.resize(rows * Ckk);
-        for (int64_t gi = 0; gi < G; ++gi) {
-          const MatrixView<const T> P = nhwc_patches(xp, buf.data(), n0, n1, gi, Cg, Ckk, pw, g);
-          T* o = op + n0 * OHW * g.K + gi * Kg;
-          if (bp)
-            for (int64_t r = 0; r < rows; ++r) std::copy_n(bp + gi * Kg, Kg, o + r * g.K);
-          gemm(P, row_major(wr.data() + gi * Kg * Ckk, Kg, Ckk, Ckk).t(), row_major(o, rows, Kg, g.K), bp != nullptr);
-        }
-      },
-      /*any_order=*/true);
+  auto block = [&](int, int64_t n0, int64_t n1, int64_t rows, T* patches) {
+    for (int64_t gi = 0; gi < G; ++gi) {
+      const MatrixView<const T> P = nhwc_patches(xp, patches, n0, n1, gi, Cg, Ckk, pw, g);
+      T* o = op + n0 * OHW * g.K + gi * Kg;
+      if (bp)
+        for (int64_t r = 0; r < rows; ++r) std::copy_n(bp + gi * Kg, Kg, o + r * g.K);
+      gemm(P, row_major(wr.data() + gi * Kg * Ckk, Kg, Ckk, Ckk).t(), row_major(o, rows, Kg, g.K), bp != nullptr);
+    }
+  };
+  for_nhwc_blocks<T>(g, nt, /*with_scratch=*/true, /*any_order=*/true, block);
 }
 
 // ------------------------------------------------------------------------- backward: input
@@ -540,42 +557,29 @@ void backward_input_impl(const Tensor& gx, const Tensor& gy, const Tensor& w_t, 
     if (winograd_backward_input(gyp, wp, gxp, g)) return;
   }
   if (!g.channels_last) {
-    const int64_t spb = nchw_samples_per_block(g, nt);
     const std::vector<PackedLhs<T>> wt = packed_weight(wp, g, true);
-    std::vector<std::vector<T>> bufs(nt);
-    for_blocks(
-        g.N, spb, nt,
-        [&](int t, int64_t n0, int64_t n1) {
-          const NchwBlock b(g, n0, n1, pw);
-          T* scratch = b.scratch(bufs[t], Ckk, g.K);
-          block_input_grad(gxp + n0 * g.C * HW, b.gathered(gyp, scratch, g), b.nb, wt, bufs[t].data(), g);
-        },
-        /*any_order=*/true);
+    for_nchw_blocks<T>(g, nt, /*any_order=*/true, [&](int, const NchwBlock& b, std::vector<T>& buf) {
+      T* scratch = b.scratch(buf, Ckk, g.K);
+      block_input_grad(gxp + b.n0 * g.C * HW, b.gathered(gyp, scratch, g), b.nb, wt, buf.data(), g);
+    });
     return;
   }
   const std::vector<T> wr = weight_to_hwc(wp, g);
-  const int64_t spb = samples_per_block(g);
-  std::vector<std::vector<T>> bufs(nt);
-  for_blocks(
-      g.N, spb, nt,
-      [&](int t, int64_t n0, int64_t n1) {
-        const int64_t rows = (n1 - n0) * OHW;
-        auto& buf = bufs[t];
-        if (!pw && static_cast<int64_t>(buf.size()) < rows * Ckk) buf.resize(rows * Ckk);
-        T* gxb = gxp + n0 * HW * g.C;
-        if (!pw) std::fill(gxb, gxb + (n1 - n0) * HW * g.C, T(0));
-        for (int64_t gi = 0; gi < G; ++gi) {
-          const auto Wg = row_major(wr.data() + gi * Kg * Ckk, Kg, Ckk, Ckk);
-          const auto dY = row_major(gyp + n0 * OHW * g.K + gi * Kg, rows, Kg, g.K);
-          if (pw) {
-            gemm(dY, Wg, row_major(gxb + gi * Cg, rows, Cg, g.C), false);
-            continue;
-          }
-          gemm(dY, Wg, row_major(buf.data(), rows, Ckk, Ckk), false);
-          row2im(buf.data(), gxb, n1 - n0, gi * Cg, Cg, g);
-        }
-      },
-      /*any_order=*/true);
+  auto block = [&](int, int64_t n0, int64_t n1, int64_t rows, T* dpatches) {
+    T* gxb = gxp + n0 * HW * g.C;
+    if (!pw) std::fill(gxb, gxb + (n1 - n0) * HW * g.C, T(0));
+    for (int64_t gi = 0; gi < G; ++gi) {
+      const auto Wg = row_major(wr.data() + gi * Kg * Ckk, Kg, Ckk, Ckk);
+      const auto dY = row_major(gyp + n0 * OHW * g.K + gi * Kg, rows, Kg, g.K);
+      if (pw) {
+        gemm(dY, Wg, row_major(gxb + gi * Cg, rows, Cg, g.C), false);
+        continue;
+      }
+      gemm(dY, Wg, row_major(dpatches, rows, Ckk, Ckk), false);
+      row2im(dpatches, gxb, n1 - n0, gi * Cg, Cg, g);
+    }
+  };
+  for_nhwc_blocks<T>(g, nt, /*with_scratch=*/true, /*any_order=*/true, block);
 }
 
 // ------------------------------------------------------------------------- backward: weight
@@ -596,33 +600,27 @@ void backward_weight_impl(const Tensor& gw, const Tensor& gb, const Tensor& gy, 
   const int nt = threads_for(g);
   // Per-thread partial sums: dW in the kernel's column order ([K, Cg*kh*kw] for NCHW,
   // [K, kh*kw*Cg] for NHWC) and db.
-  std::vector<std::vector<T>> dws(nt), dbs(nt), bufs(nt);
+  std::vector<std::vector<T>> dws(nt), dbs(nt);
   auto init = [&](int t) {
     if (want_w && dws[t].empty()) dws[t].assign(g.K * Ckk, T(0));
     if (want_b && dbs[t].empty()) dbs[t].assign(g.K, T(0));
   };
   if (!g.channels_last) {
-    const int64_t spb = nchw_samples_per_block(g, nt);
-    for_blocks(g.N, spb, nt, [&](int t, int64_t n0, int64_t n1) {
+    for_nchw_blocks<T>(g, nt, /*any_order=*/false, [&](int t, const NchwBlock& b, std::vector<T>& buf) {
       init(t);
-      const NchwBlock b(g, n0, n1, pw);
       if (want_b)
-        for (int64_t n = n0; n < n1; ++n) {
+        for (int64_t n = b.n0; n < b.n0 + b.nb; ++n) {
           CMap<T> dY(gyp + n * g.K * OHW, g.K, OHW, OuterStride<>(OHW));
           Eigen::Map<Eigen::Matrix<T, Dynamic, 1>> db(dbs[t].data(), g.K);
           db += dY.rowwise().sum();
         }
       if (!want_w) return;
-      T* scratch = b.scratch(bufs[t], Ckk, g.K);
-      add_block_weight_grad(dws[t].data(), b.gathered(gyp, scratch, g), xp + n0 * g.C * HW, b.nb, bufs[t].data(), g);
+      T* scratch = b.scratch(buf, Ckk, g.K);
+      add_block_weight_grad(dws[t].data(), b.gathered(gyp, scratch, g), xp + b.n0 * g.C * HW, b.nb, buf.data(), g);
     });
   } else {
-    const int64_t spb = samples_per_block(g);
-    for_blocks(g.N, spb, nt, [&](int t, int64_t n0, int64_t n1) {
+    auto block = [&](int t, int64_t n0, int64_t n1, int64_t rows, T* patches) {
       init(t);
-      const int64_t rows = (n1 - n0) * OHW;
-      auto& buf = bufs[t];
-      if (want_w && !pw && static_cast<int64_t>(buf.size()) < rows * Ckk) buf.resize(rows * Ckk);
       for (int64_t gi = 0; gi < G; ++gi) {
         CMap<T> dY(gyp + n0 * OHW * g.K + gi * Kg, rows, Kg, OuterStride<>(g.K));
         if (want_b) {
@@ -630,11 +628,12 @@ void backward_weight_impl(const Tensor& gw, const Tensor& gb, const Tensor& gy, 
           db += dY.colwise().sum();
         }
         if (!want_w) continue;
-        const MatrixView<const T> P = nhwc_patches(xp, buf.data(), n0, n1, gi, Cg, Ckk, pw, g);
+        const MatrixView<const T> P = nhwc_patches(xp, patches, n0, n1, gi, Cg, Ckk, pw, g);
         gemm(row_major(gyp + n0 * OHW * g.K + gi * Kg, rows, Kg, g.K).t(), P,
              row_major(dws[t].data() + gi * Kg * Ckk, Kg, Ckk, Ckk), true);
       }
-    });
+    };
+    for_nhwc_blocks<T>(g, nt, /*with_scratch=*/want_w, /*any_order=*/false, block);
   }
   // Sum the per-thread partials (threads that got no block have empty buffers).
   if (want_w) {
