@@ -3,6 +3,7 @@
 // GPU-against-CPU comparison starts with. Header-only, every function inline.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include <kiln/kiln.h>
@@ -38,6 +39,19 @@ inline void require_gpu_twin(const kiln::Tensor& gpu, const kiln::Tensor& cpu) {
   REQUIRE(gpu.device() == kGpu);
   REQUIRE(gpu.sizes() == cpu.sizes());
   REQUIRE(gpu.dtype() == cpu.dtype());
+}
+
+// require_gpu_twin, then REQUIREs max |gpu - cpu| <= tol * max(1, max |cpu|), in f64 (NaN fails): a
+// tolerance relative to the tensor's scale.
+inline void require_near(const kiln::Tensor& gpu, const kiln::Tensor& cpu, double tol, const std::string& what) {
+  INFO(what);
+  REQUIRE(cpu.defined());
+  require_gpu_twin(gpu, cpu);
+  kiln::Tensor a = gpu.cpu().to(kiln::DType::F64), b = cpu.to(kiln::DType::F64);
+  const double scale = b.numel() ? std::max(1.0, kiln::abs(b).max().item<double>()) : 1.0;
+  const double err = b.numel() ? kiln::abs(a - b).max().item<double>() : 0.0;
+  INFO("max error " << err << ", scale " << scale << ", tol " << tol);
+  REQUIRE(err <= tol * scale);
 }
 
 // require_gpu_twin, then REQUIREs kiln::allclose of gpu's values (copied to the host) and cpu's.

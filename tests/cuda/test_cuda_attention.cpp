@@ -22,39 +22,19 @@
 #include "kiln/kernels/attention.h"
 #include "kiln/kernels/dropout.h"
 #include "kiln/kernels/norm.h"
+#include "cuda_test_util.h"
 
 namespace F = kiln::nn::functional;
 using kiln::DType;
 using kiln::Tensor;
+using namespace kiln_cuda_test;
 
 namespace {
-const kiln::Device kGpu = kiln::Device::cuda(0);
 const kiln::Device kCpu = kiln::Device::cpu();
 
 kiln::TensorOptions on_gpu(DType dt = DType::F32) { return kiln::TensorOptions().dtype(dt).device(kGpu); }
 
-void require_near(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
-  INFO(what);
-  REQUIRE(gpu.defined());
-  REQUIRE(cpu.defined());
-  REQUIRE(gpu.device() == kGpu);
-  REQUIRE(gpu.sizes() == cpu.sizes());
-  REQUIRE(gpu.dtype() == cpu.dtype());
-  Tensor a = gpu.cpu().to(DType::F64), b = cpu.to(DType::F64);
-  const double scale = b.numel() ? std::max(1.0, kiln::abs(b).max().item<double>()) : 1.0;
-  const double err = b.numel() ? kiln::abs(a - b).max().item<double>() : 0.0;
-  INFO("max error " << err << ", scale " << scale << ", tol " << tol);  // NaN fails too
-  REQUIRE(err <= tol * scale);
-}
-
-double tol_for(DType dt) {
-  switch (dt) {
-    case DType::F64: return 1e-10;
-    case DType::F16: return 5e-3;
-    case DType::BF16: return 3e-2;
-    default: return 1e-4;
-  }
-}
+double tol_for(DType dt) { return per_dtype(dt, 1e-10, 1e-4, 5e-3, 3e-2); }
 
 struct Shape {
   int64_t B, Tq, Tk, D, Dv;

@@ -23,15 +23,16 @@
 
 #include "kiln/core/determinism.h"
 #include "kiln/cuda/cudnn_graph.h"
+#include "cuda_test_util.h"
 
 namespace F = kiln::nn::functional;
 using kiln::DType;
 using kiln::Tensor;
 using kiln::cudnn::SdpaBackend;
 using kiln::cudnn::SdpaCounts;
+using namespace kiln_cuda_test;
 
 namespace {
-const kiln::Device kGpu = kiln::Device::cuda(0);
 const kiln::Device kCpu = kiln::Device::cpu();
 
 struct BackendGuard {
@@ -58,19 +59,6 @@ SdpaCounts delta(const SdpaCounts& a, const SdpaCounts& b) {
   d.graphs_built = b.graphs_built - a.graphs_built;
   d.refused = b.refused - a.refused;
   return d;
-}
-
-void require_near(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& what) {
-  INFO(what);
-  REQUIRE(gpu.defined());
-  REQUIRE(cpu.defined());
-  REQUIRE(gpu.device() == kGpu);
-  REQUIRE(gpu.sizes() == cpu.sizes());
-  Tensor a = gpu.cpu().to(DType::F64), b = cpu.to(DType::F64);
-  const double scale = b.numel() ? std::max(1.0, kiln::abs(b).max().item<double>()) : 1.0;
-  const double err = b.numel() ? kiln::abs(a - b).max().item<double>() : 0.0;
-  INFO("max error " << err << ", scale " << scale << ", tol " << tol);  // NaN fails too
-  REQUIRE(err <= tol * scale);
 }
 
 double out_tol(DType dt) { return dt == DType::F16 ? 5e-3 : dt == DType::BF16 ? 3e-2 : 1e-4; }
