@@ -23,33 +23,14 @@
 #include "kiln/distributed/store/gloo_store.h"
 #endif
 #include "tests/distributed/spawn.h"
+#include "tests/distributed/store_test_util.h"
 
 using Catch::Matchers::Contains;
 using kiln::distributed::Bytes;
 using kiln::distributed::PrefixStore;
-using kiln::distributed::TCPStore;
-using kiln::distributed::TCPStoreOptions;
-using std::chrono::milliseconds;
+using namespace kiln_store_test;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-TCPStoreOptions server_options(milliseconds timeout = milliseconds(10000), int world_size = -1) {
-  TCPStoreOptions o;
-  o.is_server = true;
-  o.world_size = world_size;
-  o.timeout = timeout;
-  return o;
-}
-
-TCPStoreOptions client_options(milliseconds timeout = milliseconds(10000)) {
-  TCPStoreOptions o;
-  o.timeout = timeout;
-  return o;
-}
 
 // The message of the kiln::Error `f` throws, and how long it took ("" when nothing was thrown).
 std::string error_of(const std::function<void()>& f, double* seconds = nullptr) {
@@ -304,12 +285,7 @@ TEST_CASE("TCPStore: a server that accepts but never answers is a timeout on the
 
 TEST_CASE("TCPStore: a peer speaking another protocol is dropped, the others are served") {
   TCPStore server("127.0.0.1", 0, server_options());
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(server.port()));
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  int fd = connect_raw(server.port());
   const std::string http = "GET / HTTP/1.0\r\n\r\n";
   REQUIRE(::send(fd, http.data(), http.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(http.size()));
   timeval tv{5, 0};

@@ -19,35 +19,21 @@
 #include "kiln/core/error.h"
 #include "kiln/distributed/store/store.h"
 #include "kiln/distributed/store/wire.h"
+#include "tests/distributed/store_test_util.h"
 
 using Catch::Matchers::Contains;
 using kiln::distributed::Bytes;
-using kiln::distributed::TCPStore;
-using kiln::distributed::TCPStoreOptions;
-using std::chrono::milliseconds;
+using namespace kiln_store_test;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr milliseconds kRequestTimeout{300};
 
-TCPStoreOptions server_options() {
-  TCPStoreOptions o;
-  o.is_server = true;
-  o.timeout = milliseconds(10000);
+// The store tests' server, closing a connection that stalls for kRequestTimeout.
+TCPStoreOptions abused_server_options() {
+  TCPStoreOptions o = server_options();
   o.request_timeout = kRequestTimeout;
   return o;
-}
-
-int connect_raw(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  return fd;
 }
 
 void send_raw(int fd, const std::string& bytes) {
@@ -65,12 +51,12 @@ double seconds_until_closed(int fd, double limit) {
   const auto start = Clock::now();
   char buf[256];
   for (;;) {
-    const double left = limit - std::chrono::duration<double>(Clock::now() - start).count();
+    const double left = limit - seconds_since(start);
     if (left <= 0) return -1;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, static_cast<int>(left * 1000) + 1) <= 0) continue;
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) return std::chrono::duration<double>(Clock::now() - start).count();
+    if (n <= 0) return seconds_since(start);
   }
 }
 
@@ -92,7 +78,7 @@ void expect_served(TCPStore& store, const std::string& key) {
 }  // namespace
 
 TEST_CASE("TCPStore abuse: a client that connects and sends nothing is closed after the request timeout") {
-  TCPStore server("127.0.0.1", 0, server_options());
+  TCPStore server("127.0.0.1", 0, abused_server_options());
   int fd = connect_raw(server.port());
   const double took = seconds_until_closed(fd, 5.0);
   ::close(fd);
@@ -102,7 +88,7 @@ TEST_CASE("TCPStore abuse: a client that connects and sends nothing is closed af
 }
 
 TEST_CASE("TCPStore abuse: forged field counts and lengths are dropped at once, without allocating") {
-  TCPStore server("127.0.0.1", 0, server_options());
+  TCPStore server("127.0.0.1", 0, abused_server_options());
   const long before = resident_mb();
   for (const std::string& forged : {std::string("\x01") + u32(0xFFFFFFFFu),              // 2^32-1 fields
                                     std::string("\x01") + u32(2) + u32(0xFFFFFFFFu),     // a 4 GiB field
@@ -119,7 +105,7 @@ TEST_CASE("TCPStore abuse: forged field counts and lengths are dropped at once, 
 }
 
 TEST_CASE("TCPStore abuse: announced lengths cost only the bytes that arrive, and stalled peers are closed") {
-  TCPStore server("127.0.0.1", 0, server_options());
+  TCPStore server("127.0.0.1", 0, abused_server_options());
   const long before = resident_mb();
   std::vector<int> fds;
   for (int i = 0; i < 16; ++i) {  // 16 x 1 GiB announced, 10 bytes sent each
@@ -138,7 +124,7 @@ TEST_CASE("TCPStore abuse: announced lengths cost only the bytes that arrive, an
 }
 
 TEST_CASE("TCPStore abuse: a client that leaves mid-message leaves the server serving") {
-  TCPStore server("127.0.0.1", 0, server_options());
+  TCPStore server("127.0.0.1", 0, abused_server_options());
   for (int cut : {1, 3, 5, 9, 12}) {
     const std::string full = std::string("\x01") + u32(2) + u32(3) + "key" + u32(5) + "value";
     int fd = connect_raw(server.port());
@@ -161,12 +147,12 @@ TEST_CASE("TCPStore abuse: a thousand connections at once, and clients are still
   const int n = lim.rlim_cur >= need ? 1000 : static_cast<int>((lim.rlim_cur - 64) / 2);
   INFO("connections: " << n << " (file descriptor limit " << lim.rlim_cur << ")");
   REQUIRE(n >= 200);
-  TCPStore server("127.0.0.1", 0, server_options());
+  TCPStore server("127.0.0.1", 0, abused_server_options());
   std::vector<int> fds;
   for (int i = 0; i < n; ++i) fds.push_back(connect_raw(server.port()));
   const auto start = Clock::now();
   expect_served(server, "among-the-crowd");
-  CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 2.0);
+  CHECK(seconds_since(start) < 2.0);
   int closed = 0;
   for (int fd : fds) {
     closed += seconds_until_closed(fd, 10.0) >= 0;
@@ -177,7 +163,7 @@ TEST_CASE("TCPStore abuse: a thousand connections at once, and clients are still
 }
 
 TEST_CASE("TCPStore abuse: a value over the store's limit is a clear error and the store goes on") {
-  TCPStore server("127.0.0.1", 0, server_options());
+  TCPStore server("127.0.0.1", 0, abused_server_options());
   Bytes huge(kiln::distributed::wire::kMaxMessageBytes);
   std::string msg;
   try {
