@@ -79,7 +79,8 @@ TEST_CASE("FastDivmod divides like / and % for every divisor shape", "[core][cud
   for (int s = 1; s <= 31; ++s) {
     const uint64_t p = uint64_t{1} << s;
     for (int64_t delta = -1; delta <= 1; ++delta)
-      if (p + delta <= uint64_t{std::numeric_limits<int32_t>::max()}) divisors.push_back(static_cast<uint32_t>(p + delta));
+      if (p + delta <= uint64_t{std::numeric_limits<int32_t>::max()})
+        divisors.push_back(static_cast<uint32_t>(p + delta));
   }
   for (uint32_t d : {768u, 3072u, 50257u, 50304u, 1000003u, 2147483647u}) divisors.push_back(d);
   std::uniform_int_distribution<uint32_t> any_divisor(1, std::numeric_limits<int32_t>::max());
@@ -103,7 +104,7 @@ TEST_CASE("OffsetCalc32 gives the 64-bit kernel's byte offsets", "[core][cuda]")
   }
   SECTION("a transposed input and a column slice, into bf16") {
     Tensor base = kiln::empty({11, 13}, f32);
-    Tensor xt = base.t();                         // [13, 11], strides (1, 13)
+    Tensor xt = base.t();                                   // [13, 11], strides (1, 13)
     Tensor y = kiln::empty({13, 20}, f32).slice(1, 3, 14);  // [13, 11], strides (20, 1), offset 3
     Tensor out = kiln::empty({13, 11}, bf16);
     const PointwiseIter it = kiln::kernels::make_pointwise_iter(out, {&xt, &y}, "test");

@@ -99,7 +99,8 @@ TEST_CASE("dropout_keep draws the scalar Philox decisions, 32 or 64 at a time, a
               for (int64_t j = 0; j < n; ++j) {
                 const bool want = kiln::philox::dropout_uniform(seed, offset, i0 + static_cast<uint64_t>(j)) >= p;
                 if (static_cast<bool>(keep[j]) != want || keep[j] > 1) {
-                  INFO("seed " << seed << " offset " << offset << " i0 " << i0 << " n " << n << " p " << p << " j " << j);
+                  INFO("seed " << seed << " offset " << offset << " i0 " << i0 << " n " << n << " p " << p << " j "
+                               << j);
                   REQUIRE(static_cast<bool>(keep[j]) == want);
                   REQUIRE(keep[j] <= 1);
                 }

@@ -132,7 +132,8 @@ TEST_CASE("binary ops and casts on contiguous operands: packs, tails, in place, 
 // The 32-bit strided kernel (launch.cuh: FastDivmod offsets, kStridedUnroll elements a thread):
 // broadcasts and views of 2-5 merged dimensions with sizes that leave partial unrolled blocks, in
 // every floating dtype; and a view spanning more than 2 GiB, which takes the 64-bit kernel.
-TEST_CASE("strided pointwise: broadcasts and views across unrolled tails, and the 64-bit fallback", "[cuda][pointwise]") {
+TEST_CASE("strided pointwise: broadcasts and views across unrolled tails, and the 64-bit fallback",
+          "[cuda][pointwise]") {
   kiln::manual_seed(14);
   for (DType dt : {DType::F32, DType::F64, DType::F16, DType::BF16}) {
     const std::string tag = kiln::dtype_name(dt);
@@ -144,10 +145,13 @@ TEST_CASE("strided pointwise: broadcasts and views across unrolled tails, and th
         "mul a column " + tag, {a, col}, [](const auto& in) { return in[0] * in[1]; }, tol(dt), tol(dt));
     parity(
         "sub a permuted view " + tag, {a, p},
-        [](const auto& in) { return in[0] - in[1].permute({3, 2, 1, 0}); }, tol(dt), tol(dt));
+        [](const auto& in) {
+          return in[0] - in[1].permute({3, 2, 1, 0});
+        },
+        tol(dt), tol(dt));
     parity(
-        "unary of a strided slice " + tag, {a},
-        [](const auto& in) { return in[0].slice(3, 1, 36, 2).exp(); }, tol(dt), tol(dt));
+        "unary of a strided slice " + tag, {a}, [](const auto& in) { return in[0].slice(3, 1, 36, 2).exp(); }, tol(dt),
+        tol(dt));
     parity(
         "where of broadcast operands " + tag, {a, row},
         [](const auto& in) { return kiln::where(in[1] > 0.0, in[0], in[1].slice(0, 0, 1)); }, 0, 0);

@@ -1,8 +1,8 @@
 // Dropout on the CPU: out[i] = u_i >= p ? in[i] / (1 - p) : 0, where u_i is the Philox uniform of
 // element i (philox::dropout_uniform(seed, offset, i): word i % 4 of block offset + i / 4) - the
-// same bits the CUDA kernels draw, so masks agree across backends and thread counts. The backward of dropout is this kernel
-// applied to the gradient with the same (seed, offset): the mask is regenerated, not stored.
-// The decisions come from dropout_keep (kernels/cpu/dropout_keep.h), defined here.
+// same bits the CUDA kernels draw, so masks agree across backends and thread counts. The backward of dropout is this
+// kernel applied to the gradient with the same (seed, offset): the mask is regenerated, not stored. The decisions come
+// from dropout_keep (kernels/cpu/dropout_keep.h), defined here.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -49,9 +49,7 @@ struct Lanes {
     return _mm512_cmp_ps_mask(u, p, _CMP_GE_OQ);
   }
   // keep[j] = bit j of bits, j < 64
-  static void store_bytes(uint64_t bits, uint8_t* keep) {
-    _mm512_storeu_si512(keep, _mm512_maskz_set1_epi8(bits, 1));
-  }
+  static void store_bytes(uint64_t bits, uint8_t* keep) { _mm512_storeu_si512(keep, _mm512_maskz_set1_epi8(bits, 1)); }
   using P = __m512;
   static P set1_ps(float p) { return _mm512_set1_ps(p); }
 };

@@ -69,8 +69,8 @@ void dropout(const Tensor& out, const Tensor& in, double p, uint64_t seed, uint6
     using O = opmath_t<T>;
     const O scale = static_cast<O>(1.0 / (1.0 - p));
     dropout_kernel<T><<<grid_for(n, 4), kThreads, 0, stream_for(in)>>>(static_cast<T*>(out.data_ptr()),
-                                                                    static_cast<const T*>(in.data_ptr()), n,
-                                                                    static_cast<float>(p), scale, seed, offset);
+                                                                       static_cast<const T*>(in.data_ptr()), n,
+                                                                       static_cast<float>(p), scale, seed, offset);
     KILN_CUDA_CHECK_LAUNCH("dropout_kernel");
   });
 }

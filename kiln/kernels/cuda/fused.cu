@@ -21,8 +21,8 @@
 // so the result does not depend on scheduling.
 //
 // The dropout mask is element i (row-major) kept when philox::dropout_uniform(seed, offset, i) >= p
-// (four elements to a Philox block): the same bits as the CPU dropout kernel, so masks agree across backends; the backward
-// regenerates it from (seed, offset) instead of reading a stored mask.
+// (four elements to a Philox block): the same bits as the CPU dropout kernel, so masks agree across backends; the
+// backward regenerates it from (seed, offset) instead of reading a stored mask.
 #include "kiln/kernels/cuda/launch.cuh"
 #include "kiln/kernels/fused.h"
 #include "kiln/kernels/math/fused.h"
@@ -91,8 +91,8 @@ __global__ void bias_dropout_add_kernel(T* __restrict__ y, const T* __restrict__
       const int64_t i = 4 * q + w;
       if (i >= n) break;
       const M b = bias ? static_cast<M>(bias[i % k]) : M(0);
-      y[i] = static_cast<T>(math::BiasDropoutAdd::apply(static_cast<M>(x[i]), b, static_cast<M>(residual[i]), scale,
-                                                        keep[w]));
+      y[i] = static_cast<T>(
+          math::BiasDropoutAdd::apply(static_cast<M>(x[i]), b, static_cast<M>(residual[i]), scale, keep[w]));
     }
   }
 }

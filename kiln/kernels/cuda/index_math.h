@@ -85,16 +85,16 @@ template <int N> struct OffsetCalc32 {
   }
 
   KILN_INLINE void get(uint32_t linear, uint32_t (&off)[N]) const {
-KILN_INDEX_UNROLL
+    KILN_INDEX_UNROLL
     for (int k = 0; k < N; ++k) off[k] = 0;
     // Unrolled to the fixed bound so the sizes and strides stay in registers and constant memory.
-KILN_INDEX_UNROLL
+    KILN_INDEX_UNROLL
     for (int d = 0; d < kMaxDims; ++d) {
       if (d == ndim) break;
       uint32_t q, r;
       sizes[d].divmod(linear, q, r);
       linear = q;
-KILN_INDEX_UNROLL
+      KILN_INDEX_UNROLL
       for (int k = 0; k < N; ++k) off[k] += r * strides[d][k];
     }
   }

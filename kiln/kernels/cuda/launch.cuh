@@ -68,8 +68,7 @@ __device__ __forceinline__ Inputs<In> load_inputs(char* const* data, const Off* 
   }
   return v;
 }
-template <class Out, class In, int N, class F>
-__device__ __forceinline__ Out apply(const F& f, const Inputs<In>& v) {
+template <class Out, class In, int N, class F> __device__ __forceinline__ Out apply(const F& f, const Inputs<In>& v) {
   using M = opmath_t<In>;
   if constexpr (N == 2) return static_cast<Out>(f(static_cast<M>(v.x)));
   else if constexpr (N == 3) return static_cast<Out>(f(static_cast<M>(v.x), static_cast<M>(v.y)));
@@ -99,16 +98,15 @@ template <class Out, class In, int N, class F> __global__ void pointwise_kernel(
 // Elements per thread of the 32-bit strided kernel.
 constexpr int kStridedUnroll = 4;
 
-template <int N> struct OperandPointers {
-  char* v[N];
-};
+template <int N> struct OperandPointers { char* v[N]; };
 
 // The strided kernel for iteration spaces that fit 32-bit offsets (broadcasts, views, transposes,
 // unaligned contiguous operands): each thread takes kStridedUnroll elements a block apart, works
 // out all their offsets with FastDivmod and issues all their loads before any math, so several
 // loads are in flight per thread.
 template <class Out, class In, int N, class F>
-__global__ void __launch_bounds__(kThreads) strided_kernel(OffsetCalc32<N> calc, OperandPointers<N> p, uint32_t n, F f) {
+__global__ void __launch_bounds__(kThreads)
+    strided_kernel(OffsetCalc32<N> calc, OperandPointers<N> p, uint32_t n, F f) {
   constexpr int U = kStridedUnroll;
   const uint32_t base = blockIdx.x * (kThreads * U) + threadIdx.x;
   uint32_t off[U][N];

@@ -158,26 +158,26 @@ Tensor bias_dropout_add(const Tensor& x_in, const Tensor& bias_in, const Tensor&
     const bool want_dx = x.requires_grad();
     const bool want_db = bias.defined() && bias.requires_grad();
     const IntList bias_sizes = bias.defined() ? bias.sizes() : IntList{};
-    autograd::record_function("BiasDropoutAddBackward", {&x, &bias, &residual}, {&y},
-                              autograd::fused_or_composite(
-                                  [=](const TensorList& g) {
-                                    if (!want_dx && !want_db) return TensorList{Tensor(), Tensor(), g[0]};
-                                    // nothing dropped (eval, p = 0): dx is g itself, no pass over memory
-                                    if (p_eff <= 0.0)
-                                      return TensorList{want_dx ? g[0] : Tensor(),
-                                                        want_db ? sum_to(g[0], bias_sizes) : Tensor(), g[0]};
-                                    Tensor gc = contiguous_data(g[0]);
-                                    Tensor dx = empty(gc.sizes(), gc.options());
-                                    Tensor db = want_db ? empty(bias_sizes, gc.options()) : Tensor();
-                                    kernels::bias_dropout_add_backward(dx, db, gc, p_eff, seed, offset);
-                                    return TensorList{want_dx ? dx : Tensor(), db, g[0]};
-                                  },
-                                  [=](const TensorList& g) {
-                                    if (!want_dx && !want_db) return TensorList{Tensor(), Tensor(), g[0]};
-                                    // create_graph: differentiable mask application
-                                    Tensor dx = apply_dropout_mask(g[0], p_eff, seed, offset);
-                                    return TensorList{dx, want_db ? sum_to(dx, bias_sizes) : Tensor(), g[0]};
-                                  }));
+    autograd::record_function(
+        "BiasDropoutAddBackward", {&x, &bias, &residual}, {&y},
+        autograd::fused_or_composite(
+            [=](const TensorList& g) {
+              if (!want_dx && !want_db) return TensorList{Tensor(), Tensor(), g[0]};
+              // nothing dropped (eval, p = 0): dx is g itself, no pass over memory
+              if (p_eff <= 0.0)
+                return TensorList{want_dx ? g[0] : Tensor(), want_db ? sum_to(g[0], bias_sizes) : Tensor(), g[0]};
+              Tensor gc = contiguous_data(g[0]);
+              Tensor dx = empty(gc.sizes(), gc.options());
+              Tensor db = want_db ? empty(bias_sizes, gc.options()) : Tensor();
+              kernels::bias_dropout_add_backward(dx, db, gc, p_eff, seed, offset);
+              return TensorList{want_dx ? dx : Tensor(), db, g[0]};
+            },
+            [=](const TensorList& g) {
+              if (!want_dx && !want_db) return TensorList{Tensor(), Tensor(), g[0]};
+              // create_graph: differentiable mask application
+              Tensor dx = apply_dropout_mask(g[0], p_eff, seed, offset);
+              return TensorList{dx, want_db ? sum_to(dx, bias_sizes) : Tensor(), g[0]};
+            }));
   }
   return y;
 }
