@@ -4,6 +4,8 @@
 #  1. PTX (sm_90): every contiguous_vec_kernel and unary_vec_kernel loads and stores 16 bytes at a
 #     time (ld.global.v4 / st.global.v4 in some form); no strided_kernel divides an integer
 #     (div.s32/u32/s64/u64, rem.*): its index math is FastDivmod's multiply-high and shift;
+#     every kernel writing f16 or bf16 converts with the hardware's cvt.rn.f16.f32 / cvt.rn.bf16.f32
+#     (and reads f16 with cvt.f32.f16), not core/half.h's bit manipulation;
 #     plus EXTRA_PTX in every strided_kernel if given (the self-test plants one it lacks);
 #  2. ptxas -v: no kernel spills.
 #
@@ -47,6 +49,12 @@ while(NOT name STREQUAL "")
     if(DEFINED EXTRA_PTX AND NOT EXTRA_PTX STREQUAL "")
       kiln_require_in_ptx(check_pointwise_code "${body}" "${EXTRA_PTX}" "${name}")
     endif()
+  endif()
+  if(name MATCHES "kernelINS_8BFloat16E")
+    kiln_require_in_ptx(check_pointwise_code "${body}" "cvt.rn.bf16.f32" "${name}")
+  elseif(name MATCHES "kernelINS_4HalfE")
+    kiln_require_in_ptx(check_pointwise_code "${body}" "cvt.rn.f16.f32" "${name}")
+    kiln_require_in_ptx(check_pointwise_code "${body}" "cvt.f32.f16" "${name}")
   endif()
   kiln_ptx_next_entry(_rest name body)
 endwhile()
