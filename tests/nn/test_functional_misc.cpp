@@ -83,6 +83,31 @@ TEST_CASE("linear: x @ w^T + b for any leading dims, gradchecks", "[linear]") {
   CHECK_THROWS_AS(F::linear(x, w, kiln::randn({4}, f64())), kiln::Error);
 }
 
+// With a bias of the input's dtype the bias is the GEMM's epilogue and the backward one node:
+// views for every operand, a single row, double backward, and a bias of another dtype (the
+// composite path, which promotes).
+TEST_CASE("linear: the bias epilogue path on views, one row, double backward", "[linear]") {
+  kiln::manual_seed(12);
+  Tensor xp = kiln::randn({4, 3, 2}, f64(true)), wt = kiln::randn({4, 5}, f64(true));
+  Tensor bw = kiln::randn({10}, f64(true));
+  auto f = [](const TL& in) { return F::linear(in[0].permute({2, 1, 0}), in[1].t(), in[2].slice(0, 0, 10, 2)); };
+  const Tensor y = f({xp, wt, bw});
+  const Tensor want = kiln::matmul(xp.permute({2, 1, 0}), wt) + bw.slice(0, 0, 10, 2);
+  CHECK(y.sizes() == IntList{2, 3, 5});
+  CHECK(max_err(values(y), values(want)) < 1e-12);
+  CHECK(kiln::gradcheck(f, {xp, wt, bw}));
+  CHECK(kiln::gradcheck(
+      [&](const TL& in) {
+        const Tensor out = f(in);
+        return kiln::autograd::grad({(out * out).sum()}, {in[1]}, {}, true, true)[0];
+      },
+      {xp, wt, bw}));
+  Tensor row = kiln::randn({4}, f64(true)), b = kiln::randn({5}, f64(true));
+  CHECK(kiln::gradcheck([](const TL& in) { return F::linear(in[0], in[1].t(), in[2]); }, {row, wt, b}));
+  const Tensor mixed = F::linear(xp.permute({2, 1, 0}), wt.t(), kiln::randn({5}));  // f32 bias, f64 input
+  CHECK(mixed.dtype() == kiln::DType::F64);
+}
+
 // ------------------------------------------------------------------------------ dropout
 
 TEST_CASE("dropout: kept fraction, scaling, reproducibility, masked gradient", "[dropout]") {
