@@ -13,7 +13,8 @@ bench/cuda/compare.py can set the two side by side:
   optim         torch.optim.AdamW(fused=True) ("pytorch") and (foreach=True) ("pytorch foreach") over
                 the same parameter lists (bench/model_shapes.h), GradScaler's fused unscale + inf
                 check, clip_grad_norm_(foreach=True)
-  attention     F.scaled_dot_product_attention, causal and not, forward and forward+backward
+  attention     F.scaled_dot_product_attention, causal and not, forward and forward+backward; each
+                row records the backend PyTorch chose (sdpa_backend, from its kernels' names)
   conv          F.conv2d + aten.convolution_backward (raw, no autograd, like kiln's bench) with
                 cudnn.benchmark = True, f32 without TF32, f16 NCHW and channels_last
   fused, elementwise, reduce, transfer: the eager PyTorch op for each of kiln's cases
@@ -445,20 +446,41 @@ def run_clip(p):
     return [("pytorch", ms, {"bytes": 12.0 * p["numel"]})]
 
 
+def sdpa_backend(fn):
+    """Which of PyTorch's SDPA backends ran fn, read from the names of the GPU kernels it launched
+    (the two longest-running): cudnn, flash, efficient or math, and the names themselves."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        timed = [(getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0), e.key)
+                 for e in prof.key_averages() if not e.key.startswith(("aten::", "cuda", "Memcpy", "Memset"))]
+        names = [n for _, n in sorted(timed, reverse=True)[:2]]
+    except Exception as e:  # the profiler's API moves between versions: say so, keep the timing
+        return {"sdpa_backend": f"unknown ({type(e).__name__})"}
+    text = " ".join(names).lower()
+    backend = ("cudnn" if "cudnn" in text else "flash" if "flash" in text else
+               "efficient" if ("fmha" in text or "efficient" in text or "mem_eff" in text) else "math")
+    return {"sdpa_backend": backend, "sdpa_kernels": [n[:120] for n in names]}
+
+
 def run_attention(p):
     B, H, T, D, dt, causal = p["B"], p["H"], p["T"], p["D"], p["dt"], p["causal"]
     q, k, v, g = (randn(B, H, T, D, dt=dt) for _ in range(4))
     flops = 4.0 * B * H * T * T * D * (0.5 if causal else 1.0)
     if not p["backward"]:
-        with torch.no_grad():
-            ms = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-        return [("pytorch", ms, {"flops": flops})]
+        def fwd():
+            with torch.no_grad():
+                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        return [("pytorch", time_ms(fwd), {"flops": flops, **sdpa_backend(fwd)})]
 
     def fn():
         qq, kk, vv = (t.detach().requires_grad_(True) for t in (q, k, v))
         F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal).backward(g)
 
-    return [("pytorch", time_ms(fn, reps=10), {"flops": 3.5 * flops})]
+    return [("pytorch", time_ms(fn, reps=10), {"flops": 3.5 * flops, **sdpa_backend(fn)})]
 
 
 CONV_MS = {}  # case name -> ms, for the whole-network totals
