@@ -31,6 +31,27 @@ KILN_INLINE float bits_float(uint32_t u) {
   return f;
 #endif
 }
+
+#if defined(__CUDA_ARCH__)
+// The GPU's conversion instructions (round to nearest even), one each.
+__device__ __forceinline__ uint16_t cvt_f16(float f) {
+  uint16_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+__device__ __forceinline__ float cvt_f32(uint16_t h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+#if __CUDA_ARCH__ >= 800
+__device__ __forceinline__ uint16_t cvt_bf16(float f) {
+  uint16_t h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+#endif
+#endif
 }  // namespace detail
 
 // IEEE 754 binary16. Conversion rounds to nearest even and handles subnormals, inf and NaN.
@@ -47,10 +68,8 @@ struct Half {
   }
 
   static KILN_INLINE uint16_t from_float(float f) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 530
-    uint16_t h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
+#if defined(__CUDA_ARCH__)
+    return detail::cvt_f16(f);
 #else
     uint32_t x = detail::float_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
@@ -78,10 +97,8 @@ struct Half {
   }
 
   static KILN_INLINE float to_float(uint16_t h) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 530
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
+#if defined(__CUDA_ARCH__)
+    return detail::cvt_f32(h);
 #else
     uint32_t sign = (static_cast<uint32_t>(h) & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
@@ -123,9 +140,7 @@ struct BFloat16 {
 
   static KILN_INLINE uint16_t from_float(float f) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    uint16_t h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
+    return detail::cvt_bf16(f);
 #else
     uint32_t x = detail::float_bits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
