@@ -243,6 +243,28 @@ TEST_CASE("matmul_dgelu_bgrad: cuBLASLt DGELU(_BGRAD) epilogue matches the CPU",
   }
 }
 
+// F::linear with a bias of the input's dtype: the bias in cuBLASLt's epilogue and one backward
+// node, on views (a permuted input, a transposed weight, a strided bias), against the CPU; in bf16
+// against an f32 reference.
+TEST_CASE("linear with a bias: forward and backward match the CPU, views included", "[cuda][fused]") {
+  kiln::cuda::set_allow_tf32(false);
+  kiln::manual_seed(28);
+  Tensor xp = kiln::randn({64, 41, 3}), wt = kiln::randn({64, 96}) * 0.2, bw = kiln::randn({192});
+  Tensor g = kiln::randn({3, 41, 96});
+  auto f = [](const std::vector<Tensor>& in) {
+    return F::linear(in[0].permute({2, 1, 0}), in[1].t(), in[2].slice(0, 0, 192, 2));
+  };
+  require_close(f({xp.to(kGpu), wt.to(kGpu), bw.to(kGpu)}), f({xp, wt, bw}), 1e-4, 1e-5, "forward");
+  auto gg = grads(f, {xp.to(kGpu), wt.to(kGpu), bw.to(kGpu)}, g), gc = grads(f, {xp, wt, bw}, g);
+  require_close(gg[0], gc[0], 1e-4, 1e-4, "dx");
+  require_close(gg[1], gc[1], 1e-4, 1e-3, "dweight");
+  require_close(gg[2], gc[2], 1e-4, 1e-3, "dbias");
+  Tensor x = kiln::randn({64, 128}).to(DType::BF16), w = (kiln::randn({256, 128}) * 0.1).to(DType::BF16);
+  Tensor b = kiln::randn({256}).to(DType::BF16);
+  require_close(F::linear(x.to(kGpu), w.to(kGpu), b.to(kGpu)).to(DType::F32),
+                kiln::matmul(x.to(DType::F32), w.to(DType::F32).t()) + b.to(DType::F32), 3e-2, 3e-2, "bf16 forward");
+}
+
 TEST_CASE("linear_gelu forward and backward match the CPU", "[cuda][fused]") {
   kiln::cuda::set_allow_tf32(false);
   kiln::manual_seed(27);
